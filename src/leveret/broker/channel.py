@@ -1,0 +1,271 @@
+"""One AMQP channel's delivery state: consumers, outstanding deliveries and their acks,
+prefetch, publisher confirms and transactions."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import TYPE_CHECKING, Any
+
+from pamqp import commands
+
+from leveret.broker import names
+from leveret.broker.consumer import Consumer
+from leveret.broker.message import Message
+from leveret.protocol import errors
+
+if TYPE_CHECKING:
+    from leveret.broker.exchanges import Exchange
+    from leveret.broker.queue import Entry, Queue
+    from leveret.broker.session import Session
+
+
+class Delivery:
+    __slots__ = ("consumer", "entry", "queue")
+
+    def __init__(self, queue: Queue, entry: Entry, consumer: Consumer | None) -> None:
+        self.queue = queue
+        self.entry = entry
+        self.consumer = consumer
+
+
+class Channel:
+    def __init__(self, session: Session, number: int) -> None:
+        self.session = session
+        self.number = number
+        self.out = session.output
+        self.consumers: dict[str, Consumer] = {}
+        self.unacked: OrderedDict[int, Delivery] = OrderedDict()
+        self.next_tag = 1
+        self.consumer_prefetch = 0  # basic.qos global=false: for consumers made later
+        self.global_prefetch = 0  # basic.qos global=true: across the channel
+        self.confirm = False
+        self.publish_seq = 0
+        self.confirm_upto = 0  # highest seq waiting to be acked (coalesced per batch)
+        self.tx = False
+        self.tx_publishes: list[tuple[Exchange, Message, bool]] = []
+        self.tx_settles: list[tuple[str, int, bool, bool]] = []
+        self.last_declared_queue = ""
+        self.closed = False
+        # counters for management
+        self.published = 0
+        self.confirmed = 0
+
+    # ---------------------------------------------------------------- delivery
+    @property
+    def writable(self) -> bool:
+        return self.session.writable
+
+    def can_deliver(self) -> bool:
+        if not self.session.writable:
+            return False
+        return not self.global_prefetch or len(self.unacked) < self.global_prefetch
+
+    def deliver(self, consumer: Consumer, queue: Queue, entry: Entry) -> None:
+        tag = self.next_tag
+        self.next_tag = tag + 1
+        queue.delivered += 1
+        entry.delivery_count += 1
+        if consumer.no_ack:
+            queue.unacked += 1
+            queue.settled(entry)
+        else:
+            consumer.unacked += 1
+            queue.unacked += 1
+            self.unacked[tag] = Delivery(queue, entry, consumer)
+        m = entry.message
+        self.out.send_deliver(self.number, consumer.tag_wire, tag, entry.redelivered,
+                              m.exchange_and_key, m.properties, m.body)
+
+    def consume(self, queue: Queue, tag: str, no_ack: bool, exclusive: bool,
+                arguments: dict[str, Any]) -> Consumer:
+        if tag in self.consumers:
+            raise errors.not_allowed(f"attempt to reuse consumer tag '{tag}'")
+        if queue.consumers and (exclusive or any(c.exclusive for c in queue.consumers)):
+            raise errors.access_refused(
+                f"queue '{queue.name}' in vhost '{queue.vhost}' in exclusive use")
+        priority = arguments.get("x-priority", 0)
+        if isinstance(priority, bool) or not isinstance(priority, int):
+            raise errors.precondition_failed(
+                f"invalid arg 'x-priority' for consumer: {priority!r}")
+        consumer = Consumer(tag or names.consumer_tag(), queue, self, no_ack, exclusive,
+                            self.consumer_prefetch, arguments, priority)
+        self.consumers[consumer.tag] = consumer
+        return consumer
+
+    def start_consumer(self, consumer: Consumer) -> None:
+        """Attach after consume-ok went out, so no delivery overtakes it."""
+        consumer.queue.add_consumer(consumer)
+
+    def cancel(self, tag: str) -> Consumer | None:
+        consumer = self.consumers.pop(tag, None)
+        if consumer is None:
+            return None
+        queue = consumer.queue
+        queue.remove_consumer(consumer)
+        if queue.auto_delete and not queue.consumers and not queue.deleted:
+            self.session.vhost_obj.remove_queue(queue)
+        return consumer
+
+    def consumer_cancelled_by_server(self, consumer: Consumer) -> None:
+        """The queue went away: tell a client that asked for cancel notifications."""
+        if self.consumers.pop(consumer.tag, None) is None:
+            return
+        if self.session.capability("consumer_cancel_notify") and not self.closed:
+            self.out.send_method(self.number, commands.Basic.Cancel(
+                consumer_tag=consumer.tag, nowait=True))
+
+    def get(self, queue: Queue, no_ack: bool) -> bool:
+        entry = queue.get()
+        if entry is None:
+            self.out.send_method(self.number, commands.Basic.GetEmpty())
+            return False
+        tag = self.next_tag
+        self.next_tag = tag + 1
+        queue.delivered += 1
+        queue.unacked += 1
+        entry.delivery_count += 1
+        if no_ack:
+            queue.settled(entry)
+        else:
+            self.unacked[tag] = Delivery(queue, entry, None)
+        m = entry.message
+        self.out.send_content(self.number, commands.Basic.GetOk(
+            delivery_tag=tag, redelivered=entry.redelivered, exchange=m.exchange,
+            routing_key=m.routing_key, message_count=len(queue.ready)), m.properties, m.body)
+        return True
+
+    # ----------------------------------------------------------------- settling
+    def _collect(self, tag: int, multiple: bool) -> list[Delivery]:
+        unacked = self.unacked
+        if multiple and tag == 0:
+            out = list(unacked.values())
+            unacked.clear()
+            return out
+        if tag not in unacked:
+            raise errors.precondition_failed(f"unknown delivery tag {tag}")
+        if not multiple:
+            return [unacked.pop(tag)]
+        out = []
+        while unacked:
+            first = next(iter(unacked))
+            if first > tag:
+                break
+            out.append(unacked.pop(first))
+        return out
+
+    def settle(self, kind: str, tag: int, multiple: bool, requeue: bool) -> None:
+        """ack, nack or reject. In a transaction, validated now and applied on commit."""
+        if self.tx:
+            if not (multiple and tag == 0) and tag not in self.unacked:
+                raise errors.precondition_failed(f"unknown delivery tag {tag}")
+            self.tx_settles.append((kind, tag, multiple, requeue))
+            return
+        self._settle(kind, tag, multiple, requeue)
+
+    def _settle(self, kind: str, tag: int, multiple: bool, requeue: bool) -> None:
+        deliveries = self._collect(tag, multiple)
+        touched: dict[Queue, list[Entry]] = {}
+        for d in deliveries:
+            if d.consumer is not None:
+                d.consumer.unacked -= 1
+            if kind == "ack":
+                d.queue.acked += 1
+                d.queue.settled(d.entry)
+                touched.setdefault(d.queue, [])
+            elif requeue:
+                touched.setdefault(d.queue, []).append(d.entry)
+            else:
+                d.queue.settled(d.entry)
+                touched.setdefault(d.queue, [])
+                if d.queue.dead_letter is not None:
+                    d.queue.dead_letter(d.queue, d.entry, "rejected")
+        for queue, entries in touched.items():
+            if entries:
+                queue.requeue(entries)
+            else:
+                queue.dispatch()
+        if deliveries and self.global_prefetch:
+            self.kick()
+
+    def kick(self) -> None:
+        """Credit came back on this channel: let its queues push again."""
+        seen: set[int] = set()
+        for consumer in list(self.consumers.values()):
+            q = consumer.queue
+            if id(q) not in seen:
+                seen.add(id(q))
+                q.dispatch()
+
+    def recover(self) -> None:
+        """basic.recover requeue=true: everything outstanding goes back."""
+        deliveries = list(self.unacked.values())
+        self.unacked.clear()
+        self._requeue(deliveries)
+
+    def _requeue(self, deliveries: list[Delivery]) -> None:
+        by_queue: dict[Queue, list[Entry]] = {}
+        for d in deliveries:
+            if d.consumer is not None:
+                d.consumer.unacked -= 1
+            by_queue.setdefault(d.queue, []).append(d.entry)
+        for queue, entries in by_queue.items():
+            queue.requeue(entries)
+
+    # ---------------------------------------------------------- confirms and tx
+    def confirm_select(self) -> None:
+        if self.tx:
+            raise errors.precondition_failed("cannot switch from tx to confirm mode")
+        self.confirm = True
+
+    def tx_select(self) -> None:
+        if self.confirm:
+            raise errors.precondition_failed("cannot switch from confirm to tx mode")
+        self.tx = True
+
+    def tx_commit(self) -> list[tuple[Exchange, Message, bool]]:
+        if not self.tx:
+            raise errors.precondition_failed("channel is not transactional")
+        settles, self.tx_settles = self.tx_settles, []
+        for kind, tag, multiple, requeue in settles:
+            if (multiple and tag == 0) or tag in self.unacked:
+                self._settle(kind, tag, multiple, requeue)
+        publishes, self.tx_publishes = self.tx_publishes, []
+        return publishes
+
+    def tx_rollback(self) -> None:
+        if not self.tx:
+            raise errors.precondition_failed("channel is not transactional")
+        self.tx_publishes.clear()
+        self.tx_settles.clear()
+
+    def confirmed_ok(self, seq: int) -> None:
+        self.confirm_upto = seq
+        self.confirmed += 1
+        self.session.pending_confirms.add(self)
+
+    def confirmed_fail(self, seq: int) -> None:
+        self.flush_confirms(upto=seq - 1)
+        self.out.send_method(self.number, commands.Basic.Nack(delivery_tag=seq, multiple=False))
+
+    def flush_confirms(self, upto: int | None = None) -> None:
+        """Send one basic.ack(multiple) for every confirm gathered since the last flush."""
+        target = self.confirm_upto if upto is None else min(upto, self.confirm_upto)
+        if target and not self.closed:
+            self.out.send_basic_ack(self.number, target, True)
+        if upto is None or target == self.confirm_upto:
+            self.confirm_upto = 0
+            self.session.pending_confirms.discard(self)
+
+    # ------------------------------------------------------------------- close
+    def close(self) -> None:
+        """The channel is gone: requeue what is outstanding, drop consumers."""
+        if self.closed:
+            return
+        self.closed = True
+        self.session.pending_confirms.discard(self)
+        for tag in list(self.consumers):
+            self.cancel(tag)
+        deliveries = list(self.unacked.values())
+        self.unacked.clear()
+        self._requeue(deliveries)
+

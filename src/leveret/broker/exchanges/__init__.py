@@ -1,0 +1,19 @@
+"""Exchange types. Each owns its routing index behind the :class:`Exchange` interface."""
+
+from __future__ import annotations
+
+from leveret.broker.exchanges.base import Binding, Destination, Exchange
+from leveret.broker.exchanges.direct import DefaultExchange, DirectExchange
+from leveret.broker.exchanges.fanout import FanoutExchange
+from leveret.broker.exchanges.headers import HeadersExchange
+from leveret.broker.exchanges.topic import TopicExchange
+
+EXCHANGE_TYPES: dict[str, type[Exchange]] = {
+    "direct": DirectExchange,
+    "fanout": FanoutExchange,
+    "topic": TopicExchange,
+    "headers": HeadersExchange,
+}
+
+__all__ = ["EXCHANGE_TYPES", "Binding", "DefaultExchange", "Destination", "DirectExchange",
+           "Exchange", "FanoutExchange", "HeadersExchange", "TopicExchange"]

@@ -1,0 +1,98 @@
+"""The interface every exchange type implements, and the binding value."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from leveret.broker.message import Message
+
+
+class Destination(Protocol):
+    """A queue or an exchange: something a binding points at."""
+
+    name: str
+    kind: str  # "queue" or "exchange"
+
+
+def freeze(value: Any) -> Any:
+    """A hashable, order-insensitive image of a field-table value."""
+    if isinstance(value, dict):
+        return tuple(sorted((k, freeze(v)) for k, v in value.items()))
+    if isinstance(value, list):
+        return tuple(freeze(v) for v in value)
+    if isinstance(value, bytearray):
+        return bytes(value)
+    return value
+
+
+@dataclass(eq=False, slots=True)
+class Binding:
+    source: str
+    destination: Destination
+    routing_key: str
+    arguments: dict[str, Any] = field(default_factory=dict)
+    key: tuple[Any, ...] = ()
+
+    def __post_init__(self) -> None:
+        self.key = (self.destination.kind, self.destination.name, self.routing_key,
+                    freeze(self.arguments))
+
+
+class Exchange:
+    """An exchange: a name, flags, and a routing index kept by its type."""
+
+    type_name = ""
+    kind = "exchange"
+
+    def __init__(self, name: str, vhost: str, durable: bool = False, auto_delete: bool = False,
+                 internal: bool = False, arguments: dict[str, Any] | None = None) -> None:
+        self.name = name
+        self.vhost = vhost
+        self.durable = durable
+        self.auto_delete = auto_delete
+        self.internal = internal
+        self.arguments: dict[str, Any] = dict(arguments or {})
+        self.bindings: dict[tuple[Any, ...], Binding] = {}
+        self.user_who_performed_action = ""
+
+    # -- the part a type implements -------------------------------------------------
+    def validate_binding(self, binding: Binding) -> None:
+        """Raise an AMQPError if the type cannot take this binding."""
+
+    def _index_add(self, binding: Binding) -> None:
+        raise NotImplementedError
+
+    def _index_remove(self, binding: Binding) -> None:
+        raise NotImplementedError
+
+    def route(self, message: Message) -> list[Destination]:
+        """Destinations for a message, each at most once."""
+        raise NotImplementedError
+
+    # -- shared ----------------------------------------------------------------------
+    def bind(self, binding: Binding) -> bool:
+        """Add a binding; False if an identical one exists."""
+        if binding.key in self.bindings:
+            return False
+        self.validate_binding(binding)
+        self.bindings[binding.key] = binding
+        self._index_add(binding)
+        return True
+
+    def unbind(self, binding_key: tuple[Any, ...]) -> Binding | None:
+        binding = self.bindings.pop(binding_key, None)
+        if binding is not None:
+            self._index_remove(binding)
+        return binding
+
+    def bindings_to(self, destination: Destination) -> list[Binding]:
+        return [b for b in self.bindings.values() if b.destination is destination]
+
+    @property
+    def is_builtin(self) -> bool:
+        return self.name == "" or self.name.startswith("amq.")
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name!r} in {self.vhost!r}>"

@@ -1,0 +1,78 @@
+"""A published message: raw property bytes and body, decoded only when a feature needs
+the properties (headers exchange, TTL, persistence, dead-lettering)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pamqp import commands
+
+from leveret.protocol import spec
+
+_DELIVERY_MODE_FLAG = 0x1000
+_EMPTY_PROPERTIES = b"\x00\x00"
+
+
+class Message:
+    __slots__ = ("_props", "body", "exchange", "exchange_and_key", "id", "properties",
+                 "routing_key", "timestamp_ms")
+
+    _next_id = 0
+
+    def __init__(self, exchange: str, routing_key: str, exchange_and_key: bytes,
+                 properties: bytes, body: bytes) -> None:
+        self.exchange = exchange
+        self.routing_key = routing_key
+        self.exchange_and_key = exchange_and_key
+        self.properties = properties
+        self.body = body
+        self._props: commands.Basic.Properties | None = None
+        self.id = 0
+        self.timestamp_ms = 0
+
+    @classmethod
+    def build(cls, exchange: str, routing_key: str, body: bytes,
+              properties: commands.Basic.Properties | None = None) -> Message:
+        ex = exchange.encode()
+        rk = routing_key.encode()
+        raw = spec.encode_properties(properties) if properties else _EMPTY_PROPERTIES
+        return cls(exchange, routing_key, bytes((len(ex),)) + ex + bytes((len(rk),)) + rk,
+                   raw, body)
+
+    @classmethod
+    def from_parts(cls, exchange: str, routing_key: str, properties: bytes,
+                   body: bytes) -> Message:
+        m = cls.build(exchange, routing_key, body)
+        m.properties = properties
+        return m
+
+    @property
+    def props(self) -> commands.Basic.Properties:
+        if self._props is None:
+            self._props = spec.decode_properties(self.properties)
+        return self._props
+
+    @property
+    def headers(self) -> dict[str, Any]:
+        if len(self.properties) >= 2 and not self.properties[0] & 0x20:
+            return {}
+        return dict(self.props.headers or {})
+
+    @property
+    def persistent(self) -> bool:
+        if len(self.properties) < 2 or not self.properties[0] & 0x10:
+            return False
+        return self.props.delivery_mode == 2
+
+    @property
+    def size(self) -> int:
+        return len(self.body)
+
+    def with_route(self, exchange: str, routing_key: str,
+                   properties: commands.Basic.Properties | None = None) -> Message:
+        """A copy as republished elsewhere (dead-lettering), optionally new properties."""
+        m = Message.build(exchange, routing_key, self.body, properties)
+        if properties is None:
+            m.properties = self.properties
+            m._props = self._props
+        return m

@@ -1,0 +1,507 @@
+"""One client connection's view of the broker: authentication, its vhost, its channels,
+and the meaning of every method it sends. Errors are raised as AMQPError anywhere below
+and turned into channel.close or connection.close in :meth:`Session.handle`."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from pamqp import commands
+
+from leveret.broker import errors as rabbit
+from leveret.broker import names
+from leveret.broker.channel import Channel
+from leveret.broker.message import Message
+from leveret.broker.ports import Output
+from leveret.broker.queue import Queue
+from leveret.broker.users import Permission, User
+from leveret.broker.vhost import VirtualHost
+from leveret.protocol import errors, spec
+from leveret.protocol.errors import AMQPError
+from leveret.protocol.spec import Method
+
+if TYPE_CHECKING:
+    from leveret.broker.broker import Broker
+    from leveret.broker.exchanges import Exchange
+
+log = logging.getLogger(__name__)
+
+C = commands
+MAX_MESSAGE_SIZE = 134217728
+
+
+def _login_refused(mechanism: str) -> AMQPError:
+    return errors.access_refused(
+        f"Login was refused using authentication mechanism {mechanism}. "
+        "For details see the broker logfile.")
+
+
+class Session:
+    def __init__(self, broker: Broker, output: Output, peer: tuple[str, int] | None = None,
+                 local: tuple[str, int] | None = None) -> None:
+        self.broker = broker
+        self.output = output
+        self.peer = peer
+        self.local = local
+        self.id = broker.register(self)
+        self.user: User | None = None
+        self.vhost = ""
+        self.vhost_obj: VirtualHost = None  # type: ignore[assignment]
+        self.permission: Permission | None = None
+        self.client_properties: dict[str, Any] = {}
+        self.channels: dict[int, Channel] = {}
+        self.writable = True
+        self.pending_confirms: set[Channel] = set()
+        self.exclusive_queues: list[Queue] = []
+        self.closed = False
+        self.connected_at = int(time.time() * 1000)
+        self.frame_max = 131072
+        self.channel_max = 2047
+        self.heartbeat = 60
+        self.auth_mechanism = ""
+        self.on_close_requested: Callable[[], None] | None = None
+        # counters for management
+        self.recv_publish = 0
+        self.send_deliver = 0
+        self._handlers: dict[type[Method], Callable[[Channel, Any], None]] = {
+            C.Exchange.Declare: self._exchange_declare,
+            C.Exchange.Delete: self._exchange_delete,
+            C.Exchange.Bind: self._exchange_bind,
+            C.Exchange.Unbind: self._exchange_unbind,
+            C.Queue.Declare: self._queue_declare,
+            C.Queue.Bind: self._queue_bind,
+            C.Queue.Unbind: self._queue_unbind,
+            C.Queue.Purge: self._queue_purge,
+            C.Queue.Delete: self._queue_delete,
+            C.Basic.Qos: self._basic_qos,
+            C.Basic.Consume: self._basic_consume,
+            C.Basic.Cancel: self._basic_cancel,
+            C.Basic.Get: self._basic_get,
+            C.Basic.Ack: self._basic_ack,
+            C.Basic.Nack: self._basic_nack,
+            C.Basic.Reject: self._basic_reject,
+            C.Basic.Recover: self._basic_recover,
+            C.Basic.RecoverAsync: self._basic_recover_async,
+            C.Channel.Flow: self._channel_flow,
+            C.Confirm.Select: self._confirm_select,
+            C.Tx.Select: self._tx_select,
+            C.Tx.Commit: self._tx_commit,
+            C.Tx.Rollback: self._tx_rollback,
+        }
+
+    # ------------------------------------------------------------ handshake
+    def capability(self, name: str) -> bool:
+        caps = self.client_properties.get("capabilities")
+        return isinstance(caps, dict) and bool(caps.get(name))
+
+    def authenticate(self, mechanism: str, response: bytes,
+                     client_properties: dict[str, Any]) -> AMQPError | None:
+        """Check the credentials in connection.start-ok. None when accepted."""
+        from leveret.protocol.connection import decode_amqplain
+
+        self.client_properties = client_properties
+        self.auth_mechanism = mechanism
+        username = password = ""
+        try:
+            if mechanism == "PLAIN":
+                parts = response.split(b"\x00")
+                if len(parts) != 3:
+                    raise ValueError("PLAIN response needs three parts")
+                username, password = parts[1].decode(), parts[2].decode()
+            elif mechanism == "AMQPLAIN":
+                table = decode_amqplain(response)
+                login, pw = table.get("LOGIN", ""), table.get("PASSWORD", "")
+                username = login.decode() if isinstance(login, bytes) else str(login)
+                password = pw.decode() if isinstance(pw, bytes) else str(pw)
+            else:
+                return errors.command_invalid(
+                    f"unknown authentication mechanism '{mechanism}'")
+        except (ValueError, UnicodeDecodeError, IndexError):
+            return _login_refused(mechanism)
+        address = self.peer[0] if self.peer else None
+        user = self.broker.users.authenticate(username, password, address)
+        if user is None:
+            log.warning("login refused for user %r from %s", username, address)
+            return _login_refused(mechanism)
+        self.user = user
+        return None
+
+    def open_vhost(self, vhost: str) -> AMQPError | None:
+        assert self.user is not None
+        obj = self.broker.vhosts.get(vhost)
+        if obj is None:
+            return errors.not_allowed(f"vhost {vhost} not found")
+        perm = self.broker.users.permission(self.user.name, vhost)
+        if perm is None:
+            return errors.not_allowed(
+                f"access to vhost '{vhost}' refused for user '{self.user.name}'")
+        self.vhost = vhost
+        self.vhost_obj = obj
+        self.permission = perm
+        return None
+
+    @property
+    def username(self) -> str:
+        return self.user.name if self.user else ""
+
+    # -------------------------------------------------------------- channels
+    def channel_opened(self, number: int) -> None:
+        self.channels[number] = Channel(self, number)
+
+    def channel_closed(self, number: int) -> None:
+        ch = self.channels.pop(number, None)
+        if ch is not None:
+            ch.close()
+
+    def handle(self, number: int, method: Method) -> None:
+        ch = self.channels.get(number)
+        if ch is None:
+            return
+        handler = self._handlers.get(type(method))
+        try:
+            if handler is None:
+                raise errors.not_implemented(f"method {method.name} is not supported")
+            handler(ch, method)
+        except AMQPError as exc:
+            self.fail(number, exc.with_method(*spec.method_ids(method)))
+
+    def fail(self, number: int, exc: AMQPError) -> None:
+        if exc.is_hard:
+            self.output.close_connection(exc)
+            self.close()
+        else:
+            self.output.close_channel(number, exc)
+            self.channel_closed(number)
+
+    def flush_confirms(self) -> None:
+        for ch in list(self.pending_confirms):
+            ch.flush_confirms()
+
+    def set_writable(self, writable: bool) -> None:
+        if writable == self.writable:
+            return
+        self.writable = writable
+        if writable:
+            for ch in list(self.channels.values()):
+                ch.kick()
+
+    def force_close(self, reason: str) -> None:
+        self.output.close_connection(errors.error(spec.CONNECTION_FORCED, reason))
+        self.close()
+
+    def close(self) -> None:
+        """The connection is gone (or going): channels close, exclusive queues go."""
+        if self.closed:
+            return
+        self.closed = True
+        for number in list(self.channels):
+            self.channel_closed(number)
+        for queue in self.exclusive_queues:
+            if not queue.deleted:
+                self.vhost_obj.remove_queue(queue)
+        self.exclusive_queues.clear()
+        self.broker.unregister(self)
+
+    # ------------------------------------------------------------ permissions
+    def check(self, what: str, kind: str, name: str) -> None:
+        perm = self.permission
+        if perm is None or not perm.allows(what, name):
+            raise rabbit.access_refused(kind, name, self.vhost, self.username)
+
+    def _queue_for(self, ch: Channel, name: str) -> str:
+        if name == "":
+            if not ch.last_declared_queue:
+                raise errors.not_found("no previously declared queue")
+            return ch.last_declared_queue
+        return name
+
+    def _exclusive_check(self, q: Queue) -> None:
+        if q.exclusive_owner is not None and q.exclusive_owner is not self:
+            raise rabbit.exclusive_locked(q.name, self.vhost)
+
+    def _reply(self, ch: Channel, nowait: bool, method: Method) -> None:
+        if not nowait:
+            self.output.send_method(ch.number, method)
+
+    # -------------------------------------------------------------- exchange
+    def _not_default(self, name: str) -> None:
+        if name == "":
+            raise errors.access_refused("operation not permitted on the default exchange")
+
+    def _exchange_declare(self, ch: Channel, m: C.Exchange.Declare) -> None:
+        name = m.exchange
+        vhost = self.vhost_obj
+        if m.passive:
+            self._not_default(name)
+            vhost.get_exchange(name)
+        else:
+            from leveret.broker.vhost import exchange_type
+
+            exchange_type(m.exchange_type)
+            self._not_default(name)
+            self.check("configure", "exchange", name)
+            args = dict(m.arguments or {})
+            if name not in vhost.exchanges and "alternate-exchange" in args:
+                ae = args["alternate-exchange"]
+                if isinstance(ae, (str, bytes)):
+                    self.check("read", "exchange", name)
+                    self.check("write", "exchange", ae.decode() if isinstance(ae, bytes) else ae)
+            vhost.declare_exchange(name, m.exchange_type, m.durable, m.auto_delete, m.internal,
+                                   args)
+        self._reply(ch, m.nowait, C.Exchange.DeclareOk())
+
+    def _exchange_delete(self, ch: Channel, m: C.Exchange.Delete) -> None:
+        name = m.exchange
+        self._not_default(name)
+        if name.startswith("amq."):
+            raise errors.access_refused(
+                f"deletion of system exchange '{name}' in vhost '{self.vhost}' not allowed")
+        self.check("configure", "exchange", name)
+        self.vhost_obj.delete_exchange(name, m.if_unused)
+        self._reply(ch, m.nowait, C.Exchange.DeleteOk())
+
+    def _binding_action(self, ch: Channel, bind: bool, source: str, dest_kind: str,
+                        dest_name: str, routing_key: str, arguments: dict[str, Any]) -> None:
+        vhost = self.vhost_obj
+        self.check("write", dest_kind, dest_name)
+        if dest_kind == "exchange":
+            self._not_default(dest_name)
+        self._not_default(source)
+        self.check("read", "exchange", source)
+        src = vhost.get_exchange(source)
+        dest: Queue | Exchange
+        if dest_kind == "queue":
+            dest = vhost.get_queue(dest_name)
+            self._exclusive_check(dest)
+        else:
+            dest = vhost.get_exchange(dest_name)
+        if bind:
+            vhost.bind(src, dest, routing_key, arguments)
+        else:
+            vhost.unbind(src, dest, routing_key, arguments)
+
+    def _exchange_bind(self, ch: Channel, m: C.Exchange.Bind) -> None:
+        self._binding_action(ch, True, m.source, "exchange", m.destination, m.routing_key,
+                             dict(m.arguments or {}))
+        self._reply(ch, m.nowait, C.Exchange.BindOk())
+
+    def _exchange_unbind(self, ch: Channel, m: C.Exchange.Unbind) -> None:
+        self._binding_action(ch, False, m.source, "exchange", m.destination, m.routing_key,
+                             dict(m.arguments or {}))
+        self._reply(ch, m.nowait, C.Exchange.UnbindOk())
+
+    # ----------------------------------------------------------------- queue
+    def _queue_declare(self, ch: Channel, m: C.Queue.Declare) -> None:
+        vhost = self.vhost_obj
+        name = m.queue.replace("\r", "").replace("\n", "")
+        if m.passive:
+            q = vhost.get_queue(self._queue_for(ch, name))
+            self._exclusive_check(q)
+        else:
+            if name == "":
+                name = names.queue_name()
+            elif name.startswith("amq."):
+                raise rabbit.reserved_name("queue", name)
+            self.check("configure", "queue", name)
+            owner = self if m.exclusive else None
+            durable = m.durable and not m.exclusive
+            args = dict(m.arguments or {})
+            existing = vhost.queues.get(name)
+            if existing is None and "x-dead-letter-exchange" in args:
+                dlx = args["x-dead-letter-exchange"]
+                if isinstance(dlx, (str, bytes)):
+                    self.check("read", "queue", name)
+                    self.check("write", "exchange",
+                               dlx.decode() if isinstance(dlx, bytes) else dlx)
+            q, new = vhost.declare_queue(name, durable, owner, m.auto_delete, args)
+            if new and owner is not None:
+                self.exclusive_queues.append(q)
+        ch.last_declared_queue = q.name
+        self._reply(ch, m.nowait, C.Queue.DeclareOk(
+            queue=q.name, message_count=len(q.ready), consumer_count=len(q.consumers)))
+
+    def _queue_bind(self, ch: Channel, m: C.Queue.Bind) -> None:
+        queue = self._queue_for(ch, m.queue)
+        key = m.routing_key if (m.routing_key or m.queue) else queue
+        self._binding_action(ch, True, m.exchange, "queue", queue, key,
+                             dict(m.arguments or {}))
+        self._reply(ch, m.nowait, C.Queue.BindOk())
+
+    def _queue_unbind(self, ch: Channel, m: C.Queue.Unbind) -> None:
+        queue = self._queue_for(ch, m.queue)
+        key = m.routing_key if (m.routing_key or m.queue) else queue
+        self._binding_action(ch, False, m.exchange, "queue", queue, key,
+                             dict(m.arguments or {}))
+        self.output.send_method(ch.number, C.Queue.UnbindOk())
+
+    def _queue_purge(self, ch: Channel, m: C.Queue.Purge) -> None:
+        name = self._queue_for(ch, m.queue)
+        self.check("read", "queue", name)
+        q = self.vhost_obj.get_queue(name)
+        self._exclusive_check(q)
+        count = q.purge()
+        self._reply(ch, m.nowait, C.Queue.PurgeOk(message_count=count))
+
+    def _queue_delete(self, ch: Channel, m: C.Queue.Delete) -> None:
+        name = self._queue_for(ch, m.queue)
+        self.check("configure", "queue", name)
+        q = self.vhost_obj.queues.get(name)
+        count = 0
+        if q is not None:
+            self._exclusive_check(q)
+            count = self.vhost_obj.delete_queue(q, m.if_unused, m.if_empty)
+            if q in self.exclusive_queues:
+                self.exclusive_queues.remove(q)
+        self._reply(ch, m.nowait, C.Queue.DeleteOk(message_count=count))
+
+    # ----------------------------------------------------------------- basic
+    def _basic_qos(self, ch: Channel, m: C.Basic.Qos) -> None:
+        if m.prefetch_size:
+            raise errors.not_implemented(f"prefetch_size!=0 ({m.prefetch_size})")
+        if m.global_:
+            ch.global_prefetch = m.prefetch_count
+            ch.kick()
+        else:
+            ch.consumer_prefetch = m.prefetch_count
+        self.output.send_method(ch.number, C.Basic.QosOk())
+
+    def _basic_consume(self, ch: Channel, m: C.Basic.Consume) -> None:
+        if m.consumer_tag in ch.consumers:
+            raise errors.not_allowed(f"attempt to reuse consumer tag '{m.consumer_tag}'")
+        name = self._queue_for(ch, m.queue)
+        self.check("read", "queue", name)
+        q = self.vhost_obj.get_queue(name)
+        self._exclusive_check(q)
+        consumer = ch.consume(q, m.consumer_tag, m.no_ack, m.exclusive, dict(m.arguments or {}))
+        self._reply(ch, m.nowait, C.Basic.ConsumeOk(consumer_tag=consumer.tag))
+        ch.start_consumer(consumer)
+
+    def _basic_cancel(self, ch: Channel, m: C.Basic.Cancel) -> None:
+        ch.cancel(m.consumer_tag)
+        self._reply(ch, m.nowait, C.Basic.CancelOk(consumer_tag=m.consumer_tag))
+
+    def _basic_get(self, ch: Channel, m: C.Basic.Get) -> None:
+        name = self._queue_for(ch, m.queue)
+        self.check("read", "queue", name)
+        q = self.vhost_obj.get_queue(name)
+        self._exclusive_check(q)
+        ch.get(q, m.no_ack)
+
+    def _basic_ack(self, ch: Channel, m: C.Basic.Ack) -> None:
+        ch.settle("ack", m.delivery_tag, m.multiple, False)
+
+    def _basic_nack(self, ch: Channel, m: C.Basic.Nack) -> None:
+        ch.settle("nack", m.delivery_tag, m.multiple, m.requeue)
+
+    def _basic_reject(self, ch: Channel, m: C.Basic.Reject) -> None:
+        ch.settle("reject", m.delivery_tag, False, m.requeue)
+
+    def _basic_recover_async(self, ch: Channel, m: C.Basic.RecoverAsync) -> None:
+        if not m.requeue:
+            raise errors.not_implemented("requeue=false")
+        ch.recover()
+
+    def _basic_recover(self, ch: Channel, m: C.Basic.Recover) -> None:
+        if not m.requeue:
+            raise errors.not_implemented("requeue=false")
+        ch.recover()
+        self.output.send_method(ch.number, C.Basic.RecoverOk())
+
+    def _channel_flow(self, ch: Channel, m: C.Channel.Flow) -> None:
+        if not m.active:
+            raise errors.not_implemented("active=false")
+        self.output.send_method(ch.number, C.Channel.FlowOk(active=True))
+
+    def _confirm_select(self, ch: Channel, m: C.Confirm.Select) -> None:
+        ch.confirm_select()
+        self._reply(ch, m.nowait, C.Confirm.SelectOk())
+
+    def _tx_select(self, ch: Channel, m: C.Tx.Select) -> None:
+        ch.tx_select()
+        self.output.send_method(ch.number, C.Tx.SelectOk())
+
+    def _tx_commit(self, ch: Channel, m: C.Tx.Commit) -> None:
+        for exchange, message, mandatory in ch.tx_commit():
+            self._route(ch, exchange, message, mandatory, seq=0)
+        self.output.send_method(ch.number, C.Tx.CommitOk())
+
+    def _tx_rollback(self, ch: Channel, m: C.Tx.Rollback) -> None:
+        ch.tx_rollback()
+        self.output.send_method(ch.number, C.Tx.RollbackOk())
+
+    # --------------------------------------------------------------- publish
+    def publish(self, number: int, exchange_name: str, routing_key: str, mandatory: bool,
+                immediate: bool, exchange_and_key: bytes, properties: bytes,
+                body: bytes) -> None:
+        ch = self.channels.get(number)
+        if ch is None:
+            return
+        try:
+            if immediate:
+                raise errors.not_implemented("immediate=true")
+            if len(body) > MAX_MESSAGE_SIZE:
+                raise errors.precondition_failed(
+                    f"message size {len(body)} is larger than configured max size "
+                    f"{MAX_MESSAGE_SIZE}")
+            perm = self.permission
+            if perm is None or not perm.allows("write", exchange_name):
+                raise rabbit.access_refused("exchange", exchange_name, self.vhost,
+                                            self.username)
+            exchange = self.vhost_obj.exchanges.get(exchange_name)
+            if exchange is None:
+                raise rabbit.no_exchange(exchange_name, self.vhost)
+            if exchange.internal:
+                raise errors.access_refused(
+                    f"cannot publish to internal exchange '{exchange_name}' in vhost "
+                    f"'{self.vhost}'")
+            message = Message(exchange_name, routing_key, exchange_and_key, properties, body)
+            if properties[0] & 0x01 or len(properties) > 2 and properties[1] & 0x10:
+                self._check_properties(message)
+        except AMQPError as exc:
+            self.fail(number, exc.with_method(spec.BASIC, 40))
+            return
+        self.recv_publish += 1
+        ch.published += 1
+        seq = 0
+        if ch.confirm:
+            ch.publish_seq += 1
+            seq = ch.publish_seq
+        if ch.tx:
+            ch.tx_publishes.append((exchange, message, mandatory))
+            return
+        self._route(ch, exchange, message, mandatory, seq)
+
+    def _check_properties(self, message: Message) -> None:
+        props = message.props
+        if props.user_id and props.user_id != self.username:
+            raise errors.precondition_failed(
+                f"user_id property set to '{props.user_id}' but authenticated user was "
+                f"'{self.username}'")
+        if props.expiration is not None and props.expiration != "":
+            exp = props.expiration
+            if not exp.isdigit():
+                raise errors.precondition_failed(
+                    f"invalid expiration '{exp}': {{value_negative,{exp}}}" if exp.startswith(
+                        "-") and exp[1:].isdigit() else
+                    f"invalid expiration '{exp}': no_integer")
+
+    def _route(self, ch: Channel, exchange: Exchange, message: Message, mandatory: bool,
+               seq: int) -> None:
+        vhost = self.vhost_obj
+        queues = vhost.route(exchange, message)
+        accepted = True
+        for q in queues:
+            if not q.enqueue(message):
+                accepted = False
+        if not queues and mandatory:
+            self.output.send_content(ch.number, C.Basic.Return(
+                reply_code=spec.NO_ROUTE, reply_text="NO_ROUTE", exchange=message.exchange,
+                routing_key=message.routing_key), message.properties, message.body)
+        if seq:
+            if accepted:
+                ch.confirmed_ok(seq)
+            else:
+                ch.confirmed_fail(seq)

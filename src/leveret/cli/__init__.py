@@ -1,0 +1,3 @@
+"""The ``leveret`` command."""
+
+from __future__ import annotations

@@ -1,0 +1,85 @@
+"""``leveret``: one command for the server and its tools."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from leveret import __version__
+
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="Leveret: an AMQP 0-9-1 broker with RabbitMQ's messaging model.",
+                  pretty_exceptions_enable=False)
+
+
+def fail(message: str, code: int = 1) -> None:
+    """One plain line on stderr and a non-zero exit: no traceback for user errors."""
+    print(f"Error: {message}", file=sys.stderr)
+    raise typer.Exit(code)
+
+
+def _version(value: bool) -> None:
+    if value:
+        print(f"leveret {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                          help="Print the version and exit.")] = False,
+) -> None:
+    pass
+
+
+@app.command()
+def server(
+    amqp_port: Annotated[int | None, typer.Option(
+        "--amqp-port", envvar="LEVERET_AMQP_PORT",
+        help="AMQP port (default 5672; 0 picks a free port).")] = None,
+    bind: Annotated[str | None, typer.Option(
+        "--bind", envvar="LEVERET_BIND",
+        help="Address to listen on (default all interfaces, as RabbitMQ).")] = None,
+    data_dir: Annotated[Path | None, typer.Option(
+        "--data-dir", envvar="LEVERET_DATA_DIR",
+        help="Where durable definitions and persistent messages live.")] = None,
+    config: Annotated[Path | None, typer.Option(
+        "--config", envvar="LEVERET_CONFIG", help="TOML configuration file.")] = None,
+    log_level: Annotated[str, typer.Option(
+        "--log-level", envvar="LEVERET_LOG_LEVEL", help="Logging level.")] = "info",
+) -> None:
+    """Run the broker in the foreground until SIGINT or SIGTERM."""
+    from leveret.server.app import run
+    from leveret.server.config import Config, ConfigError
+
+    logging.basicConfig(level=log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s [%(levelname)s] %(name)s: %(message)s")
+    try:
+        cfg = Config.load(config, amqp_port=amqp_port, bind=bind, data_dir=data_dir)
+    except ConfigError as exc:
+        fail(str(exc))
+        return
+
+    def ready(srv: Any) -> None:
+        print(f"Server startup complete; listening on {srv.url}", flush=True)
+
+    try:
+        run(cfg, ready)
+    except ConfigError as exc:
+        fail(str(exc))
+    except OSError as exc:
+        fail(f"cannot listen on {cfg.bind}:{cfg.amqp_port}: {exc.strerror or exc}")
+    except KeyboardInterrupt:
+        pass
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

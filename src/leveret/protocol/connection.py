@@ -1,0 +1,470 @@
+"""The server side of one AMQP 0-9-1 connection, sans-IO.
+
+Feed it bytes with :meth:`ServerConnection.receive_data`; it returns events. Tell it what
+to send with the ``send_*`` methods; collect the bytes with :meth:`data_to_send`.
+It owns framing, the handshake order, channel open/close bookkeeping and the assembly of
+basic.publish + content header + body frames. Authentication, vhosts and everything the
+methods *mean* belong to its owner.
+"""
+
+from __future__ import annotations
+
+import struct
+from enum import Enum, auto
+from typing import Any
+
+from pamqp import commands, decode
+
+from leveret.protocol import errors, spec
+from leveret.protocol.events import (
+    ChannelClosed,
+    ChannelOpened,
+    ConnectionCloseOkReceived,
+    ConnectionCloseReceived,
+    ConnectionFailed,
+    Event,
+    MethodReceived,
+    OpenReceived,
+    PublishReceived,
+    StartOkReceived,
+    TuneOkReceived,
+)
+
+_head = struct.Struct(">BHI")
+_unpack_head = _head.unpack_from
+_pack_head = _head.pack
+_deliver_head = struct.Struct(">BHII").pack  # frame type, channel, size, method index
+_tag_redelivered = struct.Struct(">QB").pack
+_content_header = struct.Struct(">BHIHHQ").pack  # frame head + class, weight, body size
+_body_size = struct.Struct(">Q").unpack_from
+_ack = struct.Struct(">BHIIQB").pack
+HEARTBEAT_FRAME = b"\x08\x00\x00\x00\x00\x00\xce"
+
+_PUBLISH = spec.BASIC_PUBLISH_INDEX
+_CHANNEL_OPEN = commands.Channel.Open.index
+_CHANNEL_CLOSE = commands.Channel.Close.index
+_CHANNEL_CLOSE_OK = commands.Channel.CloseOk.index
+_CONNECTION_CLASS = spec.CONNECTION
+
+
+class State(Enum):
+    AWAIT_HEADER = auto()
+    AWAIT_START_OK = auto()
+    AWAIT_TUNE_OK = auto()
+    AWAIT_OPEN = auto()
+    OPEN = auto()
+    CLOSING = auto()  # we sent connection.close and wait for close-ok
+    CLOSED = auto()
+
+
+class _Content:
+    """A publish whose header and body frames are still arriving."""
+
+    __slots__ = ("body_size", "chunks", "exchange_and_key", "mandatory", "immediate",
+                 "exchange", "properties", "received", "routing_key")
+
+    def __init__(self, exchange: str, routing_key: str, mandatory: bool, immediate: bool,
+                 exchange_and_key: bytes) -> None:
+        self.exchange = exchange
+        self.routing_key = routing_key
+        self.mandatory = mandatory
+        self.immediate = immediate
+        self.exchange_and_key = exchange_and_key
+        self.properties: bytes | None = None
+        self.body_size = 0
+        self.received = 0
+        self.chunks: list[bytes] = []
+
+
+class ServerConnection:
+    """One AMQP connection, seen from the broker."""
+
+    def __init__(
+        self,
+        server_properties: dict[str, Any],
+        mechanisms: str = "AMQPLAIN PLAIN",
+        locales: str = "en_US",
+        frame_max: int = 131072,
+        channel_max: int = 2047,
+        heartbeat: int = 60,
+    ) -> None:
+        self.state = State.AWAIT_HEADER
+        self.server_properties = server_properties
+        self.mechanisms = mechanisms
+        self.locales = locales
+        self.frame_max = frame_max
+        self.channel_max = channel_max
+        self.heartbeat = heartbeat
+        self.client_properties: dict[str, Any] = {}
+        self._in = bytearray()
+        self._out: list[bytes] = []
+        self.open_channels: set[int] = set()
+        self._closing_channels: set[int] = set()
+        self._content: dict[int, _Content] = {}
+        self.close_after_flush = False  # the owner should close the socket once flushed
+
+    # ------------------------------------------------------------------ output
+    def data_to_send(self) -> bytes:
+        out = self._out
+        if not out:
+            return b""
+        data = b"".join(out)
+        out.clear()
+        return data
+
+    def has_output(self) -> bool:
+        return bool(self._out)
+
+    def send_method(self, channel: int, method: spec.Method) -> None:
+        self._out.append(spec.method_frame(channel, method))
+
+    def send_raw(self, data: bytes) -> None:
+        self._out.append(data)
+
+    def send_heartbeat(self) -> None:
+        self._out.append(HEARTBEAT_FRAME)
+
+    def send_content(self, channel: int, method: spec.Method, properties: bytes,
+                     body: bytes) -> None:
+        """A content-bearing method (return, get-ok, deliver) with header and body."""
+        self._out.append(spec.method_frame(channel, method))
+        self._append_content(channel, properties, body)
+
+    def _append_content(self, channel: int, properties: bytes, body: bytes) -> None:
+        out = self._out
+        size = len(body)
+        out.append(_content_header(spec.FRAME_HEADER, channel, 12 + len(properties),
+                                   spec.BASIC, 0, size))
+        out.append(properties)
+        out.append(spec.FRAME_END_BYTE)
+        if not size:
+            return
+        chunk = self.frame_max - 8
+        if size <= chunk:
+            out.append(_pack_head(spec.FRAME_BODY, channel, size))
+            out.append(body)
+            out.append(spec.FRAME_END_BYTE)
+            return
+        view = memoryview(body)
+        for start in range(0, size, chunk):
+            piece = view[start:start + chunk]
+            out.append(_pack_head(spec.FRAME_BODY, channel, len(piece)))
+            out.append(bytes(piece))
+            out.append(spec.FRAME_END_BYTE)
+
+    def send_deliver(self, channel: int, consumer_tag: bytes, delivery_tag: int,
+                     redelivered: bool, exchange_and_key: bytes, properties: bytes,
+                     body: bytes) -> None:
+        """The hot path: basic.deliver spliced from pre-encoded pieces.
+
+        ``consumer_tag`` is the tag encoded as a short string (length byte included)."""
+        size = 4 + len(consumer_tag) + 9 + len(exchange_and_key)
+        out = self._out
+        out.append(_deliver_head(spec.FRAME_METHOD, channel, size, 0x003C003C))
+        out.append(consumer_tag)
+        out.append(_tag_redelivered(delivery_tag, redelivered))
+        out.append(exchange_and_key)
+        out.append(spec.FRAME_END_BYTE)
+        body_size = len(body)
+        if body_size and body_size <= self.frame_max - 8:
+            out.append(_content_header(spec.FRAME_HEADER, channel, 12 + len(properties),
+                                       spec.BASIC, 0, body_size))
+            out.append(properties)
+            out.append(b"\xce\x03" + channel.to_bytes(2, "big") + body_size.to_bytes(4, "big"))
+            out.append(body)
+            out.append(spec.FRAME_END_BYTE)
+        else:
+            self._append_content(channel, properties, body)
+
+    def send_basic_ack(self, channel: int, delivery_tag: int, multiple: bool) -> None:
+        self._out.append(_ack(spec.FRAME_METHOD, channel, 13, 0x003C0050, delivery_tag,
+                              1 if multiple else 0) + spec.FRAME_END_BYTE)
+
+    def start(self) -> None:
+        """Send connection.start; called once the protocol header checked out."""
+        self.send_method(0, commands.Connection.Start(
+            version_major=0, version_minor=9, server_properties=self.server_properties,
+            mechanisms=self.mechanisms, locales=self.locales))
+
+    def send_tune(self) -> None:
+        self.state = State.AWAIT_TUNE_OK
+        self.send_method(0, commands.Connection.Tune(
+            channel_max=self.channel_max, frame_max=self.frame_max, heartbeat=self.heartbeat))
+
+    def send_open_ok(self) -> None:
+        self.state = State.OPEN
+        self.send_method(0, commands.Connection.OpenOk())
+
+    def close(self, code: int, text: str, class_id: int = 0, method_id: int = 0) -> None:
+        """Send connection.close; every later frame but close/close-ok is ignored."""
+        if self.state in (State.CLOSING, State.CLOSED):
+            return
+        self.send_method(0, commands.Connection.Close(
+            reply_code=code, reply_text=text[:255], class_id=class_id, method_id=method_id))
+        self.state = State.CLOSING
+
+    def fail(self, error: errors.AMQPError) -> None:
+        self.close(error.code, error.reply_text, error.class_id, error.method_id)
+
+    def close_channel(self, channel: int, error: errors.AMQPError) -> None:
+        """Send channel.close; the channel ignores everything until close-ok."""
+        if channel not in self.open_channels:
+            return
+        self.open_channels.discard(channel)
+        self._content.pop(channel, None)
+        self._closing_channels.add(channel)
+        self.send_method(channel, commands.Channel.Close(
+            reply_code=error.code, reply_text=error.reply_text[:255],
+            class_id=error.class_id, method_id=error.method_id))
+
+    # ------------------------------------------------------------------- input
+    def receive_data(self, data: bytes) -> list[Event]:
+        events: list[Event] = []
+        if self.state is State.CLOSED:
+            return events
+        buf = self._in
+        buf += data
+        if self.state is State.AWAIT_HEADER:
+            if len(buf) < 8:
+                return events
+            header = bytes(buf[:8])
+            del buf[:8]
+            if header != spec.PROTOCOL_HEADER:
+                # As RabbitMQ: answer with the protocol we speak and hang up.
+                self._out.append(spec.PROTOCOL_HEADER)
+                self.state = State.CLOSED
+                self.close_after_flush = True
+                return events
+            self.state = State.AWAIT_START_OK
+            self.start()
+        pos = 0
+        end = len(buf)
+        limit = self.frame_max
+        try:
+            while end - pos >= 7:
+                frame_type, channel, size = _unpack_head(buf, pos)
+                if size + 8 > limit and self.state is not State.AWAIT_HEADER:
+                    raise errors.frame_error(
+                        f"frame size {size + 8} larger than negotiated maximum {limit}")
+                stop = pos + 7 + size
+                if end < stop + 1:
+                    break
+                if buf[stop] != spec.FRAME_END:
+                    raise errors.frame_error(
+                        f"invalid frame end marker {buf[stop]:#04x} in frame of type {frame_type}")
+                payload = bytes(buf[pos + 7:stop])
+                pos = stop + 1
+                self._frame(frame_type, channel, payload, events)
+                if self.state is State.CLOSED:
+                    break
+        except errors.AMQPError as exc:
+            self._protocol_failure(exc, events)
+        except Exception as exc:  # a malformed argument deep inside a method
+            self._protocol_failure(errors.syntax_error(f"cannot decode frame: {exc}"), events)
+        else:
+            del buf[:pos]
+        return events
+
+    def _protocol_failure(self, exc: errors.AMQPError, events: list[Event]) -> None:
+        """The byte stream can no longer be trusted: send connection.close (or, before the
+        handshake finished, nothing) and read no further."""
+        self._in.clear()
+        if self.state in (State.AWAIT_START_OK, State.AWAIT_TUNE_OK):
+            self.close_after_flush = True
+        else:
+            self.fail(exc)
+        self.state = State.CLOSED
+        events.append(ConnectionFailed(exc))
+
+    def _frame(self, frame_type: int, channel: int, payload: bytes, events: list[Event]) -> None:
+        if frame_type == spec.FRAME_METHOD:
+            self._method_frame(channel, payload, events)
+        elif frame_type == spec.FRAME_HEADER:
+            self._header_frame(channel, payload, events)
+        elif frame_type == spec.FRAME_BODY:
+            self._body_frame(channel, payload, events)
+        elif frame_type == spec.FRAME_HEARTBEAT:
+            if channel != 0:
+                raise errors.frame_error("heartbeat frame on non-zero channel")
+        else:
+            raise errors.frame_error(f"unknown frame type {frame_type}")
+
+    def _method_frame(self, channel: int, payload: bytes, events: list[Event]) -> None:
+        if len(payload) < 4:
+            raise errors.frame_error("method frame too short")
+        index = int.from_bytes(payload[:4], "big")
+        state = self.state
+        if channel == 0:
+            self._connection_method(index, payload, events)
+            return
+        if state is State.CLOSING:
+            return
+        if state is not State.OPEN:
+            raise errors.command_invalid(
+                f"channel frame on channel {channel} before the connection is open")
+        if channel > self.channel_max:
+            raise errors.channel_error(f"channel number {channel} exceeds channel_max "
+                                       f"{self.channel_max}")
+        if channel in self._content:
+            raise errors.unexpected_frame(
+                "expected content header for class 60, got non content header frame instead")
+        if index == _PUBLISH and channel in self.open_channels:
+            self._start_publish(channel, payload)
+            return
+        if channel in self._closing_channels:
+            if index == _CHANNEL_CLOSE_OK:
+                self._closing_channels.discard(channel)
+                events.append(ChannelClosed(channel, by_client=False))
+            elif index == _CHANNEL_CLOSE:
+                # Both sides closed at once: answer, the channel is gone.
+                self.send_method(channel, commands.Channel.CloseOk())
+            return
+        if index >> 16 == _CONNECTION_CLASS:
+            raise errors.command_invalid("connection methods are only allowed on channel 0")
+        if channel not in self.open_channels:
+            if index == _CHANNEL_OPEN:
+                self.open_channels.add(channel)
+                self.send_method(channel, commands.Channel.OpenOk())
+                events.append(ChannelOpened(channel))
+                return
+            if index == _CHANNEL_CLOSE:
+                # RabbitMQ answers a close on a channel it does not know with close-ok.
+                self.send_method(channel, commands.Channel.CloseOk())
+                return
+            raise errors.channel_error(f"expected 'channel.open' on channel {channel}")
+        if index == _CHANNEL_OPEN:
+            raise errors.channel_error("second 'channel.open' seen")
+        method = self._decode(payload, index)
+        if index == _CHANNEL_CLOSE:
+            self.open_channels.discard(channel)
+            self.send_method(channel, commands.Channel.CloseOk())
+            events.append(ChannelClosed(channel, by_client=True))
+            return
+        if index == _CHANNEL_CLOSE_OK:
+            return
+        events.append(MethodReceived(channel, method))
+
+    def _decode(self, payload: bytes, index: int) -> spec.Method:
+        if spec.method_class(index) is None:
+            raise errors.command_invalid(f"unknown method {index >> 16}.{index & 0xFFFF}")
+        try:
+            return spec.decode_method(payload)
+        except Exception as exc:
+            raise errors.syntax_error(f"malformed method frame: {exc}").with_method(
+                index >> 16, index & 0xFFFF) from exc
+
+    def _start_publish(self, channel: int, payload: bytes) -> None:
+        try:
+            pos = 6  # index (4) + deprecated ticket (2)
+            elen = payload[pos]
+            exchange = payload[pos + 1:pos + 1 + elen].decode()
+            rpos = pos + 1 + elen
+            rlen = payload[rpos]
+            routing_key = payload[rpos + 1:rpos + 1 + rlen].decode()
+            bits = payload[rpos + 1 + rlen]
+        except (IndexError, UnicodeDecodeError) as exc:
+            raise errors.syntax_error("malformed basic.publish").with_method(60, 40) from exc
+        self._content[channel] = _Content(exchange, routing_key, bool(bits & 1),
+                                          bool(bits & 2), payload[pos:rpos + 1 + rlen])
+
+    def _header_frame(self, channel: int, payload: bytes, events: list[Event]) -> None:
+        if self.state is State.CLOSING or channel in self._closing_channels:
+            return
+        content = self._content.get(channel)
+        if content is None or content.properties is not None:
+            raise errors.unexpected_frame("expected method frame, got non method frame instead")
+        if len(payload) < 14:
+            raise errors.frame_error("content header frame too short")
+        (size,) = _body_size(payload, 4)
+        content.properties = payload[12:]
+        content.body_size = size
+        if size == 0:
+            del self._content[channel]
+            events.append(self._published(channel, content, b""))
+
+    def _body_frame(self, channel: int, payload: bytes, events: list[Event]) -> None:
+        if self.state is State.CLOSING or channel in self._closing_channels:
+            return
+        content = self._content.get(channel)
+        if content is None:
+            raise errors.unexpected_frame("expected method frame, got non method frame instead")
+        if content.properties is None:
+            raise errors.unexpected_frame(
+                "expected content header for class 60, got non content header frame instead")
+        content.received += len(payload)
+        if content.received > content.body_size:
+            raise errors.frame_error("content body larger than announced in its header")
+        if content.received == content.body_size and not content.chunks:
+            del self._content[channel]
+            events.append(self._published(channel, content, payload))
+            return
+        content.chunks.append(payload)
+        if content.received == content.body_size:
+            del self._content[channel]
+            events.append(self._published(channel, content, b"".join(content.chunks)))
+
+    @staticmethod
+    def _published(channel: int, c: _Content, body: bytes) -> PublishReceived:
+        assert c.properties is not None
+        return PublishReceived(channel, c.exchange, c.routing_key, c.mandatory, c.immediate,
+                               c.exchange_and_key, c.properties, body)
+
+    def _connection_method(self, index: int, payload: bytes, events: list[Event]) -> None:
+        state = self.state
+        if index >> 16 != _CONNECTION_CLASS:
+            if state is State.CLOSING:
+                return
+            raise errors.command_invalid(
+                f"method {index >> 16}.{index & 0xFFFF} is not allowed on channel 0")
+        method = self._decode(payload, index)
+        if isinstance(method, commands.Connection.Close):
+            self.send_method(0, commands.Connection.CloseOk())
+            self.state = State.CLOSED
+            self.close_after_flush = True
+            events.append(ConnectionCloseReceived(method.reply_code, method.reply_text,
+                                                  method.class_id, method.method_id))
+            return
+        if isinstance(method, commands.Connection.CloseOk):
+            if state is State.CLOSING:
+                self.state = State.CLOSED
+                self.close_after_flush = True
+                events.append(ConnectionCloseOkReceived())
+            return
+        if state is State.CLOSING:
+            return
+        if state is State.AWAIT_START_OK and isinstance(method, commands.Connection.StartOk):
+            self.client_properties = dict(method.client_properties or {})
+            response = method.response
+            raw = response.encode("latin-1") if isinstance(response, str) else bytes(response)
+            events.append(StartOkReceived(self.client_properties, method.mechanism, raw,
+                                          method.locale))
+            return
+        if state is State.AWAIT_TUNE_OK and isinstance(method, commands.Connection.TuneOk):
+            if method.frame_max and method.frame_max < spec.FRAME_MIN_SIZE:
+                raise errors.not_allowed(
+                    f"frame_max={method.frame_max} < {spec.FRAME_MIN_SIZE} min size")
+            if method.frame_max > self.frame_max:
+                raise errors.not_allowed(
+                    f"frame_max={method.frame_max} > {self.frame_max} max size")
+            if method.channel_max > self.channel_max:
+                raise errors.not_allowed(
+                    f"channel_max={method.channel_max} > {self.channel_max} max size")
+            self.frame_max = method.frame_max or self.frame_max
+            self.channel_max = method.channel_max or self.channel_max
+            self.heartbeat = method.heartbeat
+            self.state = State.AWAIT_OPEN
+            events.append(TuneOkReceived(self.channel_max, self.frame_max, self.heartbeat))
+            return
+        if state is State.AWAIT_OPEN and isinstance(method, commands.Connection.Open):
+            events.append(OpenReceived(method.virtual_host))
+            return
+        if isinstance(method, (commands.Connection.Blocked, commands.Connection.Unblocked,
+                               commands.Connection.UpdateSecretOk)):
+            return
+        raise errors.command_invalid(f"unexpected method {method.name} on channel 0")
+
+
+def decode_amqplain(response: bytes) -> dict[str, Any]:
+    """AMQPLAIN's response is a field table without its leading length."""
+    table: dict[str, Any] = decode.field_table(len(response).to_bytes(4, "big") + response)[1]
+    return table

@@ -1,0 +1,90 @@
+"""Typed AMQP errors that carry their reply code and whether they close a channel or
+the whole connection. They are raised anywhere below the server and turned into
+``channel.close`` / ``connection.close`` in one place."""
+
+from __future__ import annotations
+
+from leveret.protocol import spec
+
+
+class AMQPError(Exception):
+    """An error with an AMQP reply code.
+
+    ``text`` is the explanation without the code's name; :attr:`reply_text` formats it
+    as RabbitMQ does: ``"NOT_FOUND - no exchange 'x' in vhost '/'"``.
+    """
+
+    code: int = spec.INTERNAL_ERROR
+
+    def __init__(self, text: str, class_id: int = 0, method_id: int = 0, code: int | None = None):
+        super().__init__(text)
+        if code is not None:
+            self.code = code
+        self.text = text
+        self.class_id = class_id
+        self.method_id = method_id
+
+    @property
+    def reply_text(self) -> str:
+        return f"{spec.REPLY_NAMES[self.code]} - {self.text}"
+
+    @property
+    def is_hard(self) -> bool:
+        """Hard errors close the connection, soft ones only the channel."""
+        return self.code in spec.HARD_ERRORS
+
+    def with_method(self, class_id: int, method_id: int) -> AMQPError:
+        if not self.class_id:
+            self.class_id, self.method_id = class_id, method_id
+        return self
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.reply_text!r}, {self.class_id}, {self.method_id})"
+
+
+def error(code: int, text: str, class_id: int = 0, method_id: int = 0) -> AMQPError:
+    return AMQPError(text, class_id, method_id, code=code)
+
+
+def not_found(text: str) -> AMQPError:
+    return error(spec.NOT_FOUND, text)
+
+
+def precondition_failed(text: str) -> AMQPError:
+    return error(spec.PRECONDITION_FAILED, text)
+
+
+def access_refused(text: str) -> AMQPError:
+    return error(spec.ACCESS_REFUSED, text)
+
+
+def resource_locked(text: str) -> AMQPError:
+    return error(spec.RESOURCE_LOCKED, text)
+
+
+def not_allowed(text: str) -> AMQPError:
+    return error(spec.NOT_ALLOWED, text)
+
+
+def command_invalid(text: str) -> AMQPError:
+    return error(spec.COMMAND_INVALID, text)
+
+
+def channel_error(text: str) -> AMQPError:
+    return error(spec.CHANNEL_ERROR, text)
+
+
+def frame_error(text: str) -> AMQPError:
+    return error(spec.FRAME_ERROR, text)
+
+
+def syntax_error(text: str) -> AMQPError:
+    return error(spec.SYNTAX_ERROR, text)
+
+
+def unexpected_frame(text: str) -> AMQPError:
+    return error(spec.UNEXPECTED_FRAME, text)
+
+
+def not_implemented(text: str) -> AMQPError:
+    return error(spec.NOT_IMPLEMENTED, text)

@@ -1,0 +1,189 @@
+"""AMQP 0-9-1 constants, reply codes and method codec.
+
+Method argument types come from pamqp's generated spec classes; encoding goes through
+:func:`encode_method`, which skips pamqp's client-side name validation (RabbitMQ accepts
+any UTF-8 name up to 255 bytes, so the server must be able to echo one back).
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any
+
+from pamqp import commands, encode
+from pamqp.base import Frame as Method
+
+__all__ = ["Method", "commands"]
+
+PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
+
+FRAME_METHOD = 1
+FRAME_HEADER = 2
+FRAME_BODY = 3
+FRAME_HEARTBEAT = 8
+FRAME_END = 0xCE
+FRAME_END_BYTE = b"\xce"
+FRAME_MIN_SIZE = 4096
+
+# Reply codes (AMQP 0-9-1 section 1.2 plus RabbitMQ's names)
+REPLY_SUCCESS = 200
+CONTENT_TOO_LARGE = 311
+NO_ROUTE = 312
+NO_CONSUMERS = 313
+CONNECTION_FORCED = 320
+INVALID_PATH = 402
+ACCESS_REFUSED = 403
+NOT_FOUND = 404
+RESOURCE_LOCKED = 405
+PRECONDITION_FAILED = 406
+FRAME_ERROR = 501
+SYNTAX_ERROR = 502
+COMMAND_INVALID = 503
+CHANNEL_ERROR = 504
+UNEXPECTED_FRAME = 505
+RESOURCE_ERROR = 506
+NOT_ALLOWED = 530
+NOT_IMPLEMENTED = 540
+INTERNAL_ERROR = 541
+
+REPLY_NAMES = {
+    REPLY_SUCCESS: "OK",
+    CONTENT_TOO_LARGE: "CONTENT_TOO_LARGE",
+    NO_ROUTE: "NO_ROUTE",
+    NO_CONSUMERS: "NO_CONSUMERS",
+    CONNECTION_FORCED: "CONNECTION_FORCED",
+    INVALID_PATH: "INVALID_PATH",
+    ACCESS_REFUSED: "ACCESS_REFUSED",
+    NOT_FOUND: "NOT_FOUND",
+    RESOURCE_LOCKED: "RESOURCE_LOCKED",
+    PRECONDITION_FAILED: "PRECONDITION_FAILED",
+    FRAME_ERROR: "FRAME_ERROR",
+    SYNTAX_ERROR: "SYNTAX_ERROR",
+    COMMAND_INVALID: "COMMAND_INVALID",
+    CHANNEL_ERROR: "CHANNEL_ERROR",
+    UNEXPECTED_FRAME: "UNEXPECTED_FRAME",
+    RESOURCE_ERROR: "RESOURCE_ERROR",
+    NOT_ALLOWED: "NOT_ALLOWED",
+    NOT_IMPLEMENTED: "NOT_IMPLEMENTED",
+    INTERNAL_ERROR: "INTERNAL_ERROR",
+}
+
+SOFT_ERRORS = frozenset(
+    {CONTENT_TOO_LARGE, NO_ROUTE, NO_CONSUMERS, ACCESS_REFUSED, NOT_FOUND, RESOURCE_LOCKED,
+     PRECONDITION_FAILED}
+)
+HARD_ERRORS = frozenset(REPLY_NAMES) - SOFT_ERRORS - {REPLY_SUCCESS}
+
+# Class and method ids used on the hot path and in error replies.
+CONNECTION = 10
+CHANNEL = 20
+EXCHANGE = 40
+QUEUE = 50
+BASIC = 60
+CONFIRM = 85
+TX = 90
+
+BASIC_PUBLISH_INDEX = 0x003C0028
+BASIC_ACK_INDEX = 0x003C0050
+BASIC_DELIVER = 60
+BASIC_ID_DELIVER = 60
+
+_METHODS: dict[int, type[Method]] = commands.INDEX_MAPPING
+
+
+def method_ids(method: Method | type[Method]) -> tuple[int, int]:
+    index = method.index
+    return index >> 16, index & 0xFFFF
+
+
+def method_class(index: int) -> type[Method] | None:
+    return _METHODS.get(index)
+
+
+def has_content(method: Method) -> bool:
+    return method.index in _CONTENT_METHODS
+
+
+_CONTENT_METHODS = frozenset(
+    {
+        commands.Basic.Publish.index,
+        commands.Basic.Return.index,
+        commands.Basic.Deliver.index,
+        commands.Basic.GetOk.index,
+    }
+)
+
+_pack_index = struct.Struct(">I").pack
+
+
+def encode_method_payload(method: Method) -> bytes:
+    """Encode a method's arguments after its class/method index, without validation."""
+    out: list[bytes] = [_pack_index(method.index)]
+    bits = 0
+    nbits = 0
+    for name in method.__slots__:
+        kind = method.amqp_type(name)
+        value: Any = getattr(method, name, 0)
+        if kind == "bit":
+            if value:
+                bits |= 1 << nbits
+            nbits += 1
+            if nbits == 8:
+                out.append(bytes((bits,)))
+                bits = nbits = 0
+            continue
+        if nbits:
+            out.append(bytes((bits,)))
+            bits = nbits = 0
+        if kind == "shortstr":
+            raw = value.encode() if isinstance(value, str) else bytes(value or b"")
+            out.append(bytes((len(raw),)) + raw)
+        elif kind == "longstr":
+            raw = value.encode() if isinstance(value, str) else bytes(value or b"")
+            out.append(struct.pack(">I", len(raw)) + raw)
+        elif kind == "table":
+            out.append(encode.field_table(value or {}))
+        else:
+            out.append(encode.by_type(value, kind))
+    if nbits:
+        out.append(bytes((bits,)))
+    return b"".join(out)
+
+
+_frame_head = struct.Struct(">BHI").pack
+
+
+def method_frame(channel: int, method: Method) -> bytes:
+    payload = encode_method_payload(method)
+    return _frame_head(FRAME_METHOD, channel, len(payload)) + payload + FRAME_END_BYTE
+
+
+def decode_method(payload: bytes | memoryview) -> Method:
+    """Decode a method frame's payload; raises ``KeyError`` for an unknown method and
+    ``ValueError``/``struct.error``/``IndexError`` for a malformed one."""
+    index = int.from_bytes(payload[0:4], "big")
+    cls = _METHODS[index]
+    method = cls.__new__(cls)
+    method.unmarshal(bytes(payload[4:]))
+    return method
+
+
+def decode_properties(raw: bytes) -> commands.Basic.Properties:
+    """Decode a content header's property flags and list (everything after body size)."""
+    props = commands.Basic.Properties()
+    flags = 0
+    pos = 0
+    word = 0
+    while True:
+        part = int.from_bytes(raw[pos:pos + 2], "big")
+        pos += 2
+        flags |= part << (16 * word)
+        word += 1
+        if not part & 1:
+            break
+    props.unmarshal(flags, raw[pos:])
+    return props
+
+
+def encode_properties(props: commands.Basic.Properties) -> bytes:
+    return bytes(props.marshal())
