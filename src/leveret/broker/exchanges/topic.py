@@ -15,6 +15,11 @@ if TYPE_CHECKING:
 _CACHE_MAX = 4096
 
 
+def words(key: str) -> list[str]:
+    """A key's words; the empty key has none (so '*' does not match it, '#' does)."""
+    return key.split(".") if key else []
+
+
 class _Node:
     __slots__ = ("children", "destinations")
 
@@ -55,7 +60,7 @@ class TopicExchange(Exchange):
 
     def _index_add(self, binding: Binding) -> None:
         node = self._root
-        for word in binding.routing_key.split("."):
+        for word in words(binding.routing_key):
             node = node.children.setdefault(word, _Node())
         node.destinations[binding.destination] = node.destinations.get(binding.destination, 0) + 1
         self._cache.clear()
@@ -63,7 +68,7 @@ class TopicExchange(Exchange):
     def _index_remove(self, binding: Binding) -> None:
         path: list[tuple[_Node, str]] = []
         node = self._root
-        for word in binding.routing_key.split("."):
+        for word in words(binding.routing_key):
             nxt = node.children.get(word)
             if nxt is None:
                 return
@@ -88,7 +93,7 @@ class TopicExchange(Exchange):
         if cached is not None:
             return cached
         out: dict[Destination, None] = {}
-        _match(self._root, key.split("."), 0, out)
+        _match(self._root, words(key), 0, out)
         result = list(out)
         if len(self._cache) >= _CACHE_MAX:
             self._cache.clear()
@@ -100,10 +105,10 @@ def topic_matches(binding_key: str, routing_key: str) -> bool:
     """Whether one binding key matches one routing key (used by tests and tools)."""
     node = _Node()
     cursor = node
-    for word in binding_key.split("."):
+    for word in words(binding_key):
         cursor = cursor.children.setdefault(word, _Node())
     sentinel = _Node()
     cursor.destinations[sentinel] = 1  # type: ignore[index]
     out: dict[Destination, None] = {}
-    _match(node, routing_key.split("."), 0, out)
+    _match(node, words(routing_key), 0, out)
     return bool(out)

@@ -1,0 +1,118 @@
+"""Starting and reaching the brokers the tests talk to: Leveret on a free port, and the
+reference RabbitMQ on 5672."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+RABBITMQ_PORT = int(os.environ.get("RABBITMQ_PORT", "5672"))
+
+
+@dataclass
+class BrokerUnderTest:
+    name: str
+    host: str
+    port: int
+    process: subprocess.Popen[str] | None = None
+    data_dir: Path | None = None
+    log: list[str] = field(default_factory=list)
+
+    @property
+    def url(self) -> str:
+        return f"amqp://guest:guest@{self.host}:{self.port}/"
+
+    def pika_params(self, **kwargs: object) -> object:
+        import pika
+
+        return pika.ConnectionParameters(self.host, self.port, **kwargs)
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 10) -> int | None:
+        if self.process is None:
+            return None
+        if self.process.poll() is None:
+            self.process.send_signal(sig)
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(5)
+        return self.process.returncode
+
+
+def port_open(host: str, port: int, timeout: float = 0.5) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def start_leveret(data_dir: Path | None = None, extra: list[str] | None = None,
+                  env: dict[str, str] | None = None, timeout: float = 20) -> BrokerUnderTest:
+    """Run ``leveret server`` on a free port and wait for its ready line."""
+    if data_dir is None:
+        data_dir = Path(tempfile.mkdtemp(prefix="leveret-test-"))
+    cmd = [sys.executable, "-m", "leveret.cli.main", "server", "--amqp-port", "0",
+           "--bind", "127.0.0.1", "--data-dir", str(data_dir), *(extra or [])]
+    proc_env = dict(os.environ)
+    proc_env.update(env or {})
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=proc_env)
+    assert proc.stdout is not None
+    deadline = time.monotonic() + timeout
+    lines: list[str] = []
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            if proc.poll() is not None:
+                raise RuntimeError("leveret server exited: " + "".join(lines))
+            continue
+        lines.append(line)
+        if "Server startup complete" in line:
+            port = int(line.strip().rsplit(":", 1)[1])
+            broker = BrokerUnderTest("leveret", "127.0.0.1", port, proc, data_dir, lines)
+            _drain(proc, broker.log)
+            return broker
+    proc.kill()
+    raise RuntimeError("leveret server did not start: " + "".join(lines))
+
+
+def _drain(proc: subprocess.Popen[str], sink: list[str]) -> None:
+    import threading
+
+    def run() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            sink.append(line)
+
+    threading.Thread(target=run, daemon=True).start()
+
+
+def ensure_rabbitmq(timeout: float = 90) -> BrokerUnderTest | None:
+    """The reference broker on 127.0.0.1:5672, started if installed and not running.
+    None when it cannot be had (then the caller decides: skip, or fail under CI)."""
+    if port_open("127.0.0.1", RABBITMQ_PORT):
+        return BrokerUnderTest("rabbitmq", "127.0.0.1", RABBITMQ_PORT)
+    server = shutil.which("rabbitmq-server") or (
+        "/usr/sbin/rabbitmq-server" if Path("/usr/sbin/rabbitmq-server").exists() else None)
+    if server is None:
+        return None
+    subprocess.run([server, "-detached"], check=False, capture_output=True)
+    ctl = shutil.which("rabbitmqctl") or "/usr/sbin/rabbitmqctl"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if port_open("127.0.0.1", RABBITMQ_PORT):
+            subprocess.run([ctl, "await_startup"], check=False, capture_output=True,
+                           timeout=60)
+            return BrokerUnderTest("rabbitmq", "127.0.0.1", RABBITMQ_PORT)
+        time.sleep(0.5)
+    return None

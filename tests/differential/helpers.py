@@ -1,0 +1,56 @@
+"""Small helpers to provoke an error on a broker and read back what it answered."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pika
+from pika.adapters.blocking_connection import BlockingChannel
+
+from tests.brokers import BrokerUnderTest
+
+
+@contextmanager
+def connect(broker: BrokerUnderTest, **kwargs: Any) -> Iterator[pika.BlockingConnection]:
+    conn = pika.BlockingConnection(broker.pika_params(**kwargs))
+    try:
+        yield conn
+    finally:
+        if conn.is_open:
+            conn.close()
+
+
+def channel_error(broker: BrokerUnderTest, action: Callable[[BlockingChannel], Any],
+                  setup: Callable[[BlockingChannel], Any] | None = None) -> tuple[int, str]:
+    """Run ``action`` on a fresh channel; return the channel.close code and text."""
+    with connect(broker) as conn:
+        if setup is not None:
+            setup(conn.channel())
+        ch = conn.channel()
+        try:
+            action(ch)
+            # asynchronous methods (publish, ack) fail later: make a round trip
+            ch.queue_declare(queue="", exclusive=True, auto_delete=True)
+        except pika.exceptions.ChannelClosedByBroker as exc:
+            return exc.reply_code, exc.reply_text
+        raise AssertionError("the broker did not close the channel")
+
+
+def connection_error(broker: BrokerUnderTest,
+                     action: Callable[[BlockingChannel], Any]) -> tuple[int, str]:
+    """Run ``action``; return the connection.close code and text."""
+    conn = pika.BlockingConnection(broker.pika_params())
+    try:
+        ch = conn.channel()
+        action(ch)
+        ch.queue_declare(queue="", exclusive=True, auto_delete=True)
+    except (pika.exceptions.ConnectionClosedByBroker,) as exc:
+        return exc.reply_code, exc.reply_text
+    except pika.exceptions.ChannelClosedByBroker as exc:
+        raise AssertionError(f"channel closed instead: {exc.reply_code} {exc.reply_text}") from exc
+    finally:
+        if conn.is_open:
+            conn.close()
+    raise AssertionError("the broker did not close the connection")
