@@ -12,6 +12,15 @@ from pika.adapters.blocking_connection import BlockingChannel
 from tests.brokers import BrokerUnderTest
 
 
+def settle(conn: pika.BlockingConnection, seconds: float) -> None:
+    """Process events for the whole of ``seconds`` (pika returns early otherwise)."""
+    import time
+
+    deadline = time.monotonic() + seconds
+    while (left := deadline - time.monotonic()) > 0:
+        conn.process_data_events(min(left, 0.05))
+
+
 @contextmanager
 def connect(broker: BrokerUnderTest, **kwargs: Any) -> Iterator[pika.BlockingConnection]:
     conn = pika.BlockingConnection(broker.pika_params(**kwargs))

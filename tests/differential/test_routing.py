@@ -10,7 +10,7 @@ import pytest
 from pika.adapters.blocking_connection import BlockingChannel
 
 from tests.brokers import BrokerUnderTest
-from tests.differential.helpers import connect
+from tests.differential.helpers import connect, settle
 
 
 def drain(ch: BlockingChannel, queue: str) -> list[bytes]:
@@ -166,7 +166,7 @@ def test_mandatory_return(broker: BrokerUnderTest, name: str) -> None:
         ch.basic_publish(name, "nowhere", b"r", pika.BasicProperties(headers={"h": 1}),
                          mandatory=True)
         ch.basic_publish(name, "here", b"ok", mandatory=True)
-        conn.process_data_events(0.3)
+        settle(conn, 0.3)
         assert returned == [(312, "NO_ROUTE", name, "nowhere", b"r", {"h": 1})]
         assert drain(ch, q) == [b"ok"]
 

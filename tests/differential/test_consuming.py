@@ -1,0 +1,304 @@
+"""Consumers, prefetch, acknowledgements, confirms and transactions, the same on both
+brokers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pika
+import pytest
+from pika.adapters.blocking_connection import BlockingChannel
+
+from tests.brokers import BrokerUnderTest
+from tests.differential.helpers import connect, settle
+
+
+def collect(conn: pika.BlockingConnection, ch: BlockingChannel, queue: str, auto_ack: bool,
+            seconds: float = 0.3) -> list[tuple[int, bool, bytes]]:
+    got: list[tuple[int, bool, bytes]] = []
+    tag = ch.basic_consume(queue, lambda c, m, p, b: got.append(
+        (m.delivery_tag, m.redelivered, b)), auto_ack=auto_ack)
+    settle(conn, seconds)
+    ch.basic_cancel(tag)
+    return got
+
+
+def wait_for(conn: pika.BlockingConnection, done: Any, timeout: float = 3.0) -> None:
+    """Process events until ``done()`` holds or the timeout passes."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not done() and time.monotonic() < deadline:
+        settle(conn, 0.05)
+
+
+def fill(ch: BlockingChannel, queue: str, n: int) -> None:
+    for i in range(n):
+        ch.basic_publish("", queue, f"m{i}".encode())
+
+
+def test_declare_ok_counts_and_purge(broker: BrokerUnderTest, name: str) -> None:
+    with connect(broker) as conn:
+        ch = conn.channel()
+        ch.queue_declare(name, exclusive=True)
+        fill(ch, name, 3)
+        ok = ch.queue_declare(name, exclusive=True).method
+        assert (ok.queue, ok.message_count, ok.consumer_count) == (name, 3, 0)
+        ch.basic_consume(name, lambda *a: None, consumer_tag="c1")
+        ch.basic_qos(prefetch_count=1)
+        ok = ch.queue_declare(name, passive=True).method
+        assert ok.consumer_count == 1
+        assert ch.queue_purge(name).method.message_count == 0  # all went to the consumer
+        other = conn.channel()
+        other.queue_declare(f"{name}-2", exclusive=True)
+        fill(other, f"{name}-2", 4)
+        assert other.queue_purge(f"{name}-2").method.message_count == 4
+        assert other.queue_delete(f"{name}-2").method.message_count == 0
+
+
+def test_prefetch_limits_unacked(broker: BrokerUnderTest, name: str) -> None:
+    with connect(broker) as conn:
+        ch = conn.channel()
+        ch.queue_declare(name, exclusive=True)
+        fill(ch, name, 10)
+        ch.basic_qos(prefetch_count=3)
+        got: list[int] = []
+        ch.basic_consume(name, lambda c, m, p, b: got.append(m.delivery_tag))
+        settle(conn, 0.3)
+        assert got == [1, 2, 3]
+        ch.basic_ack(2)
+        settle(conn, 0.3)
+        assert got == [1, 2, 3, 4]
+        ch.basic_ack(4, multiple=True)
+        settle(conn, 0.3)
+        assert got == [1, 2, 3, 4, 5, 6, 7]
+
+
+def test_global_prefetch_is_shared(broker: BrokerUnderTest, name: str) -> None:
+    with connect(broker) as conn:
+        ch = conn.channel()
+        for q in (f"{name}-a", f"{name}-b"):
+            ch.queue_declare(q, exclusive=True)
+            fill(ch, q, 5)
+        ch.basic_qos(prefetch_count=4, global_qos=True)
+        got: list[str] = []
+        ch.basic_consume(f"{name}-a", lambda c, m, p, b: got.append("a"))
+        ch.basic_consume(f"{name}-b", lambda c, m, p, b: got.append("b"))
+        settle(conn, 0.3)
+        assert len(got) == 4
+
+
+def test_nack_requeue_sets_redelivered_and_keeps_order(broker: BrokerUnderTest,
+                                                       name: str) -> None:
+    with connect(broker) as conn:
+        ch = conn.channel()
+        ch.queue_declare(name, exclusive=True)
+        fill(ch, name, 3)
+        m1, _, b1 = ch.basic_get(name)
+        m2, _, b2 = ch.basic_get(name)
+        assert (m1.redelivered, m1.message_count, b1) == (False, 2, b"m0")
+        assert (m2.delivery_tag, m2.message_count) == (2, 1)
+        ch.basic_nack(m2.delivery_tag, multiple=True, requeue=True)
+        got = [ch.basic_get(name, auto_ack=True) for _ in range(3)]
+        assert [(m.redelivered, b) for m, _, b in got] == [
+            (True, b"m0"), (True, b"m1"), (False, b"m2")]
+        method, _, _ = ch.basic_get(name)
+        assert method is None
+
+
+def test_reject_without_requeue_drops(broker: BrokerUnderTest, name: str) -> None:
+    with connect(broker) as conn:
+        ch = conn.channel()
+        ch.queue_declare(name, exclusive=True)
+        fill(ch, name, 2)
+        m, _, _ = ch.basic_get(name)
+        ch.basic_reject(m.delivery_tag, requeue=False)
+        m, _, body = ch.basic_get(name, auto_ack=True)
+        assert body == b"m1"
+        assert ch.basic_get(name)[0] is None
+
+
+def test_recover_requeues_unacked(broker: BrokerUnderTest, name: str) -> None:
+    with connect(broker) as conn:
+        ch = conn.channel()
+        ch.queue_declare(name, exclusive=True)
+        fill(ch, name, 2)
+        got = collect(conn, ch, name, auto_ack=False)
+        assert [(r, b) for _, r, b in got] == [(False, b"m0"), (False, b"m1")]
+        ch.basic_recover(requeue=True)
+        again = collect(conn, ch, name, auto_ack=True)
+        assert [(r, b) for _, r, b in again] == [(True, b"m0"), (True, b"m1")]
+
+
+def test_channel_close_requeues_unacked(broker: BrokerUnderTest, name: str) -> None:
+    with connect(broker) as conn:
+        ch = conn.channel()
+        ch.queue_declare(name, exclusive=True)
+        fill(ch, name, 2)
+        ch2 = conn.channel()
+        collect(conn, ch2, name, auto_ack=False)
+        ch2.close()
+        ok = ch.queue_declare(name, passive=True).method
+        assert ok.message_count == 2
+        m, _, _ = ch.basic_get(name, auto_ack=True)
+        assert m.redelivered
+
+
+def test_round_robin_between_consumers(broker: BrokerUnderTest, name: str) -> None:
+    with connect(broker) as conn:
+        ch = conn.channel()
+        ch.queue_declare(name, exclusive=True)
+        got: list[tuple[str, bytes]] = []
+        ch.basic_consume(name, lambda c, m, p, b: got.append((m.consumer_tag, b)),
+                         auto_ack=True, consumer_tag="one")
+        ch.basic_consume(name, lambda c, m, p, b: got.append((m.consumer_tag, b)),
+                         auto_ack=True, consumer_tag="two")
+        fill(ch, name, 4)
+        wait_for(conn, lambda: len(got) >= 4)
+        assert sorted(tag for tag, _ in got) == ["one", "one", "two", "two"]
+        assert [b for _, b in got] == [b"m0", b"m1", b"m2", b"m3"]
+
+
+def test_consumer_priority(broker: BrokerUnderTest, name: str) -> None:
+    with connect(broker) as conn:
+        ch = conn.channel()
+        ch.queue_declare(name, exclusive=True)
+        got: list[str] = []
+        ch.basic_consume(name, lambda c, m, p, b: got.append("low"), auto_ack=True,
+                         arguments={"x-priority": 1})
+        ch.basic_consume(name, lambda c, m, p, b: got.append("high"), auto_ack=True,
+                         arguments={"x-priority": 10})
+        fill(ch, name, 3)
+        wait_for(conn, lambda: len(got) >= 3)
+        settle(conn, 0.1)
+        assert got == ["high", "high", "high"]
+
+
+def test_server_generated_consumer_tag(broker: BrokerUnderTest, name: str) -> None:
+    with connect(broker) as conn:
+        ch = conn.channel()
+        ch.queue_declare(name, exclusive=True)
+        ok: list[Any] = []
+        ch._impl._rpc(pika.spec.Basic.Consume(queue=name, consumer_tag=""),
+                      lambda frame: ok.append(frame.method), [pika.spec.Basic.ConsumeOk])
+        wait_for(conn, lambda: bool(ok))
+        tag = ok[0].consumer_tag
+        assert tag.startswith("amq.ctag-") and len(tag) == len("amq.ctag-") + 22
+
+
+def test_consumer_cancel_notification(broker: BrokerUnderTest, name: str) -> None:
+    with connect(broker) as conn:
+        ch = conn.channel()
+        ch.queue_declare(name)
+        cancelled: list[str] = []
+        ch.add_on_cancel_callback(lambda frame: cancelled.append(frame.method.consumer_tag))
+        ch.basic_consume(name, lambda *a: None, consumer_tag="watcher")
+        other = conn.channel()
+        other.queue_delete(name)
+        settle(conn, 0.3)
+        assert cancelled == ["watcher"]
+
+
+def test_publisher_confirms(broker: BrokerUnderTest, name: str) -> None:
+    with connect(broker) as conn:
+        ch = conn.channel()
+        ch.confirm_delivery()
+        ch.queue_declare(name, exclusive=True)
+        for i in range(20):
+            ch.basic_publish("", name, f"{i}".encode())  # raises unless acked
+        with pytest.raises(pika.exceptions.UnroutableError):
+            ch.basic_publish("", f"{name}-nowhere", b"x", mandatory=True)
+        assert ch.queue_declare(name, passive=True).method.message_count == 20
+
+
+def test_confirm_nack_on_reject_publish_overflow(broker: BrokerUnderTest, name: str) -> None:
+    with connect(broker) as conn:
+        ch = conn.channel()
+        ch.confirm_delivery()
+        ch.queue_declare(name, exclusive=True,
+                         arguments={"x-max-length": 1, "x-overflow": "reject-publish"})
+        ch.basic_publish("", name, b"fits")
+        with pytest.raises(pika.exceptions.NackError):
+            ch.basic_publish("", name, b"too many")
+
+
+def test_tx_commit_and_rollback(broker: BrokerUnderTest, name: str) -> None:
+    with connect(broker) as conn:
+        ch = conn.channel()
+        ch.queue_declare(name, exclusive=True)
+        fill(ch, name, 1)
+        ch.tx_select()
+        ch.basic_publish("", name, b"a")
+        assert ch.queue_declare(name, passive=True).method.message_count == 1
+        ch.tx_commit()
+        assert ch.queue_declare(name, passive=True).method.message_count == 2
+        ch.basic_publish("", name, b"b")
+        ch.tx_rollback()
+        m, _, _ = ch.basic_get(name)
+        ch.basic_ack(m.delivery_tag)
+        ch.tx_rollback()  # the ack is undone: the message stays unacked
+        ch.tx_commit()
+        assert ch.queue_declare(name, passive=True).method.message_count == 1
+        m2, _, _ = ch.basic_get(name)
+        ch.basic_ack(m2.delivery_tag)
+        ch.tx_commit()
+        assert ch.queue_declare(name, passive=True).method.message_count == 0
+
+
+def test_get_empty_and_get_ok_fields(broker: BrokerUnderTest, name: str) -> None:
+    with connect(broker) as conn:
+        ch = conn.channel()
+        ch.exchange_declare(name, "direct", auto_delete=True)
+        ch.queue_declare(name, exclusive=True)
+        ch.queue_bind(name, name, routing_key="rk")
+        assert ch.basic_get(name)[0] is None
+        props = pika.BasicProperties(content_type="text/plain", delivery_mode=2,
+                                     headers={"a": 1, "b": "two"}, message_id="id-1",
+                                     correlation_id="c", reply_to="r", expiration="60000",
+                                     timestamp=1700000000, type="t", app_id="app",
+                                     priority=3)
+        ch.basic_publish(name, "rk", b"body", props)
+        m, p, body = ch.basic_get(name, auto_ack=True)
+        assert (m.exchange, m.routing_key, m.message_count, m.redelivered) == (
+            name, "rk", 0, False)
+        assert body == b"body"
+        for field in ("content_type", "delivery_mode", "headers", "message_id",
+                      "correlation_id", "reply_to", "expiration", "timestamp", "type",
+                      "app_id", "priority"):
+            assert getattr(p, field) == getattr(props, field), field
+
+
+def test_large_message_spans_frames(broker: BrokerUnderTest, name: str) -> None:
+    body = bytes(range(256)) * 2048  # 512 KiB, several frames at frame_max 131072
+    with connect(broker) as conn:
+        ch = conn.channel()
+        ch.queue_declare(name, exclusive=True)
+        ch.basic_publish("", name, body)
+        m, _, got = ch.basic_get(name, auto_ack=True)
+        assert got == body
+
+
+def test_message_ttl_and_dead_lettering(broker: BrokerUnderTest, name: str) -> None:
+    with connect(broker) as conn:
+        ch = conn.channel()
+        ch.exchange_declare(f"{name}-dlx", "fanout", auto_delete=True)
+        dead = ch.queue_declare("", exclusive=True).method.queue
+        ch.queue_bind(dead, f"{name}-dlx")
+        ch.queue_declare(name, exclusive=True, arguments={
+            "x-message-ttl": 50, "x-dead-letter-exchange": f"{name}-dlx"})
+        ch.basic_publish("", name, b"expiring")
+        settle(conn, 0.3)
+        assert ch.basic_get(name)[0] is None
+        m, p, body = ch.basic_get(dead, auto_ack=True)
+        assert body == b"expiring"
+        death = p.headers["x-death"][0]
+        assert (death["reason"], death["queue"], death["count"]) == (
+            b"expired" if isinstance(death["reason"], bytes) else "expired", name, 1)
+
+
+def test_max_length_drops_head(broker: BrokerUnderTest, name: str) -> None:
+    with connect(broker) as conn:
+        ch = conn.channel()
+        ch.queue_declare(name, exclusive=True, arguments={"x-max-length": 2})
+        fill(ch, name, 5)
+        assert [ch.basic_get(name, auto_ack=True)[2] for _ in range(2)] == [b"m3", b"m4"]
