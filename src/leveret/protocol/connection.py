@@ -38,7 +38,7 @@ _tag_redelivered = struct.Struct(">QB").pack
 _content_header = struct.Struct(">BHIHHQ").pack  # frame head + class, weight, body size
 _body_size = struct.Struct(">Q").unpack_from
 _ack = struct.Struct(">BHIIQB").pack
-HEARTBEAT_FRAME = b"\x08\x00\x00\x00\x00\x00\xce"
+HEARTBEAT_FRAME = b"\x08\x00\x00\x00\x00\x00\x00\xce"
 
 _PUBLISH = spec.BASIC_PUBLISH_INDEX
 _CHANNEL_OPEN = commands.Channel.Open.index
@@ -302,9 +302,6 @@ class ServerConnection:
         if state is not State.OPEN:
             raise errors.command_invalid(
                 f"channel frame on channel {channel} before the connection is open")
-        if channel > self.channel_max:
-            raise errors.channel_error(f"channel number {channel} exceeds channel_max "
-                                       f"{self.channel_max}")
         if channel in self._content:
             raise errors.unexpected_frame(
                 "expected content header for class 60, got non content header frame instead")
@@ -323,6 +320,11 @@ class ServerConnection:
             raise errors.command_invalid("connection methods are only allowed on channel 0")
         if channel not in self.open_channels:
             if index == _CHANNEL_OPEN:
+                # As RabbitMQ, channel_max bounds how many are open, not their numbers.
+                if self.channel_max and len(self.open_channels) >= self.channel_max:
+                    raise errors.not_allowed(
+                        f"number of channels opened ({len(self.open_channels)}) has reached "
+                        f"the negotiated channel_max ({self.channel_max})")
                 self.open_channels.add(channel)
                 self.send_method(channel, commands.Channel.OpenOk())
                 events.append(ChannelOpened(channel))

@@ -220,7 +220,7 @@ class AMQPProtocol(asyncio.Protocol):
             self.server.broker.unregister(session)
             if err.code == spec.ACCESS_REFUSED and session.capability(
                     "authentication_failure_close"):
-                self.close_connection(err.with_method(spec.CONNECTION, 11))
+                self.close_connection(err)  # RabbitMQ names no method here
             elif err.code == spec.ACCESS_REFUSED:
                 # As RabbitMQ: a client that cannot read the reason just loses the socket.
                 self.conn.close_after_flush = True

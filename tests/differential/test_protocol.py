@@ -1,0 +1,234 @@
+"""The connection itself: what the server advertises, negotiation, authentication, and
+malformed input. Raw sockets on both brokers."""
+
+from __future__ import annotations
+
+import struct
+
+import pika
+import pytest
+from pamqp import commands
+
+from tests.brokers import BrokerUnderTest
+from tests.rawclient import PROTOCOL_HEADER, RawClient
+
+FRAME_END = b"\xce"
+
+
+def frame_bytes(kind: int, channel: int, payload: bytes, end: bytes = FRAME_END) -> bytes:
+    return struct.pack(">BHI", kind, channel, len(payload)) + payload + end
+
+
+def test_server_properties_and_tune(broker: BrokerUnderTest) -> None:
+    with RawClient(broker.host, broker.port) as c:
+        start, tune = c.handshake()
+    assert (start.version_major, start.version_minor) == (0, 9)
+    assert start.mechanisms.split() == ["AMQPLAIN", "PLAIN"]
+    assert start.locales == "en_US"
+    props = start.server_properties
+    assert props["capabilities"] == {
+        "publisher_confirms": True, "exchange_exchange_bindings": True, "basic.nack": True,
+        "consumer_cancel_notify": True, "connection.blocked": True,
+        "consumer_priorities": True, "authentication_failure_close": True,
+        "per_consumer_qos": True, "direct_reply_to": True}
+    assert set(props) >= {"capabilities", "cluster_name", "copyright", "information",
+                          "platform", "product", "version"}
+    assert (tune.channel_max, tune.frame_max, tune.heartbeat) == (2047, 131072, 60)
+
+
+def test_wrong_protocol_header_gets_ours_back(broker: BrokerUnderTest) -> None:
+    with RawClient(broker.host, broker.port) as c:
+        c.send(b"AMQP\x00\x00\x08\x00")
+        assert c.recv_bytes() == PROTOCOL_HEADER
+
+
+def test_amqplain_login(broker: BrokerUnderTest) -> None:
+    params = broker.pika_params()
+    conn = pika.BlockingConnection(params)
+    conn.close()
+    # pika only speaks PLAIN; send AMQPLAIN by hand
+    from pamqp import encode
+
+    with RawClient(broker.host, broker.port) as c:
+        c.send(PROTOCOL_HEADER)
+        c.expect(commands.Connection.Start)
+        table = encode.field_table({"LOGIN": "guest", "PASSWORD": "guest"})[4:]
+        c.send_method(0, commands.Connection.StartOk(
+            client_properties={}, mechanism="AMQPLAIN", response=table.decode("latin-1"),
+            locale="en_US"))
+        assert isinstance(c.expect(commands.Connection.Tune), commands.Connection.Tune)
+
+
+def test_bad_password_with_failure_close(broker: BrokerUnderTest) -> None:
+    with RawClient(broker.host, broker.port) as c:
+        c.send(PROTOCOL_HEADER)
+        c.expect(commands.Connection.Start)
+        c.send_method(0, commands.Connection.StartOk(
+            client_properties={"capabilities": {"authentication_failure_close": True}},
+            mechanism="PLAIN", response="\0guest\0wrong", locale="en_US"))
+        assert c.next_close() == (
+            "connection", 403, "ACCESS_REFUSED - Login was refused using authentication "
+            "mechanism PLAIN. For details see the broker logfile.", 0, 0)
+
+
+def test_bad_password_without_failure_close(broker: BrokerUnderTest) -> None:
+    with RawClient(broker.host, broker.port) as c:
+        c.send(PROTOCOL_HEADER)
+        c.expect(commands.Connection.Start)
+        c.send_method(0, commands.Connection.StartOk(
+            client_properties={}, mechanism="PLAIN", response="\0guest\0wrong",
+            locale="en_US"))
+        assert c.next_close() is None  # the socket just closes
+
+
+def test_pika_sees_auth_failure(broker: BrokerUnderTest) -> None:
+    creds = pika.PlainCredentials("guest", "nope")
+    with pytest.raises(pika.exceptions.ProbableAuthenticationError) as info:
+        pika.BlockingConnection(broker.pika_params(credentials=creds))
+    assert "ACCESS_REFUSED" in str(info.value)
+
+
+def test_unknown_vhost(broker: BrokerUnderTest) -> None:
+    with RawClient(broker.host, broker.port) as c:
+        c.send(PROTOCOL_HEADER)
+        c.expect(commands.Connection.Start)
+        c.send_method(0, commands.Connection.StartOk(
+            client_properties={}, mechanism="PLAIN", response="\0guest\0guest",
+            locale="en_US"))
+        tune = c.expect(commands.Connection.Tune)
+        c.send_method(0, commands.Connection.TuneOk(channel_max=tune.channel_max,
+                                                    frame_max=tune.frame_max, heartbeat=0))
+        c.send_method(0, commands.Connection.Open(virtual_host="no-such-vhost"))
+        assert c.next_close() == ("connection", 530,
+                                  "NOT_ALLOWED - vhost no-such-vhost not found", 10, 40)
+
+
+def test_bad_frame_end(broker: BrokerUnderTest) -> None:
+    with RawClient(broker.host, broker.port) as c:
+        c.handshake()
+        c.open_channel()
+        payload = struct.pack(">HH", 20, 10) + b"\x00"  # channel.open
+        c.send(frame_bytes(1, 2, payload, end=b"\x00"))
+        close = c.next_close()
+        assert close is not None and close[:2] == ("connection", 501)
+
+
+def test_unknown_frame_type(broker: BrokerUnderTest) -> None:
+    with RawClient(broker.host, broker.port) as c:
+        c.handshake()
+        c.send(frame_bytes(9, 0, b"abc"))
+        close = c.next_close()
+        assert close is not None and close[:2] == ("connection", 501)
+
+
+def test_frame_larger_than_frame_max(broker: BrokerUnderTest) -> None:
+    with RawClient(broker.host, broker.port) as c:
+        c.handshake()
+        c.open_channel()
+        c.send(frame_bytes(3, 1, b"x" * 140000))
+        close = c.next_close()
+        assert close is not None and close[:2] == ("connection", 501)
+
+
+def test_content_header_without_method(broker: BrokerUnderTest) -> None:
+    with RawClient(broker.host, broker.port) as c:
+        c.handshake()
+        c.open_channel()
+        c.send(frame_bytes(2, 1, struct.pack(">HHQH", 60, 0, 1, 0)))
+        close = c.next_close()
+        assert close is not None and close[:2] == ("connection", 505)
+
+
+def test_method_where_content_header_expected(broker: BrokerUnderTest) -> None:
+    with RawClient(broker.host, broker.port) as c:
+        c.handshake()
+        c.open_channel()
+        c.send_method(1, commands.Basic.Publish(exchange="", routing_key="x"))
+        c.send_method(1, commands.Basic.Qos(prefetch_count=1))
+        close = c.next_close()
+        assert close is not None and close[:2] == ("connection", 505)
+
+
+def test_method_on_unopened_channel(broker: BrokerUnderTest) -> None:
+    with RawClient(broker.host, broker.port) as c:
+        c.handshake()
+        c.send_method(3, commands.Basic.Qos(prefetch_count=1))
+        close = c.next_close()
+        assert close is not None and close[:2] == ("connection", 504)
+
+
+def test_second_channel_open(broker: BrokerUnderTest) -> None:
+    with RawClient(broker.host, broker.port) as c:
+        c.handshake()
+        c.open_channel(1)
+        c.send_method(1, commands.Channel.Open())
+        close = c.next_close()
+        assert close is not None and close[:2] == ("connection", 504)
+
+
+def test_channel_max_bounds_the_count_not_the_number(broker: BrokerUnderTest) -> None:
+    with RawClient(broker.host, broker.port) as c:
+        c.handshake()
+        c.send_method(4000, commands.Channel.Open())
+        assert isinstance(c.expect(commands.Channel.OpenOk), commands.Channel.OpenOk)
+
+
+def test_broken_connection_leaves_others_alone(broker: BrokerUnderTest, name: str) -> None:
+    conn = pika.BlockingConnection(broker.pika_params())
+    ch = conn.channel()
+    ch.queue_declare(name, exclusive=True)
+    ch.basic_publish("", name, b"kept")
+    with RawClient(broker.host, broker.port) as c:
+        c.handshake()
+        c.send(b"\x01\x00\x01garbage-garbage-garbage")
+        c.next_close()
+    assert ch.queue_declare(name, passive=True).method.message_count == 1
+    assert ch.basic_get(name, auto_ack=True)[2] == b"kept"
+    conn.close()
+
+
+def test_client_close_gets_close_ok(broker: BrokerUnderTest) -> None:
+    with RawClient(broker.host, broker.port) as c:
+        c.handshake()
+        c.open_channel()
+        c.send_method(1, commands.Channel.Close(reply_code=200, reply_text="bye", class_id=0,
+                                                     method_id=0))
+        c.expect(commands.Channel.CloseOk)
+        c.send_method(0, commands.Connection.Close(reply_code=200, reply_text="bye", class_id=0,
+                                                        method_id=0))
+        c.expect(commands.Connection.CloseOk)
+
+
+def test_channel_flow(broker: BrokerUnderTest) -> None:
+    with RawClient(broker.host, broker.port) as c:
+        c.handshake()
+        c.open_channel()
+        c.send_method(1, commands.Channel.Flow(active=True))
+        assert c.expect(commands.Channel.FlowOk).active is True
+
+
+def test_heartbeats_are_sent(broker: BrokerUnderTest) -> None:
+    with RawClient(broker.host, broker.port, timeout=5) as c:
+        c.handshake(heartbeat=1)
+        got = c.recv_frame()
+        assert got is not None and got[1].__class__.__name__ == "Heartbeat"
+
+
+def test_channel_max_reached(broker: BrokerUnderTest) -> None:
+    with RawClient(broker.host, broker.port) as c:
+        c.send(PROTOCOL_HEADER)
+        c.expect(commands.Connection.Start)
+        c.send_method(0, commands.Connection.StartOk(
+            client_properties={}, mechanism="PLAIN", response="\0guest\0guest",
+            locale="en_US"))
+        tune = c.expect(commands.Connection.Tune)
+        c.send_method(0, commands.Connection.TuneOk(channel_max=2, frame_max=tune.frame_max,
+                                                    heartbeat=0))
+        c.send_method(0, commands.Connection.Open(virtual_host="/"))
+        c.expect(commands.Connection.OpenOk)
+        c.open_channel(1)
+        c.open_channel(2)
+        c.send_method(3, commands.Channel.Open())
+        assert c.next_close() == (
+            "connection", 530, "NOT_ALLOWED - number of channels opened (2) has reached the "
+            "negotiated channel_max (2)", 0, 0)

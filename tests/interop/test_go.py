@@ -1,0 +1,242 @@
+"""Interop with the unmodified Go client amqp091-go (Debian's
+``golang-github-rabbitmq-amqp091-go-dev``), over real sockets, against Leveret and RabbitMQ.
+
+The Go program in ``tests/interop/go/leveret-interop`` is built once per session in GOPATH
+mode (no module proxy is reachable here) and run once per scenario; it prints JSON that these
+tests judge. Every assertion pins what RabbitMQ 3.10.8 does.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.brokers import BrokerUnderTest
+
+pytestmark = pytest.mark.go
+
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+SOURCE = Path(__file__).parent / "go" / "leveret-interop"
+GOCODE = Path(os.environ.get("LEVERET_GOCODE", "/usr/share/gocode"))
+AMQP091 = GOCODE / "src" / "github.com" / "rabbitmq" / "amqp091-go"
+INSTALL_HINT = "scripts/install-interop-deps (apt-get install golang-go " \
+               "golang-github-rabbitmq-amqp091-go-dev)"
+
+
+def _unavailable(reason: str) -> None:
+    if IN_CI:
+        pytest.fail(f"{reason}; under CI the Go interop tests must run: {INSTALL_HINT}")
+    pytest.skip(f"{reason}: {INSTALL_HINT}")
+
+
+@pytest.fixture(scope="session")
+def go_client(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The interop binary, built offline in GOPATH mode against Debian's amqp091-go."""
+    go = shutil.which("go")
+    if go is None:
+        _unavailable("the Go toolchain (`go`) is not installed")
+    if not (AMQP091 / "channel.go").exists():
+        _unavailable(f"amqp091-go is not installed under {AMQP091}")
+    assert go is not None
+    work = tmp_path_factory.mktemp("go-interop")
+    binary = work / "leveret-interop"
+    env = dict(os.environ)
+    env.update({
+        "GO111MODULE": "off",
+        "GOPATH": f"{work / 'gopath'}:{GOCODE}",
+        "GOCACHE": str(work / "cache"),
+        "GOFLAGS": "",
+        "GOPROXY": "off",
+        "CGO_ENABLED": "0",
+    })
+    proc = subprocess.run([go, "build", "-o", str(binary), "."], cwd=SOURCE, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, f"go build failed:\n{proc.stdout}{proc.stderr}"
+    return binary
+
+
+def run_go(binary: Path, scenario: str, broker: BrokerUnderTest, name: str,
+           *args: str) -> dict[str, Any]:
+    proc = subprocess.run([str(binary), scenario, broker.url, name, *args],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, (
+        f"{scenario} on {broker.name} exited {proc.returncode}:\n{proc.stdout}{proc.stderr}")
+    lines = proc.stdout.strip().splitlines()
+    result: dict[str, Any] = json.loads(lines[-1])
+    return result
+
+
+@pytest.fixture
+def processes() -> Iterator[list[subprocess.Popen[str]]]:
+    """Processes a test starts; killed at teardown if still running."""
+    started: list[subprocess.Popen[str]] = []
+    yield started
+    for proc in started:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(10)
+
+
+def test_tutorial_fanout_every_receiver_gets_every_message(
+        go_client: Path, broker: BrokerUnderTest, name: str,
+        processes: list[subprocess.Popen[str]]) -> None:
+    """Seed 002: emit_log / receive_logs with a fanout exchange and server-named,
+    exclusive queues; two receivers each get every message, in order."""
+    exchange = f"logs-{name}"
+    sent = [f"info: Hello World! {i}" for i in range(10)]
+    queues: list[str] = []
+    try:
+        for _ in range(2):
+            proc = subprocess.Popen(
+                [str(go_client), "receive_logs", broker.url, exchange, str(len(sent))],
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            processes.append(proc)
+            assert proc.stdout is not None
+            ready = json.loads(proc.stdout.readline() or "{}")
+            assert ready.get("ready") is True, proc.stderr.read() if proc.stderr else ""
+            queues.append(ready["queue"])
+        emitted = run_go(go_client, "emit_log", broker, exchange, *sent)
+        assert emitted == {"sent": len(sent)}
+        received = []
+        for proc in processes:
+            out, err = proc.communicate(timeout=30)
+            assert proc.returncode == 0, err
+            received.append(json.loads(out.strip().splitlines()[-1]))
+    finally:
+        run_go(go_client, "delete_exchange", broker, exchange)
+    assert [r["messages"] for r in received] == [sent, sent]
+    assert [r["redelivered"] for r in received] == [0, 0]
+    assert [r["queue"] for r in received] == queues
+    assert len(set(queues)) == 2
+    for q in queues:
+        assert q.startswith("amq.gen-") and len(q) == len("amq.gen-") + 22
+
+
+def test_connection_negotiation_and_server_properties(
+        go_client: Path, broker: BrokerUnderTest, name: str) -> None:
+    r = run_go(go_client, "connection", broker, name)
+    assert (r["major"], r["minor"]) == (0, 9)
+    # amqp091-go asks for 2047 channels, any frame size and a 10 s heartbeat.
+    assert r["channel_max"] == 2047
+    assert r["frame_size"] == 131072
+    assert r["heartbeat_s"] == 10
+    assert r["locales"] == ["en_US"]
+    assert r["capabilities"] == {
+        "authentication_failure_close": True,
+        "basic.nack": True,
+        "connection.blocked": True,
+        "consumer_cancel_notify": True,
+        "consumer_priorities": True,
+        "direct_reply_to": True,
+        "exchange_exchange_bindings": True,
+        "per_consumer_qos": True,
+        "publisher_confirms": True,
+    }
+    props = r["properties"]
+    assert sorted(props) == ["cluster_name", "copyright", "information", "platform",
+                             "product", "version"]
+    assert props["product"] == "RabbitMQ"
+    assert props["version"] == "3.10.8"
+    assert props["copyright"] == "Copyright (c) 2007-2022 VMware, Inc. or its affiliates."
+    assert props["information"] == "Licensed under the MPL 2.0. Website: https://rabbitmq.com"
+    assert props["platform"].startswith("Erlang/OTP ")
+    assert props["cluster_name"].startswith("rabbit@")
+
+
+def test_direct_and_topic_routing(go_client: Path, broker: BrokerUnderTest, name: str) -> None:
+    r = run_go(go_client, "routing", broker, name)
+    assert r["direct"] == {
+        "error": ["error", "error"],
+        "all": ["info", "error", "warning", "error"],
+    }
+    # q1: *.orange.*   q2: *.*.rabbit and lazy.#   (words may be empty; # matches zero words)
+    assert r["topic"] == {
+        "q1": ["quick.orange.rabbit", "lazy.orange.elephant", "quick.orange.fox", ".orange."],
+        "q2": ["quick.orange.rabbit", "lazy.orange.elephant", "lazy.brown.fox",
+               "lazy.pink.rabbit", "lazy.orange.male.rabbit", "lazy", "lazy."],
+    }
+
+
+def test_publisher_confirms(go_client: Path, broker: BrokerUnderTest, name: str) -> None:
+    r = run_go(go_client, "confirms", broker, name)
+    assert r["seq_before_select"] == 1
+    assert r["seq_after_select"] == 1
+    # Routed and unroutable publishes alike are acked, in order, tags from 1.
+    assert r["tags"] == list(range(1, 23))
+    assert r["acks"] == 22
+    assert r["deferred_tag"] == 22
+    assert r["deferred_acked"] is True
+    assert r["queue_messages"] == 21
+
+
+def test_mandatory_publish_without_route_is_returned(
+        go_client: Path, broker: BrokerUnderTest, name: str) -> None:
+    r = run_go(go_client, "mandatory", broker, name)
+    assert r["returns"] == [
+        {"reply_code": 312, "reply_text": "NO_ROUTE", "exchange": f"{name}-unbound",
+         "routing_key": "nobody", "body": "lost", "content_type": "text/plain",
+         "correlation_id": "c-1", "headers": {"k": "v"}},
+        {"reply_code": 312, "reply_text": "NO_ROUTE", "exchange": "",
+         "routing_key": f"{name}-no-such-queue", "body": "lost too",
+         "content_type": "text/plain", "correlation_id": "", "headers": None},
+    ]
+    # A returned message is still confirmed with an ack.
+    assert r["acks"] == [True, True, True]
+    assert r["extra_returns"] == 0
+
+
+def test_qos_manual_ack_and_nack_requeue(
+        go_client: Path, broker: BrokerUnderTest, name: str) -> None:
+    r = run_go(go_client, "qos", broker, name)
+    assert r["deliveries"] == [
+        {"body": "m0", "tag": 1, "redelivered": False},
+        {"body": "m0", "tag": 2, "redelivered": True},
+        {"body": "m1", "tag": 3, "redelivered": False},
+        {"body": "m2", "tag": 4, "redelivered": False},
+    ]
+    assert r["early"] == 0
+    assert r["ready_while_unacked"] == 2
+    assert r["consumers"] == 1
+    assert r["ready_after"] == 0
+
+
+def test_channel_errors(go_client: Path, broker: BrokerUnderTest, name: str) -> None:
+    r = run_go(go_client, "channel_error", broker, name)
+    missing = f"{name}-missing"
+    not_found_exchange = {"code": 404, "server": True, "recover": True,
+                          "reason": f"NOT_FOUND - no exchange '{missing}' in vhost '/'"}
+    not_found_queue = {"code": 404, "server": True, "recover": True,
+                       "reason": f"NOT_FOUND - no queue '{missing}' in vhost '/'"}
+    assert r["publish"] is None  # basic.publish is asynchronous
+    assert r["close"] == not_found_exchange
+    assert r["after_close"] == {"code": 504, "reason": "channel/connection is not open",
+                                "server": False, "recover": False}
+    assert r["channel_closed"] is True
+    assert r["connection_closed"] is False
+    assert r["exchange_passive"] == not_found_exchange
+    assert r["queue_passive"] == not_found_queue
+    assert r["bind_missing_queue"] == not_found_queue
+    assert r["exchange_redeclare"] == {
+        "code": 406, "server": True, "recover": True,
+        "reason": f"PRECONDITION_FAILED - inequivalent arg 'type' for exchange "
+                  f"'{name}-fanout' in vhost '/': received 'direct' but current is 'fanout'",
+    }
+
+
+def test_consumer_cancel_notification_on_queue_delete(
+        go_client: Path, broker: BrokerUnderTest, name: str) -> None:
+    r = run_go(go_client, "cancel_notify", broker, name)
+    assert r["first"] == "one"
+    assert r["deleted_count"] == 0  # the one message was delivered, not ready
+    assert r["cancelled"] == r["tag"] == f"ctag-{name}"
+    assert r["extra_delivered"] == 0
+    assert r["channel_closed"] is False
+    assert r["declare_after"] is None
+    assert r["declared_prefix"] is True
