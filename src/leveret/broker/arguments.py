@@ -10,12 +10,26 @@ from leveret.protocol.errors import AMQPError
 
 # The queue arguments whose values must match on redeclaration (rabbit_amqqueue).
 QUEUE_EQUIVALENCE_KEYS = (
-    "x-expires", "x-message-ttl", "x-dead-letter-exchange", "x-dead-letter-routing-key",
-    "x-max-length", "x-max-length-bytes", "x-max-in-memory-length", "x-max-in-memory-bytes",
-    "x-max-priority", "x-overflow", "x-queue-mode", "x-queue-version",
-    "x-single-active-consumer", "x-queue-type", "x-quorum-initial-group-size",
-    "x-max-age", "x-stream-max-segment-size-bytes", "x-initial-cluster-size",
-    "x-queue-leader-locator", "x-queue-master-locator",
+    "x-expires",
+    "x-message-ttl",
+    "x-dead-letter-exchange",
+    "x-dead-letter-routing-key",
+    "x-max-length",
+    "x-max-length-bytes",
+    "x-max-in-memory-length",
+    "x-max-in-memory-bytes",
+    "x-max-priority",
+    "x-overflow",
+    "x-queue-mode",
+    "x-queue-version",
+    "x-single-active-consumer",
+    "x-queue-type",
+    "x-quorum-initial-group-size",
+    "x-max-age",
+    "x-stream-max-segment-size-bytes",
+    "x-initial-cluster-size",
+    "x-queue-leader-locator",
+    "x-queue-master-locator",
 )
 EXCHANGE_EQUIVALENCE_KEYS = ("alternate-exchange",)
 
@@ -42,8 +56,15 @@ def _reason(key: str, value: Any) -> str | None:
             return "{value_zero,0}"
         if value < 0:
             return f"{{value_negative,{value}}}"
-    elif key in ("x-message-ttl", "x-max-length", "x-max-length-bytes", "x-max-priority",
-                 "x-max-in-memory-length", "x-max-in-memory-bytes", "x-delivery-limit"):
+    elif key in (
+        "x-message-ttl",
+        "x-max-length",
+        "x-max-length-bytes",
+        "x-max-priority",
+        "x-max-in-memory-length",
+        "x-max-in-memory-bytes",
+        "x-delivery-limit",
+    ):
         if not _is_int(value):
             return unacceptable
         if value < 0:
@@ -76,20 +97,29 @@ def check_queue_arguments(name: str, vhost: str, arguments: dict[str, Any]) -> N
         reason = _reason(key, value)
         if reason is not None:
             raise errors.precondition_failed(
-                f"invalid arg '{key}' for queue '{name}' in vhost '{vhost}': {reason}")
+                f"invalid arg '{key}' for queue '{name}' in vhost '{vhost}': {reason}"
+            )
     if "x-dead-letter-routing-key" in arguments and "x-dead-letter-exchange" not in arguments:
         raise errors.precondition_failed(
             f"invalid arg 'x-dead-letter-routing-key' for queue '{name}' in vhost '{vhost}': "
-            "{no_dlx,<<\"x-dead-letter-routing-key\">>}")
+            '{no_dlx,<<"x-dead-letter-routing-key">>}'
+        )
     qtype = _text(arguments.get("x-queue-type", "classic"))
     if qtype != "classic":
         raise errors.precondition_failed(
             f"invalid arg 'x-queue-type' for queue '{name}' in vhost '{vhost}': "
-            f'{{unsupported_queue_type,<<"{qtype}">>}}')
+            f'{{unsupported_queue_type,<<"{qtype}">>}}'
+        )
 
 
-def assert_args_equivalence(kind: str, name: str, vhost: str, current: dict[str, Any],
-                            received: dict[str, Any], keys: tuple[str, ...]) -> AMQPError | None:
+def assert_args_equivalence(
+    kind: str,
+    name: str,
+    vhost: str,
+    current: dict[str, Any],
+    received: dict[str, Any],
+    keys: tuple[str, ...],
+) -> AMQPError | None:
     from leveret.broker.errors import inequivalent_arg
 
     for key in keys:
@@ -109,5 +139,10 @@ def _norm(v: Any) -> Any:
     return v
 
 
-__all__ = ["EXCHANGE_EQUIVALENCE_KEYS", "QUEUE_EQUIVALENCE_KEYS", "_show",
-           "assert_args_equivalence", "check_queue_arguments"]
+__all__ = [
+    "EXCHANGE_EQUIVALENCE_KEYS",
+    "QUEUE_EQUIVALENCE_KEYS",
+    "_show",
+    "assert_args_equivalence",
+    "check_queue_arguments",
+]

@@ -58,8 +58,9 @@ class Broker:
         b.users.set_permissions("guest", "/", ".*", ".*", ".*")
         return b
 
-    def add_vhost(self, name: str, description: str = "",
-                  tags: list[str] | None = None) -> VirtualHost:
+    def add_vhost(
+        self, name: str, description: str = "", tags: list[str] | None = None
+    ) -> VirtualHost:
         vhost = self.vhosts.get(name)
         if vhost is None:
             vhost = VirtualHost(name, description, tags)
@@ -87,7 +88,7 @@ class Broker:
             "cluster_name": self.cluster_name,
             "copyright": "Copyright (c) the Leveret authors",
             "information": f"Leveret {leveret.__version__}, an AMQP 0-9-1 broker that behaves "
-                           f"as RabbitMQ {COMPATIBLE_VERSION}",
+            f"as RabbitMQ {COMPATIBLE_VERSION}",
             "platform": f"Python {platform.python_version()}",
             "product": "Leveret",
             "version": COMPATIBLE_VERSION,

@@ -73,22 +73,38 @@ class Channel:
             queue.unacked += 1
             self.unacked[tag] = Delivery(queue, entry, consumer)
         m = entry.message
-        self.out.send_deliver(self.number, consumer.tag_wire, tag, entry.redelivered,
-                              m.exchange_and_key, m.properties, m.body)
+        self.out.send_deliver(
+            self.number,
+            consumer.tag_wire,
+            tag,
+            entry.redelivered,
+            m.exchange_and_key,
+            m.properties,
+            m.body,
+        )
 
-    def consume(self, queue: Queue, tag: str, no_ack: bool, exclusive: bool,
-                arguments: dict[str, Any]) -> Consumer:
+    def consume(
+        self, queue: Queue, tag: str, no_ack: bool, exclusive: bool, arguments: dict[str, Any]
+    ) -> Consumer:
         if tag in self.consumers:
             raise errors.not_allowed(f"attempt to reuse consumer tag '{tag}'")
         if queue.consumers and (exclusive or any(c.exclusive for c in queue.consumers)):
             raise errors.access_refused(
-                f"queue '{queue.name}' in vhost '{queue.vhost}' in exclusive use")
+                f"queue '{queue.name}' in vhost '{queue.vhost}' in exclusive use"
+            )
         priority = arguments.get("x-priority", 0)
         if isinstance(priority, bool) or not isinstance(priority, int):
-            raise errors.precondition_failed(
-                f"invalid arg 'x-priority' for consumer: {priority!r}")
-        consumer = Consumer(tag or names.consumer_tag(), queue, self, no_ack, exclusive,
-                            self.consumer_prefetch, arguments, priority)
+            raise errors.precondition_failed(f"invalid arg 'x-priority' for consumer: {priority!r}")
+        consumer = Consumer(
+            tag or names.consumer_tag(),
+            queue,
+            self,
+            no_ack,
+            exclusive,
+            self.consumer_prefetch,
+            arguments,
+            priority,
+        )
         self.consumers[consumer.tag] = consumer
         return consumer
 
@@ -111,8 +127,9 @@ class Channel:
         if self.consumers.pop(consumer.tag, None) is None:
             return
         if self.session.capability("consumer_cancel_notify") and not self.closed:
-            self.out.send_method(self.number, commands.Basic.Cancel(
-                consumer_tag=consumer.tag, nowait=True))
+            self.out.send_method(
+                self.number, commands.Basic.Cancel(consumer_tag=consumer.tag, nowait=True)
+            )
 
     def get(self, queue: Queue, no_ack: bool) -> bool:
         entry = queue.get()
@@ -129,9 +146,18 @@ class Channel:
         else:
             self.unacked[tag] = Delivery(queue, entry, None)
         m = entry.message
-        self.out.send_content(self.number, commands.Basic.GetOk(
-            delivery_tag=tag, redelivered=entry.redelivered, exchange=m.exchange,
-            routing_key=m.routing_key, message_count=len(queue.ready)), m.properties, m.body)
+        self.out.send_content(
+            self.number,
+            commands.Basic.GetOk(
+                delivery_tag=tag,
+                redelivered=entry.redelivered,
+                exchange=m.exchange,
+                routing_key=m.routing_key,
+                message_count=len(queue.ready),
+            ),
+            m.properties,
+            m.body,
+        )
         return True
 
     # ----------------------------------------------------------------- settling
@@ -268,4 +294,3 @@ class Channel:
         deliveries = list(self.unacked.values())
         self.unacked.clear()
         self._requeue(deliveries)
-

@@ -10,11 +10,30 @@ if TYPE_CHECKING:
 
 
 class Consumer:
-    __slots__ = ("arguments", "channel", "exclusive", "no_ack", "prefetch", "priority", "queue",
-                 "tag", "tag_wire", "unacked")
+    __slots__ = (
+        "arguments",
+        "channel",
+        "exclusive",
+        "no_ack",
+        "prefetch",
+        "priority",
+        "queue",
+        "tag",
+        "tag_wire",
+        "unacked",
+    )
 
-    def __init__(self, tag: str, queue: Queue, channel: Channel, no_ack: bool, exclusive: bool,
-                 prefetch: int, arguments: dict[str, Any], priority: int = 0) -> None:
+    def __init__(
+        self,
+        tag: str,
+        queue: Queue,
+        channel: Channel,
+        no_ack: bool,
+        exclusive: bool,
+        prefetch: int,
+        arguments: dict[str, Any],
+        priority: int = 0,
+    ) -> None:
         self.tag = tag
         raw = tag.encode()
         self.tag_wire = bytes((len(raw),)) + raw

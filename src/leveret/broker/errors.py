@@ -50,15 +50,18 @@ def _show(value: Any) -> str:
     return str(value)
 
 
-def inequivalent_flag(kind: str, name: str, vhost: str, arg: str, received: Any,
-                      current: Any) -> AMQPError:
+def inequivalent_flag(
+    kind: str, name: str, vhost: str, arg: str, received: Any, current: Any
+) -> AMQPError:
     return e.precondition_failed(
         f"inequivalent arg '{arg}' for {_r(kind, name, vhost)}: "
-        f"received '{_show(received)}' but current is '{_show(current)}'")
+        f"received '{_show(received)}' but current is '{_show(current)}'"
+    )
 
 
-def inequivalent_arg(kind: str, name: str, vhost: str, arg: str, received: Any,
-                     current: Any) -> AMQPError:
+def inequivalent_arg(
+    kind: str, name: str, vhost: str, arg: str, received: Any, current: Any
+) -> AMQPError:
     def side(v: Any) -> str:
         if v is None:
             return "none"
@@ -66,7 +69,8 @@ def inequivalent_arg(kind: str, name: str, vhost: str, arg: str, received: Any,
 
     return e.precondition_failed(
         f"inequivalent arg '{arg}' for {_r(kind, name, vhost)}: "
-        f"received {side(received)} but current is {side(current)}")
+        f"received {side(received)} but current is {side(current)}"
+    )
 
 
 def reserved_name(kind: str, name: str) -> AMQPError:
@@ -77,7 +81,8 @@ def exclusive_locked(name: str, vhost: str) -> AMQPError:
     return e.resource_locked(
         f"cannot obtain exclusive access to locked {_r('queue', name, vhost)}. It could be "
         "originally declared on another connection or the exclusive property value does "
-        "not match that of the original declaration.")
+        "not match that of the original declaration."
+    )
 
 
 def access_refused(kind: str, name: str, vhost: str, user: str) -> AMQPError:

@@ -14,13 +14,27 @@ _EMPTY_PROPERTIES = b"\x00\x00"
 
 
 class Message:
-    __slots__ = ("_props", "body", "exchange", "exchange_and_key", "id", "properties",
-                 "routing_key", "timestamp_ms")
+    __slots__ = (
+        "_props",
+        "body",
+        "exchange",
+        "exchange_and_key",
+        "id",
+        "properties",
+        "routing_key",
+        "timestamp_ms",
+    )
 
     _next_id = 0
 
-    def __init__(self, exchange: str, routing_key: str, exchange_and_key: bytes,
-                 properties: bytes, body: bytes) -> None:
+    def __init__(
+        self,
+        exchange: str,
+        routing_key: str,
+        exchange_and_key: bytes,
+        properties: bytes,
+        body: bytes,
+    ) -> None:
         self.exchange = exchange
         self.routing_key = routing_key
         self.exchange_and_key = exchange_and_key
@@ -31,17 +45,22 @@ class Message:
         self.timestamp_ms = 0
 
     @classmethod
-    def build(cls, exchange: str, routing_key: str, body: bytes,
-              properties: commands.Basic.Properties | None = None) -> Message:
+    def build(
+        cls,
+        exchange: str,
+        routing_key: str,
+        body: bytes,
+        properties: commands.Basic.Properties | None = None,
+    ) -> Message:
         ex = exchange.encode()
         rk = routing_key.encode()
         raw = spec.encode_properties(properties) if properties else _EMPTY_PROPERTIES
-        return cls(exchange, routing_key, bytes((len(ex),)) + ex + bytes((len(rk),)) + rk,
-                   raw, body)
+        return cls(
+            exchange, routing_key, bytes((len(ex),)) + ex + bytes((len(rk),)) + rk, raw, body
+        )
 
     @classmethod
-    def from_parts(cls, exchange: str, routing_key: str, properties: bytes,
-                   body: bytes) -> Message:
+    def from_parts(cls, exchange: str, routing_key: str, properties: bytes, body: bytes) -> Message:
         m = cls.build(exchange, routing_key, body)
         m.properties = properties
         return m
@@ -68,8 +87,9 @@ class Message:
     def size(self) -> int:
         return len(self.body)
 
-    def with_route(self, exchange: str, routing_key: str,
-                   properties: commands.Basic.Properties | None = None) -> Message:
+    def with_route(
+        self, exchange: str, routing_key: str, properties: commands.Basic.Properties | None = None
+    ) -> Message:
         """A copy as republished elsewhere (dead-lettering), optionally new properties."""
         m = Message.build(exchange, routing_key, self.body, properties)
         if properties is None:

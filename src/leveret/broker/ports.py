@@ -14,12 +14,20 @@ class Output(Protocol):
 
     def send_method(self, channel: int, method: Method) -> None: ...
 
-    def send_content(self, channel: int, method: Method, properties: bytes,
-                     body: bytes) -> None: ...
+    def send_content(
+        self, channel: int, method: Method, properties: bytes, body: bytes
+    ) -> None: ...
 
-    def send_deliver(self, channel: int, consumer_tag: bytes, delivery_tag: int,
-                     redelivered: bool, exchange_and_key: bytes, properties: bytes,
-                     body: bytes) -> None: ...
+    def send_deliver(
+        self,
+        channel: int,
+        consumer_tag: bytes,
+        delivery_tag: int,
+        redelivered: bool,
+        exchange_and_key: bytes,
+        properties: bytes,
+        body: bytes,
+    ) -> None: ...
 
     def send_basic_ack(self, channel: int, delivery_tag: int, multiple: bool) -> None: ...
 
@@ -39,8 +47,16 @@ class DefinitionStore(Protocol):
 class MessageStore(Protocol):
     """Persistent messages in durable queues."""
 
-    def add(self, vhost: str, queue: str, message_id: int, exchange: str, routing_key: str,
-            properties: bytes, body: bytes) -> None: ...
+    def add(
+        self,
+        vhost: str,
+        queue: str,
+        message_id: int,
+        exchange: str,
+        routing_key: str,
+        properties: bytes,
+        body: bytes,
+    ) -> None: ...
 
     def remove(self, vhost: str, queue: str, message_id: int) -> None: ...
 

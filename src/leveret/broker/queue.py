@@ -36,8 +36,15 @@ class Entry:
 class Queue:
     kind = "queue"
 
-    def __init__(self, name: str, vhost: str, durable: bool = False, exclusive_owner: Any = None,
-                 auto_delete: bool = False, arguments: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        vhost: str,
+        durable: bool = False,
+        exclusive_owner: Any = None,
+        auto_delete: bool = False,
+        arguments: dict[str, Any] | None = None,
+    ) -> None:
         self.name = name
         self.vhost = vhost
         self.durable = durable
@@ -67,10 +74,12 @@ class Queue:
         self.expires: int | None = _int(a.get("x-expires"))
         dlx = a.get("x-dead-letter-exchange")
         self.dead_letter_exchange: str | None = (
-            dlx.decode() if isinstance(dlx, bytes) else dlx if dlx is not None else None)
+            dlx.decode() if isinstance(dlx, bytes) else dlx if dlx is not None else None
+        )
         dlk = a.get("x-dead-letter-routing-key")
         self.dead_letter_routing_key: str | None = (
-            dlk.decode() if isinstance(dlk, bytes) else dlk if dlk is not None else None)
+            dlk.decode() if isinstance(dlk, bytes) else dlk if dlk is not None else None
+        )
         # Set by the vhost: dead-letter a message (reason) and persist hooks.
         self.dead_letter: Callable[[Queue, Entry, str], None] | None = None
         self.on_removed: Callable[[Queue, Entry], None] | None = None
@@ -80,17 +89,20 @@ class Queue:
     def is_full(self, extra_bytes: int = 0) -> bool:
         if self.max_length is not None and len(self.ready) >= self.max_length:
             return True
-        return (self.max_length_bytes is not None
-                and self.ready_bytes + extra_bytes > self.max_length_bytes)
+        return (
+            self.max_length_bytes is not None
+            and self.ready_bytes + extra_bytes > self.max_length_bytes
+        )
 
     def enqueue(self, message: Message) -> bool:
         """Add a message; False when the queue refuses it (x-overflow reject-publish)."""
-        if ((self.max_length is not None or self.max_length_bytes is not None)
-                and self.is_full(len(message.body))):
-            if self.overflow != "drop-head":
-                if self.overflow == "reject-publish-dlx" and self.dead_letter is not None:
-                    self.dead_letter(self, Entry(message, 0), "maxlen")
-                return False
+        if (
+            (self.max_length is not None or self.max_length_bytes is not None)
+            and self.is_full(len(message.body))
+        ) and self.overflow != "drop-head":
+            if self.overflow == "reject-publish-dlx" and self.dead_letter is not None:
+                self.dead_letter(self, Entry(message, 0), "maxlen")
+            return False
         self._seq += 1
         self.published += 1
         entry = Entry(message, self._seq)
@@ -122,9 +134,9 @@ class Queue:
 
     def _drop_head_overflow(self) -> None:
         while self.ready and (
-                (self.max_length is not None and len(self.ready) > self.max_length)
-                or (self.max_length_bytes is not None
-                    and self.ready_bytes > self.max_length_bytes)):
+            (self.max_length is not None and len(self.ready) > self.max_length)
+            or (self.max_length_bytes is not None and self.ready_bytes > self.max_length_bytes)
+        ):
             entry = self._pop()
             self._removed(entry)
             if self.dead_letter is not None:

@@ -36,12 +36,18 @@ MAX_MESSAGE_SIZE = 134217728
 def _login_refused(mechanism: str) -> AMQPError:
     return errors.access_refused(
         f"Login was refused using authentication mechanism {mechanism}. "
-        "For details see the broker logfile.")
+        "For details see the broker logfile."
+    )
 
 
 class Session:
-    def __init__(self, broker: Broker, output: Output, peer: tuple[str, int] | None = None,
-                 local: tuple[str, int] | None = None) -> None:
+    def __init__(
+        self,
+        broker: Broker,
+        output: Output,
+        peer: tuple[str, int] | None = None,
+        local: tuple[str, int] | None = None,
+    ) -> None:
         self.broker = broker
         self.output = output
         self.peer = peer
@@ -97,8 +103,9 @@ class Session:
         caps = self.client_properties.get("capabilities")
         return isinstance(caps, dict) and bool(caps.get(name))
 
-    def authenticate(self, mechanism: str, response: bytes,
-                     client_properties: dict[str, Any]) -> AMQPError | None:
+    def authenticate(
+        self, mechanism: str, response: bytes, client_properties: dict[str, Any]
+    ) -> AMQPError | None:
         """Check the credentials in connection.start-ok. None when accepted."""
         from leveret.protocol.connection import decode_amqplain
 
@@ -117,8 +124,7 @@ class Session:
                 username = login.decode() if isinstance(login, bytes) else str(login)
                 password = pw.decode() if isinstance(pw, bytes) else str(pw)
             else:
-                return errors.command_invalid(
-                    f"unknown authentication mechanism '{mechanism}'")
+                return errors.command_invalid(f"unknown authentication mechanism '{mechanism}'")
         except (ValueError, UnicodeDecodeError, IndexError):
             return _login_refused(mechanism)
         address = self.peer[0] if self.peer else None
@@ -137,7 +143,8 @@ class Session:
         perm = self.broker.users.permission(self.user.name, vhost)
         if perm is None:
             return errors.not_allowed(
-                f"access to vhost '{vhost}' refused for user '{self.user.name}'")
+                f"access to vhost '{vhost}' refused for user '{self.user.name}'"
+            )
         self.vhost = vhost
         self.vhost_obj = obj
         self.permission = perm
@@ -249,8 +256,9 @@ class Session:
                 if isinstance(ae, (str, bytes)):
                     self.check("read", "exchange", name)
                     self.check("write", "exchange", ae.decode() if isinstance(ae, bytes) else ae)
-            vhost.declare_exchange(name, m.exchange_type, m.durable, m.auto_delete, m.internal,
-                                   args)
+            vhost.declare_exchange(
+                name, m.exchange_type, m.durable, m.auto_delete, m.internal, args
+            )
         self._reply(ch, m.nowait, C.Exchange.DeclareOk())
 
     def _exchange_delete(self, ch: Channel, m: C.Exchange.Delete) -> None:
@@ -258,13 +266,22 @@ class Session:
         self._not_default(name)
         if name.startswith("amq."):
             raise errors.access_refused(
-                f"deletion of system exchange '{name}' in vhost '{self.vhost}' not allowed")
+                f"deletion of system exchange '{name}' in vhost '{self.vhost}' not allowed"
+            )
         self.check("configure", "exchange", name)
         self.vhost_obj.delete_exchange(name, m.if_unused)
         self._reply(ch, m.nowait, C.Exchange.DeleteOk())
 
-    def _binding_action(self, ch: Channel, bind: bool, source: str, dest_kind: str,
-                        dest_name: str, routing_key: str, arguments: dict[str, Any]) -> None:
+    def _binding_action(
+        self,
+        ch: Channel,
+        bind: bool,
+        source: str,
+        dest_kind: str,
+        dest_name: str,
+        routing_key: str,
+        arguments: dict[str, Any],
+    ) -> None:
         vhost = self.vhost_obj
         self.check("write", dest_kind, dest_name)
         if dest_kind == "exchange":
@@ -284,13 +301,15 @@ class Session:
             vhost.unbind(src, dest, routing_key, arguments)
 
     def _exchange_bind(self, ch: Channel, m: C.Exchange.Bind) -> None:
-        self._binding_action(ch, True, m.source, "exchange", m.destination, m.routing_key,
-                             dict(m.arguments or {}))
+        self._binding_action(
+            ch, True, m.source, "exchange", m.destination, m.routing_key, dict(m.arguments or {})
+        )
         self._reply(ch, m.nowait, C.Exchange.BindOk())
 
     def _exchange_unbind(self, ch: Channel, m: C.Exchange.Unbind) -> None:
-        self._binding_action(ch, False, m.source, "exchange", m.destination, m.routing_key,
-                             dict(m.arguments or {}))
+        self._binding_action(
+            ch, False, m.source, "exchange", m.destination, m.routing_key, dict(m.arguments or {})
+        )
         self._reply(ch, m.nowait, C.Exchange.UnbindOk())
 
     # ----------------------------------------------------------------- queue
@@ -314,27 +333,29 @@ class Session:
                 dlx = args["x-dead-letter-exchange"]
                 if isinstance(dlx, (str, bytes)):
                     self.check("read", "queue", name)
-                    self.check("write", "exchange",
-                               dlx.decode() if isinstance(dlx, bytes) else dlx)
+                    self.check("write", "exchange", dlx.decode() if isinstance(dlx, bytes) else dlx)
             q, new = vhost.declare_queue(name, durable, owner, m.auto_delete, args)
             if new and owner is not None:
                 self.exclusive_queues.append(q)
         ch.last_declared_queue = q.name
-        self._reply(ch, m.nowait, C.Queue.DeclareOk(
-            queue=q.name, message_count=len(q.ready), consumer_count=len(q.consumers)))
+        self._reply(
+            ch,
+            m.nowait,
+            C.Queue.DeclareOk(
+                queue=q.name, message_count=len(q.ready), consumer_count=len(q.consumers)
+            ),
+        )
 
     def _queue_bind(self, ch: Channel, m: C.Queue.Bind) -> None:
         queue = self._queue_for(ch, m.queue)
         key = m.routing_key if (m.routing_key or m.queue) else queue
-        self._binding_action(ch, True, m.exchange, "queue", queue, key,
-                             dict(m.arguments or {}))
+        self._binding_action(ch, True, m.exchange, "queue", queue, key, dict(m.arguments or {}))
         self._reply(ch, m.nowait, C.Queue.BindOk())
 
     def _queue_unbind(self, ch: Channel, m: C.Queue.Unbind) -> None:
         queue = self._queue_for(ch, m.queue)
         key = m.routing_key if (m.routing_key or m.queue) else queue
-        self._binding_action(ch, False, m.exchange, "queue", queue, key,
-                             dict(m.arguments or {}))
+        self._binding_action(ch, False, m.exchange, "queue", queue, key, dict(m.arguments or {}))
         self.output.send_method(ch.number, C.Queue.UnbindOk())
 
     def _queue_purge(self, ch: Channel, m: C.Queue.Purge) -> None:
@@ -380,7 +401,7 @@ class Session:
         ch.start_consumer(consumer)
 
     def _basic_cancel(self, ch: Channel, m: C.Basic.Cancel) -> None:
-        ch.cancel(m.consumer_tag)
+        ch.cancel(m.consumer_tag or "")
         self._reply(ch, m.nowait, C.Basic.CancelOk(consumer_tag=m.consumer_tag))
 
     def _basic_get(self, ch: Channel, m: C.Basic.Get) -> None:
@@ -397,7 +418,7 @@ class Session:
         ch.settle("nack", m.delivery_tag, m.multiple, m.requeue)
 
     def _basic_reject(self, ch: Channel, m: C.Basic.Reject) -> None:
-        ch.settle("reject", m.delivery_tag, False, m.requeue)
+        ch.settle("reject", m.delivery_tag or 0, False, m.requeue)
 
     def _basic_recover_async(self, ch: Channel, m: C.Basic.RecoverAsync) -> None:
         if not m.requeue:
@@ -433,9 +454,17 @@ class Session:
         self.output.send_method(ch.number, C.Tx.RollbackOk())
 
     # --------------------------------------------------------------- publish
-    def publish(self, number: int, exchange_name: str, routing_key: str, mandatory: bool,
-                immediate: bool, exchange_and_key: bytes, properties: bytes,
-                body: bytes) -> None:
+    def publish(
+        self,
+        number: int,
+        exchange_name: str,
+        routing_key: str,
+        mandatory: bool,
+        immediate: bool,
+        exchange_and_key: bytes,
+        properties: bytes,
+        body: bytes,
+    ) -> None:
         ch = self.channels.get(number)
         if ch is None:
             return
@@ -445,20 +474,20 @@ class Session:
             if len(body) > MAX_MESSAGE_SIZE:
                 raise errors.precondition_failed(
                     f"message size {len(body)} is larger than configured max size "
-                    f"{MAX_MESSAGE_SIZE}")
+                    f"{MAX_MESSAGE_SIZE}"
+                )
             perm = self.permission
             if perm is None or not perm.allows("write", exchange_name):
-                raise rabbit.access_refused("exchange", exchange_name, self.vhost,
-                                            self.username)
+                raise rabbit.access_refused("exchange", exchange_name, self.vhost, self.username)
             exchange = self.vhost_obj.exchanges.get(exchange_name)
             if exchange is None:
                 raise rabbit.no_exchange(exchange_name, self.vhost)
             if exchange.internal:
                 raise errors.access_refused(
-                    f"cannot publish to internal exchange '{exchange_name}' in vhost "
-                    f"'{self.vhost}'")
+                    f"cannot publish to internal exchange '{exchange_name}' in vhost '{self.vhost}'"
+                )
             message = Message(exchange_name, routing_key, exchange_and_key, properties, body)
-            if properties[0] & 0x01 or len(properties) > 2 and properties[1] & 0x10:
+            if properties[0] & 0x01 or (len(properties) > 2 and properties[1] & 0x10):
                 self._check_properties(message)
         except AMQPError as exc:
             self.fail(number, exc.with_method(spec.BASIC, 40))
@@ -479,17 +508,20 @@ class Session:
         if props.user_id and props.user_id != self.username:
             raise errors.precondition_failed(
                 f"user_id property set to '{props.user_id}' but authenticated user was "
-                f"'{self.username}'")
+                f"'{self.username}'"
+            )
         if props.expiration is not None and props.expiration != "":
             exp = props.expiration
             if not exp.isdigit():
                 raise errors.precondition_failed(
-                    f"invalid expiration '{exp}': {{value_negative,{exp}}}" if exp.startswith(
-                        "-") and exp[1:].isdigit() else
-                    f"invalid expiration '{exp}': no_integer")
+                    f"invalid expiration '{exp}': {{value_negative,{exp}}}"
+                    if exp.startswith("-") and exp[1:].isdigit()
+                    else f"invalid expiration '{exp}': no_integer"
+                )
 
-    def _route(self, ch: Channel, exchange: Exchange, message: Message, mandatory: bool,
-               seq: int) -> None:
+    def _route(
+        self, ch: Channel, exchange: Exchange, message: Message, mandatory: bool, seq: int
+    ) -> None:
         vhost = self.vhost_obj
         queues = vhost.route(exchange, message)
         accepted = True
@@ -497,9 +529,17 @@ class Session:
             if not q.enqueue(message):
                 accepted = False
         if not queues and mandatory:
-            self.output.send_content(ch.number, C.Basic.Return(
-                reply_code=spec.NO_ROUTE, reply_text="NO_ROUTE", exchange=message.exchange,
-                routing_key=message.routing_key), message.properties, message.body)
+            self.output.send_content(
+                ch.number,
+                C.Basic.Return(
+                    reply_code=spec.NO_ROUTE,
+                    reply_text="NO_ROUTE",
+                    exchange=message.exchange,
+                    routing_key=message.routing_key,
+                ),
+                message.properties,
+                message.body,
+            )
         if seq:
             if accepted:
                 ch.confirmed_ok(seq)

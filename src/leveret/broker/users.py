@@ -79,8 +79,13 @@ class UserDatabase:
         self.permissions: dict[tuple[str, str], Permission] = {}
         self.loopback_users: set[str] = {"guest"}
 
-    def add_user(self, name: str, password: str | None = None, tags: list[str] | None = None,
-                 password_hash: str | None = None) -> User:
+    def add_user(
+        self,
+        name: str,
+        password: str | None = None,
+        tags: list[str] | None = None,
+        password_hash: str | None = None,
+    ) -> User:
         if password_hash is None:
             password_hash = hash_password(password) if password is not None else ""
         user = User(name, password_hash, list(tags or []))
@@ -104,8 +109,7 @@ class UserDatabase:
             return None
         return user
 
-    def set_permissions(self, user: str, vhost: str, configure: str, write: str,
-                        read: str) -> None:
+    def set_permissions(self, user: str, vhost: str, configure: str, write: str, read: str) -> None:
         self.permissions[(user, vhost)] = Permission(user, vhost, configure, write, read)
 
     def clear_permissions(self, user: str, vhost: str) -> bool:

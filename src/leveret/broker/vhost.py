@@ -51,8 +51,9 @@ class VirtualHost:
         self.default_exchange = DefaultExchange(name, self.queues.get)
         self.exchanges: dict[str, Exchange] = {"": self.default_exchange}
         for xname, xtype, internal in BUILTIN_EXCHANGES:
-            self.exchanges[xname] = EXCHANGE_TYPES[xtype](xname, name, durable=True,
-                                                          internal=internal)
+            self.exchanges[xname] = EXCHANGE_TYPES[xtype](
+                xname, name, durable=True, internal=internal
+            )
         # (kind, name) of destination -> bindings pointing at it, for cascading deletes
         self._incoming: dict[tuple[str, str], dict[tuple[Any, ...], Binding]] = {}
         # Notified of durable definition changes ("definitions") and message events.
@@ -69,9 +70,15 @@ class VirtualHost:
             raise rabbit.no_exchange(name, self.name)
         return x
 
-    def declare_exchange(self, name: str, type_name: str, durable: bool = False,
-                         auto_delete: bool = False, internal: bool = False,
-                         arguments: dict[str, Any] | None = None) -> tuple[Exchange, bool]:
+    def declare_exchange(
+        self,
+        name: str,
+        type_name: str,
+        durable: bool = False,
+        auto_delete: bool = False,
+        internal: bool = False,
+        arguments: dict[str, Any] | None = None,
+    ) -> tuple[Exchange, bool]:
         """Declare (non-passive). Returns the exchange and whether it is new."""
         cls = exchange_type(type_name)
         arguments = dict(arguments or {})
@@ -83,29 +90,48 @@ class VirtualHost:
             if ae is not None and not isinstance(ae, (str, bytes)):
                 raise errors.precondition_failed(
                     f"invalid type '{rabbit.type_name(ae)}' for arg 'alternate-exchange' in "
-                    f"exchange '{name}' in vhost '{self.name}'")
-            x = cls(name, self.name, durable=durable, auto_delete=auto_delete,
-                    internal=internal, arguments=arguments)
+                    f"exchange '{name}' in vhost '{self.name}'"
+                )
+            x = cls(
+                name,
+                self.name,
+                durable=durable,
+                auto_delete=auto_delete,
+                internal=internal,
+                arguments=arguments,
+            )
             self.exchanges[name] = x
             if durable:
                 self._notify("definitions", x)
             return x, True
-        self.assert_exchange_equivalence(existing, type_name, durable, auto_delete, internal,
-                                         arguments)
+        self.assert_exchange_equivalence(
+            existing, type_name, durable, auto_delete, internal, arguments
+        )
         return existing, False
 
-    def assert_exchange_equivalence(self, x: Exchange, type_name: str, durable: bool,
-                                    auto_delete: bool, internal: bool,
-                                    arguments: dict[str, Any]) -> None:
-        checks = (("type", type_name, x.type_name), ("durable", durable, x.durable),
-                  ("auto_delete", auto_delete, x.auto_delete), ("internal", internal,
-                                                                 x.internal))
+    def assert_exchange_equivalence(
+        self,
+        x: Exchange,
+        type_name: str,
+        durable: bool,
+        auto_delete: bool,
+        internal: bool,
+        arguments: dict[str, Any],
+    ) -> None:
+        checks = (
+            ("type", type_name, x.type_name),
+            ("durable", durable, x.durable),
+            ("auto_delete", auto_delete, x.auto_delete),
+            ("internal", internal, x.internal),
+        )
         for field, received, current in checks:
             if received != current:
-                raise rabbit.inequivalent_flag("exchange", x.name, self.name, field, received,
-                                               current)
-        err = assert_args_equivalence("exchange", x.name, self.name, x.arguments, arguments,
-                                      EXCHANGE_EQUIVALENCE_KEYS)
+                raise rabbit.inequivalent_flag(
+                    "exchange", x.name, self.name, field, received, current
+                )
+        err = assert_args_equivalence(
+            "exchange", x.name, self.name, x.arguments, arguments, EXCHANGE_EQUIVALENCE_KEYS
+        )
         if err is not None:
             raise err
 
@@ -142,18 +168,30 @@ class VirtualHost:
             raise rabbit.no_queue(name, self.name)
         return q
 
-    def declare_queue(self, name: str, durable: bool = False, exclusive_owner: Any = None,
-                      auto_delete: bool = False,
-                      arguments: dict[str, Any] | None = None) -> tuple[Queue, bool]:
+    def declare_queue(
+        self,
+        name: str,
+        durable: bool = False,
+        exclusive_owner: Any = None,
+        auto_delete: bool = False,
+        arguments: dict[str, Any] | None = None,
+    ) -> tuple[Queue, bool]:
         arguments = dict(arguments or {})
         existing = self.queues.get(name)
         if existing is not None:
-            self.assert_queue_equivalence(existing, durable, exclusive_owner, auto_delete,
-                                          arguments)
+            self.assert_queue_equivalence(
+                existing, durable, exclusive_owner, auto_delete, arguments
+            )
             return existing, False
         check_queue_arguments(name, self.name, arguments)
-        q = Queue(name, self.name, durable=durable, exclusive_owner=exclusive_owner,
-                  auto_delete=auto_delete, arguments=arguments)
+        q = Queue(
+            name,
+            self.name,
+            durable=durable,
+            exclusive_owner=exclusive_owner,
+            auto_delete=auto_delete,
+            arguments=arguments,
+        )
         q.dead_letter = self._dead_letter
         self.queues[name] = q
         self._notify("queue.created", q)
@@ -161,18 +199,22 @@ class VirtualHost:
             self._notify("definitions", q)
         return q, True
 
-    def assert_queue_equivalence(self, q: Queue, durable: bool, owner: Any, auto_delete: bool,
-                                 arguments: dict[str, Any]) -> None:
+    def assert_queue_equivalence(
+        self, q: Queue, durable: bool, owner: Any, auto_delete: bool, arguments: dict[str, Any]
+    ) -> None:
         if q.exclusive_owner is not owner:
             raise rabbit.exclusive_locked(q.name, self.name)
         if q.durable != durable:
-            raise rabbit.inequivalent_flag("queue", q.name, self.name, "durable", durable,
-                                           q.durable)
+            raise rabbit.inequivalent_flag(
+                "queue", q.name, self.name, "durable", durable, q.durable
+            )
         if q.auto_delete != auto_delete:
-            raise rabbit.inequivalent_flag("queue", q.name, self.name, "auto_delete",
-                                           auto_delete, q.auto_delete)
-        err = assert_args_equivalence("queue", q.name, self.name, q.arguments, arguments,
-                                      QUEUE_EQUIVALENCE_KEYS)
+            raise rabbit.inequivalent_flag(
+                "queue", q.name, self.name, "auto_delete", auto_delete, q.auto_delete
+            )
+        err = assert_args_equivalence(
+            "queue", q.name, self.name, q.arguments, arguments, QUEUE_EQUIVALENCE_KEYS
+        )
         if err is not None:
             raise err
 
@@ -180,8 +222,7 @@ class VirtualHost:
         if if_unused and q.consumers:
             raise errors.precondition_failed(f"queue '{q.name}' in vhost '{self.name}' in use")
         if if_empty and q.ready:
-            raise errors.precondition_failed(
-                f"queue '{q.name}' in vhost '{self.name}' not empty")
+            raise errors.precondition_failed(f"queue '{q.name}' in vhost '{self.name}' not empty")
         return self.remove_queue(q)
 
     def remove_queue(self, q: Queue) -> int:
@@ -214,19 +255,30 @@ class VirtualHost:
             if not incoming:
                 del self._incoming[(dest.kind, dest.name)]
 
-    def bind(self, source: Exchange, destination: Queue | Exchange, routing_key: str,
-             arguments: dict[str, Any] | None = None) -> bool:
+    def bind(
+        self,
+        source: Exchange,
+        destination: Queue | Exchange,
+        routing_key: str,
+        arguments: dict[str, Any] | None = None,
+    ) -> bool:
         binding = Binding(source.name, destination, routing_key, dict(arguments or {}))
         if not source.bind(binding):
             return False
         self._incoming.setdefault((destination.kind, destination.name), {})[
-            (source.name, *binding.key)] = binding
+            (source.name, *binding.key)
+        ] = binding
         if source.durable and destination.durable:
             self._notify("definitions", binding)
         return True
 
-    def unbind(self, source: Exchange, destination: Queue | Exchange, routing_key: str,
-               arguments: dict[str, Any] | None = None) -> bool:
+    def unbind(
+        self,
+        source: Exchange,
+        destination: Queue | Exchange,
+        routing_key: str,
+        arguments: dict[str, Any] | None = None,
+    ) -> bool:
         probe = Binding(source.name, destination, routing_key, dict(arguments or {}))
         removed = source.unbind(probe.key)
         if removed is None:
@@ -259,8 +311,9 @@ class VirtualHost:
         self._route_into(exchange, message, out, {exchange.name})
         return list(out)
 
-    def _route_into(self, exchange: Exchange, message: Message, out: dict[Queue, None],
-                    seen: set[str]) -> None:
+    def _route_into(
+        self, exchange: Exchange, message: Message, out: dict[Queue, None], seen: set[str]
+    ) -> None:
         before = len(out)
         for d in exchange.route(message):
             if isinstance(d, Queue):
@@ -293,15 +346,23 @@ class VirtualHost:
         routing_key = queue.dead_letter_routing_key or old.routing_key
         deaths = list(headers.get("x-death") or [])
         for death in deaths:
-            if (isinstance(death, dict) and death.get("queue") == queue.name
-                    and death.get("reason") == reason):
+            if (
+                isinstance(death, dict)
+                and death.get("queue") == queue.name
+                and death.get("reason") == reason
+            ):
                 death["count"] = int(death.get("count", 0)) + 1
                 deaths.remove(death)
                 deaths.insert(0, death)
                 break
         else:
-            death = {"count": 1, "reason": reason, "queue": queue.name,
-                     "exchange": old.exchange, "routing-keys": [old.routing_key]}
+            death = {
+                "count": 1,
+                "reason": reason,
+                "queue": queue.name,
+                "exchange": old.exchange,
+                "routing-keys": [old.routing_key],
+            }
             if props.expiration:
                 death["original-expiration"] = props.expiration
             deaths.insert(0, death)

@@ -11,9 +11,12 @@ import typer
 
 from leveret import __version__
 
-app = typer.Typer(add_completion=False, no_args_is_help=True,
-                  help="Leveret: an AMQP 0-9-1 broker with RabbitMQ's messaging model.",
-                  pretty_exceptions_enable=False)
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help="Leveret: an AMQP 0-9-1 broker with RabbitMQ's messaging model.",
+    pretty_exceptions_enable=False,
+)
 
 
 def fail(message: str, code: int = 1) -> None:
@@ -30,34 +33,59 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def _root(
-    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
-                                          help="Print the version and exit.")] = False,
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_version, is_eager=True, help="Print the version and exit."
+        ),
+    ] = False,
 ) -> None:
     pass
 
 
 @app.command()
 def server(
-    amqp_port: Annotated[int | None, typer.Option(
-        "--amqp-port", envvar="LEVERET_AMQP_PORT",
-        help="AMQP port (default 5672; 0 picks a free port).")] = None,
-    bind: Annotated[str | None, typer.Option(
-        "--bind", envvar="LEVERET_BIND",
-        help="Address to listen on (default all interfaces, as RabbitMQ).")] = None,
-    data_dir: Annotated[Path | None, typer.Option(
-        "--data-dir", envvar="LEVERET_DATA_DIR",
-        help="Where durable definitions and persistent messages live.")] = None,
-    config: Annotated[Path | None, typer.Option(
-        "--config", envvar="LEVERET_CONFIG", help="TOML configuration file.")] = None,
-    log_level: Annotated[str, typer.Option(
-        "--log-level", envvar="LEVERET_LOG_LEVEL", help="Logging level.")] = "info",
+    amqp_port: Annotated[
+        int | None,
+        typer.Option(
+            "--amqp-port",
+            envvar="LEVERET_AMQP_PORT",
+            help="AMQP port (default 5672; 0 picks a free port).",
+        ),
+    ] = None,
+    bind: Annotated[
+        str | None,
+        typer.Option(
+            "--bind",
+            envvar="LEVERET_BIND",
+            help="Address to listen on (default all interfaces, as RabbitMQ).",
+        ),
+    ] = None,
+    data_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--data-dir",
+            envvar="LEVERET_DATA_DIR",
+            help="Where durable definitions and persistent messages live.",
+        ),
+    ] = None,
+    config: Annotated[
+        Path | None,
+        typer.Option("--config", envvar="LEVERET_CONFIG", help="TOML configuration file."),
+    ] = None,
+    log_level: Annotated[
+        str, typer.Option("--log-level", envvar="LEVERET_LOG_LEVEL", help="Logging level.")
+    ] = "info",
 ) -> None:
     """Run the broker in the foreground until SIGINT or SIGTERM."""
     from leveret.server.app import run
     from leveret.server.config import Config, ConfigError
 
-    logging.basicConfig(level=log_level.upper(), stream=sys.stderr,
-                        format="%(asctime)s [%(levelname)s] %(name)s: %(message)s")
+    logging.basicConfig(
+        level=log_level.upper(),
+        stream=sys.stderr,
+        format="%(asctime)s [%(levelname)s] %(name)s: %(message)s",
+    )
     try:
         cfg = Config.load(config, amqp_port=amqp_port, bind=bind, data_dir=data_dir)
     except ConfigError as exc:

@@ -60,11 +60,26 @@ class State(Enum):
 class _Content:
     """A publish whose header and body frames are still arriving."""
 
-    __slots__ = ("body_size", "chunks", "exchange_and_key", "mandatory", "immediate",
-                 "exchange", "properties", "received", "routing_key")
+    __slots__ = (
+        "body_size",
+        "chunks",
+        "exchange",
+        "exchange_and_key",
+        "immediate",
+        "mandatory",
+        "properties",
+        "received",
+        "routing_key",
+    )
 
-    def __init__(self, exchange: str, routing_key: str, mandatory: bool, immediate: bool,
-                 exchange_and_key: bytes) -> None:
+    def __init__(
+        self,
+        exchange: str,
+        routing_key: str,
+        mandatory: bool,
+        immediate: bool,
+        exchange_and_key: bytes,
+    ) -> None:
         self.exchange = exchange
         self.routing_key = routing_key
         self.mandatory = mandatory
@@ -124,8 +139,9 @@ class ServerConnection:
     def send_heartbeat(self) -> None:
         self._out.append(HEARTBEAT_FRAME)
 
-    def send_content(self, channel: int, method: spec.Method, properties: bytes,
-                     body: bytes) -> None:
+    def send_content(
+        self, channel: int, method: spec.Method, properties: bytes, body: bytes
+    ) -> None:
         """A content-bearing method (return, get-ok, deliver) with header and body."""
         self._out.append(spec.method_frame(channel, method))
         self._append_content(channel, properties, body)
@@ -133,8 +149,9 @@ class ServerConnection:
     def _append_content(self, channel: int, properties: bytes, body: bytes) -> None:
         out = self._out
         size = len(body)
-        out.append(_content_header(spec.FRAME_HEADER, channel, 12 + len(properties),
-                                   spec.BASIC, 0, size))
+        out.append(
+            _content_header(spec.FRAME_HEADER, channel, 12 + len(properties), spec.BASIC, 0, size)
+        )
         out.append(properties)
         out.append(spec.FRAME_END_BYTE)
         if not size:
@@ -147,14 +164,21 @@ class ServerConnection:
             return
         view = memoryview(body)
         for start in range(0, size, chunk):
-            piece = view[start:start + chunk]
+            piece = view[start : start + chunk]
             out.append(_pack_head(spec.FRAME_BODY, channel, len(piece)))
             out.append(bytes(piece))
             out.append(spec.FRAME_END_BYTE)
 
-    def send_deliver(self, channel: int, consumer_tag: bytes, delivery_tag: int,
-                     redelivered: bool, exchange_and_key: bytes, properties: bytes,
-                     body: bytes) -> None:
+    def send_deliver(
+        self,
+        channel: int,
+        consumer_tag: bytes,
+        delivery_tag: int,
+        redelivered: bool,
+        exchange_and_key: bytes,
+        properties: bytes,
+        body: bytes,
+    ) -> None:
         """The hot path: basic.deliver spliced from pre-encoded pieces.
 
         ``consumer_tag`` is the tag encoded as a short string (length byte included)."""
@@ -167,8 +191,11 @@ class ServerConnection:
         out.append(spec.FRAME_END_BYTE)
         body_size = len(body)
         if body_size and body_size <= self.frame_max - 8:
-            out.append(_content_header(spec.FRAME_HEADER, channel, 12 + len(properties),
-                                       spec.BASIC, 0, body_size))
+            out.append(
+                _content_header(
+                    spec.FRAME_HEADER, channel, 12 + len(properties), spec.BASIC, 0, body_size
+                )
+            )
             out.append(properties)
             out.append(b"\xce\x03" + channel.to_bytes(2, "big") + body_size.to_bytes(4, "big"))
             out.append(body)
@@ -177,19 +204,32 @@ class ServerConnection:
             self._append_content(channel, properties, body)
 
     def send_basic_ack(self, channel: int, delivery_tag: int, multiple: bool) -> None:
-        self._out.append(_ack(spec.FRAME_METHOD, channel, 13, 0x003C0050, delivery_tag,
-                              1 if multiple else 0) + spec.FRAME_END_BYTE)
+        self._out.append(
+            _ack(spec.FRAME_METHOD, channel, 13, 0x003C0050, delivery_tag, 1 if multiple else 0)
+            + spec.FRAME_END_BYTE
+        )
 
     def start(self) -> None:
         """Send connection.start; called once the protocol header checked out."""
-        self.send_method(0, commands.Connection.Start(
-            version_major=0, version_minor=9, server_properties=self.server_properties,
-            mechanisms=self.mechanisms, locales=self.locales))
+        self.send_method(
+            0,
+            commands.Connection.Start(
+                version_major=0,
+                version_minor=9,
+                server_properties=self.server_properties,
+                mechanisms=self.mechanisms,
+                locales=self.locales,
+            ),
+        )
 
     def send_tune(self) -> None:
         self.state = State.AWAIT_TUNE_OK
-        self.send_method(0, commands.Connection.Tune(
-            channel_max=self.channel_max, frame_max=self.frame_max, heartbeat=self.heartbeat))
+        self.send_method(
+            0,
+            commands.Connection.Tune(
+                channel_max=self.channel_max, frame_max=self.frame_max, heartbeat=self.heartbeat
+            ),
+        )
 
     def send_open_ok(self) -> None:
         self.state = State.OPEN
@@ -199,8 +239,12 @@ class ServerConnection:
         """Send connection.close; every later frame but close/close-ok is ignored."""
         if self.state in (State.CLOSING, State.CLOSED):
             return
-        self.send_method(0, commands.Connection.Close(
-            reply_code=code, reply_text=text[:255], class_id=class_id, method_id=method_id))
+        self.send_method(
+            0,
+            commands.Connection.Close(
+                reply_code=code, reply_text=text[:255], class_id=class_id, method_id=method_id
+            ),
+        )
         self.state = State.CLOSING
 
     def fail(self, error: errors.AMQPError) -> None:
@@ -213,9 +257,15 @@ class ServerConnection:
         self.open_channels.discard(channel)
         self._content.pop(channel, None)
         self._closing_channels.add(channel)
-        self.send_method(channel, commands.Channel.Close(
-            reply_code=error.code, reply_text=error.reply_text[:255],
-            class_id=error.class_id, method_id=error.method_id))
+        self.send_method(
+            channel,
+            commands.Channel.Close(
+                reply_code=error.code,
+                reply_text=error.reply_text[:255],
+                class_id=error.class_id,
+                method_id=error.method_id,
+            ),
+        )
 
     # ------------------------------------------------------------------- input
     def receive_data(self, data: bytes) -> list[Event]:
@@ -245,14 +295,16 @@ class ServerConnection:
                 frame_type, channel, size = _unpack_head(buf, pos)
                 if size + 8 > limit and self.state is not State.AWAIT_HEADER:
                     raise errors.frame_error(
-                        f"frame size {size + 8} larger than negotiated maximum {limit}")
+                        f"frame size {size + 8} larger than negotiated maximum {limit}"
+                    )
                 stop = pos + 7 + size
                 if end < stop + 1:
                     break
                 if buf[stop] != spec.FRAME_END:
                     raise errors.frame_error(
-                        f"invalid frame end marker {buf[stop]:#04x} in frame of type {frame_type}")
-                payload = bytes(buf[pos + 7:stop])
+                        f"invalid frame end marker {buf[stop]:#04x} in frame of type {frame_type}"
+                    )
+                payload = bytes(buf[pos + 7 : stop])
                 pos = stop + 1
                 self._frame(frame_type, channel, payload, events)
                 if self.state is State.CLOSED:
@@ -301,10 +353,12 @@ class ServerConnection:
             return
         if state is not State.OPEN:
             raise errors.command_invalid(
-                f"channel frame on channel {channel} before the connection is open")
+                f"channel frame on channel {channel} before the connection is open"
+            )
         if channel in self._content:
             raise errors.unexpected_frame(
-                "expected content header for class 60, got non content header frame instead")
+                "expected content header for class 60, got non content header frame instead"
+            )
         if index == _PUBLISH and channel in self.open_channels:
             self._start_publish(channel, payload)
             return
@@ -324,7 +378,8 @@ class ServerConnection:
                 if self.channel_max and len(self.open_channels) >= self.channel_max:
                     raise errors.not_allowed(
                         f"number of channels opened ({len(self.open_channels)}) has reached "
-                        f"the negotiated channel_max ({self.channel_max})")
+                        f"the negotiated channel_max ({self.channel_max})"
+                    )
                 self.open_channels.add(channel)
                 self.send_method(channel, commands.Channel.OpenOk())
                 events.append(ChannelOpened(channel))
@@ -353,21 +408,23 @@ class ServerConnection:
             return spec.decode_method(payload)
         except Exception as exc:
             raise errors.syntax_error(f"malformed method frame: {exc}").with_method(
-                index >> 16, index & 0xFFFF) from exc
+                index >> 16, index & 0xFFFF
+            ) from exc
 
     def _start_publish(self, channel: int, payload: bytes) -> None:
         try:
             pos = 6  # index (4) + deprecated ticket (2)
             elen = payload[pos]
-            exchange = payload[pos + 1:pos + 1 + elen].decode()
+            exchange = payload[pos + 1 : pos + 1 + elen].decode()
             rpos = pos + 1 + elen
             rlen = payload[rpos]
-            routing_key = payload[rpos + 1:rpos + 1 + rlen].decode()
+            routing_key = payload[rpos + 1 : rpos + 1 + rlen].decode()
             bits = payload[rpos + 1 + rlen]
         except (IndexError, UnicodeDecodeError) as exc:
             raise errors.syntax_error("malformed basic.publish").with_method(60, 40) from exc
-        self._content[channel] = _Content(exchange, routing_key, bool(bits & 1),
-                                          bool(bits & 2), payload[pos:rpos + 1 + rlen])
+        self._content[channel] = _Content(
+            exchange, routing_key, bool(bits & 1), bool(bits & 2), payload[pos : rpos + 1 + rlen]
+        )
 
     def _header_frame(self, channel: int, payload: bytes, events: list[Event]) -> None:
         if self.state is State.CLOSING or channel in self._closing_channels:
@@ -392,7 +449,8 @@ class ServerConnection:
             raise errors.unexpected_frame("expected method frame, got non method frame instead")
         if content.properties is None:
             raise errors.unexpected_frame(
-                "expected content header for class 60, got non content header frame instead")
+                "expected content header for class 60, got non content header frame instead"
+            )
         content.received += len(payload)
         if content.received > content.body_size:
             raise errors.frame_error("content body larger than announced in its header")
@@ -408,8 +466,16 @@ class ServerConnection:
     @staticmethod
     def _published(channel: int, c: _Content, body: bytes) -> PublishReceived:
         assert c.properties is not None
-        return PublishReceived(channel, c.exchange, c.routing_key, c.mandatory, c.immediate,
-                               c.exchange_and_key, c.properties, body)
+        return PublishReceived(
+            channel,
+            c.exchange,
+            c.routing_key,
+            c.mandatory,
+            c.immediate,
+            c.exchange_and_key,
+            c.properties,
+            body,
+        )
 
     def _connection_method(self, index: int, payload: bytes, events: list[Event]) -> None:
         state = self.state
@@ -417,14 +483,21 @@ class ServerConnection:
             if state is State.CLOSING:
                 return
             raise errors.command_invalid(
-                f"method {index >> 16}.{index & 0xFFFF} is not allowed on channel 0")
+                f"method {index >> 16}.{index & 0xFFFF} is not allowed on channel 0"
+            )
         method = self._decode(payload, index)
         if isinstance(method, commands.Connection.Close):
             self.send_method(0, commands.Connection.CloseOk())
             self.state = State.CLOSED
             self.close_after_flush = True
-            events.append(ConnectionCloseReceived(method.reply_code, method.reply_text,
-                                                  method.class_id, method.method_id))
+            events.append(
+                ConnectionCloseReceived(
+                    method.reply_code or 0,
+                    method.reply_text or "",
+                    method.class_id or 0,
+                    method.method_id or 0,
+                )
+            )
             return
         if isinstance(method, commands.Connection.CloseOk):
             if state is State.CLOSING:
@@ -438,19 +511,23 @@ class ServerConnection:
             self.client_properties = dict(method.client_properties or {})
             response = method.response
             raw = response.encode("latin-1") if isinstance(response, str) else bytes(response)
-            events.append(StartOkReceived(self.client_properties, method.mechanism, raw,
-                                          method.locale))
+            events.append(
+                StartOkReceived(self.client_properties, method.mechanism, raw, method.locale)
+            )
             return
         if state is State.AWAIT_TUNE_OK and isinstance(method, commands.Connection.TuneOk):
             if method.frame_max and method.frame_max < spec.FRAME_MIN_SIZE:
                 raise errors.not_allowed(
-                    f"frame_max={method.frame_max} < {spec.FRAME_MIN_SIZE} min size")
+                    f"frame_max={method.frame_max} < {spec.FRAME_MIN_SIZE} min size"
+                )
             if method.frame_max > self.frame_max:
                 raise errors.not_allowed(
-                    f"frame_max={method.frame_max} > {self.frame_max} max size")
+                    f"frame_max={method.frame_max} > {self.frame_max} max size"
+                )
             if method.channel_max > self.channel_max:
                 raise errors.not_allowed(
-                    f"channel_max={method.channel_max} > {self.channel_max} max size")
+                    f"channel_max={method.channel_max} > {self.channel_max} max size"
+                )
             self.frame_max = method.frame_max or self.frame_max
             self.channel_max = method.channel_max or self.channel_max
             self.heartbeat = method.heartbeat
@@ -460,8 +537,14 @@ class ServerConnection:
         if state is State.AWAIT_OPEN and isinstance(method, commands.Connection.Open):
             events.append(OpenReceived(method.virtual_host))
             return
-        if isinstance(method, (commands.Connection.Blocked, commands.Connection.Unblocked,
-                               commands.Connection.UpdateSecretOk)):
+        if isinstance(
+            method,
+            (
+                commands.Connection.Blocked,
+                commands.Connection.Unblocked,
+                commands.Connection.UpdateSecretOk,
+            ),
+        ):
             return
         raise errors.command_invalid(f"unexpected method {method.name} on channel 0")
 

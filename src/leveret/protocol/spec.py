@@ -69,8 +69,15 @@ REPLY_NAMES = {
 }
 
 SOFT_ERRORS = frozenset(
-    {CONTENT_TOO_LARGE, NO_ROUTE, NO_CONSUMERS, ACCESS_REFUSED, NOT_FOUND, RESOURCE_LOCKED,
-     PRECONDITION_FAILED}
+    {
+        CONTENT_TOO_LARGE,
+        NO_ROUTE,
+        NO_CONSUMERS,
+        ACCESS_REFUSED,
+        NOT_FOUND,
+        RESOURCE_LOCKED,
+        PRECONDITION_FAILED,
+    }
 )
 HARD_ERRORS = frozenset(REPLY_NAMES) - SOFT_ERRORS - {REPLY_SUCCESS}
 
@@ -175,7 +182,7 @@ def decode_properties(raw: bytes) -> commands.Basic.Properties:
     pos = 0
     word = 0
     while True:
-        part = int.from_bytes(raw[pos:pos + 2], "big")
+        part = int.from_bytes(raw[pos : pos + 2], "big")
         pos += 2
         flags |= part << (16 * word)
         word += 1

@@ -41,10 +41,12 @@ class AMQPProtocol(asyncio.Protocol):
     def __init__(self, server: Server) -> None:
         self.server = server
         self.loop = server.loop
-        self.conn = ServerConnection(server.broker.server_properties(),
-                                     frame_max=server.config.frame_max,
-                                     channel_max=server.config.channel_max,
-                                     heartbeat=server.config.heartbeat)
+        self.conn = ServerConnection(
+            server.broker.server_properties(),
+            frame_max=server.config.frame_max,
+            channel_max=server.config.channel_max,
+            heartbeat=server.config.heartbeat,
+        )
         self.transport: asyncio.Transport | None = None
         self.session: Session | None = None
         self._flush_scheduled = False
@@ -65,16 +67,25 @@ class AMQPProtocol(asyncio.Protocol):
         self.conn.send_method(channel, method)
         self._schedule()
 
-    def send_content(self, channel: int, method: spec.Method, properties: bytes,
-                     body: bytes) -> None:
+    def send_content(
+        self, channel: int, method: spec.Method, properties: bytes, body: bytes
+    ) -> None:
         self.conn.send_content(channel, method, properties, body)
         self._schedule()
 
-    def send_deliver(self, channel: int, consumer_tag: bytes, delivery_tag: int,
-                     redelivered: bool, exchange_and_key: bytes, properties: bytes,
-                     body: bytes) -> None:
-        self.conn.send_deliver(channel, consumer_tag, delivery_tag, redelivered,
-                               exchange_and_key, properties, body)
+    def send_deliver(
+        self,
+        channel: int,
+        consumer_tag: bytes,
+        delivery_tag: int,
+        redelivered: bool,
+        exchange_and_key: bytes,
+        properties: bytes,
+        body: bytes,
+    ) -> None:
+        self.conn.send_deliver(
+            channel, consumer_tag, delivery_tag, redelivered, exchange_and_key, properties, body
+        )
         if not self._flush_scheduled:
             self._flush_scheduled = True
             self.loop.call_soon(self._flush)
@@ -106,8 +117,11 @@ class AMQPProtocol(asyncio.Protocol):
         return "?"
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]  # uvloop's is no subclass
-        self.transport.set_write_buffer_limits(high=4 * 1024 * 1024, low=1024 * 1024)
+        # uvloop's transports do not subclass asyncio.Transport, hence no isinstance check
+        self.transport = transport  # type: ignore[assignment]
+        transport.set_write_buffer_limits(  # type: ignore[attr-defined]
+            high=4 * 1024 * 1024, low=1024 * 1024
+        )
         self.server.protocols.add(self)
         self._heartbeat_handle = self.loop.call_later(HANDSHAKE_TIMEOUT, self._handshake_timeout)
 
@@ -160,9 +174,16 @@ class AMQPProtocol(asyncio.Protocol):
             if type(event) is PublishReceived:
                 if session is not None:
                     self.published_since_check = True
-                    session.publish(event.channel, event.exchange, event.routing_key,
-                                    event.mandatory, event.immediate, event.exchange_and_key,
-                                    event.properties, event.body)
+                    session.publish(
+                        event.channel,
+                        event.exchange,
+                        event.routing_key,
+                        event.mandatory,
+                        event.immediate,
+                        event.exchange_and_key,
+                        event.properties,
+                        event.body,
+                    )
             elif type(event) is MethodReceived:
                 if session is not None:
                     session.handle(event.channel, event.method)
@@ -198,10 +219,7 @@ class AMQPProtocol(asyncio.Protocol):
                 self.close_connection(err.with_method(spec.CONNECTION, 40))
             else:
                 conn.send_open_ok()
-        elif isinstance(event, ConnectionCloseReceived):
-            if self.session is not None:
-                self.session.close()
-        elif isinstance(event, ConnectionCloseOkReceived):
+        elif isinstance(event, (ConnectionCloseReceived, ConnectionCloseOkReceived)):
             if self.session is not None:
                 self.session.close()
         elif isinstance(event, ConnectionFailed):
@@ -219,7 +237,8 @@ class AMQPProtocol(asyncio.Protocol):
         if err is not None:
             self.server.broker.unregister(session)
             if err.code == spec.ACCESS_REFUSED and session.capability(
-                    "authentication_failure_close"):
+                "authentication_failure_close"
+            ):
                 self.close_connection(err)  # RabbitMQ names no method here
             elif err.code == spec.ACCESS_REFUSED:
                 # As RabbitMQ: a client that cannot read the reason just loses the socket.
@@ -230,7 +249,8 @@ class AMQPProtocol(asyncio.Protocol):
             return
         self.session = session
         session.on_close_requested = lambda: self.close_connection(
-            errors.error(spec.CONNECTION_FORCED, "closed via management"))
+            errors.error(spec.CONNECTION_FORCED, "closed via management")
+        )
         self.conn.send_tune()
 
     # --------------------------------------------------------------- heartbeats
@@ -239,8 +259,9 @@ class AMQPProtocol(asyncio.Protocol):
             self._heartbeat_handle.cancel()
             self._heartbeat_handle = None
         if interval > 0:
-            self._heartbeat_handle = self.loop.call_later(interval / 2, self._heartbeat_tick,
-                                                          interval)
+            self._heartbeat_handle = self.loop.call_later(
+                interval / 2, self._heartbeat_tick, interval
+            )
 
     def _heartbeat_tick(self, interval: int) -> None:
         if self.transport is None:
@@ -255,8 +276,7 @@ class AMQPProtocol(asyncio.Protocol):
         if now - self._last_send >= interval / 2:
             self.conn.send_heartbeat()
             self._flush()
-        self._heartbeat_handle = self.loop.call_later(interval / 2, self._heartbeat_tick,
-                                                      interval)
+        self._heartbeat_handle = self.loop.call_later(interval / 2, self._heartbeat_tick, interval)
 
     # ------------------------------------------------------- resource alarms
     def set_blocked(self, blocked: bool, reason: str) -> None:
@@ -280,8 +300,11 @@ class AMQPProtocol(asyncio.Protocol):
         if self.transport is None:
             return
         if self.conn.state is State.OPEN:
-            self.close_connection(errors.error(
-                spec.CONNECTION_FORCED, f"broker forced connection closure with reason "
-                f"'{reason}'"))
+            self.close_connection(
+                errors.error(
+                    spec.CONNECTION_FORCED,
+                    f"broker forced connection closure with reason '{reason}'",
+                )
+            )
         else:
             self.transport.close()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import signal
 import socket
@@ -50,19 +51,25 @@ class Server:
             b.users.set_permissions("guest", "/", ".*", ".*", ".*")
         for u in c.users:
             if "name" not in u or ("password" not in u and "password_hash" not in u):
-                raise ConfigError("every [[users]] entry needs a name and a password "
-                                  "or password_hash")
+                raise ConfigError(
+                    "every [[users]] entry needs a name and a password or password_hash"
+                )
             tags = u.get("tags", [])
             if isinstance(tags, str):
                 tags = [t for t in tags.replace(",", " ").split() if t]
-            b.users.add_user(str(u["name"]), u.get("password"), list(tags),
-                             password_hash=u.get("password_hash"))
+            b.users.add_user(
+                str(u["name"]), u.get("password"), list(tags), password_hash=u.get("password_hash")
+            )
         for p in c.permissions:
             if "user" not in p:
                 raise ConfigError("every [[permissions]] entry needs a user")
-            b.users.set_permissions(str(p["user"]), str(p.get("vhost", "/")),
-                                    str(p.get("configure", ".*")), str(p.get("write", ".*")),
-                                    str(p.get("read", ".*")))
+            b.users.set_permissions(
+                str(p["user"]),
+                str(p.get("vhost", "/")),
+                str(p.get("configure", ".*")),
+                str(p.get("write", ".*")),
+                str(p.get("read", ".*")),
+            )
 
     async def start(self) -> None:
         self.loop = asyncio.get_running_loop()
@@ -71,8 +78,12 @@ class Server:
         if host in ("", "0.0.0.0", "::"):
             host = None if host != "0.0.0.0" else "0.0.0.0"
         self._server = await self.loop.create_server(
-            lambda: AMQPProtocol(self), host=host, port=self.config.amqp_port,
-            reuse_address=True, backlog=1024)
+            lambda: AMQPProtocol(self),
+            host=host,
+            port=self.config.amqp_port,
+            reuse_address=True,
+            backlog=1024,
+        )
         sock = self._server.sockets[0]
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.host, self.port = sock.getsockname()[:2]
@@ -96,8 +107,7 @@ class Server:
         alarm = used > high if not self.memory_alarm else used > high * 0.8
         if alarm != self.memory_alarm:
             self.memory_alarm = alarm
-            log.warning("memory alarm %s (%d bytes queued)", "set" if alarm else "cleared",
-                        used)
+            log.warning("memory alarm %s (%d bytes queued)", "set" if alarm else "cleared", used)
             for p in list(self.protocols):
                 if p.session is not None and (p.session.recv_publish or not alarm):
                     p.set_blocked(alarm, "low on memory")
@@ -129,10 +139,8 @@ class Server:
             on_ready(self)
         stop = asyncio.Event()
         for sig in (signal.SIGINT, signal.SIGTERM):
-            try:
+            with contextlib.suppress(NotImplementedError, RuntimeError):
                 self.loop.add_signal_handler(sig, stop.set)
-            except (NotImplementedError, RuntimeError):
-                pass
         await stop.wait()
         await self.stop()
 

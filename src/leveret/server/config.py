@@ -32,8 +32,9 @@ class Config:
     ENV_PREFIX = "LEVERET_"
 
     @classmethod
-    def load(cls, path: Path | None = None, env: dict[str, str] | None = None,
-             **overrides: Any) -> Config:
+    def load(
+        cls, path: Path | None = None, env: dict[str, str] | None = None, **overrides: Any
+    ) -> Config:
         config = cls()
         if path is not None:
             config.apply_file(path)
@@ -50,8 +51,11 @@ class Config:
         current = getattr(self, key)
         try:
             if isinstance(current, bool):
-                value = value if isinstance(value, bool) else str(value).lower() in (
-                    "1", "true", "yes", "on")
+                value = (
+                    value
+                    if isinstance(value, bool)
+                    else str(value).lower() in ("1", "true", "yes", "on")
+                )
             elif isinstance(current, int):
                 value = int(value)
             elif isinstance(current, Path):

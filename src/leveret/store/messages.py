@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import struct
 from pathlib import Path
+from typing import BinaryIO
 
 _rec = struct.Struct(">cI")
 _id = struct.Struct(">Q")
@@ -27,17 +28,32 @@ def _sstr(s: str) -> bytes:
 def _read_str(buf: bytes, pos: int) -> tuple[bytes, int]:
     (n,) = _len.unpack_from(buf, pos)
     pos += 4
-    return buf[pos:pos + n], pos + n
+    return buf[pos : pos + n], pos + n
 
 
 class MemoryMessageStore:
     def __init__(self) -> None:
         self.messages: dict[tuple[str, str, int], Record] = {}
 
-    def add(self, vhost: str, queue: str, message_id: int, exchange: str, routing_key: str,
-            properties: bytes, body: bytes) -> None:
-        self.messages[(vhost, queue, message_id)] = (vhost, queue, message_id, exchange,
-                                                     routing_key, properties, body)
+    def add(
+        self,
+        vhost: str,
+        queue: str,
+        message_id: int,
+        exchange: str,
+        routing_key: str,
+        properties: bytes,
+        body: bytes,
+    ) -> None:
+        self.messages[(vhost, queue, message_id)] = (
+            vhost,
+            queue,
+            message_id,
+            exchange,
+            routing_key,
+            properties,
+            body,
+        )
 
     def remove(self, vhost: str, queue: str, message_id: int) -> None:
         self.messages.pop((vhost, queue, message_id), None)
@@ -62,18 +78,36 @@ class FileMessageStore:
         self.dir.mkdir(parents=True, exist_ok=True)
         self.path = self.dir / "messages.log"
         self._pending: list[bytes] = []
-        self._file = None
+        self._file: BinaryIO | None = None
         self.next_id = 1
 
     def _open(self) -> None:
         if self._file is None:
             self._file = open(self.path, "ab")  # noqa: SIM115 - kept open for appends
 
-    def add(self, vhost: str, queue: str, message_id: int, exchange: str, routing_key: str,
-            properties: bytes, body: bytes) -> None:
-        payload = b"".join((_id.pack(message_id), _sstr(vhost), _sstr(queue), _sstr(exchange),
-                            _sstr(routing_key), _len.pack(len(properties)), properties,
-                            _len.pack(len(body)), body))
+    def add(
+        self,
+        vhost: str,
+        queue: str,
+        message_id: int,
+        exchange: str,
+        routing_key: str,
+        properties: bytes,
+        body: bytes,
+    ) -> None:
+        payload = b"".join(
+            (
+                _id.pack(message_id),
+                _sstr(vhost),
+                _sstr(queue),
+                _sstr(exchange),
+                _sstr(routing_key),
+                _len.pack(len(properties)),
+                properties,
+                _len.pack(len(body)),
+                body,
+            )
+        )
         self._pending.append(_rec.pack(b"A", len(payload)) + payload)
 
     def remove(self, vhost: str, queue: str, message_id: int) -> None:
@@ -107,7 +141,7 @@ class FileMessageStore:
             start = pos + 5
             if start + length > len(data):
                 break  # torn tail
-            p = data[start:start + length]
+            p = data[start : start + length]
             pos = start + length
             if kind == b"A":
                 (mid,) = _id.unpack_from(p, 0)
@@ -119,8 +153,14 @@ class FileMessageStore:
                 props, q = _read_str(p, q)
                 body, q = _read_str(p, q)
                 live[(vhost.decode(), queue.decode(), mid)] = (
-                    vhost.decode(), queue.decode(), mid, exchange.decode(), rk.decode(),
-                    bytes(props), bytes(body))
+                    vhost.decode(),
+                    queue.decode(),
+                    mid,
+                    exchange.decode(),
+                    rk.decode(),
+                    bytes(props),
+                    bytes(body),
+                )
                 self.next_id = max(self.next_id, mid + 1)
             elif kind == b"R":
                 (mid,) = _id.unpack_from(p, 0)
@@ -146,9 +186,19 @@ class FileMessageStore:
         tmp = self.path.with_suffix(".tmp")
         with open(tmp, "wb") as f:
             for vhost, queue, mid, exchange, rk, props, body in records:
-                payload = b"".join((_id.pack(mid), _sstr(vhost), _sstr(queue), _sstr(exchange),
-                                    _sstr(rk), _len.pack(len(props)), props,
-                                    _len.pack(len(body)), body))
+                payload = b"".join(
+                    (
+                        _id.pack(mid),
+                        _sstr(vhost),
+                        _sstr(queue),
+                        _sstr(exchange),
+                        _sstr(rk),
+                        _len.pack(len(props)),
+                        props,
+                        _len.pack(len(body)),
+                        body,
+                    )
+                )
                 f.write(_rec.pack(b"A", len(payload)) + payload)
             f.flush()
             os.fsync(f.fileno())

@@ -68,8 +68,7 @@ class Persistence:
         mid = self.messages.next_id
         self.messages.next_id = mid + 1
         entry.store_id = mid
-        self.messages.add(q.vhost, q.name, mid, m.exchange, m.routing_key, m.properties,
-                          m.body)
+        self.messages.add(q.vhost, q.name, mid, m.exchange, m.routing_key, m.properties, m.body)
 
     def _removed(self, q: Queue, entry: Entry) -> None:
         if entry.store_id:

@@ -15,5 +15,14 @@ EXCHANGE_TYPES: dict[str, type[Exchange]] = {
     "headers": HeadersExchange,
 }
 
-__all__ = ["EXCHANGE_TYPES", "Binding", "DefaultExchange", "Destination", "DirectExchange",
-           "Exchange", "FanoutExchange", "HeadersExchange", "TopicExchange"]
+__all__ = [
+    "EXCHANGE_TYPES",
+    "Binding",
+    "DefaultExchange",
+    "Destination",
+    "DirectExchange",
+    "Exchange",
+    "FanoutExchange",
+    "HeadersExchange",
+    "TopicExchange",
+]

@@ -36,8 +36,12 @@ class Binding:
     key: tuple[Any, ...] = ()
 
     def __post_init__(self) -> None:
-        self.key = (self.destination.kind, self.destination.name, self.routing_key,
-                    freeze(self.arguments))
+        self.key = (
+            self.destination.kind,
+            self.destination.name,
+            self.routing_key,
+            freeze(self.arguments),
+        )
 
 
 class Exchange:
@@ -46,8 +50,15 @@ class Exchange:
     type_name = ""
     kind = "exchange"
 
-    def __init__(self, name: str, vhost: str, durable: bool = False, auto_delete: bool = False,
-                 internal: bool = False, arguments: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        vhost: str,
+        durable: bool = False,
+        auto_delete: bool = False,
+        internal: bool = False,
+        arguments: dict[str, Any] | None = None,
+    ) -> None:
         self.name = name
         self.vhost = vhost
         self.durable = durable

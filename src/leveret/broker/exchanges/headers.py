@@ -20,8 +20,9 @@ _MODES = ("all", "any", "all-with-x", "any-with-x")
 
 def _same(pattern: Any, value: Any) -> bool:
     if type(pattern) is not type(value):
-        if isinstance(pattern, (bytes, bytearray, str)) and isinstance(value, (bytes, bytearray,
-                                                                               str)):
+        if isinstance(pattern, (bytes, bytearray, str)) and isinstance(
+            value, (bytes, bytearray, str)
+        ):
             a = pattern.encode() if isinstance(pattern, str) else bytes(pattern)
             b = value.encode() if isinstance(value, str) else bytes(value)
             return a == b
@@ -68,7 +69,8 @@ class HeadersExchange(Exchange):
                 shown = f'<<"{mode}">>' if isinstance(mode, str) else repr(mode)
                 raise errors.precondition_failed(
                     f"Invalid x-match field value {shown}; "
-                    "expected all, any, all-with-x, or any-with-x")
+                    "expected all, any, all-with-x, or any-with-x"
+                )
 
     def _index_add(self, binding: Binding) -> None:
         self._bindings.append(binding)
