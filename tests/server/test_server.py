@@ -1,0 +1,170 @@
+"""The server process: start-up line, shutdown, persistence across restarts, users from
+the config file, and guest's loopback rule."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pika
+import pytest
+
+from tests.brokers import BrokerUnderTest, ensure_rabbitmq, start_leveret
+
+
+def _non_loopback_address() -> str | None:
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect(("192.0.2.1", 9))  # no packet is sent for a UDP connect
+            addr = s.getsockname()[0]
+    except OSError:
+        return None
+    return None if addr.startswith("127.") else addr
+
+
+def test_sigterm_sends_connection_forced(tmp_path: Path) -> None:
+    broker = start_leveret(tmp_path)
+    conn = pika.BlockingConnection(broker.pika_params())
+    conn.channel()
+    closed: list[tuple[int, str]] = []
+
+    def wait() -> None:
+        try:
+            conn.process_data_events(10)
+            conn.sleep(5)
+        except pika.exceptions.ConnectionClosedByBroker as exc:
+            closed.append((exc.reply_code, exc.reply_text))
+
+    t = threading.Thread(target=wait)
+    t.start()
+    code = broker.stop(signal.SIGTERM)
+    t.join(10)
+    assert code == 0
+    assert closed == [(320, "CONNECTION_FORCED - broker forced connection closure with "
+                            "reason 'shutdown'")]
+
+
+def test_durable_state_survives_restart(tmp_path: Path) -> None:
+    broker = start_leveret(tmp_path)
+    conn = pika.BlockingConnection(broker.pika_params())
+    ch = conn.channel()
+    ch.confirm_delivery()
+    ch.exchange_declare("events", "topic", durable=True)
+    ch.queue_declare("keep", durable=True, arguments={"x-max-length": 100})
+    ch.queue_declare("transient")
+    ch.queue_bind("keep", "events", routing_key="a.#")
+    for i in range(5):
+        ch.basic_publish("events", "a.b", f"p{i}".encode(),
+                         pika.BasicProperties(delivery_mode=2))
+    ch.basic_publish("events", "a.b", b"not persistent")
+    method, _, _ = ch.basic_get("keep")
+    ch.basic_ack(method.delivery_tag)  # p0 is gone for good
+    conn.close()
+    broker.stop()
+
+    again = start_leveret(tmp_path)
+    conn = pika.BlockingConnection(again.pika_params())
+    ch = conn.channel()
+    ch.exchange_declare("events", "topic", passive=True)
+    ok = ch.queue_declare("keep", durable=True, arguments={"x-max-length": 100}).method
+    assert ok.message_count == 4
+    bodies = []
+    for _ in range(4):
+        m, p, body = ch.basic_get("keep", auto_ack=True)
+        bodies.append(body)
+        assert m.redelivered and p.delivery_mode == 2
+    assert bodies == [b"p1", b"p2", b"p3", b"p4"]
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as info:
+        ch.queue_declare("transient", passive=True)
+    assert info.value.reply_code == 404
+    ch = conn.channel()
+    ch.basic_publish("events", "a.c", b"routed after restart")
+    assert ch.basic_get("keep", auto_ack=True)[2] == b"routed after restart"
+    conn.close()
+    again.stop()
+
+
+def test_users_from_config_file(tmp_path: Path) -> None:
+    config = tmp_path / "leveret.toml"
+    config.write_text('''
+[[vhosts]]
+name = "/"
+
+[[vhosts]]
+name = "logs"
+
+[[users]]
+name = "alice"
+password = "wonderland"
+tags = ["management"]
+
+[[permissions]]
+user = "alice"
+vhost = "logs"
+configure = "^alice-.*"
+write = ".*"
+read = ".*"
+''')
+    broker = start_leveret(tmp_path / "data", extra=["--config", str(config)])
+    try:
+        creds = pika.PlainCredentials("alice", "wonderland")
+        conn = pika.BlockingConnection(pika.ConnectionParameters(
+            broker.host, broker.port, virtual_host="logs", credentials=creds))
+        ch = conn.channel()
+        ch.queue_declare("alice-q", exclusive=True)
+        with pytest.raises(pika.exceptions.ChannelClosedByBroker) as info:
+            ch.queue_declare("bob-q", exclusive=True)
+        assert (info.value.reply_code, info.value.reply_text) == (
+            403, "ACCESS_REFUSED - access to queue 'bob-q' in vhost 'logs' refused for user "
+                 "'alice'")
+        conn.close()
+        with pytest.raises(pika.exceptions.ProbableAccessDeniedError) as cinfo:
+            pika.BlockingConnection(pika.ConnectionParameters(
+                broker.host, broker.port, virtual_host="/", credentials=creds))
+        assert "(530) \"NOT_ALLOWED - access to vhost '/' refused for user 'alice'\"" in str(
+            cinfo.value)
+    finally:
+        broker.stop()
+
+
+@pytest.mark.parametrize("which", ["leveret", "rabbitmq"])
+def test_guest_only_from_loopback(tmp_path: Path, which: str) -> None:
+    address = _non_loopback_address()
+    if address is None:
+        pytest.skip("this machine has no non-loopback IPv4 address")
+    if which == "leveret":
+        broker = start_leveret(tmp_path, extra=["--bind", "0.0.0.0"])
+    else:
+        found = ensure_rabbitmq()
+        if found is None:
+            pytest.skip("RabbitMQ is not installed here")
+        broker = found
+    try:
+        with pytest.raises(pika.exceptions.ProbableAuthenticationError):
+            pika.BlockingConnection(pika.ConnectionParameters(address, broker.port))
+        pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", broker.port)).close()
+    finally:
+        if which == "leveret":
+            broker.stop()
+
+
+def test_bad_config_is_one_line(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "leveret.cli.main", "server", "--config",
+         str(tmp_path / "missing.toml")], capture_output=True, text=True, timeout=30)
+    assert result.returncode != 0
+    assert result.stderr.strip().splitlines() == [
+        f"Error: config file not found: {tmp_path / 'missing.toml'}"]
+
+
+def test_port_in_use_is_one_line(leveret: BrokerUnderTest) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "leveret.cli.main", "server", "--bind", "127.0.0.1",
+         "--amqp-port", str(leveret.port)], capture_output=True, text=True, timeout=30)
+    assert result.returncode != 0
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: cannot listen on")
