@@ -1,0 +1,124 @@
+"""A stateful model of one queue and one consumer with prefetch: whatever the order of
+publishes, acks, nacks and rejects, no message is lost or duplicated, the prefetch bound
+holds, and a consumer with credit never leaves a message waiting."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from leveret.broker.broker import Broker
+from leveret.broker.session import Session
+from leveret.protocol.errors import AMQPError
+
+
+class FakeOutput:
+    def __init__(self) -> None:
+        self.deliveries: list[tuple[int, bool, bytes]] = []
+        self.errors: list[AMQPError] = []
+
+    def send_method(self, channel: int, method: Any) -> None:
+        pass
+
+    def send_content(self, channel: int, method: Any, properties: bytes, body: bytes) -> None:
+        pass
+
+    def send_deliver(self, channel: int, consumer_tag: bytes, delivery_tag: int,
+                     redelivered: bool, exchange_and_key: bytes, properties: bytes,
+                     body: bytes) -> None:
+        self.deliveries.append((delivery_tag, redelivered, body))
+
+    def send_basic_ack(self, channel: int, delivery_tag: int, multiple: bool) -> None:
+        pass
+
+    def close_channel(self, channel: int, error: AMQPError) -> None:
+        self.errors.append(error)
+
+    def close_connection(self, error: AMQPError) -> None:
+        self.errors.append(error)
+
+
+class QueueModel(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.broker = Broker.with_defaults()
+        self.out = FakeOutput()
+        self.session = Session(self.broker, self.out)
+        self.session.authenticate("PLAIN", b"\0guest\0guest", {})
+        assert self.session.open_vhost("/") is None
+        self.session.channel_opened(1)
+        self.ch = self.session.channels[1]
+        vhost = self.broker.vhosts["/"]
+        self.queue, _ = vhost.declare_queue("q")
+        self.prefetch = 3
+        self.ch.consumer_prefetch = self.prefetch
+        consumer = self.ch.consume(self.queue, "c", False, False, {})
+        self.ch.start_consumer(consumer)
+        self.published = 0
+        self.gone: set[bytes] = set()  # acked or rejected without requeue
+        self.requeued: set[bytes] = set()
+        self.seen: dict[int, bytes] = {}
+
+    def _publish(self, body: bytes) -> None:
+        self.session.publish(1, "", "q", False, False, b"\x00\x01q", b"\x00\x00", body)
+
+    @rule()
+    def publish(self) -> None:
+        self._publish(str(self.published).encode())
+        self.published += 1
+
+    @precondition(lambda self: bool(self.ch.unacked))
+    @rule(data=st.data(), kind=st.sampled_from(["ack", "nack", "reject"]),
+          multiple=st.booleans(), requeue=st.booleans())
+    def settle(self, data: st.DataObject, kind: str, multiple: bool, requeue: bool) -> None:
+        tags = list(self.ch.unacked)
+        tag = data.draw(st.sampled_from(tags))
+        if kind == "reject":
+            multiple = False
+        hit = [t for t in tags if t <= tag] if multiple else [tag]
+        bodies = {self.ch.unacked[t].entry.message.body for t in hit}
+        self.ch.settle(kind, tag, multiple, requeue)
+        if kind == "ack" or not requeue:
+            self.gone |= bodies
+        else:
+            self.requeued |= bodies
+
+    @rule(tag=st.integers(min_value=1000, max_value=2000))
+    def unknown_tag(self, tag: int) -> None:
+        try:
+            self.ch.settle("ack", tag, False, False)
+        except AMQPError as exc:
+            assert exc.code == 406 and exc.text == f"unknown delivery tag {tag}"
+        else:
+            raise AssertionError("an unknown tag was accepted")
+
+    @invariant()
+    def conserved(self) -> None:
+        ready = [e.message.body for e in self.queue.ready]
+        unacked = [d.entry.message.body for d in self.ch.unacked.values()]
+        everything = ready + unacked + sorted(self.gone)
+        assert len(everything) == self.published
+        assert {int(b) for b in everything} == set(range(self.published))
+
+    @invariant()
+    def prefetch_bound(self) -> None:
+        assert len(self.ch.unacked) <= self.prefetch
+
+    @invariant()
+    def no_idle_credit(self) -> None:
+        if len(self.ch.unacked) < self.prefetch:
+            assert not self.queue.ready
+
+    @invariant()
+    def redelivered_flag(self) -> None:
+        for tag, redelivered, body in self.out.deliveries:
+            if tag not in self.seen:
+                self.seen[tag] = body
+                assert redelivered == (body in self.requeued)
+
+
+TestQueueModel = QueueModel.TestCase
+TestQueueModel.settings = settings(max_examples=150, stateful_step_count=40, deadline=None)
