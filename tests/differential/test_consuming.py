@@ -95,7 +95,7 @@ def test_nack_requeue_sets_redelivered_and_keeps_order(broker: BrokerUnderTest,
         ch.queue_declare(name, exclusive=True)
         fill(ch, name, 3)
         m1, _, b1 = ch.basic_get(name)
-        m2, _, b2 = ch.basic_get(name)
+        m2, _, _b2 = ch.basic_get(name)
         assert (m1.redelivered, m1.message_count, b1) == (False, 2, b"m0")
         assert (m2.delivery_tag, m2.message_count) == (2, 1)
         ch.basic_nack(m2.delivery_tag, multiple=True, requeue=True)
@@ -274,7 +274,7 @@ def test_large_message_spans_frames(broker: BrokerUnderTest, name: str) -> None:
         ch = conn.channel()
         ch.queue_declare(name, exclusive=True)
         ch.basic_publish("", name, body)
-        m, _, got = ch.basic_get(name, auto_ack=True)
+        _m, _, got = ch.basic_get(name, auto_ack=True)
         assert got == body
 
 
@@ -289,7 +289,7 @@ def test_message_ttl_and_dead_lettering(broker: BrokerUnderTest, name: str) -> N
         ch.basic_publish("", name, b"expiring")
         settle(conn, 0.3)
         assert ch.basic_get(name)[0] is None
-        m, p, body = ch.basic_get(dead, auto_ack=True)
+        _m, p, body = ch.basic_get(dead, auto_ack=True)
         assert body == b"expiring"
         death = p.headers["x-death"][0]
         assert (death["reason"], death["queue"], death["count"]) == (
@@ -302,3 +302,43 @@ def test_max_length_drops_head(broker: BrokerUnderTest, name: str) -> None:
         ch.queue_declare(name, exclusive=True, arguments={"x-max-length": 2})
         fill(ch, name, 5)
         assert [ch.basic_get(name, auto_ack=True)[2] for _ in range(2)] == [b"m3", b"m4"]
+
+
+def test_per_message_expiration(broker: BrokerUnderTest, name: str) -> None:
+    with connect(broker) as conn:
+        ch = conn.channel()
+        ch.queue_declare(name, exclusive=True)
+        ch.basic_publish("", name, b"short", pika.BasicProperties(expiration="50"))
+        ch.basic_publish("", name, b"long", pika.BasicProperties(expiration="60000"))
+        settle(conn, 0.3)
+        assert ch.queue_declare(name, passive=True).method.message_count == 1
+        assert ch.basic_get(name, auto_ack=True)[2] == b"long"
+
+
+def test_queue_expires_when_unused(broker: BrokerUnderTest, name: str) -> None:
+    with connect(broker) as conn:
+        ch = conn.channel()
+        ch.queue_declare(name, arguments={"x-expires": 200})
+        settle(conn, 0.8)
+        with pytest.raises(pika.exceptions.ChannelClosedByBroker) as info:
+            ch.queue_declare(name, passive=True)
+        assert info.value.reply_code == 404
+
+
+def test_invalid_expiration_property(broker: BrokerUnderTest, name: str) -> None:
+    def action(ch: BlockingChannel) -> None:
+        ch.basic_publish("", name, b"x", pika.BasicProperties(expiration="soon"))
+
+    from tests.differential.helpers import channel_error
+
+    code, text = channel_error(broker, action)
+    assert code == 406 and text.startswith("PRECONDITION_FAILED - invalid expiration 'soon'")
+
+
+def test_user_id_must_match(broker: BrokerUnderTest, name: str) -> None:
+    from tests.differential.helpers import channel_error
+
+    assert channel_error(broker, lambda ch: ch.basic_publish(
+        "", name, b"x", pika.BasicProperties(user_id="mallory"))) == (
+        406, "PRECONDITION_FAILED - user_id property set to 'mallory' but authenticated user "
+             "was 'guest'")

@@ -18,7 +18,7 @@ from leveret.broker.arguments import (
 )
 from leveret.broker.exchanges import EXCHANGE_TYPES, Binding, DefaultExchange, Exchange
 from leveret.broker.message import Message
-from leveret.broker.queue import Entry, Queue
+from leveret.broker.queue import Entry, Queue, now_ms
 from leveret.protocol import errors
 
 log = logging.getLogger(__name__)
@@ -182,6 +182,7 @@ class VirtualHost:
             self.assert_queue_equivalence(
                 existing, durable, exclusive_owner, auto_delete, arguments
             )
+            existing.last_used = now_ms()
             return existing, False
         check_queue_arguments(name, self.name, arguments)
         q = Queue(
@@ -330,6 +331,20 @@ class VirtualHost:
                 if ae is not None:
                     seen.add(ae_name)
                     self._route_into(ae, message, out, seen)
+
+    def expire(self) -> None:
+        """Drop expired messages at queue heads, and queues unused for their x-expires."""
+        t = now_ms()
+        for q in list(self.queues.values()):
+            if q.ready and q.ready[0].expires_at:
+                q.expire()
+            if (
+                q.expires is not None
+                and not q.consumers
+                and q.exclusive_owner is None
+                and t - q.last_used >= q.expires
+            ):
+                self.remove_queue(q)
 
     # ------------------------------------------------------------ dead-lettering
     def _dead_letter(self, queue: Queue, entry: Entry, reason: str) -> None:

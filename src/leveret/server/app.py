@@ -87,7 +87,7 @@ class Server:
         sock = self._server.sockets[0]
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.host, self.port = sock.getsockname()[:2]
-        self._alarm_handle = self.loop.call_later(ALARM_CHECK_INTERVAL, self._check_alarms)
+        self._alarm_handle = self.loop.call_later(ALARM_CHECK_INTERVAL, self._tick)
 
     @property
     def url(self) -> str:
@@ -97,6 +97,15 @@ class Server:
         """Make what was published durable before confirms go out (fsync batching)."""
         for store in self.stores:
             store.sync()
+
+    def _tick(self) -> None:
+        """Periodic housekeeping: message and queue expiry, the memory alarm, and making
+        buffered store writes durable."""
+        self._alarm_handle = self.loop.call_later(ALARM_CHECK_INTERVAL, self._tick)
+        for vhost in self.broker.vhosts.values():
+            vhost.expire()
+        self._check_alarms()
+        self.after_batch()
 
     def _check_alarms(self) -> None:
         used = 0
@@ -111,7 +120,6 @@ class Server:
             for p in list(self.protocols):
                 if p.session is not None and (p.session.recv_publish or not alarm):
                     p.set_blocked(alarm, "low on memory")
-        self._alarm_handle = self.loop.call_later(ALARM_CHECK_INTERVAL, self._check_alarms)
 
     async def stop(self, reason: str = "shutdown") -> None:
         if self._alarm_handle is not None:
