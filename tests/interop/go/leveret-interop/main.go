@@ -104,6 +104,10 @@ func main() {
 		channelError(url, name)
 	case "cancel_notify":
 		cancelNotify(url, name)
+	case "properties":
+		properties(url, name)
+	case "more_errors":
+		moreErrors(url, name)
 	default:
 		fail("unknown scenario %q", scenario)
 	}
@@ -596,5 +600,112 @@ func cancelNotify(url, name string) {
 		"channel_closed":  ch.IsClosed(),
 		"declare_after":   errInfo(err),
 		"declared_prefix": len(q.Name) > 8 && q.Name[:8] == "amq.gen-",
+	})
+}
+
+// properties round-trips every basic property and a body larger than frame_max.
+func properties(url, name string) {
+	conn := dial(url)
+	defer conn.Close()
+	ch := channel(conn)
+	defer ch.Close()
+	queue := name + "-props"
+	_, err := ch.QueueDeclare(queue, false, false, false, false, nil)
+	check(err, "queue.declare")
+	defer ch.QueueDelete(queue, false, false, false)
+
+	body := make([]byte, 300000)
+	for i := range body {
+		body[i] = byte(i % 251)
+	}
+	pub := amqp.Publishing{
+		Headers: amqp.Table{"s": "text", "i": int32(-7), "l": int64(1) << 40, "b": true,
+			"f": 1.5, "nested": amqp.Table{"x": "y"}, "list": []interface{}{"a", int32(1)}},
+		ContentType: "application/octet-stream", ContentEncoding: "identity",
+		DeliveryMode: amqp.Persistent, Priority: 3, CorrelationId: "corr",
+		ReplyTo: "reply", Expiration: "60000", MessageId: "mid",
+		Timestamp: time.Unix(1700000000, 0), Type: "kind", UserId: "guest", AppId: "app",
+		Body: body,
+	}
+	check(ch.Publish("", queue, false, false, pub), "publish")
+	check(ch.Publish("", queue, false, false, amqp.Publishing{}), "publish empty")
+	msgs, err := ch.Consume(queue, "", true, false, false, false, nil)
+	check(err, "basic.consume")
+	d := next(msgs)
+	same := len(d.Body) == len(body)
+	for i := 0; same && i < len(body); i++ {
+		same = d.Body[i] == body[i]
+	}
+	empty := next(msgs)
+	// Go decodes each AMQP field type to its own Go type; JSON alone would hide them.
+	types := result{}
+	for k, v := range d.Headers {
+		types[k] = fmt.Sprintf("%T", v)
+	}
+	emit(result{
+		"header_types": types,
+		"body_len":     len(d.Body), "body_same": same,
+		"headers": d.Headers, "content_type": d.ContentType,
+		"content_encoding": d.ContentEncoding, "delivery_mode": d.DeliveryMode,
+		"priority": d.Priority, "correlation_id": d.CorrelationId, "reply_to": d.ReplyTo,
+		"expiration": d.Expiration, "message_id": d.MessageId,
+		"timestamp": d.Timestamp.Unix(), "type": d.Type, "user_id": d.UserId,
+		"app_id": d.AppId, "exchange": d.Exchange, "routing_key": d.RoutingKey,
+		"consumer_tag_prefix": len(d.ConsumerTag) > 0,
+		"empty_len":           len(empty.Body), "empty_headers": empty.Headers,
+		"empty_delivery_mode": empty.DeliveryMode,
+	})
+}
+
+// moreErrors reports further channel errors, each on a channel of its own.
+func moreErrors(url, name string) {
+	conn := dial(url)
+	defer conn.Close()
+	queue := name + "-excl"
+	owner := channel(conn)
+	_, err := owner.QueueDeclare(queue, false, false, true, false, nil)
+	check(err, "queue.declare exclusive")
+
+	other := dial(url)
+	defer other.Close()
+	ch := channel(other)
+	_, lockedErr := ch.Consume(queue, "", false, false, false, false, nil)
+
+	// Acknowledging a tag that was never delivered; the error follows asynchronously.
+	ch = channel(conn)
+	closed := ch.NotifyClose(make(chan *amqp.Error, 1))
+	check(ch.Ack(99, false), "basic.ack")
+	var ackErr *amqp.Error
+	select {
+	case ackErr = <-closed:
+	case <-time.After(wait):
+		fail("no channel.close after an unknown delivery tag")
+	}
+
+	// A user_id that is not the authenticated user.
+	ch = channel(conn)
+	closed = ch.NotifyClose(make(chan *amqp.Error, 1))
+	check(ch.Publish("", queue, false, false,
+		amqp.Publishing{UserId: "bob", Body: []byte("x")}), "publish")
+	var userErr *amqp.Error
+	select {
+	case userErr = <-closed:
+	case <-time.After(wait):
+		fail("no channel.close after a foreign user_id")
+	}
+
+	// Redeclaring the default exchange and deleting a built-in one.
+	ch = channel(conn)
+	defaultErr := ch.ExchangeDeclare("", "direct", true, false, false, false, nil)
+	ch = channel(conn)
+	amqErr := ch.ExchangeDeclare("amq."+name, "direct", false, false, false, false, nil)
+
+	emit(result{
+		"exclusive_locked": errInfo(lockedErr),
+		"unknown_tag":      errInfo(ackErr),
+		"user_id":          errInfo(userErr),
+		"declare_default":  errInfo(defaultErr),
+		"declare_amq":      errInfo(amqErr),
+		"connection_open":  !conn.IsClosed() && !other.IsClosed(),
 	})
 }

@@ -1,0 +1,294 @@
+"""Interop with the unmodified Node client amqplib (npm, pinned in package-lock.json), over
+real sockets, against Leveret and RabbitMQ.
+
+``tests/interop/node/interop.js`` runs one scenario per process and prints JSON that these
+tests judge. ``npm ci`` runs once per session when ``node_modules`` is missing. Every
+assertion pins what RabbitMQ 3.10.8 does.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, NoReturn
+
+import pytest
+
+from tests.brokers import BrokerUnderTest
+
+pytestmark = pytest.mark.node
+
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+NODE_DIR = Path(__file__).parent / "node"
+SCRIPT = NODE_DIR / "interop.js"
+INSTALL_HINT = (
+    "scripts/install-interop-deps (apt-get install nodejs npm; npm ci in tests/interop/node)"
+)
+
+
+def _unavailable(reason: str) -> NoReturn:
+    if IN_CI:
+        pytest.fail(f"{reason}; under CI the Node interop tests must run: {INSTALL_HINT}")
+    pytest.skip(f"{reason}: {INSTALL_HINT}")
+
+
+def _amqplib_installed() -> bool:
+    installed = NODE_DIR / "node_modules" / "amqplib" / "package.json"
+    if not installed.exists():
+        return False
+    lock = json.loads((NODE_DIR / "package-lock.json").read_text())
+    wanted = lock["packages"]["node_modules/amqplib"]["version"]
+    return bool(json.loads(installed.read_text())["version"] == wanted)
+
+
+@pytest.fixture(scope="session")
+def node_client() -> list[str]:
+    """The command that runs interop.js, with amqplib installed from the lock file."""
+    node = shutil.which("node")
+    if node is None:
+        _unavailable("Node.js (`node`) is not installed")
+    # One installer at a time, also across pytest-xdist workers.
+    digest = hashlib.sha256(str(NODE_DIR).encode()).hexdigest()[:12]
+    lock_path = Path(tempfile.gettempdir()) / f"leveret-npm-ci-{digest}.lock"
+    with lock_path.open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not _amqplib_installed():
+            npm = shutil.which("npm")
+            if npm is None:
+                _unavailable("amqplib is not installed and `npm` is missing")
+            proc = subprocess.run(
+                [npm, "ci", "--no-audit", "--no-fund"],
+                cwd=NODE_DIR,
+                capture_output=True,
+                text=True,
+                timeout=300,
+            )
+            if proc.returncode != 0 or not _amqplib_installed():
+                _unavailable(f"`npm ci` failed:\n{proc.stdout}{proc.stderr}")
+    return [node, str(SCRIPT)]
+
+
+def run_node(
+    client: list[str], scenario: str, broker: BrokerUnderTest, name: str, *args: str
+) -> dict[str, Any]:
+    proc = subprocess.run(
+        [*client, scenario, broker.url, name, *args], capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, (
+        f"{scenario} on {broker.name} exited {proc.returncode}:\n{proc.stdout}{proc.stderr}"
+    )
+    result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return result
+
+
+@pytest.fixture
+def processes() -> Iterator[list[subprocess.Popen[str]]]:
+    """Processes a test starts; killed at teardown if still running."""
+    started: list[subprocess.Popen[str]] = []
+    yield started
+    for proc in started:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(10)
+
+
+def test_tutorial_fanout_every_receiver_gets_every_message(
+    node_client: list[str],
+    broker: BrokerUnderTest,
+    name: str,
+    processes: list[subprocess.Popen[str]],
+) -> None:
+    """The publish/subscribe tutorial in JavaScript: two receive_logs processes each get
+    every message emit_log publishes, in order."""
+    exchange = f"logs-{name}"
+    sent = [f"info: Hello World! {i}" for i in range(10)]
+    queues: list[str] = []
+    try:
+        for _ in range(2):
+            proc = subprocess.Popen(
+                [*node_client, "receive_logs", broker.url, exchange, str(len(sent))],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            processes.append(proc)
+            assert proc.stdout is not None
+            ready = json.loads(proc.stdout.readline() or "{}")
+            assert ready.get("ready") is True, proc.stderr.read() if proc.stderr else ""
+            queues.append(ready["queue"])
+        assert run_node(node_client, "emit_log", broker, exchange, *sent) == {"sent": 10}
+        received = []
+        for proc in processes:
+            out, err = proc.communicate(timeout=30)
+            assert proc.returncode == 0, err
+            received.append(json.loads(out.strip().splitlines()[-1]))
+    finally:
+        run_node(node_client, "delete_exchange", broker, exchange)
+    assert [r["messages"] for r in received] == [sent, sent]
+    assert [r["redelivered"] for r in received] == [0, 0]
+    assert [r["queue"] for r in received] == queues
+    assert len(set(queues)) == 2
+    for q in queues:
+        assert q.startswith("amq.gen-") and len(q) == len("amq.gen-") + 22
+
+
+def test_connection_tuning_and_server_properties(
+    node_client: list[str], broker: BrokerUnderTest, name: str
+) -> None:
+    r = run_node(node_client, "connection", broker, name)
+    # amqplib asks for any channel count, frame_max 131072 and the server's heartbeat.
+    assert (r["channelMax"], r["frameMax"], r["heartbeat"]) == (2047, 131072, 60)
+    assert r["capabilities"] == {
+        "authentication_failure_close": True,
+        "basic.nack": True,
+        "connection.blocked": True,
+        "consumer_cancel_notify": True,
+        "consumer_priorities": True,
+        "direct_reply_to": True,
+        "exchange_exchange_bindings": True,
+        "per_consumer_qos": True,
+        "publisher_confirms": True,
+    }
+    props = r["properties"]
+    seen = {
+        **props,
+        "platform": props["platform"].split(" ")[0],
+        "cluster_name": props["cluster_name"].split("@")[0],
+    }
+    assert seen == {
+        "product": "RabbitMQ",
+        "version": "3.10.8",
+        "copyright": "Copyright (c) 2007-2022 VMware, Inc. or its affiliates.",
+        "information": "Licensed under the MPL 2.0. Website: https://rabbitmq.com",
+        "platform": "Erlang/OTP",
+        "cluster_name": "rabbit",
+    }
+
+
+def test_confirm_channel_wait_for_confirms(
+    node_client: list[str], broker: BrokerUnderTest, name: str
+) -> None:
+    r = run_node(node_client, "confirms", broker, name)
+    assert r["declared"] == {"queue": f"{name}-confirms", "messageCount": 0, "consumerCount": 0}
+    # 20 routed and one unroutable publish: every callback sees an ack.
+    assert r["outcomes"] == [True] * 21
+    assert r["messageCount"] == 20
+
+
+def test_mandatory_publish_without_route_is_returned(
+    node_client: list[str], broker: BrokerUnderTest, name: str
+) -> None:
+    r = run_node(node_client, "mandatory", broker, name)
+    assert r["returns"] == [
+        {
+            "replyCode": 312,
+            "replyText": "NO_ROUTE",
+            "exchange": f"{name}-unbound",
+            "routingKey": "nobody",
+            "body": "lost",
+            "correlationId": "c-1",
+            "headers": {"k": "v"},
+        },
+        {
+            "replyCode": 312,
+            "replyText": "NO_ROUTE",
+            "exchange": "",
+            "routingKey": f"{name}-no-such-queue",
+            "body": "lost too",
+            "correlationId": None,
+            "headers": {},
+        },
+    ]
+    assert r["acks"] == [True, True, True]
+    # basic.return reaches the client before the basic.ack of the same message.
+    assert r["order"] == ["return:lost", "confirm", "return:lost too", "confirm", "confirm"]
+    assert r["extraReturns"] == 0
+
+
+def test_channel_error_text_on_close(
+    node_client: list[str], broker: BrokerUnderTest, name: str
+) -> None:
+    r = run_node(node_client, "channel_error", broker, name)
+    missing = f"{name}-missing"
+    assert r["publish"] == {
+        "code": 404,
+        "classId": 60,
+        "methodId": 40,  # basic.publish
+        "message": "Channel closed by server: 404 (NOT-FOUND) with message "
+        f"\"NOT_FOUND - no exchange '{missing}' in vhost '/'\"",
+    }
+    assert r["channelClosed"] is True
+    assert r["exchangePassive"] == {
+        "code": 404,
+        "classId": 40,
+        "methodId": 10,  # exchange.declare
+        "message": "Operation failed: ExchangeDeclare; 404 (NOT-FOUND) with message "
+        f"\"NOT_FOUND - no exchange '{missing}' in vhost '/'\"",
+    }
+    assert r["queuePassive"] == {
+        "code": 404,
+        "classId": 50,
+        "methodId": 10,  # queue.declare
+        "message": "Operation failed: QueueDeclare; 404 (NOT-FOUND) with message "
+        f"\"NOT_FOUND - no queue '{missing}' in vhost '/'\"",
+    }
+    assert r["connectionError"] is None
+    assert r["afterwards"] is True
+
+
+def test_prefetch_ack_and_nack_requeue(
+    node_client: list[str], broker: BrokerUnderTest, name: str
+) -> None:
+    r = run_node(node_client, "qos", broker, name)
+    assert r["deliveries"] == [
+        {"body": "m0", "tag": 1, "redelivered": False},
+        {"body": "m0", "tag": 2, "redelivered": True},
+        {"body": "m1", "tag": 3, "redelivered": False},
+        {"body": "m2", "tag": 4, "redelivered": False},
+    ]
+    assert r["early"] == 0
+    assert r["readyWhileUnacked"] == 2
+    assert r["consumers"] == 1
+    assert r["readyAfter"] == 0
+
+
+def test_consumer_cancelled_when_queue_deleted(
+    node_client: list[str], broker: BrokerUnderTest, name: str
+) -> None:
+    r = run_node(node_client, "cancel_notify", broker, name)
+    assert r == {"first": "one", "deletedCount": 0, "cancelled": True, "declaredAfter": True}
+
+
+def test_server_properties_wire_order(
+    node_client: list[str], broker: BrokerUnderTest, name: str
+) -> None:
+    """amqplib keeps a field table's wire order in the object it decodes, so the order in
+    connection.start is visible to JavaScript clients."""
+    r = run_node(node_client, "connection", broker, name)
+    assert r["propertyOrder"] == [
+        "capabilities",
+        "cluster_name",
+        "copyright",
+        "information",
+        "platform",
+        "product",
+        "version",
+    ]
+    assert r["capabilityOrder"] == [
+        "publisher_confirms",
+        "exchange_exchange_bindings",
+        "basic.nack",
+        "consumer_cancel_notify",
+        "connection.blocked",
+        "consumer_priorities",
+        "authentication_failure_close",
+        "per_consumer_qos",
+        "direct_reply_to",
+    ]
