@@ -84,7 +84,7 @@ class Broker:
 
     def server_properties(self) -> dict[str, Any]:
         return {
-            "capabilities": dict(CAPABILITIES),
+            "capabilities": dict(CAPABILITIES),  # in RabbitMQ's order, kept on the wire
             "cluster_name": self.cluster_name,
             "copyright": "Copyright (c) the Leveret authors",
             "information": f"Leveret {leveret.__version__}, an AMQP 0-9-1 broker that behaves "

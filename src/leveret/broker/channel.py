@@ -66,8 +66,8 @@ class Channel:
         queue.delivered += 1
         entry.delivery_count += 1
         if consumer.no_ack:
-            queue.unacked += 1
-            queue.settled(entry)
+            if queue.on_removed is not None:
+                queue.on_removed(queue, entry)
         else:
             consumer.unacked += 1
             queue.unacked += 1

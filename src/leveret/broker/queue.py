@@ -82,6 +82,10 @@ class Queue:
         )
         # Set by the vhost: dead-letter a message (reason) and persist hooks.
         self.dead_letter: Callable[[Queue, Entry, str], None] | None = None
+        # No length limit and no TTL: enqueue can take its short path.
+        self._plain = (
+            self.max_length is None and self.max_length_bytes is None and self.message_ttl is None
+        )
         self.on_removed: Callable[[Queue, Entry], None] | None = None
         self.persist: Callable[[Queue, Entry], None] | None = None
 
@@ -96,6 +100,25 @@ class Queue:
 
     def enqueue(self, message: Message) -> bool:
         """Add a message; False when the queue refuses it (x-overflow reject-publish)."""
+        if self._plain and self.persist is None and not message.properties[0] & 0x01:
+            # The hot path: no limits, no TTL, nothing to persist.
+            self._seq += 1
+            self.published += 1
+            entry = Entry(message, self._seq)
+            consumers = self.consumers
+            if consumers and not self.ready:
+                consumer = consumers[0] if len(consumers) == 1 else self._next_consumer()
+                if consumer is not None and consumer.has_credit():
+                    consumer.channel.deliver(consumer, self, entry)
+                    return True
+            self.ready.append(entry)
+            self.ready_bytes += len(message.body)
+            if consumers:
+                self.dispatch()
+            return True
+        return self._enqueue_checked(message)
+
+    def _enqueue_checked(self, message: Message) -> bool:
         if (
             (self.max_length is not None or self.max_length_bytes is not None)
             and self.is_full(len(message.body))
@@ -107,7 +130,9 @@ class Queue:
         self.published += 1
         entry = Entry(message, self._seq)
         if self.message_ttl is not None:
-            if self.message_ttl == 0 and not self.consumers:
+            if self.message_ttl == 0 and (
+                self.ready or not any(c.has_credit() for c in self.consumers)
+            ):
                 # TTL 0: delivered now or never
                 if self.dead_letter is not None:
                     self.dead_letter(self, entry, "expired")

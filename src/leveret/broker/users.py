@@ -51,14 +51,24 @@ class Permission:
     configure: str = ".*"
     write: str = ".*"
     read: str = ".*"
+    # Answers already worked out, per (what, name); a changed permission is a new object.
+    _seen: dict[tuple[str, str], bool] = field(default_factory=dict, repr=False, compare=False)
 
     def allows(self, what: str, name: str) -> bool:
+        key = (what, name)
+        seen = self._seen.get(key)
+        if seen is not None:
+            return seen
         pattern = getattr(self, what)
-        if pattern == "":
-            return False
-        # RabbitMQ matches with re:run: an unanchored search; amq.gen queues of one's own
-        # are covered by the caller.
-        return re.search(pattern, name) is not None
+        # RabbitMQ matches with re:run, an unanchored search; "" allows nothing.
+        try:
+            ok = pattern != "" and re.search(pattern, name) is not None
+        except re.error:
+            ok = False
+        if len(self._seen) > 10000:
+            self._seen.clear()
+        self._seen[key] = ok
+        return ok
 
 
 def is_loopback(address: str | None) -> bool:

@@ -300,14 +300,10 @@ class VirtualHost:
     def route(self, exchange: Exchange, message: Message) -> list[Queue]:
         """Queues a message published to ``exchange`` reaches, following
         exchange-to-exchange bindings and alternate exchanges, each queue once."""
-        dests = exchange.route(message)
-        simple = True
-        for d in dests:
-            if d.kind != "queue":
-                simple = False
-                break
-        if simple and (dests or not exchange.arguments):
-            return dests  # type: ignore[return-value]
+        if not exchange.exchange_bindings:
+            dests = exchange.route(message)
+            if dests or "alternate-exchange" not in exchange.arguments:
+                return dests  # type: ignore[return-value]
         out: dict[Queue, None] = {}
         self._route_into(exchange, message, out, {exchange.name})
         return list(out)

@@ -36,11 +36,15 @@ _pack_head = _head.pack
 _deliver_head = struct.Struct(">BHII").pack  # frame type, channel, size, method index
 _tag_redelivered = struct.Struct(">QB").pack
 _content_header = struct.Struct(">BHIHHQ").pack  # frame head + class, weight, body size
+# The same, each led by the frame-end octet of the frame before it (one pack per frame).
+_content_header_after = struct.Struct(">HHIHHQ").pack
+_body_head = struct.Struct(">HHI").pack
 _body_size = struct.Struct(">Q").unpack_from
 _ack = struct.Struct(">BHIIQB").pack
 HEARTBEAT_FRAME = b"\x08\x00\x00\x00\x00\x00\x00\xce"
 
 _PUBLISH = spec.BASIC_PUBLISH_INDEX
+_PUBLISH_BYTES = _PUBLISH.to_bytes(4, "big")
 _CHANNEL_OPEN = commands.Channel.Open.index
 _CHANNEL_CLOSE = commands.Channel.Close.index
 _CHANNEL_CLOSE_OK = commands.Channel.CloseOk.index
@@ -182,26 +186,36 @@ class ServerConnection:
         """The hot path: basic.deliver spliced from pre-encoded pieces.
 
         ``consumer_tag`` is the tag encoded as a short string (length byte included)."""
-        size = 4 + len(consumer_tag) + 9 + len(exchange_and_key)
-        out = self._out
-        out.append(_deliver_head(spec.FRAME_METHOD, channel, size, 0x003C003C))
-        out.append(consumer_tag)
-        out.append(_tag_redelivered(delivery_tag, redelivered))
-        out.append(exchange_and_key)
-        out.append(spec.FRAME_END_BYTE)
         body_size = len(body)
         if body_size and body_size <= self.frame_max - 8:
-            out.append(
-                _content_header(
-                    spec.FRAME_HEADER, channel, 12 + len(properties), spec.BASIC, 0, body_size
+            self._out.extend(
+                (
+                    _deliver_head(
+                        1, channel, 13 + len(consumer_tag) + len(exchange_and_key), 0x003C003C
+                    ),
+                    consumer_tag,
+                    _tag_redelivered(delivery_tag, redelivered),
+                    exchange_and_key,
+                    _content_header_after(0xCE02, channel, 12 + len(properties), 60, 0, body_size),
+                    properties,
+                    _body_head(0xCE03, channel, body_size),
+                    body,
+                    b"\xce",
                 )
             )
-            out.append(properties)
-            out.append(b"\xce\x03" + channel.to_bytes(2, "big") + body_size.to_bytes(4, "big"))
-            out.append(body)
-            out.append(spec.FRAME_END_BYTE)
-        else:
-            self._append_content(channel, properties, body)
+            return
+        self._out.extend(
+            (
+                _deliver_head(
+                    1, channel, 13 + len(consumer_tag) + len(exchange_and_key), 0x003C003C
+                ),
+                consumer_tag,
+                _tag_redelivered(delivery_tag, redelivered),
+                exchange_and_key,
+                b"\xce",
+            )
+        )
+        self._append_content(channel, properties, body)
 
     def send_basic_ack(self, channel: int, delivery_tag: int, multiple: bool) -> None:
         self._out.append(
@@ -290,20 +304,31 @@ class ServerConnection:
         pos = 0
         end = len(buf)
         limit = self.frame_max
+        content = self._content
+        open_channels = self.open_channels
         try:
             while end - pos >= 7:
                 frame_type, channel, size = _unpack_head(buf, pos)
-                if size + 8 > limit and self.state is not State.AWAIT_HEADER:
+                if size + 8 > limit:
                     raise errors.frame_error(
                         f"frame size {size + 8} larger than negotiated maximum {limit}"
                     )
                 stop = pos + 7 + size
                 if end < stop + 1:
                     break
-                if buf[stop] != spec.FRAME_END:
+                if buf[stop] != 0xCE:
                     raise errors.frame_error(
                         f"invalid frame end marker {buf[stop]:#04x} in frame of type {frame_type}"
                     )
+                if (
+                    frame_type == 1
+                    and buf[pos + 7 : pos + 11] == _PUBLISH_BYTES
+                    and channel in open_channels
+                    and channel not in content
+                    and self.state is State.OPEN
+                ):
+                    pos = self._fast_publish(buf, pos, stop, end, channel, events)
+                    continue
                 payload = bytes(buf[pos + 7 : stop])
                 pos = stop + 1
                 self._frame(frame_type, channel, payload, events)
@@ -316,6 +341,79 @@ class ServerConnection:
         else:
             del buf[:pos]
         return events
+
+    def _fast_publish(
+        self, buf: bytearray, pos: int, stop: int, end: int, channel: int, events: list[Event]
+    ) -> int:
+        """The hot path: basic.publish, and when they are already buffered its content
+        header and single body frame, parsed in place. Returns the new read position."""
+        p = pos + 13  # frame head (7) + method index (4) + deprecated ticket (2)
+        elen = buf[p]
+        rp = p + 1 + elen
+        rlen = buf[rp]
+        bp = rp + 1 + rlen
+        if bp >= stop:
+            raise errors.syntax_error("malformed basic.publish").with_method(60, 40)
+        exchange = buf[p + 1 : rp].decode()
+        routing_key = buf[rp + 1 : bp].decode()
+        bits = buf[bp]
+        exchange_and_key = bytes(buf[p:bp])
+        pos = stop + 1
+        if end - pos >= 7:
+            ftype, hch, hsize = _unpack_head(buf, pos)
+            hstop = pos + 7 + hsize
+            if (
+                ftype == 2
+                and hch == channel
+                and hsize >= 14
+                and hsize + 8 <= self.frame_max
+                and hstop < end
+                and buf[hstop] == 0xCE
+            ):
+                (body_size,) = _body_size(buf, pos + 11)
+                if body_size == 0:
+                    events.append(
+                        PublishReceived(
+                            channel,
+                            exchange,
+                            routing_key,
+                            bool(bits & 1),
+                            bool(bits & 2),
+                            exchange_and_key,
+                            bytes(buf[pos + 19 : hstop]),
+                            b"",
+                        )
+                    )
+                    return hstop + 1
+                bpos = hstop + 1
+                if end - bpos >= 7:
+                    btype, bch, bsize = _unpack_head(buf, bpos)
+                    bstop = bpos + 7 + bsize
+                    if (
+                        btype == 3
+                        and bch == channel
+                        and bsize == body_size
+                        and bstop < end
+                        and buf[bstop] == 0xCE
+                    ):
+                        events.append(
+                            PublishReceived(
+                                channel,
+                                exchange,
+                                routing_key,
+                                bool(bits & 1),
+                                bool(bits & 2),
+                                exchange_and_key,
+                                bytes(buf[pos + 19 : hstop]),
+                                bytes(buf[bpos + 7 : bstop]),
+                            )
+                        )
+                        return bstop + 1
+        # The content is split across reads: assemble it frame by frame.
+        self._content[channel] = _Content(
+            exchange, routing_key, bool(bits & 1), bool(bits & 2), exchange_and_key
+        )
+        return pos
 
     def _protocol_failure(self, exc: errors.AMQPError, events: list[Event]) -> None:
         """The byte stream can no longer be trusted: send connection.close (or, before the

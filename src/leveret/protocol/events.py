@@ -49,22 +49,50 @@ class MethodReceived:
     method: Method
 
 
-@dataclass(frozen=True, slots=True)
 class PublishReceived:
     """A complete basic.publish: method, content header and body.
 
     ``exchange_and_key`` is the wire encoding of the exchange and routing key
     (two short strings), kept so deliveries can splice it without re-encoding.
+    A plain slotted class rather than a frozen dataclass: one is made per message.
     """
 
-    channel: int
-    exchange: str
-    routing_key: str
-    mandatory: bool
-    immediate: bool
-    exchange_and_key: bytes
-    properties: bytes
-    body: bytes
+    __slots__ = (
+        "body",
+        "channel",
+        "exchange",
+        "exchange_and_key",
+        "immediate",
+        "mandatory",
+        "properties",
+        "routing_key",
+    )
+
+    def __init__(
+        self,
+        channel: int,
+        exchange: str,
+        routing_key: str,
+        mandatory: bool,
+        immediate: bool,
+        exchange_and_key: bytes,
+        properties: bytes,
+        body: bytes,
+    ) -> None:
+        self.channel = channel
+        self.exchange = exchange
+        self.routing_key = routing_key
+        self.mandatory = mandatory
+        self.immediate = immediate
+        self.exchange_and_key = exchange_and_key
+        self.properties = properties
+        self.body = body
+
+    def __repr__(self) -> str:
+        return (
+            f"PublishReceived(channel={self.channel}, exchange={self.exchange!r}, "
+            f"routing_key={self.routing_key!r}, body={len(self.body)} bytes)"
+        )
 
 
 @dataclass(frozen=True, slots=True)

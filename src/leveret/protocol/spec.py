@@ -149,12 +149,27 @@ def encode_method_payload(method: Method) -> bytes:
             raw = value.encode() if isinstance(value, str) else bytes(value or b"")
             out.append(struct.pack(">I", len(raw)) + raw)
         elif kind == "table":
-            out.append(encode.field_table(value or {}))
+            out.append(encode_table(value or {}))
         else:
             out.append(encode.by_type(value, kind))
     if nbits:
         out.append(bytes((bits,)))
     return b"".join(out)
+
+
+def encode_table(table: dict[str, Any]) -> bytes:
+    """A field table in the dict's own order (pamqp sorts keys; RabbitMQ's order shows
+    in clients that keep wire order, such as amqplib)."""
+    parts: list[bytes] = []
+    for key, value in table.items():
+        raw = key.encode()
+        parts.append(bytes((len(raw),)) + raw)
+        if isinstance(value, dict):
+            parts.append(b"F" + encode_table(value))
+        else:
+            parts.append(encode.encode_table_value(value))
+    body = b"".join(parts)
+    return struct.pack(">I", len(body)) + body
 
 
 _frame_head = struct.Struct(">BHI").pack

@@ -66,6 +66,8 @@ class Exchange:
         self.internal = internal
         self.arguments: dict[str, Any] = dict(arguments or {})
         self.bindings: dict[tuple[Any, ...], Binding] = {}
+        # How many bindings lead to other exchanges: routing takes a slower path then.
+        self.exchange_bindings = 0
         self.user_who_performed_action = ""
 
     # -- the part a type implements -------------------------------------------------
@@ -90,12 +92,16 @@ class Exchange:
         self.validate_binding(binding)
         self.bindings[binding.key] = binding
         self._index_add(binding)
+        if binding.destination.kind == "exchange":
+            self.exchange_bindings += 1
         return True
 
     def unbind(self, binding_key: tuple[Any, ...]) -> Binding | None:
         binding = self.bindings.pop(binding_key, None)
         if binding is not None:
             self._index_remove(binding)
+            if binding.destination.kind == "exchange":
+                self.exchange_bindings -= 1
         return binding
 
     def bindings_to(self, destination: Destination) -> list[Binding]:
