@@ -138,8 +138,11 @@ def test_channel_close_requeues_unacked(broker: BrokerUnderTest, name: str) -> N
         ch2 = conn.channel()
         collect(conn, ch2, name, auto_ack=False)
         ch2.close()
-        ok = ch.queue_declare(name, passive=True).method
-        assert ok.message_count == 2
+        # RabbitMQ requeues asynchronously after the close: give it a moment
+        counts = []
+        wait_for(conn, lambda: counts.append(
+            ch.queue_declare(name, passive=True).method.message_count) or counts[-1] == 2)
+        assert counts[-1] == 2
         m, _, _ = ch.basic_get(name, auto_ack=True)
         assert m.redelivered
 
