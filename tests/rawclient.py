@@ -43,7 +43,7 @@ class RawClient:
                     return channel, value
             try:
                 chunk = self.sock.recv(65536)
-            except (ConnectionResetError, TimeoutError, socket.timeout):
+            except (ConnectionResetError, TimeoutError):
                 return None
             if not chunk:
                 return None
@@ -57,7 +57,7 @@ class RawClient:
                 if not chunk:
                     break
                 data += chunk
-        except (ConnectionResetError, TimeoutError, socket.timeout):
+        except (ConnectionResetError, TimeoutError):
             pass
         return data
 

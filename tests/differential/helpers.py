@@ -55,7 +55,7 @@ def connection_error(broker: BrokerUnderTest,
         ch = conn.channel()
         action(ch)
         ch.queue_declare(queue="", exclusive=True, auto_delete=True)
-    except (pika.exceptions.ConnectionClosedByBroker,) as exc:
+    except pika.exceptions.ConnectionClosedByBroker as exc:
         return exc.reply_code, exc.reply_text
     except pika.exceptions.ChannelClosedByBroker as exc:
         raise AssertionError(f"channel closed instead: {exc.reply_code} {exc.reply_text}") from exc
