@@ -210,3 +210,62 @@ def test_silent_peer_is_dropped(leveret: BrokerUnderTest) -> None:
             frames.append(got[1].__class__.__name__)
         # heartbeats came, then, with none sent back, the socket was closed
         assert frames and set(frames) == {"Heartbeat"}
+
+
+def test_congested_consumer_holds_back_its_publisher(leveret: BrokerUnderTest,
+                                                     name: str) -> None:
+    """Credit flow: a consumer that does not read its socket stops the publisher feeding
+    it, so the queue does not grow without bound."""
+    from pamqp import body as pbody
+    from pamqp import commands, frame, header
+
+    from tests.rawclient import RawClient
+
+    consumer = RawClient(leveret.host, leveret.port)
+    consumer.handshake()
+    consumer.open_channel()
+    consumer.send_method(1, commands.Queue.Declare(queue=name, auto_delete=True))
+    consumer.expect(commands.Queue.DeclareOk)
+    consumer.send_method(1, commands.Basic.Consume(queue=name, no_ack=True))
+    consumer.expect(commands.Basic.ConsumeOk)
+    # the consumer now never reads again
+
+    body = b"x" * 4096
+    one = (frame.marshal(commands.Basic.Publish(exchange="", routing_key=name), 1)
+           + frame.marshal(header.ContentHeader(body_size=len(body)), 1)
+           + frame.marshal(pbody.ContentBody(body), 1))
+    batch = one * 64
+    publisher = RawClient(leveret.host, leveret.port, timeout=30)
+    publisher.handshake()
+    publisher.open_channel()
+    sent = 0
+    stop = threading.Event()
+
+    def publish() -> None:
+        nonlocal sent
+        try:
+            while not stop.is_set() and sent < 100_000:
+                publisher.send(batch)
+                sent += 64
+        except OSError:
+            pass
+
+    t = threading.Thread(target=publish, daemon=True)
+    t.start()
+    observer = pika.BlockingConnection(leveret.pika_params())
+    obs = observer.channel()
+    t.join(3)
+    sent_then = sent
+    count_then = obs.queue_declare(name, passive=True).method.message_count
+    t.join(2)
+    held = t.is_alive() and sent == sent_then  # stuck in a blocked send
+    count = obs.queue_declare(name, passive=True).method.message_count
+    stop.set()
+    consumer.close()  # releases the publisher: its consumer and queue are gone
+    t.join(10)
+    publisher.close()
+    observer.close()
+    assert held and sent < 100_000
+    # the queue stopped growing: what sits there is bounded by socket buffers
+    assert count == count_then
+    assert count * len(body) < 64 * 1024 * 1024

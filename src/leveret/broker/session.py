@@ -69,6 +69,11 @@ class Session:
         self.heartbeat = 60
         self.auth_mechanism = ""
         self.on_close_requested: Callable[[], None] | None = None
+        # Credit flow: sessions whose congestion holds this publisher back, and the
+        # publishers this session holds back; on_released resumes reading.
+        self.held_by: set[Session] = set()
+        self.holding: set[Session] = set()
+        self.on_released: Callable[[], None] | None = None
         # counters for management
         self.recv_publish = 0
         self.send_deliver = 0
@@ -194,6 +199,15 @@ class Session:
         if writable:
             for ch in list(self.channels.values()):
                 ch.kick()
+            self.release_held()
+
+    def release_held(self) -> None:
+        """This session drains again (or is gone): publishers it held may read again."""
+        holding, self.holding = self.holding, set()
+        for publisher in holding:
+            publisher.held_by.discard(self)
+            if not publisher.held_by and publisher.on_released is not None:
+                publisher.on_released()
 
     def force_close(self, reason: str) -> None:
         self.output.close_connection(errors.error(spec.CONNECTION_FORCED, reason))
@@ -210,6 +224,10 @@ class Session:
             if not queue.deleted:
                 self.vhost_obj.remove_queue(queue)
         self.exclusive_queues.clear()
+        self.release_held()
+        for holder in self.held_by:
+            holder.holding.discard(self)
+        self.held_by.clear()
         self.broker.unregister(self)
 
     # ------------------------------------------------------------ permissions
@@ -528,6 +546,13 @@ class Session:
         for q in queues:
             if not q.enqueue(message):
                 accepted = False
+            elif q.ready and q.consumers:
+                # Credit flow: a consumer that cannot drain its socket holds back the
+                # publishers that feed it, instead of letting the queue grow unbounded.
+                holder = q.consumers[0].channel.session
+                if not holder.writable and holder is not self:
+                    self.held_by.add(holder)
+                    holder.holding.add(self)
         if not queues and mandatory:
             self.output.send_content(
                 ch.number,

@@ -384,7 +384,7 @@ class ServerConnection:
                             b"",
                         )
                     )
-                    return hstop + 1
+                    return int(hstop) + 1
                 bpos = hstop + 1
                 if end - bpos >= 7:
                     btype, bch, bsize = _unpack_head(buf, bpos)
@@ -408,7 +408,7 @@ class ServerConnection:
                                 bytes(buf[bpos + 7 : bstop]),
                             )
                         )
-                        return bstop + 1
+                        return int(bstop) + 1
         # The content is split across reads: assemble it frame by frame.
         self._content[channel] = _Content(
             exchange, routing_key, bool(bits & 1), bool(bits & 2), exchange_and_key

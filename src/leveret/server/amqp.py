@@ -55,6 +55,7 @@ class AMQPProtocol(asyncio.Protocol):
         self._heartbeat_handle: asyncio.TimerHandle | None = None
         self._close_handle: asyncio.TimerHandle | None = None
         self.blocked = False  # reading paused by a resource alarm
+        self.held = False  # reading paused by credit flow (a consumer it feeds is congested)
         self.published_since_check = False
 
     # ------------------------------------------------------------- Output port
@@ -190,6 +191,9 @@ class AMQPProtocol(asyncio.Protocol):
             else:
                 self._control(event)
                 session = self.session
+        if session is not None and session.held_by and not self.held:
+            self.held = True
+            self._update_reading()
         if session is not None and session.pending_confirms:
             self.server.after_batch()
             session.flush_confirms()
@@ -248,10 +252,23 @@ class AMQPProtocol(asyncio.Protocol):
                 self.close_connection(err.with_method(spec.CONNECTION, 11))
             return
         self.session = session
+        session.on_released = self._released
         session.on_close_requested = lambda: self.close_connection(
             errors.error(spec.CONNECTION_FORCED, "closed via management")
         )
         self.conn.send_tune()
+
+    def _released(self) -> None:
+        self.held = False
+        self._update_reading()
+
+    def _update_reading(self) -> None:
+        if self.transport is None:
+            return
+        if self.held or self.blocked:
+            self.transport.pause_reading()
+        else:
+            self.transport.resume_reading()
 
     # --------------------------------------------------------------- heartbeats
     def _start_heartbeats(self, interval: int) -> None:
@@ -290,10 +307,7 @@ class AMQPProtocol(asyncio.Protocol):
                 self.send_method(0, commands.Connection.Blocked(reason=reason))
             else:
                 self.send_method(0, commands.Connection.Unblocked())
-        if blocked:
-            self.transport.pause_reading()
-        else:
-            self.transport.resume_reading()
+        self._update_reading()
 
     def shutdown(self, reason: str) -> None:
         """Broker shutdown: connection.close 320 to the client."""
