@@ -49,6 +49,38 @@ _CHANNEL_OPEN = commands.Channel.Open.index
 _CHANNEL_CLOSE = commands.Channel.Close.index
 _CHANNEL_CLOSE_OK = commands.Channel.CloseOk.index
 _CONNECTION_CLASS = spec.CONNECTION
+_CONNECTION_CLOSE = commands.Connection.Close.index
+_CONNECTION_CLOSE_OK = commands.Connection.CloseOk.index
+# access.request (deprecated, gone from pamqp's spec): RabbitMQ answers request-ok, ticket 1.
+_ACCESS_REQUEST = 0x001E000A
+_ACCESS_REQUEST_OK = b"\x00\x1e\x00\x0b\x00\x01"
+# Methods only a server sends: a client sending one gets "unimplemented method".
+_SERVER_ONLY = frozenset(
+    m.index
+    for m in (
+        commands.Channel.OpenOk,
+        commands.Exchange.DeclareOk,
+        commands.Exchange.DeleteOk,
+        commands.Exchange.BindOk,
+        commands.Exchange.UnbindOk,
+        commands.Queue.DeclareOk,
+        commands.Queue.BindOk,
+        commands.Queue.UnbindOk,
+        commands.Queue.PurgeOk,
+        commands.Queue.DeleteOk,
+        commands.Basic.QosOk,
+        commands.Basic.ConsumeOk,
+        commands.Basic.Deliver,
+        commands.Basic.GetOk,
+        commands.Basic.GetEmpty,
+        commands.Basic.Return,
+        commands.Basic.RecoverOk,
+        commands.Tx.SelectOk,
+        commands.Tx.CommitOk,
+        commands.Tx.RollbackOk,
+        commands.Confirm.SelectOk,
+    )
+)
 
 
 class State(Enum):
@@ -309,16 +341,20 @@ class ServerConnection:
         try:
             while end - pos >= 7:
                 frame_type, channel, size = _unpack_head(buf, pos)
-                if size + 8 > limit:
+                if size > limit:
                     raise errors.frame_error(
-                        f"frame size {size + 8} larger than negotiated maximum {limit}"
+                        frame_text(frame_type, b"", f"{{frame_too_large,{size},{limit - 8}}}")
                     )
                 stop = pos + 7 + size
                 if end < stop + 1:
                     break
                 if buf[stop] != 0xCE:
                     raise errors.frame_error(
-                        f"invalid frame end marker {buf[stop]:#04x} in frame of type {frame_type}"
+                        frame_text(
+                            frame_type,
+                            bytes(buf[pos + 7 : stop]),
+                            f"{{invalid_frame_end_marker,{buf[stop]}}}",
+                        )
                     )
                 if (
                     frame_type == 1
@@ -336,8 +372,13 @@ class ServerConnection:
                     break
         except errors.AMQPError as exc:
             self._protocol_failure(exc, events)
-        except Exception as exc:  # a malformed argument deep inside a method
-            self._protocol_failure(errors.syntax_error(f"cannot decode frame: {exc}"), events)
+        except _Drop:
+            self._in.clear()
+            self.state = State.CLOSED
+            self.close_after_flush = True
+            events.append(ConnectionFailed(errors.frame_error("connection dropped")))
+        except (UnicodeDecodeError, IndexError, struct.error) as exc:
+            self._protocol_failure(errors.frame_error(f"cannot decode frame: {exc}"), events)
         else:
             del buf[:pos]
         return events
@@ -430,19 +471,32 @@ class ServerConnection:
         if frame_type == spec.FRAME_METHOD:
             self._method_frame(channel, payload, events)
         elif frame_type == spec.FRAME_HEADER:
+            if channel == 0:
+                raise errors.unexpected_frame(frame_text(2, payload))
             self._header_frame(channel, payload, events)
         elif frame_type == spec.FRAME_BODY:
+            if channel == 0:
+                raise errors.unexpected_frame(frame_text(3, payload))
             self._body_frame(channel, payload, events)
         elif frame_type == spec.FRAME_HEARTBEAT:
+            if payload:
+                raise errors.frame_error(frame_text(8, payload, "unknown_frame"))
             if channel != 0:
-                raise errors.frame_error("heartbeat frame on non-zero channel")
+                raise errors.unexpected_frame(frame_text(8, payload))
         else:
-            raise errors.frame_error(f"unknown frame type {frame_type}")
+            raise errors.frame_error(frame_text(frame_type, payload, "unknown_frame"))
 
     def _method_frame(self, channel: int, payload: bytes, events: list[Event]) -> None:
         if len(payload) < 4:
-            raise errors.frame_error("method frame too short")
+            raise errors.frame_error(frame_text(1, payload, "unknown_frame"))
         index = int.from_bytes(payload[:4], "big")
+        ids = (index >> 16, index & 0xFFFF)
+        if index == _ACCESS_REQUEST and channel in self.open_channels:
+            self._out.append(_pack_head(1, channel, 6) + _ACCESS_REQUEST_OK + b"\xce")
+            return
+        if spec.method_class(index) is None:
+            # RabbitMQ's reader dies on an unknown method: the socket just closes.
+            raise _Drop()
         state = self.state
         if channel == 0:
             self._connection_method(index, payload, events)
@@ -450,30 +504,30 @@ class ServerConnection:
         if state is State.CLOSING:
             return
         if state is not State.OPEN:
-            raise errors.command_invalid(
-                f"channel frame on channel {channel} before the connection is open"
-            )
-        if channel in self._content:
+            raise errors.channel_error("expected 'channel.open'").with_method(*ids)
+        content = self._content.get(channel)
+        if content is not None:
+            if content.properties is None:
+                raise errors.unexpected_frame(
+                    "expected content header for class 60, got non content header frame instead"
+                ).with_method(60, 40)
             raise errors.unexpected_frame(
-                "expected content header for class 60, got non content header frame instead"
-            )
-        if index == _PUBLISH and channel in self.open_channels:
-            self._start_publish(channel, payload)
-            return
+                "expected content body, got non content body frame instead"
+            ).with_method(60, 40)
         if channel in self._closing_channels:
             if index == _CHANNEL_CLOSE_OK:
                 self._closing_channels.discard(channel)
                 events.append(ChannelClosed(channel, by_client=False))
             elif index == _CHANNEL_CLOSE:
-                # Both sides closed at once: answer, the channel is gone.
+                # Both sides closed at once: answer; the number stays taken until close-ok.
                 self.send_method(channel, commands.Channel.CloseOk())
+            elif index == _CHANNEL_OPEN:
+                raise errors.channel_error("second 'channel.open' seen").with_method(20, 10)
             return
-        if index >> 16 == _CONNECTION_CLASS:
-            raise errors.command_invalid("connection methods are only allowed on channel 0")
         if channel not in self.open_channels:
             if index == _CHANNEL_OPEN:
                 # As RabbitMQ, channel_max bounds how many are open, not their numbers.
-                if self.channel_max and len(self.open_channels) >= self.channel_max:
+                if len(self.open_channels) >= self.channel_max:
                     raise errors.not_allowed(
                         f"number of channels opened ({len(self.open_channels)}) has reached "
                         f"the negotiated channel_max ({self.channel_max})"
@@ -482,30 +536,31 @@ class ServerConnection:
                 self.send_method(channel, commands.Channel.OpenOk())
                 events.append(ChannelOpened(channel))
                 return
-            if index == _CHANNEL_CLOSE:
-                # RabbitMQ answers a close on a channel it does not know with close-ok.
-                self.send_method(channel, commands.Channel.CloseOk())
-                return
-            raise errors.channel_error(f"expected 'channel.open' on channel {channel}")
+            raise errors.channel_error("expected 'channel.open'").with_method(*ids)
+        if index == _PUBLISH:
+            self._start_publish(channel, payload)
+            return
         if index == _CHANNEL_OPEN:
-            raise errors.channel_error("second 'channel.open' seen")
+            raise errors.channel_error("second 'channel.open' seen").with_method(*ids)
+        if (
+            index >> 16 == _CONNECTION_CLASS
+            or index in _SERVER_ONLY
+            or index == (_CHANNEL_CLOSE_OK)
+        ):
+            raise errors.command_invalid("unimplemented method").with_method(*ids)
         method = self._decode(payload, index)
         if index == _CHANNEL_CLOSE:
             self.open_channels.discard(channel)
             self.send_method(channel, commands.Channel.CloseOk())
             events.append(ChannelClosed(channel, by_client=True))
             return
-        if index == _CHANNEL_CLOSE_OK:
-            return
         events.append(MethodReceived(channel, method))
 
     def _decode(self, payload: bytes, index: int) -> spec.Method:
-        if spec.method_class(index) is None:
-            raise errors.command_invalid(f"unknown method {index >> 16}.{index & 0xFFFF}")
         try:
             return spec.decode_method(payload)
         except Exception as exc:
-            raise errors.syntax_error(f"malformed method frame: {exc}").with_method(
+            raise errors.frame_error(f"cannot decode {erlang_binary(payload[4:])}").with_method(
                 index >> 16, index & 0xFFFF
             ) from exc
 
@@ -519,7 +574,9 @@ class ServerConnection:
             routing_key = payload[rpos + 1 : rpos + 1 + rlen].decode()
             bits = payload[rpos + 1 + rlen]
         except (IndexError, UnicodeDecodeError) as exc:
-            raise errors.syntax_error("malformed basic.publish").with_method(60, 40) from exc
+            raise errors.frame_error(f"cannot decode {erlang_binary(payload[4:])}").with_method(
+                60, 40
+            ) from exc
         self._content[channel] = _Content(
             exchange, routing_key, bool(bits & 1), bool(bits & 2), payload[pos : rpos + 1 + rlen]
         )
@@ -528,10 +585,23 @@ class ServerConnection:
         if self.state is State.CLOSING or channel in self._closing_channels:
             return
         content = self._content.get(channel)
-        if content is None or content.properties is not None:
+        if content is None:
             raise errors.unexpected_frame("expected method frame, got non method frame instead")
+        if content.properties is not None:
+            raise errors.unexpected_frame(
+                "expected content body, got non content body frame instead"
+            ).with_method(60, 40)
         if len(payload) < 14:
-            raise errors.frame_error("content header frame too short")
+            raise errors.frame_error(frame_text(2, payload, "unknown_frame"))
+        class_id, weight = struct.unpack_from(">HH", payload, 0)
+        if weight != 0:
+            raise errors.unexpected_frame(
+                "expected content header for class 60, got non content header frame instead"
+            ).with_method(60, 40)
+        if class_id != 60:
+            raise errors.unexpected_frame(
+                f"expected content header for class 60, got one for class {class_id} instead"
+            ).with_method(60, 40)
         (size,) = _body_size(payload, 4)
         content.properties = payload[12:]
         content.body_size = size
@@ -548,10 +618,10 @@ class ServerConnection:
         if content.properties is None:
             raise errors.unexpected_frame(
                 "expected content header for class 60, got non content header frame instead"
-            )
+            ).with_method(60, 40)
+        # As RabbitMQ: a body longer than announced is taken in silently and the channel
+        # keeps waiting for content, so the next other frame is an error.
         content.received += len(payload)
-        if content.received > content.body_size:
-            raise errors.frame_error("content body larger than announced in its header")
         if content.received == content.body_size and not content.chunks:
             del self._content[channel]
             events.append(self._published(channel, content, payload))
@@ -577,14 +647,23 @@ class ServerConnection:
 
     def _connection_method(self, index: int, payload: bytes, events: list[Event]) -> None:
         state = self.state
-        if index >> 16 != _CONNECTION_CLASS:
-            if state is State.CLOSING:
-                return
-            raise errors.command_invalid(
-                f"method {index >> 16}.{index & 0xFFFF} is not allowed on channel 0"
-            )
-        method = self._decode(payload, index)
-        if isinstance(method, commands.Connection.Close):
+        ids = (index >> 16, index & 0xFFFF)
+        if state is State.CLOSING:
+            if index == _CONNECTION_CLOSE_OK:
+                self.state = State.CLOSED
+                self.close_after_flush = True
+                events.append(ConnectionCloseOkReceived())
+            elif index == _CONNECTION_CLOSE:
+                self.send_method(0, commands.Connection.CloseOk())
+            return
+        expected = {
+            State.AWAIT_START_OK: commands.Connection.StartOk.index,
+            State.AWAIT_TUNE_OK: commands.Connection.TuneOk.index,
+            State.AWAIT_OPEN: commands.Connection.Open.index,
+        }.get(state)
+        if index == _CONNECTION_CLOSE:
+            method = self._decode(payload, index)
+            assert isinstance(method, commands.Connection.Close)
             self.send_method(0, commands.Connection.CloseOk())
             self.state = State.CLOSED
             self.close_after_flush = True
@@ -597,54 +676,73 @@ class ServerConnection:
                 )
             )
             return
-        if isinstance(method, commands.Connection.CloseOk):
-            if state is State.CLOSING:
-                self.state = State.CLOSED
-                self.close_after_flush = True
-                events.append(ConnectionCloseOkReceived())
-            return
-        if state is State.CLOSING:
-            return
-        if state is State.AWAIT_START_OK and isinstance(method, commands.Connection.StartOk):
+        if state is State.OPEN:
+            if index in (
+                commands.Connection.Blocked.index,
+                commands.Connection.Unblocked.index,
+                commands.Connection.UpdateSecretOk.index,
+            ):
+                return
+            raise errors.channel_error("unexpected method in connection state running").with_method(
+                *ids
+            )
+        if index != expected:
+            raise _Drop()
+        method = self._decode(payload, index)
+        if isinstance(method, commands.Connection.StartOk):
             self.client_properties = dict(method.client_properties or {})
             response = method.response
             raw = response.encode("latin-1") if isinstance(response, str) else bytes(response)
             events.append(
                 StartOkReceived(self.client_properties, method.mechanism, raw, method.locale)
             )
-            return
-        if state is State.AWAIT_TUNE_OK and isinstance(method, commands.Connection.TuneOk):
-            if method.frame_max and method.frame_max < spec.FRAME_MIN_SIZE:
-                raise errors.not_allowed(
-                    f"frame_max={method.frame_max} < {spec.FRAME_MIN_SIZE} min size"
-                )
-            if method.frame_max > self.frame_max:
-                raise errors.not_allowed(
-                    f"frame_max={method.frame_max} > {self.frame_max} max size"
-                )
-            if method.channel_max > self.channel_max:
-                raise errors.not_allowed(
-                    f"channel_max={method.channel_max} > {self.channel_max} max size"
-                )
-            self.frame_max = method.frame_max or self.frame_max
-            self.channel_max = method.channel_max or self.channel_max
+        elif isinstance(method, commands.Connection.TuneOk):
+            # RabbitMQ drops, with no reply, a peer that asks for more than it offered or
+            # for "no limit" (0).
+            if not (spec.FRAME_MIN_SIZE <= method.frame_max <= self.frame_max):
+                raise _Drop()
+            if not (0 < method.channel_max <= self.channel_max):
+                raise _Drop()
+            self.frame_max = method.frame_max
+            self.channel_max = method.channel_max
             self.heartbeat = method.heartbeat
             self.state = State.AWAIT_OPEN
             events.append(TuneOkReceived(self.channel_max, self.frame_max, self.heartbeat))
-            return
-        if state is State.AWAIT_OPEN and isinstance(method, commands.Connection.Open):
+        elif isinstance(method, commands.Connection.Open):
             events.append(OpenReceived(method.virtual_host))
-            return
-        if isinstance(
-            method,
-            (
-                commands.Connection.Blocked,
-                commands.Connection.Unblocked,
-                commands.Connection.UpdateSecretOk,
-            ),
-        ):
-            return
-        raise errors.command_invalid(f"unexpected method {method.name} on channel 0")
+
+
+class _Drop(Exception):
+    """Input after which RabbitMQ closes the socket without a word."""
+
+
+def erlang_binary(data: bytes) -> str:
+    """A binary as Erlang's ``~p`` prints it: ``<<"text">>`` when every byte is
+    printable Latin-1, ``<<0,60,0,10>>`` otherwise."""
+    if data and all(32 <= b <= 126 or 160 <= b <= 255 or b in _ERL_ESCAPES for b in data):
+        text = "".join(_ERL_ESCAPES.get(b, chr(b)) for b in data)
+        return f'<<"{text}">>'
+    return "<<" + ",".join(str(b) for b in data) + ">>"
+
+
+_ERL_ESCAPES = {
+    34: '\\"',
+    92: "\\\\",
+    10: "\\n",
+    13: "\\r",
+    9: "\\t",
+    11: "\\v",
+    8: "\\b",
+    12: "\\f",
+    27: "\\e",
+}
+
+
+def frame_text(frame_type: int, payload: bytes, reason: str | None = None) -> str:
+    """RabbitMQ's description of a bad frame."""
+    which = "all" if len(payload) <= 16 else "first 16"
+    text = f"type {frame_type}, {which} octets = {erlang_binary(payload[:16])}"
+    return f"{text}: {reason}" if reason is not None else text
 
 
 def decode_amqplain(response: bytes) -> dict[str, Any]:

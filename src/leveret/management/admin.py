@@ -1,0 +1,285 @@
+"""The administrator's part of the management API: users, vhosts, permissions and
+definitions. Every change is told to the broker (``broker.changed``) so the definitions
+store keeps it."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from aiohttp import web
+
+from leveret.broker.definitions import export_definitions, import_definitions
+from leveret.management import views
+from leveret.management.api import mgmt
+from leveret.management.httputil import (
+    ApiError,
+    bad_request,
+    created_or_updated,
+    json_body,
+    json_response,
+    listing,
+    no_content,
+    not_found,
+    rate_ages,
+    require_admin,
+    require_keys,
+)
+
+
+def _tags(value: Any) -> list[str]:
+    if isinstance(value, list):
+        return [str(t).strip() for t in value if str(t).strip()]
+    return [t.strip() for t in str(value or "").split(",") if t.strip()]
+
+
+# ------------------------------------------------------------------------ users
+async def users(request: web.Request) -> web.Response:
+    require_admin(request)
+    b = mgmt(request).broker
+    return listing(request, [views.user(u) for _, u in sorted(b.users.users.items())])
+
+
+async def users_without_permissions(request: web.Request) -> web.Response:
+    require_admin(request)
+    b = mgmt(request).broker
+    with_perms = {user for user, _ in b.users.permissions}
+    return json_response(
+        [views.user(u) for n, u in sorted(b.users.users.items()) if n not in with_perms]
+    )
+
+
+async def user_get(request: web.Request) -> web.Response:
+    require_admin(request)
+    u = mgmt(request).broker.users.users.get(request.match_info["user"])
+    if u is None:
+        raise not_found()
+    return json_response(views.user(u))
+
+
+async def user_put(request: web.Request) -> web.Response:
+    require_admin(request)
+    b = mgmt(request).broker
+    name = request.match_info["user"]
+    body = await json_body(request)
+    if "tags" not in body:
+        raise bad_request("tags_not_present")
+    existing = b.users.users.get(name)
+    tags = _tags(body["tags"])
+    if "password" in body:
+        user = b.users.add_user(name, str(body["password"]), tags)
+    elif "password_hash" in body:
+        user = b.users.add_user(name, None, tags, password_hash=str(body["password_hash"]))
+    elif existing is not None:
+        existing.tags = tags
+        user = existing
+    else:
+        # RabbitMQ creates a user without a password: it cannot log in with one.
+        user = b.users.add_user(name, None, tags)
+    b.changed("user.added" if existing is None else "user.changed", user)
+    return created_or_updated(existing is None)
+
+
+async def user_delete(request: web.Request) -> web.Response:
+    require_admin(request)
+    b = mgmt(request).broker
+    name = request.match_info["user"]
+    if not b.users.delete_user(name):
+        raise not_found()
+    b.changed("user.deleted", name)
+    return no_content()
+
+
+async def users_bulk_delete(request: web.Request) -> web.Response:
+    require_admin(request)
+    b = mgmt(request).broker
+    body = await json_body(request)
+    require_keys(body, "users")
+    for name in body["users"] or []:
+        if b.users.delete_user(str(name)):
+            b.changed("user.deleted", name)
+    return no_content()
+
+
+async def user_permissions(request: web.Request) -> web.Response:
+    require_admin(request)
+    b = mgmt(request).broker
+    name = request.match_info["user"]
+    if name not in b.users.users:
+        raise not_found()
+    return json_response(
+        [views.permission(p) for (u, _), p in sorted(b.users.permissions.items()) if u == name]
+    )
+
+
+# ----------------------------------------------------------------------- vhosts
+async def vhosts(request: web.Request) -> web.Response:
+    m = mgmt(request)
+    ages = rate_ages(request)
+    return listing(
+        request, [views.vhost(v, m.broker, m.stats, ages) for v in m.visible_vhosts(request)]
+    )
+
+
+async def vhost_get(request: web.Request) -> web.Response:
+    m = mgmt(request)
+    v = m.vhost(request)
+    return json_response(views.vhost(v, m.broker, m.stats, rate_ages(request)))
+
+
+async def vhost_put(request: web.Request) -> web.Response:
+    require_admin(request)
+    b = mgmt(request).broker
+    name = request.match_info["vhost"]
+    body = await json_body(request)
+    existing = b.vhosts.get(name)
+    description = str(body.get("description", ""))
+    tags = _tags(body.get("tags", ""))
+    if existing is not None:
+        existing.description = description
+        existing.tags = tags
+        b.changed("vhost.changed", existing)
+        return created_or_updated(False)
+    b.add_vhost(name, description, tags)
+    return created_or_updated(True)
+
+
+async def vhost_delete(request: web.Request) -> web.Response:
+    require_admin(request)
+    if not mgmt(request).broker.delete_vhost(request.match_info["vhost"]):
+        raise not_found()
+    return no_content()
+
+
+async def vhost_permissions(request: web.Request) -> web.Response:
+    require_admin(request)
+    m = mgmt(request)
+    v = m.vhost(request)
+    return json_response(
+        [
+            views.permission(p)
+            for (_, vh), p in sorted(m.broker.users.permissions.items())
+            if vh == v.name
+        ]
+    )
+
+
+# ------------------------------------------------------------------ permissions
+async def permissions(request: web.Request) -> web.Response:
+    require_admin(request)
+    b = mgmt(request).broker
+    return listing(request, [views.permission(p) for p in b.users.permissions.values()])
+
+
+async def permission_get(request: web.Request) -> web.Response:
+    require_admin(request)
+    b = mgmt(request).broker
+    p = b.users.permission(request.match_info["user"], request.match_info["vhost"])
+    if p is None:
+        raise not_found()
+    return json_response(views.permission(p))
+
+
+async def permission_put(request: web.Request) -> web.Response:
+    require_admin(request)
+    b = mgmt(request).broker
+    user, vhost = request.match_info["user"], request.match_info["vhost"]
+    body = await json_body(request)
+    require_keys(body, "configure", "write", "read")
+    if user not in b.users.users or vhost not in b.vhosts:
+        raise bad_request("vhost_or_user_not_found")
+    patterns = [str(body[k]) for k in ("configure", "write", "read")]
+    for pattern in patterns:
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise bad_request(f"invalid_regexp: {pattern}: {exc}") from exc
+    created = b.users.permission(user, vhost) is None
+    b.users.set_permissions(user, vhost, *patterns)
+    b.changed("permission.set", (user, vhost))
+    return created_or_updated(created)
+
+
+async def permission_delete(request: web.Request) -> web.Response:
+    require_admin(request)
+    b = mgmt(request).broker
+    user, vhost = request.match_info["user"], request.match_info["vhost"]
+    if not b.users.clear_permissions(user, vhost):
+        raise not_found()
+    b.changed("permission.cleared", (user, vhost))
+    return no_content()
+
+
+# ------------------------------------------------------------------ definitions
+VHOST_SECTIONS = ("queues", "exchanges", "bindings")
+
+
+async def definitions_get(request: web.Request) -> web.Response:
+    require_admin(request)
+    m = mgmt(request)
+    data = export_definitions(m.broker, durable_only=False)
+    data["product_name"] = "Leveret"
+    vhost = request.match_info.get("vhost")
+    if vhost is None:
+        return json_response(data)
+    m.vhost(request)
+    out: dict[str, Any] = {
+        "rabbit_version": data["rabbit_version"],
+        "rabbitmq_version": data["rabbitmq_version"],
+        "product_name": data["product_name"],
+        "product_version": data["product_version"],
+        "parameters": [],
+        "policies": [],
+    }
+    for section in VHOST_SECTIONS:
+        out[section] = [
+            {k: v for k, v in item.items() if k != "vhost"}
+            for item in data[section]
+            if item.get("vhost") == vhost
+        ]
+    return json_response(out)
+
+
+async def definitions_post(request: web.Request) -> web.Response:
+    require_admin(request)
+    m = mgmt(request)
+    body = await json_body(request)
+    vhost = request.match_info.get("vhost")
+    if vhost is not None:
+        m.vhost(request)
+        body = {
+            section: [dict(item, vhost=vhost) for item in body.get(section) or []]
+            for section in VHOST_SECTIONS
+        }
+    try:
+        import_definitions(m.broker, body)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise bad_request(f"invalid definitions: {exc}") from exc
+    except ApiError:
+        raise
+    m.broker.changed("definitions.imported", None)
+    return no_content()
+
+
+def routes(app: web.Application) -> None:
+    r = app.router
+    r.add_get("/api/users", users)
+    r.add_get("/api/users/without-permissions", users_without_permissions)
+    r.add_post("/api/users/bulk-delete", users_bulk_delete)
+    r.add_get("/api/users/{user}", user_get)
+    r.add_put("/api/users/{user}", user_put)
+    r.add_delete("/api/users/{user}", user_delete)
+    r.add_get("/api/users/{user}/permissions", user_permissions)
+    r.add_get("/api/vhosts", vhosts)
+    r.add_get("/api/vhosts/{vhost}", vhost_get)
+    r.add_put("/api/vhosts/{vhost}", vhost_put)
+    r.add_delete("/api/vhosts/{vhost}", vhost_delete)
+    r.add_get("/api/vhosts/{vhost}/permissions", vhost_permissions)
+    r.add_get("/api/permissions", permissions)
+    r.add_get("/api/permissions/{vhost}/{user}", permission_get)
+    r.add_put("/api/permissions/{vhost}/{user}", permission_put)
+    r.add_delete("/api/permissions/{vhost}/{user}", permission_delete)
+    r.add_get("/api/definitions", definitions_get)
+    r.add_post("/api/definitions", definitions_post)
+    r.add_get("/api/definitions/{vhost}", definitions_get)
+    r.add_post("/api/definitions/{vhost}", definitions_post)

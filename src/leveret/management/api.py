@@ -1,0 +1,721 @@
+"""The management HTTP API in RabbitMQ 3.10's shapes: overview, nodes, connections,
+channels, consumers, exchanges, queues and bindings. Users, vhosts, permissions and
+definitions are in :mod:`leveret.management.admin`."""
+
+from __future__ import annotations
+
+import base64
+import logging
+from importlib import resources
+from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote
+
+from aiohttp import web
+from pamqp import commands
+
+from leveret.broker import errors as rabbit
+from leveret.broker.message import Message
+from leveret.management import views
+from leveret.management.httputil import (
+    MANAGEMENT_TAGS,
+    ApiError,
+    Handler,
+    access_refused,
+    as_bool,
+    bad_request,
+    created_or_updated,
+    credentials,
+    current_user,
+    from_amqp,
+    is_admin,
+    json_body,
+    json_response,
+    listing,
+    no_content,
+    not_found,
+    rate_ages,
+    require_keys,
+)
+from leveret.protocol.errors import AMQPError
+
+if TYPE_CHECKING:
+    from leveret.broker.broker import Broker
+    from leveret.broker.channel import Channel
+    from leveret.broker.queue import Queue
+    from leveret.broker.session import Session
+    from leveret.broker.vhost import VirtualHost
+    from leveret.management.stats import Stats
+    from leveret.server.app import Server
+
+log = logging.getLogger(__name__)
+
+PROPERTY_NAMES = (
+    "content_type",
+    "content_encoding",
+    "headers",
+    "delivery_mode",
+    "priority",
+    "correlation_id",
+    "reply_to",
+    "expiration",
+    "message_id",
+    "timestamp",
+    "type",
+    "user_id",
+    "app_id",
+    "cluster_id",
+)
+
+
+class Management:
+    """State shared by the handlers: the server, its broker and the stats window."""
+
+    def __init__(self, server: Server, stats: Stats) -> None:
+        self.server = server
+        self.broker: Broker = server.broker
+        self.stats = stats
+        self.listeners: list[dict[str, Any]] = []
+
+    # --------------------------------------------------------------- lookups
+    def vhost(self, request: web.Request, name: str | None = None) -> VirtualHost:
+        name = request.match_info["vhost"] if name is None else name
+        v = self.broker.vhosts.get(name)
+        if v is None or not self.can_see(request, name):
+            raise not_found()
+        return v
+
+    def can_see(self, request: web.Request, vhost: str) -> bool:
+        if is_admin(request) or "monitoring" in current_user(request).tags:
+            return True
+        return self.broker.users.permission(current_user(request).name, vhost) is not None
+
+    def visible_vhosts(self, request: web.Request) -> list[VirtualHost]:
+        return [
+            v for name, v in sorted(self.broker.vhosts.items()) if self.can_see(request, name)
+        ]
+
+    def check(self, request: web.Request, vhost: str, what: str, name: str) -> None:
+        """The user's vhost permission for ``what`` (configure, write, read) on ``name``."""
+        perm = self.broker.users.permission(current_user(request).name, vhost)
+        if perm is None or not perm.allows(what, name):
+            raise access_refused()
+
+    def sessions(self, request: web.Request) -> list[Session]:
+        user = current_user(request)
+        everyone = is_admin(request) or "monitoring" in user.tags
+        out = [s for s in self.stats.sessions() if everyone or s.username == user.name]
+        return sorted(out, key=views.connection_name)
+
+    def channels(self, request: web.Request) -> list[Channel]:
+        return [ch for s in self.sessions(request) for _, ch in sorted(s.channels.items())]
+
+    def session_named(self, request: web.Request) -> Session:
+        name = request.match_info["name"]
+        for s in self.sessions(request):
+            if views.connection_name(s) == name:
+                return s
+        raise not_found()
+
+
+MANAGEMENT: web.AppKey[Management] = web.AppKey("management", Management)
+
+
+def mgmt(request: web.Request) -> Management:
+    return request.app[MANAGEMENT]
+
+
+# ------------------------------------------------------------------- middleware
+@web.middleware
+async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    path = request.path
+    if not path.startswith("/api/"):
+        return await handler(request)
+    try:
+        if path != "/api/index.html":
+            m = mgmt(request)
+            creds = credentials(request)
+            if creds is None:
+                raise ApiError(401, "not_authorized", "Login failed")
+            peer = request.remote
+            user = m.broker.users.authenticate(creds[0], creds[1], peer)
+            if user is None:
+                raise ApiError(401, "not_authorized", "Login failed")
+            if not MANAGEMENT_TAGS.intersection(user.tags):
+                raise ApiError(401, "not_authorised", "Not management user")
+            request["user"] = user
+        return await handler(request)
+    except ApiError as exc:
+        return json_response({"error": exc.error, "reason": exc.reason}, exc.status)
+    except AMQPError as exc:
+        err = from_amqp(exc)
+        return json_response({"error": err.error, "reason": err.reason}, err.status)
+    except web.HTTPNotFound:
+        return json_response({"error": "Object Not Found", "reason": "Not Found"}, 404)
+    except web.HTTPMethodNotAllowed:
+        return json_response({"error": "bad_request", "reason": "method not allowed"}, 405)
+
+
+# ---------------------------------------------------------------- overview etc.
+async def overview(request: web.Request) -> web.Response:
+    m = mgmt(request)
+    data = views.overview(m.broker, m.stats, m.listeners, rate_ages(request))
+    return json_response(data)
+
+
+async def whoami(request: web.Request) -> web.Response:
+    user = current_user(request)
+    return json_response({"name": user.name, "tags": list(user.tags)})
+
+
+def node(m: Management) -> dict[str, Any]:
+    import os
+    import resource
+    import time
+
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    return {
+        "name": m.broker.node_name,
+        "type": "disc",
+        "running": True,
+        "os_pid": str(os.getpid()),
+        "mem_used": rss,
+        "mem_limit": m.server.config.memory_high_watermark,
+        "mem_alarm": m.server.memory_alarm,
+        "disk_free_alarm": False,
+        "uptime": int((time.time() - m.stats.started) * 1000),
+        "processors": os.cpu_count() or 1,
+        "rates_mode": "basic",
+        "exchange_types": views.EXCHANGE_TYPES,
+        "partitions": [],
+        "applications": [],
+        "contexts": [],
+        "enabled_plugins": ["rabbitmq_management", "rabbitmq_prometheus"],
+    }
+
+
+async def nodes(request: web.Request) -> web.Response:
+    return json_response([node(mgmt(request))])
+
+
+async def node_one(request: web.Request) -> web.Response:
+    m = mgmt(request)
+    if request.match_info["node"] != m.broker.node_name:
+        raise not_found()
+    return json_response(node(m))
+
+
+async def cluster_name(request: web.Request) -> web.Response:
+    return json_response({"name": mgmt(request).broker.cluster_name})
+
+
+async def extensions(request: web.Request) -> web.Response:
+    return json_response([])
+
+
+async def alarms(request: web.Request) -> web.Response:
+    m = mgmt(request)
+    if m.server.memory_alarm:
+        return json_response(
+            {
+                "status": "failed",
+                "reason": "resource alarm(s) in effect in the cluster",
+                "alarms": [{"node": m.broker.node_name, "resource": "memory"}],
+            },
+            503,
+        )
+    return json_response({"status": "ok"})
+
+
+async def aliveness(request: web.Request) -> web.Response:
+    mgmt(request).vhost(request)
+    return json_response({"status": "ok"})
+
+
+# ----------------------------------------------------- connections and channels
+async def connections(request: web.Request) -> web.Response:
+    m = mgmt(request)
+    vhost = request.match_info.get("vhost")
+    if vhost is not None:
+        m.vhost(request)
+    return listing(
+        request,
+        [views.connection(s) for s in m.sessions(request) if vhost is None or s.vhost == vhost],
+    )
+
+
+async def connection_one(request: web.Request) -> web.Response:
+    m = mgmt(request)
+    return json_response(views.connection(m.session_named(request)))
+
+
+async def connection_delete(request: web.Request) -> web.Response:
+    m = mgmt(request)
+    s = m.session_named(request)
+    reason = request.headers.get("X-Reason", "Closed via management plugin")
+    s.force_close(reason)
+    return no_content()
+
+
+async def connection_channels(request: web.Request) -> web.Response:
+    m = mgmt(request)
+    s = m.session_named(request)
+    return listing(
+        request, [views.channel(ch, m.stats) for _, ch in sorted(s.channels.items())]
+    )
+
+
+async def channels(request: web.Request) -> web.Response:
+    m = mgmt(request)
+    vhost = request.match_info.get("vhost")
+    if vhost is not None:
+        m.vhost(request)
+    return listing(
+        request,
+        [
+            views.channel(ch, m.stats)
+            for ch in m.channels(request)
+            if vhost is None or ch.session.vhost == vhost
+        ],
+    )
+
+
+async def channel_one(request: web.Request) -> web.Response:
+    m = mgmt(request)
+    for ch in m.channels(request):
+        if views.channel_name(ch) == request.match_info["name"]:
+            data = views.channel(ch, m.stats)
+            data["consumer_details"] = [views.consumer(c) for c in ch.consumers.values()]
+            return json_response(data)
+    raise not_found()
+
+
+async def consumers(request: web.Request) -> web.Response:
+    m = mgmt(request)
+    vhosts = [m.vhost(request)] if "vhost" in request.match_info else m.visible_vhosts(request)
+    out = [
+        views.consumer(c) for v in vhosts for q in v.queues.values() for c in q.consumers
+    ]
+    return json_response(out)
+
+
+# -------------------------------------------------------------------- exchanges
+def exchange_name(request: web.Request) -> str:
+    name = request.match_info["name"]
+    return "" if name == "amq.default" else name
+
+
+async def exchanges(request: web.Request) -> web.Response:
+    m = mgmt(request)
+    vhosts = [m.vhost(request)] if "vhost" in request.match_info else m.visible_vhosts(request)
+    out = [
+        views.exchange(x)
+        for v in vhosts
+        for x in sorted(v.exchanges.values(), key=lambda x: x.name)
+    ]
+    return listing(request, out)
+
+
+async def exchange_get(request: web.Request) -> web.Response:
+    v = mgmt(request).vhost(request)
+    x = v.exchanges.get(exchange_name(request))
+    if x is None:
+        raise not_found()
+    data = views.exchange(x)
+    data["incoming"] = []
+    data["outgoing"] = []
+    return json_response(dict(sorted(data.items())))
+
+
+async def exchange_put(request: web.Request) -> web.Response:
+    m = mgmt(request)
+    v = m.vhost(request)
+    name = exchange_name(request)
+    body = await json_body(request)
+    if name == "" or name.startswith("amq."):
+        raise access_refused()
+    m.check(request, v.name, "configure", name)
+    args = body.get("arguments") or {}
+    if not isinstance(args, dict):
+        raise bad_request("arguments must be an object")
+    x, created = v.declare_exchange(
+        name,
+        str(body.get("type", "direct")),
+        as_bool(body.get("durable")),
+        as_bool(body.get("auto_delete")),
+        as_bool(body.get("internal")),
+        args,
+    )
+    if created:
+        x.user_who_performed_action = current_user(request).name
+    return created_or_updated(created)
+
+
+async def exchange_delete(request: web.Request) -> web.Response:
+    m = mgmt(request)
+    v = m.vhost(request)
+    name = exchange_name(request)
+    if name == "" or name.startswith("amq."):
+        raise access_refused()
+    if name not in v.exchanges:
+        raise not_found()
+    m.check(request, v.name, "configure", name)
+    v.delete_exchange(name, as_bool(request.query.get("if-unused")))
+    return no_content()
+
+
+async def exchange_publish(request: web.Request) -> web.Response:
+    m = mgmt(request)
+    v = m.vhost(request)
+    name = exchange_name(request)
+    x = v.exchanges.get(name)
+    if x is None:
+        raise not_found()
+    body = await json_body(request)
+    require_keys(body, "routing_key", "properties", "payload", "payload_encoding")
+    m.check(request, v.name, "write", name)
+    encoding = body["payload_encoding"]
+    if encoding == "string":
+        payload = str(body["payload"]).encode()
+    elif encoding == "base64":
+        try:
+            payload = base64.b64decode(str(body["payload"]), validate=True)
+        except ValueError as exc:
+            raise bad_request("payload_not_base64") from exc
+    else:
+        raise bad_request(f"invalid payload_encoding: {encoding}")
+    props = body["properties"] or {}
+    if not isinstance(props, dict):
+        raise bad_request("properties must be an object")
+    unknown = [k for k in props if k not in PROPERTY_NAMES]
+    if unknown:
+        raise bad_request(f"unknown properties: {', '.join(unknown)}")
+    try:
+        properties = commands.Basic.Properties(**props) if props else None
+        message = Message.build(name, str(body["routing_key"]), payload, properties)
+    except (TypeError, ValueError) as exc:
+        raise bad_request(str(exc)) from exc
+    queues = v.route(x, message)
+    for q in queues:
+        q.enqueue(message)
+    m.stats.count_publish(v.name)
+    return json_response({"routed": bool(queues)})
+
+
+# ----------------------------------------------------------------------- queues
+async def queues(request: web.Request) -> web.Response:
+    m = mgmt(request)
+    vhosts = [m.vhost(request)] if "vhost" in request.match_info else m.visible_vhosts(request)
+    ages = rate_ages(request)
+    out = [
+        views.queue(q, m.broker, m.stats, ages)
+        for v in vhosts
+        for q in sorted(v.queues.values(), key=lambda q: q.name)
+    ]
+    return listing(request, out)
+
+
+def queue_named(request: web.Request) -> tuple[VirtualHost, Queue]:
+    v = mgmt(request).vhost(request)
+    q = v.queues.get(request.match_info["name"])
+    if q is None:
+        raise not_found()
+    return v, q
+
+
+async def queue_get(request: web.Request) -> web.Response:
+    m = mgmt(request)
+    _, q = queue_named(request)
+    data = views.queue(q, m.broker, m.stats, rate_ages(request))
+    data["consumer_details"] = [views.consumer(c) for c in q.consumers]
+    data["deliveries"] = []
+    data["incoming"] = []
+    return json_response(dict(sorted(data.items())))
+
+
+async def queue_put(request: web.Request) -> web.Response:
+    m = mgmt(request)
+    v = m.vhost(request)
+    name = request.match_info["name"]
+    body = await json_body(request)
+    if name.startswith("amq."):
+        raise rabbit.reserved_name("queue", name)
+    m.check(request, v.name, "configure", name)
+    args = body.get("arguments") or {}
+    if not isinstance(args, dict):
+        raise bad_request("arguments must be an object")
+    existing = v.queues.get(name)
+    if existing is not None and existing.exclusive_owner is not None:
+        raise rabbit.exclusive_locked(name, v.name)
+    _, created = v.declare_queue(
+        name, as_bool(body.get("durable")), None, as_bool(body.get("auto_delete")), args
+    )
+    return created_or_updated(created)
+
+
+async def queue_delete(request: web.Request) -> web.Response:
+    m = mgmt(request)
+    v, q = queue_named(request)
+    m.check(request, v.name, "configure", q.name)
+    v.delete_queue(q, as_bool(request.query.get("if-unused")), as_bool(request.query.get("if-empty")))
+    return no_content()
+
+
+async def queue_purge(request: web.Request) -> web.Response:
+    m = mgmt(request)
+    v, q = queue_named(request)
+    m.check(request, v.name, "read", q.name)
+    q.purge()
+    return no_content()
+
+
+def message_properties(message: Message) -> Any:
+    props = message.props
+    out = {}
+    for name in PROPERTY_NAMES:
+        value = getattr(props, name, None)
+        if value is not None and value != "" and not (name == "headers" and not value):
+            out[name] = views.jsonable(value)
+    if "timestamp" in out and hasattr(props.timestamp, "timestamp"):
+        out["timestamp"] = int(props.timestamp.timestamp())
+    return out or []  # RabbitMQ answers an empty property list as []
+
+
+async def queue_get_messages(request: web.Request) -> web.Response:
+    m = mgmt(request)
+    v, q = queue_named(request)
+    body = await json_body(request)
+    require_keys(body, "ackmode", "count", "encoding")
+    m.check(request, v.name, "read", q.name)
+    ackmode = body["ackmode"]
+    if ackmode not in ("ack_requeue_true", "ack_requeue_false", "reject_requeue_true",
+                       "reject_requeue_false"):
+        raise bad_request(f"invalid ackmode: {ackmode}")
+    encoding = body["encoding"]
+    if encoding not in ("auto", "base64"):
+        raise bad_request(f"invalid encoding: {encoding}")
+    try:
+        count = int(body["count"])
+        truncate = int(body["truncate"]) if body.get("truncate") is not None else None
+    except (TypeError, ValueError) as exc:
+        raise bad_request("count and truncate must be integers") from exc
+    entries = []
+    out = []
+    for _ in range(max(0, count)):
+        entry = q.get()
+        if entry is None:
+            break
+        q.delivered += 1
+        q.unacked += 1
+        entries.append(entry)
+        msg = entry.message
+        payload = msg.body if truncate is None else msg.body[:truncate]
+        item: dict[str, Any] = {
+            "payload_bytes": len(msg.body),
+            "redelivered": entry.redelivered,
+            "exchange": msg.exchange,
+            "routing_key": msg.routing_key,
+            "message_count": len(q.ready),
+            "properties": message_properties(msg),
+        }
+        text: str | None = None
+        if encoding == "auto":
+            try:
+                text = payload.decode("utf-8")
+            except UnicodeDecodeError:
+                text = None
+        if text is not None:
+            item["payload"], item["payload_encoding"] = text, "string"
+        else:
+            item["payload"] = base64.b64encode(payload).decode()
+            item["payload_encoding"] = "base64"
+        out.append(item)
+    if ackmode.endswith("requeue_true"):
+        q.requeue(entries)
+    else:
+        for entry in entries:
+            if ackmode.startswith("ack"):
+                q.acked += 1
+            q.settled(entry)
+    return json_response(out)
+
+
+async def queue_bindings(request: web.Request) -> web.Response:
+    v, q = queue_named(request)
+    out = [views.default_binding(v.name, q)]
+    out += [
+        views.binding(v.name, b)
+        for b in sorted(v.bindings(), key=lambda b: (b.source, b.routing_key))
+        if b.destination is q
+    ]
+    return json_response(out)
+
+
+# --------------------------------------------------------------------- bindings
+async def bindings(request: web.Request) -> web.Response:
+    m = mgmt(request)
+    vhosts = [m.vhost(request)] if "vhost" in request.match_info else m.visible_vhosts(request)
+    return listing(request, [b for v in vhosts for b in views.all_bindings(v)])
+
+
+async def exchange_bindings(request: web.Request) -> web.Response:
+    v = mgmt(request).vhost(request)
+    name = exchange_name(request)
+    if name not in v.exchanges:
+        raise not_found()
+    as_source = request.match_info["direction"] == "source"
+    out = [
+        b
+        for b in views.all_bindings(v)
+        if (b["source"] == name if as_source else (
+            b["destination_type"] == "exchange" and b["destination"] == name))
+    ]
+    return json_response(out)
+
+
+def binding_ends(request: web.Request) -> tuple[VirtualHost, Any, Any]:
+    v = mgmt(request).vhost(request)
+    source = request.match_info["source"]
+    dest = request.match_info["dest"]
+    kind = "queue" if request.match_info["kind"] == "q" else "exchange"
+    src = v.exchanges.get("" if source == "amq.default" else source)
+    if src is None:
+        raise rabbit.no_exchange(source, v.name)
+    target = v.queues.get(dest) if kind == "queue" else v.exchanges.get(dest)
+    if target is None:
+        raise rabbit.no_queue(dest, v.name) if kind == "queue" else rabbit.no_exchange(
+            dest, v.name)
+    return v, src, target
+
+
+def between(v: VirtualHost, src: Any, target: Any) -> list[dict[str, Any]]:
+    return [
+        b
+        for b in views.all_bindings(v)
+        if b["source"] == src.name
+        and b["destination"] == target.name
+        and b["destination_type"] == target.kind
+    ]
+
+
+async def bindings_between(request: web.Request) -> web.Response:
+    v, src, target = binding_ends(request)
+    return json_response(between(v, src, target))
+
+
+async def binding_create(request: web.Request) -> web.Response:
+    m = mgmt(request)
+    v, src, target = binding_ends(request)
+    body = await json_body(request)
+    if src.name == "" or (target.kind == "exchange" and target.name == ""):
+        raise access_refused()
+    m.check(request, v.name, "write", target.name)
+    m.check(request, v.name, "read", src.name)
+    key = str(body.get("routing_key", ""))
+    args = body.get("arguments") or {}
+    if not isinstance(args, dict):
+        raise bad_request("arguments must be an object")
+    v.bind(src, target, key, args)
+    location = views.properties_key(key, args)
+    return web.Response(status=201, headers={"Location": location})
+
+
+async def binding_one(request: web.Request) -> web.Response:
+    v, src, target = binding_ends(request)
+    props = request.match_info["props"]
+    for b in between(v, src, target):
+        if unquote(b["properties_key"]) == props or b["properties_key"] == props:
+            if request.method == "DELETE":
+                m = mgmt(request)
+                if src.name == "":
+                    raise access_refused()
+                m.check(request, v.name, "write", target.name)
+                m.check(request, v.name, "read", src.name)
+                v.unbind(src, target, b["routing_key"], b["arguments"])
+                return no_content()
+            return json_response(b)
+    raise not_found()
+
+
+# ---------------------------------------------------------------- static files
+async def index(request: web.Request) -> web.StreamResponse:
+    return static_file("index.html")
+
+
+async def static(request: web.Request) -> web.StreamResponse:
+    return static_file(request.match_info["file"])
+
+
+STATIC_TYPES = {".html": "text/html", ".js": "text/javascript", ".css": "text/css",
+                ".svg": "image/svg+xml"}
+
+
+def static_file(name: str) -> web.StreamResponse:
+    if "/" in name or name.startswith("."):
+        raise web.HTTPNotFound()
+    ext = name[name.rfind("."):]
+    if ext not in STATIC_TYPES:
+        raise web.HTTPNotFound()
+    try:
+        data = resources.files("leveret.management").joinpath("static", name).read_bytes()
+    except (FileNotFoundError, IsADirectoryError, NotADirectoryError) as exc:
+        raise web.HTTPNotFound() from exc
+    return web.Response(body=data, content_type=STATIC_TYPES[ext],
+                        headers={"Cache-Control": "no-cache"})
+
+
+def routes(app: web.Application) -> None:
+    from leveret.management import admin
+
+    r = app.router
+    r.add_get("/", index)
+    r.add_get("/static/{file}", static)
+    r.add_get("/api/overview", overview)
+    r.add_get("/api/whoami", whoami)
+    r.add_get("/api/nodes", nodes)
+    r.add_get("/api/nodes/{node}", node_one)
+    r.add_get("/api/cluster-name", cluster_name)
+    r.add_get("/api/extensions", extensions)
+    r.add_get("/api/health/checks/alarms", alarms)
+    r.add_get("/api/health/checks/local-alarms", alarms)
+    r.add_get("/api/aliveness-test/{vhost}", aliveness)
+    r.add_get("/api/connections", connections)
+    r.add_get("/api/connections/{name}", connection_one)
+    r.add_delete("/api/connections/{name}", connection_delete)
+    r.add_get("/api/connections/{name}/channels", connection_channels)
+    r.add_get("/api/vhosts/{vhost}/connections", connections)
+    r.add_get("/api/channels", channels)
+    r.add_get("/api/channels/{name}", channel_one)
+    r.add_get("/api/vhosts/{vhost}/channels", channels)
+    r.add_get("/api/consumers", consumers)
+    r.add_get("/api/consumers/{vhost}", consumers)
+    r.add_get("/api/exchanges", exchanges)
+    r.add_get("/api/exchanges/{vhost}", exchanges)
+    r.add_get("/api/exchanges/{vhost}/{name}", exchange_get)
+    r.add_put("/api/exchanges/{vhost}/{name}", exchange_put)
+    r.add_delete("/api/exchanges/{vhost}/{name}", exchange_delete)
+    r.add_get("/api/exchanges/{vhost}/{name}/bindings/{direction:source|destination}",
+              exchange_bindings)
+    r.add_post("/api/exchanges/{vhost}/{name}/publish", exchange_publish)
+    r.add_get("/api/queues", queues)
+    r.add_get("/api/queues/{vhost}", queues)
+    r.add_get("/api/queues/{vhost}/{name}", queue_get)
+    r.add_put("/api/queues/{vhost}/{name}", queue_put)
+    r.add_delete("/api/queues/{vhost}/{name}", queue_delete)
+    r.add_delete("/api/queues/{vhost}/{name}/contents", queue_purge)
+    r.add_post("/api/queues/{vhost}/{name}/get", queue_get_messages)
+    r.add_get("/api/queues/{vhost}/{name}/bindings", queue_bindings)
+    r.add_get("/api/bindings", bindings)
+    r.add_get("/api/bindings/{vhost}", bindings)
+    ends = "/api/bindings/{vhost}/e/{source}/{kind:q|e}/{dest}"
+    r.add_get(ends, bindings_between)
+    r.add_post(ends, binding_create)
+    r.add_get(ends + "/{props}", binding_one)
+    r.add_delete(ends + "/{props}", binding_one)
+    admin.routes(app)
+
+
+def make_app(management: Management) -> web.Application:
+    app = web.Application(middlewares=[middleware], client_max_size=64 * 1024 * 1024)
+    app[MANAGEMENT] = management
+    routes(app)
+    return app

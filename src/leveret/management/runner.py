@@ -1,0 +1,139 @@
+"""Run the whole broker: the AMQP server plus the management API and the Prometheus
+listener, on one event loop, until SIGINT or SIGTERM.
+
+The server knows nothing of management; this module composes them."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+
+from leveret.management.api import Management, make_app
+from leveret.management.metrics import make_metrics_app
+from leveret.management.stats import Stats
+from leveret.server.app import Server
+from leveret.server.config import Config
+
+
+@dataclass
+class Running:
+    """What a started broker listens on."""
+
+    server: Server
+    management: Management
+    http_host: str
+    http_port: int
+    prometheus_host: str
+    prometheus_port: int
+
+    @property
+    def url(self) -> str:
+        return self.server.url
+
+    @property
+    def http_url(self) -> str:
+        return f"http://{self.http_host}:{self.http_port}"
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://{self.prometheus_host}:{self.prometheus_port}/metrics"
+
+
+async def _listen(app: web.Application, bind: str, port: int) -> tuple[web.AppRunner, str, int]:
+    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    await runner.setup()
+    host: str | None = bind if bind not in ("", "::") else None
+    site = web.TCPSite(runner, host, port, reuse_address=True)
+    await site.start()
+    server = site._server
+    sockets = getattr(server, "sockets", None) or []
+    if sockets:
+        name = sockets[0].getsockname()
+        return runner, str(name[0]), int(name[1])
+    return runner, bind, port
+
+
+class Broker:
+    """The AMQP server with its management and metrics listeners."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.server = Server(config)
+        self.running: Running | None = None
+        self._runners: list[web.AppRunner] = []
+        self._sampler: asyncio.TimerHandle | None = None
+
+    async def start(self) -> Running:
+        await self.server.start()
+        stats = Stats(self.server.broker)
+        management = Management(self.server, stats)
+        try:
+            http, http_host, http_port = await _listen(
+                make_app(management), self.config.bind, self.config.http_port
+            )
+            self._runners.append(http)
+            metrics, prom_host, prom_port = await _listen(
+                make_metrics_app(management), self.config.bind, self.config.prometheus_port
+            )
+            self._runners.append(metrics)
+        except BaseException:
+            await self.stop()
+            raise
+        node = self.server.broker.node_name
+        management.listeners = [
+            {"node": node, "protocol": proto, "ip_address": host, "port": port,
+             "socket_opts": {}}
+            for proto, host, port in (
+                ("amqp", self.server.host, self.server.port),
+                ("http", http_host, http_port),
+                ("http/prometheus", prom_host, prom_port),
+            )
+        ]
+        stats.sample()
+        loop = asyncio.get_running_loop()
+
+        def tick() -> None:
+            self._sampler = loop.call_later(stats.interval, tick)
+            stats.sample()
+
+        self._sampler = loop.call_later(stats.interval, tick)
+        self.running = Running(
+            self.server, management, http_host, http_port, prom_host, prom_port
+        )
+        return self.running
+
+    async def stop(self) -> None:
+        if self._sampler is not None:
+            self._sampler.cancel()
+        for runner in self._runners:
+            await runner.cleanup()
+        self._runners.clear()
+        await self.server.stop()
+
+    async def serve_forever(self, on_ready: Callable[[Running], Any] | None = None) -> None:
+        running = await self.start()
+        if on_ready is not None:
+            on_ready(running)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.add_signal_handler(sig, stop.set)
+        await stop.wait()
+        await self.stop()
+
+
+def run(config: Config, on_ready: Callable[[Running], Any] | None = None) -> None:
+    """Run until SIGINT or SIGTERM (with uvloop when it is there)."""
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
+        asyncio.run(Broker(config).serve_forever(on_ready))
+    else:
+        uvloop.run(Broker(config).serve_forever(on_ready))

@@ -1,0 +1,288 @@
+"""Message counters and rates for the management API: live totals read from the broker,
+and a rolling window of samples in memory from which rates are computed.
+
+Counters of objects that go away (closed connections and channels, deleted queues) are
+folded into retired totals when they go, so overview and vhost totals never go back."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter, deque
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from leveret.broker.broker import Broker
+    from leveret.broker.channel import Channel
+    from leveret.broker.queue import Queue
+    from leveret.broker.session import Session
+
+# How often the window takes a sample, and how long it keeps them (RabbitMQ's "basic"
+# retention keeps 600 s).
+SAMPLE_INTERVAL = 1.0
+KEEP_SECONDS = 600
+# Rates are measured over the last few seconds of samples, as RabbitMQ's 5 s increment.
+RATE_SPAN = 5.0
+
+MESSAGE_STATS = ("publish", "confirm", "deliver", "deliver_get", "ack", "redeliver", "get")
+QUEUE_STATS = ("publish", "deliver", "deliver_get", "ack", "redeliver")
+CHANNEL_STATS = ("publish", "confirm")
+LENGTHS = ("messages", "messages_ready", "messages_unacknowledged")
+
+
+class Window:
+    """Timestamped samples of one value (a cumulative counter or a gauge)."""
+
+    __slots__ = ("samples",)
+
+    def __init__(self, keep: int) -> None:
+        self.samples: deque[tuple[float, float]] = deque(maxlen=keep)
+
+    def add(self, t: float, value: float) -> None:
+        self.samples.append((t, value))
+
+    def rate(self, span: float = RATE_SPAN) -> float:
+        """Change per second over the last ``span`` seconds of samples."""
+        s = self.samples
+        if len(s) < 2:
+            return 0.0
+        t1, v1 = s[-1]
+        base_t, base_v = s[-2]
+        for t, v in reversed(s):
+            if t1 - t > span:
+                break
+            base_t, base_v = t, v
+        if t1 <= base_t:
+            return 0.0
+        return round((v1 - base_v) / (t1 - base_t), 2)
+
+    def details(self, age: float | None = None, incr: float | None = None) -> dict[str, Any]:
+        """RabbitMQ's ``*_details`` object; with ``age``/``incr``, also ``samples``
+        (newest first), ``avg_rate`` and ``avg``, as the ``msg_rates_age`` and
+        ``lengths_age`` query parameters ask."""
+        out: dict[str, Any] = {"rate": self.rate()}
+        if age is None or not self.samples:
+            return out
+        step = max(incr or SAMPLE_INTERVAL, SAMPLE_INTERVAL)
+        now = self.samples[-1][0]
+        picked: list[tuple[float, float]] = []
+        next_t = now
+        for t, v in reversed(self.samples):
+            if now - t > age:
+                break
+            if t <= next_t + 1e-6:
+                picked.append((t, v))
+                next_t = t - step
+        out["samples"] = [{"sample": v, "timestamp": int(t * 1000)} for t, v in picked]
+        if len(picked) >= 2:
+            (t_new, v_new), (t_old, v_old) = picked[0], picked[-1]
+            out["avg_rate"] = round((v_new - v_old) / (t_new - t_old), 2) if t_new > t_old else 0.0
+        else:
+            out["avg_rate"] = 0.0
+        out["avg"] = round(sum(v for _, v in picked) / len(picked), 2) if picked else 0.0
+        return out
+
+
+class Windows:
+    """One :class:`Window` per named value."""
+
+    __slots__ = ("keep", "windows")
+
+    def __init__(self, keep: int) -> None:
+        self.keep = keep
+        self.windows: dict[str, Window] = {}
+
+    def add(self, t: float, values: dict[str, float]) -> None:
+        for key, value in values.items():
+            w = self.windows.get(key)
+            if w is None:
+                w = self.windows[key] = Window(self.keep)
+            w.add(t, value)
+
+    def details(self, key: str, age: float | None = None, incr: float | None = None) -> Any:
+        w = self.windows.get(key)
+        if w is None:
+            return {"rate": 0.0}
+        return w.details(age, incr)
+
+
+def queue_counters(q: Queue) -> dict[str, float]:
+    return {
+        "publish": q.published,
+        "deliver": q.delivered,
+        "deliver_get": q.delivered,
+        "ack": q.acked,
+        "redeliver": q.redelivered_count,
+    }
+
+
+def queue_lengths(q: Queue) -> dict[str, float]:
+    ready = len(q.ready)
+    return {
+        "messages": ready + q.unacked,
+        "messages_ready": ready,
+        "messages_unacknowledged": q.unacked,
+    }
+
+
+def session_confirms(s: Session) -> int:
+    return int(getattr(s, "closed_channel_confirms", 0)) + sum(
+        ch.confirmed for ch in s.channels.values()
+    )
+
+
+class Stats:
+    """Totals and rate windows for the overview, each vhost, queue and channel."""
+
+    def __init__(self, broker: Broker, interval: float = SAMPLE_INTERVAL) -> None:
+        self.broker = broker
+        self.interval = interval
+        keep = max(2, int(KEEP_SECONDS / interval))
+        self.keep = keep
+        # Counters of what is gone, overall and per vhost.
+        self.retired: Counter[str] = Counter()
+        self.vhost_retired: dict[str, Counter[str]] = {}
+        self.overview = Windows(keep)
+        self.vhosts: dict[str, Windows] = {}
+        self.queues: dict[Queue, Windows] = {}
+        self.channels: dict[Channel, Windows] = {}
+        # Churn, for the Prometheus counters.
+        self.churn: Counter[str] = Counter()
+        self.started = time.time()
+        broker.listeners.append(self._broker_event)
+        session_listeners = getattr(broker, "session_listeners", None)
+        if session_listeners is not None:
+            session_listeners.append(self._session_event)
+        for vhost in broker.vhosts.values():
+            vhost.listeners.append(self._vhost_event)
+
+    # ----------------------------------------------------------------- events
+    def _broker_event(self, event: str, subject: Any) -> None:
+        if event == "vhost.added":
+            subject.listeners.append(self._vhost_event)
+
+    def _vhost_event(self, event: str, subject: Any) -> None:
+        if event == "queue.created":
+            self.churn["queues_created"] += 1
+        elif event == "queue.deleted":
+            self.churn["queues_deleted"] += 1
+            counters = queue_counters(subject)
+            self._retire(subject.vhost, counters)
+            self.queues.pop(subject, None)
+
+    def _session_event(self, event: str, session: Session) -> None:
+        if event == "opened":
+            self.churn["connections_opened"] += 1
+        elif event == "closed":
+            self.churn["connections_closed"] += 1
+            if session.vhost:
+                self._retire(
+                    session.vhost,
+                    {"publish": session.recv_publish, "confirm": session_confirms(session)},
+                )
+
+    def count_publish(self, vhost: str) -> None:
+        """A message published through the API (no AMQP session counts it)."""
+        self._retire(vhost, {"publish": 1})
+
+    def _retire(self, vhost: str, counters: dict[str, float]) -> None:
+        per_vhost = self.vhost_retired.setdefault(vhost, Counter())
+        for key, value in counters.items():
+            self.retired[key] += int(value)
+            per_vhost[key] += int(value)
+
+    # ------------------------------------------------------------------ totals
+    def sessions(self) -> Iterator[Session]:
+        for s in list(self.broker.sessions.values()):
+            if s.user is not None and s.vhost and not s.closed:
+                yield s
+
+    def totals(self, vhost: str | None = None) -> dict[str, int]:
+        """Cumulative message counters, of one vhost or of the whole broker."""
+        out: Counter[str] = Counter()
+        out.update(self.retired if vhost is None else self.vhost_retired.get(vhost, Counter()))
+        for s in self.sessions():
+            if vhost is None or s.vhost == vhost:
+                out["publish"] += s.recv_publish
+                out["confirm"] += session_confirms(s)
+        vhosts = self.broker.vhosts.values() if vhost is None else [self.broker.vhosts[vhost]]
+        for v in vhosts:
+            for q in v.queues.values():
+                for key, value in queue_counters(q).items():
+                    if key != "publish":  # publishes are counted where they arrive
+                        out[key] += int(value)
+        return {key: out.get(key, 0) for key in MESSAGE_STATS}
+
+    def lengths(self, vhost: str | None = None) -> dict[str, int]:
+        out = dict.fromkeys(LENGTHS, 0)
+        vhosts = self.broker.vhosts.values() if vhost is None else [self.broker.vhosts[vhost]]
+        for v in vhosts:
+            for q in v.queues.values():
+                for key, value in queue_lengths(q).items():
+                    out[key] += int(value)
+        return out
+
+    # ---------------------------------------------------------------- sampling
+    def sample(self, now: float | None = None) -> None:
+        """Take one sample of everything; called every ``interval`` seconds."""
+        t = time.time() if now is None else now
+        self.overview.add(t, {**self.totals(), **self.lengths()})
+        for name in list(self.broker.vhosts):
+            w = self.vhosts.get(name)
+            if w is None:
+                w = self.vhosts[name] = Windows(self.keep)
+            w.add(t, {**self.totals(name), **self.lengths(name)})
+        for gone in [n for n in self.vhosts if n not in self.broker.vhosts]:
+            del self.vhosts[gone]
+        live_queues: set[Queue] = set()
+        for v in self.broker.vhosts.values():
+            for q in v.queues.values():
+                live_queues.add(q)
+                qw = self.queues.get(q)
+                if qw is None:
+                    qw = self.queues[q] = Windows(min(self.keep, 120))
+                qw.add(t, {**queue_counters(q), **queue_lengths(q)})
+        for q in [q for q in self.queues if q not in live_queues]:
+            del self.queues[q]
+        live_channels: set[Channel] = set()
+        for s in self.sessions():
+            for ch in s.channels.values():
+                live_channels.add(ch)
+                cw = self.channels.get(ch)
+                if cw is None:
+                    cw = self.channels[ch] = Windows(min(self.keep, 120))
+                cw.add(t, {"publish": ch.published, "confirm": ch.confirmed})
+        for ch in [c for c in self.channels if c not in live_channels]:
+            del self.channels[ch]
+
+    # ------------------------------------------------------------------ shapes
+    def message_stats(
+        self,
+        totals: dict[str, float],
+        windows: Windows | None,
+        keys: tuple[str, ...] = MESSAGE_STATS,
+        age: float | None = None,
+        incr: float | None = None,
+    ) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key in keys:
+            out[key] = int(totals.get(key, 0))
+            out[f"{key}_details"] = (
+                windows.details(key, age, incr) if windows is not None else {"rate": 0.0}
+            )
+        return out
+
+    def length_details(
+        self,
+        lengths: dict[str, float],
+        windows: Windows | None,
+        age: float | None = None,
+        incr: float | None = None,
+    ) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key in LENGTHS:
+            out[key] = int(lengths.get(key, 0))
+            out[f"{key}_details"] = (
+                windows.details(key, age, incr) if windows is not None else {"rate": 0.0}
+            )
+        return out

@@ -1,0 +1,359 @@
+"""The JSON shapes of RabbitMQ 3.10's management API, built from broker objects."""
+
+from __future__ import annotations
+
+import base64
+import json
+import zlib
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote_plus
+
+from leveret.broker.broker import COMPATIBLE_VERSION
+
+if TYPE_CHECKING:
+    from leveret.broker.broker import Broker
+    from leveret.broker.channel import Channel
+    from leveret.broker.consumer import Consumer
+    from leveret.broker.exchanges import Binding, Exchange
+    from leveret.broker.queue import Queue
+    from leveret.broker.session import Session
+    from leveret.broker.users import Permission, User
+    from leveret.broker.vhost import VirtualHost
+    from leveret.management.stats import Stats
+
+EXCHANGE_TYPES = [
+    {
+        "name": name,
+        "description": f"AMQP {name} exchange, as per the AMQP specification",
+        "enabled": True,
+    }
+    for name in ("direct", "fanout", "headers", "topic")
+]
+
+
+def jsonable(value: Any) -> Any:
+    """Field-table values as JSON: bytes as text, nested tables and arrays kept."""
+    if isinstance(value, (bytes, bytearray)):
+        return bytes(value).decode("utf-8", "replace")
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    if hasattr(value, "isoformat"):
+        return value.isoformat()
+    if hasattr(value, "as_tuple"):  # decimal.Decimal
+        return float(value)
+    return value
+
+
+def connection_name(session: Session) -> str:
+    peer = session.peer or ("", 0)
+    local = session.local or ("", 0)
+    return f"{peer[0]}:{peer[1]} -> {local[0]}:{local[1]}"
+
+
+def channel_name(ch: Channel) -> str:
+    return f"{connection_name(ch.session)} ({ch.number})"
+
+
+def exchange(x: Exchange) -> dict[str, Any]:
+    return {
+        "arguments": jsonable(x.arguments),
+        "auto_delete": x.auto_delete,
+        "durable": x.durable,
+        "internal": x.internal,
+        "name": x.name,
+        "type": x.type_name,
+        "user_who_performed_action": x.user_who_performed_action or "rmq-internal",
+        "vhost": x.vhost,
+    }
+
+
+def properties_key(routing_key: str, arguments: dict[str, Any]) -> str:
+    """The binding's id in URLs: the quoted key, then ``~`` and a hash of the arguments."""
+    quoted = quote_plus(routing_key).replace("~", "%7E")
+    if not arguments:
+        return quoted or "~"
+    digest = zlib.crc32(json.dumps(jsonable(arguments), sort_keys=True).encode())
+    args = base64.urlsafe_b64encode(digest.to_bytes(4, "big")).decode().rstrip("=")
+    return f"{quoted}~{args}"
+
+
+def binding(vhost: str, b: Binding) -> dict[str, Any]:
+    return {
+        "source": b.source,
+        "vhost": vhost,
+        "destination": b.destination.name,
+        "destination_type": b.destination.kind,
+        "routing_key": b.routing_key,
+        "arguments": jsonable(b.arguments),
+        "properties_key": properties_key(b.routing_key, b.arguments),
+    }
+
+
+def default_binding(vhost: str, q: Queue) -> dict[str, Any]:
+    """The implicit binding of every queue to the default exchange."""
+    return {
+        "source": "",
+        "vhost": vhost,
+        "destination": q.name,
+        "destination_type": "queue",
+        "routing_key": q.name,
+        "arguments": {},
+        "properties_key": properties_key(q.name, {}),
+    }
+
+
+def all_bindings(v: VirtualHost) -> list[dict[str, Any]]:
+    out = [default_binding(v.name, q) for q in v.queues.values()]
+    out.extend(binding(v.name, b) for b in v.bindings())
+    out.sort(
+        key=lambda b: (b["source"], b["destination_type"], b["destination"], b["routing_key"])
+    )
+    return out
+
+
+def consumer(c: Consumer) -> dict[str, Any]:
+    ch = c.channel
+    s = ch.session
+    peer = s.peer or ("", 0)
+    return {
+        "arguments": jsonable(c.arguments),
+        "ack_required": not c.no_ack,
+        "active": True,
+        "activity_status": "up",
+        "channel_details": {
+            "connection_name": connection_name(s),
+            "name": channel_name(ch),
+            "node": s.broker.node_name,
+            "number": ch.number,
+            "peer_host": peer[0],
+            "peer_port": peer[1],
+            "user": s.username,
+        },
+        "consumer_tag": c.tag,
+        "exclusive": c.exclusive,
+        "prefetch_count": c.prefetch,
+        "queue": {"name": c.queue.name, "vhost": c.queue.vhost},
+    }
+
+
+def queue(q: Queue, broker: Broker, stats: Stats, age: Any = None) -> dict[str, Any]:
+    from leveret.management.stats import QUEUE_STATS, queue_counters, queue_lengths
+
+    windows = stats.queues.get(q)
+    lengths = queue_lengths(q)
+    ready_bytes = q.ready_bytes
+    owner = q.exclusive_owner
+    exclusive_tag = next((c.tag for c in q.consumers if c.exclusive), None)
+    out: dict[str, Any] = {
+        "arguments": jsonable(q.arguments),
+        "auto_delete": q.auto_delete,
+        "consumer_capacity": 1.0 if q.consumers else 0,
+        "consumer_utilisation": 1.0 if q.consumers else 0,
+        "consumers": len(q.consumers),
+        "durable": q.durable,
+        "effective_policy_definition": {},
+        "exclusive": owner is not None,
+        "exclusive_consumer_tag": exclusive_tag,
+        "head_message_timestamp": None,
+        "memory": ready_bytes + 200 * len(q.ready) + 1000,
+        "message_bytes": ready_bytes,
+        "message_bytes_paged_out": 0,
+        "message_bytes_persistent": sum(
+            len(e.message.body) for e in q.ready if e.message.persistent
+        ),
+        "message_bytes_ram": ready_bytes,
+        "message_bytes_ready": ready_bytes,
+        "message_bytes_unacknowledged": 0,
+        "messages_paged_out": 0,
+        "messages_persistent": sum(1 for e in q.ready if e.message.persistent),
+        "messages_ram": lengths["messages"],
+        "messages_ready_ram": lengths["messages_ready"],
+        "messages_unacknowledged_ram": lengths["messages_unacknowledged"],
+        "name": q.name,
+        "node": broker.node_name,
+        "operator_policy": None,
+        "policy": None,
+        "recoverable_slaves": None,
+        "single_active_consumer_tag": None,
+        "state": "running",
+        "type": "classic",
+        "vhost": q.vhost,
+    }
+    if owner is not None and hasattr(owner, "peer"):
+        out["owner_pid_details"] = {
+            "name": connection_name(owner),
+            "peer_host": (owner.peer or ("", 0))[0],
+            "peer_port": (owner.peer or ("", 0))[1],
+        }
+    age_l, incr_l, age_m, incr_m = age or (None, None, None, None)
+    out.update(stats.length_details(lengths, windows, age_l, incr_l))
+    counters = queue_counters(q)
+    if any(counters.values()):
+        out["message_stats"] = stats.message_stats(counters, windows, QUEUE_STATS, age_m, incr_m)
+    return dict(sorted(out.items()))
+
+
+def connection(s: Session) -> dict[str, Any]:
+    peer = s.peer or ("", 0)
+    local = s.local or ("", 0)
+    props = jsonable(s.client_properties)
+    name = props.get("connection_name") if isinstance(props, dict) else None
+    out: dict[str, Any] = {
+        "auth_mechanism": s.auth_mechanism,
+        "channel_max": s.channel_max,
+        "channels": len(s.channels),
+        "client_properties": props,
+        "connected_at": s.connected_at,
+        "frame_max": s.frame_max,
+        "host": local[0],
+        "name": connection_name(s),
+        "node": s.broker.node_name,
+        "peer_cert_issuer": None,
+        "peer_cert_subject": None,
+        "peer_cert_validity": None,
+        "peer_host": peer[0],
+        "peer_port": peer[1],
+        "port": local[1],
+        "protocol": "AMQP 0-9-1",
+        "ssl": False,
+        "ssl_cipher": None,
+        "ssl_hash": None,
+        "ssl_key_exchange": None,
+        "ssl_protocol": None,
+        "state": "running" if not s.closed else "closed",
+        "timeout": s.heartbeat,
+        "type": "network",
+        "user": s.username,
+        "user_who_performed_action": s.username,
+        "vhost": s.vhost,
+    }
+    if name is not None:
+        out["user_provided_name"] = name
+    return out
+
+
+def channel(ch: Channel, stats: Stats) -> dict[str, Any]:
+    from leveret.management.stats import CHANNEL_STATS
+
+    s = ch.session
+    peer = s.peer or ("", 0)
+    out: dict[str, Any] = {
+        "acks_uncommitted": len(ch.tx_settles),
+        "confirm": ch.confirm,
+        "connection_details": {
+            "name": connection_name(s),
+            "peer_host": peer[0],
+            "peer_port": peer[1],
+        },
+        "consumer_count": len(ch.consumers),
+        "global_prefetch_count": ch.global_prefetch,
+        "messages_unacknowledged": len(ch.unacked),
+        "messages_uncommitted": len(ch.tx_publishes),
+        "messages_unconfirmed": 0,
+        "name": channel_name(ch),
+        "node": s.broker.node_name,
+        "number": ch.number,
+        "pending_raft_commands": 0,
+        "prefetch_count": ch.consumer_prefetch,
+        "state": "running",
+        "transactional": ch.tx,
+        "user": s.username,
+        "user_who_performed_action": s.username,
+        "vhost": s.vhost,
+    }
+    counters = {"publish": ch.published, "confirm": ch.confirmed}
+    if any(counters.values()):
+        out["message_stats"] = stats.message_stats(
+            counters, stats.channels.get(ch), CHANNEL_STATS
+        )
+    return out
+
+
+def vhost(v: VirtualHost, broker: Broker, stats: Stats, age: Any = None) -> dict[str, Any]:
+    age_l, incr_l, age_m, incr_m = age or (None, None, None, None)
+    windows = stats.vhosts.get(v.name)
+    out: dict[str, Any] = {
+        "cluster_state": {broker.node_name: "running"},
+        "default_queue_type": "undefined",
+        "description": v.description,
+        "message_stats": stats.message_stats(stats.totals(v.name), windows, age=age_m, incr=incr_m),
+        "metadata": {"description": v.description, "tags": list(v.tags)},
+        "name": v.name,
+        "tags": list(v.tags),
+        "tracing": False,
+    }
+    out.update(stats.length_details(stats.lengths(v.name), windows, age_l, incr_l))
+    return dict(sorted(out.items()))
+
+
+def user(u: User, with_hash: bool = True) -> dict[str, Any]:
+    out: dict[str, Any] = {"name": u.name}
+    if with_hash:
+        out["password_hash"] = u.password_hash
+        out["hashing_algorithm"] = "rabbit_password_hashing_sha256"
+    out["tags"] = list(u.tags)
+    out["limits"] = {}
+    return out
+
+
+def permission(p: Permission) -> dict[str, Any]:
+    return {
+        "user": p.user,
+        "vhost": p.vhost,
+        "configure": p.configure,
+        "write": p.write,
+        "read": p.read,
+    }
+
+
+def overview(broker: Broker, stats: Stats, listeners: list[dict[str, Any]], age: Any) -> Any:
+    age_l, incr_l, age_m, incr_m = age or (None, None, None, None)
+    sessions = list(stats.sessions())
+    channels = sum(len(s.channels) for s in sessions)
+    queues = sum(len(v.queues) for v in broker.vhosts.values())
+    exchanges = sum(len(v.exchanges) for v in broker.vhosts.values())
+    consumers = sum(
+        len(q.consumers) for v in broker.vhosts.values() for q in v.queues.values()
+    )
+    return {
+        "management_version": COMPATIBLE_VERSION,
+        "rates_mode": "basic",
+        "sample_retention_policies": {
+            "global": [600, 3600, 28800, 86400],
+            "basic": [600, 3600],
+            "detailed": [600],
+        },
+        "exchange_types": EXCHANGE_TYPES,
+        "product_version": COMPATIBLE_VERSION,
+        "product_name": "Leveret",
+        "rabbitmq_version": COMPATIBLE_VERSION,
+        "cluster_name": broker.cluster_name,
+        "erlang_version": "none",
+        "erlang_full_version": "none (Leveret runs on Python)",
+        "release_series_support_status": "supported",
+        "disable_stats": False,
+        "enable_queue_totals": False,
+        "message_stats": stats.message_stats(
+            stats.totals(), stats.overview, age=age_m, incr=incr_m
+        ),
+        "churn_rates": {
+            "connection_created": stats.churn["connections_opened"],
+            "connection_closed": stats.churn["connections_closed"],
+            "queue_created": stats.churn["queues_created"],
+            "queue_deleted": stats.churn["queues_deleted"],
+        },
+        "queue_totals": stats.length_details(stats.lengths(), stats.overview, age_l, incr_l),
+        "object_totals": {
+            "channels": channels,
+            "connections": len(sessions),
+            "consumers": consumers,
+            "exchanges": exchanges,
+            "queues": queues,
+        },
+        "statistics_db_event_queue": 0,
+        "node": broker.node_name,
+        "listeners": listeners,
+        "contexts": [],
+    }
