@@ -287,3 +287,67 @@ def test_invalid_queue_argument(broker: BrokerUnderTest, name: str) -> None:
         name, exclusive=True, arguments={"x-message-ttl": -1})) == (
         406, f"PRECONDITION_FAILED - invalid arg 'x-message-ttl' for queue '{name}' in "
              "vhost '/': {value_negative,-1}")
+
+
+def _raw_declare(broker: BrokerUnderTest, name: str, first: dict[str, object],
+                 second: dict[str, object] | None) -> tuple[str, int, str, int, int] | None:
+    """Declare with pamqp's own encoding (it sends the smallest integer type), so the
+    wire types RabbitMQ names in its texts are under the test's control."""
+    from pamqp import commands
+
+    from tests.rawclient import RawClient
+
+    with RawClient(broker.host, broker.port) as c:
+        c.handshake()
+        c.open_channel()
+        c.send_method(1, commands.Queue.Declare(queue=name, exclusive=True, arguments=first))
+        if second is None:
+            return c.next_close()
+        c.expect(commands.Queue.DeclareOk)
+        c.send_method(1, commands.Queue.Declare(queue=name, exclusive=True, arguments=second))
+        return c.next_close()
+
+
+@pytest.mark.parametrize(("first", "second", "text"), [
+    ({"x-message-ttl": 1000}, {"x-message-ttl": 2000},
+     "received '2000' but current is '1000'"),
+    ({}, {"x-message-ttl": 2000},
+     "received the value '2000' of type 'short' but current is none"),
+    ({"x-message-ttl": 1000}, {},
+     "received none but current is the value '1000' of type 'short'"),
+    ({}, {"x-max-length": 10},
+     "received the value '10' of type 'byte' but current is none"),
+    ({}, {"x-dead-letter-exchange": "dlx"},
+     "received the value 'dlx' of type 'longstr' but current is none"),
+])
+def test_argument_inequivalence_texts(broker: BrokerUnderTest, name: str,
+                                      first: dict[str, object], second: dict[str, object],
+                                      text: str) -> None:
+    key = next(iter(second or first))
+    assert _raw_declare(broker, name, first, second) == (
+        "channel", 406, f"PRECONDITION_FAILED - inequivalent arg '{key}' for queue '{name}' in "
+        f"vhost '/': {text}", 50, 10)
+
+
+@pytest.mark.parametrize(("args", "reason"), [
+    ({"x-message-ttl": "1000"}, '"expected integer, got longstr"'),
+    ({"x-expires": 0}, "{value_zero,0}"),
+    ({"x-max-length": -5}, "{value_negative,-5}"),
+    ({"x-max-priority": 256}, "{max_value_exceeded,256}"),
+    ({"x-overflow": "sometimes"}, "invalid_overflow"),
+    ({"x-queue-mode": "fast"}, "\"unsupported queue mode 'fast'\""),
+    ({"x-dead-letter-routing-key": "rk"}, "routing_key_but_no_dlx_defined"),
+    ({"x-single-active-consumer": 1}, "{unacceptable_type,byte}"),
+])
+def test_argument_validation_texts(broker: BrokerUnderTest, name: str,
+                                   args: dict[str, object], reason: str) -> None:
+    key = next(iter(args))
+    assert _raw_declare(broker, name, args, None) == (
+        "channel", 406, f"PRECONDITION_FAILED - invalid arg '{key}' for queue '{name}' in "
+        f"vhost '/': {reason}", 50, 10)
+
+
+def test_argument_of_another_queue_type(broker: BrokerUnderTest, name: str) -> None:
+    assert _raw_declare(broker, name, {"x-max-age": "1h"}, None) == (
+        "channel", 406, f"PRECONDITION_FAILED - invalid arg 'x-max-age' for queue '{name}' in "
+        "vhost '/' of queue type rabbit_classic_queue", 50, 10)

@@ -7,6 +7,7 @@ from typing import Any
 from leveret.broker.errors import _show, type_name
 from leveret.protocol import errors
 from leveret.protocol.errors import AMQPError
+from leveret.protocol.spec import type_of
 
 # The queue arguments whose values must match on redeclaration (rabbit_amqqueue).
 QUEUE_EQUIVALENCE_KEYS = (
@@ -16,22 +17,37 @@ QUEUE_EQUIVALENCE_KEYS = (
     "x-dead-letter-routing-key",
     "x-max-length",
     "x-max-length-bytes",
-    "x-max-in-memory-length",
-    "x-max-in-memory-bytes",
     "x-max-priority",
     "x-overflow",
     "x-queue-mode",
     "x-queue-version",
     "x-single-active-consumer",
     "x-queue-type",
-    "x-quorum-initial-group-size",
-    "x-max-age",
-    "x-stream-max-segment-size-bytes",
-    "x-initial-cluster-size",
-    "x-queue-leader-locator",
     "x-queue-master-locator",
 )
 EXCHANGE_EQUIVALENCE_KEYS = ("alternate-exchange",)
+
+
+# Arguments RabbitMQ knows for other queue types only: refused on a classic queue.
+OTHER_QUEUE_TYPE_ARGS = (
+    "x-max-age",
+    "x-stream-max-segment-size-bytes",
+    "x-initial-cluster-size",
+    "x-quorum-initial-group-size",
+    "x-delivery-limit",
+    "x-dead-letter-strategy",
+    "x-max-in-memory-length",
+    "x-max-in-memory-bytes",
+    "x-queue-leader-locator",
+)
+_INTEGER_ARGS = (
+    "x-expires",
+    "x-message-ttl",
+    "x-max-length",
+    "x-max-length-bytes",
+    "x-max-priority",
+)
+_MAX_TTL = 315360000000  # ten years in milliseconds, RabbitMQ's bound
 
 
 def _is_int(v: Any) -> bool:
@@ -46,69 +62,75 @@ def _text(v: Any) -> str:
     return bytes(v).decode() if isinstance(v, (bytes, bytearray)) else str(v)
 
 
-def _reason(key: str, value: Any) -> str | None:
-    """The Erlang-style reason RabbitMQ reports for a bad argument, or None if fine."""
-    unacceptable = f"{{unacceptable_type,{type_name(value)}}}"
-    if key in ("x-expires",):
+def wire_type(table: dict[str, Any], key: str) -> str:
+    """The type a client sent an argument as (or the nearest guess, for arguments that
+    did not come off the wire)."""
+    return type_of(table, key) or type_name(table[key])
+
+
+def _reason(key: str, value: Any, wire: str) -> str | None:
+    """RabbitMQ's ``~p`` of why an argument is refused, or None if it is fine."""
+    if key in _INTEGER_ARGS:
         if not _is_int(value):
-            return unacceptable
-        if value == 0:
+            return f'"expected integer, got {wire}"'
+        if key == "x-expires" and value == 0:
             return "{value_zero,0}"
         if value < 0:
             return f"{{value_negative,{value}}}"
-    elif key in (
-        "x-message-ttl",
-        "x-max-length",
-        "x-max-length-bytes",
-        "x-max-priority",
-        "x-max-in-memory-length",
-        "x-max-in-memory-bytes",
-        "x-delivery-limit",
-    ):
-        if not _is_int(value):
-            return unacceptable
-        if value < 0:
-            return f"{{value_negative,{value}}}"
+        if key in ("x-expires", "x-message-ttl") and value > _MAX_TTL:
+            return f"{{value_too_large,{value}}}"
         if key == "x-max-priority" and value > 255:
-            return f"{{value_too_big,{value}}}"
-    elif key in ("x-dead-letter-exchange", "x-dead-letter-routing-key"):
+            return f"{{max_value_exceeded,{value}}}"
+    elif key == "x-dead-letter-routing-key":
         if not _is_str(value):
-            return unacceptable
+            return f"{{unacceptable_type,{wire}}}"
     elif key == "x-overflow":
         if not _is_str(value):
-            return unacceptable
+            return f"{{unacceptable_type,{wire}}}"
         if _text(value) not in ("drop-head", "reject-publish", "reject-publish-dlx"):
-            return f'{{invalid_value,<<"{_text(value)}">>}}'
+            return "invalid_overflow"
     elif key == "x-queue-mode":
-        if not _is_str(value):
-            return unacceptable
-        if _text(value) not in ("default", "lazy"):
-            return f'{{invalid_value,<<"{_text(value)}">>}}'
-    elif key == "x-single-active-consumer":
+        if not _is_str(value) or _text(value) not in ("default", "lazy"):
+            return f"\"unsupported queue mode '{_text(value)}'\""
+    elif key == "x-queue-version":
+        if value not in (1, 2):
+            return f"\"unsupported queue version '{_text(value)}'\""
+    elif key in ("x-single-active-consumer",):
         if not isinstance(value, bool):
-            return unacceptable
-    elif key == "x-queue-type" and not _is_str(value):
-        return unacceptable
+            return f"{{unacceptable_type,{wire}}}"
+    elif key == "x-queue-type":
+        if not _is_str(value):
+            return f"{{unacceptable_type,{wire}}}"
+        if _text(value) not in ("classic", "quorum", "stream"):
+            return f"\"unsupported queue type '{_text(value)}'\""
     return None
 
 
 def check_queue_arguments(name: str, vhost: str, arguments: dict[str, Any]) -> None:
-    for key, value in arguments.items():
-        reason = _reason(key, value)
-        if reason is not None:
-            raise errors.precondition_failed(
-                f"invalid arg '{key}' for queue '{name}' in vhost '{vhost}': {reason}"
-            )
-    if "x-dead-letter-routing-key" in arguments and "x-dead-letter-exchange" not in arguments:
+    where = f"queue '{name}' in vhost '{vhost}'"
+    dlx = arguments.get("x-dead-letter-exchange")
+    if dlx is not None and not _is_str(dlx):
         raise errors.precondition_failed(
-            f"invalid arg 'x-dead-letter-routing-key' for queue '{name}' in vhost '{vhost}': "
-            '{no_dlx,<<"x-dead-letter-routing-key">>}'
+            f"invalid type '{wire_type(arguments, 'x-dead-letter-exchange')}' for arg "
+            f"'x-dead-letter-exchange' in {where}"
         )
+    for key, value in arguments.items():
+        reason = _reason(key, value, wire_type(arguments, key))
+        if reason is not None:
+            raise errors.precondition_failed(f"invalid arg '{key}' for {where}: {reason}")
+    if "x-dead-letter-routing-key" in arguments and dlx is None:
+        raise errors.precondition_failed(
+            f"invalid arg 'x-dead-letter-routing-key' for {where}: routing_key_but_no_dlx_defined"
+        )
+    for key in OTHER_QUEUE_TYPE_ARGS:
+        if key in arguments:
+            raise errors.precondition_failed(
+                f"invalid arg '{key}' for {where} of queue type rabbit_classic_queue"
+            )
     qtype = _text(arguments.get("x-queue-type", "classic"))
     if qtype != "classic":
         raise errors.precondition_failed(
-            f"invalid arg 'x-queue-type' for queue '{name}' in vhost '{vhost}': "
-            f'{{unsupported_queue_type,<<"{qtype}">>}}'
+            f"queue type '{qtype}' is not supported by this broker (declaring {where})"
         )
 
 
@@ -126,10 +148,22 @@ def assert_args_equivalence(
         old = current.get(key)
         new = received.get(key)
         if key == "x-queue-type":
-            old = old if old is not None else "classic"
-            new = new if new is not None else old
+            # classic is the default: saying so is the same as saying nothing
+            if old is None and new is not None and _text(new) == "classic":
+                continue
+            if new is None and old is not None and _text(old) == "classic":
+                continue
         if _norm(old) != _norm(new):
-            return inequivalent_arg(kind, name, vhost, key, new, old)
+            return inequivalent_arg(
+                kind,
+                name,
+                vhost,
+                key,
+                new,
+                old,
+                type_of(received, key),
+                type_of(current, key),
+            )
     return None
 
 
@@ -145,4 +179,5 @@ __all__ = [
     "_show",
     "assert_args_equivalence",
     "check_queue_arguments",
+    "wire_type",
 ]

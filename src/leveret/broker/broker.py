@@ -44,6 +44,8 @@ class Broker:
         self.cluster_name = self.node_name
         # Told of changes to vhosts, users and permissions: (event, subject).
         self.listeners: list[Callable[[str, Any], None]] = []
+        # Told when a session opens ("opened") or goes ("closed"), e.g. to keep its counters.
+        self.session_listeners: list[Callable[[str, Session], None]] = []
 
     def changed(self, event: str, subject: Any = None) -> None:
         for listener in self.listeners:
@@ -98,7 +100,11 @@ class Broker:
         sid = self._next_session
         self._next_session += 1
         self.sessions[sid] = session
+        for listener in self.session_listeners:
+            listener("opened", session)
         return sid
 
     def unregister(self, session: Session) -> None:
-        self.sessions.pop(session.id, None)
+        if self.sessions.pop(session.id, None) is not None:
+            for listener in self.session_listeners:
+                listener("closed", session)

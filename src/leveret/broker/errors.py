@@ -60,16 +60,32 @@ def inequivalent_flag(
 
 
 def inequivalent_arg(
-    kind: str, name: str, vhost: str, arg: str, received: Any, current: Any
+    kind: str,
+    name: str,
+    vhost: str,
+    arg: str,
+    received: Any,
+    current: Any,
+    received_type: str | None = None,
+    current_type: str | None = None,
 ) -> AMQPError:
-    def side(v: Any) -> str:
+    """RabbitMQ quotes bare values when both sides have one, and names the wire type of
+    the one that is there when the other is missing."""
+    if received is not None and current is not None:
+        return e.precondition_failed(
+            f"inequivalent arg '{arg}' for {_r(kind, name, vhost)}: "
+            f"received '{_show(received)}' but current is '{_show(current)}'"
+        )
+
+    def side(v: Any, wire: str | None) -> str:
         if v is None:
             return "none"
-        return f"the value '{_show(v)}' of type '{type_name(v)}'"
+        return f"the value '{_show(v)}' of type '{wire or type_name(v)}'"
 
     return e.precondition_failed(
         f"inequivalent arg '{arg}' for {_r(kind, name, vhost)}: "
-        f"received {side(received)} but current is {side(current)}"
+        f"received {side(received, received_type)} but current is "
+        f"{side(current, current_type)}"
     )
 
 

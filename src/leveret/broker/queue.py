@@ -50,7 +50,7 @@ class Queue:
         self.durable = durable
         self.exclusive_owner = exclusive_owner
         self.auto_delete = auto_delete
-        self.arguments: dict[str, Any] = dict(arguments or {})
+        self.arguments: dict[str, Any] = arguments.copy() if arguments else {}
         self.ready: deque[Entry] = deque()
         self.ready_bytes = 0
         self.unacked = 0

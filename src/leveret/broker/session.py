@@ -33,6 +33,12 @@ C = commands
 MAX_MESSAGE_SIZE = 134217728
 
 
+def _arguments(method: Method) -> dict[str, Any]:
+    """A method's arguments table, keeping the wire types it came with."""
+    args: dict[str, Any] | None = getattr(method, "arguments", None)
+    return args.copy() if args else {}
+
+
 def _login_refused(mechanism: str) -> AMQPError:
     return errors.access_refused(
         f"Login was refused using authentication mechanism {mechanism}. "
@@ -77,6 +83,7 @@ class Session:
         # counters for management
         self.recv_publish = 0
         self.send_deliver = 0
+        self.closed_channel_confirms = 0  # confirms sent on channels since closed
         self._handlers: dict[type[Method], Callable[[Channel, Any], None]] = {
             C.Exchange.Declare: self._exchange_declare,
             C.Exchange.Delete: self._exchange_delete,
@@ -166,6 +173,7 @@ class Session:
     def channel_closed(self, number: int) -> None:
         ch = self.channels.pop(number, None)
         if ch is not None:
+            self.closed_channel_confirms += ch.confirmed
             ch.close()
 
     def handle(self, number: int, method: Method) -> None:
@@ -268,7 +276,7 @@ class Session:
             exchange_type(m.exchange_type)
             self._not_default(name)
             self.check("configure", "exchange", name)
-            args = dict(m.arguments or {})
+            args = _arguments(m)
             if name not in vhost.exchanges and "alternate-exchange" in args:
                 ae = args["alternate-exchange"]
                 if isinstance(ae, (str, bytes)):
@@ -320,13 +328,13 @@ class Session:
 
     def _exchange_bind(self, ch: Channel, m: C.Exchange.Bind) -> None:
         self._binding_action(
-            ch, True, m.source, "exchange", m.destination, m.routing_key, dict(m.arguments or {})
+            ch, True, m.source, "exchange", m.destination, m.routing_key, _arguments(m)
         )
         self._reply(ch, m.nowait, C.Exchange.BindOk())
 
     def _exchange_unbind(self, ch: Channel, m: C.Exchange.Unbind) -> None:
         self._binding_action(
-            ch, False, m.source, "exchange", m.destination, m.routing_key, dict(m.arguments or {})
+            ch, False, m.source, "exchange", m.destination, m.routing_key, _arguments(m)
         )
         self._reply(ch, m.nowait, C.Exchange.UnbindOk())
 
@@ -345,7 +353,7 @@ class Session:
             self.check("configure", "queue", name)
             owner = self if m.exclusive else None
             durable = m.durable and not m.exclusive
-            args = dict(m.arguments or {})
+            args = _arguments(m)
             existing = vhost.queues.get(name)
             if existing is None and "x-dead-letter-exchange" in args:
                 dlx = args["x-dead-letter-exchange"]
@@ -367,13 +375,13 @@ class Session:
     def _queue_bind(self, ch: Channel, m: C.Queue.Bind) -> None:
         queue = self._queue_for(ch, m.queue)
         key = m.routing_key if (m.routing_key or m.queue) else queue
-        self._binding_action(ch, True, m.exchange, "queue", queue, key, dict(m.arguments or {}))
+        self._binding_action(ch, True, m.exchange, "queue", queue, key, _arguments(m))
         self._reply(ch, m.nowait, C.Queue.BindOk())
 
     def _queue_unbind(self, ch: Channel, m: C.Queue.Unbind) -> None:
         queue = self._queue_for(ch, m.queue)
         key = m.routing_key if (m.routing_key or m.queue) else queue
-        self._binding_action(ch, False, m.exchange, "queue", queue, key, dict(m.arguments or {}))
+        self._binding_action(ch, False, m.exchange, "queue", queue, key, _arguments(m))
         self.output.send_method(ch.number, C.Queue.UnbindOk())
 
     def _queue_purge(self, ch: Channel, m: C.Queue.Purge) -> None:
@@ -414,7 +422,7 @@ class Session:
         self.check("read", "queue", name)
         q = self.vhost_obj.get_queue(name)
         self._exclusive_check(q)
-        consumer = ch.consume(q, m.consumer_tag, m.no_ack, m.exclusive, dict(m.arguments or {}))
+        consumer = ch.consume(q, m.consumer_tag, m.no_ack, m.exclusive, _arguments(m))
         self._reply(ch, m.nowait, C.Basic.ConsumeOk(consumer_tag=consumer.tag))
         ch.start_consumer(consumer)
 

@@ -15,6 +15,7 @@ from leveret.broker.arguments import (
     QUEUE_EQUIVALENCE_KEYS,
     assert_args_equivalence,
     check_queue_arguments,
+    wire_type,
 )
 from leveret.broker.exchanges import EXCHANGE_TYPES, Binding, DefaultExchange, Exchange
 from leveret.broker.message import Message
@@ -81,7 +82,7 @@ class VirtualHost:
     ) -> tuple[Exchange, bool]:
         """Declare (non-passive). Returns the exchange and whether it is new."""
         cls = exchange_type(type_name)
-        arguments = dict(arguments or {})
+        arguments = arguments.copy() if arguments else {}
         existing = self.exchanges.get(name)
         if existing is None:
             if name.startswith("amq."):
@@ -89,7 +90,8 @@ class VirtualHost:
             ae = arguments.get("alternate-exchange")
             if ae is not None and not isinstance(ae, (str, bytes)):
                 raise errors.precondition_failed(
-                    f"invalid type '{rabbit.type_name(ae)}' for arg 'alternate-exchange' in "
+                    f"invalid type '{wire_type(arguments, 'alternate-exchange')}' for arg "
+                    "'alternate-exchange' in "
                     f"exchange '{name}' in vhost '{self.name}'"
                 )
             x = cls(
@@ -176,7 +178,7 @@ class VirtualHost:
         auto_delete: bool = False,
         arguments: dict[str, Any] | None = None,
     ) -> tuple[Queue, bool]:
-        arguments = dict(arguments or {})
+        arguments = arguments.copy() if arguments else {}
         existing = self.queues.get(name)
         if existing is not None:
             self.assert_queue_equivalence(
@@ -263,7 +265,9 @@ class VirtualHost:
         routing_key: str,
         arguments: dict[str, Any] | None = None,
     ) -> bool:
-        binding = Binding(source.name, destination, routing_key, dict(arguments or {}))
+        binding = Binding(
+            source.name, destination, routing_key, arguments.copy() if arguments else {}
+        )
         if not source.bind(binding):
             return False
         self._incoming.setdefault((destination.kind, destination.name), {})[
@@ -280,7 +284,9 @@ class VirtualHost:
         routing_key: str,
         arguments: dict[str, Any] | None = None,
     ) -> bool:
-        probe = Binding(source.name, destination, routing_key, dict(arguments or {}))
+        probe = Binding(
+            source.name, destination, routing_key, arguments.copy() if arguments else {}
+        )
         removed = source.unbind(probe.key)
         if removed is None:
             return False

@@ -182,12 +182,121 @@ def method_frame(channel: int, method: Method) -> bytes:
 
 def decode_method(payload: bytes | memoryview) -> Method:
     """Decode a method frame's payload; raises ``KeyError`` for an unknown method and
-    ``ValueError``/``struct.error``/``IndexError`` for a malformed one."""
+    ``ValueError``/``struct.error``/``IndexError`` for a malformed one.
+
+    A method's ``arguments`` table comes back as a :class:`TypedTable`, which remembers
+    the wire type of each value (RabbitMQ names it in its error texts)."""
     index = int.from_bytes(payload[0:4], "big")
     cls = _METHODS[index]
     method = cls.__new__(cls)
-    method.unmarshal(bytes(payload[4:]))
+    raw = bytes(payload[4:])
+    method.unmarshal(raw)
+    arguments = getattr(method, "arguments", None)
+    if arguments:
+        start = _table_offset(method)
+        method.arguments = TypedTable(arguments, table_types(raw, start))  # type: ignore[attr-defined]
     return method
+
+
+# RabbitMQ's names for the field-table type tags.
+TYPE_NAMES = {
+    "S": "longstr",
+    "b": "byte",
+    "B": "unsignedbyte",
+    "s": "short",
+    "u": "unsignedshort",
+    "I": "signedint",
+    "i": "unsignedint",
+    "l": "long",
+    "L": "long",
+    "f": "float",
+    "d": "double",
+    "D": "decimal",
+    "T": "timestamp",
+    "t": "bool",
+    "F": "table",
+    "A": "array",
+    "x": "binary",
+    "V": "void",
+}
+_FIXED = {
+    "t": 1,
+    "b": 1,
+    "B": 1,
+    "s": 2,
+    "u": 2,
+    "I": 4,
+    "i": 4,
+    "l": 8,
+    "L": 8,
+    "f": 4,
+    "d": 8,
+    "D": 5,
+    "T": 8,
+    "V": 0,
+}
+
+
+class TypedTable(dict):  # type: ignore[type-arg]
+    """A decoded field table that also knows each top-level value's wire type name."""
+
+    __slots__ = ("types",)
+
+    def __init__(self, values: dict[str, Any], types: dict[str, str] | None = None) -> None:
+        super().__init__(values)
+        self.types: dict[str, str] = dict(types or {})
+
+    def copy(self) -> TypedTable:
+        return TypedTable(self, self.types)
+
+
+def type_of(table: dict[str, Any], key: str) -> str | None:
+    types = getattr(table, "types", None)
+    return types.get(key) if types else None
+
+
+def table_types(raw: bytes, start: int) -> dict[str, str]:
+    """The type name of each top-level value of the field table at ``raw[start:]``."""
+    out: dict[str, str] = {}
+    (length,) = struct.unpack_from(">I", raw, start)
+    pos = start + 4
+    end = pos + length
+    while pos < end:
+        klen = raw[pos]
+        key = raw[pos + 1 : pos + 1 + klen].decode("utf-8", "replace")
+        pos += 1 + klen
+        tag = chr(raw[pos])
+        pos += 1
+        out[key] = TYPE_NAMES.get(tag, tag)
+        if tag in _FIXED:
+            pos += _FIXED[tag]
+        elif tag in "SxAF":
+            (n,) = struct.unpack_from(">I", raw, pos)
+            pos += 4 + n
+        else:
+            break
+    return out
+
+
+def _table_offset(method: Method) -> int:
+    """Where a method's trailing ``arguments`` table starts in its argument bytes."""
+    pos = 0
+    in_bits = False
+    for name in method.__slots__:
+        if name == "arguments":
+            return pos
+        kind = method.amqp_type(name)
+        if kind == "bit":
+            if not in_bits:
+                pos += 1
+                in_bits = True
+            continue
+        in_bits = False
+        if kind == "shortstr":
+            pos += 1 + len(str(getattr(method, name) or "").encode())
+        else:
+            pos += {"short": 2, "long": 4, "longlong": 8, "octet": 1}[kind]
+    return pos
 
 
 def decode_properties(raw: bytes) -> commands.Basic.Properties:

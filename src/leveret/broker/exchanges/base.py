@@ -64,7 +64,7 @@ class Exchange:
         self.durable = durable
         self.auto_delete = auto_delete
         self.internal = internal
-        self.arguments: dict[str, Any] = dict(arguments or {})
+        self.arguments: dict[str, Any] = arguments.copy() if arguments else {}
         self.bindings: dict[tuple[Any, ...], Binding] = {}
         # How many bindings lead to other exchanges: routing takes a slower path then.
         self.exchange_bindings = 0

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from leveret.broker.exchanges.base import Binding, Destination, Exchange
 from leveret.protocol import errors
+from leveret.protocol.spec import type_of
 
 if TYPE_CHECKING:
     from leveret.broker.message import Message
@@ -65,10 +66,14 @@ class HeadersExchange(Exchange):
         if "x-match" in binding.arguments:
             raw = binding.arguments["x-match"]
             mode = raw.decode() if isinstance(raw, (bytes, bytearray)) else raw
-            if not isinstance(mode, str) or mode not in _MODES:
-                shown = f'<<"{mode}">>' if isinstance(mode, str) else repr(mode)
+            if not isinstance(mode, str):
+                wire = type_of(binding.arguments, "x-match") or "long"
                 raise errors.precondition_failed(
-                    f"Invalid x-match field value {shown}; "
+                    f"Invalid x-match field type {wire} (value {mode}); expected longstr"
+                )
+            if mode not in _MODES:
+                raise errors.precondition_failed(
+                    f'Invalid x-match field value <<"{mode}">>; '
                     "expected all, any, all-with-x, or any-with-x"
                 )
 
