@@ -68,7 +68,9 @@ def test_headers_match_modes() -> None:
     assert not headers_match({"x-match": "all", "a": 1, "b": "z"}, h)
     assert headers_match({"x-match": "any", "a": 2, "b": "x"}, h)
     assert headers_match({"a": None}, h)  # void: presence only
-    assert not headers_match({"a": "1"}, h)  # type matters
+    assert not headers_match({"a": "1"}, h)  # a string is not a number
+    assert headers_match({"a": 1.0}, h)  # numbers compare numerically
+    assert not headers_match({"a": True}, h)  # a bool is not 1
     assert headers_match({"x-match": "all", "x-c": "nope"}, h)  # x- ignored
     assert not headers_match({"x-match": "all-with-x", "x-c": "nope"}, h)
     assert headers_match({"x-match": "any-with-x", "x-c": "y"}, h)

@@ -3,7 +3,7 @@
 ``x-match`` is ``all`` (the default), ``any``, ``all-with-x`` or ``any-with-x``. Binding
 arguments whose name starts with ``x-`` take part only in the ``-with-x`` variants. A
 binding argument of type void matches on the header's presence alone; otherwise the header
-must hold an equal value of the same type, as in RabbitMQ."""
+must hold an equal value (numbers compare across types, as Erlang's ``==`` does)."""
 
 from __future__ import annotations
 
@@ -20,15 +20,18 @@ _MODES = ("all", "any", "all-with-x", "any-with-x")
 
 
 def _same(pattern: Any, value: Any) -> bool:
-    if type(pattern) is not type(value):
-        if isinstance(pattern, (bytes, bytearray, str)) and isinstance(
-            value, (bytes, bytearray, str)
-        ):
-            a = pattern.encode() if isinstance(pattern, str) else bytes(pattern)
-            b = value.encode() if isinstance(value, str) else bytes(value)
-            return a == b
-        return False
-    return bool(pattern == value)
+    """Erlang's ``==`` on the values: numbers compare numerically across integer and
+    float types, a bool equals only a bool, a string only a string."""
+    if isinstance(pattern, bool) or isinstance(value, bool):
+        return type(pattern) is type(value) and pattern == value
+    if isinstance(pattern, (int, float)) and isinstance(value, (int, float)):
+        return pattern == value
+    text = (str, bytes, bytearray)
+    if isinstance(pattern, text) and isinstance(value, text):
+        a = pattern.encode() if isinstance(pattern, str) else bytes(pattern)
+        b = value.encode() if isinstance(value, str) else bytes(value)
+        return a == b
+    return type(pattern) is type(value) and bool(pattern == value)
 
 
 def _mode(arguments: dict[str, Any]) -> str:
