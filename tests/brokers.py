@@ -25,6 +25,17 @@ class BrokerUnderTest:
     process: subprocess.Popen[str] | None = None
     data_dir: Path | None = None
     log: list[str] = field(default_factory=list)
+    http_port: int = 15672
+    prometheus_port: int = 15692
+
+    @property
+    def http_url(self) -> str:
+        """The management API (and dashboard) root."""
+        return f"http://{self.host}:{self.http_port}"
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://{self.host}:{self.prometheus_port}/metrics"
 
     @property
     def url(self) -> str:
@@ -62,6 +73,7 @@ def start_leveret(data_dir: Path | None = None, extra: list[str] | None = None,
     if data_dir is None:
         data_dir = Path(tempfile.mkdtemp(prefix="leveret-test-"))
     cmd = [sys.executable, "-m", "leveret.cli.main", "server", "--amqp-port", "0",
+           "--http-port", "0", "--prometheus-port", "0",
            "--bind", "127.0.0.1", "--data-dir", str(data_dir), *(extra or [])]
     proc_env = dict(os.environ)
     proc_env.update(env or {})
@@ -70,6 +82,7 @@ def start_leveret(data_dir: Path | None = None, extra: list[str] | None = None,
     assert proc.stdout is not None
     deadline = time.monotonic() + timeout
     lines: list[str] = []
+    ports: dict[str, int] = {}
     while time.monotonic() < deadline:
         line = proc.stdout.readline()
         if not line:
@@ -77,9 +90,15 @@ def start_leveret(data_dir: Path | None = None, extra: list[str] | None = None,
                 raise RuntimeError("leveret server exited: " + "".join(lines))
             continue
         lines.append(line)
+        if line.startswith("Management API listening on "):
+            ports["http"] = int(line.strip().rsplit(":", 1)[1])
+        elif line.startswith("Prometheus metrics listening on "):
+            ports["prometheus"] = int(line.strip().rsplit(":", 1)[1].split("/")[0])
         if "Server startup complete" in line:
             port = int(line.strip().rsplit(":", 1)[1])
-            broker = BrokerUnderTest("leveret", "127.0.0.1", port, proc, data_dir, lines)
+            broker = BrokerUnderTest("leveret", "127.0.0.1", port, proc, data_dir, lines,
+                                     http_port=ports.get("http", 0),
+                                     prometheus_port=ports.get("prometheus", 0))
             _drain(proc, broker.log)
             return broker
     proc.kill()
@@ -116,3 +135,23 @@ def ensure_rabbitmq(timeout: float = 90) -> BrokerUnderTest | None:
             return BrokerUnderTest("rabbitmq", "127.0.0.1", RABBITMQ_PORT)
         time.sleep(0.5)
     return None
+
+
+RABBITMQ_HTTP_PORT = int(os.environ.get("RABBITMQ_HTTP_PORT", "15672"))
+
+
+def ensure_rabbitmq_management(timeout: float = 60) -> bool:
+    """The reference broker's management API on 15672, its plugin enabled if need be."""
+    if port_open("127.0.0.1", RABBITMQ_HTTP_PORT):
+        return True
+    plugins = shutil.which("rabbitmq-plugins") or "/usr/sbin/rabbitmq-plugins"
+    if not Path(plugins).exists():
+        return False
+    subprocess.run([plugins, "enable", "rabbitmq_management"], check=False,
+                   capture_output=True, timeout=120)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if port_open("127.0.0.1", RABBITMQ_HTTP_PORT):
+            return True
+        time.sleep(0.5)
+    return False

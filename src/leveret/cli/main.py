@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
@@ -53,6 +53,22 @@ def server(
             help="AMQP port (default 5672; 0 picks a free port).",
         ),
     ] = None,
+    http_port: Annotated[
+        int | None,
+        typer.Option(
+            "--http-port",
+            envvar="LEVERET_HTTP_PORT",
+            help="Management API and dashboard port (default 15672; 0 picks a free port).",
+        ),
+    ] = None,
+    prometheus_port: Annotated[
+        int | None,
+        typer.Option(
+            "--prometheus-port",
+            envvar="LEVERET_PROMETHEUS_PORT",
+            help="Prometheus /metrics port (default 15692; 0 picks a free port).",
+        ),
+    ] = None,
     bind: Annotated[
         str | None,
         typer.Option(
@@ -78,7 +94,7 @@ def server(
     ] = "info",
 ) -> None:
     """Run the broker in the foreground until SIGINT or SIGTERM."""
-    from leveret.server.app import run
+    from leveret.management.runner import Running, run
     from leveret.server.config import Config, ConfigError
 
     logging.basicConfig(
@@ -87,22 +103,47 @@ def server(
         format="%(asctime)s [%(levelname)s] %(name)s: %(message)s",
     )
     try:
-        cfg = Config.load(config, amqp_port=amqp_port, bind=bind, data_dir=data_dir)
+        cfg = Config.load(
+            config,
+            amqp_port=amqp_port,
+            http_port=http_port,
+            prometheus_port=prometheus_port,
+            bind=bind,
+            data_dir=data_dir,
+        )
     except ConfigError as exc:
         fail(str(exc))
         return
 
-    def ready(srv: Any) -> None:
-        print(f"Server startup complete; listening on {srv.url}", flush=True)
+    def ready(running: Running) -> None:
+        print(f"Management API listening on {running.http_url}", flush=True)
+        print(f"Prometheus metrics listening on {running.metrics_url}", flush=True)
+        print(f"Server startup complete; listening on {running.url}", flush=True)
 
     try:
         run(cfg, ready)
     except ConfigError as exc:
         fail(str(exc))
     except OSError as exc:
-        fail(f"cannot listen on {cfg.bind}:{cfg.amqp_port}: {exc.strerror or exc}")
+        fail(f"cannot listen on {cfg.bind}: {exc.strerror or exc}")
     except KeyboardInterrupt:
         pass
+
+
+@app.command(
+    context_settings={
+        "allow_extra_args": True,
+        "ignore_unknown_options": True,
+        "help_option_names": [],
+    },
+    add_help_option=False,
+)
+def ctl(ctx: typer.Context) -> None:
+    """rabbitmqctl's verbs against a running Leveret, through its management API
+    (`leveret ctl help` lists them)."""
+    from leveret.cli.ctl import main as ctl_main
+
+    raise typer.Exit(ctl_main(list(ctx.args)))
 
 
 def main() -> None:

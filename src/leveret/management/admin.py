@@ -16,6 +16,7 @@ from leveret.management.httputil import (
     ApiError,
     bad_request,
     created_or_updated,
+    current_user,
     json_body,
     json_response,
     listing,
@@ -141,6 +142,10 @@ async def vhost_put(request: web.Request) -> web.Response:
         b.changed("vhost.changed", existing)
         return created_or_updated(False)
     b.add_vhost(name, description, tags)
+    # As RabbitMQ's API: the user who creates a vhost gets full permissions in it.
+    creator = current_user(request).name
+    b.users.set_permissions(creator, name, ".*", ".*", ".*")
+    b.changed("permission.set", (creator, name))
     return created_or_updated(True)
 
 

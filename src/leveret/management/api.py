@@ -90,9 +90,7 @@ class Management:
         return self.broker.users.permission(current_user(request).name, vhost) is not None
 
     def visible_vhosts(self, request: web.Request) -> list[VirtualHost]:
-        return [
-            v for name, v in sorted(self.broker.vhosts.items()) if self.can_see(request, name)
-        ]
+        return [v for name, v in sorted(self.broker.vhosts.items()) if self.can_see(request, name)]
 
     def check(self, request: web.Request, vhost: str, what: str, name: str) -> None:
         """The user's vhost permission for ``what`` (configure, write, read) on ``name``."""
@@ -259,9 +257,7 @@ async def connection_delete(request: web.Request) -> web.Response:
 async def connection_channels(request: web.Request) -> web.Response:
     m = mgmt(request)
     s = m.session_named(request)
-    return listing(
-        request, [views.channel(ch, m.stats) for _, ch in sorted(s.channels.items())]
-    )
+    return listing(request, [views.channel(ch, m.stats) for _, ch in sorted(s.channels.items())])
 
 
 async def channels(request: web.Request) -> web.Response:
@@ -292,9 +288,7 @@ async def channel_one(request: web.Request) -> web.Response:
 async def consumers(request: web.Request) -> web.Response:
     m = mgmt(request)
     vhosts = [m.vhost(request)] if "vhost" in request.match_info else m.visible_vhosts(request)
-    out = [
-        views.consumer(c) for v in vhosts for q in v.queues.values() for c in q.consumers
-    ]
+    out = [views.consumer(c) for v in vhosts for q in v.queues.values() for c in q.consumers]
     return json_response(out)
 
 
@@ -427,6 +421,9 @@ async def queue_get(request: web.Request) -> web.Response:
     _, q = queue_named(request)
     data = views.queue(q, m.broker, m.stats, rate_ages(request))
     data["consumer_details"] = [views.consumer(c) for c in q.consumers]
+    owner = views.owner_details(q)
+    if owner is not None:
+        data["owner_pid_details"] = owner
     data["deliveries"] = []
     data["incoming"] = []
     return json_response(dict(sorted(data.items())))
@@ -456,7 +453,9 @@ async def queue_delete(request: web.Request) -> web.Response:
     m = mgmt(request)
     v, q = queue_named(request)
     m.check(request, v.name, "configure", q.name)
-    v.delete_queue(q, as_bool(request.query.get("if-unused")), as_bool(request.query.get("if-empty")))
+    v.delete_queue(
+        q, as_bool(request.query.get("if-unused")), as_bool(request.query.get("if-empty"))
+    )
     return no_content()
 
 
@@ -475,9 +474,10 @@ def message_properties(message: Message) -> Any:
         value = getattr(props, name, None)
         if value is not None and value != "" and not (name == "headers" and not value):
             out[name] = views.jsonable(value)
-    if "timestamp" in out and hasattr(props.timestamp, "timestamp"):
-        out["timestamp"] = int(props.timestamp.timestamp())
-    return out or []  # RabbitMQ answers an empty property list as []
+    stamp = props.timestamp
+    if "timestamp" in out and stamp is not None and hasattr(stamp, "timestamp"):
+        out["timestamp"] = int(stamp.timestamp())
+    return dict(sorted(out.items())) or []  # RabbitMQ answers no properties as []
 
 
 async def queue_get_messages(request: web.Request) -> web.Response:
@@ -487,8 +487,12 @@ async def queue_get_messages(request: web.Request) -> web.Response:
     require_keys(body, "ackmode", "count", "encoding")
     m.check(request, v.name, "read", q.name)
     ackmode = body["ackmode"]
-    if ackmode not in ("ack_requeue_true", "ack_requeue_false", "reject_requeue_true",
-                       "reject_requeue_false"):
+    if ackmode not in (
+        "ack_requeue_true",
+        "ack_requeue_false",
+        "reject_requeue_true",
+        "reject_requeue_false",
+    ):
         raise bad_request(f"invalid ackmode: {ackmode}")
     encoding = body["encoding"]
     if encoding not in ("auto", "base64"):
@@ -566,8 +570,11 @@ async def exchange_bindings(request: web.Request) -> web.Response:
     out = [
         b
         for b in views.all_bindings(v)
-        if (b["source"] == name if as_source else (
-            b["destination_type"] == "exchange" and b["destination"] == name))
+        if (
+            b["source"] == name
+            if as_source
+            else (b["destination_type"] == "exchange" and b["destination"] == name)
+        )
     ]
     return json_response(out)
 
@@ -582,8 +589,7 @@ def binding_ends(request: web.Request) -> tuple[VirtualHost, Any, Any]:
         raise rabbit.no_exchange(source, v.name)
     target = v.queues.get(dest) if kind == "queue" else v.exchanges.get(dest)
     if target is None:
-        raise rabbit.no_queue(dest, v.name) if kind == "queue" else rabbit.no_exchange(
-            dest, v.name)
+        raise rabbit.no_queue(dest, v.name) if kind == "queue" else rabbit.no_exchange(dest, v.name)
     return v, src, target
 
 
@@ -645,22 +651,27 @@ async def static(request: web.Request) -> web.StreamResponse:
     return static_file(request.match_info["file"])
 
 
-STATIC_TYPES = {".html": "text/html", ".js": "text/javascript", ".css": "text/css",
-                ".svg": "image/svg+xml"}
+STATIC_TYPES = {
+    ".html": "text/html",
+    ".js": "text/javascript",
+    ".css": "text/css",
+    ".svg": "image/svg+xml",
+}
 
 
 def static_file(name: str) -> web.StreamResponse:
     if "/" in name or name.startswith("."):
         raise web.HTTPNotFound()
-    ext = name[name.rfind("."):]
+    ext = name[name.rfind(".") :]
     if ext not in STATIC_TYPES:
         raise web.HTTPNotFound()
     try:
         data = resources.files("leveret.management").joinpath("static", name).read_bytes()
     except (FileNotFoundError, IsADirectoryError, NotADirectoryError) as exc:
         raise web.HTTPNotFound() from exc
-    return web.Response(body=data, content_type=STATIC_TYPES[ext],
-                        headers={"Cache-Control": "no-cache"})
+    return web.Response(
+        body=data, content_type=STATIC_TYPES[ext], headers={"Cache-Control": "no-cache"}
+    )
 
 
 def routes(app: web.Application) -> None:
@@ -693,8 +704,9 @@ def routes(app: web.Application) -> None:
     r.add_get("/api/exchanges/{vhost}/{name}", exchange_get)
     r.add_put("/api/exchanges/{vhost}/{name}", exchange_put)
     r.add_delete("/api/exchanges/{vhost}/{name}", exchange_delete)
-    r.add_get("/api/exchanges/{vhost}/{name}/bindings/{direction:source|destination}",
-              exchange_bindings)
+    r.add_get(
+        "/api/exchanges/{vhost}/{name}/bindings/{direction:source|destination}", exchange_bindings
+    )
     r.add_post("/api/exchanges/{vhost}/{name}/publish", exchange_publish)
     r.add_get("/api/queues", queues)
     r.add_get("/api/queues/{vhost}", queues)

@@ -132,6 +132,7 @@ def listing(request: web.Request, items: list[dict[str, Any]]) -> web.Response:
     sort = q.get("sort")
     reverse = as_bool(q.get("sort_reverse"))
     if sort:
+
         def key(item: dict[str, Any]) -> Any:
             value: Any = item
             for part in sort.split("."):
@@ -166,7 +167,9 @@ def listing(request: web.Request, items: list[dict[str, Any]]) -> web.Response:
     )
 
 
-def rate_ages(request: web.Request) -> tuple[float | None, float | None, float | None, float | None]:
+def rate_ages(
+    request: web.Request,
+) -> tuple[float | None, float | None, float | None, float | None]:
     """``lengths_age``/``lengths_incr`` and ``msg_rates_age``/``msg_rates_incr``."""
 
     def num(name: str) -> float | None:

@@ -26,8 +26,7 @@ if TYPE_CHECKING:
 
 QUEUE_GAUGES = (
     ("rabbitmq_queue_messages_ready", "Messages ready to be delivered to consumers"),
-    ("rabbitmq_queue_messages_unacked",
-     "Messages delivered to consumers but not yet acknowledged"),
+    ("rabbitmq_queue_messages_unacked", "Messages delivered to consumers but not yet acknowledged"),
     ("rabbitmq_queue_messages", "Sum of ready and unacknowledged messages - total queue depth"),
     ("rabbitmq_queue_consumers", "Consumers on a queue"),
 )
@@ -73,25 +72,35 @@ class BrokerCollector(Collector):
         consumers = sum(len(q.consumers) for q in queues)
         for name, doc, value in (
             ("rabbitmq_connections", "Connections currently open", len(sessions)),
-            ("rabbitmq_channels", "Channels currently open",
-             sum(len(s.channels) for s in sessions)),
+            (
+                "rabbitmq_channels",
+                "Channels currently open",
+                sum(len(s.channels) for s in sessions),
+            ),
             ("rabbitmq_consumers", "Consumers currently connected", consumers),
             ("rabbitmq_queues", "Queues available", len(queues)),
             ("rabbitmq_global_consumers", "Current number of consumers", consumers),
-            ("rabbitmq_global_publishers", "Current number of publishers",
-             sum(1 for s in sessions if s.recv_publish)),
+            (
+                "rabbitmq_global_publishers",
+                "Current number of publishers",
+                sum(1 for s in sessions if s.recv_publish),
+            ),
         ):
             yield GaugeMetricFamily(name, doc, value=value)
 
         for name, doc, key in (
-            ("rabbitmq_connections_opened_total", "Total number of connections opened",
-             "connections_opened"),
-            ("rabbitmq_connections_closed_total",
-             "Total number of connections closed or terminated", "connections_closed"),
-            ("rabbitmq_queues_created_total", "Total number of queues created",
-             "queues_created"),
-            ("rabbitmq_queues_deleted_total", "Total number of queues deleted",
-             "queues_deleted"),
+            (
+                "rabbitmq_connections_opened_total",
+                "Total number of connections opened",
+                "connections_opened",
+            ),
+            (
+                "rabbitmq_connections_closed_total",
+                "Total number of connections closed or terminated",
+                "connections_closed",
+            ),
+            ("rabbitmq_queues_created_total", "Total number of queues created", "queues_created"),
+            ("rabbitmq_queues_deleted_total", "Total number of queues deleted", "queues_deleted"),
         ):
             yield CounterMetricFamily(name, doc, value=stats.churn[key])
 
@@ -104,9 +113,7 @@ class BrokerCollector(Collector):
             yield c
 
         labels = ["vhost", "queue"] if self.per_object else []
-        families = {
-            name: GaugeMetricFamily(name, doc, labels=labels) for name, doc in QUEUE_GAUGES
-        }
+        families = {name: GaugeMetricFamily(name, doc, labels=labels) for name, doc in QUEUE_GAUGES}
         published = CounterMetricFamily(
             "rabbitmq_queue_messages_published_total",
             "Total number of messages published to queues",

@@ -87,8 +87,7 @@ class Broker:
             raise
         node = self.server.broker.node_name
         management.listeners = [
-            {"node": node, "protocol": proto, "ip_address": host, "port": port,
-             "socket_opts": {}}
+            {"node": node, "protocol": proto, "ip_address": host, "port": port, "socket_opts": {}}
             for proto, host, port in (
                 ("amqp", self.server.host, self.server.port),
                 ("http", http_host, http_port),
@@ -103,9 +102,7 @@ class Broker:
             stats.sample()
 
         self._sampler = loop.call_later(stats.interval, tick)
-        self.running = Running(
-            self.server, management, http_host, http_port, prom_host, prom_port
-        )
+        self.running = Running(self.server, management, http_host, http_port, prom_host, prom_port)
         return self.running
 
     async def stop(self) -> None:

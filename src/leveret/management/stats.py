@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter, deque
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -126,9 +126,7 @@ def queue_lengths(q: Queue) -> dict[str, float]:
 
 
 def session_confirms(s: Session) -> int:
-    return int(getattr(s, "closed_channel_confirms", 0)) + sum(
-        ch.confirmed for ch in s.channels.values()
-    )
+    return s.closed_channel_confirms + sum(ch.confirmed for ch in s.channels.values())
 
 
 class Stats:
@@ -258,7 +256,7 @@ class Stats:
     # ------------------------------------------------------------------ shapes
     def message_stats(
         self,
-        totals: dict[str, float],
+        totals: Mapping[str, float],
         windows: Windows | None,
         keys: tuple[str, ...] = MESSAGE_STATS,
         age: float | None = None,
@@ -274,7 +272,7 @@ class Stats:
 
     def length_details(
         self,
-        lengths: dict[str, float],
+        lengths: Mapping[str, float],
         windows: Windows | None,
         age: float | None = None,
         incr: float | None = None,

@@ -86,7 +86,7 @@ def binding(vhost: str, b: Binding) -> dict[str, Any]:
         "destination": b.destination.name,
         "destination_type": b.destination.kind,
         "routing_key": b.routing_key,
-        "arguments": jsonable(b.arguments),
+        "arguments": jsonable(dict(sorted(b.arguments.items()))),  # kept sorted, as RabbitMQ
         "properties_key": properties_key(b.routing_key, b.arguments),
     }
 
@@ -107,9 +107,7 @@ def default_binding(vhost: str, q: Queue) -> dict[str, Any]:
 def all_bindings(v: VirtualHost) -> list[dict[str, Any]]:
     out = [default_binding(v.name, q) for q in v.queues.values()]
     out.extend(binding(v.name, b) for b in v.bindings())
-    out.sort(
-        key=lambda b: (b["source"], b["destination_type"], b["destination"], b["routing_key"])
-    )
+    out.sort(key=lambda b: (b["source"], b["destination_type"], b["destination"], b["routing_key"]))
     return out
 
 
@@ -181,18 +179,26 @@ def queue(q: Queue, broker: Broker, stats: Stats, age: Any = None) -> dict[str, 
         "type": "classic",
         "vhost": q.vhost,
     }
-    if owner is not None and hasattr(owner, "peer"):
-        out["owner_pid_details"] = {
-            "name": connection_name(owner),
-            "peer_host": (owner.peer or ("", 0))[0],
-            "peer_port": (owner.peer or ("", 0))[1],
-        }
     age_l, incr_l, age_m, incr_m = age or (None, None, None, None)
     out.update(stats.length_details(lengths, windows, age_l, incr_l))
     counters = queue_counters(q)
-    if any(counters.values()):
-        out["message_stats"] = stats.message_stats(counters, windows, QUEUE_STATS, age_m, incr_m)
+    # As RabbitMQ: the publish figures once something was published, the delivery
+    # figures once something was delivered.
+    keys = (("publish",) if counters["publish"] else ()) + (
+        QUEUE_STATS[1:] if counters["deliver_get"] else ()
+    )
+    if keys:
+        out["message_stats"] = stats.message_stats(counters, windows, keys, age_m, incr_m)
     return dict(sorted(out.items()))
+
+
+def owner_details(q: Queue) -> dict[str, Any] | None:
+    """The connection owning an exclusive queue (single-queue answers only, as RabbitMQ)."""
+    owner = q.exclusive_owner
+    if owner is None or not hasattr(owner, "peer"):
+        return None
+    peer = owner.peer or ("", 0)
+    return {"name": connection_name(owner), "peer_host": peer[0], "peer_port": peer[1]}
 
 
 def connection(s: Session) -> dict[str, Any]:
@@ -265,9 +271,7 @@ def channel(ch: Channel, stats: Stats) -> dict[str, Any]:
     }
     counters = {"publish": ch.published, "confirm": ch.confirmed}
     if any(counters.values()):
-        out["message_stats"] = stats.message_stats(
-            counters, stats.channels.get(ch), CHANNEL_STATS
-        )
+        out["message_stats"] = stats.message_stats(counters, stats.channels.get(ch), CHANNEL_STATS)
     return out
 
 
@@ -314,9 +318,7 @@ def overview(broker: Broker, stats: Stats, listeners: list[dict[str, Any]], age:
     channels = sum(len(s.channels) for s in sessions)
     queues = sum(len(v.queues) for v in broker.vhosts.values())
     exchanges = sum(len(v.exchanges) for v in broker.vhosts.values())
-    consumers = sum(
-        len(q.consumers) for v in broker.vhosts.values() for q in v.queues.values()
-    )
+    consumers = sum(len(q.consumers) for v in broker.vhosts.values() for q in v.queues.values())
     return {
         "management_version": COMPATIBLE_VERSION,
         "rates_mode": "basic",

@@ -17,6 +17,9 @@ class ConfigError(Exception):
 @dataclass
 class Config:
     amqp_port: int = 5672
+    # The management API and dashboard, and Prometheus's /metrics (0 picks a free port).
+    http_port: int = 15672
+    prometheus_port: int = 15692
     bind: str = "0.0.0.0"
     data_dir: Path = Path("leveret-data")
     frame_max: int = 131072
