@@ -167,7 +167,13 @@ def test_auth_errors_match(sites: tuple[Site, Site]) -> None:
         limited = site.api.as_user(site.user, site.password)
         users = limited.call("GET", "/api/users")
         whoami = limited.call("GET", "/api/whoami")
-        answers.append((wrong, users, normalize(repr(whoami)).replace(site.user, "USER")))
+        # a user without a management tag may not use the API at all
+        assert site.api.put(f"/api/users/{q(site.user)}-none", {"password": "pw", "tags": ""})
+        none = site.api.as_user(f"{site.user}-none", "pw").call("GET", "/api/overview")
+        site.api.delete(f"/api/users/{q(site.user)}-none")
+        no_auth = site.api.call("GET", "/api/overview", auth=False)[0]
+        answers.append((wrong, users, normalize(repr(whoami)).replace(site.user, "USER"),
+                        none, no_auth))
     assert answers[0] == answers[1]
 
 

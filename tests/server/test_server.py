@@ -269,3 +269,42 @@ def test_congested_consumer_holds_back_its_publisher(leveret: BrokerUnderTest,
     # the queue stopped growing: what sits there is bounded by socket buffers
     assert count == count_then
     assert count * len(body) < 64 * 1024 * 1024
+
+
+def test_stream_survives_restart_and_reports_its_end(tmp_path: Path) -> None:
+    broker = start_leveret(tmp_path)
+    conn = pika.BlockingConnection(broker.pika_params())
+    ch = conn.channel()
+    ch.queue_declare("logs-stream", durable=True, arguments={"x-queue-type": "stream"})
+    ch.confirm_delivery()
+    for i in range(50):
+        ch.basic_publish("", "logs-stream", f"r{i}".encode())
+    # Leveret's extension: a passive declare asking for x-stream-offsets gets the
+    # committed end offset as message_count (RabbitMQ answers 0 for a stream)
+    ok = ch.queue_declare("logs-stream", passive=True, arguments={"x-stream-offsets": True})
+    assert ok.method.message_count == 50
+    assert ch.queue_declare("logs-stream", passive=True).method.message_count == 0
+    conn.close()
+    broker.stop()
+
+    again = start_leveret(tmp_path)
+    conn = pika.BlockingConnection(again.pika_params())
+    ch = conn.channel()
+    ch.basic_qos(prefetch_count=100)
+    got: list[tuple[int, bytes]] = []
+    ch.basic_consume("logs-stream", lambda c, m, p, b: (
+        got.append((p.headers["x-stream-offset"], b)), c.basic_ack(m.delivery_tag)),
+        arguments={"x-stream-offset": 40})
+    deadline = 50
+    while len(got) < 10 and deadline:
+        conn.process_data_events(0.1)
+        deadline -= 1
+    assert got == [(i, f"r{i}".encode()) for i in range(40, 50)]
+    ch.confirm_delivery()
+    ch.basic_publish("", "logs-stream", b"after restart")
+    while len(got) < 11 and deadline:
+        conn.process_data_events(0.1)
+        deadline -= 1
+    assert got[-1] == (50, b"after restart")
+    conn.close()
+    again.stop()

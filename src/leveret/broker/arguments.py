@@ -128,7 +128,7 @@ def check_queue_arguments(name: str, vhost: str, arguments: dict[str, Any]) -> N
                 f"invalid arg '{key}' for {where} of queue type rabbit_classic_queue"
             )
     qtype = _text(arguments.get("x-queue-type", "classic"))
-    if qtype != "classic":
+    if qtype not in ("classic", "stream"):
         raise errors.precondition_failed(
             f"queue type '{qtype}' is not supported by this broker (declaring {where})"
         )

@@ -11,6 +11,7 @@ from pamqp import commands
 from leveret.broker import names
 from leveret.broker.consumer import Consumer
 from leveret.broker.message import Message
+from leveret.broker.spec_texts import stream_not_supported
 from leveret.protocol import errors
 
 if TYPE_CHECKING:
@@ -181,12 +182,25 @@ class Channel:
 
     def settle(self, kind: str, tag: int, multiple: bool, requeue: bool) -> None:
         """ack, nack or reject. In a transaction, validated now and applied on commit."""
+        if kind != "ack":
+            self._refuse_stream_nack(tag, multiple)
         if self.tx:
             if not (multiple and tag == 0) and tag not in self.unacked:
                 raise errors.precondition_failed(f"unknown delivery tag {tag}")
             self.tx_settles.append((kind, tag, multiple, requeue))
             return
         self._settle(kind, tag, multiple, requeue)
+
+    def _refuse_stream_nack(self, tag: int, multiple: bool) -> None:
+        """Streams take acks only (RabbitMQ closes the connection with 540)."""
+        if multiple:
+            hit = [d for t, d in self.unacked.items() if tag == 0 or t <= tag]
+        else:
+            d = self.unacked.get(tag)
+            hit = [d] if d is not None else []
+        for d in hit:
+            if d.queue.is_stream:
+                raise stream_not_supported("basic.nack and basic.reject", d.queue)
 
     def _settle(self, kind: str, tag: int, multiple: bool, requeue: bool) -> None:
         deliveries = self._collect(tag, multiple)

@@ -18,6 +18,7 @@ class Consumer:
         "prefetch",
         "priority",
         "queue",
+        "offset",
         "tag",
         "tag_wire",
         "unacked",
@@ -45,6 +46,7 @@ class Consumer:
         self.arguments = arguments
         self.priority = priority
         self.unacked = 0
+        self.offset = 0  # a stream consumer's next offset
 
     def has_credit(self) -> bool:
         if self.no_ack:

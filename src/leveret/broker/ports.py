@@ -36,6 +36,36 @@ class Output(Protocol):
     def close_connection(self, error: AMQPError) -> None: ...
 
 
+class StreamLog(Protocol):
+    """An append-only, replayable log of messages (a stream queue's storage)."""
+
+    next_offset: int
+
+    @property
+    def first(self) -> int: ...
+
+    @property
+    def committed(self) -> int: ...
+
+    def append(
+        self, exchange_and_key: bytes, properties: bytes, body: bytes, ts_ms: int | None = None
+    ) -> int: ...
+
+    def sync(self) -> bool: ...
+
+    def read(
+        self, offset: int, max_count: int, max_bytes: int = ...
+    ) -> list[tuple[int, int, bytes, bytes, bytes]]: ...
+
+    def last_chunk_start(self) -> int: ...
+
+    def offset_at(self, ts_ms: int) -> int: ...
+
+    def close(self) -> None: ...
+
+    def delete(self) -> None: ...
+
+
 class DefinitionStore(Protocol):
     """Durable exchanges, queues, bindings, users, vhosts and permissions."""
 

@@ -1,6 +1,6 @@
 """Classic queues: ready messages, consumers with round-robin dispatch, requeue in
 original order, and the RabbitMQ queue arguments Leveret implements (TTL, length limits,
-dead-lettering, expiry)."""
+dead-lettering, expiry, priorities)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,15 @@ def now_ms() -> int:
 class Entry:
     """A message in one queue."""
 
-    __slots__ = ("delivery_count", "expires_at", "message", "redelivered", "seq", "store_id")
+    __slots__ = (
+        "delivery_count",
+        "expires_at",
+        "message",
+        "priority",
+        "redelivered",
+        "seq",
+        "store_id",
+    )
 
     def __init__(self, message: Message, seq: int, expires_at: int = 0) -> None:
         self.message = message
@@ -31,10 +39,17 @@ class Entry:
         self.expires_at = expires_at
         self.delivery_count = 0
         self.store_id = 0
+        self.priority = 0  # only a queue with x-max-priority sets it
+
+
+def _order(entry: Entry) -> tuple[int, int]:
+    """Where an entry stands in ``ready``: higher priority first, then publish order."""
+    return (-entry.priority, entry.seq)
 
 
 class Queue:
     kind = "queue"
+    is_stream = False
 
     def __init__(
         self,
@@ -80,11 +95,20 @@ class Queue:
         self.dead_letter_routing_key: str | None = (
             dlk.decode() if isinstance(dlk, bytes) else dlk if dlk is not None else None
         )
+        # x-max-priority: ready is kept highest priority first, FIFO within a priority,
+        # as RabbitMQ's priority queue (one sub-queue per priority 0..max).
+        max_priority = _int(a.get("x-max-priority"))
+        self.max_priority: int | None = (
+            min(max_priority, 255) if max_priority is not None and max_priority >= 0 else None
+        )
         # Set by the vhost: dead-letter a message (reason) and persist hooks.
         self.dead_letter: Callable[[Queue, Entry, str], None] | None = None
-        # No length limit and no TTL: enqueue can take its short path.
+        # No length limit, no TTL and no priorities: enqueue can take its short path.
         self._plain = (
-            self.max_length is None and self.max_length_bytes is None and self.message_ttl is None
+            self.max_length is None
+            and self.max_length_bytes is None
+            and self.message_ttl is None
+            and self.max_priority is None
         )
         self.on_removed: Callable[[Queue, Entry], None] | None = None
         self.persist: Callable[[Queue, Entry], None] | None = None
@@ -129,6 +153,8 @@ class Queue:
         self._seq += 1
         self.published += 1
         entry = Entry(message, self._seq)
+        if self.max_priority is not None:
+            entry.priority = self._priority_of(message)
         if self.message_ttl is not None:
             if self.message_ttl == 0 and (
                 self.ready or not any(c.has_credit() for c in self.consumers)
@@ -149,13 +175,32 @@ class Queue:
             if consumer is not None:
                 consumer.deliver(self, entry)
                 return True
-        self.ready.append(entry)
+        self._append(entry)
         self.ready_bytes += len(message.body)
         if self.max_length is not None or self.max_length_bytes is not None:
             self._drop_head_overflow()
         if self.consumers:
             self.dispatch()
         return True
+
+    def _priority_of(self, message: Message) -> int:
+        """A message's priority in this queue: none is 0, above the maximum is the maximum."""
+        assert self.max_priority is not None
+        if len(message.properties) < 2 or not message.properties[0] & 0x08:  # flag 0x0800
+            return 0
+        priority = message.props.priority or 0
+        return min(priority, self.max_priority)
+
+    def _append(self, entry: Entry) -> None:
+        """Add to ``ready`` behind every entry of the same or a higher priority."""
+        ready = self.ready
+        if not ready or ready[-1].priority >= entry.priority:
+            ready.append(entry)
+            return
+        i = len(ready) - 1
+        while i > 0 and ready[i - 1].priority < entry.priority:
+            i -= 1
+        ready.insert(i, entry)
 
     def _drop_head_overflow(self) -> None:
         while self.ready and (
@@ -261,11 +306,11 @@ class Queue:
         self.redelivered_count += len(back)
         if self.deleted:
             return
-        back.sort(key=lambda e: e.seq)
-        if not self.ready or back[-1].seq < self.ready[0].seq:
+        back.sort(key=_order)
+        if not self.ready or _order(back[-1]) < _order(self.ready[0]):
             self.ready.extendleft(reversed(back))
         else:
-            merged = sorted([*back, *self.ready], key=lambda e: e.seq)
+            merged = sorted([*back, *self.ready], key=_order)
             self.ready = deque(merged)
         self.dispatch()
 
@@ -285,13 +330,16 @@ class Queue:
     def consumer_count(self) -> int:
         return len(self.consumers)
 
-    def restore(self, message: Message, redelivered: bool = False) -> None:
+    def restore(self, message: Message, redelivered: bool = False) -> Entry:
         """Reload a message from the store at start-up."""
         self._seq += 1
         entry = Entry(message, self._seq)
         entry.redelivered = redelivered
-        self.ready.append(entry)
+        if self.max_priority is not None:
+            entry.priority = self._priority_of(message)
+        self._append(entry)
         self.ready_bytes += len(message.body)
+        return entry
 
     def __repr__(self) -> str:
         return f"<Queue {self.name!r} in {self.vhost!r}>"

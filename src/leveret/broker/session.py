@@ -17,6 +17,7 @@ from leveret.broker.channel import Channel
 from leveret.broker.message import Message
 from leveret.broker.ports import Output
 from leveret.broker.queue import Queue
+from leveret.broker.spec_texts import stream_not_supported
 from leveret.broker.users import Permission, User
 from leveret.broker.vhost import VirtualHost
 from leveret.protocol import errors, spec
@@ -342,11 +343,23 @@ class Session:
     def _queue_declare(self, ch: Channel, m: C.Queue.Declare) -> None:
         vhost = self.vhost_obj
         name = m.queue.replace("\r", "").replace("\n", "")
+        message_count = None
         if m.passive:
-            q = vhost.get_queue(self._queue_for(ch, name))
+            q = vhost.get_queue(name)  # no last-declared shortcut here, as RabbitMQ
             self._exclusive_check(q)
+            if q.is_stream and m.arguments and "x-stream-offsets" in m.arguments:
+                # Leveret's extension: the stream's committed end offset (RabbitMQ, which
+                # ignores the argument, answers 0 for a stream).
+                message_count = q.log.committed  # type: ignore[attr-defined]
         else:
             if name == "":
+                qtype = (m.arguments or {}).get("x-queue-type")
+                if isinstance(qtype, bytes):
+                    qtype = qtype.decode("utf-8", "replace")
+                if qtype in ("stream", "quorum"):
+                    raise errors.precondition_failed(
+                        f"Cannot declare a server-named queue for type rabbit_{qtype}_queue"
+                    )
                 name = names.queue_name()
             elif name.startswith("amq."):
                 raise rabbit.reserved_name("queue", name)
@@ -368,7 +381,9 @@ class Session:
             ch,
             m.nowait,
             C.Queue.DeclareOk(
-                queue=q.name, message_count=len(q.ready), consumer_count=len(q.consumers)
+                queue=q.name,
+                message_count=q.message_count if message_count is None else message_count,
+                consumer_count=len(q.consumers),
             ),
         )
 
@@ -396,13 +411,17 @@ class Session:
         name = self._queue_for(ch, m.queue)
         self.check("configure", "queue", name)
         q = self.vhost_obj.queues.get(name)
-        count = 0
-        if q is not None:
-            self._exclusive_check(q)
-            count = self.vhost_obj.delete_queue(q, m.if_unused, m.if_empty)
-            if q in self.exclusive_queues:
-                self.exclusive_queues.remove(q)
-        self._reply(ch, m.nowait, C.Queue.DeleteOk(message_count=count))
+        if q is None:
+            self._reply(ch, m.nowait, C.Queue.DeleteOk(message_count=0))
+            return
+        self._exclusive_check(q)
+        self.vhost_obj.check_queue_delete(q, m.if_unused, m.if_empty)
+        # As RabbitMQ: delete-ok goes out before the queue's consumers (this channel's
+        # too) are told basic.cancel.
+        self._reply(ch, m.nowait, C.Queue.DeleteOk(message_count=len(q.ready)))
+        self.vhost_obj.remove_queue(q)
+        if q in self.exclusive_queues:
+            self.exclusive_queues.remove(q)
 
     # ----------------------------------------------------------------- basic
     def _basic_qos(self, ch: Channel, m: C.Basic.Qos) -> None:
@@ -422,7 +441,24 @@ class Session:
         self.check("read", "queue", name)
         q = self.vhost_obj.get_queue(name)
         self._exclusive_check(q)
-        consumer = ch.consume(q, m.consumer_tag, m.no_ack, m.exclusive, _arguments(m))
+        args = _arguments(m)
+        if q.is_stream:
+            if m.no_ack:
+                raise stream_not_supported("automatic acknowledgement", q)
+            if not ch.consumer_prefetch:
+                raise errors.precondition_failed(
+                    f"consumer prefetch count is not set for 'queue '{q.name}' in vhost "
+                    f"'{q.vhost}''"
+                )
+            start = q.resolve_offset(args.get("x-stream-offset"))  # type: ignore[attr-defined]
+        elif "x-stream-offset" in args:
+            raise errors.precondition_failed(
+                f"invalid arg 'x-stream-offset' for queue '{q.name}' in vhost '{q.vhost}' of "
+                "queue type rabbit_classic_queue"
+            )
+        consumer = ch.consume(q, m.consumer_tag, m.no_ack, m.exclusive, args)
+        if q.is_stream:
+            consumer.offset = start
         self._reply(ch, m.nowait, C.Basic.ConsumeOk(consumer_tag=consumer.tag))
         ch.start_consumer(consumer)
 

@@ -19,6 +19,7 @@ from leveret.broker.arguments import (
 )
 from leveret.broker.exchanges import EXCHANGE_TYPES, Binding, DefaultExchange, Exchange
 from leveret.broker.message import Message
+from leveret.broker.ports import StreamLog
 from leveret.broker.queue import Entry, Queue, now_ms
 from leveret.protocol import errors
 
@@ -59,6 +60,8 @@ class VirtualHost:
         self._incoming: dict[tuple[str, str], dict[tuple[Any, ...], Binding]] = {}
         # Notified of durable definition changes ("definitions") and message events.
         self.listeners: list[Listener] = []
+        # Opens the log of a stream queue (vhost, queue, arguments); set by the store.
+        self.stream_factory: Callable[[str, str, dict[str, Any]], StreamLog] | None = None
 
     def _notify(self, event: str, subject: Any) -> None:
         for listener in self.listeners:
@@ -186,6 +189,13 @@ class VirtualHost:
             )
             existing.last_used = now_ms()
             return existing, False
+        qtype = arguments.get("x-queue-type")
+        if isinstance(qtype, bytes):
+            qtype = qtype.decode("utf-8", "replace")
+        if qtype == "stream":
+            return self._declare_stream(
+                name, durable, exclusive_owner, auto_delete, arguments
+            ), True
         check_queue_arguments(name, self.name, arguments)
         q = Queue(
             name,
@@ -201,6 +211,27 @@ class VirtualHost:
         if durable:
             self._notify("definitions", q)
         return q, True
+
+    def _declare_stream(
+        self,
+        name: str,
+        durable: bool,
+        exclusive_owner: Any,
+        auto_delete: bool,
+        arguments: dict[str, Any],
+    ) -> Queue:
+        from leveret.broker.stream import StreamQueue, check_stream_declaration
+
+        check_stream_declaration(
+            name, self.name, durable, exclusive_owner is not None, auto_delete, arguments
+        )
+        if self.stream_factory is None:
+            raise errors.not_implemented("stream queues need a data directory")
+        q = StreamQueue(name, self.name, arguments, self.stream_factory(self.name, name, arguments))
+        self.queues[name] = q
+        self._notify("queue.created", q)
+        self._notify("definitions", q)
+        return q
 
     def assert_queue_equivalence(
         self, q: Queue, durable: bool, owner: Any, auto_delete: bool, arguments: dict[str, Any]
@@ -222,11 +253,15 @@ class VirtualHost:
             raise err
 
     def delete_queue(self, q: Queue, if_unused: bool = False, if_empty: bool = False) -> int:
+        self.check_queue_delete(q, if_unused, if_empty)
+        return self.remove_queue(q)
+
+    def check_queue_delete(self, q: Queue, if_unused: bool, if_empty: bool) -> None:
+        """Raise what queue.delete with these flags would refuse with."""
         if if_unused and q.consumers:
             raise errors.precondition_failed(f"queue '{q.name}' in vhost '{self.name}' in use")
         if if_empty and q.ready:
             raise errors.precondition_failed(f"queue '{q.name}' in vhost '{self.name}' not empty")
-        return self.remove_queue(q)
 
     def remove_queue(self, q: Queue) -> int:
         """Delete a queue with no checks: its bindings go, its consumers are cancelled."""
@@ -243,7 +278,8 @@ class VirtualHost:
         for consumer in list(q.consumers):
             consumer.channel.consumer_cancelled_by_server(consumer)
         q.consumers.clear()
-        q.purge()
+        if not q.is_stream:
+            q.purge()
         self._notify("queue.deleted", q)
         if q.durable:
             self._notify("definitions", q)

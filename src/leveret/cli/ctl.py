@@ -7,7 +7,6 @@ on stderr with rabbitmqctl's exit codes."""
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 import sys
@@ -15,441 +14,26 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import quote
 
 from leveret.cli import ctlformat as fmt
-
-# rabbitmqctl's exit codes (sysexits.h)
-EX_OK = 0
-EX_USAGE = 64
-EX_DATAERR = 65
-EX_NOUSER = 67
-EX_UNAVAILABLE = 69
-EX_SOFTWARE = 70
-EX_TEMPFAIL = 75
-EX_NOPERM = 77
-
-DEFAULT_URL = "http://127.0.0.1:15672"
-
-
-class CtlError(Exception):
-    def __init__(self, message: str, code: int, plain: bool = False) -> None:
-        super().__init__(message)
-        self.message = message
-        self.code = code
-        self.plain = plain  # printed as is, without "Error: "
-
-
-class HttpError(Exception):
-    def __init__(self, status: int, body: Any) -> None:
-        super().__init__(f"HTTP {status}")
-        self.status = status
-        self.body = body
-
-    @property
-    def reason(self) -> str:
-        if isinstance(self.body, dict):
-            return str(self.body.get("reason", self.body.get("error", "")))
-        return str(self.body)
-
-
-@dataclass
-class Options:
-    url: str = DEFAULT_URL
-    username: str = "guest"
-    password: str = "guest"
-    vhost: str = "/"
-    quiet: bool = False
-    formatter: str = "table"
-    table_headers: bool = True
-    timeout: float = 60.0
-    flags: set[str] = field(default_factory=set)
-    values: dict[str, str] = field(default_factory=dict)
-
-
-class Client:
-    """A small management API client (the standard library's urllib, basic auth)."""
-
-    def __init__(self, opts: Options) -> None:
-        self.base = opts.url.rstrip("/")
-        self.opts = opts
-        token = base64.b64encode(f"{opts.username}:{opts.password}".encode()).decode()
-        self.auth = f"Basic {token}"
-
-    def request(self, method: str, path: str, body: Any = None) -> Any:
-        data = None if body is None else json.dumps(body).encode()
-        req = urllib.request.Request(self.base + path, data=data, method=method)
-        req.add_header("Authorization", self.auth)
-        req.add_header("Accept", "application/json")
-        if data is not None:
-            req.add_header("Content-Type", "application/json")
-        try:
-            with urllib.request.urlopen(req, timeout=self.opts.timeout) as resp:
-                raw = resp.read()
-        except urllib.error.HTTPError as exc:
-            raw = exc.read()
-            try:
-                parsed: Any = json.loads(raw) if raw else {}
-            except ValueError:
-                parsed = raw.decode("utf-8", "replace")
-            if (
-                exc.code == 401
-                and isinstance(parsed, dict)
-                and (parsed.get("reason") in ("Login failed", "Not management user"))
-            ):
-                raise CtlError(
-                    f"authentication failed for user '{self.opts.username}' at {self.base}: "
-                    f"{parsed.get('reason')}",
-                    EX_NOPERM,
-                ) from exc
-            raise HttpError(exc.code, parsed) from exc
-        except (urllib.error.URLError, OSError) as exc:
-            reason = getattr(exc, "reason", exc)
-            raise CtlError(
-                f"unable to perform an operation: could not reach the Leveret management API "
-                f"at {self.base} ({reason}). Is the broker running (leveret server)?",
-                EX_UNAVAILABLE,
-            ) from exc
-        return json.loads(raw) if raw.strip() else None
-
-    def get(self, path: str) -> Any:
-        return self.request("GET", path)
-
-
-def q(name: str) -> str:
-    """A path segment: vhosts and names are percent-encoded, '/' included."""
-    return quote(name, safe="")
-
-
-# ----------------------------------------------------------------- list verbs
-Extract = Callable[[dict[str, Any], str], Any]
-
-
-def _get(key: str) -> Extract:
-    return lambda item, node: item.get(key)
-
-
-def _args(key: str) -> Extract:
-    return lambda item, node: item.get(key) or {}
-
-
-def _conn_pid(item: dict[str, Any], node: str) -> str:
-    return fmt.pid(node, item.get("name", ""))
-
-
-def _chan_pid(item: dict[str, Any], node: str) -> str:
-    conn = (item.get("connection_details") or {}).get("name", "")
-    return fmt.pid(node, conn, int(item.get("number", 0)))
-
-
-def _consumer_chan_pid(item: dict[str, Any], node: str) -> str:
-    details = item.get("channel_details") or {}
-    return fmt.pid(node, details.get("connection_name", ""), int(details.get("number", 0)))
-
-
-def _owner_pid(item: dict[str, Any], node: str) -> str:
-    details = item.get("owner_pid_details")
-    return fmt.pid(node, details["name"]) if details else ""
-
-
-TABLE_KEYS = {"arguments", "client_properties"}
-
-
-@dataclass
-class Listing:
-    path: Callable[[Options], str]
-    banner: Callable[[Options], list[str]]
-    default: list[str]
-    columns: dict[str, Extract]
-    per_vhost: bool = True
-
-
-def _plain(*names: str) -> dict[str, Extract]:
-    return {n: _get(n) for n in names}
-
-
-QUEUE_COLUMNS: dict[str, Extract] = {
-    **_plain(
-        "name",
-        "durable",
-        "auto_delete",
-        "exclusive",
-        "messages_ready",
-        "messages_unacknowledged",
-        "messages",
-        "messages_ready_ram",
-        "messages_unacknowledged_ram",
-        "messages_ram",
-        "messages_persistent",
-        "message_bytes",
-        "message_bytes_ready",
-        "message_bytes_unacknowledged",
-        "message_bytes_ram",
-        "message_bytes_persistent",
-        "head_message_timestamp",
-        "consumers",
-        "consumer_utilisation",
-        "consumer_capacity",
-        "memory",
-        "state",
-        "type",
-        "policy",
-        "exclusive_consumer_tag",
-        "effective_policy_definition",
-        "operator_policy",
-    ),
-    "arguments": _args("arguments"),
-    "pid": lambda item, node: fmt.pid(node, "queue:" + item.get("name", "")),
-    "owner_pid": _owner_pid,
-    "exclusive_consumer_pid": lambda item, node: "",
-    "slave_pids": lambda item, node: "",
-    "synchronised_slave_pids": lambda item, node: "",
-    "disk_reads": lambda item, node: 0,
-    "disk_writes": lambda item, node: 0,
-    "leader": lambda item, node: "",
-    "members": lambda item, node: "",
-    "online": lambda item, node: "",
-}
-
-CONNECTION_COLUMNS: dict[str, Extract] = {
-    **_plain(
-        "name",
-        "port",
-        "host",
-        "peer_port",
-        "peer_host",
-        "ssl",
-        "ssl_protocol",
-        "ssl_key_exchange",
-        "ssl_cipher",
-        "ssl_hash",
-        "peer_cert_subject",
-        "peer_cert_issuer",
-        "peer_cert_validity",
-        "state",
-        "channels",
-        "auth_mechanism",
-        "user",
-        "vhost",
-        "timeout",
-        "frame_max",
-        "channel_max",
-        "connected_at",
-    ),
-    "pid": _conn_pid,
-    "protocol": lambda item, node: "{0,9,1}",
-    "client_properties": _args("client_properties"),
-    "recv_oct": lambda item, node: item.get("recv_oct", 0),
-    "recv_cnt": lambda item, node: item.get("recv_cnt", 0),
-    "send_oct": lambda item, node: item.get("send_oct", 0),
-    "send_cnt": lambda item, node: item.get("send_cnt", 0),
-    "send_pend": lambda item, node: item.get("send_pend", 0),
-}
-
-CHANNEL_COLUMNS: dict[str, Extract] = {
-    **_plain(
-        "name",
-        "number",
-        "user",
-        "vhost",
-        "transactional",
-        "confirm",
-        "consumer_count",
-        "messages_unacknowledged",
-        "messages_uncommitted",
-        "acks_uncommitted",
-        "messages_unconfirmed",
-        "prefetch_count",
-        "global_prefetch_count",
-    ),
-    "pid": _chan_pid,
-    "connection": lambda item, node: fmt.pid(
-        node, (item.get("connection_details") or {}).get("name", "")
-    ),
-}
-
-LISTINGS: dict[str, Listing] = {
-    "list_exchanges": Listing(
-        lambda o: f"/api/exchanges/{q(o.vhost)}",
-        lambda o: [f"Listing exchanges for vhost {o.vhost} ..."],
-        ["name", "type"],
-        {
-            **_plain("name", "type", "durable", "auto_delete", "internal", "policy"),
-            "arguments": _args("arguments"),
-        },
-    ),
-    "list_bindings": Listing(
-        lambda o: f"/api/bindings/{q(o.vhost)}",
-        lambda o: [f"Listing bindings for vhost {o.vhost}..."],
-        [
-            "source_name",
-            "source_kind",
-            "destination_name",
-            "destination_kind",
-            "routing_key",
-            "arguments",
-        ],
-        {
-            "source_name": _get("source"),
-            "source_kind": lambda item, node: "exchange",
-            "destination_name": _get("destination"),
-            "destination_kind": _get("destination_type"),
-            "routing_key": _get("routing_key"),
-            # RabbitMQ keeps binding arguments sorted (and others in the client's order)
-            "arguments": lambda item, node: dict(sorted((item.get("arguments") or {}).items())),
-        },
-    ),
-    "list_queues": Listing(
-        lambda o: f"/api/queues/{q(o.vhost)}",
-        lambda o: [f"Timeout: {o.timeout} seconds ...", f"Listing queues for vhost {o.vhost} ..."],
-        ["name", "messages"],
-        QUEUE_COLUMNS,
-    ),
-    "list_connections": Listing(
-        lambda o: "/api/connections",
-        lambda o: ["Listing connections ..."],
-        ["user", "peer_host", "peer_port", "state"],
-        CONNECTION_COLUMNS,
-        per_vhost=False,
-    ),
-    "list_channels": Listing(
-        lambda o: "/api/channels",
-        lambda o: ["Listing channels ..."],
-        ["pid", "user", "consumer_count", "messages_unacknowledged"],
-        CHANNEL_COLUMNS,
-        per_vhost=False,
-    ),
-    "list_consumers": Listing(
-        lambda o: f"/api/consumers/{q(o.vhost)}",
-        lambda o: [f"Listing consumers in vhost {o.vhost} ..."],
-        [
-            "queue_name",
-            "channel_pid",
-            "consumer_tag",
-            "ack_required",
-            "prefetch_count",
-            "active",
-            "arguments",
-        ],
-        {
-            "queue_name": lambda item, node: (item.get("queue") or {}).get("name"),
-            "channel_pid": _consumer_chan_pid,
-            "consumer_tag": _get("consumer_tag"),
-            "ack_required": _get("ack_required"),
-            "prefetch_count": _get("prefetch_count"),
-            "active": _get("active"),
-            "activity_status": _get("activity_status"),
-            "exclusive": _get("exclusive"),
-            "arguments": _args("arguments"),
-        },
-    ),
-    "list_users": Listing(
-        lambda o: "/api/users",
-        lambda o: ["Listing users ..."],
-        ["user", "tags"],
-        {"user": _get("name"), "tags": _get("tags")},
-        per_vhost=False,
-    ),
-    "list_vhosts": Listing(
-        lambda o: "/api/vhosts",
-        lambda o: ["Listing vhosts ..."],
-        ["name"],
-        {
-            **_plain("name", "description", "tracing", "default_queue_type"),
-            "tags": _get("tags"),
-            "cluster_state": lambda item, node: item.get("cluster_state") or {},
-        },
-        per_vhost=False,
-    ),
-    "list_permissions": Listing(
-        lambda o: f"/api/vhosts/{q(o.vhost)}/permissions",
-        lambda o: [f'Listing permissions for vhost "{o.vhost}" ...'],
-        ["user", "configure", "write", "read"],
-        _plain("user", "configure", "write", "read"),
-    ),
-}
-
-
-def _node(client: Client) -> str:
-    try:
-        who = client.get("/api/overview")
-        return str(who.get("node", "leveret"))
-    except HttpError:
-        return "leveret"
-
-
-def run_listing(verb: str, args: list[str], opts: Options, client: Client) -> int:
-    spec = LISTINGS[verb]
-    columns = args or spec.default
-    unknown = [c for c in columns if c not in spec.columns]
-    if unknown:
-        raise CtlError(
-            f"(argument validation): Info key(s) {','.join(unknown)} are not supported",
-            EX_USAGE,
-        )
-    try:
-        items = spec.path(opts) and client.get(spec.path(opts))
-    except HttpError as exc:
-        if exc.status != 404:
-            raise
-        items = []
-    needs_node = any(c in ("pid", "channel_pid", "connection", "owner_pid") for c in columns)
-    node = _node(client) if needs_node else ""
-    rows = [[(c, spec.columns[c](item, node)) for c in columns] for item in items or []]
-    out = sys.stdout
-    if opts.formatter == "json":
-        out.write(
-            fmt.json_rows(
-                [{c: fmt.typed(v) if c in TABLE_KEYS else v for c, v in row} for row in rows]
-            )
-        )
-        return EX_OK
-    if not opts.quiet:
-        for line in spec.banner(opts):
-            out.write(line + "\n")
-    if rows and opts.table_headers:
-        out.write("\t".join(columns) + "\n")
-    for row in rows:
-        out.write(
-            "\t".join(fmt.table_cell(v) if c in TABLE_KEYS else fmt.cell(v) for c, v in row) + "\n"
-        )
-    return EX_OK
-
-
-def list_user_permissions(args: list[str], opts: Options, client: Client) -> int:
-    _arity(args, 1, 1)
-    user = args[0]
-    try:
-        perms = client.get(f"/api/users/{q(user)}/permissions")
-    except HttpError as exc:
-        if exc.status == 404:
-            raise CtlError(f'User "{user}" does not exist', EX_NOUSER) from exc
-        raise
-    rows = [{k: p[k] for k in ("vhost", "configure", "write", "read")} for p in perms]
-    if opts.formatter == "json":
-        sys.stdout.write(fmt.json_rows(rows))
-        return EX_OK
-    _banner(opts, f'Listing permissions for user "{user}" ...')
-    if rows and opts.table_headers:
-        print("vhost\tconfigure\twrite\tread")
-    for r in rows:
-        print("\t".join(r.values()))
-    return EX_OK
-
-
-# ----------------------------------------------------------------- other verbs
-def _arity(args: list[str], low: int, high: int | None) -> None:
-    if len(args) < low:
-        raise CtlError("(argument validation): not enough arguments.", EX_USAGE)
-    if high is not None and len(args) > high:
-        raise CtlError("(argument validation): too many arguments.", EX_USAGE)
-
-
-def _banner(opts: Options, line: str) -> None:
-    if not opts.quiet:
-        print(line, flush=True)
+from leveret.cli.ctlclient import (
+    DEFAULT_URL,
+    EX_DATAERR,
+    EX_NOUSER,
+    EX_OK,
+    EX_SOFTWARE,
+    EX_UNAVAILABLE,
+    EX_USAGE,
+    Client,
+    CtlError,
+    HttpError,
+    Options,
+    arity,
+    banner_line,
+    q,
+)
+from leveret.cli.ctllist import LISTINGS, list_user_permissions, node_name, run_listing
 
 
 def _user_exists(client: Client, user: str) -> bool:
@@ -473,10 +57,10 @@ def _vhost_exists(client: Client, vhost: str) -> bool:
 
 
 def add_user(args: list[str], opts: Options, client: Client) -> int:
-    _arity(args, 1, 2)
+    arity(args, 1, 2)
     user = args[0]
     password = args[1] if len(args) > 1 else None
-    _banner(opts, f'Adding user "{user}" ...')
+    banner_line(opts, f'Adding user "{user}" ...')
     if _user_exists(client, user):
         raise CtlError(f'User "{user}" already exists', EX_SOFTWARE)
     if password is None:
@@ -491,8 +75,8 @@ def add_user(args: list[str], opts: Options, client: Client) -> int:
 
 
 def delete_user(args: list[str], opts: Options, client: Client) -> int:
-    _arity(args, 1, 1)
-    _banner(opts, f'Deleting user "{args[0]}" ...')
+    arity(args, 1, 1)
+    banner_line(opts, f'Deleting user "{args[0]}" ...')
     try:
         client.request("DELETE", f"/api/users/{q(args[0])}")
     except HttpError as exc:
@@ -513,9 +97,9 @@ def _existing_user(client: Client, user: str) -> dict[str, Any]:
 
 
 def change_password(args: list[str], opts: Options, client: Client) -> int:
-    _arity(args, 1, 2)
+    arity(args, 1, 2)
     user = args[0]
-    _banner(opts, f'Changing password for user "{user}" ...')
+    banner_line(opts, f'Changing password for user "{user}" ...')
     existing = _existing_user(client, user)
     password = args[1] if len(args) > 1 else sys.stdin.readline().rstrip("\n")
     client.request("PUT", f"/api/users/{q(user)}", {"password": password, "tags": existing["tags"]})
@@ -523,9 +107,9 @@ def change_password(args: list[str], opts: Options, client: Client) -> int:
 
 
 def set_user_tags(args: list[str], opts: Options, client: Client) -> int:
-    _arity(args, 1, None)
+    arity(args, 1, None)
     user, tags = args[0], args[1:]
-    _banner(opts, f'Setting tags for user "{user}" to [{", ".join(tags)}] ...')
+    banner_line(opts, f'Setting tags for user "{user}" to [{", ".join(tags)}] ...')
     existing = _existing_user(client, user)
     body: dict[str, Any] = {"tags": tags, "password_hash": existing["password_hash"]}
     client.request("PUT", f"/api/users/{q(user)}", body)
@@ -533,8 +117,8 @@ def set_user_tags(args: list[str], opts: Options, client: Client) -> int:
 
 
 def add_vhost(args: list[str], opts: Options, client: Client) -> int:
-    _arity(args, 1, 1)
-    _banner(opts, f'Adding vhost "{args[0]}" ...')
+    arity(args, 1, 1)
+    banner_line(opts, f'Adding vhost "{args[0]}" ...')
     body: dict[str, Any] = {}
     if "description" in opts.values:
         body["description"] = opts.values["description"]
@@ -548,8 +132,8 @@ def add_vhost(args: list[str], opts: Options, client: Client) -> int:
 
 
 def delete_vhost(args: list[str], opts: Options, client: Client) -> int:
-    _arity(args, 1, 1)
-    _banner(opts, f'Deleting vhost "{args[0]}" ...')
+    arity(args, 1, 1)
+    banner_line(opts, f'Deleting vhost "{args[0]}" ...')
     try:
         client.request("DELETE", f"/api/vhosts/{q(args[0])}")
     except HttpError as exc:
@@ -567,9 +151,9 @@ def _user_and_vhost(client: Client, user: str, vhost: str) -> None:
 
 
 def set_permissions(args: list[str], opts: Options, client: Client) -> int:
-    _arity(args, 4, 4)
+    arity(args, 4, 4)
     user, conf, write, read = args
-    _banner(opts, f'Setting permissions for user "{user}" in vhost "{opts.vhost}" ...')
+    banner_line(opts, f'Setting permissions for user "{user}" in vhost "{opts.vhost}" ...')
     _user_and_vhost(client, user, opts.vhost)
     try:
         client.request(
@@ -583,9 +167,9 @@ def set_permissions(args: list[str], opts: Options, client: Client) -> int:
 
 
 def clear_permissions(args: list[str], opts: Options, client: Client) -> int:
-    _arity(args, 1, 1)
+    arity(args, 1, 1)
     user = args[0]
-    _banner(opts, f'Clearing permissions for user "{user}" in vhost "{opts.vhost}" ...')
+    banner_line(opts, f'Clearing permissions for user "{user}" in vhost "{opts.vhost}" ...')
     _user_and_vhost(client, user, opts.vhost)
     try:
         client.request("DELETE", f"/api/permissions/{q(opts.vhost)}/{q(user)}")
@@ -596,8 +180,8 @@ def clear_permissions(args: list[str], opts: Options, client: Client) -> int:
 
 
 def purge_queue(args: list[str], opts: Options, client: Client) -> int:
-    _arity(args, 1, 1)
-    _banner(opts, f"Purging queue '{args[0]}' in vhost '{opts.vhost}' ...")
+    arity(args, 1, 1)
+    banner_line(opts, f"Purging queue '{args[0]}' in vhost '{opts.vhost}' ...")
     try:
         client.request("DELETE", f"/api/queues/{q(opts.vhost)}/{q(args[0])}/contents")
     except HttpError as exc:
@@ -608,9 +192,9 @@ def purge_queue(args: list[str], opts: Options, client: Client) -> int:
 
 
 def delete_queue(args: list[str], opts: Options, client: Client) -> int:
-    _arity(args, 1, 1)
+    arity(args, 1, 1)
     name = args[0]
-    _banner(opts, f"Deleting queue '{name}' on vhost '{opts.vhost}' ...")
+    banner_line(opts, f"Deleting queue '{name}' on vhost '{opts.vhost}' ...")
     path = f"/api/queues/{q(opts.vhost)}/{q(name)}"
     try:
         count = int(client.get(path).get("messages_ready", 0))
@@ -629,10 +213,10 @@ def delete_queue(args: list[str], opts: Options, client: Client) -> int:
 
 
 def close_connection(args: list[str], opts: Options, client: Client) -> int:
-    _arity(args, 2, 2)
+    arity(args, 2, 2)
     target, reason = args
-    _banner(opts, f"Closing connection {target}, reason: {reason}...")
-    node = _node(client)
+    banner_line(opts, f"Closing connection {target}, reason: {reason}...")
+    node = node_name(client)
     for conn in client.get("/api/connections"):
         name = conn.get("name", "")
         if target in (name, fmt.pid(node, name)):
@@ -649,14 +233,14 @@ def close_connection(args: list[str], opts: Options, client: Client) -> int:
 
 
 def export_definitions(args: list[str], opts: Options, client: Client) -> int:
-    _arity(args, 1, 1)
+    arity(args, 1, 1)
     data = client.get("/api/definitions")
     text = json.dumps(data, separators=(",", ":"), sort_keys=True, ensure_ascii=False)
     if args[0] == "-":
         sys.stdout.write(text)
         sys.stdout.flush()
         return EX_OK
-    _banner(opts, f'Exporting definitions in JSON to a file at "{args[0]}" ...')
+    banner_line(opts, f'Exporting definitions in JSON to a file at "{args[0]}" ...')
     try:
         with open(args[0], "w", encoding="utf-8") as f:
             f.write(text)
@@ -666,13 +250,13 @@ def export_definitions(args: list[str], opts: Options, client: Client) -> int:
 
 
 def import_definitions(args: list[str], opts: Options, client: Client) -> int:
-    _arity(args, 0, 1)
+    arity(args, 0, 1)
     source = args[0] if args else "-"
     if source == "-":
-        _banner(opts, "Importing definitions in JSON from standard input ...")
+        banner_line(opts, "Importing definitions in JSON from standard input ...")
         raw = sys.stdin.read()
     else:
-        _banner(opts, f'Importing definitions in JSON from a file at "{source}" ...')
+        banner_line(opts, f'Importing definitions in JSON from a file at "{source}" ...')
         try:
             with open(source, encoding="utf-8") as f:
                 raw = f.read()
@@ -695,14 +279,14 @@ def import_definitions(args: list[str], opts: Options, client: Client) -> int:
 
 
 def status(args: list[str], opts: Options, client: Client) -> int:
-    _arity(args, 0, 0)
+    arity(args, 0, 0)
     overview = client.get("/api/overview")
     nodes = client.get("/api/nodes")
     node = nodes[0] if nodes else {}
     if opts.formatter == "json":
         print(json.dumps({"overview": overview, "node": node}, separators=(",", ":")))
         return EX_OK
-    _banner(opts, f"Status of node {overview.get('node')} ...")
+    banner_line(opts, f"Status of node {overview.get('node')} ...")
     totals = overview.get("object_totals", {})
     lines = [
         "Runtime",
@@ -745,7 +329,7 @@ def status(args: list[str], opts: Options, client: Client) -> int:
 
 
 def await_startup(args: list[str], opts: Options, client: Client) -> int:
-    _arity(args, 0, 0)
+    arity(args, 0, 0)
     deadline = time.monotonic() + opts.timeout
     while True:
         try:

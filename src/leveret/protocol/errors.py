@@ -26,7 +26,8 @@ class AMQPError(Exception):
 
     @property
     def reply_text(self) -> str:
-        return f"{spec.REPLY_NAMES[self.code]} - {self.text}"
+        name = spec.REPLY_NAMES[self.code]
+        return truncate(f"{name} - {self.text}" if self.text else name)
 
     @property
     def is_hard(self) -> bool:
@@ -40,6 +41,15 @@ class AMQPError(Exception):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.reply_text!r}, {self.class_id}, {self.method_id})"
+
+
+def truncate(text: str) -> str:
+    """A reply text fits a short string: RabbitMQ cuts a longer one to 252 bytes and
+    appends '...'."""
+    raw = text.encode()
+    if len(raw) <= 255:
+        return text
+    return raw[:252].decode("utf-8", "ignore") + "..."
 
 
 def error(code: int, text: str, class_id: int = 0, method_id: int = 0) -> AMQPError:

@@ -316,5 +316,42 @@ def decode_properties(raw: bytes) -> commands.Basic.Properties:
     return props
 
 
+def add_header(raw: bytes, key: str, encoded_value: bytes) -> bytes:
+    """Content-header property bytes with one more header, every other byte unchanged.
+
+    ``encoded_value`` is the field's type tag and value, e.g. ``b"l" + 8 bytes``."""
+    flags = int.from_bytes(raw[:2], "big")
+    if flags & 1:  # a second flag word: no basic property needs it, so none is expected
+        props = decode_properties(raw)
+        headers = dict(props.headers or {})
+        headers[key] = decode_field(encoded_value)
+        props.headers = headers
+        return encode_properties(props)
+    pos = 2
+    for flag in (0x8000, 0x4000):  # content-type, content-encoding: short strings
+        if flags & flag:
+            pos += 1 + raw[pos]
+    k = key.encode()
+    entry = bytes((len(k),)) + k + encoded_value
+    if flags & 0x2000:
+        (length,) = struct.unpack_from(">I", raw, pos)
+        return (
+            raw[:2]
+            + raw[2:pos]
+            + struct.pack(">I", length + len(entry))
+            + raw[pos + 4 : pos + 4 + length]
+            + entry
+            + raw[pos + 4 + length :]
+        )
+    new_flags = (flags | 0x2000).to_bytes(2, "big")
+    return new_flags + raw[2:pos] + struct.pack(">I", len(entry)) + entry + raw[pos:]
+
+
+def decode_field(encoded_value: bytes) -> Any:
+    from pamqp import decode
+
+    return decode.embedded_value(encoded_value)[1]
+
+
 def encode_properties(props: commands.Basic.Properties) -> bytes:
     return bytes(props.marshal())

@@ -1,0 +1,209 @@
+"""Stream queues, as RabbitMQ 3.10 offers them over AMQP 0-9-1: an append-only,
+replayable log. Every consumer reads from its own offset (``x-stream-offset``), needs a
+prefetch, and acks only to return credit; each delivery carries its offset in the
+``x-stream-offset`` header. Messages become visible once their chunk is on disk."""
+
+from __future__ import annotations
+
+import datetime
+import re
+import struct
+import time
+from typing import TYPE_CHECKING, Any
+
+from leveret.broker.message import Message
+from leveret.broker.queue import Entry, Queue
+from leveret.broker.spec_texts import stream_not_supported
+from leveret.protocol import errors
+from leveret.protocol.spec import add_header
+
+if TYPE_CHECKING:
+    from leveret.broker.consumer import Consumer
+    from leveret.broker.ports import StreamLog
+
+_long = struct.Struct(">q").pack
+_INTERVAL = re.compile(r"^(\d+)([YMDhms])$")
+_UNIT_MS = {
+    "Y": 365 * 86400_000,
+    "M": 30 * 86400_000,
+    "D": 86400_000,
+    "h": 3600_000,
+    "m": 60_000,
+    "s": 1000,
+}
+
+# Arguments a stream takes; RabbitMQ's other queue arguments are refused on it.
+STREAM_ARGS = (
+    "x-queue-type",
+    "x-max-length-bytes",
+    "x-max-age",
+    "x-stream-max-segment-size-bytes",
+    "x-initial-cluster-size",
+    "x-queue-leader-locator",
+)
+OTHER_ARGS = (
+    "x-expires",
+    "x-message-ttl",
+    "x-dead-letter-exchange",
+    "x-dead-letter-routing-key",
+    "x-max-length",
+    "x-max-priority",
+    "x-overflow",
+    "x-queue-mode",
+    "x-queue-version",
+    "x-single-active-consumer",
+    "x-queue-master-locator",
+    "x-delivery-limit",
+    "x-dead-letter-strategy",
+    "x-max-in-memory-length",
+    "x-max-in-memory-bytes",
+    "x-quorum-initial-group-size",
+)
+READ_BATCH = 256
+
+
+def interval_ms(text: str) -> int | None:
+    m = _INTERVAL.match(text)
+    if m is None:
+        return None
+    return int(m.group(1)) * _UNIT_MS[m.group(2)]
+
+
+def check_stream_declaration(
+    name: str,
+    vhost: str,
+    durable: bool,
+    exclusive: bool,
+    auto_delete: bool,
+    arguments: dict[str, Any],
+) -> None:
+    where = f"queue '{name}' in vhost '{vhost}'"
+    if auto_delete:
+        raise errors.precondition_failed(f"invalid property 'auto-delete' for {where}")
+    if exclusive:
+        raise errors.precondition_failed(f"invalid property 'exclusive-owner' for {where}")
+    if not durable:
+        raise errors.precondition_failed(f"invalid property 'non-durable' for {where}")
+    for key in arguments:
+        if key in OTHER_ARGS:
+            raise errors.precondition_failed(
+                f"invalid arg '{key}' for {where} of queue type rabbit_stream_queue"
+            )
+    age = arguments.get("x-max-age")
+    if age is not None:
+        text = age.decode() if isinstance(age, bytes) else age
+        if not isinstance(text, str) or interval_ms(text) is None:
+            raise errors.precondition_failed(
+                f"invalid arg 'x-max-age' for {where}: invalid_max_age"
+            )
+    for key in ("x-max-length-bytes", "x-stream-max-segment-size-bytes"):
+        value = arguments.get(key)
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, int) or value < 0
+        ):
+            raise errors.precondition_failed(
+                f"invalid arg '{key}' for {where}: {{value_negative,{value}}}"
+                if isinstance(value, int)
+                else f'"expected integer, got {type(value).__name__}"'
+            )
+
+
+class StreamQueue(Queue):
+    is_stream = True
+
+    def __init__(
+        self,
+        name: str,
+        vhost: str,
+        arguments: dict[str, Any],
+        log: StreamLog,
+    ) -> None:
+        super().__init__(name, vhost, durable=True, arguments=arguments)
+        self.log = log
+        self._plain = False
+
+    # -- writing ---------------------------------------------------------------
+    def enqueue(self, message: Message) -> bool:
+        self.published += 1
+        self.log.append(message.exchange_and_key, message.properties, message.body)
+        return True
+
+    def sync(self) -> None:
+        """Make appended messages durable (one chunk) and deliver them."""
+        if self.log.sync():
+            self.dispatch()
+
+    # -- reading ---------------------------------------------------------------
+    def resolve_offset(self, spec: Any) -> int:
+        """Where a consumer with this ``x-stream-offset`` starts."""
+        log = self.log
+        if spec is None:
+            return log.committed
+        if isinstance(spec, bytes):
+            spec = spec.decode("utf-8", "replace")
+        if isinstance(spec, bool):
+            raise errors.error(541, "")
+        if isinstance(spec, int):
+            return max(spec, log.first)
+        if isinstance(spec, datetime.datetime):
+            stamp = spec if spec.tzinfo else spec.replace(tzinfo=datetime.UTC)
+            return log.offset_at(int(stamp.timestamp() * 1000))
+        if isinstance(spec, str):
+            if spec == "first":
+                return log.first
+            if spec == "last":
+                return log.last_chunk_start()
+            if spec == "next":
+                return log.committed
+            ms = interval_ms(spec)
+            if ms is not None:
+                return log.offset_at(int(time.time() * 1000) - ms)
+        raise errors.error(541, "")  # RabbitMQ crashes the channel: INTERNAL_ERROR
+
+    def add_consumer(self, consumer: Consumer) -> None:
+        self.had_consumers = True
+        self.consumers.append(consumer)
+        self._feed(consumer)
+
+    def dispatch(self) -> None:
+        for consumer in list(self.consumers):
+            self._feed(consumer)
+
+    def _feed(self, consumer: Consumer) -> None:
+        channel = consumer.channel
+        while True:
+            credit = consumer.prefetch - consumer.unacked
+            if credit <= 0 or not channel.can_deliver() or consumer.queue is not self:
+                return
+            records = self.log.read(consumer.offset, min(credit, READ_BATCH))
+            if not records:
+                return
+            for offset, _ts, exchange_and_key, properties, body in records:
+                elen = exchange_and_key[0]
+                message = Message(
+                    exchange_and_key[1 : 1 + elen].decode(),
+                    exchange_and_key[2 + elen :].decode(),
+                    exchange_and_key,
+                    add_header(properties, "x-stream-offset", b"l" + _long(offset)),
+                    body,
+                )
+                consumer.offset = offset + 1
+                channel.deliver(consumer, self, Entry(message, offset))
+
+    # -- settling: acks only return credit --------------------------------------
+    def settled(self, entry: Entry) -> None:
+        self.unacked -= 1
+
+    def requeue(self, entries: Any) -> None:
+        self.unacked -= len(list(entries))
+
+    # -- what a stream does not do ---------------------------------------------
+    def get(self) -> Entry | None:
+        raise stream_not_supported("basic.get", self)
+
+    def purge(self) -> int:
+        raise stream_not_supported("queue.purge", self)
+
+    @property
+    def message_count(self) -> int:
+        return 0

@@ -1,0 +1,125 @@
+"""The part of ``leveret ctl`` that talks to the management API: options, a small HTTP
+client (the standard library's urllib, basic auth), rabbitmqctl's exit codes and errors."""
+
+from __future__ import annotations
+
+import base64
+import json
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import quote
+
+# rabbitmqctl's exit codes (sysexits.h)
+EX_OK = 0
+EX_USAGE = 64
+EX_DATAERR = 65
+EX_NOUSER = 67
+EX_UNAVAILABLE = 69
+EX_SOFTWARE = 70
+EX_TEMPFAIL = 75
+EX_NOPERM = 77
+
+DEFAULT_URL = "http://127.0.0.1:15672"
+
+
+class CtlError(Exception):
+    def __init__(self, message: str, code: int, plain: bool = False) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code
+        self.plain = plain  # printed as is, without "Error: "
+
+
+class HttpError(Exception):
+    def __init__(self, status: int, body: Any) -> None:
+        super().__init__(f"HTTP {status}")
+        self.status = status
+        self.body = body
+
+    @property
+    def reason(self) -> str:
+        if isinstance(self.body, dict):
+            return str(self.body.get("reason", self.body.get("error", "")))
+        return str(self.body)
+
+
+@dataclass
+class Options:
+    url: str = DEFAULT_URL
+    username: str = "guest"
+    password: str = "guest"
+    vhost: str = "/"
+    quiet: bool = False
+    formatter: str = "table"
+    table_headers: bool = True
+    timeout: float = 60.0
+    flags: set[str] = field(default_factory=set)
+    values: dict[str, str] = field(default_factory=dict)
+
+
+class Client:
+    """A small management API client (the standard library's urllib, basic auth)."""
+
+    def __init__(self, opts: Options) -> None:
+        self.base = opts.url.rstrip("/")
+        self.opts = opts
+        token = base64.b64encode(f"{opts.username}:{opts.password}".encode()).decode()
+        self.auth = f"Basic {token}"
+
+    def request(self, method: str, path: str, body: Any = None) -> Any:
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(self.base + path, data=data, method=method)
+        req.add_header("Authorization", self.auth)
+        req.add_header("Accept", "application/json")
+        if data is not None:
+            req.add_header("Content-Type", "application/json")
+        try:
+            with urllib.request.urlopen(req, timeout=self.opts.timeout) as resp:
+                raw = resp.read()
+        except urllib.error.HTTPError as exc:
+            raw = exc.read()
+            try:
+                parsed: Any = json.loads(raw) if raw else {}
+            except ValueError:
+                parsed = raw.decode("utf-8", "replace")
+            if (
+                exc.code == 401
+                and isinstance(parsed, dict)
+                and (parsed.get("reason") in ("Login failed", "Not management user"))
+            ):
+                raise CtlError(
+                    f"authentication failed for user '{self.opts.username}' at {self.base}: "
+                    f"{parsed.get('reason')}",
+                    EX_NOPERM,
+                ) from exc
+            raise HttpError(exc.code, parsed) from exc
+        except (urllib.error.URLError, OSError) as exc:
+            reason = getattr(exc, "reason", exc)
+            raise CtlError(
+                f"unable to perform an operation: could not reach the Leveret management API "
+                f"at {self.base} ({reason}). Is the broker running (leveret server)?",
+                EX_UNAVAILABLE,
+            ) from exc
+        return json.loads(raw) if raw.strip() else None
+
+    def get(self, path: str) -> Any:
+        return self.request("GET", path)
+
+
+def q(name: str) -> str:
+    """A path segment: vhosts and names are percent-encoded, '/' included."""
+    return quote(name, safe="")
+
+
+def arity(args: list[str], low: int, high: int | None) -> None:
+    if len(args) < low:
+        raise CtlError("(argument validation): not enough arguments.", EX_USAGE)
+    if high is not None and len(args) > high:
+        raise CtlError("(argument validation): too many arguments.", EX_USAGE)
+
+
+def banner_line(opts: Options, line: str) -> None:
+    if not opts.quiet:
+        print(line, flush=True)

@@ -1,0 +1,336 @@
+"""``leveret ctl``'s list verbs: rabbitmqctl's columns, banners and both formatters."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from leveret.cli import ctlformat as fmt
+from leveret.cli.ctlclient import (
+    EX_NOUSER,
+    EX_OK,
+    EX_USAGE,
+    Client,
+    CtlError,
+    HttpError,
+    Options,
+    arity,
+    banner_line,
+    q,
+)
+
+Extract = Callable[[dict[str, Any], str], Any]
+
+
+def _get(key: str) -> Extract:
+    return lambda item, node: item.get(key)
+
+
+def _args(key: str) -> Extract:
+    return lambda item, node: item.get(key) or {}
+
+
+def _conn_pid(item: dict[str, Any], node: str) -> str:
+    return fmt.pid(node, item.get("name", ""))
+
+
+def _chan_pid(item: dict[str, Any], node: str) -> str:
+    conn = (item.get("connection_details") or {}).get("name", "")
+    return fmt.pid(node, conn, int(item.get("number", 0)))
+
+
+def _consumer_chan_pid(item: dict[str, Any], node: str) -> str:
+    details = item.get("channel_details") or {}
+    return fmt.pid(node, details.get("connection_name", ""), int(details.get("number", 0)))
+
+
+def _owner_pid(item: dict[str, Any], node: str) -> str:
+    details = item.get("owner_pid_details")
+    return fmt.pid(node, details["name"]) if details else ""
+
+
+TABLE_KEYS = {"arguments", "client_properties"}
+
+
+@dataclass
+class Listing:
+    path: Callable[[Options], str]
+    banner: Callable[[Options], list[str]]
+    default: list[str]
+    columns: dict[str, Extract]
+    per_vhost: bool = True
+
+
+def _plain(*names: str) -> dict[str, Extract]:
+    return {n: _get(n) for n in names}
+
+
+QUEUE_COLUMNS: dict[str, Extract] = {
+    **_plain(
+        "name",
+        "durable",
+        "auto_delete",
+        "exclusive",
+        "messages_ready",
+        "messages_unacknowledged",
+        "messages",
+        "messages_ready_ram",
+        "messages_unacknowledged_ram",
+        "messages_ram",
+        "messages_persistent",
+        "message_bytes",
+        "message_bytes_ready",
+        "message_bytes_unacknowledged",
+        "message_bytes_ram",
+        "message_bytes_persistent",
+        "head_message_timestamp",
+        "consumers",
+        "consumer_utilisation",
+        "consumer_capacity",
+        "memory",
+        "state",
+        "type",
+        "policy",
+        "exclusive_consumer_tag",
+        "effective_policy_definition",
+        "operator_policy",
+    ),
+    "arguments": _args("arguments"),
+    "pid": lambda item, node: fmt.pid(node, "queue:" + item.get("name", "")),
+    "owner_pid": _owner_pid,
+    "exclusive_consumer_pid": lambda item, node: "",
+    "slave_pids": lambda item, node: "",
+    "synchronised_slave_pids": lambda item, node: "",
+    "disk_reads": lambda item, node: 0,
+    "disk_writes": lambda item, node: 0,
+    "leader": lambda item, node: "",
+    "members": lambda item, node: "",
+    "online": lambda item, node: "",
+}
+
+CONNECTION_COLUMNS: dict[str, Extract] = {
+    **_plain(
+        "name",
+        "port",
+        "host",
+        "peer_port",
+        "peer_host",
+        "ssl",
+        "ssl_protocol",
+        "ssl_key_exchange",
+        "ssl_cipher",
+        "ssl_hash",
+        "peer_cert_subject",
+        "peer_cert_issuer",
+        "peer_cert_validity",
+        "state",
+        "channels",
+        "auth_mechanism",
+        "user",
+        "vhost",
+        "timeout",
+        "frame_max",
+        "channel_max",
+        "connected_at",
+    ),
+    "pid": _conn_pid,
+    "protocol": lambda item, node: "{0,9,1}",
+    "client_properties": _args("client_properties"),
+    "recv_oct": lambda item, node: item.get("recv_oct", 0),
+    "recv_cnt": lambda item, node: item.get("recv_cnt", 0),
+    "send_oct": lambda item, node: item.get("send_oct", 0),
+    "send_cnt": lambda item, node: item.get("send_cnt", 0),
+    "send_pend": lambda item, node: item.get("send_pend", 0),
+}
+
+CHANNEL_COLUMNS: dict[str, Extract] = {
+    **_plain(
+        "name",
+        "number",
+        "user",
+        "vhost",
+        "transactional",
+        "confirm",
+        "consumer_count",
+        "messages_unacknowledged",
+        "messages_uncommitted",
+        "acks_uncommitted",
+        "messages_unconfirmed",
+        "prefetch_count",
+        "global_prefetch_count",
+    ),
+    "pid": _chan_pid,
+    "connection": lambda item, node: fmt.pid(
+        node, (item.get("connection_details") or {}).get("name", "")
+    ),
+}
+
+LISTINGS: dict[str, Listing] = {
+    "list_exchanges": Listing(
+        lambda o: f"/api/exchanges/{q(o.vhost)}",
+        lambda o: [f"Listing exchanges for vhost {o.vhost} ..."],
+        ["name", "type"],
+        {
+            **_plain("name", "type", "durable", "auto_delete", "internal", "policy"),
+            "arguments": _args("arguments"),
+        },
+    ),
+    "list_bindings": Listing(
+        lambda o: f"/api/bindings/{q(o.vhost)}",
+        lambda o: [f"Listing bindings for vhost {o.vhost}..."],
+        [
+            "source_name",
+            "source_kind",
+            "destination_name",
+            "destination_kind",
+            "routing_key",
+            "arguments",
+        ],
+        {
+            "source_name": _get("source"),
+            "source_kind": lambda item, node: "exchange",
+            "destination_name": _get("destination"),
+            "destination_kind": _get("destination_type"),
+            "routing_key": _get("routing_key"),
+            # RabbitMQ keeps binding arguments sorted (and others in the client's order)
+            "arguments": lambda item, node: dict(sorted((item.get("arguments") or {}).items())),
+        },
+    ),
+    "list_queues": Listing(
+        lambda o: f"/api/queues/{q(o.vhost)}",
+        lambda o: [f"Timeout: {o.timeout} seconds ...", f"Listing queues for vhost {o.vhost} ..."],
+        ["name", "messages"],
+        QUEUE_COLUMNS,
+    ),
+    "list_connections": Listing(
+        lambda o: "/api/connections",
+        lambda o: ["Listing connections ..."],
+        ["user", "peer_host", "peer_port", "state"],
+        CONNECTION_COLUMNS,
+        per_vhost=False,
+    ),
+    "list_channels": Listing(
+        lambda o: "/api/channels",
+        lambda o: ["Listing channels ..."],
+        ["pid", "user", "consumer_count", "messages_unacknowledged"],
+        CHANNEL_COLUMNS,
+        per_vhost=False,
+    ),
+    "list_consumers": Listing(
+        lambda o: f"/api/consumers/{q(o.vhost)}",
+        lambda o: [f"Listing consumers in vhost {o.vhost} ..."],
+        [
+            "queue_name",
+            "channel_pid",
+            "consumer_tag",
+            "ack_required",
+            "prefetch_count",
+            "active",
+            "arguments",
+        ],
+        {
+            "queue_name": lambda item, node: (item.get("queue") or {}).get("name"),
+            "channel_pid": _consumer_chan_pid,
+            "consumer_tag": _get("consumer_tag"),
+            "ack_required": _get("ack_required"),
+            "prefetch_count": _get("prefetch_count"),
+            "active": _get("active"),
+            "activity_status": _get("activity_status"),
+            "exclusive": _get("exclusive"),
+            "arguments": _args("arguments"),
+        },
+    ),
+    "list_users": Listing(
+        lambda o: "/api/users",
+        lambda o: ["Listing users ..."],
+        ["user", "tags"],
+        {"user": _get("name"), "tags": _get("tags")},
+        per_vhost=False,
+    ),
+    "list_vhosts": Listing(
+        lambda o: "/api/vhosts",
+        lambda o: ["Listing vhosts ..."],
+        ["name"],
+        {
+            **_plain("name", "description", "tracing", "default_queue_type"),
+            "tags": _get("tags"),
+            "cluster_state": lambda item, node: item.get("cluster_state") or {},
+        },
+        per_vhost=False,
+    ),
+    "list_permissions": Listing(
+        lambda o: f"/api/vhosts/{q(o.vhost)}/permissions",
+        lambda o: [f'Listing permissions for vhost "{o.vhost}" ...'],
+        ["user", "configure", "write", "read"],
+        _plain("user", "configure", "write", "read"),
+    ),
+}
+
+
+def node_name(client: Client) -> str:
+    try:
+        who = client.get("/api/overview")
+        return str(who.get("node", "leveret"))
+    except HttpError:
+        return "leveret"
+
+
+def run_listing(verb: str, args: list[str], opts: Options, client: Client) -> int:
+    spec = LISTINGS[verb]
+    columns = args or spec.default
+    unknown = [c for c in columns if c not in spec.columns]
+    if unknown:
+        raise CtlError(
+            f"(argument validation): Info key(s) {','.join(unknown)} are not supported",
+            EX_USAGE,
+        )
+    try:
+        items = spec.path(opts) and client.get(spec.path(opts))
+    except HttpError as exc:
+        if exc.status != 404:
+            raise
+        items = []
+    needs_node = any(c in ("pid", "channel_pid", "connection", "owner_pid") for c in columns)
+    node = node_name(client) if needs_node else ""
+    rows = [[(c, spec.columns[c](item, node)) for c in columns] for item in items or []]
+    out = sys.stdout
+    if opts.formatter == "json":
+        out.write(
+            fmt.json_rows(
+                [{c: fmt.typed(v) if c in TABLE_KEYS else v for c, v in row} for row in rows]
+            )
+        )
+        return EX_OK
+    if not opts.quiet:
+        for line in spec.banner(opts):
+            out.write(line + "\n")
+    if rows and opts.table_headers:
+        out.write("\t".join(columns) + "\n")
+    for row in rows:
+        out.write(
+            "\t".join(fmt.table_cell(v) if c in TABLE_KEYS else fmt.cell(v) for c, v in row) + "\n"
+        )
+    return EX_OK
+
+
+def list_user_permissions(args: list[str], opts: Options, client: Client) -> int:
+    arity(args, 1, 1)
+    user = args[0]
+    try:
+        perms = client.get(f"/api/users/{q(user)}/permissions")
+    except HttpError as exc:
+        if exc.status == 404:
+            raise CtlError(f'User "{user}" does not exist', EX_NOUSER) from exc
+        raise
+    rows = [{k: p[k] for k in ("vhost", "configure", "write", "read")} for p in perms]
+    if opts.formatter == "json":
+        sys.stdout.write(fmt.json_rows(rows))
+        return EX_OK
+    banner_line(opts, f'Listing permissions for user "{user}" ...')
+    if rows and opts.table_headers:
+        print("vhost\tconfigure\twrite\tread")
+    for r in rows:
+        print("\t".join(r.values()))
+    return EX_OK

@@ -1,0 +1,43 @@
+"""The rolling sample window behind message rates."""
+
+from __future__ import annotations
+
+from itertools import pairwise
+
+from leveret.management.stats import Window
+
+
+def test_rate_over_the_last_seconds() -> None:
+    w = Window(keep=100)
+    assert w.rate() == 0.0
+    for t in range(10):
+        w.add(1000.0 + t, 10.0 * t)  # 10 a second
+    assert w.rate() == 10.0
+    w.add(1010.0, 90.0)  # stalled for a second: the rate over the last 5 s drops
+    assert 0 < w.rate() < 10.0
+
+
+def test_rate_of_a_gauge_can_be_negative() -> None:
+    w = Window(keep=10)
+    w.add(1.0, 100.0)
+    w.add(2.0, 50.0)
+    assert w.rate() == -50.0
+
+
+def test_samples_newest_first_at_the_asked_increment() -> None:
+    w = Window(keep=1000)
+    for t in range(120):
+        w.add(float(t), float(t))
+    d = w.details(age=60, incr=10)
+    stamps = [s["timestamp"] for s in d["samples"]]
+    assert stamps == sorted(stamps, reverse=True)
+    assert stamps[0] == 119_000 and all(a - b == 10_000 for a, b in pairwise(stamps))
+    assert d["avg_rate"] == 1.0
+    assert w.details() == {"rate": 1.0}
+
+
+def test_window_keeps_a_bounded_number_of_samples() -> None:
+    w = Window(keep=5)
+    for t in range(50):
+        w.add(float(t), 0.0)
+    assert len(w.samples) == 5
