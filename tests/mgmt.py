@@ -177,3 +177,19 @@ def declare_scenario(site: Site) -> Any:
 
 # queue -> messages after declare_scenario
 EXPECTED_DEPTHS = {"hello": 4, "task_queue": 2, "transient": 0, "amq.gen-X": 4}
+
+
+# ------------------------------------------------------------------ fixtures
+# Imported by the conftest files of tests/management, tests/cli and tests/e2e.
+
+
+@pytest.fixture
+def leveret_site(leveret: BrokerUnderTest) -> Iterator[Site]:
+    """A vhost and a user of the test's own on the session's Leveret."""
+    yield from make_site(leveret)
+
+
+@pytest.fixture
+def rabbitmq_site(rabbitmq: BrokerUnderTest) -> Iterator[Site]:
+    """A vhost and a user of the test's own on RabbitMQ, its management API enabled."""
+    yield from make_site(rabbitmq_with_management(rabbitmq))

@@ -1,21 +1,6 @@
-"""Fixtures for the ``leveret ctl`` tests: each test gets a vhost and a user of its own
-on Leveret and, for differential tests, on RabbitMQ."""
+"""Fixtures for the ``leveret ctl`` tests: each test gets a vhost and a user of its own on Leveret
+and, for differential tests, on RabbitMQ."""
 
-from __future__ import annotations
+from tests.mgmt import leveret_site, rabbitmq_site
 
-from collections.abc import Iterator
-
-import pytest
-
-from tests.brokers import BrokerUnderTest
-from tests.mgmt import Site, make_site, rabbitmq_with_management
-
-
-@pytest.fixture
-def leveret_site(leveret: BrokerUnderTest) -> Iterator[Site]:
-    yield from make_site(leveret)
-
-
-@pytest.fixture
-def rabbitmq_site(rabbitmq: BrokerUnderTest) -> Iterator[Site]:
-    yield from make_site(rabbitmq_with_management(rabbitmq))
+__all__ = ["leveret_site", "rabbitmq_site"]

@@ -6,6 +6,7 @@ queues (amq.gen-…) get one name on both sides."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 
 import pytest
@@ -143,4 +144,63 @@ def test_user_and_vhost_verbs_print_as_rabbitmqctl(sites: tuple[Site, Site]) -> 
             lines = text.splitlines()
             out.append((lines[:2], sorted(lines[2:])))
         outputs.append(out)
+    assert outputs[0] == outputs[1]
+
+
+PID = re.compile(r"<[^<>\s]+>")
+
+
+@pytest.fixture
+def live_sites(leveret_site: Site, rabbitmq_site: Site) -> Iterator[tuple[Site, Site]]:
+    """On each broker: one connection with a consuming channel (prefetch 5, two
+    unacknowledged deliveries) and a confirm-mode channel."""
+    import pika
+
+    conns = []
+    for site in (leveret_site, rabbitmq_site):
+        b = site.broker
+        conn = pika.BlockingConnection(pika.ConnectionParameters(
+            b.host, b.port, virtual_host=site.vhost,
+            client_properties={"connection_name": "ctl-differential"}))
+        ch = conn.channel()
+        ch.queue_declare("consumed", durable=True)
+        for _ in range(2):
+            ch.basic_publish("", "consumed", b"m")
+        ch.basic_qos(prefetch_count=5)
+        ch.basic_consume("consumed", lambda *a: None, consumer_tag="ctag-1",
+                         arguments={"x-priority": 3})
+        ch2 = conn.channel()
+        ch2.confirm_delivery()
+        conn.process_data_events(0.5)
+        conns.append(conn)
+    try:
+        yield leveret_site, rabbitmq_site
+    finally:
+        for conn in conns:
+            conn.close()
+
+
+@pytest.mark.parametrize(("verb", "columns"), [
+    ("list_consumers", []),
+    ("list_consumers", ["queue_name", "consumer_tag", "ack_required", "prefetch_count",
+                        "active", "activity_status", "arguments"]),
+    ("list_channels", ["vhost", "number", "user", "transactional", "confirm",
+                       "consumer_count", "messages_unacknowledged", "prefetch_count",
+                       "global_prefetch_count"]),
+    ("list_connections", ["vhost", "user", "state", "channels", "protocol",
+                          "auth_mechanism", "ssl", "frame_max", "channel_max", "timeout"]),
+])
+def test_connection_listings_match_rabbitmqctl(
+    live_sites: tuple[Site, Site], verb: str, columns: list[str]
+) -> None:
+    outputs = []
+    for site in live_sites:
+        args = [verb, *columns] + (["-p", site.vhost] if verb == "list_consumers" else [])
+        out = site.ctl(*args).stdout
+        lines = out.splitlines()
+        # connections and channels are listed broker-wide: keep this test's
+        head, rows = lines[:2], [r for r in lines[2:] if verb == "list_consumers"
+                                 or r.split("\t")[0] == site.vhost]
+        text = "\n".join(head + sorted(rows)).replace(site.vhost, "VHOST")
+        outputs.append(PID.sub("<PID>", text))
     assert outputs[0] == outputs[1]
