@@ -153,6 +153,9 @@ class ServerConnection:
         self._closing_channels: set[int] = set()
         self._content: dict[int, _Content] = {}
         self.close_after_flush = False  # the owner should close the socket once flushed
+        # receive_data stopped early to keep replies in order: call it again (with b"")
+        # once the events it returned have been handled.
+        self.input_pending = False
 
     # ------------------------------------------------------------------ output
     def data_to_send(self) -> bytes:
@@ -316,6 +319,7 @@ class ServerConnection:
     # ------------------------------------------------------------------- input
     def receive_data(self, data: bytes) -> list[Event]:
         events: list[Event] = []
+        self.input_pending = False
         if self.state is State.CLOSED:
             return events
         buf = self._in
@@ -365,6 +369,18 @@ class ServerConnection:
                 ):
                     pos = self._fast_publish(buf, pos, stop, end, channel, events)
                     continue
+                if (
+                    frame_type == 1
+                    and events
+                    and size >= 4
+                    and self._answers_itself(channel, buf, pos)
+                    and _owner_pending(events)
+                ):
+                    # This method is answered here and now, but the owner has yet to
+                    # answer the methods before it: stop, so replies keep request order
+                    # (e.g. basic.cancel-ok before channel.close-ok, as RabbitMQ).
+                    self.input_pending = True
+                    break
                 payload = bytes(buf[pos + 7 : stop])
                 pos = stop + 1
                 self._frame(frame_type, channel, payload, events)
@@ -382,6 +398,15 @@ class ServerConnection:
         else:
             del buf[:pos]
         return events
+
+    @staticmethod
+    def _answers_itself(channel: int, buf: bytearray, pos: int) -> bool:
+        """Whether the method frame at ``pos`` is a channel's method that this class
+        answers itself, not the owner: channel.open, channel.close, access.request."""
+        if channel == 0:
+            return False
+        index = int.from_bytes(buf[pos + 7 : pos + 11], "big")
+        return index in (_CHANNEL_OPEN, _CHANNEL_CLOSE, _ACCESS_REQUEST)
 
     def _fast_publish(
         self, buf: bytearray, pos: int, stop: int, end: int, channel: int, events: list[Event]
@@ -683,6 +708,12 @@ class ServerConnection:
                 commands.Connection.UpdateSecretOk.index,
             ):
                 return
+            if index == commands.Connection.UpdateSecret.index:
+                self._decode(payload, index)
+                # As RabbitMQ with its internal users: their state cannot expire, so
+                # rabbit_access_control:update_state accepts any new secret as it is.
+                self.send_method(0, commands.Connection.UpdateSecretOk())
+                return
             raise errors.channel_error("unexpected method in connection state running").with_method(
                 *ids
             )
@@ -710,6 +741,11 @@ class ServerConnection:
             events.append(TuneOkReceived(self.channel_max, self.frame_max, self.heartbeat))
         elif isinstance(method, commands.Connection.Open):
             events.append(OpenReceived(method.virtual_host))
+
+
+def _owner_pending(events: list[Event]) -> bool:
+    """Whether some event still waits for the owner to act (and maybe answer) on it."""
+    return any(type(e) is MethodReceived or type(e) is PublishReceived for e in events)
 
 
 class _Drop(Exception):

@@ -169,7 +169,13 @@ class AMQPProtocol(asyncio.Protocol):
     # -------------------------------------------------------------------- input
     def data_received(self, data: bytes) -> None:
         self._last_recv = time.monotonic()
-        events = self.conn.receive_data(data)
+        self._handle(self.conn.receive_data(data))
+        # The connection stopped early so that its own replies keep request order: the
+        # events before them are handled now, so it can go on.
+        while self.conn.input_pending and self.transport is not None:
+            self._handle(self.conn.receive_data(b""))
+
+    def _handle(self, events: list[Any]) -> None:
         session = self.session
         for event in events:
             if type(event) is PublishReceived:
