@@ -40,6 +40,7 @@ def fill(ch: BlockingChannel, queue: str, n: int) -> None:
 def test_declare_ok_counts_and_purge(broker: BrokerUnderTest, name: str) -> None:
     with connect(broker) as conn:
         ch = conn.channel()
+        ch.confirm_delivery()  # RabbitMQ counts only what its queue has taken in
         ch.queue_declare(name, exclusive=True)
         fill(ch, name, 3)
         ok = ch.queue_declare(name, exclusive=True).method
@@ -50,6 +51,7 @@ def test_declare_ok_counts_and_purge(broker: BrokerUnderTest, name: str) -> None
         assert ok.consumer_count == 1
         assert ch.queue_purge(name).method.message_count == 0  # all went to the consumer
         other = conn.channel()
+        other.confirm_delivery()
         other.queue_declare(f"{name}-2", exclusive=True)
         fill(other, f"{name}-2", 4)
         assert other.queue_purge(f"{name}-2").method.message_count == 4

@@ -135,10 +135,10 @@ class Queue:
                 if consumer is not None and consumer.has_credit():
                     consumer.channel.deliver(consumer, self, entry)
                     return True
+            # No dispatch here: a consumer with credit would have drained the backlog
+            # already (every credit change dispatches), so none can take it now.
             self.ready.append(entry)
             self.ready_bytes += len(message.body)
-            if consumers:
-                self.dispatch()
             return True
         return self._enqueue_checked(message)
 
