@@ -200,7 +200,10 @@ class AMQPProtocol(asyncio.Protocol):
         if session is not None and session.held_by and not self.held:
             self.held = True
             self._update_reading()
-        if session is not None and session.pending_confirms:
+        if session is not None and (session.pending_confirms or self.published_since_check):
+            # what this batch published is made durable (one fsync, one stream chunk)
+            # before its confirms go out and before stream consumers see it
+            self.published_since_check = False
             self.server.after_batch()
             session.flush_confirms()
         if self.conn.has_output() or self.conn.close_after_flush:
