@@ -25,6 +25,31 @@ def _sstr(s: str) -> bytes:
     return _len.pack(len(raw)) + raw
 
 
+def _add_record(
+    vhost: str,
+    queue: str,
+    message_id: int,
+    exchange: str,
+    routing_key: str,
+    properties: bytes,
+    body: bytes,
+) -> bytes:
+    payload = b"".join(
+        (
+            _id.pack(message_id),
+            _sstr(vhost),
+            _sstr(queue),
+            _sstr(exchange),
+            _sstr(routing_key),
+            _len.pack(len(properties)),
+            properties,
+            _len.pack(len(body)),
+            body,
+        )
+    )
+    return _rec.pack(b"A", len(payload)) + payload
+
+
 def _read_str(buf: bytes, pos: int) -> tuple[bytes, int]:
     (n,) = _len.unpack_from(buf, pos)
     pos += 4
@@ -95,20 +120,9 @@ class FileMessageStore:
         properties: bytes,
         body: bytes,
     ) -> None:
-        payload = b"".join(
-            (
-                _id.pack(message_id),
-                _sstr(vhost),
-                _sstr(queue),
-                _sstr(exchange),
-                _sstr(routing_key),
-                _len.pack(len(properties)),
-                properties,
-                _len.pack(len(body)),
-                body,
-            )
+        self._pending.append(
+            _add_record(vhost, queue, message_id, exchange, routing_key, properties, body)
         )
-        self._pending.append(_rec.pack(b"A", len(payload)) + payload)
 
     def remove(self, vhost: str, queue: str, message_id: int) -> None:
         payload = _id.pack(message_id) + _sstr(vhost) + _sstr(queue)
@@ -185,21 +199,8 @@ class FileMessageStore:
             self._file = None
         tmp = self.path.with_suffix(".tmp")
         with open(tmp, "wb") as f:
-            for vhost, queue, mid, exchange, rk, props, body in records:
-                payload = b"".join(
-                    (
-                        _id.pack(mid),
-                        _sstr(vhost),
-                        _sstr(queue),
-                        _sstr(exchange),
-                        _sstr(rk),
-                        _len.pack(len(props)),
-                        props,
-                        _len.pack(len(body)),
-                        body,
-                    )
-                )
-                f.write(_rec.pack(b"A", len(payload)) + payload)
+            for record in records:
+                f.write(_add_record(*record))
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, self.path)
