@@ -152,3 +152,18 @@ def test_users_vhosts_permissions_survive_restart(tmp_path: Any) -> None:
             site.user)
     finally:
         broker.stop()
+
+
+def test_stream_queues_are_listed(leveret_site: Site) -> None:
+    site, api = leveret_site, leveret_site.api
+    conn = connect(site)
+    ch = conn.channel()
+    ch.queue_declare("t-stream", durable=True, arguments={"x-queue-type": "stream"})
+    ch.basic_publish("", "t-stream", b"s")
+    conn.close()
+    listed = {x["name"]: x for x in api.get(f"/api/queues/{q(site.vhost)}")}
+    assert listed["t-stream"]["type"] == "stream"
+    assert listed["t-stream"]["arguments"] == {"x-queue-type": "stream"}
+    status, _ = api.call("POST", f"/api/queues/{q(site.vhost)}/t-stream/get",
+                         {"count": 1, "ackmode": "ack_requeue_true", "encoding": "auto"})
+    assert status < 500

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import logging
+from datetime import UTC, datetime
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
@@ -383,6 +384,10 @@ async def exchange_publish(request: web.Request) -> web.Response:
     unknown = [k for k in props if k not in PROPERTY_NAMES]
     if unknown:
         raise bad_request(f"unknown properties: {', '.join(unknown)}")
+    if isinstance(props.get("timestamp"), (int, float)) and not isinstance(
+        props["timestamp"], bool
+    ):
+        props = dict(props, timestamp=datetime.fromtimestamp(props["timestamp"], UTC))
     try:
         properties = commands.Basic.Properties(**props) if props else None
         message = Message.build(name, str(body["routing_key"]), payload, properties)

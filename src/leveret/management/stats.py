@@ -117,7 +117,7 @@ def queue_counters(q: Queue) -> dict[str, float]:
 
 
 def queue_lengths(q: Queue) -> dict[str, float]:
-    ready = len(q.ready)
+    ready = q.message_count
     return {
         "messages": ready + q.unacked,
         "messages_ready": ready,
@@ -158,6 +158,10 @@ class Stats:
     def _broker_event(self, event: str, subject: Any) -> None:
         if event == "vhost.added":
             subject.listeners.append(self._vhost_event)
+        elif event == "vhost.deleted":
+            # a vhost made again under the same name starts from zero, as in RabbitMQ
+            self.vhost_retired.pop(subject.name, None)
+            self.vhosts.pop(subject.name, None)
 
     def _vhost_event(self, event: str, subject: Any) -> None:
         if event == "queue.created":

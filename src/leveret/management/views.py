@@ -136,6 +136,11 @@ def consumer(c: Consumer) -> dict[str, Any]:
     }
 
 
+def queue_type(q: Queue) -> str:
+    kind = q.arguments.get("x-queue-type", "classic")
+    return kind.decode() if isinstance(kind, bytes) else str(kind)
+
+
 def queue(q: Queue, broker: Broker, stats: Stats, age: Any = None) -> dict[str, Any]:
     from leveret.management.stats import QUEUE_STATS, queue_counters, queue_lengths
 
@@ -176,7 +181,7 @@ def queue(q: Queue, broker: Broker, stats: Stats, age: Any = None) -> dict[str, 
         "recoverable_slaves": None,
         "single_active_consumer_tag": None,
         "state": "running",
-        "type": "classic",
+        "type": str(queue_type(q)),
         "vhost": q.vhost,
     }
     age_l, incr_l, age_m, incr_m = age or (None, None, None, None)
