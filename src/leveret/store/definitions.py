@@ -8,17 +8,6 @@ from pathlib import Path
 from typing import Any
 
 
-class MemoryDefinitionStore:
-    def __init__(self) -> None:
-        self.data: dict[str, Any] | None = None
-
-    def load(self) -> dict[str, Any] | None:
-        return self.data
-
-    def save(self, definitions: dict[str, Any]) -> None:
-        self.data = json.loads(json.dumps(definitions))
-
-
 class FileDefinitionStore:
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
