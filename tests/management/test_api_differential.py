@@ -234,3 +234,80 @@ def test_writes_match(sites: tuple[Site, Site]) -> None:
             [normalize(repr(s)).replace(site.vhost, "VHOST").replace(site.user, "USER")
              for s in steps])
     assert results[0] == results[1]
+
+
+def test_other_endpoints_have_rabbitmqs_fields(sites: tuple[Site, Site]) -> None:
+    """Overview, vhost, connection, channel, consumer, user and permission objects: every
+    field Leveret gives is one RabbitMQ gives, with the same shape."""
+    import pika
+
+    conns = []
+    for site in sites:
+        b = site.broker
+        conn = pika.BlockingConnection(pika.ConnectionParameters(
+            b.host, b.port, virtual_host=site.vhost,
+            client_properties={"connection_name": "shape-test"}))
+        ch = conn.channel()
+        ch.confirm_delivery()
+        ch.basic_publish("", "hello", b"x")
+        ch.basic_consume("task_queue", lambda *a: None, consumer_tag="shape-ctag")
+        conn.process_data_events(0.3)
+        conns.append(conn)
+    try:
+        def fetch(site: Site) -> dict[str, Any]:
+            v = q(site.vhost)
+            conn = next(c for c in site.api.get("/api/connections")
+                        if c["vhost"] == site.vhost)
+            chan = next(c for c in site.api.get(f"/api/vhosts/{v}/channels")
+                        if c.get("message_stats"))
+            return {
+                "overview": site.api.get("/api/overview"),
+                "vhost": site.api.get(f"/api/vhosts/{v}"),
+                "connection": conn,
+                "channel": chan,
+                "consumer": site.api.get(f"/api/consumers/{v}")[0],
+                "user": site.api.get(f"/api/users/{q(site.user)}"),
+                "permission": site.api.get(f"/api/permissions/{v}/{q(site.user)}"),
+                "whoami": site.api.get("/api/whoami"),
+                "definitions": site.api.get(f"/api/definitions/{v}"),
+            }
+
+        ours = fetch(sites[0])
+        def settled() -> Any:
+            # RabbitMQ's channel and vhost statistics arrive every 5 s
+            t = _try(fetch, sites[1])
+            return t if t and "messages" in t["vhost"] else None
+
+        theirs = wait_for(settled, timeout=30)
+        assert theirs
+
+        def shape_diff(a: Any, b: Any, path: str) -> list[str]:
+            if isinstance(a, dict) and isinstance(b, dict):
+                out = [f"{path}.{k}" for k in a if k not in b]
+                for k in a:
+                    if k in b and k not in ("client_properties", "arguments", "listeners",
+                                            "contexts", "exchange_types", "cluster_state"):
+                        out += shape_diff(a[k], b[k], f"{path}.{k}")
+                return out
+            if type(a) is not type(b) and not (
+                isinstance(a, (int, float)) and isinstance(b, (int, float))
+            ) and a is not None and b is not None:
+                return [f"{path}: {type(a).__name__} vs {type(b).__name__}"]
+            return []
+
+        problems = []
+        for key in ours:
+            problems += shape_diff(ours[key], theirs[key], key)
+        assert problems == [], "\n".join(problems)
+        assert set(ours["overview"]["object_totals"]) == set(theirs["overview"]["object_totals"])
+        assert ours["consumer"]["consumer_tag"] == theirs["consumer"]["consumer_tag"]
+    finally:
+        for conn in conns:
+            conn.close()
+
+
+def _try(fetch: Any, site: Site) -> Any:
+    try:
+        return fetch(site)
+    except (StopIteration, IndexError, AssertionError):
+        return None

@@ -230,9 +230,6 @@ async def definitions_get(request: web.Request) -> web.Response:
     m.vhost(request)
     out: dict[str, Any] = {
         "rabbit_version": data["rabbit_version"],
-        "rabbitmq_version": data["rabbitmq_version"],
-        "product_name": data["product_name"],
-        "product_version": data["product_version"],
         "parameters": [],
         "policies": [],
     }
