@@ -41,3 +41,35 @@ def test_window_keeps_a_bounded_number_of_samples() -> None:
     for t in range(50):
         w.add(float(t), 0.0)
     assert len(w.samples) == 5
+
+
+def test_sampled_totals_match_live_totals() -> None:
+    """The one-pass sampler and the live totals agree, deleted queues included."""
+    from leveret.broker.broker import Broker
+    from leveret.broker.message import Message
+    from leveret.management.stats import LENGTHS, MESSAGE_STATS, Stats
+
+    broker = Broker.with_defaults()
+    stats = Stats(broker)
+    other = broker.add_vhost("other")
+    for vhost in (broker.vhosts["/"], other):
+        q, _ = vhost.declare_queue("q1")
+        gone, _ = vhost.declare_queue("gone")
+        for _ in range(3):
+            q.enqueue(Message.build("", "q1", b"m"))
+        entry = q.get()
+        assert entry is not None
+        q.delivered += 1
+        gone.delivered += 2
+        vhost.remove_queue(gone)
+    stats.sample(now=1.0)
+    for key in (*MESSAGE_STATS, *LENGTHS):
+        want = stats.totals().get(key, stats.lengths().get(key))
+        assert stats.overview.windows[key].samples[-1][1] == want, key
+        assert stats.vhosts["other"].windows[key].samples[-1][1] == stats.totals("other").get(
+            key, stats.lengths("other").get(key)), key
+    assert stats.totals()["deliver_get"] == 6
+    broker.delete_vhost("other")
+    stats.sample(now=2.0)
+    assert stats.overview.windows["deliver_get"].samples[-1][1] == stats.totals()["deliver_get"]
+    assert "other" not in stats.vhosts

@@ -226,34 +226,58 @@ class Stats:
 
     # ---------------------------------------------------------------- sampling
     def sample(self, now: float | None = None) -> None:
-        """Take one sample of everything; called every ``interval`` seconds."""
+        """Take one sample of everything; called every ``interval`` seconds. One pass
+        over sessions and queues gathers every vhost's figures and the overview's."""
         t = time.time() if now is None else now
-        self.overview.add(t, {**self.totals(), **self.lengths()})
-        for name in list(self.broker.vhosts):
-            w = self.vhosts.get(name)
-            if w is None:
-                w = self.vhosts[name] = Windows(self.keep)
-            w.add(t, {**self.totals(name), **self.lengths(name)})
-        for gone in [n for n in self.vhosts if n not in self.broker.vhosts]:
-            del self.vhosts[gone]
-        live_queues: set[Queue] = set()
-        for v in self.broker.vhosts.values():
-            for q in v.queues.values():
-                live_queues.add(q)
-                qw = self.queues.get(q)
-                if qw is None:
-                    qw = self.queues[q] = Windows(min(self.keep, 120))
-                qw.add(t, {**queue_counters(q), **queue_lengths(q)})
-        for q in [q for q in self.queues if q not in live_queues]:
-            del self.queues[q]
+        per_vhost: dict[str, Counter[str]] = {
+            name: Counter(self.vhost_retired.get(name, Counter())) for name in self.broker.vhosts
+        }
         live_channels: set[Channel] = set()
         for s in self.sessions():
+            figures = per_vhost.get(s.vhost)
+            if figures is not None:
+                figures["publish"] += s.recv_publish
+                figures["confirm"] += session_confirms(s)
             for ch in s.channels.values():
                 live_channels.add(ch)
                 cw = self.channels.get(ch)
                 if cw is None:
                     cw = self.channels[ch] = Windows(min(self.keep, 120))
                 cw.add(t, {"publish": ch.published, "confirm": ch.confirmed})
+        live_queues: set[Queue] = set()
+        for name, v in self.broker.vhosts.items():
+            figures = per_vhost[name]
+            for q in v.queues.values():
+                live_queues.add(q)
+                counters = queue_counters(q)
+                lengths = queue_lengths(q)
+                for key, value in counters.items():
+                    if key != "publish":  # publishes are counted where they arrive
+                        figures[key] += int(value)
+                for key, value in lengths.items():
+                    figures[key] += int(value)
+                qw = self.queues.get(q)
+                if qw is None:
+                    qw = self.queues[q] = Windows(min(self.keep, 120))
+                qw.add(t, {**counters, **lengths})
+        overview: Counter[str] = Counter()
+        for name, figures in per_vhost.items():
+            overview.update(figures)
+            w = self.vhosts.get(name)
+            if w is None:
+                w = self.vhosts[name] = Windows(self.keep)
+            w.add(t, {key: figures.get(key, 0) for key in (*MESSAGE_STATS, *LENGTHS)})
+        # what retired in vhosts since deleted still counts for the whole broker
+        for key, value in self.retired.items():
+            gone = sum(
+                per_vhost_retired.get(key, 0) for per_vhost_retired in self.vhost_retired.values()
+            )
+            overview[key] += value - gone
+        self.overview.add(t, {key: overview.get(key, 0) for key in (*MESSAGE_STATS, *LENGTHS)})
+        for gone_vhost in [n for n in self.vhosts if n not in self.broker.vhosts]:
+            del self.vhosts[gone_vhost]
+        for q in [q for q in self.queues if q not in live_queues]:
+            del self.queues[q]
         for ch in [c for c in self.channels if c not in live_channels]:
             del self.channels[ch]
 
