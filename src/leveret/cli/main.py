@@ -139,8 +139,7 @@ def server(
     add_help_option=False,
 )
 def ctl(ctx: typer.Context) -> None:
-    """rabbitmqctl's verbs against a running Leveret, through its management API
-    (`leveret ctl help` lists them)."""
+    """rabbitmqctl's verbs against a running Leveret, through its management API."""
     from leveret.cli.ctl import main as ctl_main
 
     raise typer.Exit(ctl_main(list(ctx.args)))
