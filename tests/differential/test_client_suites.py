@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import pika
+import pytest
 from pamqp import commands, frame
 
 from tests.brokers import BrokerUnderTest
@@ -94,3 +95,19 @@ def test_update_secret_is_accepted(broker: BrokerUnderTest) -> None:
                                                           reason="rotation"))
         c.expect(commands.Connection.UpdateSecretOk)
         c.open_channel(1)
+
+
+def test_unbinding_what_does_not_exist_succeeds(broker: BrokerUnderTest, name: str) -> None:
+    """aio-pika's cleanups unbind exchanges that auto-delete already removed."""
+    with connect(broker) as conn:
+        ch = conn.channel()
+        ch.exchange_declare(f"{name}-x", "direct", auto_delete=True)
+        q = ch.queue_declare("", exclusive=True).method.queue
+        ch.queue_unbind(q, f"{name}-missing", "rk")
+        ch.queue_unbind(f"{name}-missing-q", f"{name}-x", "rk")
+        ch.exchange_unbind(f"{name}-x", f"{name}-missing", "rk")
+        ch.exchange_unbind(f"{name}-missing", f"{name}-x", "rk")
+        ch.exchange_delete(f"{name}-x")
+        with pytest.raises(pika.exceptions.ChannelClosedByBroker) as err:
+            ch.queue_bind(q, f"{name}-missing", "rk")
+        assert err.value.reply_code == 404

@@ -315,6 +315,13 @@ class Session:
             self._not_default(dest_name)
         self._not_default(source)
         self.check("read", "exchange", source)
+        if not bind and (
+            source not in vhost.exchanges
+            or dest_name not in (vhost.queues if dest_kind == "queue" else vhost.exchanges)
+        ):
+            # As RabbitMQ 3.10 (rabbit_binding:remove, absent_errs_only): unbinding from
+            # or to something that does not exist succeeds.
+            return
         src = vhost.get_exchange(source)
         dest: Queue | Exchange
         if dest_kind == "queue":
