@@ -1,0 +1,97 @@
+"""The emitter behind ``leveret emit-log``: each message becomes one record, published with
+confirms; a full buffer makes the caller wait rather than lose records."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from leveret.logs.amqp import DEFAULT_EXCHANGE, DEFAULT_URL, ExchangeType, LogsError, routing_key
+from leveret.logs.publisher import Publisher
+from leveret.logs.record import (
+    DEFAULT_FACILITY,
+    HOST,
+    PID,
+    Record,
+    check_facility,
+    normalize_severity,
+    rfc3339,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class EmitResult:
+    """How many records were handed over, and what the broker said about them."""
+
+    sent: int
+    confirmed: int
+    nacked: int
+
+    @property
+    def ok(self) -> bool:
+        return self.confirmed == self.sent and not self.nacked
+
+
+class Emitter:
+    """Sends messages as records of one severity and facility. Connects on creation
+    (LogsError if it cannot); ``close()`` waits for every confirm."""
+
+    def __init__(
+        self,
+        url: str = DEFAULT_URL,
+        exchange: str = DEFAULT_EXCHANGE,
+        exchange_type: str = ExchangeType.fanout,
+        *,
+        severity: str = "info",
+        facility: str = DEFAULT_FACILITY,
+        app: str = "emit-log",
+        persistent: bool = False,
+        durable_exchange: bool = False,
+        connect_timeout: float = 30.0,
+    ) -> None:
+        try:
+            self.severity = normalize_severity(severity)
+            self.facility = check_facility(facility)
+        except ValueError as exc:
+            raise LogsError(str(exc)) from None
+        self.app = app
+        self.persistent = persistent
+        self._key = routing_key(str(exchange_type), self.severity, self.facility)
+        self._publisher = Publisher(
+            url,
+            exchange,
+            exchange_type,
+            durable_exchange=durable_exchange,
+            capacity=10_000,
+            overflow="block",
+            reconnect=False,
+            name="leveret-emit-log",
+        )
+        self._publisher.start(wait=connect_timeout)
+        self._result: EmitResult | None = None
+
+    def send(self, message: str) -> None:
+        """Queue one record (waits while the buffer is full; LogsError if the connection
+        was lost)."""
+        record = Record(
+            ts=rfc3339(),
+            severity=self.severity,
+            facility=self.facility,
+            host=HOST,
+            app=self.app,
+            pid=PID,
+            message=message,
+        )
+        self._publisher.put(self._key, record.to_json(), self.persistent)
+
+    def close(self, timeout: float | None = None) -> EmitResult:
+        """Wait for the broker to confirm everything sent, then disconnect."""
+        if self._result is None:
+            self._publisher.close(timeout)
+            stats = self._publisher.stats
+            self._result = EmitResult(stats.accepted, stats.confirmed, stats.nacked)
+        return self._result
+
+    @property
+    def error(self) -> LogsError | None:
+        """What ended the connection early, if anything did."""
+        return self._publisher.error

@@ -1,0 +1,140 @@
+"""``AMQPHandler``: stdlib ``logging`` records, broadcast as log records.
+
+Two lines give an application broadcast logs::
+
+    from leveret.logs import AMQPHandler
+    logging.getLogger().addHandler(AMQPHandler("amqp://guest:guest@localhost:5672/"))
+
+``emit()`` only encodes the record and appends it to a bounded buffer; a background thread
+publishes in batches with confirms and reconnects with backoff while the broker is away.
+When the buffer is full the oldest record is dropped and counted (``stats.dropped``).
+Records from pika's own loggers are not shipped: the handler is built on pika.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import threading
+import traceback
+
+from leveret.logs.amqp import DEFAULT_EXCHANGE, DEFAULT_URL, ExchangeType, routing_key
+from leveret.logs.publisher import Publisher, PublisherStats
+from leveret.logs.record import (
+    DEFAULT_FACILITY,
+    HOST,
+    Record,
+    check_facility,
+    rfc3339,
+    severity_for_level,
+)
+
+# Attributes every LogRecord has; anything else on a record came from ``extra=``.
+_STANDARD = frozenset(logging.makeLogRecord({}).__dict__) | {"message", "asctime", "taskName"}
+
+
+class AMQPHandler(logging.Handler):
+    """A ``logging.Handler`` that publishes records to an exchange, never blocking the
+    application. ``flush()`` and ``close()`` wait for the broker's confirms up to
+    ``timeout`` seconds."""
+
+    def __init__(
+        self,
+        url: str = DEFAULT_URL,
+        exchange: str = DEFAULT_EXCHANGE,
+        exchange_type: str = ExchangeType.fanout,
+        *,
+        level: int | str = logging.NOTSET,
+        facility: str = DEFAULT_FACILITY,
+        app: str | None = None,
+        persistent: bool = False,
+        durable_exchange: bool = False,
+        capacity: int = 100_000,
+        timeout: float = 5.0,
+    ) -> None:
+        super().__init__(level)
+        self.exchange_type = str(ExchangeType(exchange_type))
+        self.facility = check_facility(facility)
+        self.app = app or os.path.basename(sys.argv[0] or "python") or "python"
+        self.persistent = persistent
+        self.timeout = timeout
+        self._keys = {
+            s: routing_key(self.exchange_type, s, self.facility)
+            for s in ("debug", "info", "warning", "error", "critical")
+        }
+        self._local = threading.local()
+        self._publisher = Publisher(
+            url,
+            exchange,
+            self.exchange_type,
+            durable_exchange=durable_exchange,
+            capacity=capacity,
+            overflow="drop-oldest",
+            reconnect=True,
+            name="leveret-logs-handler",
+        )
+        self._publisher.start()
+
+    @property
+    def stats(self) -> PublisherStats:
+        """Accepted, confirmed, dropped and buffered counts, and the last connection error."""
+        return self._publisher.stats
+
+    def emit(self, record: logging.LogRecord) -> None:
+        # Never ship what the handler's own machinery logs: pika (from the I/O thread, its
+        # resolver thread, and at debug level from inside put()), or anything else logged
+        # while this thread is already inside emit. That would feed the handler from
+        # inside itself, endlessly while the broker is away.
+        if (
+            record.name.startswith("pika")
+            or record.thread == self._publisher.thread_id
+            or getattr(self._local, "busy", False)
+        ):
+            return
+        self._local.busy = True
+        try:
+            severity = severity_for_level(record.levelno)
+            extra = {k: v for k, v in record.__dict__.items() if k not in _STANDARD}
+            body = Record(
+                ts=rfc3339(record.created),
+                severity=severity,
+                facility=self.facility,
+                host=HOST,
+                app=self.app,
+                pid=record.process or os.getpid(),
+                message=record.getMessage(),
+                logger=record.name,
+                exc=self._exc_text(record),
+                extra=extra or None,
+            ).to_json()
+            self._publisher.put(self._keys[severity], body, self.persistent)
+        except RecursionError:
+            raise
+        except Exception:
+            self.handleError(record)
+        finally:
+            self._local.busy = False
+
+    def _exc_text(self, record: logging.LogRecord) -> str | None:
+        text = record.exc_text
+        if record.exc_info and not text:
+            text = "".join(traceback.format_exception(*record.exc_info)).rstrip()
+        if record.stack_info:
+            text = f"{text}\n{record.stack_info}" if text else record.stack_info
+        return text or None
+
+    def flush(self) -> None:
+        """Wait (up to ``timeout``) until every record emitted so far is confirmed."""
+        self._publisher.flush(self.timeout)
+
+    def close(self) -> None:
+        """Flush, disconnect and stop the background thread."""
+        try:
+            self._publisher.close(self.timeout)
+        finally:
+            super().close()
+
+    def __repr__(self) -> str:
+        level = logging.getLevelName(self.level)
+        return f"<{type(self).__name__} {self._publisher.exchange!r} ({level})>"
