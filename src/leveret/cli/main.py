@@ -145,6 +145,16 @@ def ctl(ctx: typer.Context) -> None:
     raise typer.Exit(ctl_main(list(ctx.args)))
 
 
+def _register_log_commands() -> None:
+    from leveret.cli import logs
+
+    app.command("emit-log")(logs.emit_log)
+    app.command("receive-logs")(logs.receive_logs)
+
+
+_register_log_commands()
+
+
 def main() -> None:
     app()
 

@@ -1,0 +1,252 @@
+"""``leveret emit-log`` and ``leveret receive-logs``: the tutorial's log system as tools.
+
+Registered on the app in ``leveret.cli.main``. Every failure a user can cause (a bad URL,
+refused credentials, an exchange of another type, a full disk) ends in one plain line on
+stderr and a non-zero exit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from types import FrameType
+from typing import Annotated, NoReturn
+
+import typer
+
+from leveret.logs.amqp import DEFAULT_EXCHANGE, DEFAULT_URL, ExchangeType, LogsError, redact
+from leveret.logs.emitter import Emitter
+from leveret.logs.receiver import Subscription, receive
+from leveret.logs.record import DEFAULT_FACILITY
+from leveret.logs.sinks import FileSink, Sink, TerminalSink
+
+Url = Annotated[
+    str,
+    typer.Option("--url", envvar="LEVERET_URL", help="Broker URL (amqp:// or amqps://)."),
+]
+Exchange = Annotated[
+    str,
+    typer.Option("--exchange", "-x", envvar="LEVERET_LOG_EXCHANGE", help="Exchange name."),
+]
+Type = Annotated[
+    ExchangeType,
+    typer.Option(
+        "--type",
+        envvar="LEVERET_LOG_EXCHANGE_TYPE",
+        help="Exchange type: fanout broadcasts; direct routes by severity; topic by "
+        "facility.severity.",
+    ),
+]
+DurableExchange = Annotated[
+    bool,
+    typer.Option(
+        "--durable-exchange",
+        help="Declare the exchange durable (every producer and receiver must agree).",
+    ),
+]
+
+
+def _fail(message: str) -> NoReturn:
+    from leveret.cli.main import fail
+
+    fail(message)
+    raise AssertionError("unreachable")  # fail() always raises
+
+
+def _interrupt_on_sigterm() -> None:
+    """SIGTERM ends a command the way Ctrl-C does: cleanly."""
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, handler)
+
+
+def _stdin_lines() -> Iterator[str]:
+    for raw in sys.stdin.buffer:
+        yield raw.decode("utf-8", "replace").rstrip("\r\n")
+
+
+def emit_log(
+    messages: Annotated[
+        list[str] | None,
+        typer.Argument(
+            help="Messages, one record each. Without any, lines from stdin.", show_default=False
+        ),
+    ] = None,
+    url: Url = DEFAULT_URL,
+    exchange: Exchange = DEFAULT_EXCHANGE,
+    exchange_type: Type = ExchangeType.fanout,
+    severity: Annotated[
+        str,
+        typer.Option("--severity", "-s", help="debug, info, warning, error or critical."),
+    ] = "info",
+    facility: Annotated[
+        str,
+        typer.Option("--facility", "-f", help="Facility (topic keys are facility.severity)."),
+    ] = DEFAULT_FACILITY,
+    app: Annotated[str, typer.Option("--app", help="The app field of records.")] = "emit-log",
+    persistent: Annotated[
+        bool, typer.Option("--persistent", help="Publish with delivery mode 2 (persistent).")
+    ] = False,
+    durable_exchange: DurableExchange = False,
+) -> None:
+    """Send log records: each MESSAGE, or each line of stdin.
+
+    Streams stdin (tail -f app.log | leveret emit-log) with publisher confirms, and exits 0
+    only when the broker confirmed every record.
+    """
+    _interrupt_on_sigterm()
+    try:
+        emitter = Emitter(
+            url,
+            exchange,
+            exchange_type,
+            severity=severity,
+            facility=facility,
+            app=app,
+            persistent=persistent,
+            durable_exchange=durable_exchange,
+        )
+    except LogsError as exc:
+        _fail(str(exc))
+    interrupted = False
+    try:
+        for message in messages if messages else _stdin_lines():
+            emitter.send(message)
+    except LogsError:
+        pass  # reported below with the counts
+    except KeyboardInterrupt:
+        interrupted = True
+    try:
+        result = emitter.close(10 if interrupted else None)
+    except KeyboardInterrupt:
+        result = emitter.close(0)
+    if emitter.error is not None:
+        _fail(f"{emitter.error} ({result.confirmed} of {result.sent} records confirmed)")
+    if not result.ok:
+        _fail(
+            f"the broker confirmed {result.confirmed} of {result.sent} records"
+            + (f" and rejected {result.nacked}" if result.nacked else "")
+        )
+    noun = "record" if result.sent == 1 else "records"
+    print(f"Sent {result.sent} {noun} to exchange '{exchange}' ({exchange_type.value})")
+
+
+def _size(text: str) -> int:
+    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+    t = text.strip().lower().removesuffix("b").removesuffix("i")
+    try:
+        if t and t[-1] in units:
+            return int(float(t[:-1]) * units[t[-1]])
+        return int(t)
+    except ValueError:
+        raise typer.BadParameter(f"{text!r} is not a size (e.g. 10485760, 10M, 1G)") from None
+
+
+def receive_logs(
+    binding_keys: Annotated[
+        list[str] | None,
+        typer.Argument(
+            help="Binding keys: severities for direct (info warning error), patterns for "
+            "topic (kern.* *.critical). Default: everything.",
+            show_default=False,
+        ),
+    ] = None,
+    url: Url = DEFAULT_URL,
+    exchange: Exchange = DEFAULT_EXCHANGE,
+    exchange_type: Type = ExchangeType.fanout,
+    to: Annotated[
+        Path | None,
+        typer.Option("--to", help="Append records to FILE as JSON lines instead of printing."),
+    ] = None,
+    max_bytes: Annotated[
+        str, typer.Option("--max-bytes", help="Rotate FILE at this size (e.g. 100M); 0: never.")
+    ] = "0",
+    backups: Annotated[
+        int, typer.Option("--backups", min=0, help="Rotated files to keep (FILE.1 ...).")
+    ] = 5,
+    queue: Annotated[
+        str | None,
+        typer.Option("--queue", help="Subscribe through this named queue, not a temporary one."),
+    ] = None,
+    durable: Annotated[
+        bool,
+        typer.Option(
+            "--durable",
+            help="Make --queue durable: it keeps records while the "
+            "receiver is away and across broker restarts.",
+        ),
+    ] = False,
+    durable_exchange: DurableExchange = False,
+    prefetch: Annotated[
+        int, typer.Option("--prefetch", min=1, max=65535, help="Unacked records in flight.")
+    ] = 1000,
+) -> None:
+    """Print log records as they arrive, or append them to a file.
+
+    On a terminal records are coloured by severity; with --to FILE each is one JSON line,
+    acked only once written. Ctrl-C exits cleanly.
+    """
+    _interrupt_on_sigterm()
+    keys = tuple(binding_keys or ())
+    if durable and not queue:
+        _fail("--durable needs --queue NAME")
+    if exchange_type == ExchangeType.fanout and keys:
+        _fail("binding keys are for --type direct or topic; a fanout exchange ignores them")
+    limit = _size(max_bytes)
+    sub = Subscription(
+        url=url,
+        exchange=exchange,
+        exchange_type=exchange_type,
+        binding_keys=keys,
+        queue=queue,
+        durable=durable,
+        durable_exchange=durable_exchange,
+        prefetch=prefetch,
+    )
+    sink: Sink
+    if to is not None:
+        try:
+            sink = FileSink(to, max_bytes=limit, backups=backups)
+        except OSError as exc:
+            _fail(f"cannot open {to}: {exc.strerror or exc}")
+    else:
+        colour = sys.stdout.isatty() and "NO_COLOR" not in os.environ
+        sink = TerminalSink(sys.stdout.buffer, colour)
+
+    def ready(queue_name: str) -> None:
+        where = f"to {to}" if to is not None else "here"
+        print(
+            f" [*] Waiting for logs on queue '{queue_name}' (exchange '{exchange}', "
+            f"{exchange_type.value}), writing {where}. To exit press CTRL+C",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    def lost(err: LogsError, delay: float) -> None:
+        print(f" [!] {err}; reconnecting in {delay:.1f}s", file=sys.stderr, flush=True)
+
+    try:
+        receive(sub, sink, on_ready=ready, on_lost=lost)
+    except KeyboardInterrupt:
+        pass
+    except LogsError as exc:
+        _fail(str(exc))
+    except BrokenPipeError:
+        # whoever read our stdout went away (receive-logs | head): nothing left to do
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return
+    except OSError as exc:
+        target = to if to is not None else "stdout"
+        _fail(f"cannot write {target}: {exc.strerror or exc}")
+    finally:
+        with contextlib.suppress(OSError):
+            sink.close()
+
+
+__all__ = ["emit_log", "receive_logs", "redact"]
