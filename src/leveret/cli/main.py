@@ -155,6 +155,15 @@ def _register_log_commands() -> None:
 _register_log_commands()
 
 
+def _register_pipeline_commands() -> None:
+    from leveret.cli.pipeline import app as pipeline_app
+
+    app.add_typer(pipeline_app, name="pipeline")
+
+
+_register_pipeline_commands()
+
+
 def main() -> None:
     app()
 

@@ -1,0 +1,204 @@
+"""``leveret pipeline ingest`` and ``leveret pipeline report``: the Spark log pipeline.
+
+Registered on the app in ``leveret.cli.main``; PySpark (the ``spark`` extra) is imported
+only when a command runs.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+from pathlib import Path
+from types import FrameType
+from typing import Annotated, NoReturn
+
+import typer
+
+app = typer.Typer(
+    no_args_is_help=True,
+    help="The Spark log pipeline: ingest the logs stream into a Parquet lake, report on it.",
+)
+
+Url = Annotated[
+    str,
+    typer.Option("--url", envvar="LEVERET_URL", help="Broker URL (amqp:// or amqps://)."),
+]
+Lake = Annotated[
+    Path,
+    typer.Option("--lake", envvar="LEVERET_LAKE", help="The Parquet log lake directory."),
+]
+Master = Annotated[
+    str,
+    typer.Option(
+        "--master",
+        envvar="LEVERET_SPARK_MASTER",
+        help="Spark master URL: local[*], local[2], spark://host:7077, …",
+    ),
+]
+LogLevel = Annotated[
+    str, typer.Option("--log-level", envvar="LEVERET_LOG_LEVEL", help="Logging level.")
+]
+
+
+def _fail(message: str) -> NoReturn:
+    print(f"Error: {message}", file=sys.stderr)
+    raise typer.Exit(1)
+
+
+def _need_spark() -> None:
+    try:
+        import pyspark  # noqa: F401
+    except ImportError:
+        _fail("the pipeline needs PySpark: pip install 'leveret[spark]'")
+
+
+def _logging(level: str) -> None:
+    logging.basicConfig(
+        level=level.upper(),
+        stream=sys.stderr,
+        format="%(asctime)s [%(levelname)s] %(name)s: %(message)s",
+    )
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+
+
+def _interrupt_on_sigterm() -> None:
+    def handler(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, handler)
+
+
+@app.command()
+def ingest(
+    url: Url = "amqp://guest:guest@localhost:5672/",
+    stream: Annotated[
+        str | None,
+        typer.Option(
+            "--stream",
+            envvar="LEVERET_LOG_STREAM",
+            help="The stream queue to read (declared and bound to the exchange "
+            "if missing). Exactly-once into the lake.",
+        ),
+    ] = "logs",
+    queue: Annotated[
+        str | None,
+        typer.Option(
+            "--queue",
+            help="Read a classic queue instead (at-least-once; acks after each batch commits).",
+        ),
+    ] = None,
+    exchange: Annotated[
+        str,
+        typer.Option(
+            "--exchange",
+            "-x",
+            envvar="LEVERET_LOG_EXCHANGE",
+            help="The exchange the stream is bound to ('' for none).",
+        ),
+    ] = "logs",
+    lake: Lake = Path("leveret-data/lake"),
+    checkpoint: Annotated[
+        Path,
+        typer.Option(
+            "--checkpoint",
+            envvar="LEVERET_CHECKPOINT",
+            help="Checkpoint directory of the query (offsets and commits).",
+        ),
+    ] = Path("leveret-data/checkpoints/ingest"),
+    master: Master = "local[*]",
+    trigger: Annotated[
+        str,
+        typer.Option(
+            "--trigger",
+            help="availableNow (ingest what is there, then exit), "
+            "once, or an interval such as 1s or 1 minute.",
+        ),
+    ] = "1s",
+    max_records_per_trigger: Annotated[
+        int | None,
+        typer.Option("--max-records-per-trigger", min=1, help="Cap on records per batch."),
+    ] = None,
+    starting_offsets: Annotated[
+        str,
+        typer.Option(
+            "--starting-offsets",
+            help="Where a new query starts: earliest, latest, an offset or a time.",
+        ),
+    ] = "earliest",
+    max_restarts: Annotated[
+        int,
+        typer.Option(
+            "--max-restarts",
+            min=0,
+            help="Restart a failed query from its checkpoint this many times in a row.",
+        ),
+    ] = 5,
+    log_level: LogLevel = "info",
+) -> None:
+    """Stream the log records of the logs stream into a Parquet lake partitioned by date and
+    severity."""
+    _need_spark()
+    _logging(log_level)
+    from leveret.spark.client import AmqpSourceError
+    from leveret.spark.pipeline import IngestConfig, parse_trigger, run_ingest
+
+    try:
+        parse_trigger(trigger)
+    except ValueError as exc:
+        _fail(str(exc))
+    cfg = IngestConfig(
+        url=url,
+        lake=lake.resolve(),
+        checkpoint=checkpoint.resolve(),
+        stream=None if queue else stream,
+        queue=queue,
+        exchange=exchange,
+        trigger=trigger,
+        max_records_per_trigger=max_records_per_trigger,
+        starting_offsets=starting_offsets,
+    )
+    _interrupt_on_sigterm()
+    try:
+        restarts = run_ingest(cfg, master=master, max_restarts=max_restarts)
+    except AmqpSourceError as exc:
+        _fail(str(exc))
+    except KeyboardInterrupt:
+        return
+    if restarts:
+        logging.getLogger(__name__).info("ingest finished after %d restart(s)", restarts)
+
+
+@app.command()
+def report(
+    lake: Lake = Path("leveret-data/lake"),
+    out: Annotated[
+        Path, typer.Option("--out", "-o", help="Where the report, charts and tables go.")
+    ] = Path("leveret-data/report"),
+    fmt: Annotated[str, typer.Option("--format", help="Report format: html or md.")] = "html",
+    top: Annotated[int, typer.Option("--top", min=1, help="Rows of the top-N tables.")] = 10,
+    master: Master = "local[*]",
+    log_level: LogLevel = "warning",
+) -> None:
+    """A Spark batch job over the lake: counts by severity per minute, error rate, top
+    apps/hosts/facilities and error messages, as a report with PNG charts and Parquet
+    tables."""
+    _need_spark()
+    _logging(log_level)
+    from leveret.spark.pipeline import spark_session
+    from leveret.spark.report import ReportError, make_report
+
+    if fmt not in ("html", "md"):
+        _fail(f"unknown report format {fmt!r}: use html or md")
+    if not lake.is_dir():
+        _fail(f"no log lake at {lake} (run `leveret pipeline ingest` first)")
+    spark = spark_session(master, "leveret-report")
+    try:
+        result = make_report(spark, lake.resolve(), out.resolve(), fmt, top)
+    except ReportError as exc:
+        _fail(str(exc))
+    finally:
+        spark.stop()
+    summary = result.tables["summary"]
+    records = int(summary["records"].iloc[0]) if len(summary) else 0
+    print(f"Report: {result.document} ({records} records, {len(result.charts)} charts)")

@@ -1,0 +1,480 @@
+"""The AMQP side of ``format("amqp")``, on pika: connecting with plain errors, finding a
+stream's ends, reading an offset range, and publishing with confirms.
+
+Every function opens its own connection and closes it before returning: nothing here is
+kept in an object Spark pickles.
+
+Finding the ends of a stream
+----------------------------
+RabbitMQ 3.10.8 has no AMQP 0-9-1 method that tells a stream's offsets: ``queue.declare-ok``
+always says 0 messages. So:
+
+- **the tail** (the offset the next message will get): a *passive* declare with the
+  argument ``x-stream-offsets``. Leveret (its ``connection.start`` says ``product:
+  Leveret``) answers with the committed end in ``message_count``. RabbitMQ ignores the
+  argument, and the count it reports for a stream is not the end (it lags by seconds and
+  counts more than the messages), so there the tail is found by consuming from
+  ``x-stream-offset: last``, which starts at the first message of the last
+  committed chunk: the highest offset delivered until the consumer goes quiet, plus one, is
+  the tail. Nothing arriving within the probe time means an empty stream. Anything below
+  the true tail is a safe answer (the rest comes in the next batch), so the probe stops at a
+  deadline even while publishers keep appending.
+- **the head** (the first offset still stored, which retention moves): the first offset
+  delivered to a consumer at ``x-stream-offset: first``.
+- **an offset for a time**: the first offset delivered to a consumer at
+  ``x-stream-offset: <timestamp>``.
+
+Consumers on a stream are never cancelled through pika's ``basic_cancel`` or channel close:
+pika rejects the deliveries it still buffers, and brokers answer a reject on a stream with
+540 NOT_IMPLEMENTED. They are dropped by closing the connection instead.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import pika
+import pika.exceptions
+import pyarrow as pa
+
+from leveret.logs.amqp import LogsError, describe, parameters, redact
+from leveret.spark.schema import BatchBuilder
+
+log = logging.getLogger(__name__)
+
+#: Leveret's extension argument: a passive declare of a stream with it reports the end.
+END_EXTENSION_ARG = "x-stream-offsets"
+
+_CONNECT_TIMEOUT = 10.0
+
+
+class AmqpSourceError(RuntimeError):
+    """A failure of the amqp data source, worded for a person. ``transient`` ones (the
+    broker went away) may pass on a retry."""
+
+    def __init__(self, message: str, *, transient: bool = False) -> None:
+        super().__init__(message)
+        self.transient = transient
+
+
+def error_from(exc: BaseException, url: str, what: str = "") -> AmqpSourceError:
+    """pika's failure as one sentence, prefixed with what was being done."""
+    if (
+        isinstance(exc, pika.exceptions.ChannelClosedByBroker)
+        and exc.reply_code == 406
+        and "invalid arg 'x-stream-offset'" in exc.reply_text
+    ):
+        return AmqpSourceError(
+            f"{what}: the queue is not a stream ({exc.reply_text}); use the queue option "
+            "for classic queues"
+        )
+    err: LogsError = exc if isinstance(exc, LogsError) else describe(exc, url)
+    text = f"{what}: {err}" if what else str(err)
+    return AmqpSourceError(text, transient=err.transient)
+
+
+def connect(url: str, *, heartbeat: int | None = None) -> Any:
+    """A ``pika.BlockingConnection`` or AmqpSourceError."""
+    try:
+        overrides: dict[str, object] = {
+            "connection_attempts": 1,
+            "socket_timeout": _CONNECT_TIMEOUT,
+            "blocked_connection_timeout": 300,
+        }
+        if heartbeat is not None:
+            overrides["heartbeat"] = heartbeat
+        params = parameters(url, **overrides)
+        return pika.BlockingConnection(params)
+    except LogsError as exc:
+        raise AmqpSourceError(str(exc)) from None
+    except Exception as exc:  # pika raises many unrelated types for a failed connect
+        raise error_from(exc, url) from None
+
+
+def close_quietly(conn: Any) -> None:
+    """Drop a connection without cancelling its consumers (see the module docstring)."""
+    if conn is None:
+        return
+    try:
+        impl = conn._impl  # pika's async connection: closing it cancels nothing
+        if impl.is_open:
+            impl.close()
+        deadline = time.monotonic() + 2.0
+        while not conn.is_closed and time.monotonic() < deadline:
+            conn.process_data_events(0.05)
+    except Exception:  # closing is best effort: the socket goes away with us anyway
+        log.debug("error while closing an AMQP connection", exc_info=True)
+
+
+def check_queue(conn: Any, url: str, name: str, kind: str = "stream") -> int:
+    """Passive-declare ``name``; its message count, or AmqpSourceError (NOT_FOUND, …)."""
+    try:
+        ch = conn.channel()
+        ok = ch.queue_declare(name, passive=True, arguments={END_EXTENSION_ARG: True})
+        count = int(ok.method.message_count)
+        ch.close()
+        return count
+    except pika.exceptions.ChannelClosedByBroker as exc:
+        if exc.reply_code == 404:
+            raise AmqpSourceError(
+                f"{kind} {name!r} does not exist on {redact(url)} ({exc.reply_text})"
+            ) from None
+        raise error_from(exc, url, f"cannot use {kind} {name!r}") from None
+    except Exception as exc:
+        raise error_from(exc, url, f"cannot use {kind} {name!r}") from None
+
+
+@dataclass
+class _Probe:
+    offsets: list[int] = field(default_factory=list)
+    last_at: float = 0.0
+    not_a_stream: bool = False
+
+
+def _probe(
+    url: str,
+    stream: str,
+    spec: object,
+    *,
+    first_only: bool,
+    wait: float,
+    idle: float = 0.1,
+    deadline: float = 2.0,
+) -> list[int]:
+    """Offsets delivered to a consumer at ``x-stream-offset: spec``: only the first one, or
+    everything until the consumer has been quiet for ``idle`` seconds (at most ``deadline``).
+    ``wait`` bounds the wait for the first delivery (an empty stream delivers nothing)."""
+    conn = connect(url)
+    try:
+        check_queue(conn, url, stream)
+        probe = _Probe()
+        ch = conn.channel()
+        ch.basic_qos(prefetch_count=1 if first_only else 2000)
+
+        def on_message(ch_: Any, method: Any, props: Any, body: bytes) -> None:
+            headers = props.headers or {}
+            if "x-stream-offset" not in headers:
+                probe.not_a_stream = True
+                return
+            probe.offsets.append(int(headers["x-stream-offset"]))
+            probe.last_at = time.monotonic()
+            if not first_only and len(probe.offsets) % 500 == 0:
+                ch_.basic_ack(method.delivery_tag, multiple=True)
+
+        ch.basic_consume(stream, on_message, arguments={"x-stream-offset": spec})
+        started = time.monotonic()
+        while True:
+            conn.process_data_events(0.02)
+            now = time.monotonic()
+            if probe.not_a_stream:
+                raise AmqpSourceError(
+                    f"queue {stream!r} on {redact(url)} is not a stream "
+                    "(its deliveries carry no x-stream-offset); use the queue option for "
+                    "classic queues"
+                )
+            if not probe.offsets:
+                if now - started >= wait:
+                    return []
+                continue
+            if first_only:
+                return probe.offsets[:1]
+            if now - probe.last_at >= idle or now - started >= deadline:
+                return probe.offsets
+    except AmqpSourceError:
+        raise
+    except Exception as exc:
+        raise error_from(exc, url, f"cannot read stream {stream!r}") from None
+    finally:
+        close_quietly(conn)
+
+
+def is_leveret(conn: Any) -> bool:
+    """Whether the broker is Leveret (its ``connection.start`` names the product)."""
+    props = getattr(conn._impl, "server_properties", None) or {}
+    product = props.get("product")
+    if isinstance(product, bytes):
+        product = product.decode("utf-8", "replace")
+    return product == "Leveret"
+
+
+def stream_tail(url: str, stream: str, *, wait: float = 1.0) -> int:
+    """The offset the next message of ``stream`` will get (a lower bound of it while
+    publishers append): Leveret's extension, else a probe from ``last``."""
+    conn = connect(url)
+    try:
+        count = check_queue(conn, url, stream)
+        leveret = is_leveret(conn)
+    finally:
+        close_quietly(conn)
+    if leveret:
+        # RabbitMQ's own message_count for a stream is neither the end nor up to date
+        # (it lags by seconds and counts more than the messages), so only Leveret's is used
+        return count
+    offsets = _probe(url, stream, "last", first_only=False, wait=wait)
+    return max(offsets) + 1 if offsets else 0
+
+
+def stream_head(url: str, stream: str, *, wait: float = 1.0) -> int | None:
+    """The first offset still stored in ``stream``; None when it is empty."""
+    offsets = _probe(url, stream, "first", first_only=True, wait=wait)
+    return offsets[0] if offsets else None
+
+
+def offset_at(url: str, stream: str, when: datetime, *, wait: float = 1.0) -> int | None:
+    """The first offset at or after ``when``; None if nothing is that recent yet."""
+    offsets = _probe(url, stream, when.astimezone(UTC), first_only=True, wait=wait)
+    return offsets[0] if offsets else None
+
+
+def read_stream_range(
+    url: str,
+    stream: str,
+    start: int,
+    end: int,
+    *,
+    prefetch: int = 2000,
+    batch_rows: int = 10_000,
+    stall_timeout: float = 60.0,
+    fail_on_data_loss: bool = True,
+) -> Iterator[pa.RecordBatch]:
+    """Every message of ``stream`` with ``start <= offset < end``, as Arrow batches.
+
+    A lost connection is retried from the next offset until nothing has been read for
+    ``stall_timeout`` seconds, so a broker restart during a read costs time, not data.
+    Offsets below the head (dropped by retention) are data loss: an error, or a warning
+    with ``fail_on_data_loss=False``."""
+    next_offset = start
+    builder = BatchBuilder()
+    last_progress = time.monotonic()
+    attempt = 0
+    while next_offset < end:
+        conn = None
+        try:
+            conn = connect(url)
+            ch = conn.channel()
+            ch.basic_qos(prefetch_count=prefetch)
+            inbox: list[tuple[Any, Any, bytes]] = []  # filled by the callback, drained below
+
+            def on_message(_c: Any, m: Any, p: Any, b: bytes, inbox: list[Any] = inbox) -> None:
+                inbox.append((m, p, b))
+
+            ch.basic_consume(stream, on_message, arguments={"x-stream-offset": next_offset})
+            unacked = 0
+            first = True
+            while next_offset < end:
+                conn.process_data_events(0.05)
+                if not inbox:
+                    if time.monotonic() - last_progress > stall_timeout:
+                        raise AmqpSourceError(
+                            f"stream {stream!r} on {redact(url)}: no message at offset "
+                            f"{next_offset} within {stall_timeout:g}s (range {start}..{end})"
+                        )
+                    continue
+                batch = inbox[:]
+                inbox.clear()
+                last_tag = 0
+                for method, props, body in batch:
+                    last_tag = method.delivery_tag
+                    headers = props.headers or {}
+                    if "x-stream-offset" not in headers:
+                        raise AmqpSourceError(
+                            f"queue {stream!r} on {redact(url)} is not a stream "
+                            "(its deliveries carry no x-stream-offset)"
+                        )
+                    offset = int(headers["x-stream-offset"])
+                    if offset < next_offset:
+                        continue  # a consumer starts at the chunk holding the offset
+                    if first and offset > next_offset:
+                        _data_loss(stream, next_offset, offset, fail_on_data_loss)
+                    first = False
+                    if offset >= end:
+                        next_offset = end
+                        break
+                    builder.add(
+                        offset,
+                        method.exchange,
+                        method.routing_key,
+                        method.redelivered,
+                        props,
+                        body,
+                    )
+                    next_offset = offset + 1
+                    if len(builder) >= batch_rows:
+                        yield builder.build()
+                last_progress = time.monotonic()
+                attempt = 0
+                unacked += len(batch)
+                if unacked >= prefetch // 2 and next_offset < end:
+                    ch.basic_ack(last_tag, multiple=True)  # acks on a stream return credit
+                    unacked = 0
+        except AmqpSourceError as exc:
+            if not exc.transient or time.monotonic() - last_progress > stall_timeout:
+                raise
+            attempt += 1
+            log.warning("stream %r: %s; retrying from offset %d", stream, exc, next_offset)
+            time.sleep(min(0.2 * 2**attempt, 5.0))
+        except (pika.exceptions.AMQPError, OSError) as exc:
+            err = error_from(exc, url, f"reading stream {stream!r}")
+            if not err.transient or time.monotonic() - last_progress > stall_timeout:
+                raise err from None
+            attempt += 1
+            log.warning("stream %r: %s; retrying from offset %d", stream, err, next_offset)
+            time.sleep(min(0.2 * 2**attempt, 5.0))
+        finally:
+            close_quietly(conn)
+    if len(builder):
+        yield builder.build()
+
+
+def _data_loss(stream: str, wanted: int, got: int, fail: bool) -> None:
+    text = (
+        f"stream {stream!r}: offsets {wanted}..{got - 1} are no longer stored (retention "
+        "dropped them before they were read)"
+    )
+    if fail:
+        raise AmqpSourceError(text + "; set failOnDataLoss=false to skip them")
+    log.warning("%s; skipping them", text)
+
+
+# ------------------------------------------------------------------------- publishing
+@dataclass(frozen=True, slots=True)
+class Outgoing:
+    """One message to publish."""
+
+    exchange: str
+    routing_key: str
+    body: bytes
+    properties: Any  # pika.BasicProperties
+
+
+@dataclass
+class _PublishState:
+    items: Iterator[Outgoing]
+    window: int
+    mandatory: bool
+    channel: Any = None
+    next_tag: int = 1
+    outstanding: set[int] = field(default_factory=set)
+    sent: int = 0
+    exhausted: bool = False
+    error: AmqpSourceError | None = None
+    returned: str | None = None
+    row_error: BaseException | None = None
+
+
+def publish(
+    url: str,
+    items: Iterable[Outgoing],
+    *,
+    window: int = 1000,
+    mandatory: bool = False,
+    on_ready: Callable[[], None] | None = None,
+) -> int:
+    """Publish every item with publisher confirms, keeping up to ``window`` unconfirmed;
+    returns how many the broker confirmed. AmqpSourceError on a nack, a returned message
+    (``mandatory``), or a lost connection: the caller (a Spark task) fails, and Spark's
+    retry publishes the partition again (at-least-once)."""
+    try:
+        params = parameters(url, connection_attempts=1, socket_timeout=_CONNECT_TIMEOUT)
+    except LogsError as exc:
+        raise AmqpSourceError(str(exc)) from None
+    state = _PublishState(iter(items), window, mandatory)
+
+    def fail(err: AmqpSourceError) -> None:
+        if state.error is None:
+            state.error = err
+        if conn.is_open:
+            conn.close()
+        elif not conn.is_closing:
+            conn.ioloop.stop()
+
+    def pump() -> None:
+        ch = state.channel
+        if state.error is not None or ch is None or not ch.is_open:
+            return
+        while not state.exhausted and len(state.outstanding) < state.window:
+            try:
+                item = next(state.items)
+            except StopIteration:
+                state.exhausted = True
+                break
+            except Exception as exc:  # the rows' own iterator failed: stop, re-raise after
+                state.row_error = exc
+                fail(AmqpSourceError(f"reading the rows to publish failed: {exc}"))
+                return
+            ch.basic_publish(
+                item.exchange, item.routing_key, item.body, item.properties, state.mandatory
+            )
+            state.outstanding.add(state.next_tag)
+            state.next_tag += 1
+            state.sent += 1
+        if state.exhausted and not state.outstanding:
+            conn.close()
+
+    def on_confirm(frame: Any) -> None:
+        m = frame.method
+        tags = (
+            {t for t in state.outstanding if t <= m.delivery_tag}
+            if m.multiple
+            else {m.delivery_tag}
+        )
+        if isinstance(m, pika.spec.Basic.Nack):
+            fail(AmqpSourceError(f"the broker refused {len(tags)} message(s) (basic.nack)"))
+            return
+        if state.returned is not None:
+            fail(AmqpSourceError(state.returned))
+            return
+        state.outstanding -= tags
+        if len(state.outstanding) <= state.window // 2 or state.exhausted:
+            pump()
+
+    def on_return(_ch: Any, method: Any, _props: Any, _body: bytes) -> None:
+        state.returned = (
+            f"a message to exchange {method.exchange!r} with routing key "
+            f"{method.routing_key!r} was returned: {method.reply_code} {method.reply_text}"
+        )
+
+    def on_channel(ch: Any) -> None:
+        state.channel = ch
+        ch.add_on_close_callback(on_channel_closed)
+        ch.add_on_return_callback(on_return)
+        ch.confirm_delivery(on_confirm, callback=lambda _f: ready())
+
+    def ready() -> None:
+        if on_ready is not None:
+            on_ready()
+        pump()
+
+    def on_channel_closed(_ch: Any, reason: BaseException) -> None:
+        if not (state.exhausted and not state.outstanding):
+            fail(error_from(reason, url, "publishing"))
+
+    def on_open(c: Any) -> None:
+        c.channel(on_open_callback=on_channel)
+
+    def on_open_error(_c: Any, exc: BaseException) -> None:
+        state.error = error_from(exc, url)
+        conn.ioloop.stop()
+
+    def on_closed(_c: Any, reason: BaseException) -> None:
+        if state.error is None and (state.outstanding or not state.exhausted):
+            state.error = error_from(reason, url, "publishing")
+        conn.ioloop.stop()
+
+    conn = pika.SelectConnection(
+        params,
+        on_open_callback=on_open,
+        on_open_error_callback=on_open_error,
+        on_close_callback=on_closed,
+    )
+    conn.ioloop.start()
+    if state.row_error is not None:
+        raise state.row_error
+    if state.error is not None:
+        raise state.error
+    return state.sent

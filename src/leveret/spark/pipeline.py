@@ -1,0 +1,214 @@
+"""The log lake ingest: Structured Streaming from the logs stream into Parquet.
+
+``leveret pipeline ingest`` (see :func:`run_ingest`) makes sure the stream exists and is
+bound to the logs exchange, then runs one query::
+
+    format("amqp") stream  ->  parse_log_records  ->  Parquet, partitioned by date, severity
+
+The Parquet file sink commits each micro-batch in its ``_spark_metadata`` log, and the
+source's offsets are replayable, so a batch is in the lake exactly once however often the
+driver dies; readers of the lake (``spark.read.parquet(lake)``) see committed batches only.
+With ``--queue`` the source is a classic queue instead, at-least-once (see
+:mod:`leveret.spark.queue`).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from leveret.spark.client import AmqpSourceError, close_quietly, connect, error_from
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+    from pyspark.sql.streaming.query import StreamingQuery
+
+log = logging.getLogger(__name__)
+
+DEFAULT_STREAM = "logs"
+DEFAULT_EXCHANGE = "logs"
+LAKE_PARTITIONS = ("date", "severity")
+#: Routing keys a stream is bound with so that it receives everything sent to the logs
+#: exchange whatever its type: ``#`` for topic (and fanout, which ignores keys), the
+#: severities for direct. A queue gets a message once however many bindings match.
+BIND_KEYS = ("#", "debug", "info", "warning", "error", "critical")
+
+
+def spark_session(
+    master: str = "local[*]", app_name: str = "leveret-pipeline", conf: dict[str, str] | None = None
+) -> SparkSession:
+    """A session for the pipeline jobs: UTC, a few shuffle partitions, ``amqp`` registered."""
+    from pyspark.sql import SparkSession
+
+    from leveret.spark import register
+
+    builder = (
+        SparkSession.builder.master(master)
+        .appName(app_name)
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.sql.shuffle.partitions", "4")
+        .config("spark.ui.showConsoleProgress", "false")
+    )
+    for key, value in (conf or {}).items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    register(spark)
+    return spark
+
+
+def ensure_log_stream(
+    url: str, stream: str = DEFAULT_STREAM, exchange: str = DEFAULT_EXCHANGE
+) -> None:
+    """Declare the stream queue (durable) and bind it to ``exchange``. An exchange that
+    does not exist yet is declared as ``leveret emit-log`` declares it (fanout, transient);
+    one that exists keeps its type. AmqpSourceError when the broker refuses."""
+    import pika.exceptions
+
+    conn = connect(url)
+    try:
+        ch = conn.channel()
+        try:
+            ch.queue_declare(stream, durable=True, arguments={"x-queue-type": "stream"})
+        except pika.exceptions.ChannelClosedByBroker as exc:
+            raise AmqpSourceError(f"cannot declare stream {stream!r}: {exc.reply_text}") from None
+        if exchange:
+            try:
+                ch.exchange_declare(exchange, passive=True)
+            except pika.exceptions.ChannelClosedByBroker as exc:
+                if exc.reply_code != 404:
+                    raise AmqpSourceError(f"exchange {exchange!r}: {exc.reply_text}") from None
+                ch = conn.channel()
+                ch.exchange_declare(exchange, "fanout")
+            for key in BIND_KEYS:
+                ch.queue_bind(stream, exchange, key)
+    except AmqpSourceError:
+        raise
+    except Exception as exc:
+        raise error_from(exc, url, f"preparing stream {stream!r}") from None
+    finally:
+        close_quietly(conn)
+
+
+def parse_trigger(text: str) -> dict[str, Any]:
+    """``availableNow``, ``once`` or a processing-time interval (``1s``, ``500ms``,
+    ``10 seconds``) as keyword arguments of ``DataStreamWriter.trigger``."""
+    t = text.strip()
+    if t.lower() in ("availablenow", "available-now", "available_now"):
+        return {"availableNow": True}
+    if t.lower() == "once":
+        return {"once": True}
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([a-z]+)", t, re.I)
+    scale = _UNITS.get(m.group(2).lower()) if m else None
+    if m is None or scale is None:
+        raise ValueError(
+            f"invalid trigger {text!r}: use availableNow, once, or an interval such as 1s, "
+            "500ms or 1 minute"
+        )
+    return {"processingTime": f"{round(float(m.group(1)) * scale)} milliseconds"}
+
+
+_UNITS = {
+    **dict.fromkeys(("ms", "millisecond", "milliseconds"), 1),
+    **dict.fromkeys(("s", "sec", "secs", "second", "seconds"), 1000),
+    **dict.fromkeys(("m", "min", "mins", "minute", "minutes"), 60_000),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class IngestConfig:
+    """What ``leveret pipeline ingest`` runs."""
+
+    url: str
+    lake: Path
+    checkpoint: Path
+    stream: str | None = DEFAULT_STREAM
+    queue: str | None = None
+    exchange: str = DEFAULT_EXCHANGE
+    trigger: str = "1s"
+    max_records_per_trigger: int | None = None
+    starting_offsets: str = "earliest"
+    declare: bool = True
+
+
+def start_ingest(spark: SparkSession, cfg: IngestConfig) -> StreamingQuery:
+    """Start the ingest query (the stream must exist)."""
+    from leveret.spark.records import parse_log_records
+
+    reader = spark.readStream.format("amqp").option("url", cfg.url)
+    if cfg.queue:
+        reader = reader.option("queue", cfg.queue).option(
+            "walLocation", str(cfg.checkpoint / "amqp-wal")
+        )
+    else:
+        assert cfg.stream is not None
+        reader = reader.option("stream", cfg.stream).option("startingOffsets", cfg.starting_offsets)
+    if cfg.max_records_per_trigger:
+        reader = reader.option("maxRecordsPerTrigger", str(cfg.max_records_per_trigger))
+    records = parse_log_records(reader.load())
+    return (
+        records.writeStream.format("parquet")
+        .queryName("leveret-ingest")
+        .option("path", str(cfg.lake))
+        .option("checkpointLocation", str(cfg.checkpoint))
+        .partitionBy(*LAKE_PARTITIONS)
+        .trigger(**parse_trigger(cfg.trigger))
+        .start()
+    )
+
+
+def query_error(exc: BaseException) -> str:
+    """The useful line of a failed query: our own error's text when it is in there."""
+    text = str(exc)
+    m = re.search(r"AmqpSourceError: (.*)", text)
+    if m:
+        return m.group(1).strip()
+    for line in text.splitlines():
+        if line.strip():
+            return line.strip()
+    return type(exc).__name__
+
+
+def run_ingest(cfg: IngestConfig, master: str = "local[*]", max_restarts: int = 5) -> int:
+    """Run the ingest until it ends (availableNow) or is interrupted; a query that fails is
+    restarted from its checkpoint (a broker restart, a lost connection) up to
+    ``max_restarts`` times in a row. Returns the number of restarts."""
+    if cfg.declare:
+        if cfg.queue:
+            conn = connect(cfg.url)
+            close_quietly(conn)
+        else:
+            assert cfg.stream is not None
+            ensure_log_stream(cfg.url, cfg.stream, cfg.exchange)
+    cfg.lake.mkdir(parents=True, exist_ok=True)
+    cfg.checkpoint.mkdir(parents=True, exist_ok=True)
+    spark = spark_session(master, "leveret-ingest")
+    restarts = 0
+    failures = 0
+    try:
+        while True:
+            query = start_ingest(spark, cfg)
+            log.info(
+                "ingest %s -> %s (checkpoint %s)", cfg.stream or cfg.queue, cfg.lake, cfg.checkpoint
+            )
+            try:
+                query.awaitTermination()
+                return restarts
+            except Exception as exc:
+                failures += 1
+                reason = query_error(exc)
+                progressed = bool(query.recentProgress)
+                if progressed:
+                    failures = 1
+                if failures > max_restarts:
+                    raise AmqpSourceError(f"ingest failed: {reason}") from None
+                log.warning("ingest query failed (%s); restarting from the checkpoint", reason)
+                restarts += 1
+                time.sleep(min(2.0 * failures, 10.0))
+    finally:
+        for q in spark.streams.active:
+            q.stop()
