@@ -283,9 +283,11 @@ class Session:
                 if isinstance(ae, (str, bytes)):
                     self.check("read", "exchange", name)
                     self.check("write", "exchange", ae.decode() if isinstance(ae, bytes) else ae)
-            vhost.declare_exchange(
+            x, new = vhost.declare_exchange(
                 name, m.exchange_type, m.durable, m.auto_delete, m.internal, args
             )
+            if new:  # shown by the management API, as RabbitMQ does
+                x.user_who_performed_action = self.username
         self._reply(ch, m.nowait, C.Exchange.DeclareOk())
 
     def _exchange_delete(self, ch: Channel, m: C.Exchange.Delete) -> None:

@@ -141,9 +141,12 @@ async def vhost_put(request: web.Request) -> web.Response:
         existing.tags = tags
         b.changed("vhost.changed", existing)
         return created_or_updated(False)
-    b.add_vhost(name, description, tags)
-    # As RabbitMQ's API: the user who creates a vhost gets full permissions in it.
+    vhost = b.add_vhost(name, description, tags)
+    # As RabbitMQ's API: the user who creates a vhost gets full permissions in it, and
+    # is named as the one who made its built-in exchanges.
     creator = current_user(request).name
+    for x in vhost.exchanges.values():
+        x.user_who_performed_action = creator
     b.users.set_permissions(creator, name, ".*", ".*", ".*")
     b.changed("permission.set", (creator, name))
     return created_or_updated(True)

@@ -145,6 +145,8 @@ def listing(request: web.Request, items: list[dict[str, Any]]) -> web.Response:
     name_filter = q.get("name")
     if name_filter:
         items = [i for i in items if name_filter in str(i.get("name", ""))]
+    if q.get("columns"):
+        items = [project(i, q["columns"]) for i in items]
     if "page" not in q:
         return json_response(items)
     try:
@@ -165,6 +167,25 @@ def listing(request: web.Request, items: list[dict[str, Any]]) -> web.Response:
             "total_count": total,
         }
     )
+
+
+def project(item: dict[str, Any], columns: str) -> dict[str, Any]:
+    """Only the ``columns`` asked for (``a,b.c``), nested keys kept nested, as RabbitMQ."""
+    out: dict[str, Any] = {}
+    for column in columns.split(","):
+        parts = column.strip().split(".")
+        value: Any = item
+        for part in parts:
+            value = value.get(part) if isinstance(value, dict) else None
+            if value is None:
+                break
+        if value is None:
+            continue
+        target = out
+        for part in parts[:-1]:
+            target = target.setdefault(part, {})
+        target[parts[-1]] = value
+    return dict(sorted(out.items()))  # RabbitMQ answers projections with sorted keys
 
 
 def rate_ages(
