@@ -142,16 +142,20 @@ RABBITMQ_HTTP_PORT = int(os.environ.get("RABBITMQ_HTTP_PORT", "15672"))
 
 def ensure_rabbitmq_management(timeout: float = 60) -> bool:
     """The reference broker's management API on 15672, its plugin enabled if need be."""
-    if port_open("127.0.0.1", RABBITMQ_HTTP_PORT):
+    return ensure_rabbitmq_plugin("rabbitmq_management", RABBITMQ_HTTP_PORT, timeout)
+
+
+def ensure_rabbitmq_plugin(plugin: str, port: int, timeout: float = 60) -> bool:
+    """A RabbitMQ plugin that listens on ``port``, enabled if need be."""
+    if port_open("127.0.0.1", port):
         return True
     plugins = shutil.which("rabbitmq-plugins") or "/usr/sbin/rabbitmq-plugins"
     if not Path(plugins).exists():
         return False
-    subprocess.run([plugins, "enable", "rabbitmq_management"], check=False,
-                   capture_output=True, timeout=120)
+    subprocess.run([plugins, "enable", plugin], check=False, capture_output=True, timeout=120)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if port_open("127.0.0.1", RABBITMQ_HTTP_PORT):
+        if port_open("127.0.0.1", port):
             return True
         time.sleep(0.5)
     return False

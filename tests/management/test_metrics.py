@@ -5,8 +5,10 @@ from __future__ import annotations
 import urllib.request
 
 import pika
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.brokers import BrokerUnderTest, ensure_rabbitmq_plugin
 from tests.mgmt import Site
 
 
@@ -56,3 +58,29 @@ def test_metrics_names_and_values(leveret_site: Site) -> None:
         assert (mine, 5.0) in per_object["rabbitmq_queue_messages_published_total"]
     finally:
         conn.close()
+
+
+def families(url: str) -> dict[str, str]:
+    """Metric family name (with _total for counters) -> type."""
+    with urllib.request.urlopen(url, timeout=10) as resp:
+        text = resp.read().decode()
+    out = {}
+    for line in text.splitlines():
+        if line.startswith("# TYPE "):
+            _, _, name, kind = line.split(" ", 3)
+            out[name] = kind
+    return out
+
+
+@pytest.mark.rabbitmq
+def test_metric_names_are_rabbitmq_prometheus_names(leveret: BrokerUnderTest,
+                                                    rabbitmq: BrokerUnderTest) -> None:
+    """Every family Leveret exposes is one rabbitmq_prometheus exposes, of the same type."""
+    if not ensure_rabbitmq_plugin("rabbitmq_prometheus", 15692):
+        pytest.fail("RabbitMQ's prometheus plugin could not be enabled")
+    ours = families(leveret.metrics_url)
+    theirs = families("http://127.0.0.1:15692/metrics")
+    assert len(ours) >= 20
+    missing = {name for name in ours if name not in theirs}
+    assert missing == set()
+    assert {name: kind for name, kind in ours.items() if theirs[name] != kind} == {}
