@@ -164,6 +164,15 @@ def _register_pipeline_commands() -> None:
 _register_pipeline_commands()
 
 
+def _register_up() -> None:
+    from leveret.cli.up import up
+
+    app.command("up")(up)
+
+
+_register_up()
+
+
 def main() -> None:
     app()
 

@@ -1,0 +1,182 @@
+"""``leveret up``: the whole stack on embedded defaults, from one command.
+
+It runs, as child processes of its own: the broker (with the management API, the live
+dashboard and Prometheus metrics), the Spark ingest of the ``logs`` stream into the
+Parquet lake (``local[*]``), and, in the foreground, a terminal receiver of the tutorial's
+``logs`` exchange. Ctrl-C stops them all."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import IO, Annotated
+
+import typer
+from rich.console import Console
+
+console = Console(stderr=True)
+
+
+def _cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "leveret.cli.main", *args]
+
+
+def _start_server(
+    data_dir: Path, amqp_port: int, http_port: int, prometheus_port: int, log: IO[str]
+) -> tuple[subprocess.Popen[str], dict[str, str]]:
+    """Start the broker; return it and the ports it listens on (asked-for 0 is filled in)."""
+    proc = subprocess.Popen(
+        _cli(
+            "server",
+            "--data-dir",
+            str(data_dir),
+            "--amqp-port",
+            str(amqp_port),
+            "--http-port",
+            str(http_port),
+            "--prometheus-port",
+            str(prometheus_port),
+        ),
+        stdout=subprocess.PIPE,
+        stderr=log,
+        text=True,
+    )
+    assert proc.stdout is not None
+    ports: dict[str, str] = {}
+    for line in proc.stdout:
+        line = line.strip()
+        console.print(f"[dim]broker:[/dim] {line}")
+        port = line.rsplit(":", 1)[-1].split("/")[0]
+        if line.startswith("Management API listening"):
+            ports["http"] = port
+        elif line.startswith("Prometheus metrics listening"):
+            ports["prometheus"] = port
+        elif line.startswith("Server startup complete"):
+            ports["amqp"] = port
+            return proc, ports
+    proc.wait()
+    raise RuntimeError("the broker did not start (see " + log.name + ")")
+
+
+def _role(proc: subprocess.Popen[str]) -> str:
+    args = [str(a) for a in proc.args] if isinstance(proc.args, list) else [str(proc.args)]
+    return " ".join(args[3:5])
+
+
+def _spark_available() -> bool:
+    try:
+        import pyspark  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def up(
+    data_dir: Annotated[
+        Path,
+        typer.Option(
+            "--data-dir",
+            envvar="LEVERET_DATA_DIR",
+            help="Broker data, the lake, checkpoints and logs all go here.",
+        ),
+    ] = Path("leveret-data"),
+    amqp_port: Annotated[int, typer.Option("--amqp-port", envvar="LEVERET_AMQP_PORT")] = 5672,
+    http_port: Annotated[int, typer.Option("--http-port", envvar="LEVERET_HTTP_PORT")] = 15672,
+    prometheus_port: Annotated[
+        int, typer.Option("--prometheus-port", envvar="LEVERET_PROMETHEUS_PORT")
+    ] = 15692,
+    ingest: Annotated[
+        bool, typer.Option("--ingest/--no-ingest", help="Run the Spark ingest into the lake.")
+    ] = True,
+    receiver: Annotated[
+        bool, typer.Option("--receiver/--no-receiver", help="Print the logs on this terminal.")
+    ] = True,
+    trigger: Annotated[str, typer.Option("--trigger", help="Ingest trigger interval.")] = "1s",
+) -> None:
+    """Run the broker, dashboard, a terminal receiver and the lake ingest together."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    logs_dir = data_dir / "logs"
+    logs_dir.mkdir(exist_ok=True)
+    children: list[subprocess.Popen[str]] = []
+    broker_log = open(logs_dir / "broker.log", "a")  # noqa: SIM115 - lives as long as up
+    try:
+        try:
+            server, ports = _start_server(
+                data_dir, amqp_port, http_port, prometheus_port, broker_log
+            )
+        except RuntimeError as exc:
+            console.print(f"Error: {exc}")
+            raise typer.Exit(1) from exc
+        children.append(server)
+        url = f"amqp://guest:guest@127.0.0.1:{ports['amqp']}/"
+        lake = data_dir / "lake"
+        if ingest and _spark_available():
+            from leveret.spark.pipeline import ensure_log_stream
+
+            # the stream is bound before anyone is told to send: nothing sent is lost
+            ensure_log_stream(url)
+            ingest_log = open(logs_dir / "ingest.log", "a")  # noqa: SIM115
+            children.append(
+                subprocess.Popen(
+                    _cli(
+                        "pipeline",
+                        "ingest",
+                        "--url",
+                        url,
+                        "--lake",
+                        str(lake),
+                        "--checkpoint",
+                        str(data_dir / "checkpoints" / "ingest"),
+                        "--trigger",
+                        trigger,
+                    ),
+                    stdout=ingest_log,
+                    stderr=subprocess.STDOUT,
+                    text=True,
+                )
+            )
+            ingest_note = f"running, log in {logs_dir / 'ingest.log'}"
+        elif ingest:
+            ingest_note = "off: install the spark extra (pip install -e '.[spark]')"
+        else:
+            ingest_note = "off"
+        console.rule("Leveret is up")
+        console.print(f"AMQP        {url}")
+        console.print(f"Dashboard   http://127.0.0.1:{ports.get('http')}/   (guest / guest)")
+        console.print(f"Metrics     http://127.0.0.1:{ports.get('prometheus')}/metrics")
+        console.print(f"Lake ingest {ingest_note} -> {lake}")
+        console.print(f"Send logs   leveret emit-log --url {url} 'info: hello'")
+        console.print(
+            f"Report      leveret pipeline report --lake {lake} --out {data_dir / 'report'}"
+        )
+        console.rule()
+        essential = [server]
+        if receiver:
+            essential.append(subprocess.Popen(_cli("receive-logs", "--url", url), text=True))
+            children.append(essential[-1])
+        # the broker and the receiver keep the stack up; an ingest that dies is reported
+        reported: set[int] = set()
+        while all(c.poll() is None for c in essential):
+            for c in children:
+                if c.poll() not in (None, 0) and c.pid not in reported:
+                    reported.add(c.pid)
+                    console.print(
+                        f"Error: {_role(c)} stopped with code {c.returncode}; see {logs_dir}"
+                    )
+            time.sleep(0.5)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        for c in reversed(children):
+            if c.poll() is None:
+                c.send_signal(signal.SIGTERM if os.name == "posix" else signal.SIGINT)
+        for c in reversed(children):
+            try:
+                c.wait(30)
+            except subprocess.TimeoutExpired:
+                c.kill()
+        broker_log.close()
