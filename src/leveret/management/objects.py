@@ -1,0 +1,432 @@
+"""The management API's exchanges, queues and bindings: list, declare, delete, bind,
+publish, get and purge, with RabbitMQ's answers."""
+
+from __future__ import annotations
+
+import base64
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import unquote
+
+from aiohttp import web
+from pamqp import commands
+
+from leveret.broker import errors as rabbit
+from leveret.broker.message import Message
+from leveret.broker.queue import Queue
+from leveret.broker.vhost import VirtualHost
+from leveret.management import views
+from leveret.management.api import mgmt
+from leveret.management.httputil import (
+    access_refused,
+    as_bool,
+    bad_request,
+    created_or_updated,
+    current_user,
+    json_body,
+    json_response,
+    listing,
+    no_content,
+    not_found,
+    rate_ages,
+    require_keys,
+)
+
+PROPERTY_NAMES = (
+    "content_type",
+    "content_encoding",
+    "headers",
+    "delivery_mode",
+    "priority",
+    "correlation_id",
+    "reply_to",
+    "expiration",
+    "message_id",
+    "timestamp",
+    "type",
+    "user_id",
+    "app_id",
+    "cluster_id",
+)
+
+
+# -------------------------------------------------------------------- exchanges
+def exchange_name(request: web.Request) -> str:
+    name = request.match_info["name"]
+    return "" if name == "amq.default" else name
+
+
+async def exchanges(request: web.Request) -> web.Response:
+    m = mgmt(request)
+    vhosts = [m.vhost(request)] if "vhost" in request.match_info else m.visible_vhosts(request)
+    out = [
+        views.exchange(x)
+        for v in vhosts
+        for x in sorted(v.exchanges.values(), key=lambda x: x.name)
+    ]
+    return listing(request, out)
+
+
+async def exchange_get(request: web.Request) -> web.Response:
+    v = mgmt(request).vhost(request)
+    x = v.exchanges.get(exchange_name(request))
+    if x is None:
+        raise not_found()
+    data = views.exchange(x)
+    data["incoming"] = []
+    data["outgoing"] = []
+    return json_response(dict(sorted(data.items())))
+
+
+async def exchange_put(request: web.Request) -> web.Response:
+    m = mgmt(request)
+    v = m.vhost(request)
+    name = exchange_name(request)
+    body = await json_body(request)
+    if name == "" or name.startswith("amq."):
+        raise access_refused()
+    m.check(request, v.name, "configure", name)
+    args = body.get("arguments") or {}
+    if not isinstance(args, dict):
+        raise bad_request("arguments must be an object")
+    x, created = v.declare_exchange(
+        name,
+        str(body.get("type", "direct")),
+        as_bool(body.get("durable")),
+        as_bool(body.get("auto_delete")),
+        as_bool(body.get("internal")),
+        args,
+    )
+    if created:
+        x.user_who_performed_action = current_user(request).name
+    return created_or_updated(created)
+
+
+async def exchange_delete(request: web.Request) -> web.Response:
+    m = mgmt(request)
+    v = m.vhost(request)
+    name = exchange_name(request)
+    if name == "" or name.startswith("amq."):
+        raise access_refused()
+    if name not in v.exchanges:
+        raise not_found()
+    m.check(request, v.name, "configure", name)
+    v.delete_exchange(name, as_bool(request.query.get("if-unused")))
+    return no_content()
+
+
+async def exchange_publish(request: web.Request) -> web.Response:
+    m = mgmt(request)
+    v = m.vhost(request)
+    name = exchange_name(request)
+    x = v.exchanges.get(name)
+    if x is None:
+        raise not_found()
+    body = await json_body(request)
+    require_keys(body, "routing_key", "properties", "payload", "payload_encoding")
+    m.check(request, v.name, "write", name)
+    encoding = body["payload_encoding"]
+    if encoding == "string":
+        payload = str(body["payload"]).encode()
+    elif encoding == "base64":
+        try:
+            payload = base64.b64decode(str(body["payload"]), validate=True)
+        except ValueError as exc:
+            raise bad_request("payload_not_base64") from exc
+    else:
+        raise bad_request(f"invalid payload_encoding: {encoding}")
+    props = body["properties"] or {}
+    if not isinstance(props, dict):
+        raise bad_request("properties must be an object")
+    unknown = [k for k in props if k not in PROPERTY_NAMES]
+    if unknown:
+        raise bad_request(f"unknown properties: {', '.join(unknown)}")
+    if isinstance(props.get("timestamp"), (int, float)) and not isinstance(
+        props["timestamp"], bool
+    ):
+        props = dict(props, timestamp=datetime.fromtimestamp(props["timestamp"], UTC))
+    try:
+        properties = commands.Basic.Properties(**props) if props else None
+        message = Message.build(name, str(body["routing_key"]), payload, properties)
+    except (TypeError, ValueError) as exc:
+        raise bad_request(str(exc)) from exc
+    queues = v.route(x, message)
+    for q in queues:
+        q.enqueue(message)
+    m.stats.count_publish(v.name)
+    return json_response({"routed": bool(queues)})
+
+
+# ----------------------------------------------------------------------- queues
+async def queues(request: web.Request) -> web.Response:
+    m = mgmt(request)
+    vhosts = [m.vhost(request)] if "vhost" in request.match_info else m.visible_vhosts(request)
+    ages = rate_ages(request)
+    out = [
+        views.queue(q, m.broker, m.stats, ages)
+        for v in vhosts
+        for q in sorted(v.queues.values(), key=lambda q: q.name)
+    ]
+    return listing(request, out)
+
+
+def queue_named(request: web.Request) -> tuple[VirtualHost, Queue]:
+    v = mgmt(request).vhost(request)
+    q = v.queues.get(request.match_info["name"])
+    if q is None:
+        raise not_found()
+    return v, q
+
+
+async def queue_get(request: web.Request) -> web.Response:
+    m = mgmt(request)
+    _, q = queue_named(request)
+    data = views.queue(q, m.broker, m.stats, rate_ages(request))
+    data["consumer_details"] = [views.consumer(c) for c in q.consumers]
+    owner = views.owner_details(q)
+    if owner is not None:
+        data["owner_pid_details"] = owner
+    data["deliveries"] = []
+    data["incoming"] = []
+    return json_response(dict(sorted(data.items())))
+
+
+async def queue_put(request: web.Request) -> web.Response:
+    m = mgmt(request)
+    v = m.vhost(request)
+    name = request.match_info["name"]
+    body = await json_body(request)
+    if name.startswith("amq."):
+        raise rabbit.reserved_name("queue", name)
+    m.check(request, v.name, "configure", name)
+    args = body.get("arguments") or {}
+    if not isinstance(args, dict):
+        raise bad_request("arguments must be an object")
+    existing = v.queues.get(name)
+    if existing is not None and existing.exclusive_owner is not None:
+        raise rabbit.exclusive_locked(name, v.name)
+    _, created = v.declare_queue(
+        name, as_bool(body.get("durable")), None, as_bool(body.get("auto_delete")), args
+    )
+    return created_or_updated(created)
+
+
+async def queue_delete(request: web.Request) -> web.Response:
+    m = mgmt(request)
+    v, q = queue_named(request)
+    m.check(request, v.name, "configure", q.name)
+    v.delete_queue(
+        q, as_bool(request.query.get("if-unused")), as_bool(request.query.get("if-empty"))
+    )
+    return no_content()
+
+
+async def queue_purge(request: web.Request) -> web.Response:
+    m = mgmt(request)
+    v, q = queue_named(request)
+    m.check(request, v.name, "read", q.name)
+    q.purge()
+    return no_content()
+
+
+def message_properties(message: Message) -> Any:
+    props = message.props
+    out = {}
+    for name in PROPERTY_NAMES:
+        value = getattr(props, name, None)
+        if value is not None and value != "" and not (name == "headers" and not value):
+            out[name] = views.jsonable(value)
+    stamp = props.timestamp
+    if "timestamp" in out and stamp is not None and hasattr(stamp, "timestamp"):
+        out["timestamp"] = int(stamp.timestamp())
+    return dict(sorted(out.items())) or []  # RabbitMQ answers no properties as []
+
+
+async def queue_get_messages(request: web.Request) -> web.Response:
+    m = mgmt(request)
+    v, q = queue_named(request)
+    body = await json_body(request)
+    require_keys(body, "ackmode", "count", "encoding")
+    m.check(request, v.name, "read", q.name)
+    ackmode = body["ackmode"]
+    if ackmode not in (
+        "ack_requeue_true",
+        "ack_requeue_false",
+        "reject_requeue_true",
+        "reject_requeue_false",
+    ):
+        raise bad_request(f"invalid ackmode: {ackmode}")
+    encoding = body["encoding"]
+    if encoding not in ("auto", "base64"):
+        raise bad_request(f"invalid encoding: {encoding}")
+    try:
+        count = int(body["count"])
+        truncate = int(body["truncate"]) if body.get("truncate") is not None else None
+    except (TypeError, ValueError) as exc:
+        raise bad_request("count and truncate must be integers") from exc
+    entries = []
+    out = []
+    for _ in range(max(0, count)):
+        entry = q.get()
+        if entry is None:
+            break
+        q.delivered += 1
+        q.unacked += 1
+        entries.append(entry)
+        msg = entry.message
+        payload = msg.body if truncate is None else msg.body[:truncate]
+        item: dict[str, Any] = {
+            "payload_bytes": len(msg.body),
+            "redelivered": entry.redelivered,
+            "exchange": msg.exchange,
+            "routing_key": msg.routing_key,
+            "message_count": len(q.ready),
+            "properties": message_properties(msg),
+        }
+        text: str | None = None
+        if encoding == "auto":
+            try:
+                text = payload.decode("utf-8")
+            except UnicodeDecodeError:
+                text = None
+        if text is not None:
+            item["payload"], item["payload_encoding"] = text, "string"
+        else:
+            item["payload"] = base64.b64encode(payload).decode()
+            item["payload_encoding"] = "base64"
+        out.append(item)
+    if ackmode.endswith("requeue_true"):
+        q.requeue(entries)
+    else:
+        for entry in entries:
+            if ackmode.startswith("ack"):
+                q.acked += 1
+            q.settled(entry)
+    return json_response(out)
+
+
+async def queue_bindings(request: web.Request) -> web.Response:
+    v, q = queue_named(request)
+    out = [views.default_binding(v.name, q)]
+    out += [
+        views.binding(v.name, b)
+        for b in sorted(v.bindings(), key=lambda b: (b.source, b.routing_key))
+        if b.destination is q
+    ]
+    return json_response(out)
+
+
+# --------------------------------------------------------------------- bindings
+async def bindings(request: web.Request) -> web.Response:
+    m = mgmt(request)
+    vhosts = [m.vhost(request)] if "vhost" in request.match_info else m.visible_vhosts(request)
+    return listing(request, [b for v in vhosts for b in views.all_bindings(v)])
+
+
+async def exchange_bindings(request: web.Request) -> web.Response:
+    v = mgmt(request).vhost(request)
+    name = exchange_name(request)
+    if name not in v.exchanges:
+        raise not_found()
+    as_source = request.match_info["direction"] == "source"
+    out = [
+        b
+        for b in views.all_bindings(v)
+        if (
+            b["source"] == name
+            if as_source
+            else (b["destination_type"] == "exchange" and b["destination"] == name)
+        )
+    ]
+    return json_response(out)
+
+
+def binding_ends(request: web.Request) -> tuple[VirtualHost, Any, Any]:
+    v = mgmt(request).vhost(request)
+    source = request.match_info["source"]
+    dest = request.match_info["dest"]
+    kind = "queue" if request.match_info["kind"] == "q" else "exchange"
+    src = v.exchanges.get("" if source == "amq.default" else source)
+    if src is None:
+        raise rabbit.no_exchange(source, v.name)
+    target = v.queues.get(dest) if kind == "queue" else v.exchanges.get(dest)
+    if target is None:
+        raise rabbit.no_queue(dest, v.name) if kind == "queue" else rabbit.no_exchange(dest, v.name)
+    return v, src, target
+
+
+def between(v: VirtualHost, src: Any, target: Any) -> list[dict[str, Any]]:
+    return [
+        b
+        for b in views.all_bindings(v)
+        if b["source"] == src.name
+        and b["destination"] == target.name
+        and b["destination_type"] == target.kind
+    ]
+
+
+async def bindings_between(request: web.Request) -> web.Response:
+    v, src, target = binding_ends(request)
+    return json_response(between(v, src, target))
+
+
+async def binding_create(request: web.Request) -> web.Response:
+    m = mgmt(request)
+    v, src, target = binding_ends(request)
+    body = await json_body(request)
+    if src.name == "" or (target.kind == "exchange" and target.name == ""):
+        raise access_refused()
+    m.check(request, v.name, "write", target.name)
+    m.check(request, v.name, "read", src.name)
+    key = str(body.get("routing_key", ""))
+    args = body.get("arguments") or {}
+    if not isinstance(args, dict):
+        raise bad_request("arguments must be an object")
+    v.bind(src, target, key, args)
+    location = views.properties_key(key, args)
+    return web.Response(status=201, headers={"Location": location})
+
+
+async def binding_one(request: web.Request) -> web.Response:
+    v, src, target = binding_ends(request)
+    props = request.match_info["props"]
+    for b in between(v, src, target):
+        if unquote(b["properties_key"]) == props or b["properties_key"] == props:
+            if request.method == "DELETE":
+                m = mgmt(request)
+                if src.name == "":
+                    raise access_refused()
+                m.check(request, v.name, "write", target.name)
+                m.check(request, v.name, "read", src.name)
+                v.unbind(src, target, b["routing_key"], b["arguments"])
+                return no_content()
+            return json_response(b)
+    raise not_found()
+
+
+def routes(app: web.Application) -> None:
+    r = app.router
+    r.add_get("/api/exchanges", exchanges)
+    r.add_get("/api/exchanges/{vhost}", exchanges)
+    r.add_get("/api/exchanges/{vhost}/{name}", exchange_get)
+    r.add_put("/api/exchanges/{vhost}/{name}", exchange_put)
+    r.add_delete("/api/exchanges/{vhost}/{name}", exchange_delete)
+    r.add_get(
+        "/api/exchanges/{vhost}/{name}/bindings/{direction:source|destination}", exchange_bindings
+    )
+    r.add_post("/api/exchanges/{vhost}/{name}/publish", exchange_publish)
+    r.add_get("/api/queues", queues)
+    r.add_get("/api/queues/{vhost}", queues)
+    r.add_get("/api/queues/{vhost}/{name}", queue_get)
+    r.add_put("/api/queues/{vhost}/{name}", queue_put)
+    r.add_delete("/api/queues/{vhost}/{name}", queue_delete)
+    r.add_delete("/api/queues/{vhost}/{name}/contents", queue_purge)
+    r.add_post("/api/queues/{vhost}/{name}/get", queue_get_messages)
+    r.add_get("/api/queues/{vhost}/{name}/bindings", queue_bindings)
+    r.add_get("/api/bindings", bindings)
+    r.add_get("/api/bindings/{vhost}", bindings)
+    ends = "/api/bindings/{vhost}/e/{source}/{kind:q|e}/{dest}"
+    r.add_get(ends, bindings_between)
+    r.add_post(ends, binding_create)
+    r.add_get(ends + "/{props}", binding_one)
+    r.add_delete(ends + "/{props}", binding_one)
