@@ -277,7 +277,8 @@ def test_other_endpoints_have_rabbitmqs_fields(sites: tuple[Site, Site]) -> None
         def settled() -> Any:
             # RabbitMQ's channel and vhost statistics arrive every 5 s
             t = _try(fetch, sites[1])
-            return t if t and "messages" in t["vhost"] else None
+            complete = t and "messages" in t["vhost"] and "state" in t["connection"]
+            return t if complete else None
 
         theirs = wait_for(settled, timeout=30)
         assert theirs
