@@ -204,3 +204,15 @@ def test_connection_listings_match_rabbitmqctl(
         text = "\n".join(head + sorted(rows)).replace(site.vhost, "VHOST")
         outputs.append(PID.sub("<PID>", text))
     assert outputs[0] == outputs[1]
+
+
+def test_list_vhosts_matches_rabbitmqctl(sites: tuple[Site, Site]) -> None:
+    outputs = []
+    for site in sites:
+        out = site.ctl("list_vhosts", "name", "description", "tags", "tracing").stdout
+        out = out.replace(site.vhost, "VHOST")
+        lines = out.splitlines()
+        outputs.append((lines[:2], sorted(r for r in lines[2:]
+                                          if r.split("\t")[0] in ("/", "VHOST"))))
+    assert outputs[0] == outputs[1]
+    assert outputs[0][1] == ["/\tDefault virtual host\t[]\tfalse", "VHOST\t\t[]\tfalse"]

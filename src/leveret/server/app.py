@@ -45,7 +45,7 @@ class Server:
             b.add_vhost(str(vh["name"]), str(vh.get("description", "")))
         fresh = not b.vhosts
         if fresh:
-            b.add_vhost("/")
+            b.add_vhost("/", "Default virtual host")  # as RabbitMQ names it
         if fresh and c.default_user and "guest" not in b.users.users:
             b.users.add_user("guest", "guest", ["administrator"])
             b.users.set_permissions("guest", "/", ".*", ".*", ".*")
