@@ -110,6 +110,7 @@ class ReadOptions:
     probe_timeout: float
     stall_timeout: float
     wal_location: str | None
+    checkpoint_location: str | None
 
     @property
     def source(self) -> str:
@@ -142,6 +143,7 @@ class ReadOptions:
             probe_timeout=_float(options, "probeTimeout", 1.0),
             stall_timeout=_float(options, "stallTimeout", 60.0),
             wal_location=_get(options, "walLocation") or None,
+            checkpoint_location=_get(options, "checkpointLocation") or None,
         )
 
 

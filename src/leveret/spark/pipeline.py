@@ -141,8 +141,10 @@ def start_ingest(spark: SparkSession, cfg: IngestConfig) -> StreamingQuery:
 
     reader = spark.readStream.format("amqp").option("url", cfg.url)
     if cfg.queue:
-        reader = reader.option("queue", cfg.queue).option(
-            "walLocation", str(cfg.checkpoint / "amqp-wal")
+        reader = (
+            reader.option("queue", cfg.queue)
+            .option("walLocation", str(cfg.checkpoint / "amqp-wal"))
+            .option("checkpointLocation", str(cfg.checkpoint))
         )
     else:
         assert cfg.stream is not None

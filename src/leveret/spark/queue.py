@@ -27,8 +27,14 @@ broker and delivered again with ``redelivered = true``. Those already written to
 (the batch committed, the ack not yet sent) then appear twice; no message is lost. Any
 duplicate in the sink is therefore a row whose ``redelivered`` column is true.
 
+Spark calls ``commit`` one batch late, and not at all for the last batch of a query that
+ends (``availableNow``; nor does it call ``stop`` on the reader then). Given the option
+``checkpointLocation`` (the query's own), the reader also reads the query's commit log each
+time ``latestOffset`` is called and acks up to the last batch committed there, so nothing
+waits for the next batch; without it, the last batch of a run is redelivered by the next.
+
 Keep ``walLocation`` on the driver's durable disk next to the checkpoint; ``leveret pipeline
-ingest --queue`` puts it under ``<checkpoint>/amqp-wal``.
+ingest --queue`` puts it under ``<checkpoint>/amqp-wal`` and passes ``checkpointLocation``.
 """
 
 from __future__ import annotations
@@ -247,7 +253,18 @@ class ClassicQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
         finally:
             close_quietly(conn)
 
+    def _ack_committed(self) -> None:
+        if not (self._unacked and self.opts.checkpoint_location):
+            return
+        try:
+            seq = committed_seq(Path(self.opts.checkpoint_location), self._queue)
+        except OSError:
+            return
+        if seq is not None:
+            self.commit(self._json(seq))
+
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        self._ack_committed()
         begin = self._seq(start)
         if begin in self._planned:
             return self._json(self._planned[begin][0])
@@ -310,4 +327,23 @@ class ClassicQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
         WriteAheadLog(self.opts.wal_location or "").drop_through(seq)
 
     def stop(self) -> None:
+        self._ack_committed()
         self._drop_connection()
+
+
+def committed_seq(checkpoint: Path, queue: str) -> int | None:
+    """The end offset of ``queue`` in the last batch in the query's commit log: Spark writes
+    ``commits/<id>`` once batch ``id`` is in the sink, and ``offsets/<id>`` holds the
+    batch's source offsets, one JSON line per source after the version and metadata lines."""
+    import json
+
+    commits = [int(p.name) for p in (checkpoint / "commits").glob("*") if p.name.isdigit()]
+    if not commits:
+        return None
+    lines = (checkpoint / "offsets" / str(max(commits))).read_text().splitlines()[2:]
+    for line in lines:
+        with contextlib.suppress(ValueError):
+            doc = json.loads(line)
+            if isinstance(doc, dict) and doc.get("queue") == queue and "seq" in doc:
+                return int(doc["seq"])
+    return None

@@ -1,0 +1,91 @@
+"""``leveret pipeline report`` over a small lake: tables, charts and the report exist."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pandas as pd
+from pyspark.sql import SparkSession
+
+from leveret.spark.records import parse_log_records
+from leveret.spark.report import make_report
+from leveret.spark.schema import MESSAGE_SCHEMA
+from tests.spark.test_records import _row
+
+START = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
+
+
+def _small_lake(spark: SparkSession, where: Path) -> Path:
+    rows = []
+    for i in range(300):
+        severity = ("info", "info", "warning", "error", "critical", "debug")[i % 6]
+        ts = (START + timedelta(seconds=i)).isoformat().replace("+00:00", "Z")
+        body = (
+            f'{{"ts":"{ts}","severity":"{severity}","facility":"f{i % 2}","host":"h{i % 3}",'
+            f'"app":"app{i % 4}","pid":1,"message":"msg {i % 5 if i % 6 >= 3 else i}"}}'
+        )
+        rows.append(_row(i, body.encode()))
+    rows.append(_row(300, b"{broken"))
+    records = parse_log_records(spark.createDataFrame(rows, MESSAGE_SCHEMA))
+    lake = where / "lake"
+    records.write.partitionBy("date", "severity").parquet(str(lake))
+    return lake
+
+
+def test_the_report_runs_on_a_small_lake_and_its_charts_exist(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    lake = _small_lake(spark, tmp_path)
+    report = make_report(spark, lake, tmp_path / "report", "html")
+    assert report.document.exists()
+    assert set(report.charts) == {
+        "severity_per_minute", "error_rate", "top_apps", "top_hosts", "top_facilities",
+    }  # fmt: skip
+    for path in report.charts.values():
+        assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert path.name in report.document.read_text()
+    for name in report.tables:
+        assert list((tmp_path / "report" / "tables" / name).glob("*.parquet")), name
+    t = report.tables
+    summary = t["summary"].iloc[0]
+    assert (summary["records"], summary["corrupt"], summary["errors"]) == (301, 1, 100)
+    spm = t["severity_per_minute"]
+    assert len(spm) == 5 * 5  # five minutes, five severities
+    assert spm["count"].sum() == 300
+    rate = t["error_rate"]
+    assert len(rate) == 5 and (rate["error_rate"] - 1 / 3).abs().max() < 1e-9
+    assert list(t["top_apps"]["count"]) == [75, 75, 75, 75]
+    assert list(t["top_hosts"]["count"]) == [100, 100, 100]
+    top_errors = t["top_errors"]
+    assert top_errors.iloc[0]["count"] == 20 and len(top_errors) == 5
+    tables = pd.read_parquet(tmp_path / "report" / "tables" / "top_hosts")
+    assert sorted(tables["host"]) == ["h0", "h1", "h2"]
+
+
+def test_the_report_command(spark: SparkSession, tmp_path: Path) -> None:
+    lake = _small_lake(spark, tmp_path)
+    out = tmp_path / "out"
+    result = subprocess.run(
+        [sys.executable, "-m", "leveret.cli.main", "pipeline", "report", "--lake", str(lake),
+         "--out", str(out), "--format", "md", "--master", "local[1]"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "Report:" in result.stdout and "301 records, 5 charts" in result.stdout
+    assert (out / "report.md").exists() and (out / "charts" / "error_rate.png").exists()
+
+
+def test_the_report_without_a_lake_is_one_clear_line(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "leveret.cli.main", "pipeline", "report", "--lake",
+         str(tmp_path / "nothing")],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 1
+    assert (
+        result.stderr.strip() == f"Error: no log lake at {tmp_path / 'nothing'} (run "
+        "`leveret pipeline ingest` first)"
+    )
