@@ -1,0 +1,211 @@
+"""The Spark log pipeline: ingest throughput and emit->lake latency, per broker.
+
+1. **read**: ``spark.read.format("amqp")`` of a pre-filled stream, counted (the source alone).
+2. **ingest**: the ingest query (``leveret.spark.pipeline.start_ingest``: parse records,
+   Parquet partitioned by date and severity) with ``availableNow`` over the same stream,
+   from an empty checkpoint: records/s from query start to termination.
+3. **latency**: the ingest query with a 1 s trigger while a publisher emits records at a
+   steady rate; a record's latency is from its publish to the moment the batch holding it is
+   committed in the lake's ``_spark_metadata`` log (when readers of the lake can see it).
+
+Everything runs on one ``local[2]`` session (the JVM started once, excluded from the
+numbers). Leveret is started here on free ports; RabbitMQ is used where reachable.
+
+    python benchmarks/pipeline.py [--records N] [--rate R] [--seconds S]
+                                  [--brokers leveret,rabbitmq] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import pika  # noqa: E402
+import pyarrow.parquet as pq  # noqa: E402
+from tests.brokers import BrokerUnderTest, ensure_rabbitmq, start_leveret  # noqa: E402
+
+from leveret.spark.client import Outgoing, publish  # noqa: E402
+from leveret.spark.pipeline import IngestConfig, spark_session, start_ingest  # noqa: E402
+
+
+def _body(i: int, ts: float) -> bytes:
+    iso = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ts)) + f".{int(ts % 1 * 1e6):06d}Z"
+    sev = ("info", "info", "warning", "error", "debug")[i % 5]
+    return (
+        f'{{"ts":"{iso}","severity":"{sev}","facility":"user","host":"bench",'
+        f'"app":"app{i % 7}","pid":1,"message":"benchmark record {i}"}}'
+    ).encode()
+
+
+def _props(i: int) -> Any:
+    return pika.BasicProperties(content_type="application/json", message_id=str(i))
+
+
+def _declare(url: str, name: str) -> None:
+    conn = pika.BlockingConnection(pika.URLParameters(url))
+    conn.channel().queue_declare(name, durable=True, arguments={"x-queue-type": "stream"})
+    conn.close()
+
+
+def _delete(url: str, name: str) -> None:
+    conn = pika.BlockingConnection(pika.URLParameters(url))
+    conn.channel().queue_delete(name)
+    conn.close()
+
+
+def fill(url: str, stream: str, n: int) -> float:
+    now = time.time()
+    t = time.perf_counter()
+    publish(url, (Outgoing("", stream, _body(i, now), _props(i)) for i in range(n)), window=5000)
+    return n / (time.perf_counter() - t)
+
+
+def bench_read(spark: Any, url: str, stream: str, n: int) -> float:
+    t = time.perf_counter()
+    got = spark.read.format("amqp").option("url", url).option("stream", stream).load().count()
+    assert got == n, (got, n)
+    return n / (time.perf_counter() - t)
+
+
+def bench_ingest(spark: Any, url: str, stream: str, n: int, tmp: Path) -> dict[str, Any]:
+    cfg = IngestConfig(url=url, lake=tmp / "lake", checkpoint=tmp / "cp", stream=stream,
+                       trigger="availableNow", max_records_per_trigger=n)  # fmt: skip
+    t = time.perf_counter()
+    query = start_ingest(spark, cfg)
+    query.awaitTermination()
+    elapsed = time.perf_counter() - t
+    got = spark.read.parquet(str(cfg.lake)).count()
+    assert got == n, (got, n)
+    return {"records_per_s": n / elapsed, "seconds": elapsed,
+            "batches": len(query.recentProgress)}  # fmt: skip
+
+
+def bench_latency(
+    spark: Any, url: str, stream: str, rate: int, seconds: float, tmp: Path
+) -> dict[str, Any]:
+    cfg = IngestConfig(url=url, lake=tmp / "lake", checkpoint=tmp / "cp", stream=stream,
+                       trigger="1s", starting_offsets="latest")  # fmt: skip
+    query = start_ingest(spark, cfg)
+    meta = cfg.lake / "_spark_metadata"
+    sent: dict[str, float] = {}
+    stop = threading.Event()
+
+    def emitter() -> None:
+        def items() -> Any:
+            i = 0
+            start = time.time()
+            while not stop.is_set():
+                due = start + i / rate
+                delay = due - time.time()
+                if delay > 0:
+                    time.sleep(delay)
+                now = time.time()
+                sent[str(i)] = now
+                yield Outgoing("", stream, _body(i, now), _props(i))
+                i += 1
+
+        publish(url, items(), window=200)
+
+    time.sleep(3)  # let the query start and find the tail first
+    thread = threading.Thread(target=emitter, daemon=True)
+    thread.start()
+    seen: set[str] = set()
+    latencies: list[float] = []
+    deadline = time.time() + seconds
+    while time.time() < deadline + 5:
+        if time.time() >= deadline:
+            stop.set()
+        for entry in sorted(meta.glob("[0-9]*")) if meta.is_dir() else []:
+            if entry.name in seen:
+                continue
+            committed = time.time()
+            seen.add(entry.name)
+            for line in entry.read_text().splitlines()[1:]:
+                doc = json.loads(line)
+                path = doc["path"].removeprefix("file:")
+                ids = pq.read_table(path, columns=["message_id"]).column(0).to_pylist()
+                latencies += [committed - sent[i] for i in ids if i in sent]
+        time.sleep(0.02)
+    query.stop()
+    thread.join(5)
+    latencies.sort()
+    if not latencies:
+        return {"records": 0}
+    q = statistics.quantiles(latencies, n=100)
+    return {"records": len(latencies), "rate": rate, "p50_s": q[49], "p95_s": q[94],
+            "max_s": latencies[-1]}  # fmt: skip
+
+
+def run(broker: BrokerUnderTest, spark: Any, args: argparse.Namespace) -> dict[str, Any]:
+    url = broker.url
+    out: dict[str, Any] = {"broker": broker.name}
+    stream = f"bench-{uuid.uuid4().hex[:8]}"
+    _declare(url, stream)
+    try:
+        out["publish_per_s"] = fill(url, stream, args.records)
+        # warm up: the first job pays for Python workers and imports
+        spark.read.format("amqp").option("url", url).option("stream", stream).option(
+            "endingOffsets", "1000"
+        ).load().count()
+        out["read_per_s"] = bench_read(spark, url, stream, args.records)
+        with tempfile.TemporaryDirectory() as tmp:
+            out["ingest"] = bench_ingest(spark, url, stream, args.records, Path(tmp))
+    finally:
+        _delete(url, stream)
+    stream = f"bench-{uuid.uuid4().hex[:8]}"
+    _declare(url, stream)
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            out["latency"] = bench_latency(spark, url, stream, args.rate, args.seconds, Path(tmp))
+    finally:
+        _delete(url, stream)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--records", type=int, default=100_000)
+    ap.add_argument("--rate", type=int, default=1000, help="records/s during the latency run")
+    ap.add_argument("--seconds", type=float, default=20.0, help="length of the latency run")
+    ap.add_argument("--brokers", default="leveret,rabbitmq")
+    ap.add_argument("--master", default="local[2]")
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args()
+    spark = spark_session(args.master, "leveret-bench")
+    spark.sparkContext.setLogLevel("ERROR")
+    results = []
+    for name in args.brokers.split(","):
+        if name == "leveret":
+            broker = start_leveret()
+            try:
+                results.append(run(broker, spark, args))
+            finally:
+                broker.stop()
+        elif name == "rabbitmq":
+            rabbit = ensure_rabbitmq()
+            if rabbit is None:
+                print("RabbitMQ is not reachable: skipped", file=sys.stderr)
+                continue
+            results.append(run(rabbit, spark, args))
+        print(json.dumps(results[-1], indent=2), flush=True)
+    summary = {"master": args.master, "cpus": os.cpu_count(), "records": args.records,
+               "results": results}  # fmt: skip
+    if args.json:
+        args.json.write_text(json.dumps(summary, indent=2))
+    spark.stop()
+
+
+if __name__ == "__main__":
+    main()
