@@ -274,15 +274,6 @@ def test_other_endpoints_have_rabbitmqs_fields(sites: tuple[Site, Site]) -> None
             }
 
         ours = fetch(sites[0])
-        def settled() -> Any:
-            # RabbitMQ's channel and vhost statistics arrive every 5 s
-            t = _try(fetch, sites[1])
-            complete = t and "messages" in t["vhost"] and "state" in t["connection"]
-            return t if complete else None
-
-        theirs = wait_for(settled, timeout=30)
-        assert theirs
-
         def shape_diff(a: Any, b: Any, path: str) -> list[str]:
             if isinstance(a, dict) and isinstance(b, dict):
                 out = [f"{path}.{k}" for k in a if k not in b]
@@ -297,10 +288,19 @@ def test_other_endpoints_have_rabbitmqs_fields(sites: tuple[Site, Site]) -> None
                 return [f"{path}: {type(a).__name__} vs {type(b).__name__}"]
             return []
 
-        problems = []
-        for key in ours:
-            problems += shape_diff(ours[key], theirs[key], key)
-        assert problems == [], "\n".join(problems)
+        def problems() -> list[str]:
+            # RabbitMQ's connection, channel and vhost statistics arrive every 5 s, a few
+            # fields at a time: poll until they are all there
+            t = _try(fetch, sites[1])
+            if t is None:
+                return ["RabbitMQ's objects are not all there yet"]
+            found = []
+            for key in ours:
+                found += shape_diff(ours[key], t[key], key)
+            return found
+
+        assert wait_for(lambda: not problems(), timeout=40), "\n".join(problems())
+        theirs = fetch(sites[1])
         assert set(ours["overview"]["object_totals"]) == set(theirs["overview"]["object_totals"])
         assert ours["consumer"]["consumer_tag"] == theirs["consumer"]["consumer_tag"]
     finally:

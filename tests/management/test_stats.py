@@ -73,3 +73,48 @@ def test_sampled_totals_match_live_totals() -> None:
     stats.sample(now=2.0)
     assert stats.overview.windows["deliver_get"].samples[-1][1] == stats.totals()["deliver_get"]
     assert "other" not in stats.vhosts
+
+
+def test_deleting_a_queue_does_not_count_its_publishes_twice() -> None:
+    """Publishes are counted where they arrive (sessions); a deleted queue's own count of
+    what reached it must not be added to them."""
+    from types import SimpleNamespace
+    from typing import Any
+
+    from leveret.broker.broker import Broker
+    from leveret.broker.message import Message
+    from leveret.management.stats import Stats
+
+    broker = Broker.with_defaults()
+    stats = Stats(broker)
+    vhost = broker.vhosts["/"]
+    session: Any = SimpleNamespace(user=object(), vhost="/", closed=False, recv_publish=5,
+                                   closed_channel_confirms=0, channels={})
+    broker.sessions[1] = session
+    q, _ = vhost.declare_queue("q")
+    for _ in range(5):
+        q.enqueue(Message.build("", "q", b"m"))
+    stats.sample(now=1.0)
+    vhost.remove_queue(q)
+    stats.sample(now=2.0)
+    assert stats.totals()["publish"] == 5
+    assert [v for _, v in stats.overview.windows["publish"].samples] == [5, 5]
+    assert [v for _, v in stats.vhosts["/"].windows["publish"].samples] == [5, 5]
+
+
+def test_a_new_queue_rates_over_the_same_span_as_its_vhost() -> None:
+    from leveret.broker.broker import Broker
+    from leveret.broker.message import Message
+    from leveret.management.stats import Stats
+
+    broker = Broker.with_defaults()
+    stats = Stats(broker)
+    stats.sample(now=1.0)
+    stats.sample(now=2.0)
+    q, _ = broker.vhosts["/"].declare_queue("fresh")
+    for _ in range(10):
+        q.enqueue(Message.build("", "fresh", b"m"))
+    stats.sample(now=3.0)
+    # it had nothing at 2.0: 10 messages in one second, not "no rate yet"
+    assert stats.queues[q].windows["publish"].rate() == 10.0
+    assert stats.queues[q].windows["messages"].rate() == 10.0

@@ -147,6 +147,7 @@ class Stats:
         # Churn, for the Prometheus counters.
         self.churn: Counter[str] = Counter()
         self.started = time.time()
+        self._last_sample: float | None = None
         broker.listeners.append(self._broker_event)
         session_listeners = getattr(broker, "session_listeners", None)
         if session_listeners is not None:
@@ -169,6 +170,7 @@ class Stats:
         elif event == "queue.deleted":
             self.churn["queues_deleted"] += 1
             counters = queue_counters(subject)
+            del counters["publish"]  # publishes are counted where they arrive
             self._retire(subject.vhost, counters)
             self.queues.pop(subject, None)
 
@@ -188,7 +190,12 @@ class Stats:
         self._retire(vhost, {"publish": 1})
 
     def _retire(self, vhost: str, counters: dict[str, float]) -> None:
-        per_vhost = self.vhost_retired.setdefault(vhost, Counter())
+        # A connection can go after its vhost did: its counts still add to the broker's.
+        per_vhost = (
+            self.vhost_retired.setdefault(vhost, Counter())
+            if vhost in self.broker.vhosts
+            else Counter()
+        )
         for key, value in counters.items():
             self.retired[key] += int(value)
             per_vhost[key] += int(value)
@@ -225,6 +232,14 @@ class Stats:
         return out
 
     # ---------------------------------------------------------------- sampling
+    def _new_windows(self, keep: int) -> Windows:
+        """Windows for something that appeared since the last sample: it had nothing then,
+        so its first rates span the same time as everyone else's."""
+        w = Windows(keep)
+        if self._last_sample is not None:
+            w.add(self._last_sample, dict.fromkeys((*MESSAGE_STATS, *LENGTHS), 0))
+        return w
+
     def sample(self, now: float | None = None) -> None:
         """Take one sample of everything; called every ``interval`` seconds. One pass
         over sessions and queues gathers every vhost's figures and the overview's."""
@@ -242,7 +257,7 @@ class Stats:
                 live_channels.add(ch)
                 cw = self.channels.get(ch)
                 if cw is None:
-                    cw = self.channels[ch] = Windows(min(self.keep, 120))
+                    cw = self.channels[ch] = self._new_windows(min(self.keep, 120))
                 cw.add(t, {"publish": ch.published, "confirm": ch.confirmed})
         live_queues: set[Queue] = set()
         for name, v in self.broker.vhosts.items():
@@ -258,21 +273,18 @@ class Stats:
                     figures[key] += int(value)
                 qw = self.queues.get(q)
                 if qw is None:
-                    qw = self.queues[q] = Windows(min(self.keep, 120))
+                    qw = self.queues[q] = self._new_windows(min(self.keep, 120))
                 qw.add(t, {**counters, **lengths})
-        overview: Counter[str] = Counter()
+        # The whole broker: everything retired (deleted vhosts' too) plus what is live.
+        overview: Counter[str] = Counter(self.retired)
         for name, figures in per_vhost.items():
-            overview.update(figures)
+            retired = self.vhost_retired.get(name)
+            for key, value in figures.items():
+                overview[key] += value - (retired.get(key, 0) if retired else 0)
             w = self.vhosts.get(name)
             if w is None:
-                w = self.vhosts[name] = Windows(self.keep)
+                w = self.vhosts[name] = self._new_windows(self.keep)
             w.add(t, {key: figures.get(key, 0) for key in (*MESSAGE_STATS, *LENGTHS)})
-        # what retired in vhosts since deleted still counts for the whole broker
-        for key, value in self.retired.items():
-            gone = sum(
-                per_vhost_retired.get(key, 0) for per_vhost_retired in self.vhost_retired.values()
-            )
-            overview[key] += value - gone
         self.overview.add(t, {key: overview.get(key, 0) for key in (*MESSAGE_STATS, *LENGTHS)})
         for gone_vhost in [n for n in self.vhosts if n not in self.broker.vhosts]:
             del self.vhosts[gone_vhost]
@@ -280,6 +292,7 @@ class Stats:
             del self.queues[q]
         for ch in [c for c in self.channels if c not in live_channels]:
             del self.channels[ch]
+        self._last_sample = t
 
     # ------------------------------------------------------------------ shapes
     def message_stats(
