@@ -121,20 +121,19 @@ def bench_latency(
     time.sleep(3)  # let the query start and find the tail first
     thread = threading.Thread(target=emitter, daemon=True)
     thread.start()
-    seen: set[str] = set()
+    seen: set[str] = set()  # data files already counted (N.compact files repeat them)
     latencies: list[float] = []
     deadline = time.time() + seconds
     while time.time() < deadline + 5:
         if time.time() >= deadline:
             stop.set()
         for entry in sorted(meta.glob("[0-9]*")) if meta.is_dir() else []:
-            if entry.name in seen:
-                continue
             committed = time.time()
-            seen.add(entry.name)
             for line in entry.read_text().splitlines()[1:]:
-                doc = json.loads(line)
-                path = doc["path"].removeprefix("file:")
+                path = json.loads(line)["path"].removeprefix("file:")
+                if path in seen:
+                    continue
+                seen.add(path)
                 ids = pq.read_table(path, columns=["message_id"]).column(0).to_pylist()
                 latencies += [committed - sent[i] for i in ids if i in sent]
         time.sleep(0.02)
