@@ -138,7 +138,7 @@ class ReadOptions:
             min_partitions=_int(options, "minPartitions", 2, 1) or 2,
             max_records_per_partition=_int(options, "maxRecordsPerPartition", 100_000, 1)
             or 100_000,
-            prefetch=_int(options, "prefetch", 2000, 1) or 2000,
+            prefetch=_int(options, "prefetch", 5000, 1) or 5000,
             fail_on_data_loss=_bool(options, "failOnDataLoss", True),
             probe_timeout=_float(options, "probeTimeout", 1.0),
             stall_timeout=_float(options, "stallTimeout", 60.0),
