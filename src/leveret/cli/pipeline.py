@@ -60,6 +60,9 @@ def _logging(level: str) -> None:
         format="%(asctime)s [%(levelname)s] %(name)s: %(message)s",
     )
     logging.getLogger("py4j").setLevel(logging.WARNING)
+    if level.upper() != "DEBUG":
+        # pika logs every close and a traceback per refused connection; our errors say it
+        logging.getLogger("pika").setLevel(logging.CRITICAL)
 
 
 def _interrupt_on_sigterm() -> None:

@@ -137,6 +137,7 @@ def draw_charts(t: dict[str, pd.DataFrame], where: Path) -> dict[str, Path]:
                 pivot.index,
                 values,
                 width=1 / 1440 * 0.9,
+                align="edge",
                 bottom=bottom,
                 label=str(sev),
                 color=_COLORS.get(str(sev)),
