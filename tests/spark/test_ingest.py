@@ -56,14 +56,17 @@ def _committed_batches(lake: Path) -> int:
 
 def _kill_after_batches(proc: subprocess.Popen[str], lake: Path, batches: int) -> None:
     deadline = time.monotonic() + 300
-    while _committed_batches(lake) < batches:
-        assert proc.poll() is None, "ingest ended early:\n" + (
-            proc.stdout.read() if proc.stdout else ""
-        )
-        assert time.monotonic() < deadline, "ingest made no progress"
-        time.sleep(0.05)
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait(30)
+    try:
+        while _committed_batches(lake) < batches:
+            if proc.poll() is not None:
+                out, _ = proc.communicate()
+                raise AssertionError("ingest ended early:\n" + out)
+            assert time.monotonic() < deadline, "ingest made no progress"
+            time.sleep(0.05)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate(timeout=30)  # reaps it and closes its pipe
 
 
 def _finish(proc: subprocess.Popen[str]) -> None:
