@@ -12,6 +12,11 @@ For each broker, in the same run:
                     all, and each call's latency (p50 / p99 / p99.9 / max, calls over 1 ms)
   handler alone     the same burst with nothing bound and no receiver running: the
                     handler's own cost, without a receiver competing for the CPUs
+  thread alone      the same with ``AMQPHandler(process=False)``: publishing from a thread
+                    in the application's interpreter instead of the shipper process
+  pinned            both again with the application on a core of its own (CPU 0) and the
+                    broker and the shipper on the others, as when the broker runs elsewhere:
+                    what is left is the handler's own blocking, not the scheduler's
   baseline          the same burst through a handler that only encodes the record (no
                     buffer, no I/O thread): the latency the machine gives any logging call
 
@@ -61,6 +66,11 @@ class Result:
     alone_call_rate: float = 0.0
     alone_confirmed_rate: float = 0.0
     alone_latency_us: dict[str, float] = field(default_factory=dict)
+    thread_call_rate: float = 0.0
+    thread_confirmed_rate: float = 0.0
+    thread_latency_us: dict[str, float] = field(default_factory=dict)
+    pinned_process_latency_us: dict[str, float] = field(default_factory=dict)
+    pinned_thread_latency_us: dict[str, float] = field(default_factory=dict)
     baseline_latency_us: dict[str, float] = field(default_factory=dict)
     load_before: float = 0.0
     load_after: float = 0.0
@@ -70,7 +80,7 @@ class Result:
 
 
 @contextlib.contextmanager
-def leveret_broker() -> Iterator[str]:
+def leveret_broker() -> Iterator[tuple[str, int]]:
     data = tempfile.mkdtemp(prefix="leveret-bench-logs-")
     cmd = [*CLI, "server", "--amqp-port", "0", "--http-port", "0", "--prometheus-port", "0",
            "--bind", "127.0.0.1", "--data-dir", data, "--log-level", "warning"]
@@ -93,7 +103,7 @@ def leveret_broker() -> Iterator[str]:
         import threading
 
         threading.Thread(target=lambda: [None for _ in proc.stdout or ()], daemon=True).start()
-        yield url
+        yield url, proc.pid
     finally:
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
@@ -225,7 +235,52 @@ def fresh_logger(handler: logging.Handler) -> logging.Logger:
 # ------------------------------------------------------------------ one broker
 
 
-def measure(name: str, url: str, n: int, workdir: Path) -> Result:
+def pin(pid: int, cpus: set[int]) -> None:
+    """Every thread of process ``pid`` onto ``cpus``."""
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with contextlib.suppress(OSError):
+            os.sched_setaffinity(int(tid), cpus)
+
+
+def rabbitmq_pid() -> int | None:
+    found = subprocess.run(["pgrep", "-f", "beam.smp"], capture_output=True, text=True)
+    pids = found.stdout.split()
+    return int(pids[0]) if pids else None
+
+
+def alone(url: str, n: int, *, process: bool,
+          pinned_broker: int | None = None) -> tuple[float, float, dict[str, float]]:
+    """A burst through a handler with nothing bound: (calls/s, confirmed/s, latencies).
+    With ``pinned_broker``, this process (every thread of it, the handler's own included)
+    runs on CPU 0 alone, as an application given one core, and the broker (that pid) and
+    the shipper on the other CPUs."""
+    everywhere = os.sched_getaffinity(0)
+    rest = everywhere - {0}
+    if pinned_broker is not None:
+        pin(os.getpid(), {0})
+        pin(pinned_broker, rest)
+    handler = AMQPHandler(
+        url, exchange=f"bench-logs-{uuid.uuid4().hex[:8]}", timeout=600, process=process
+    )
+    if pinned_broker is not None and process:
+        pin(handler._publisher._proc.pid, rest)  # type: ignore[union-attr]
+    try:
+        deadline = time.monotonic() + 30
+        while not handler.stats.connected and time.monotonic() < deadline:
+            time.sleep(0.01)
+        start = time.monotonic()
+        took, latencies = burst(fresh_logger(handler), n)
+        handler.flush()
+        confirmed = handler.stats.confirmed / (time.monotonic() - start)
+        return n / took, confirmed, percentiles(latencies)
+    finally:
+        handler.close()
+        if pinned_broker is not None:
+            pin(os.getpid(), everywhere)
+            pin(pinned_broker, everywhere)
+
+
+def measure(name: str, url: str, n: int, workdir: Path, broker_pid: int | None) -> Result:
     result = Result(broker=name, records=n, load_before=os.getloadavg()[0])
     source = workdir / "lines.txt"
     if not source.exists():
@@ -270,20 +325,16 @@ def measure(name: str, url: str, n: int, workdir: Path) -> Result:
         handler.close()
         receiver.stop()
 
-    # the handler alone: nothing bound, no receiver competing for the CPUs
-    handler = AMQPHandler(url, exchange=f"bench-logs-{uuid.uuid4().hex[:8]}", timeout=600)
-    try:
-        deadline = time.monotonic() + 30
-        while not handler.stats.connected and time.monotonic() < deadline:
-            time.sleep(0.01)
-        start = time.monotonic()
-        took, latencies = burst(fresh_logger(handler), n)
-        handler.flush()
-        result.alone_call_rate = n / took
-        result.alone_confirmed_rate = handler.stats.confirmed / (time.monotonic() - start)
-        result.alone_latency_us = percentiles(latencies)
-    finally:
-        handler.close()
+    # the handler alone (nothing bound, no receiver competing for the CPUs), as a shipper
+    # process and as a thread
+    result.alone_call_rate, result.alone_confirmed_rate, result.alone_latency_us = alone(
+        url, n, process=True)
+    result.thread_call_rate, result.thread_confirmed_rate, result.thread_latency_us = alone(
+        url, n, process=False)
+    cpus = os.sched_getaffinity(0)
+    if broker_pid is not None and len(cpus) >= 2 and 0 in cpus:
+        result.pinned_process_latency_us = alone(url, n, process=True, pinned_broker=broker_pid)[2]
+        result.pinned_thread_latency_us = alone(url, n, process=False, pinned_broker=broker_pid)[2]
 
     # baseline: encoding only
     base = EncodeOnlyHandler()
@@ -322,6 +373,22 @@ def report(results: list[Result]) -> None:
             [f"{r.alone_latency_us[key]:,.1f}" for r in results])
     row("handler alone: calls over 1 ms", [f"{r.alone_latency_us['over_1ms']:,.0f}"
                                            for r in results])
+    row("thread alone: calls/s", [f"{r.thread_call_rate:,.0f}" for r in results])
+    row("thread alone: confirmed records/s", [f"{r.thread_confirmed_rate:,.0f}"
+                                              for r in results])
+    for key in ("p50", "p99", "p99.9", "max"):
+        row(f"thread alone: latency {key}, us",
+            [f"{r.thread_latency_us[key]:,.1f}" for r in results])
+    row("thread alone: calls over 1 ms", [f"{r.thread_latency_us['over_1ms']:,.0f}"
+                                          for r in results])
+    for label, attr in (("pinned, shipper", "pinned_process_latency_us"),
+                        ("pinned, thread", "pinned_thread_latency_us")):
+        if all(getattr(r, attr) for r in results):
+            for key in ("p99", "p99.9", "max"):
+                row(f"{label}: latency {key}, us",
+                    [f"{getattr(r, attr)[key]:,.1f}" for r in results])
+            row(f"{label}: calls over 1 ms",
+                [f"{getattr(r, attr)['over_1ms']:,.0f}" for r in results])
     for key in ("p50", "p99", "max"):
         row(f"baseline (encode only) {key}, us",
             [f"{r.baseline_latency_us[key]:,.1f}" for r in results])
@@ -355,14 +422,15 @@ def main(argv: list[str] | None = None) -> int:
         for name in args.brokers.split(","):
             if name == "leveret":
                 print("leveret: starting a server ...", flush=True)
-                with leveret_broker() as url:
-                    results.append(measure("leveret", url, args.records, workdir))
+                with leveret_broker() as (url, pid):
+                    results.append(measure("leveret", url, args.records, workdir, pid))
             elif name == "rabbitmq":
                 if not reachable(args.rabbitmq):
                     print(f"rabbitmq: not reachable at {args.rabbitmq}; skipped")
                     continue
                 print("rabbitmq: measuring ...", flush=True)
-                results.append(measure("rabbitmq", args.rabbitmq, args.records, workdir))
+                results.append(measure("rabbitmq", args.rabbitmq, args.records, workdir,
+                                       rabbitmq_pid()))
             else:
                 parser.error(f"unknown broker {name!r}")
     if not results:

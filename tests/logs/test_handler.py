@@ -93,13 +93,14 @@ def test_a_full_buffer_drops_the_oldest_and_counts(logger: logging.Logger) -> No
     assert not stats.connected and stats.last_error and "cannot connect" in stats.last_error
 
 
-def test_the_handler_ignores_what_its_own_thread_logs(name: str) -> None:
-    # pika logs its connection failures from the handler's own I/O thread; shipping those
-    # would feed the handler from inside itself while the broker is away
+@pytest.mark.parametrize("process", [True, False], ids=["shipper", "thread"])
+def test_the_handler_ignores_what_its_own_machinery_logs(name: str, process: bool) -> None:
+    # pika logs its connection failures from the publishing thread; shipping those would
+    # feed the handler from inside itself while the broker is away
     root = logging.getLogger()
     old = root.level
     handler = AMQPHandler(f"amqp://guest:guest@127.0.0.1:{_free_port()}/", exchange=name,
-                          timeout=0.1)
+                          timeout=0.1, process=process)
     root.addHandler(handler)
     root.setLevel(logging.DEBUG)
     try:

@@ -5,10 +5,14 @@ Two lines give an application broadcast logs::
     from leveret.logs import AMQPHandler
     logging.getLogger().addHandler(AMQPHandler("amqp://guest:guest@localhost:5672/"))
 
-``emit()`` only encodes the record and appends it to a bounded buffer; a background thread
-publishes in batches with confirms and reconnects with backoff while the broker is away.
-When the buffer is full the oldest record is dropped and counted (``stats.dropped``).
-Records from pika's own loggers are not shipped: the handler is built on pika.
+``emit()`` only encodes the record and hands it, in one non-blocking pipe write, to a
+shipper process (``leveret.logs.shipper``) that publishes in batches with confirms and
+reconnects with backoff while the broker is away. Its buffer is bounded: when it is full
+the oldest record is dropped and counted (``stats.dropped``). A process of its own, not a
+thread, because a publishing thread in the application's interpreter makes the
+application's threads wait for the GIL (benchmarks/logs.py measured calls over 1 ms).
+``process=False`` publishes from a thread instead, for interpreters that cannot start a
+child; then records from pika's own loggers are not shipped.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from leveret.logs.record import (
     rfc3339,
     severity_for_level,
 )
+from leveret.logs.shipper import ShipperClient
 
 # Attributes every LogRecord has; anything else on a record came from ``extra=``.
 _STANDARD = frozenset(logging.makeLogRecord({}).__dict__) | {"message", "asctime", "taskName"}
@@ -52,6 +57,7 @@ class AMQPHandler(logging.Handler):
         durable_exchange: bool = False,
         capacity: int = 100_000,
         timeout: float = 5.0,
+        process: bool = True,
     ) -> None:
         super().__init__(level)
         self.exchange_type = str(ExchangeType(exchange_type))
@@ -64,17 +70,31 @@ class AMQPHandler(logging.Handler):
             for s in ("debug", "info", "warning", "error", "critical")
         }
         self._local = threading.local()
-        self._publisher = Publisher(
-            url,
-            exchange,
-            self.exchange_type,
-            durable_exchange=durable_exchange,
-            capacity=capacity,
-            overflow="drop-oldest",
-            reconnect=True,
-            name="leveret-logs-handler",
-        )
-        self._publisher.start()
+        self._publisher: Publisher | ShipperClient
+        self._thread_id: int | None = None
+        if process:
+            self._publisher = ShipperClient(
+                url,
+                exchange,
+                self.exchange_type,
+                durable_exchange=durable_exchange,
+                capacity=capacity,
+                timeout=timeout,
+            )
+        else:
+            publisher = Publisher(
+                url,
+                exchange,
+                self.exchange_type,
+                durable_exchange=durable_exchange,
+                capacity=capacity,
+                overflow="drop-oldest",
+                reconnect=True,
+                name="leveret-logs-handler",
+            )
+            publisher.start()
+            self._thread_id = publisher.thread_id
+            self._publisher = publisher
 
     @property
     def stats(self) -> PublisherStats:
@@ -82,14 +102,13 @@ class AMQPHandler(logging.Handler):
         return self._publisher.stats
 
     def emit(self, record: logging.LogRecord) -> None:
-        # Never ship what the handler's own machinery logs: pika (from the I/O thread, its
-        # resolver thread, and at debug level from inside put()), or anything else logged
-        # while this thread is already inside emit. That would feed the handler from
-        # inside itself, endlessly while the broker is away.
-        if (
-            record.name.startswith("pika")
-            or record.thread == self._publisher.thread_id
-            or getattr(self._local, "busy", False)
+        # Never ship what the handler's own machinery logs: anything logged while this
+        # thread is already inside emit and, with a publishing thread, pika (from the I/O
+        # thread, its resolver thread, and at debug level from inside put()). That would
+        # feed the handler from inside itself, endlessly while the broker is away.
+        if getattr(self._local, "busy", False) or (
+            self._thread_id is not None
+            and (record.name.startswith("pika") or record.thread == self._thread_id)
         ):
             return
         self._local.busy = True
@@ -129,7 +148,7 @@ class AMQPHandler(logging.Handler):
         self._publisher.flush(self.timeout)
 
     def close(self) -> None:
-        """Flush, disconnect and stop the background thread."""
+        """Flush, disconnect and stop the shipper process (or thread)."""
         try:
             self._publisher.close(self.timeout)
         finally:
