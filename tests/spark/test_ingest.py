@@ -3,8 +3,10 @@ restarted from its checkpoint (and, for the stream, with the broker restarted un
 second run): every record lands in the lake exactly once (stream queue), or at least once
 with only redelivered duplicates (classic queue).
 
-The run emits LEVERET_SPARK_EO_RECORDS records (20,000 by default so the suite stays fast;
-the issue's full run is 200,000)."""
+The stream run emits LEVERET_SPARK_EO_RECORDS records (200,000 by default, the issue's full
+run) and restarts the broker under the second ingest, RabbitMQ too (stop_app/start_app;
+LEVERET_TEST_RESTART_RABBITMQ=0 leaves a shared RabbitMQ alone). The classic-queue run
+emits LEVERET_SPARK_CLASSIC_RECORDS (5,000)."""
 
 from __future__ import annotations
 
@@ -28,8 +30,9 @@ from pyspark.sql import SparkSession
 from tests.brokers import BrokerUnderTest, start_leveret
 from tests.spark.conftest import declare_stream, delete_queue, emit_records
 
-RECORDS = int(os.environ.get("LEVERET_SPARK_EO_RECORDS", "20000"))
-RESTART_RABBITMQ = os.environ.get("LEVERET_TEST_RESTART_RABBITMQ") == "1"
+RECORDS = int(os.environ.get("LEVERET_SPARK_EO_RECORDS", "200000"))
+CLASSIC_RECORDS = int(os.environ.get("LEVERET_SPARK_CLASSIC_RECORDS", "5000"))
+RESTART_RABBITMQ = os.environ.get("LEVERET_TEST_RESTART_RABBITMQ", "1") != "0"
 
 
 def _ingest(
@@ -79,8 +82,8 @@ def restartable(
     broker: BrokerUnderTest, tmp_path: Path
 ) -> Iterator[tuple[BrokerUnderTest, Callable[[], None] | None]]:
     """The broker under test and a way to restart it. Leveret: an instance of the test's own
-    on a fixed port. RabbitMQ: the shared reference broker, restarted (stop_app/start_app)
-    only with LEVERET_TEST_RESTART_RABBITMQ=1, since other suites may be using it."""
+    on a fixed port. RabbitMQ: the reference broker, restarted with stop_app/start_app
+    unless LEVERET_TEST_RESTART_RABBITMQ=0 (when something else is using it)."""
     if broker.name != "leveret":
         yield broker, (_restart_rabbitmq if RESTART_RABBITMQ else None)
         return
@@ -161,7 +164,7 @@ def test_classic_queue_ingest_loses_nothing_across_a_driver_kill(
     conn = pika.BlockingConnection(broker.pika_params())
     conn.channel().queue_declare(queue, durable=True)
     conn.close()
-    total = max(2000, RECORDS // 4)
+    total = CLASSIC_RECORDS
     try:
         emit_records(broker.url, queue, range(total))
         per_trigger = max(200, total // 10)
