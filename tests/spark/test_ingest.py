@@ -37,12 +37,13 @@ RESTART_RABBITMQ = os.environ.get("LEVERET_TEST_RESTART_RABBITMQ", "1") != "0"
 
 
 def _ingest(
-    url: str, tmp: Path, *source: str, trigger: str, per_trigger: int
+    url: str, tmp: Path, *source: str, trigger: str, per_trigger: int,
+    lake: Path | None = None,
 ) -> subprocess.Popen[str]:
     cmd = [
         sys.executable, "-m", "leveret.cli.main", "pipeline", "ingest",
         "--url", url, *source, "--exchange", "",
-        "--lake", str(tmp / "lake"), "--checkpoint", str(tmp / "checkpoint"),
+        "--lake", str(lake or tmp / "lake"), "--checkpoint", str(tmp / "checkpoint"),
         "--master", "local[2]", "--trigger", trigger,
         "--max-records-per-trigger", str(per_trigger), "--log-level", "warning",
     ]  # fmt: skip
@@ -201,3 +202,51 @@ def test_classic_queue_ingest_loses_nothing_across_a_driver_kill(
         assert not list((tmp_path / "checkpoint" / "amqp-wal").glob("*.tmp"))
     finally:
         delete_queue(broker, queue)
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 64 KiB tmpfs: a lake that fills up. Needs root (the suite runs as root in CI)."""
+    path = tmp_path / "small-disk"
+    path.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(path)],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here: {mounted.stderr.strip()}")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], check=False, capture_output=True)
+
+
+def test_a_full_lake_fails_the_batch_and_the_restart_skips_nothing(
+    spark: SparkSession, leveret: BrokerUnderTest, tmp_path: Path, small_disk: Path
+) -> None:
+    stream = f"spark-full-{uuid.uuid4().hex[:8]}"
+    declare_stream(leveret, stream)
+    total = 10_000
+    emit_records(leveret.url, stream, range(total))
+    lake = small_disk / "lake"
+
+    # the lake's disk fills up: the batch fails, the ingest stops with one plain line
+    proc = _ingest(leveret.url, tmp_path, "--stream", stream, "--max-restarts", "0",
+                   trigger="availableNow", per_trigger=2000, lake=lake)
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 1, out
+    errors = [line for line in out.splitlines() if line.startswith("Error:")]
+    assert len(errors) == 1, out
+    assert errors[0].endswith(": No space left on device") and str(lake) in errors[0], out
+    assert "Traceback" not in out and "Caused by" not in out and " ERROR " not in out, out
+    committed = _committed_batches(lake)
+    assert committed < total // 2000, "the disk never filled up"
+
+    # room again: the same checkpoint runs the failed batch again and finishes
+    subprocess.run(["mount", "-o", "remount,size=256m", str(small_disk)], check=True)
+    _finish(_ingest(leveret.url, tmp_path, "--stream", stream, trigger="availableNow",
+                    per_trigger=2000, lake=lake))
+    ids = Counter(int(r.message_id) for r in spark.read.parquet(str(lake)).collect())
+    assert set(ids) == set(range(total)), "a record was skipped"
+    assert [i for i, n in ids.items() if n != 1] == []
+    delete_queue(leveret, stream)

@@ -65,6 +65,12 @@ def _logging(level: str) -> None:
         logging.getLogger("pika").setLevel(logging.CRITICAL)
 
 
+def _spark_level(level: str) -> str:
+    """The JVM's log level: Spark's own warnings and stack traces only with ``debug``;
+    otherwise a failure is the command's one plain line (its cause included)."""
+    return "WARN" if level.upper() == "DEBUG" else "OFF"
+
+
 def _interrupt_on_sigterm() -> None:
     def handler(signum: int, frame: FrameType | None) -> None:
         raise KeyboardInterrupt
@@ -163,7 +169,9 @@ def ingest(
     )
     _interrupt_on_sigterm()
     try:
-        restarts = run_ingest(cfg, master=master, max_restarts=max_restarts)
+        restarts = run_ingest(
+            cfg, master=master, max_restarts=max_restarts, log_level=_spark_level(log_level)
+        )
     except AmqpSourceError as exc:
         _fail(str(exc))
     except KeyboardInterrupt:
@@ -195,7 +203,7 @@ def report(
         _fail(f"unknown report format {fmt!r}: use html or md")
     if not lake.is_dir():
         _fail(f"no log lake at {lake} (run `leveret pipeline ingest` first)")
-    spark = spark_session(master, "leveret-report")
+    spark = spark_session(master, "leveret-report", log_level=_spark_level(log_level))
     try:
         result = make_report(spark, lake.resolve(), out.resolve(), fmt, top)
     except ReportError as exc:

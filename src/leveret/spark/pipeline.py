@@ -14,8 +14,11 @@ With ``--queue`` the source is a classic queue instead, at-least-once (see
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import re
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,10 +41,38 @@ LAKE_PARTITIONS = ("date", "severity")
 BIND_KEYS = ("#", "debug", "info", "warning", "error", "critical")
 
 
+_LOG4J2 = """\
+rootLogger.level = {level}
+rootLogger.appenderRef.console.ref = console
+appender.console.type = Console
+appender.console.name = console
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{{yy/MM/dd HH:mm:ss}} %p %c{{1}}: %m%n%ex
+"""
+
+
+def _log4j2_file(level: str) -> Path:
+    """A log4j2 configuration for the driver's JVM at ``level``, from its first line on
+    (``setLogLevel`` comes too late for what Spark logs while it starts)."""
+    path = Path(tempfile.gettempdir()) / f"leveret-log4j2-{level.lower()}.properties"
+    text = _LOG4J2.format(level=level.lower())
+    if not path.exists() or path.read_text() != text:
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(text)
+        tmp.replace(path)
+    return path
+
+
 def spark_session(
-    master: str = "local[*]", app_name: str = "leveret-pipeline", conf: dict[str, str] | None = None
+    master: str = "local[*]",
+    app_name: str = "leveret-pipeline",
+    conf: dict[str, str] | None = None,
+    log_level: str = "WARN",
 ) -> SparkSession:
-    """A session for the pipeline jobs: UTC, a few shuffle partitions, ``amqp`` registered."""
+    """A session for the pipeline jobs: UTC, a few shuffle partitions, ``amqp`` registered.
+    ``log_level`` is the JVM's (log4j: ``OFF`` leaves the command's own one-line errors
+    alone on stderr, ``WARN`` is Spark's usual)."""
     from pyspark.sql import SparkSession
 
     from leveret.spark import register
@@ -52,11 +83,15 @@ def spark_session(
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.shuffle.partitions", "4")
         .config("spark.ui.showConsoleProgress", "false")
+        .config(
+            "spark.driver.extraJavaOptions",
+            f"-Dlog4j2.configurationFile=file:{_log4j2_file(log_level)}",
+        )
     )
     for key, value in (conf or {}).items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("WARN")
+    spark.sparkContext.setLogLevel(log_level.upper())
     register(spark)
     return spark
 
@@ -163,19 +198,46 @@ def start_ingest(spark: SparkSession, cfg: IngestConfig) -> StreamingQuery:
     )
 
 
+#: Causes a person can act on, found anywhere in a failed query's text (Spark wraps them in
+#: TASK_WRITE_FAILED and the like).
+_IO_CAUSE = re.compile(
+    r"(No space left on device|Disk quota exceeded|Read-only file system|Permission denied"
+    r"|Too many open files)"
+)
+_WRITING_TO = re.compile(r"writing rows to (?:file:)?(\S+?)\.?(?:\s|$)")
+
+
 def query_error(exc: BaseException) -> str:
-    """The useful line of a failed query: our own error's text when it is in there."""
+    """The useful line of a failed query: our own error's text when it is in there, else
+    an I/O cause (a full disk) with the path being written, else the first line."""
     text = str(exc)
     m = re.search(r"AmqpSourceError: (.*)", text)
     if m:
         return m.group(1).strip()
+    cause = _IO_CAUSE.search(text) or _IO_CAUSE.search(_java_causes(exc))
+    if cause:
+        where = _WRITING_TO.search(text)
+        return f"cannot write {where.group(1)}: {cause.group(1)}" if where else cause.group(1)
     for line in text.splitlines():
         if line.strip():
             return line.strip()
     return type(exc).__name__
 
 
-def run_ingest(cfg: IngestConfig, master: str = "local[*]", max_restarts: int = 5) -> int:
+def _java_causes(exc: BaseException) -> str:
+    """The messages of the Java exception chain behind a PySpark error, if it has one."""
+    messages: list[str] = []
+    with contextlib.suppress(Exception):
+        cause = exc._origin  # type: ignore[attr-defined]  # py4j's Throwable
+        while cause is not None and len(messages) < 20:
+            messages.append(str(cause.toString()))
+            cause = cause.getCause()
+    return "\n".join(messages)
+
+
+def run_ingest(
+    cfg: IngestConfig, master: str = "local[*]", max_restarts: int = 5, log_level: str = "WARN"
+) -> int:
     """Run the ingest until it ends (availableNow) or is interrupted; a query that fails is
     restarted from its checkpoint (a broker restart, a lost connection) up to
     ``max_restarts`` times in a row. Returns the number of restarts."""
@@ -188,7 +250,7 @@ def run_ingest(cfg: IngestConfig, master: str = "local[*]", max_restarts: int = 
             ensure_log_stream(cfg.url, cfg.stream, cfg.exchange)
     cfg.lake.mkdir(parents=True, exist_ok=True)
     cfg.checkpoint.mkdir(parents=True, exist_ok=True)
-    spark = spark_session(master, "leveret-ingest")
+    spark = spark_session(master, "leveret-ingest", log_level=log_level)
     restarts = 0
     failures = 0
     try:
