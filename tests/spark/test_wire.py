@@ -1,0 +1,159 @@
+"""``leveret.spark.wire``: the lean stream consumer the Spark reader uses, over real sockets
+on both brokers, and its frame walker fed a byte stream cut at arbitrary points."""
+
+from __future__ import annotations
+
+import socket
+import struct
+import threading
+import uuid
+from datetime import UTC, datetime
+
+import pika
+import pika.exceptions
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from leveret.spark.wire import Properties, StreamConsumer
+from tests.brokers import BrokerUnderTest
+from tests.spark.conftest import declare_stream, delete_queue
+
+
+def _consumer(broker: BrokerUnderTest, password: str = "guest") -> StreamConsumer:
+    return StreamConsumer(broker.host, broker.port, "/", "guest", password, 100)
+
+
+def _read(consumer: StreamConsumer, n: int) -> list[tuple[int, str, str, bool, Properties, bytes]]:
+    got: list[tuple[int, str, str, bool, Properties, bytes]] = []
+    for _ in range(200):
+        for d in consumer.deliveries(0.1):
+            got.append(d)
+            consumer.ack(d[0])
+            if len(got) == n:
+                return got
+    return got
+
+
+def test_properties_headers_and_multi_frame_bodies(broker: BrokerUnderTest) -> None:
+    stream = f"wire-{uuid.uuid4().hex[:8]}"
+    declare_stream(broker, stream)
+    big = bytes(range(256)) * 1200  # 307,200 bytes: three body frames at frame_max 131072
+    when = datetime(2026, 11, 22, 10, 0, 0, tzinfo=UTC)
+    props = pika.BasicProperties(
+        content_type="application/json", content_encoding="utf-8",
+        headers={"s": "text", "i": 7, "b": True, "big": 2**40},
+        delivery_mode=2, priority=3, correlation_id="c-1", reply_to="r",
+        expiration="60000", message_id="m-1", timestamp=int(when.timestamp()), type="log",
+        user_id="guest", app_id="app",
+    )  # fmt: skip
+    conn = pika.BlockingConnection(broker.pika_params())
+    ch = conn.channel()
+    ch.confirm_delivery()
+    ch.basic_publish("", stream, big, props)
+    ch.basic_publish("", stream, b"")
+    ch.basic_publish("", stream, b"third", pika.BasicProperties(headers={"k": b"v"}))
+    conn.close()
+    consumer = _consumer(broker)
+    try:
+        consumer.consume(stream, 0)
+        first, empty, third = _read(consumer, 3)
+    finally:
+        consumer.close()
+        delete_queue(broker, stream)
+    tag, exchange, key, redelivered, p, body = first
+    assert (tag, exchange, key, redelivered, body) == (1, "", stream, False, big)
+    assert p.headers is not None and p.headers["x-stream-offset"] == 0
+    assert {k: v for k, v in p.headers.items() if k != "x-stream-offset"} == {
+        "s": "text", "i": 7, "b": True, "big": 2**40}  # fmt: skip
+    assert (p.content_type, p.content_encoding, p.delivery_mode, p.priority) == (
+        "application/json", "utf-8", 2, 3)  # fmt: skip
+    assert (p.correlation_id, p.reply_to, p.expiration, p.message_id) == (
+        "c-1", "r", "60000", "m-1")  # fmt: skip
+    assert (p.timestamp, p.type, p.user_id, p.app_id) == (
+        int(when.timestamp()), "log", "guest", "app")  # fmt: skip
+    assert empty[5] == b"" and empty[4].content_type is None
+    assert empty[4].headers == {"x-stream-offset": 1}
+    assert third[5] == b"third" and third[4].headers is not None
+    assert third[4].headers["k"] in (b"v", "v")
+
+
+def test_a_missing_stream_and_a_refused_login_fail_as_pika_would(
+    broker: BrokerUnderTest,
+) -> None:
+    consumer = _consumer(broker)
+    try:
+        with pytest.raises(pika.exceptions.ChannelClosedByBroker) as info:
+            consumer.consume("no-such-stream-here", 0)
+    finally:
+        consumer.close()
+    assert info.value.reply_code == 404
+    assert info.value.reply_text == "NOT_FOUND - no queue 'no-such-stream-here' in vhost '/'"
+    with pytest.raises(pika.exceptions.ProbableAuthenticationError) as refused:
+        _consumer(broker, password="wrong")
+    assert "ACCESS_REFUSED" in str(refused.value)
+
+
+def _frame(ftype: int, payload: bytes) -> bytes:
+    return struct.pack(">BHI", ftype, 1, len(payload)) + payload + b"\xce"
+
+
+def _delivery(tag: int, body: bytes, frame_max: int) -> bytes:
+    deliver = struct.pack(">HH", 60, 60) + b"\x03ctg" + struct.pack(">QB", tag, 0)
+    deliver += b"\x02ex" + b"\x03key"
+    table = b"\x0fx-stream-offset" + b"l" + struct.pack(">q", tag - 1)
+    props = struct.pack(">H", 0x2000) + struct.pack(">I", len(table)) + table  # headers only
+    header = struct.pack(">HHQ", 60, 0, len(body)) + props
+    out = _frame(1, deliver) + _frame(2, header)
+    for i in range(0, len(body), frame_max):
+        out += _frame(3, body[i : i + frame_max])
+    return out + _frame(8, b"") if tag % 3 == 0 else out  # a heartbeat now and then
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    bodies=st.lists(st.binary(max_size=300), min_size=1, max_size=12),
+    cuts=st.lists(st.integers(min_value=1, max_value=400), min_size=1, max_size=40),
+)
+def test_the_frame_walker_loses_nothing_however_the_bytes_arrive(
+    bodies: list[bytes], cuts: list[int]
+) -> None:
+    # the byte stream is written in pieces of arbitrary sizes, with quiet spells between
+    # them: deliveries() returns on each and must resume mid-message without loss
+    data = b"".join(_delivery(i + 1, b, frame_max=100) for i, b in enumerate(bodies))
+    ours, theirs = socket.socketpair()
+    consumer = StreamConsumer.__new__(StreamConsumer)
+    consumer._sock, consumer._buf, consumer._pos = ours, bytearray(), 0
+    pieces: list[bytes] = []
+    i = 0
+    while i < len(data):
+        n = cuts[len(pieces) % len(cuts)]
+        pieces.append(data[i : i + n])
+        i += n
+    gate = threading.Semaphore(0)
+
+    def writer() -> None:
+        for piece in pieces:
+            gate.acquire()
+            theirs.sendall(piece)
+
+    t = threading.Thread(target=writer, daemon=True)
+    t.start()
+    got: list[tuple[int, bytes, int]] = []
+    try:
+        for _ in pieces:
+            gate.release()
+            for tag, exchange, key, _red, props, body in consumer.deliveries(0.005):
+                assert (exchange, key) == ("ex", "key")
+                assert props.headers is not None
+                got.append((tag, body, props.headers["x-stream-offset"]))
+        while len(got) < len(bodies):
+            batch = list(consumer.deliveries(0.05))
+            if not batch:
+                break
+            got.extend((d[0], d[5], d[4].headers["x-stream-offset"]) for d in batch)  # type: ignore[index]
+    finally:
+        t.join(5)
+        ours.close()
+        theirs.close()
+    assert got == [(i + 1, b, i) for i, b in enumerate(bodies)]
