@@ -4,7 +4,10 @@
 2. **ingest**: the ingest query (``leveret.spark.pipeline.start_ingest``: parse records,
    Parquet partitioned by date and severity) with ``availableNow`` over the same stream,
    from an empty checkpoint: records/s from query start to termination.
-3. **latency**: the ingest query with a 1 s trigger while a publisher emits records at a
+3. **sink alone**: the ingest's Spark half without the broker: the same records, read once
+   and cached in Spark's memory, parsed and written as the partitioned Parquet lake (a batch
+   write): how fast the JVM side goes on this machine.
+4. **latency**: the ingest query with a 1 s trigger while a publisher emits records at a
    steady rate; a record's latency is from its publish to the moment the batch holding it is
    committed in the lake's ``_spark_metadata`` log (when readers of the lake can see it).
 
@@ -37,7 +40,13 @@ import pyarrow.parquet as pq  # noqa: E402
 from tests.brokers import BrokerUnderTest, ensure_rabbitmq, start_leveret  # noqa: E402
 
 from leveret.spark.client import Outgoing, publish  # noqa: E402
-from leveret.spark.pipeline import IngestConfig, spark_session, start_ingest  # noqa: E402
+from leveret.spark.pipeline import (  # noqa: E402
+    LAKE_PARTITIONS,
+    IngestConfig,
+    spark_session,
+    start_ingest,
+)
+from leveret.spark.records import parse_log_records  # noqa: E402
 
 
 def _body(i: int, ts: float) -> bytes:
@@ -90,6 +99,17 @@ def bench_ingest(spark: Any, url: str, stream: str, n: int, tmp: Path) -> dict[s
     assert got == n, (got, n)
     return {"records_per_s": n / elapsed, "seconds": elapsed,
             "batches": len(query.recentProgress)}  # fmt: skip
+
+
+def bench_sink(spark: Any, url: str, stream: str, n: int, tmp: Path) -> float:
+    df = spark.read.format("amqp").option("url", url).option("stream", stream).load().cache()
+    assert df.count() == n
+    try:
+        t = time.perf_counter()
+        parse_log_records(df).write.partitionBy(*LAKE_PARTITIONS).parquet(str(tmp / "lake"))
+        return n / (time.perf_counter() - t)
+    finally:
+        df.unpersist()
 
 
 def bench_latency(
@@ -154,13 +174,18 @@ def run(broker: BrokerUnderTest, spark: Any, args: argparse.Namespace) -> dict[s
     _declare(url, stream)
     try:
         out["publish_per_s"] = fill(url, stream, args.records)
-        # warm up: the first job pays for Python workers and imports
-        spark.read.format("amqp").option("url", url).option("stream", stream).option(
-            "endingOffsets", "1000"
-        ).load().count()
+        # warm up, unmeasured: the first jobs pay for Python workers, imports and the JVM's
+        # JIT (measured: without this, whichever broker runs first ingests at half speed)
+        bench_read(spark, url, stream, args.records)
+        with tempfile.TemporaryDirectory() as tmp:
+            bench_ingest(spark, url, stream, args.records, Path(tmp))
         out["read_per_s"] = bench_read(spark, url, stream, args.records)
         with tempfile.TemporaryDirectory() as tmp:
             out["ingest"] = bench_ingest(spark, url, stream, args.records, Path(tmp))
+        with tempfile.TemporaryDirectory() as tmp:
+            bench_sink(spark, url, stream, args.records, Path(tmp))  # warm-up
+        with tempfile.TemporaryDirectory() as tmp:
+            out["sink_alone_per_s"] = bench_sink(spark, url, stream, args.records, Path(tmp))
     finally:
         _delete(url, stream)
     stream = f"bench-{uuid.uuid4().hex[:8]}"
