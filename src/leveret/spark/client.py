@@ -1,5 +1,7 @@
-"""The AMQP side of ``format("amqp")``, on pika: connecting with plain errors, finding a
-stream's ends, reading an offset range, and publishing with confirms.
+"""The AMQP side of ``format("amqp")``: connecting with plain errors, finding a stream's
+ends, reading an offset range, and publishing with confirms. pika throughout, except the
+read of a stream's offset range, which goes through the lean consumer in ``wire`` (pika
+was measured as that read's bound).
 
 Every function opens its own connection and closes it before returning: nothing here is
 kept in an object Spark pickles.
