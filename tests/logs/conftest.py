@@ -104,8 +104,11 @@ class Receiver:
         raise AssertionError(f"receive-logs never got ready: {''.join(self.stderr)}")
 
     def lines(self) -> list[bytes]:
-        """Output lines with colours removed (a pty turns \\n into \\r\\n)."""
-        text = _ANSI.sub(b"", bytes(self.output)).replace(b"\r\n", b"\n")
+        """Complete output lines with colours removed (a pty turns \\n into \\r\\n). A line
+        still being written, read before its newline arrived, is left for the next call."""
+        data = bytes(self.output)
+        data = data[: data.rfind(b"\n") + 1]
+        text = _ANSI.sub(b"", data).replace(b"\r\n", b"\n")
         return [line for line in text.split(b"\n") if line]
 
     def messages(self) -> list[str]:
