@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import decimal
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -180,3 +181,62 @@ def test_classic_queue_refuses_stream_offset(broker: BrokerUnderTest, name: str)
     assert channel_error(broker, action) == (
         406, f"PRECONDITION_FAILED - invalid arg 'x-stream-offset' for queue '{name}' in "
              "vhost '/' of queue type rabbit_classic_queue")
+
+
+def test_a_stream_keeps_the_properties_rabbitmq_keeps(broker: BrokerUnderTest,
+                                                      stream: str) -> None:
+    """RabbitMQ 3.10 stores stream messages as AMQP 1.0: table and array headers and the
+    cluster-id do not survive the trip; every other property and header does, typed."""
+    sent = pika.BasicProperties(
+        content_type="application/json", content_encoding="gzip", delivery_mode=2,
+        priority=3, correlation_id="c-1", reply_to="r", expiration="60000",
+        message_id="m-1", timestamp=1_600_000_000, type="t", user_id="guest", app_id="a",
+        cluster_id="cl",
+        headers={"n": 7, "s": "text", "b": True, "raw": b"\x00\x01",
+                 "none": None, "table": {"x": 1}, "list": [1, "two"]},
+    )  # fmt: skip
+    with connect(broker) as conn:
+        ch = conn.channel()
+        ch.confirm_delivery()
+        ch.basic_publish("", stream, b"body", sent)
+        ch.basic_qos(prefetch_count=10)
+        got: list[Any] = []
+        ch.basic_consume(stream, lambda c, m, p, b: got.append(p),
+                         arguments={"x-stream-offset": "first"})  # fmt: skip
+        deadline = time.monotonic() + 5
+        while not got and time.monotonic() < deadline:
+            conn.process_data_events(0.05)
+    assert len(got) == 1
+    props = got[0]
+    assert props.headers == {"n": 7, "s": "text", "b": True, "raw": b"\x00\x01",
+                             "none": None, "x-stream-offset": 0}  # fmt: skip
+    assert props.cluster_id is None
+    for key in ("content_type", "content_encoding", "delivery_mode", "priority",
+                "correlation_id", "reply_to", "expiration", "message_id", "timestamp",
+                "type", "user_id", "app_id"):  # fmt: skip
+        assert getattr(props, key) == getattr(sent, key), key
+
+
+def test_a_decimal_header_is_refused_by_a_stream_not_by_a_classic_queue(
+        broker: BrokerUnderTest, stream: str, name: str) -> None:  # fmt: skip
+    """RabbitMQ 3.10 cannot convert a decimal header for a stream: the publisher's
+    connection is closed with 541; a classic queue beside it got it, the stream did not."""
+    with connect(broker) as conn:
+        ch = conn.channel()
+        ch.exchange_declare(f"{name}-x", "fanout", auto_delete=True)
+        ch.queue_bind(stream, f"{name}-x")
+        ch.queue_declare(f"{name}-q", auto_delete=False)
+        ch.queue_bind(f"{name}-q", f"{name}-x")
+
+    def action(ch: BlockingChannel) -> None:
+        ch.confirm_delivery()
+        ch.basic_publish(f"{name}-x", "", b"d", pika.BasicProperties(
+            headers={"k": 1, "price": decimal.Decimal("1.50")}))  # fmt: skip
+
+    assert connection_error(broker, action) == (541, "INTERNAL_ERROR")
+    publish(broker, stream, [b"after"])  # the stream still takes messages
+    assert [b for _, b, _ in consume(broker, stream, "first", 1)] == [b"after"]
+    with connect(broker) as conn:
+        ch = conn.channel()
+        assert ch.queue_declare(f"{name}-q", passive=True).method.message_count == 1
+        ch.queue_delete(f"{name}-q")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import shutil
 import threading
+import time
 from pathlib import Path
 
 import pika
@@ -95,6 +96,13 @@ def test_dashboard_shows_rates_and_depth(leveret_site: Site) -> None:
             page.wait_for_selector("#app:not([hidden])")
 
             publisher.start()
+            # the session's broker may still show rates of the tests before this one: only
+            # look once this publisher is under way (under load its connect can take seconds)
+            deadline = time.monotonic() + 60
+            while publisher.published_to_depth < 20 and time.monotonic() < deadline:
+                assert publisher.error is None
+                time.sleep(0.05)
+            assert publisher.published_to_depth >= 20, "the publisher never got going"
             # live rates: publish, deliver and ack climb above zero while publishing
             for key in ("publish", "deliver", "ack", "confirm"):
                 page.wait_for_function(

@@ -22,7 +22,7 @@ from leveret.broker.users import Permission, User
 from leveret.broker.vhost import VirtualHost
 from leveret.protocol import errors, spec
 from leveret.protocol.errors import AMQPError
-from leveret.protocol.spec import Method
+from leveret.protocol.spec import Method, refused_by_a_stream
 
 if TYPE_CHECKING:
     from leveret.broker.broker import Broker
@@ -596,7 +596,11 @@ class Session:
         vhost = self.vhost_obj
         queues = vhost.route(exchange, message)
         accepted = True
+        refused = False
         for q in queues:
+            if q.is_stream and refused_by_a_stream(message.properties):
+                refused = True
+                continue
             if not q.enqueue(message):
                 accepted = False
             elif q.ready and q.consumers:
@@ -606,6 +610,11 @@ class Session:
                 if not holder.writable and holder is not self:
                     self.held_by.add(holder)
                     holder.holding.add(self)
+        if refused:
+            # RabbitMQ 3.10 delivers to the other queues, then its channel crashes converting
+            # the decimal header for the stream: the connection goes with 541
+            self.fail(ch.number, errors.error(spec.INTERNAL_ERROR, ""))
+            return
         if not queues and mandatory:
             self.output.send_content(
                 ch.number,

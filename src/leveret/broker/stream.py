@@ -15,7 +15,7 @@ from leveret.broker.message import Message
 from leveret.broker.queue import Entry, Queue
 from leveret.broker.spec_texts import stream_not_supported
 from leveret.protocol import errors
-from leveret.protocol.spec import add_header
+from leveret.protocol.spec import add_header, as_stored_in_a_stream
 
 if TYPE_CHECKING:
     from leveret.broker.consumer import Consumer
@@ -125,7 +125,9 @@ class StreamQueue(Queue):
     # -- writing ---------------------------------------------------------------
     def enqueue(self, message: Message) -> bool:
         self.published += 1
-        self.log.append(message.exchange_and_key, message.properties, message.body)
+        self.log.append(
+            message.exchange_and_key, as_stored_in_a_stream(message.properties), message.body
+        )
         return True
 
     def sync(self) -> None:

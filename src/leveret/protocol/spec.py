@@ -347,6 +347,98 @@ def add_header(raw: bytes, key: str, encoded_value: bytes) -> bytes:
     return new_flags + raw[2:pos] + struct.pack(">I", len(entry)) + entry + raw[pos:]
 
 
+# Basic property flags after the headers, in the order their values follow (AMQP 0-9-1).
+_PROP_SHORTSTR = frozenset((0x0400, 0x0200, 0x0100, 0x0080, 0x0020, 0x0010, 0x0008, 0x0004))
+_PROP_SIZE = {0x1000: 1, 0x0800: 1, 0x0040: 8}
+_HEADERS = 0x2000
+_CLUSTER_ID = 0x0004
+
+
+def _field_end(raw: bytes, pos: int) -> int:
+    """Where the field value whose type tag is at ``raw[pos]`` ends; ValueError if unknown."""
+    tag = chr(raw[pos])
+    size = _FIXED.get(tag)
+    if size is not None:
+        return pos + 1 + size
+    if tag in "SxAF":
+        n: int = struct.unpack_from(">I", raw, pos + 1)[0]
+        return pos + 5 + n
+    raise ValueError(f"field type {tag!r}")
+
+
+def _headers(raw: bytes, flags: int) -> tuple[int, int, list[tuple[int, int, int]]]:
+    """Where the headers table of basic property bytes starts and ends, and its entries as
+    ``(start, end, type tag)``; ValueError (or IndexError, struct.error) if malformed."""
+    pos = 2
+    for flag in (0x8000, 0x4000):  # content-type, content-encoding
+        if flags & flag:
+            pos += 1 + raw[pos]
+    (length,) = struct.unpack_from(">I", raw, pos)
+    end = pos + 4 + length
+    entries = []
+    p = pos + 4
+    while p < end:
+        value = p + 1 + raw[p]
+        nxt = _field_end(raw, value)
+        entries.append((p, nxt, raw[value]))
+        p = nxt
+    if p != end:
+        raise ValueError("headers overrun their table")
+    return pos, end, entries
+
+
+def refused_by_a_stream(raw: bytes) -> bool:
+    """True for properties RabbitMQ 3.10 cannot store in a stream: a decimal header value
+    (its AMQP 1.0 conversion has no clause for it, and the publishing connection is closed
+    with 541 INTERNAL_ERROR)."""
+    flags = int.from_bytes(raw[:2], "big")
+    if not flags & _HEADERS or flags & 1:
+        return False
+    try:
+        return any(tag == 0x44 for _, _, tag in _headers(raw, flags)[2])  # "D"
+    except (IndexError, ValueError, struct.error):
+        return False
+
+
+def as_stored_in_a_stream(raw: bytes) -> bytes:
+    """Content-header property bytes as a RabbitMQ 3.10 stream gives them back.
+
+    RabbitMQ stores stream messages as AMQP 1.0 and converts on the way in and out; headers
+    whose value is a table or an array have no place in its application properties and are
+    dropped, and so is the deprecated cluster-id. Everything else survives unchanged. Bytes
+    this cannot walk are returned as they are."""
+    flags = int.from_bytes(raw[:2], "big")
+    if not flags & (_HEADERS | _CLUSTER_ID) or flags & 1:
+        return raw
+    try:
+        if flags & _HEADERS:
+            start, pos, entries = _headers(raw, flags)
+            kept = [raw[a:b] for a, b, tag in entries if tag not in b"FA"]
+            if len(kept) == len(entries) and not flags & _CLUSTER_ID:
+                return raw
+            table = b"".join(kept)
+            out = [raw[:start], struct.pack(">I", len(table)), table]
+        else:
+            pos = 2
+            for flag in (0x8000, 0x4000):
+                if flags & flag:
+                    pos += 1 + raw[pos]
+            out = [raw[:pos]]
+        rest = pos
+        if flags & _CLUSTER_ID:  # the last property: cut it off and clear its flag
+            for bit in (0x1000, 0x0800, 0x0400, 0x0200, 0x0100, 0x0080, 0x0040, 0x0020,
+                        0x0010, 0x0008):  # fmt: skip
+                if flags & bit:
+                    pos += 1 + raw[pos] if bit in _PROP_SHORTSTR else _PROP_SIZE[bit]
+            out.append(raw[rest:pos])
+            out[0] = (flags & ~_CLUSTER_ID).to_bytes(2, "big") + out[0][2:]
+        else:
+            out.append(raw[rest:])
+        return b"".join(out)
+    except (IndexError, ValueError, struct.error):
+        return raw
+
+
 def decode_field(encoded_value: bytes) -> Any:
     from pamqp import decode
 
