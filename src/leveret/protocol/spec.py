@@ -255,6 +255,18 @@ def type_of(table: dict[str, Any], key: str) -> str | None:
     return types.get(key) if types else None
 
 
+def _field_end(raw: bytes, pos: int) -> int:
+    """Where the field value whose type tag is at ``raw[pos]`` ends; ValueError if unknown."""
+    tag = chr(raw[pos])
+    size = _FIXED.get(tag)
+    if size is not None:
+        return pos + 1 + size
+    if tag in "SxAF":
+        n: int = struct.unpack_from(">I", raw, pos + 1)[0]
+        return pos + 5 + n
+    raise ValueError(f"field type {tag!r}")
+
+
 def table_types(raw: bytes, start: int) -> dict[str, str]:
     """The type name of each top-level value of the field table at ``raw[start:]``."""
     out: dict[str, str] = {}
@@ -266,14 +278,10 @@ def table_types(raw: bytes, start: int) -> dict[str, str]:
         key = raw[pos + 1 : pos + 1 + klen].decode("utf-8", "replace")
         pos += 1 + klen
         tag = chr(raw[pos])
-        pos += 1
         out[key] = TYPE_NAMES.get(tag, tag)
-        if tag in _FIXED:
-            pos += _FIXED[tag]
-        elif tag in "SxAF":
-            (n,) = struct.unpack_from(">I", raw, pos)
-            pos += 4 + n
-        else:
+        try:
+            pos = _field_end(raw, pos)
+        except ValueError:
             break
     return out
 
@@ -327,10 +335,7 @@ def add_header(raw: bytes, key: str, encoded_value: bytes) -> bytes:
         headers[key] = decode_field(encoded_value)
         props.headers = headers
         return encode_properties(props)
-    pos = 2
-    for flag in (0x8000, 0x4000):  # content-type, content-encoding: short strings
-        if flags & flag:
-            pos += 1 + raw[pos]
+    pos = _headers_start(raw, flags)
     k = key.encode()
     entry = bytes((len(k),)) + k + encoded_value
     if flags & 0x2000:
@@ -354,25 +359,20 @@ _HEADERS = 0x2000
 _CLUSTER_ID = 0x0004
 
 
-def _field_end(raw: bytes, pos: int) -> int:
-    """Where the field value whose type tag is at ``raw[pos]`` ends; ValueError if unknown."""
-    tag = chr(raw[pos])
-    size = _FIXED.get(tag)
-    if size is not None:
-        return pos + 1 + size
-    if tag in "SxAF":
-        n: int = struct.unpack_from(">I", raw, pos + 1)[0]
-        return pos + 5 + n
-    raise ValueError(f"field type {tag!r}")
+def _headers_start(raw: bytes, flags: int) -> int:
+    """Where basic property bytes hold the headers table (or would): after the flags, the
+    content-type and the content-encoding (short strings)."""
+    pos = 2
+    for flag in (0x8000, 0x4000):
+        if flags & flag:
+            pos += 1 + raw[pos]
+    return pos
 
 
 def _headers(raw: bytes, flags: int) -> tuple[int, int, list[tuple[int, int, int]]]:
     """Where the headers table of basic property bytes starts and ends, and its entries as
     ``(start, end, type tag)``; ValueError (or IndexError, struct.error) if malformed."""
-    pos = 2
-    for flag in (0x8000, 0x4000):  # content-type, content-encoding
-        if flags & flag:
-            pos += 1 + raw[pos]
+    pos = _headers_start(raw, flags)
     (length,) = struct.unpack_from(">I", raw, pos)
     end = pos + 4 + length
     entries = []
@@ -419,10 +419,7 @@ def as_stored_in_a_stream(raw: bytes) -> bytes:
             table = b"".join(kept)
             out = [raw[:start], struct.pack(">I", len(table)), table]
         else:
-            pos = 2
-            for flag in (0x8000, 0x4000):
-                if flags & flag:
-                    pos += 1 + raw[pos]
+            pos = _headers_start(raw, flags)
             out = [raw[:pos]]
         rest = pos
         if flags & _CLUSTER_ID:  # the last property: cut it off and clear its flag

@@ -29,13 +29,9 @@ _FRAME_HEAD = struct.Struct(">BHI")
 _METHOD_ID = struct.Struct(">HH")
 _U64 = struct.Struct(">Q")
 _U32 = struct.Struct(">I")
-_U16 = struct.Struct(">H")
 _CONTENT_HEAD = struct.Struct(">HHQH")  # class, weight, body size, first property flags
 _FRAME_END = 0xCE
 _DELIVER = (60 << 16) | 60
-_CHANNEL_CLOSE = (20 << 16) | 40
-_CONNECTION_CLOSE = (10 << 16) | 50
-_BASIC_CANCEL = (60 << 16) | 30
 _FRAME_MAX = 131072
 _RECV = 1 << 20
 
@@ -172,7 +168,6 @@ class StreamConsumer:
         """Connect, open channel 1 and set its prefetch; ``consume`` starts the consumer."""
         self._buf = bytearray()
         self._pos = 0
-        self._frame_max = _FRAME_MAX
         self._sock = socket.create_connection((host, port), timeout=timeout)
         try:
             self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -283,11 +278,11 @@ class StreamConsumer:
             )
         )
         tune = self._expect(commands.Connection.Tune, stage="login")
-        self._frame_max = min(tune.frame_max or _FRAME_MAX, _FRAME_MAX)
+        frame_max = min(tune.frame_max or _FRAME_MAX, _FRAME_MAX)
         self._sock.sendall(
             pframe.marshal(
                 commands.Connection.TuneOk(
-                    channel_max=tune.channel_max, frame_max=self._frame_max, heartbeat=0
+                    channel_max=tune.channel_max, frame_max=frame_max, heartbeat=0
                 ),
                 0,
             )
