@@ -14,10 +14,11 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 from types import FrameType
-from typing import Annotated, NoReturn
+from typing import Annotated
 
 import typer
 
+from leveret.cli.common import fail
 from leveret.logs.amqp import DEFAULT_EXCHANGE, DEFAULT_URL, ExchangeType, LogsError, redact
 from leveret.logs.emitter import Emitter
 from leveret.logs.receiver import Subscription, receive
@@ -48,13 +49,6 @@ DurableExchange = Annotated[
         help="Declare the exchange durable (every producer and receiver must agree).",
     ),
 ]
-
-
-def _fail(message: str) -> NoReturn:
-    from leveret.cli.main import fail
-
-    fail(message)
-    raise AssertionError("unreachable")  # fail() always raises
 
 
 def _interrupt_on_sigterm() -> None:
@@ -113,7 +107,7 @@ def emit_log(
             durable_exchange=durable_exchange,
         )
     except LogsError as exc:
-        _fail(str(exc))
+        fail(str(exc))
     interrupted = False
     try:
         for message in messages if messages else _stdin_lines():
@@ -127,9 +121,9 @@ def emit_log(
     except KeyboardInterrupt:
         result = emitter.close(0)
     if emitter.error is not None:
-        _fail(f"{emitter.error} ({result.confirmed} of {result.sent} records confirmed)")
+        fail(f"{emitter.error} ({result.confirmed} of {result.sent} records confirmed)")
     if not result.ok:
-        _fail(
+        fail(
             f"the broker confirmed {result.confirmed} of {result.sent} records"
             + (f" and rejected {result.nacked}" if result.nacked else "")
         )
@@ -195,9 +189,9 @@ def receive_logs(
     _interrupt_on_sigterm()
     keys = tuple(binding_keys or ())
     if durable and not queue:
-        _fail("--durable needs --queue NAME")
+        fail("--durable needs --queue NAME")
     if exchange_type == ExchangeType.fanout and keys:
-        _fail("binding keys are for --type direct or topic; a fanout exchange ignores them")
+        fail("binding keys are for --type direct or topic; a fanout exchange ignores them")
     limit = _size(max_bytes)
     sub = Subscription(
         url=url,
@@ -214,7 +208,7 @@ def receive_logs(
         try:
             sink = FileSink(to, max_bytes=limit, backups=backups)
         except OSError as exc:
-            _fail(f"cannot open {to}: {exc.strerror or exc}")
+            fail(f"cannot open {to}: {exc.strerror or exc}")
     else:
         colour = sys.stdout.isatty() and "NO_COLOR" not in os.environ
         sink = TerminalSink(sys.stdout.buffer, colour)
@@ -236,14 +230,14 @@ def receive_logs(
     except KeyboardInterrupt:
         pass
     except LogsError as exc:
-        _fail(str(exc))
+        fail(str(exc))
     except BrokenPipeError:
         # whoever read our stdout went away (receive-logs | head): nothing left to do
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return
     except OSError as exc:
         target = to if to is not None else "stdout"
-        _fail(f"cannot write {target}: {exc.strerror or exc}")
+        fail(f"cannot write {target}: {exc.strerror or exc}")
     finally:
         with contextlib.suppress(OSError):
             sink.close()

@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 
 from leveret import __version__
+from leveret.cli.common import fail
 
 app = typer.Typer(
     add_completion=False,
@@ -17,12 +18,6 @@ app = typer.Typer(
     help="Leveret: an AMQP 0-9-1 broker with RabbitMQ's messaging model.",
     pretty_exceptions_enable=False,
 )
-
-
-def fail(message: str, code: int = 1) -> None:
-    """One plain line on stderr and a non-zero exit: no traceback for user errors."""
-    print(f"Error: {message}", file=sys.stderr)
-    raise typer.Exit(code)
 
 
 def _version(value: bool) -> None:
@@ -113,7 +108,6 @@ def server(
         )
     except ConfigError as exc:
         fail(str(exc))
-        return
 
     def ready(running: Running) -> None:
         print(f"Management API listening on {running.http_url}", flush=True)

@@ -11,9 +11,11 @@ import signal
 import sys
 from pathlib import Path
 from types import FrameType
-from typing import Annotated, NoReturn
+from typing import Annotated
 
 import typer
+
+from leveret.cli.common import fail
 
 app = typer.Typer(
     no_args_is_help=True,
@@ -41,16 +43,11 @@ LogLevel = Annotated[
 ]
 
 
-def _fail(message: str) -> NoReturn:
-    print(f"Error: {message}", file=sys.stderr)
-    raise typer.Exit(1)
-
-
 def _need_spark() -> None:
     try:
         import pyspark  # noqa: F401
     except ImportError:
-        _fail("the pipeline needs PySpark: pip install 'leveret[spark]'")
+        fail("the pipeline needs PySpark: pip install 'leveret[spark]'")
 
 
 def _logging(level: str) -> None:
@@ -155,7 +152,7 @@ def ingest(
     try:
         parse_trigger(trigger)
     except ValueError as exc:
-        _fail(str(exc))
+        fail(str(exc))
     cfg = IngestConfig(
         url=url,
         lake=lake.resolve(),
@@ -173,7 +170,7 @@ def ingest(
             cfg, master=master, max_restarts=max_restarts, log_level=_spark_level(log_level)
         )
     except AmqpSourceError as exc:
-        _fail(str(exc))
+        fail(str(exc))
     except KeyboardInterrupt:
         return
     if restarts:
@@ -200,14 +197,14 @@ def report(
     from leveret.spark.report import ReportError, make_report
 
     if fmt not in ("html", "md"):
-        _fail(f"unknown report format {fmt!r}: use html or md")
+        fail(f"unknown report format {fmt!r}: use html or md")
     if not lake.is_dir():
-        _fail(f"no log lake at {lake} (run `leveret pipeline ingest` first)")
+        fail(f"no log lake at {lake} (run `leveret pipeline ingest` first)")
     spark = spark_session(master, "leveret-report", log_level=_spark_level(log_level))
     try:
         result = make_report(spark, lake.resolve(), out.resolve(), fmt, top)
     except ReportError as exc:
-        _fail(str(exc))
+        fail(str(exc))
     finally:
         spark.stop()
     summary = result.tables["summary"]
