@@ -20,7 +20,7 @@ from leveret.broker.queue import Queue
 from leveret.broker.spec_texts import stream_not_supported
 from leveret.broker.users import Permission, User
 from leveret.broker.vhost import VirtualHost
-from leveret.protocol import errors, spec
+from leveret.protocol import errors, sasl, spec
 from leveret.protocol.errors import AMQPError
 from leveret.protocol.spec import Method, refused_by_a_stream
 
@@ -75,7 +75,6 @@ class Session:
         self.channel_max = 2047
         self.heartbeat = 60
         self.auth_mechanism = ""
-        self.on_close_requested: Callable[[], None] | None = None
         # Credit flow: sessions whose congestion holds this publisher back, and the
         # publishers this session holds back; on_released resumes reading.
         self.held_by: set[Session] = set()
@@ -120,25 +119,16 @@ class Session:
         self, mechanism: str, response: bytes, client_properties: dict[str, Any]
     ) -> AMQPError | None:
         """Check the credentials in connection.start-ok. None when accepted."""
-        from leveret.protocol.connection import decode_amqplain
-
         self.client_properties = client_properties
         self.auth_mechanism = mechanism
-        username = password = ""
         try:
             if mechanism == "PLAIN":
-                parts = response.split(b"\x00")
-                if len(parts) != 3:
-                    raise ValueError("PLAIN response needs three parts")
-                username, password = parts[1].decode(), parts[2].decode()
+                username, password = sasl.plain(response)
             elif mechanism == "AMQPLAIN":
-                table = decode_amqplain(response)
-                login, pw = table.get("LOGIN", ""), table.get("PASSWORD", "")
-                username = login.decode() if isinstance(login, bytes) else str(login)
-                password = pw.decode() if isinstance(pw, bytes) else str(pw)
+                username, password = sasl.amqplain(response)
             else:
                 return errors.command_invalid(f"unknown authentication mechanism '{mechanism}'")
-        except (ValueError, UnicodeDecodeError, IndexError):
+        except sasl.BadResponse:
             return _login_refused(mechanism)
         address = self.peer[0] if self.peer else None
         user = self.broker.users.authenticate(username, password, address)

@@ -1,68 +1,94 @@
-"""The server side of one AMQP 0-9-1 connection, sans-IO.
+"""The server side of one AMQP 0-9-1 connection, sans-IO, on h11's rule: it speaks only
+when asked.
 
-Feed it bytes with :meth:`ServerConnection.receive_data`; it returns events. Tell it what
-to send with the ``send_*`` methods; collect the bytes with :meth:`data_to_send`.
-It owns framing, the handshake order, channel open/close bookkeeping and the assembly of
-basic.publish + content header + body frames. Authentication, vhosts and everything the
-methods *mean* belong to its owner.
+- :meth:`ServerConnection.receive_data` only buffers bytes.
+- :meth:`ServerConnection.next_event` parses and returns one event at a time
+  (:data:`~leveret.protocol.events.NEED_DATA` when no complete one is buffered).
+- The ``send_*`` methods are the only way bytes go out; :meth:`data_to_send` collects them.
+
+The owner answers each event that asks for an answer (channel.open, channel.close,
+connection.open, ...) before it asks for the next event, so replies keep request order
+without any bookkeeping here. States move only through the tables in
+:mod:`leveret.protocol.states`. The connection owns framing, the handshake order, channel
+numbers and the assembly of basic.publish + content header + body frames; what methods
+*mean* belongs to its owner.
 """
 
 from __future__ import annotations
 
 import struct
-from enum import Enum, auto
 from typing import Any
 
-from pamqp import commands, decode
+from pamqp import commands
 
 from leveret.protocol import errors, spec
+from leveret.protocol.errors import AMQPError
 from leveret.protocol.events import (
-    ChannelClosed,
-    ChannelOpened,
+    NEED_DATA,
+    AccessRequestReceived,
+    ChannelCloseOkReceived,
+    ChannelCloseReceived,
+    ChannelOpenReceived,
     ConnectionCloseOkReceived,
     ConnectionCloseReceived,
     ConnectionFailed,
     Event,
+    HeaderReceived,
     MethodReceived,
+    NeedData,
     OpenReceived,
     PublishReceived,
     StartOkReceived,
     TuneOkReceived,
+    UnsupportedProtocol,
+    UpdateSecretReceived,
 )
+from leveret.protocol.states import (
+    CHANNEL_TRANSITIONS,
+    READING,
+    TRANSITIONS,
+    ChannelState,
+    ChannelTrigger,
+    LocalProtocolError,
+    State,
+    Trigger,
+)
+from leveret.protocol.texts import erlang_binary, frame_text
 
+__all__ = ["ServerConnection", "State"]
+
+_HEAD = spec.FRAME_HEAD_SIZE
+_END = spec.FRAME_END
 _head = struct.Struct(">BHI")
 _unpack_head = _head.unpack_from
 _pack_head = _head.pack
 _deliver_head = struct.Struct(">BHII").pack  # frame type, channel, size, method index
 _tag_redelivered = struct.Struct(">QB").pack
 _content_header = struct.Struct(">BHIHHQ").pack  # frame head + class, weight, body size
-# The same, each led by the frame-end octet of the frame before it (one pack per frame).
-_content_header_after = struct.Struct(">HHIHHQ").pack
-_body_head = struct.Struct(">HHI").pack
+# A content header frame / body frame head, each led by the frame-end octet of the frame
+# before it (one pack per frame on the delivery path).
+_content_header_after = struct.Struct(">BBHIHHQ").pack
+_body_head_after = struct.Struct(">BBHI").pack
 _body_size = struct.Struct(">Q").unpack_from
 _ack = struct.Struct(">BHIIQB").pack
-HEARTBEAT_FRAME = b"\x08\x00\x00\x00\x00\x00\x00\xce"
+_unpack_ack = struct.Struct(">QB").unpack_from
+_unpack_class_weight = struct.Struct(">HH").unpack_from
+_unpack_index = struct.Struct(">I").unpack_from
 
 _PUBLISH = spec.BASIC_PUBLISH_INDEX
-_PUBLISH_BYTES = _PUBLISH.to_bytes(4, "big")
+_ACK = spec.BASIC_ACK_INDEX
+_DELIVER = spec.BASIC_DELIVER_INDEX
 _Ack = commands.Basic.Ack
-_ACK_BYTES = _Ack.index.to_bytes(4, "big")
 _new_ack = object.__new__
-_unpack_ack = struct.Struct(">QB").unpack_from
-_CHANNEL_OPEN = commands.Channel.Open.index
-_CHANNEL_CLOSE = commands.Channel.Close.index
-_CHANNEL_CLOSE_OK = commands.Channel.CloseOk.index
-_CONNECTION_CLASS = spec.CONNECTION
-_CONNECTION_CLOSE = commands.Connection.Close.index
-_CONNECTION_CLOSE_OK = commands.Connection.CloseOk.index
-# access.request (deprecated, gone from pamqp's spec): RabbitMQ answers request-ok, ticket 1.
-_ACCESS_REQUEST = 0x001E000A
-_ACCESS_REQUEST_OK = b"\x00\x1e\x00\x0b\x00\x01"
+# The size of a basic.ack method payload: index (4), delivery tag (8), bits (1).
+_ACK_PAYLOAD_SIZE = 13
+
 # Methods only a server sends: a client sending one gets "unimplemented method".
 _SERVER_ONLY = frozenset(
     m.index
     for m in (
         commands.Channel.OpenOk,
+        commands.Channel.CloseOk,  # as a request, i.e. not answering our close
         commands.Exchange.DeclareOk,
         commands.Exchange.DeleteOk,
         commands.Exchange.BindOk,
@@ -85,16 +111,24 @@ _SERVER_ONLY = frozenset(
         commands.Confirm.SelectOk,
     )
 )
-
-
-class State(Enum):
-    AWAIT_HEADER = auto()
-    AWAIT_START_OK = auto()
-    AWAIT_TUNE_OK = auto()
-    AWAIT_OPEN = auto()
-    OPEN = auto()
-    CLOSING = auto()  # we sent connection.close and wait for close-ok
-    CLOSED = auto()
+# Connection methods a client may send once the connection is open, and that need no
+# answer: they are read and ignored, as RabbitMQ does.
+_IGNORED_WHEN_OPEN = frozenset(
+    (
+        spec.CONNECTION_BLOCKED_INDEX,
+        spec.CONNECTION_UNBLOCKED_INDEX,
+        spec.CONNECTION_UPDATE_SECRET_OK_INDEX,
+    )
+)
+# The method each handshake state waits for.
+_EXPECTED = {
+    State.AWAIT_START_OK: spec.CONNECTION_START_OK_INDEX,
+    State.AWAIT_TUNE_OK: spec.CONNECTION_TUNE_OK_INDEX,
+    State.AWAIT_OPEN: spec.CONNECTION_OPEN_INDEX,
+}
+# Until tune-ok, RabbitMQ answers a broken byte stream by closing the socket, not with
+# connection.close.
+_SILENT_FAILURE = frozenset((State.AWAIT_START_OK, State.AWAIT_TUNE_OK))
 
 
 class _Content:
@@ -130,36 +164,100 @@ class _Content:
         self.received = 0
         self.chunks: list[bytes] = []
 
+    def published(self, channel: int, body: bytes) -> PublishReceived:
+        assert self.properties is not None
+        return PublishReceived(
+            channel,
+            self.exchange,
+            self.routing_key,
+            self.mandatory,
+            self.immediate,
+            self.exchange_and_key,
+            self.properties,
+            body,
+        )
+
+
+class _Drop(Exception):
+    """Input after which RabbitMQ closes the socket without a word."""
+
+
+class _Broken(Exception):
+    """Input that cannot be framed: nothing after it can be read."""
+
+    def __init__(self, error: AMQPError) -> None:
+        super().__init__(error.reply_text)
+        self.error = error
+
+
+def _unknown_frame(frame_type: int, payload: bytes) -> _Broken:
+    return _Broken(errors.frame_error(frame_text(frame_type, payload, "unknown_frame")))
+
 
 class ServerConnection:
     """One AMQP connection, seen from the broker."""
 
     def __init__(
         self,
-        server_properties: dict[str, Any],
-        mechanisms: str = "AMQPLAIN PLAIN",
-        locales: str = "en_US",
-        frame_max: int = 131072,
-        channel_max: int = 2047,
-        heartbeat: int = 60,
+        frame_max: int = spec.DEFAULT_FRAME_MAX,
+        channel_max: int = spec.DEFAULT_CHANNEL_MAX,
+        heartbeat: int = spec.DEFAULT_HEARTBEAT,
     ) -> None:
-        self.state = State.AWAIT_HEADER
-        self.server_properties = server_properties
-        self.mechanisms = mechanisms
-        self.locales = locales
+        self._state = State.AWAIT_HEADER
+        # What the server offers in connection.tune; tune-ok narrows them.
         self.frame_max = frame_max
         self.channel_max = channel_max
         self.heartbeat = heartbeat
         self.client_properties: dict[str, Any] = {}
         self._in = bytearray()
+        self._pos = 0  # read position in _in: bytes before it have been parsed
         self._out: list[bytes] = []
-        self.open_channels: set[int] = set()
-        self._closing_channels: set[int] = set()
+        self._channels: dict[int, ChannelState] = {}
+        self.open_channels: set[int] = set()  # channels in state OPEN (the hot path's test)
         self._content: dict[int, _Content] = {}
-        self.close_after_flush = False  # the owner should close the socket once flushed
-        # receive_data stopped early to keep replies in order: call it again (with b"")
-        # once the events it returned have been handled.
-        self.input_pending = False
+        self._discard = False  # the byte stream broke: input is dropped unread
+
+    # ------------------------------------------------------------------- state
+    @property
+    def state(self) -> State:
+        return self._state
+
+    @property
+    def closed(self) -> bool:
+        """Nothing more will be sent or read: the owner ends the TCP connection."""
+        return self._state is State.CLOSED
+
+    def _can(self, trigger: Trigger) -> bool:
+        return trigger in TRANSITIONS[self._state]
+
+    def _move(self, trigger: Trigger) -> None:
+        nxt = TRANSITIONS[self._state].get(trigger)
+        if nxt is None:
+            raise LocalProtocolError(f"{trigger.name} in state {self._state.name}")
+        self._state = nxt
+        if nxt is State.CLOSED:
+            self._in.clear()
+            self._pos = 0
+
+    def _channel_move(self, channel: int, trigger: ChannelTrigger) -> None:
+        current = self._channels.get(channel)
+        moves = CHANNEL_TRANSITIONS[current]
+        if trigger not in moves:
+            state = current.name if current is not None else "FREE"
+            raise LocalProtocolError(f"channel {channel}: {trigger.name} in state {state}")
+        nxt = moves[trigger]
+        if nxt is None:
+            del self._channels[channel]
+        else:
+            self._channels[channel] = nxt
+        if nxt is ChannelState.OPEN:
+            self.open_channels.add(channel)
+        else:
+            self.open_channels.discard(channel)
+            self._content.pop(channel, None)
+
+    def channel_state(self, channel: int) -> ChannelState | None:
+        return self._channels.get(channel)
 
     # ------------------------------------------------------------------ output
     def data_to_send(self) -> bytes:
@@ -173,19 +271,134 @@ class ServerConnection:
     def has_output(self) -> bool:
         return bool(self._out)
 
-    def send_method(self, channel: int, method: spec.Method) -> None:
+    def send_protocol_header(self) -> None:
+        """Answer a header of another protocol with ours; the connection is over."""
+        self._move(Trigger.SEND_PROTOCOL_HEADER)
+        self._out.append(spec.PROTOCOL_HEADER)
+
+    def send_start(
+        self,
+        server_properties: dict[str, Any],
+        mechanisms: str = "AMQPLAIN PLAIN",
+        locales: str = "en_US",
+    ) -> None:
+        self._move(Trigger.SEND_START)
+        self._method(
+            0,
+            commands.Connection.Start(
+                version_major=0,
+                version_minor=9,
+                server_properties=server_properties,
+                mechanisms=mechanisms,
+                locales=locales,
+            ),
+        )
+
+    def send_tune(self) -> None:
+        self._move(Trigger.SEND_TUNE)
+        self._method(
+            0,
+            commands.Connection.Tune(
+                channel_max=self.channel_max, frame_max=self.frame_max, heartbeat=self.heartbeat
+            ),
+        )
+
+    def send_open_ok(self) -> None:
+        self._move(Trigger.SEND_OPEN_OK)
+        self._method(0, commands.Connection.OpenOk())
+
+    def send_close(self, error: AMQPError) -> None:
+        """connection.close; from now on every frame but close / close-ok is dropped.
+        A second close while one is pending is ignored."""
+        if self._state in (State.CLOSING, State.CLOSE_RECEIVED, State.CLOSED):
+            return
+        self._move(Trigger.SEND_CLOSE)
+        self._method(
+            0,
+            commands.Connection.Close(
+                reply_code=error.code,
+                reply_text=error.reply_text,
+                class_id=error.class_id,
+                method_id=error.method_id,
+            ),
+        )
+
+    def send_close_ok(self) -> None:
+        self._move(Trigger.SEND_CLOSE_OK)
+        self._method(0, commands.Connection.CloseOk())
+
+    def send_update_secret_ok(self) -> None:
+        if self._state is not State.OPEN:
+            raise LocalProtocolError(f"update-secret-ok in state {self._state.name}")
+        self._method(0, commands.Connection.UpdateSecretOk())
+
+    def drop(self) -> None:
+        """End without another word (RabbitMQ's answer to some handshake errors)."""
+        self._move(Trigger.DROP)
+
+    def connection_lost(self) -> None:
+        """The transport went away."""
+        self._move(Trigger.LOST)
+        self._channels.clear()
+        self.open_channels.clear()
+        self._content.clear()
+
+    def send_channel_open_ok(self, channel: int) -> None:
+        if self._channels.get(channel) is not ChannelState.OPEN:
+            raise LocalProtocolError(f"channel.open-ok for channel {channel}, not opening")
+        self._method(channel, commands.Channel.OpenOk())
+
+    def send_channel_close(self, channel: int, error: AMQPError) -> None:
+        """channel.close; the channel's frames are dropped until its close-ok. A channel
+        that is not open (closing already, or gone) is left as it is."""
+        if self._channels.get(channel) is not ChannelState.OPEN or not self._sending():
+            return
+        self._channel_move(channel, ChannelTrigger.SEND_CLOSE)
+        self._method(
+            channel,
+            commands.Channel.Close(
+                reply_code=error.code,
+                reply_text=error.reply_text,
+                class_id=error.class_id,
+                method_id=error.method_id,
+            ),
+        )
+
+    def send_channel_close_ok(self, channel: int) -> None:
+        self._channel_move(channel, ChannelTrigger.SEND_CLOSE_OK)
+        self._method(channel, commands.Channel.CloseOk())
+
+    def send_access_request_ok(self, channel: int) -> None:
+        if channel not in self.open_channels:
+            raise LocalProtocolError(f"access.request-ok on channel {channel}, not open")
+        self._out.append(
+            _pack_head(spec.FRAME_METHOD, channel, len(spec.ACCESS_REQUEST_OK_PAYLOAD))
+            + spec.ACCESS_REQUEST_OK_PAYLOAD
+            + spec.FRAME_END_BYTE
+        )
+
+    def _sending(self) -> bool:
+        """Whether channel-level output may still go out (not after connection.close)."""
+        return self._state is State.OPEN
+
+    def _method(self, channel: int, method: spec.Method) -> None:
         self._out.append(spec.method_frame(channel, method))
 
-    def send_raw(self, data: bytes) -> None:
-        self._out.append(data)
+    def send_method(self, channel: int, method: spec.Method) -> None:
+        """A reply on an open channel (declare-ok, qos-ok, basic.cancel, ...)."""
+        if self._state is State.OPEN:
+            self._out.append(spec.method_frame(channel, method))
 
     def send_heartbeat(self) -> None:
-        self._out.append(HEARTBEAT_FRAME)
+        if self._state is not State.CLOSED:
+            self._out.append(spec.HEARTBEAT_FRAME)
 
     def send_content(
         self, channel: int, method: spec.Method, properties: bytes, body: bytes
     ) -> None:
         """A content-bearing method (return, get-ok, deliver) with header and body."""
+        if self._state is not State.OPEN:
+            return
         self._out.append(spec.method_frame(channel, method))
         self._append_content(channel, properties, body)
 
@@ -199,7 +412,7 @@ class ServerConnection:
         out.append(spec.FRAME_END_BYTE)
         if not size:
             return
-        chunk = self.frame_max - 8
+        chunk = self.frame_max - spec.FRAME_OVERHEAD
         if size <= chunk:
             out.append(_pack_head(spec.FRAME_BODY, channel, size))
             out.append(body)
@@ -224,330 +437,290 @@ class ServerConnection:
     ) -> None:
         """The hot path: basic.deliver spliced from pre-encoded pieces.
 
-        ``consumer_tag`` is the tag encoded as a short string (length byte included)."""
+        ``consumer_tag`` is the tag encoded as a short string (length byte included).
+        The session sends deliveries only on open channels of an open connection."""
         body_size = len(body)
-        if body_size and body_size <= self.frame_max - 8:
+        head = _deliver_head(
+            spec.FRAME_METHOD,
+            channel,
+            13 + len(consumer_tag) + len(exchange_and_key),
+            _DELIVER,
+        )
+        if body_size and body_size <= self.frame_max - spec.FRAME_OVERHEAD:
             self._out.extend(
                 (
-                    _deliver_head(
-                        1, channel, 13 + len(consumer_tag) + len(exchange_and_key), 0x003C003C
-                    ),
+                    head,
                     consumer_tag,
                     _tag_redelivered(delivery_tag, redelivered),
                     exchange_and_key,
-                    _content_header_after(0xCE02, channel, 12 + len(properties), 60, 0, body_size),
+                    _content_header_after(
+                        _END,
+                        spec.FRAME_HEADER,
+                        channel,
+                        12 + len(properties),
+                        spec.BASIC,
+                        0,
+                        body_size,
+                    ),
                     properties,
-                    _body_head(0xCE03, channel, body_size),
+                    _body_head_after(_END, spec.FRAME_BODY, channel, body_size),
                     body,
-                    b"\xce",
+                    spec.FRAME_END_BYTE,
                 )
             )
             return
         self._out.extend(
             (
-                _deliver_head(
-                    1, channel, 13 + len(consumer_tag) + len(exchange_and_key), 0x003C003C
-                ),
+                head,
                 consumer_tag,
                 _tag_redelivered(delivery_tag, redelivered),
                 exchange_and_key,
-                b"\xce",
+                spec.FRAME_END_BYTE,
             )
         )
         self._append_content(channel, properties, body)
 
     def send_basic_ack(self, channel: int, delivery_tag: int, multiple: bool) -> None:
         self._out.append(
-            _ack(spec.FRAME_METHOD, channel, 13, 0x003C0050, delivery_tag, 1 if multiple else 0)
+            _ack(
+                spec.FRAME_METHOD,
+                channel,
+                _ACK_PAYLOAD_SIZE,
+                _ACK,
+                delivery_tag,
+                1 if multiple else 0,
+            )
             + spec.FRAME_END_BYTE
         )
 
-    def start(self) -> None:
-        """Send connection.start; called once the protocol header checked out."""
-        self.send_method(
-            0,
-            commands.Connection.Start(
-                version_major=0,
-                version_minor=9,
-                server_properties=self.server_properties,
-                mechanisms=self.mechanisms,
-                locales=self.locales,
-            ),
-        )
-
-    def send_tune(self) -> None:
-        self.state = State.AWAIT_TUNE_OK
-        self.send_method(
-            0,
-            commands.Connection.Tune(
-                channel_max=self.channel_max, frame_max=self.frame_max, heartbeat=self.heartbeat
-            ),
-        )
-
-    def send_open_ok(self) -> None:
-        self.state = State.OPEN
-        self.send_method(0, commands.Connection.OpenOk())
-
-    def close(self, code: int, text: str, class_id: int = 0, method_id: int = 0) -> None:
-        """Send connection.close; every later frame but close/close-ok is ignored."""
-        if self.state in (State.CLOSING, State.CLOSED):
-            return
-        self.send_method(
-            0,
-            commands.Connection.Close(
-                reply_code=code, reply_text=text[:255], class_id=class_id, method_id=method_id
-            ),
-        )
-        self.state = State.CLOSING
-
-    def fail(self, error: errors.AMQPError) -> None:
-        self.close(error.code, error.reply_text, error.class_id, error.method_id)
-
-    def close_channel(self, channel: int, error: errors.AMQPError) -> None:
-        """Send channel.close; the channel ignores everything until close-ok."""
-        if channel not in self.open_channels:
-            return
-        self.open_channels.discard(channel)
-        self._content.pop(channel, None)
-        self._closing_channels.add(channel)
-        self.send_method(
-            channel,
-            commands.Channel.Close(
-                reply_code=error.code,
-                reply_text=error.reply_text[:255],
-                class_id=error.class_id,
-                method_id=error.method_id,
-            ),
-        )
-
     # ------------------------------------------------------------------- input
-    def receive_data(self, data: bytes) -> list[Event]:
-        events: list[Event] = []
-        self.input_pending = False
-        if self.state is State.CLOSED:
-            return events
+    def receive_data(self, data: bytes) -> None:
+        """Buffer bytes from the peer. Nothing is parsed until :meth:`next_event`."""
+        if self._discard or self._state not in READING:
+            return  # after the end, or after a broken stream: read and dropped
         buf = self._in
+        if self._pos:
+            del buf[: self._pos]
+            self._pos = 0
         buf += data
-        if self.state is State.AWAIT_HEADER:
-            if len(buf) < 8:
-                return events
-            header = bytes(buf[:8])
-            del buf[:8]
-            if header != spec.PROTOCOL_HEADER:
-                # As RabbitMQ: answer with the protocol we speak and hang up.
-                self._out.append(spec.PROTOCOL_HEADER)
-                self.state = State.CLOSED
-                self.close_after_flush = True
-                return events
-            self.state = State.AWAIT_START_OK
-            self.start()
-        pos = 0
+
+    def next_event(self) -> Event | NeedData:
+        """The next complete event, or NEED_DATA."""
+        state = self._state
+        if self._discard or state not in READING:
+            return NEED_DATA
+        if state is State.AWAIT_HEADER:
+            return self._header()
+        buf = self._in
         end = len(buf)
         limit = self.frame_max
-        content = self._content
         open_channels = self.open_channels
         try:
-            while end - pos >= 7:
+            while True:
+                pos = self._pos
+                if end - pos < _HEAD:
+                    return NEED_DATA
                 frame_type, channel, size = _unpack_head(buf, pos)
-                if size > limit:
-                    raise errors.frame_error(
-                        frame_text(frame_type, b"", f"{{frame_too_large,{size},{limit - 8}}}")
+                if size > limit:  # as rabbit_reader: FrameMax - 8 plus its 8-octet fudge
+                    raise _Broken(
+                        errors.frame_error(
+                            frame_text(frame_type, b"", f"{{frame_too_large,{size},{limit - 8}}}")
+                        )
                     )
-                stop = pos + 7 + size
+                stop = pos + _HEAD + size
                 if end < stop + 1:
-                    break
-                if buf[stop] != 0xCE:
-                    raise errors.frame_error(
-                        frame_text(
-                            frame_type,
-                            bytes(buf[pos + 7 : stop]),
-                            f"{{invalid_frame_end_marker,{buf[stop]}}}",
+                    return NEED_DATA
+                if buf[stop] != _END:
+                    raise _Broken(
+                        errors.frame_error(
+                            frame_text(
+                                frame_type,
+                                bytes(buf[pos + _HEAD : stop]),
+                                f"{{invalid_frame_end_marker,{buf[stop]}}}",
+                            )
                         )
                     )
                 if (
-                    frame_type == 1
-                    and buf[pos + 7 : pos + 11] == _PUBLISH_BYTES
+                    frame_type == spec.FRAME_METHOD
                     and channel in open_channels
-                    and channel not in content
-                    and self.state is State.OPEN
-                ):
-                    pos = self._fast_publish(buf, pos, stop, end, channel, events)
-                    continue
-                if (
-                    frame_type == 1
-                    and size == 13
-                    and buf[pos + 7 : pos + 11] == _ACK_BYTES
-                    and channel in open_channels
-                    and channel not in content
-                    and self.state is State.OPEN
-                ):
-                    # basic.ack, the other per-message method: built without pamqp's
-                    # generic decoder (a tenth of the cost)
-                    ack = _new_ack(_Ack)
-                    ack.delivery_tag, bits = _unpack_ack(buf, pos + 11)
-                    ack.multiple = bool(bits & 1)
-                    events.append(MethodReceived(channel, ack))
-                    pos = stop + 1
-                    continue
-                if (
-                    frame_type == 1
-                    and events
+                    and channel not in self._content
+                    and state is State.OPEN
                     and size >= 4
-                    and self._answers_itself(channel, buf, pos)
-                    and _owner_pending(events)
                 ):
-                    # This method is answered here and now, but the owner has yet to
-                    # answer the methods before it: stop, so replies keep request order
-                    # (e.g. basic.cancel-ok before channel.close-ok, as RabbitMQ).
-                    self.input_pending = True
-                    break
-                payload = bytes(buf[pos + 7 : stop])
-                pos = stop + 1
-                self._frame(frame_type, channel, payload, events)
-                if self.state is State.CLOSED:
-                    break
-        except errors.AMQPError as exc:
-            self._protocol_failure(exc, events)
+                    index = _unpack_index(buf, pos + _HEAD)[0]
+                    if index == _PUBLISH:
+                        return self._fast_publish(buf, pos, stop, end, channel)
+                    if index == _ACK and size == _ACK_PAYLOAD_SIZE:
+                        # basic.ack, the other per-message method: built without pamqp's
+                        # generic decoder (a tenth of the cost)
+                        ack = _new_ack(_Ack)
+                        ack.delivery_tag, bits = _unpack_ack(buf, pos + _HEAD + 4)
+                        ack.multiple = bool(bits & 1)
+                        self._pos = stop + 1
+                        return MethodReceived(channel, ack)
+                payload = bytes(buf[pos + _HEAD : stop])
+                self._pos = stop + 1
+                event = self._frame(frame_type, channel, payload)
+                if event is not None:
+                    return event
+                if self._state is not state:
+                    return NEED_DATA
+        except _Broken as exc:
+            return self._fail(exc.error, broken=True)
+        except AMQPError as exc:
+            return self._fail(exc, broken=False)
         except _Drop:
-            self._in.clear()
-            self.state = State.CLOSED
-            self.close_after_flush = True
-            events.append(ConnectionFailed(errors.frame_error("connection dropped")))
+            self._move(Trigger.DROP)
+            if state is State.CLOSING:
+                return NEED_DATA  # our close is out: the owner sees the connection closed
+            return ConnectionFailed(errors.frame_error("connection dropped"), reply=False)
         except (UnicodeDecodeError, IndexError, struct.error) as exc:
-            self._protocol_failure(errors.frame_error(f"cannot decode frame: {exc}"), events)
-        else:
-            del buf[:pos]
-        return events
+            return self._fail(errors.frame_error(f"cannot decode frame: {exc}"), broken=True)
 
-    @staticmethod
-    def _answers_itself(channel: int, buf: bytearray, pos: int) -> bool:
-        """Whether the method frame at ``pos`` is a channel's method that this class
-        answers itself, not the owner: channel.open, channel.close, access.request."""
-        if channel == 0:
-            return False
-        index = int.from_bytes(buf[pos + 7 : pos + 11], "big")
-        return index in (_CHANNEL_OPEN, _CHANNEL_CLOSE, _ACCESS_REQUEST)
+    def _header(self) -> Event | NeedData:
+        buf = self._in
+        if len(buf) < len(spec.PROTOCOL_HEADER):
+            return NEED_DATA
+        header = bytes(buf[: len(spec.PROTOCOL_HEADER)])
+        self._pos = len(spec.PROTOCOL_HEADER)
+        if header != spec.PROTOCOL_HEADER:
+            # As RabbitMQ: the owner answers with the protocol we speak and hangs up.
+            self._move(Trigger.RECV_BAD_HEADER)
+            return UnsupportedProtocol(header)
+        self._move(Trigger.RECV_HEADER)
+        return HeaderReceived()
+
+    def _fail(self, error: AMQPError, broken: bool) -> ConnectionFailed | NeedData:
+        """The peer broke the protocol. Before tune-ok RabbitMQ just closes the socket;
+        after it, the owner sends connection.close. In CLOSING (our close is out) bad
+        input ends the connection without another event: the owner sees it closed."""
+        state = self._state
+        if state is State.CLOSING:
+            self._move(Trigger.RECV_GARBAGE)
+            return NEED_DATA
+        reply = state not in _SILENT_FAILURE
+        if broken:
+            # No frame boundary can be trusted any more: whatever follows is dropped.
+            self._in.clear()
+            self._pos = 0
+            self._discard = True
+        # Otherwise the framing is intact: after the owner's connection.close the
+        # frames that follow are read, and dropped, until the peer's close-ok.
+        self._move(Trigger.RECV_GARBAGE)
+        return ConnectionFailed(error, reply=reply)
 
     def _fast_publish(
-        self, buf: bytearray, pos: int, stop: int, end: int, channel: int, events: list[Event]
-    ) -> int:
+        self, buf: bytearray, pos: int, stop: int, end: int, channel: int
+    ) -> Event | NeedData:
         """The hot path: basic.publish, and when they are already buffered its content
-        header and single body frame, parsed in place. Returns the new read position."""
-        p = pos + 13  # frame head (7) + method index (4) + deprecated ticket (2)
+        header and single body frame, parsed in place."""
+        p = pos + _HEAD + 6  # method index (4) + deprecated ticket (2)
         elen = buf[p]
         rp = p + 1 + elen
         rlen = buf[rp]
         bp = rp + 1 + rlen
         if bp >= stop:
-            raise errors.syntax_error("malformed basic.publish").with_method(60, 40)
+            raise errors.syntax_error("malformed basic.publish").with_method(
+                spec.BASIC, _PUBLISH & 0xFFFF
+            )
         exchange = buf[p + 1 : rp].decode()
         routing_key = buf[rp + 1 : bp].decode()
         bits = buf[bp]
         exchange_and_key = bytes(buf[p:bp])
         pos = stop + 1
-        if end - pos >= 7:
+        if end - pos >= _HEAD:
             ftype, hch, hsize = _unpack_head(buf, pos)
-            hstop = pos + 7 + hsize
+            hstop = pos + _HEAD + hsize
             if (
-                ftype == 2
+                ftype == spec.FRAME_HEADER
                 and hch == channel
                 and hsize >= 14
-                and hsize + 8 <= self.frame_max
+                and hsize + spec.FRAME_OVERHEAD <= self.frame_max
                 and hstop < end
-                and buf[hstop] == 0xCE
+                and buf[hstop] == _END
+                and _unpack_class_weight(buf, pos + _HEAD) == (spec.BASIC, 0)
             ):
-                (body_size,) = _body_size(buf, pos + 11)
+                (body_size,) = _body_size(buf, pos + _HEAD + 4)
                 if body_size == 0:
-                    events.append(
-                        PublishReceived(
+                    self._pos = hstop + 1
+                    return PublishReceived(
+                        channel,
+                        exchange,
+                        routing_key,
+                        bool(bits & 1),
+                        bool(bits & 2),
+                        exchange_and_key,
+                        bytes(buf[pos + _HEAD + 12 : hstop]),
+                        b"",
+                    )
+                bpos = hstop + 1
+                if end - bpos >= _HEAD:
+                    btype, bch, bsize = _unpack_head(buf, bpos)
+                    bstop = bpos + _HEAD + bsize
+                    if (
+                        btype == spec.FRAME_BODY
+                        and bch == channel
+                        and bsize == body_size
+                        and bsize + spec.FRAME_OVERHEAD <= self.frame_max
+                        and bstop < end
+                        and buf[bstop] == _END
+                    ):
+                        self._pos = bstop + 1
+                        return PublishReceived(
                             channel,
                             exchange,
                             routing_key,
                             bool(bits & 1),
                             bool(bits & 2),
                             exchange_and_key,
-                            bytes(buf[pos + 19 : hstop]),
-                            b"",
+                            bytes(buf[pos + _HEAD + 12 : hstop]),
+                            bytes(buf[bpos + _HEAD : bstop]),
                         )
-                    )
-                    return int(hstop) + 1
-                bpos = hstop + 1
-                if end - bpos >= 7:
-                    btype, bch, bsize = _unpack_head(buf, bpos)
-                    bstop = bpos + 7 + bsize
-                    if (
-                        btype == 3
-                        and bch == channel
-                        and bsize == body_size
-                        and bstop < end
-                        and buf[bstop] == 0xCE
-                    ):
-                        events.append(
-                            PublishReceived(
-                                channel,
-                                exchange,
-                                routing_key,
-                                bool(bits & 1),
-                                bool(bits & 2),
-                                exchange_and_key,
-                                bytes(buf[pos + 19 : hstop]),
-                                bytes(buf[bpos + 7 : bstop]),
-                            )
-                        )
-                        return int(bstop) + 1
-        # The content is split across reads: assemble it frame by frame.
+        # The content is not all here (or comes in several frames): assemble it frame
+        # by frame, through the general path.
+        self._pos = pos
         self._content[channel] = _Content(
             exchange, routing_key, bool(bits & 1), bool(bits & 2), exchange_and_key
         )
-        return pos
+        return self.next_event()
 
-    def _protocol_failure(self, exc: errors.AMQPError, events: list[Event]) -> None:
-        """The byte stream can no longer be trusted: send connection.close (or, before the
-        handshake finished, nothing) and read no further."""
-        self._in.clear()
-        if self.state in (State.AWAIT_START_OK, State.AWAIT_TUNE_OK):
-            self.close_after_flush = True
-        else:
-            self.fail(exc)
-        self.state = State.CLOSED
-        events.append(ConnectionFailed(exc))
-
-    def _frame(self, frame_type: int, channel: int, payload: bytes, events: list[Event]) -> None:
+    # -------------------------------------------------------------- frame kinds
+    def _frame(self, frame_type: int, channel: int, payload: bytes) -> Event | None:
         if frame_type == spec.FRAME_METHOD:
-            self._method_frame(channel, payload, events)
-        elif frame_type == spec.FRAME_HEADER:
+            return self._method_frame(channel, payload)
+        if frame_type == spec.FRAME_HEADER:
             if channel == 0:
-                raise errors.unexpected_frame(frame_text(2, payload))
-            self._header_frame(channel, payload, events)
-        elif frame_type == spec.FRAME_BODY:
+                raise errors.unexpected_frame(frame_text(frame_type, payload))
+            return self._header_frame(channel, payload)
+        if frame_type == spec.FRAME_BODY:
             if channel == 0:
-                raise errors.unexpected_frame(frame_text(3, payload))
-            self._body_frame(channel, payload, events)
-        elif frame_type == spec.FRAME_HEARTBEAT:
+                raise errors.unexpected_frame(frame_text(frame_type, payload))
+            return self._body_frame(channel, payload)
+        if frame_type == spec.FRAME_HEARTBEAT:
             if payload:
-                raise errors.frame_error(frame_text(8, payload, "unknown_frame"))
+                raise _unknown_frame(frame_type, payload)
             if channel != 0:
-                raise errors.unexpected_frame(frame_text(8, payload))
-        else:
-            raise errors.frame_error(frame_text(frame_type, payload, "unknown_frame"))
+                raise errors.unexpected_frame(frame_text(frame_type, payload))
+            return None
+        raise _unknown_frame(frame_type, payload)
 
-    def _method_frame(self, channel: int, payload: bytes, events: list[Event]) -> None:
+    def _method_frame(self, channel: int, payload: bytes) -> Event | None:
         if len(payload) < 4:
-            raise errors.frame_error(frame_text(1, payload, "unknown_frame"))
-        index = int.from_bytes(payload[:4], "big")
+            raise _Broken(
+                errors.frame_error(frame_text(spec.FRAME_METHOD, payload, "unknown_frame"))
+            )
+        index = _unpack_index(payload, 0)[0]
         ids = (index >> 16, index & 0xFFFF)
-        if index == _ACCESS_REQUEST and channel in self.open_channels:
-            self._out.append(_pack_head(1, channel, 6) + _ACCESS_REQUEST_OK + b"\xce")
-            return
+        state = self._state
+        if state is State.CLOSING and channel != 0:
+            return None  # after connection.close, only close / close-ok count
+        if index == spec.ACCESS_REQUEST_INDEX and channel in self.open_channels:
+            return AccessRequestReceived(channel)
         if spec.method_class(index) is None:
             # RabbitMQ's reader dies on an unknown method: the socket just closes.
             raise _Drop()
-        state = self.state
         if channel == 0:
-            self._connection_method(index, payload, events)
-            return
-        if state is State.CLOSING:
-            return
+            return self._connection_method(index, payload)
         if state is not State.OPEN:
             raise errors.channel_error("expected 'channel.open'").with_method(*ids)
         content = self._content.get(channel)
@@ -555,51 +728,49 @@ class ServerConnection:
             if content.properties is None:
                 raise errors.unexpected_frame(
                     "expected content header for class 60, got non content header frame instead"
-                ).with_method(60, 40)
+                ).with_method(spec.BASIC, _PUBLISH & 0xFFFF)
             raise errors.unexpected_frame(
                 "expected content body, got non content body frame instead"
-            ).with_method(60, 40)
-        if channel in self._closing_channels:
-            if index == _CHANNEL_CLOSE_OK:
-                self._closing_channels.discard(channel)
-                events.append(ChannelClosed(channel, by_client=False))
-            elif index == _CHANNEL_CLOSE:
-                # Both sides closed at once: answer; the number stays taken until close-ok.
-                self.send_method(channel, commands.Channel.CloseOk())
-            elif index == _CHANNEL_OPEN:
-                raise errors.channel_error("second 'channel.open' seen").with_method(20, 10)
-            return
-        if channel not in self.open_channels:
-            if index == _CHANNEL_OPEN:
+            ).with_method(spec.BASIC, _PUBLISH & 0xFFFF)
+        channel_state = self._channels.get(channel)
+        if channel_state is ChannelState.CLOSING:
+            if index == spec.CHANNEL_CLOSE_OK_INDEX:
+                self._channel_move(channel, ChannelTrigger.RECV_CLOSE_OK)
+                return ChannelCloseOkReceived(channel)
+            if index == spec.CHANNEL_CLOSE_INDEX:
+                method = self._decode(payload, index)
+                assert isinstance(method, commands.Channel.Close)
+                self._channel_move(channel, ChannelTrigger.RECV_CLOSE)
+                return ChannelCloseReceived(
+                    channel, method.reply_code or 0, method.reply_text or ""
+                )
+            if index == spec.CHANNEL_OPEN_INDEX:
+                raise errors.channel_error("second 'channel.open' seen").with_method(*ids)
+            return None  # dropped until the close-ok
+        if channel_state is None:
+            if index == spec.CHANNEL_OPEN_INDEX:
                 # As RabbitMQ, channel_max bounds how many are open, not their numbers.
-                if len(self.open_channels) >= self.channel_max:
+                if len(self._channels) >= self.channel_max:
                     raise errors.not_allowed(
-                        f"number of channels opened ({len(self.open_channels)}) has reached "
+                        f"number of channels opened ({len(self._channels)}) has reached "
                         f"the negotiated channel_max ({self.channel_max})"
                     )
-                self.open_channels.add(channel)
-                self.send_method(channel, commands.Channel.OpenOk())
-                events.append(ChannelOpened(channel))
-                return
+                self._channel_move(channel, ChannelTrigger.RECV_OPEN)
+                return ChannelOpenReceived(channel)
             raise errors.channel_error("expected 'channel.open'").with_method(*ids)
         if index == _PUBLISH:
             self._start_publish(channel, payload)
-            return
-        if index == _CHANNEL_OPEN:
+            return None
+        if index == spec.CHANNEL_OPEN_INDEX:
             raise errors.channel_error("second 'channel.open' seen").with_method(*ids)
-        if (
-            index >> 16 == _CONNECTION_CLASS
-            or index in _SERVER_ONLY
-            or index == (_CHANNEL_CLOSE_OK)
-        ):
+        if index >> 16 == spec.CONNECTION or index in _SERVER_ONLY:
             raise errors.command_invalid("unimplemented method").with_method(*ids)
         method = self._decode(payload, index)
-        if index == _CHANNEL_CLOSE:
-            self.open_channels.discard(channel)
-            self.send_method(channel, commands.Channel.CloseOk())
-            events.append(ChannelClosed(channel, by_client=True))
-            return
-        events.append(MethodReceived(channel, method))
+        if index == spec.CHANNEL_CLOSE_INDEX:
+            assert isinstance(method, commands.Channel.Close)
+            self._channel_move(channel, ChannelTrigger.RECV_CLOSE)
+            return ChannelCloseReceived(channel, method.reply_code or 0, method.reply_text or "")
+        return MethodReceived(channel, method)
 
     def _decode(self, payload: bytes, index: int) -> spec.Method:
         try:
@@ -620,188 +791,120 @@ class ServerConnection:
             bits = payload[rpos + 1 + rlen]
         except (IndexError, UnicodeDecodeError) as exc:
             raise errors.frame_error(f"cannot decode {erlang_binary(payload[4:])}").with_method(
-                60, 40
+                spec.BASIC, _PUBLISH & 0xFFFF
             ) from exc
         self._content[channel] = _Content(
             exchange, routing_key, bool(bits & 1), bool(bits & 2), payload[pos : rpos + 1 + rlen]
         )
 
-    def _header_frame(self, channel: int, payload: bytes, events: list[Event]) -> None:
-        if self.state is State.CLOSING or channel in self._closing_channels:
-            return
+    def _header_frame(self, channel: int, payload: bytes) -> Event | None:
+        if self._state is State.CLOSING or self._channels.get(channel) is ChannelState.CLOSING:
+            return None
         content = self._content.get(channel)
         if content is None:
             raise errors.unexpected_frame("expected method frame, got non method frame instead")
         if content.properties is not None:
             raise errors.unexpected_frame(
                 "expected content body, got non content body frame instead"
-            ).with_method(60, 40)
+            ).with_method(spec.BASIC, _PUBLISH & 0xFFFF)
         if len(payload) < 14:
-            raise errors.frame_error(frame_text(2, payload, "unknown_frame"))
-        class_id, weight = struct.unpack_from(">HH", payload, 0)
+            raise _Broken(
+                errors.frame_error(frame_text(spec.FRAME_HEADER, payload, "unknown_frame"))
+            )
+        class_id, weight = _unpack_class_weight(payload, 0)
         if weight != 0:
             raise errors.unexpected_frame(
                 "expected content header for class 60, got non content header frame instead"
-            ).with_method(60, 40)
-        if class_id != 60:
+            ).with_method(spec.BASIC, _PUBLISH & 0xFFFF)
+        if class_id != spec.BASIC:
             raise errors.unexpected_frame(
                 f"expected content header for class 60, got one for class {class_id} instead"
-            ).with_method(60, 40)
+            ).with_method(spec.BASIC, _PUBLISH & 0xFFFF)
         (size,) = _body_size(payload, 4)
         content.properties = payload[12:]
         content.body_size = size
         if size == 0:
             del self._content[channel]
-            events.append(self._published(channel, content, b""))
+            return content.published(channel, b"")
+        return None
 
-    def _body_frame(self, channel: int, payload: bytes, events: list[Event]) -> None:
-        if self.state is State.CLOSING or channel in self._closing_channels:
-            return
+    def _body_frame(self, channel: int, payload: bytes) -> Event | None:
+        if self._state is State.CLOSING or self._channels.get(channel) is ChannelState.CLOSING:
+            return None
         content = self._content.get(channel)
         if content is None:
             raise errors.unexpected_frame("expected method frame, got non method frame instead")
         if content.properties is None:
             raise errors.unexpected_frame(
                 "expected content header for class 60, got non content header frame instead"
-            ).with_method(60, 40)
+            ).with_method(spec.BASIC, _PUBLISH & 0xFFFF)
         # As RabbitMQ: a body longer than announced is taken in silently and the channel
         # keeps waiting for content, so the next other frame is an error.
         content.received += len(payload)
         if content.received == content.body_size and not content.chunks:
             del self._content[channel]
-            events.append(self._published(channel, content, payload))
-            return
+            return content.published(channel, payload)
         content.chunks.append(payload)
         if content.received == content.body_size:
             del self._content[channel]
-            events.append(self._published(channel, content, b"".join(content.chunks)))
+            return content.published(channel, b"".join(content.chunks))
+        return None
 
-    @staticmethod
-    def _published(channel: int, c: _Content, body: bytes) -> PublishReceived:
-        assert c.properties is not None
-        return PublishReceived(
-            channel,
-            c.exchange,
-            c.routing_key,
-            c.mandatory,
-            c.immediate,
-            c.exchange_and_key,
-            c.properties,
-            body,
-        )
-
-    def _connection_method(self, index: int, payload: bytes, events: list[Event]) -> None:
-        state = self.state
-        ids = (index >> 16, index & 0xFFFF)
+    def _connection_method(self, index: int, payload: bytes) -> Event | None:
+        state = self._state
         if state is State.CLOSING:
-            if index == _CONNECTION_CLOSE_OK:
-                self.state = State.CLOSED
-                self.close_after_flush = True
-                events.append(ConnectionCloseOkReceived())
-            elif index == _CONNECTION_CLOSE:
-                self.send_method(0, commands.Connection.CloseOk())
-            return
-        expected = {
-            State.AWAIT_START_OK: commands.Connection.StartOk.index,
-            State.AWAIT_TUNE_OK: commands.Connection.TuneOk.index,
-            State.AWAIT_OPEN: commands.Connection.Open.index,
-        }.get(state)
-        if index == _CONNECTION_CLOSE:
-            method = self._decode(payload, index)
-            assert isinstance(method, commands.Connection.Close)
-            self.send_method(0, commands.Connection.CloseOk())
-            self.state = State.CLOSED
-            self.close_after_flush = True
-            events.append(
-                ConnectionCloseReceived(
-                    method.reply_code or 0,
-                    method.reply_text or "",
-                    method.class_id or 0,
-                    method.method_id or 0,
-                )
-            )
-            return
+            if index == spec.CONNECTION_CLOSE_OK_INDEX:
+                self._move(Trigger.RECV_CLOSE_OK)
+                return ConnectionCloseOkReceived()
+            if index == spec.CONNECTION_CLOSE_INDEX:
+                return self._close_received(payload, index)
+            return None
+        if index == spec.CONNECTION_CLOSE_INDEX:
+            return self._close_received(payload, index)
         if state is State.OPEN:
-            if index in (
-                commands.Connection.Blocked.index,
-                commands.Connection.Unblocked.index,
-                commands.Connection.UpdateSecretOk.index,
-            ):
-                return
-            if index == commands.Connection.UpdateSecret.index:
-                self._decode(payload, index)
-                # As RabbitMQ with its internal users: their state cannot expire, so
-                # rabbit_access_control:update_state accepts any new secret as it is.
-                self.send_method(0, commands.Connection.UpdateSecretOk())
-                return
+            if index in _IGNORED_WHEN_OPEN:
+                return None
+            if index == spec.CONNECTION_UPDATE_SECRET_INDEX:
+                method = self._decode(payload, index)
+                assert isinstance(method, commands.Connection.UpdateSecret)
+                secret = method.new_secret
+                raw = secret.encode() if isinstance(secret, str) else bytes(secret or b"")
+                return UpdateSecretReceived(raw, method.reason or "")
             raise errors.channel_error("unexpected method in connection state running").with_method(
-                *ids
+                index >> 16, index & 0xFFFF
             )
-        if index != expected:
+        if index != _EXPECTED.get(state):
             raise _Drop()
         method = self._decode(payload, index)
         if isinstance(method, commands.Connection.StartOk):
+            self._move(Trigger.RECV_START_OK)
             self.client_properties = dict(method.client_properties or {})
             response = method.response
             raw = response.encode("latin-1") if isinstance(response, str) else bytes(response)
-            events.append(
-                StartOkReceived(self.client_properties, method.mechanism, raw, method.locale)
-            )
-        elif isinstance(method, commands.Connection.TuneOk):
+            return StartOkReceived(self.client_properties, method.mechanism, raw, method.locale)
+        if isinstance(method, commands.Connection.TuneOk):
             # RabbitMQ drops, with no reply, a peer that asks for more than it offered or
             # for "no limit" (0).
             if not (spec.FRAME_MIN_SIZE <= method.frame_max <= self.frame_max):
                 raise _Drop()
             if not (0 < method.channel_max <= self.channel_max):
                 raise _Drop()
+            self._move(Trigger.RECV_TUNE_OK)
             self.frame_max = method.frame_max
             self.channel_max = method.channel_max
             self.heartbeat = method.heartbeat
-            self.state = State.AWAIT_OPEN
-            events.append(TuneOkReceived(self.channel_max, self.frame_max, self.heartbeat))
-        elif isinstance(method, commands.Connection.Open):
-            events.append(OpenReceived(method.virtual_host))
+            return TuneOkReceived(self.channel_max, self.frame_max, self.heartbeat)
+        assert isinstance(method, commands.Connection.Open)
+        self._move(Trigger.RECV_OPEN)
+        return OpenReceived(method.virtual_host)
 
-
-def _owner_pending(events: list[Event]) -> bool:
-    """Whether some event still waits for the owner to act (and maybe answer) on it."""
-    return any(type(e) is MethodReceived or type(e) is PublishReceived for e in events)
-
-
-class _Drop(Exception):
-    """Input after which RabbitMQ closes the socket without a word."""
-
-
-def erlang_binary(data: bytes) -> str:
-    """A binary as Erlang's ``~p`` prints it: ``<<"text">>`` when every byte is
-    printable Latin-1, ``<<0,60,0,10>>`` otherwise."""
-    if data and all(32 <= b <= 126 or 160 <= b <= 255 or b in _ERL_ESCAPES for b in data):
-        text = "".join(_ERL_ESCAPES.get(b, chr(b)) for b in data)
-        return f'<<"{text}">>'
-    return "<<" + ",".join(str(b) for b in data) + ">>"
-
-
-_ERL_ESCAPES = {
-    34: '\\"',
-    92: "\\\\",
-    10: "\\n",
-    13: "\\r",
-    9: "\\t",
-    11: "\\v",
-    8: "\\b",
-    12: "\\f",
-    27: "\\e",
-}
-
-
-def frame_text(frame_type: int, payload: bytes, reason: str | None = None) -> str:
-    """RabbitMQ's description of a bad frame."""
-    which = "all" if len(payload) <= 16 else "first 16"
-    text = f"type {frame_type}, {which} octets = {erlang_binary(payload[:16])}"
-    return f"{text}: {reason}" if reason is not None else text
-
-
-def decode_amqplain(response: bytes) -> dict[str, Any]:
-    """AMQPLAIN's response is a field table without its leading length."""
-    table: dict[str, Any] = decode.field_table(len(response).to_bytes(4, "big") + response)[1]
-    return table
+    def _close_received(self, payload: bytes, index: int) -> ConnectionCloseReceived:
+        method = self._decode(payload, index)
+        assert isinstance(method, commands.Connection.Close)
+        self._move(Trigger.RECV_CLOSE)
+        return ConnectionCloseReceived(
+            method.reply_code or 0,
+            method.reply_text or "",
+            method.class_id or 0,
+            method.method_id or 0,
+        )

@@ -1,4 +1,7 @@
-"""Events the sans-IO connection hands to its owner."""
+"""Events the sans-IO connection hands to its owner, one at a time.
+
+An event that asks for an answer names it: the owner answers before it asks for the next
+event, so replies keep the order of the requests."""
 
 from __future__ import annotations
 
@@ -7,6 +10,31 @@ from typing import Any
 
 from leveret.protocol.errors import AMQPError
 from leveret.protocol.spec import Method
+
+
+class NeedData:
+    """No complete event is buffered: feed more bytes."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "NEED_DATA"
+
+
+NEED_DATA = NeedData()
+
+
+@dataclass(frozen=True, slots=True)
+class HeaderReceived:
+    """A valid protocol header. Answer: ``send_start``."""
+
+
+@dataclass(frozen=True, slots=True)
+class UnsupportedProtocol:
+    """A protocol header of another protocol or version. Answer:
+    ``send_protocol_header`` (RabbitMQ names the protocol it speaks and hangs up)."""
+
+    header: bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,21 +54,47 @@ class TuneOkReceived:
 
 @dataclass(frozen=True, slots=True)
 class OpenReceived:
+    """connection.open. Answer: ``send_open_ok`` or ``send_close``."""
+
     virtual_host: str
 
 
 @dataclass(frozen=True, slots=True)
-class ChannelOpened:
+class ChannelOpenReceived:
+    """channel.open. Answer: ``send_channel_open_ok``."""
+
     channel: int
 
 
 @dataclass(frozen=True, slots=True)
-class ChannelClosed:
-    """The client closed the channel (we already answered close-ok), or it answered
-    the close we sent."""
+class ChannelCloseReceived:
+    """The peer closed a channel. Answer: ``send_channel_close_ok``."""
 
     channel: int
-    by_client: bool
+    reply_code: int
+    reply_text: str
+
+
+@dataclass(frozen=True, slots=True)
+class ChannelCloseOkReceived:
+    """The peer answered the channel.close we sent; the number is free again."""
+
+    channel: int
+
+
+@dataclass(frozen=True, slots=True)
+class AccessRequestReceived:
+    """access.request (deprecated). Answer: ``send_access_request_ok``."""
+
+    channel: int
+
+
+@dataclass(frozen=True, slots=True)
+class UpdateSecretReceived:
+    """connection.update-secret. Answer: ``send_update_secret_ok`` or ``send_close``."""
+
+    new_secret: bytes
+    reason: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +151,8 @@ class PublishReceived:
 
 @dataclass(frozen=True, slots=True)
 class ConnectionCloseReceived:
+    """The peer closed the connection. Answer: ``send_close_ok``."""
+
     reply_code: int
     reply_text: str
     class_id: int
@@ -110,17 +166,26 @@ class ConnectionCloseOkReceived:
 
 @dataclass(frozen=True, slots=True)
 class ConnectionFailed:
-    """The peer broke the protocol; connection.close has been queued for it."""
+    """The peer broke the protocol and nothing more is read.
+
+    ``reply`` says whether RabbitMQ would answer with connection.close (the owner then
+    calls ``send_close(error)``) or end the TCP connection without a word (``drop``)."""
 
     error: AMQPError
+    reply: bool
 
 
 Event = (
-    StartOkReceived
+    HeaderReceived
+    | UnsupportedProtocol
+    | StartOkReceived
     | TuneOkReceived
     | OpenReceived
-    | ChannelOpened
-    | ChannelClosed
+    | ChannelOpenReceived
+    | ChannelCloseReceived
+    | ChannelCloseOkReceived
+    | AccessRequestReceived
+    | UpdateSecretReceived
     | MethodReceived
     | PublishReceived
     | ConnectionCloseReceived

@@ -23,7 +23,18 @@ FRAME_BODY = 3
 FRAME_HEARTBEAT = 8
 FRAME_END = 0xCE
 FRAME_END_BYTE = b"\xce"
+FRAME_HEAD_SIZE = 7  # type (1), channel (2), payload size (4)
+FRAME_OVERHEAD = FRAME_HEAD_SIZE + 1  # and the frame-end octet
 FRAME_MIN_SIZE = 4096
+HEARTBEAT_FRAME = b"\x08\x00\x00\x00\x00\x00\x00\xce"
+
+# What the server offers in connection.tune unless configured otherwise: RabbitMQ 3.10's
+# defaults. The one place these numbers live.
+DEFAULT_FRAME_MAX = 131072
+DEFAULT_CHANNEL_MAX = 2047
+DEFAULT_HEARTBEAT = 60
+# RabbitMQ's max_message_size default (128 MiB).
+DEFAULT_MAX_MESSAGE_SIZE = 134217728
 
 # Reply codes (AMQP 0-9-1 section 1.2 plus RabbitMQ's names)
 REPLY_SUCCESS = 200
@@ -90,10 +101,25 @@ BASIC = 60
 CONFIRM = 85
 TX = 90
 
-BASIC_PUBLISH_INDEX = 0x003C0028
-BASIC_ACK_INDEX = 0x003C0050
-BASIC_DELIVER = 60
-BASIC_ID_DELIVER = 60
+# Method indices (class id << 16 | method id) that the connection treats specially.
+CONNECTION_START_OK_INDEX = commands.Connection.StartOk.index
+CONNECTION_TUNE_OK_INDEX = commands.Connection.TuneOk.index
+CONNECTION_OPEN_INDEX = commands.Connection.Open.index
+CONNECTION_CLOSE_INDEX = commands.Connection.Close.index
+CONNECTION_CLOSE_OK_INDEX = commands.Connection.CloseOk.index
+CONNECTION_BLOCKED_INDEX = commands.Connection.Blocked.index
+CONNECTION_UNBLOCKED_INDEX = commands.Connection.Unblocked.index
+CONNECTION_UPDATE_SECRET_INDEX = commands.Connection.UpdateSecret.index
+CONNECTION_UPDATE_SECRET_OK_INDEX = commands.Connection.UpdateSecretOk.index
+CHANNEL_OPEN_INDEX = commands.Channel.Open.index
+CHANNEL_CLOSE_INDEX = commands.Channel.Close.index
+CHANNEL_CLOSE_OK_INDEX = commands.Channel.CloseOk.index
+# access.request is deprecated and gone from pamqp's spec; RabbitMQ still answers it.
+ACCESS_REQUEST_INDEX = 0x001E000A
+ACCESS_REQUEST_OK_PAYLOAD = b"\x00\x1e\x00\x0b\x00\x01"  # access.request-ok, ticket 1
+BASIC_PUBLISH_INDEX = commands.Basic.Publish.index
+BASIC_DELIVER_INDEX = commands.Basic.Deliver.index
+BASIC_ACK_INDEX = commands.Basic.Ack.index
 
 _METHODS: dict[int, type[Method]] = commands.INDEX_MAPPING
 
@@ -106,19 +132,6 @@ def method_ids(method: Method | type[Method]) -> tuple[int, int]:
 def method_class(index: int) -> type[Method] | None:
     return _METHODS.get(index)
 
-
-def has_content(method: Method) -> bool:
-    return method.index in _CONTENT_METHODS
-
-
-_CONTENT_METHODS = frozenset(
-    {
-        commands.Basic.Publish.index,
-        commands.Basic.Return.index,
-        commands.Basic.Deliver.index,
-        commands.Basic.GetOk.index,
-    }
-)
 
 _pack_index = struct.Struct(">I").pack
 

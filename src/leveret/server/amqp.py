@@ -1,59 +1,70 @@
 """The asyncio.Protocol that joins a socket, a sans-IO :class:`ServerConnection` and a
 broker :class:`Session`.
 
-Writes are coalesced: every send appends to the connection's buffer and the buffer is
-flushed once per event-loop tick."""
+Bytes read go into the connection; its events are pulled one at a time and handed to the
+session, which answers through the connection's ``send_*`` methods. Writes are coalesced:
+the connection's output is flushed once per event-loop tick.
+
+Flow control pulls no further events while the connection is held (credit flow) or
+blocked (a resource alarm): what the peer sent waits in the buffer, reading from the
+socket pauses, and the heartbeat monitor pauses with it, as RabbitMQ's reader does.
+
+Every ending closes the TCP connection gracefully, never with a reset: after answering a
+client's connection.close the socket stays open, its input read and dropped, until the
+client closes its side (or a timeout), so that frames still in flight never meet a closed
+socket."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+from pamqp import commands
 
 from leveret.broker.session import Session
 from leveret.protocol import errors, spec
 from leveret.protocol.connection import ServerConnection, State
 from leveret.protocol.errors import AMQPError
 from leveret.protocol.events import (
-    ChannelClosed,
-    ChannelOpened,
+    NEED_DATA,
+    AccessRequestReceived,
+    ChannelCloseOkReceived,
+    ChannelCloseReceived,
+    ChannelOpenReceived,
     ConnectionCloseOkReceived,
     ConnectionCloseReceived,
     ConnectionFailed,
+    HeaderReceived,
     MethodReceived,
     OpenReceived,
     PublishReceived,
     StartOkReceived,
     TuneOkReceived,
+    UnsupportedProtocol,
+    UpdateSecretReceived,
 )
-
-if TYPE_CHECKING:
-    from leveret.server.app import Server
+from leveret.server.state import CLOSING_TIMEOUT, ServerState
 
 log = logging.getLogger(__name__)
 
-CLOSE_GRACE = 1.0  # seconds to wait for close-ok before dropping the socket
-HANDSHAKE_TIMEOUT = 10.0
-
 
 class AMQPProtocol(asyncio.Protocol):
-    def __init__(self, server: Server) -> None:
-        self.server = server
-        self.loop = server.loop
-        self.conn = ServerConnection(
-            server.broker.server_properties(),
-            frame_max=server.config.frame_max,
-            channel_max=server.config.channel_max,
-            heartbeat=server.config.heartbeat,
-        )
+    def __init__(self, state: ServerState) -> None:
+        self.state = state
+        self.loop = asyncio.get_running_loop()
+        limits = state.limits
+        self.conn = ServerConnection(limits.frame_max, limits.channel_max, limits.heartbeat)
         self.transport: asyncio.Transport | None = None
         self.session: Session | None = None
         self._flush_scheduled = False
         self._last_recv = time.monotonic()
         self._last_send = time.monotonic()
         self._heartbeat_handle: asyncio.TimerHandle | None = None
-        self._close_handle: asyncio.TimerHandle | None = None
+        self._timer: asyncio.TimerHandle | None = None  # handshake, close grace, ending
+        self._ending = False  # the TCP connection is being ended
+        self._peer_done = False  # the peer closed its side
         self.blocked = False  # reading paused by a resource alarm
         self.held = False  # reading paused by credit flow (a consumer it feeds is congested)
         self.published_since_check = False
@@ -97,14 +108,18 @@ class AMQPProtocol(asyncio.Protocol):
 
     def close_channel(self, channel: int, error: AMQPError) -> None:
         log.info("closing channel %d of %s: %s", channel, self.name, error.reply_text)
-        self.conn.close_channel(channel, error)
+        self.conn.send_channel_close(channel, error)
         self._schedule()
 
     def close_connection(self, error: AMQPError) -> None:
+        """connection.close to the peer; the TCP connection ends at its close-ok, or after
+        the grace period."""
+        if self.conn.state in (State.CLOSING, State.CLOSED, State.CLOSE_RECEIVED):
+            return
         log.info("closing connection %s: %s", self.name, error.reply_text)
-        self.conn.fail(error)
-        self._flush()
-        self._drop_later()
+        self.conn.send_close(error)
+        self._schedule()
+        self._set_timer(self.state.limits.close_grace, self._close_ok_missed)
 
     # ---------------------------------------------------------------- transport
     @property
@@ -123,13 +138,27 @@ class AMQPProtocol(asyncio.Protocol):
         transport.set_write_buffer_limits(  # type: ignore[attr-defined]
             high=4 * 1024 * 1024, low=1024 * 1024
         )
-        self.server.protocols.add(self)
-        self._heartbeat_handle = self.loop.call_later(HANDSHAKE_TIMEOUT, self._handshake_timeout)
+        self.state.connections.add(self)
+        self._set_timer(self.state.limits.handshake_timeout, self._handshake_timeout)
+
+    def _set_timer(self, delay: float, callback: Any) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = self.loop.call_later(delay, callback)
 
     def _handshake_timeout(self) -> None:
-        if self.conn.state is not State.OPEN and self.transport is not None:
+        self._timer = None
+        if self.conn.state is not State.OPEN and not self._ending:
             log.info("handshake timed out for %s", self.name)
-            self.transport.close()
+            self._drop()
+
+    def _close_ok_missed(self) -> None:
+        """Our connection.close had no close-ok within the grace period: end our side and
+        give the peer time to end its side, reading and dropping what it still sends."""
+        self._timer = None
+        if self.conn.state is State.CLOSING:
+            self.conn.drop()
+            self._end(wait_for_peer=True, eof=True)
 
     def _flush(self) -> None:
         self._flush_scheduled = False
@@ -140,12 +169,6 @@ class AMQPProtocol(asyncio.Protocol):
         if data:
             transport.write(data)
             self._last_send = time.monotonic()
-        if self.conn.close_after_flush:
-            transport.close()
-
-    def _drop_later(self) -> None:
-        if self._close_handle is None and self.transport is not None:
-            self._close_handle = self.loop.call_later(CLOSE_GRACE, self.transport.close)
 
     def pause_writing(self) -> None:
         if self.session is not None:
@@ -155,128 +178,226 @@ class AMQPProtocol(asyncio.Protocol):
         if self.session is not None:
             self.session.set_writable(True)
 
+    def eof_received(self) -> bool:
+        """The peer closed its side: we finish ours once our output is flushed."""
+        self._peer_done = True
+        if self.session is not None:
+            self.session.close()
+        self._flush()
+        return False  # the transport closes itself after flushing
+
     def connection_lost(self, exc: Exception | None) -> None:
-        self.server.protocols.discard(self)
-        for handle in (self._heartbeat_handle, self._close_handle):
+        self.state.connections.discard(self)
+        for handle in (self._heartbeat_handle, self._timer):
             if handle is not None:
                 handle.cancel()
+        self._heartbeat_handle = self._timer = None
         self.transport = None
         if self.session is not None:
             self.session.close()
-        self.conn.state = State.CLOSED
-        self.server.after_batch()
+        self.conn.connection_lost()
+        self.state.sync()
+
+    def abort(self) -> None:
+        """End at once (shutdown, after the grace period)."""
+        if self.transport is not None:
+            self._flush()
+            self.transport.close()
+
+    # ------------------------------------------------------------------- ending
+    def _end(self, wait_for_peer: bool, eof: bool = False) -> None:
+        """The AMQP conversation is over: flush what is left, then end the TCP
+        connection gracefully. With ``wait_for_peer`` the socket stays open, its input
+        dropped, until the peer closes its side (or a timeout): closing a socket with
+        unread input would send the peer a reset instead of an end-of-file."""
+        if self._ending or self.transport is None:
+            return
+        self._ending = True
+        if self._heartbeat_handle is not None:
+            self._heartbeat_handle.cancel()
+            self._heartbeat_handle = None
+        self._flush()
+        transport = self.transport
+        if not wait_for_peer or self._peer_done:
+            transport.close()
+            return
+        if eof and transport.can_write_eof():
+            transport.write_eof()
+        transport.resume_reading()  # input is read and dropped until the peer's end
+        timeout = self.conn.heartbeat if 0 < self.conn.heartbeat < CLOSING_TIMEOUT else None
+        self._set_timer(timeout or CLOSING_TIMEOUT, transport.close)
+
+    def _drop(self) -> None:
+        """End without a word, as RabbitMQ does for some handshake errors."""
+        self.conn.drop()
+        if self.session is not None:
+            self.session.close()
+        self._end(wait_for_peer=False)
 
     # -------------------------------------------------------------------- input
     def data_received(self, data: bytes) -> None:
         self._last_recv = time.monotonic()
-        self._handle(self.conn.receive_data(data))
-        # The connection stopped early so that its own replies keep request order: the
-        # events before them are handled now, so it can go on.
-        while self.conn.input_pending and self.transport is not None:
-            self._handle(self.conn.receive_data(b""))
+        if self._ending:
+            return
+        self.conn.receive_data(data)
+        self._process()
 
-    def _handle(self, events: list[Any]) -> None:
+    def _process(self) -> None:
+        """Pull events and act on each, until none is buffered or flow control stops."""
+        conn = self.conn
         session = self.session
-        for event in events:
-            if type(event) is PublishReceived:
+        while not (self.held or self.blocked) and self.transport is not None:
+            event = conn.next_event()
+            kind = type(event)
+            if kind is PublishReceived:
                 if session is not None:
                     self.published_since_check = True
+                    pub: PublishReceived = event  # type: ignore[assignment]
                     session.publish(
-                        event.channel,
-                        event.exchange,
-                        event.routing_key,
-                        event.mandatory,
-                        event.immediate,
-                        event.exchange_and_key,
-                        event.properties,
-                        event.body,
+                        pub.channel,
+                        pub.exchange,
+                        pub.routing_key,
+                        pub.mandatory,
+                        pub.immediate,
+                        pub.exchange_and_key,
+                        pub.properties,
+                        pub.body,
                     )
-            elif type(event) is MethodReceived:
+                    if session.held_by:
+                        self.held = True
+                    elif self.state.alarms and not self.blocked:
+                        # RabbitMQ's "blocking": a publisher is blocked at its publish
+                        self.set_blocked(True, _alarm_reason(self.state.alarms))
+            elif kind is MethodReceived:
                 if session is not None:
-                    session.handle(event.channel, event.method)
+                    received: MethodReceived = event  # type: ignore[assignment]
+                    session.handle(received.channel, received.method)
+            elif event is NEED_DATA:
+                break
             else:
                 self._control(event)
                 session = self.session
-        if session is not None and session.held_by and not self.held:
-            self.held = True
+        if self.held or self.blocked:
             self._update_reading()
         if session is not None and (session.pending_confirms or self.published_since_check):
             # what this batch published is made durable (one fsync, one stream chunk)
             # before its confirms go out and before stream consumers see it
             self.published_since_check = False
-            self.server.after_batch()
+            self.state.sync()
             session.flush_confirms()
-        if self.conn.has_output() or self.conn.close_after_flush:
+        if conn.has_output():
             self._schedule()
+        if conn.closed:
+            self._end(wait_for_peer=self._wait_for_peer)
 
     def _control(self, event: Any) -> None:
         conn = self.conn
-        if isinstance(event, ChannelOpened):
-            if self.session is not None:
-                self.session.channel_opened(event.channel)
-        elif isinstance(event, ChannelClosed):
-            if self.session is not None:
-                self.session.channel_closed(event.channel)
+        session = self.session
+        if isinstance(event, ChannelOpenReceived):
+            if session is not None:
+                session.channel_opened(event.channel)
+            conn.send_channel_open_ok(event.channel)
+        elif isinstance(event, ChannelCloseReceived):
+            if session is not None:
+                session.channel_closed(event.channel)
+            conn.send_channel_close_ok(event.channel)
+        elif isinstance(event, ChannelCloseOkReceived):
+            if session is not None:
+                session.channel_closed(event.channel)
+        elif isinstance(event, AccessRequestReceived):
+            conn.send_access_request_ok(event.channel)  # RabbitMQ answers ticket 1
+        elif isinstance(event, UpdateSecretReceived):
+            # As RabbitMQ with its internal users: their state cannot expire, so
+            # rabbit_access_control:update_state accepts any new secret as it is.
+            conn.send_update_secret_ok()
+        elif isinstance(event, HeaderReceived):
+            conn.send_start(self.state.broker.server_properties())
+        elif isinstance(event, UnsupportedProtocol):
+            conn.send_protocol_header()
+            self._wait_for_peer = False
         elif isinstance(event, StartOkReceived):
             self._start_ok(event)
         elif isinstance(event, TuneOkReceived):
-            if self.session is not None:
-                self.session.frame_max = event.frame_max
-                self.session.channel_max = event.channel_max
-                self.session.heartbeat = event.heartbeat
+            if session is not None:
+                session.frame_max = event.frame_max
+                session.channel_max = event.channel_max
+                session.heartbeat = event.heartbeat
             self._start_heartbeats(event.heartbeat)
         elif isinstance(event, OpenReceived):
-            assert self.session is not None
-            err = self.session.open_vhost(event.virtual_host)
+            assert session is not None
+            err = session.open_vhost(event.virtual_host)
             if err is not None:
-                self.close_connection(err.with_method(spec.CONNECTION, 40))
+                self.close_connection(err.with_method(*spec.method_ids(commands.Connection.Open)))
             else:
                 conn.send_open_ok()
-        elif isinstance(event, (ConnectionCloseReceived, ConnectionCloseOkReceived)):
-            if self.session is not None:
-                self.session.close()
+                if self._timer is not None:
+                    self._timer.cancel()
+                    self._timer = None
+        elif isinstance(event, ConnectionCloseReceived):
+            if session is not None:
+                session.close()
+            conn.send_close_ok()
+            self._wait_for_peer = True
+        elif isinstance(event, ConnectionCloseOkReceived):
+            if session is not None:
+                session.close()
+            self._wait_for_peer = False
         elif isinstance(event, ConnectionFailed):
             log.info("protocol error from %s: %s", self.name, event.error.reply_text)
-            if self.session is not None:
-                self.session.close()
-            self._drop_later()
+            if session is not None:
+                session.close()
+            if event.reply:
+                self.close_connection(event.error)
+            else:
+                conn.drop()
+                self._wait_for_peer = False
+
+    _wait_for_peer = False
 
     def _start_ok(self, event: StartOkReceived) -> None:
         assert self.transport is not None
         peer = self.transport.get_extra_info("peername")
         local = self.transport.get_extra_info("sockname")
-        session = Session(self.server.broker, self, peer, local)
+        broker = self.state.broker
+        session = Session(broker, self, peer, local)
         err = session.authenticate(event.mechanism, event.response, event.client_properties)
         if err is not None:
-            self.server.broker.unregister(session)
+            broker.unregister(session)
             if err.code == spec.ACCESS_REFUSED and session.capability(
                 "authentication_failure_close"
             ):
                 self.close_connection(err)  # RabbitMQ names no method here
             elif err.code == spec.ACCESS_REFUSED:
                 # As RabbitMQ: a client that cannot read the reason just loses the socket.
-                self.conn.close_after_flush = True
-                self._schedule()
+                self.conn.drop()
+                self._wait_for_peer = False
             else:
-                self.close_connection(err.with_method(spec.CONNECTION, 11))
+                self.close_connection(
+                    err.with_method(*spec.method_ids(commands.Connection.StartOk))
+                )
             return
         self.session = session
         session.on_released = self._released
-        session.on_close_requested = lambda: self.close_connection(
-            errors.error(spec.CONNECTION_FORCED, "closed via management")
-        )
         self.conn.send_tune()
 
     def _released(self) -> None:
+        """Credit came back: read again, and handle what waited in the buffer."""
         self.held = False
         self._update_reading()
+        if not self.blocked:
+            self.loop.call_soon(self._resume)
+
+    def _resume(self) -> None:
+        if self.transport is not None and not self._ending:
+            self._process()
 
     def _update_reading(self) -> None:
-        if self.transport is None:
+        if self.transport is None or self._ending:
             return
         if self.held or self.blocked:
             self.transport.pause_reading()
         else:
+            self._last_recv = time.monotonic()  # the heartbeat monitor resumes now
             self.transport.resume_reading()
 
     # --------------------------------------------------------------- heartbeats
@@ -290,14 +411,18 @@ class AMQPProtocol(asyncio.Protocol):
             )
 
     def _heartbeat_tick(self, interval: int) -> None:
-        if self.transport is None:
+        if self.transport is None or self._ending:
             return
         now = time.monotonic()
-        if now - self._last_recv > 2 * interval:
+        if self.held or self.blocked:
+            # As RabbitMQ: a connection we stopped reading is not expected to be heard.
+            self._last_recv = now
+        elif now - self._last_recv > 2 * interval:
             log.warning("missed heartbeats from %s, closing TCP connection", self.name)
             if self.session is not None:
                 self.session.close()
-            self.transport.abort()
+            self.conn.drop()
+            self._end(wait_for_peer=False)
             return
         if now - self._last_send >= interval / 2:
             self.conn.send_heartbeat()
@@ -306,9 +431,7 @@ class AMQPProtocol(asyncio.Protocol):
 
     # ------------------------------------------------------- resource alarms
     def set_blocked(self, blocked: bool, reason: str) -> None:
-        from pamqp import commands
-
-        if blocked == self.blocked or self.transport is None:
+        if blocked == self.blocked or self.transport is None or self._ending:
             return
         self.blocked = blocked
         if self.session is not None and self.session.capability("connection.blocked"):
@@ -317,10 +440,12 @@ class AMQPProtocol(asyncio.Protocol):
             else:
                 self.send_method(0, commands.Connection.Unblocked())
         self._update_reading()
+        if not blocked and not self.held:
+            self.loop.call_soon(self._resume)
 
     def shutdown(self, reason: str) -> None:
         """Broker shutdown: connection.close 320 to the client."""
-        if self.transport is None:
+        if self.transport is None or self._ending:
             return
         if self.conn.state is State.OPEN:
             self.close_connection(
@@ -330,4 +455,9 @@ class AMQPProtocol(asyncio.Protocol):
                 )
             )
         else:
-            self.transport.close()
+            self._drop()
+
+
+def _alarm_reason(alarms: set[str]) -> str:
+    """connection.blocked's reason, as RabbitMQ words it."""
+    return "low on disk" if "disk" in alarms and "memory" not in alarms else "low on memory"

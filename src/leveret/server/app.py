@@ -12,6 +12,7 @@ from typing import Any
 from leveret.broker.broker import Broker
 from leveret.server.amqp import AMQPProtocol
 from leveret.server.config import Config, ConfigError
+from leveret.server.state import Limits, ServerState
 
 log = logging.getLogger(__name__)
 
@@ -23,10 +24,13 @@ class Server:
         self.config = config
         self.broker = broker or Broker()
         self.loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]
-        self.protocols: set[AMQPProtocol] = set()
         self._server: asyncio.base_events.Server | None = None
         self.stores: list[Any] = []
-        self.memory_alarm = False
+        self.state = ServerState(
+            self.broker,
+            Limits(config.frame_max, config.channel_max, config.heartbeat),
+            self.after_batch,
+        )
         self._alarm_handle: asyncio.TimerHandle | None = None
         self.port = 0
         self.host = config.bind
@@ -78,7 +82,7 @@ class Server:
         if host in ("", "0.0.0.0", "::"):
             host = None if host != "0.0.0.0" else "0.0.0.0"
         self._server = await self.loop.create_server(
-            lambda: AMQPProtocol(self),
+            lambda: AMQPProtocol(self.state),
             host=host,
             port=self.config.amqp_port,
             reuse_address=True,
@@ -88,6 +92,10 @@ class Server:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.host, self.port = sock.getsockname()[:2]
         self._alarm_handle = self.loop.call_later(ALARM_CHECK_INTERVAL, self._tick)
+
+    @property
+    def memory_alarm(self) -> bool:
+        return "memory" in self.state.alarms
 
     @property
     def url(self) -> str:
@@ -115,27 +123,30 @@ class Server:
         high = self.config.memory_high_watermark
         alarm = used > high if not self.memory_alarm else used > high * 0.8
         if alarm != self.memory_alarm:
-            self.memory_alarm = alarm
             log.warning("memory alarm %s (%d bytes queued)", "set" if alarm else "cleared", used)
-            for p in list(self.protocols):
-                if p.session is not None and (p.session.recv_publish or not alarm):
-                    p.set_blocked(alarm, "low on memory")
+            if alarm:
+                # publishers are blocked at their next publish, as RabbitMQ does
+                self.state.alarms.add("memory")
+            else:
+                self.state.alarms.discard("memory")
+                if not self.state.alarms:
+                    for p in list(self.state.connections):
+                        p.set_blocked(False, "")
 
     async def stop(self, reason: str = "shutdown") -> None:
         if self._alarm_handle is not None:
             self._alarm_handle.cancel()
         if self._server is not None:
             self._server.close()
-        for p in list(self.protocols):
+        for p in list(self.state.connections):
             p.shutdown(reason)
         # give clients a moment to read the close and answer close-ok
         for _ in range(20):
-            if not self.protocols:
+            if not self.state.connections:
                 break
             await asyncio.sleep(0.05)
-        for p in list(self.protocols):
-            if p.transport is not None:
-                p.transport.abort()
+        for p in list(self.state.connections):
+            p.abort()
         for store in self.stores:
             store.close()
         if self._server is not None:
