@@ -294,7 +294,10 @@ def test_channel_frames_after_our_channel_close_are_dropped_until_close_ok() -> 
 def test_both_ends_closing_a_channel_at_once() -> None:
     conn = opened()
     conn.send_channel_close(1, errors.precondition_failed("no"))
-    (event,) = feed(conn, method(commands.Channel.Close(reply_code=200, reply_text="", class_id=0, method_id=0), 1))
+    (event,) = feed(
+        conn,
+        method(commands.Channel.Close(reply_code=200, reply_text="", class_id=0, method_id=0), 1),
+    )
     assert event == ChannelCloseReceived(1, 200, "")
     assert [type(f) for f in frames(conn.data_to_send())] == [
         commands.Channel.Close,
@@ -305,7 +308,10 @@ def test_both_ends_closing_a_channel_at_once() -> None:
 
 def test_client_close_then_more_frames() -> None:
     conn = opened()
-    wire = method(commands.Connection.Close(reply_code=200, reply_text="bye", class_id=0, method_id=0)) * 2
+    wire = (
+        method(commands.Connection.Close(reply_code=200, reply_text="bye", class_id=0, method_id=0))
+        * 2
+    )
     (event,) = feed(conn, wire)
     assert isinstance(event, ConnectionCloseReceived)
     assert conn.closed
@@ -371,23 +377,27 @@ def operations(draw: st.DrawFn) -> bytes:
             channel,
         )
         wire += bytes(
-            frame.marshal(header.ContentHeader(body_size=len(body), properties=draw(_props)), channel)
+            frame.marshal(
+                header.ContentHeader(body_size=len(body), properties=draw(_props)), channel
+            )
         )
         for i in range(0, len(body), 4088):
             wire += bytes(frame.marshal(pbody.ContentBody(body[i : i + 4088]), channel))
         return wire
     if kind == "ack":
         return method(
-            commands.Basic.Ack(delivery_tag=draw(st.integers(1, 10**6)), multiple=draw(st.booleans())),
+            commands.Basic.Ack(
+                delivery_tag=draw(st.integers(1, 10**6)), multiple=draw(st.booleans())
+            ),
             channel,
         )
     if kind == "qos":
         return method(commands.Basic.Qos(prefetch_count=draw(st.integers(0, 1000))), channel)
     if kind == "heartbeat":
         return spec.HEARTBEAT_FRAME
-    return method(commands.Channel.Close(reply_code=200, reply_text="", class_id=0, method_id=0), channel) + method(
-        commands.Channel.Open(), channel
-    )
+    return method(
+        commands.Channel.Close(reply_code=200, reply_text="", class_id=0, method_id=0), channel
+    ) + method(commands.Channel.Open(), channel)
 
 
 def _summary(event: object) -> object:
