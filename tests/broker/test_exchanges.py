@@ -10,7 +10,7 @@ from leveret.broker.exchanges import FanoutExchange, TopicExchange
 from leveret.broker.exchanges.headers import headers_match
 from leveret.broker.exchanges.topic import topic_matches
 from leveret.broker.message import Message
-from leveret.broker.queue import Queue
+from leveret.broker.queues import ClassicQueue as Queue
 
 
 def reference(binding: str, key: str) -> bool:

@@ -78,19 +78,19 @@ def test_sampled_totals_match_live_totals() -> None:
 def test_deleting_a_queue_does_not_count_its_publishes_twice() -> None:
     """Publishes are counted where they arrive (sessions); a deleted queue's own count of
     what reached it must not be added to them."""
-    from types import SimpleNamespace
-    from typing import Any
-
     from leveret.broker.broker import Broker
     from leveret.broker.message import Message
+    from leveret.broker.session import Session
     from leveret.management.stats import Stats
+    from tests.broker.test_queue_model import FakeOutput
 
     broker = Broker.with_defaults()
     stats = Stats(broker)
     vhost = broker.vhosts["/"]
-    session: Any = SimpleNamespace(user=object(), vhost="/", closed=False, recv_publish=5,
-                                   closed_channel_confirms=0, channels={})
-    broker.sessions[1] = session
+    session = Session(broker, FakeOutput())
+    assert session.authenticate("PLAIN", b"\0guest\0guest", {}) is None
+    assert session.open_vhost("/") is None
+    session.recv_publish = 5
     q, _ = vhost.declare_queue("q")
     for _ in range(5):
         q.enqueue(Message.build("", "q", b"m"))

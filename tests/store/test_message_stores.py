@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from leveret.store.messages import FileMessageStore, MemoryMessageStore
+from leveret.store.messages import FileMessageStore
 
 
 def file_store(path: Path) -> tuple[Any, Callable[[], Any]]:
@@ -22,12 +22,7 @@ def file_store(path: Path) -> tuple[Any, Callable[[], Any]]:
     return store, reopen
 
 
-def memory_store(path: Path) -> tuple[Any, Callable[[], Any]]:
-    store = MemoryMessageStore()
-    return store, lambda: store
-
-
-@pytest.mark.parametrize("make", [file_store, memory_store])
+@pytest.mark.parametrize("make", [file_store])
 def test_store_contract(tmp_path: Path, make: Callable[[Path], Any]) -> None:
     store, reopen = make(tmp_path)
     for i in range(6):

@@ -58,8 +58,17 @@ def _is_str(v: Any) -> bool:
     return isinstance(v, (str, bytes, bytearray))
 
 
-def _text(v: Any) -> str:
-    return bytes(v).decode() if isinstance(v, (bytes, bytearray)) else str(v)
+def text(value: Any) -> str:
+    """A string argument as text, whichever way the client sent it (AMQP long strings
+    arrive as bytes from some clients, str from others)."""
+    if isinstance(value, (bytes, bytearray)):
+        return bytes(value).decode("utf-8", "replace")
+    return str(value)
+
+
+def optional_text(value: Any) -> str | None:
+    """:func:`text`, keeping None (an absent argument) as None."""
+    return None if value is None else text(value)
 
 
 def wire_type(table: dict[str, Any], key: str) -> str:
@@ -87,22 +96,22 @@ def _reason(key: str, value: Any, wire: str) -> str | None:
     elif key == "x-overflow":
         if not _is_str(value):
             return f"{{unacceptable_type,{wire}}}"
-        if _text(value) not in ("drop-head", "reject-publish", "reject-publish-dlx"):
+        if text(value) not in ("drop-head", "reject-publish", "reject-publish-dlx"):
             return "invalid_overflow"
     elif key == "x-queue-mode":
-        if not _is_str(value) or _text(value) not in ("default", "lazy"):
-            return f"\"unsupported queue mode '{_text(value)}'\""
+        if not _is_str(value) or text(value) not in ("default", "lazy"):
+            return f"\"unsupported queue mode '{text(value)}'\""
     elif key == "x-queue-version":
         if value not in (1, 2):
-            return f"\"unsupported queue version '{_text(value)}'\""
+            return f"\"unsupported queue version '{text(value)}'\""
     elif key in ("x-single-active-consumer",):
         if not isinstance(value, bool):
             return f"{{unacceptable_type,{wire}}}"
     elif key == "x-queue-type":
         if not _is_str(value):
             return f"{{unacceptable_type,{wire}}}"
-        if _text(value) not in ("classic", "quorum", "stream"):
-            return f"\"unsupported queue type '{_text(value)}'\""
+        if text(value) not in ("classic", "quorum", "stream"):
+            return f"\"unsupported queue type '{text(value)}'\""
     return None
 
 
@@ -127,7 +136,7 @@ def check_queue_arguments(name: str, vhost: str, arguments: dict[str, Any]) -> N
             raise errors.precondition_failed(
                 f"invalid arg '{key}' for {where} of queue type rabbit_classic_queue"
             )
-    qtype = _text(arguments.get("x-queue-type", "classic"))
+    qtype = text(arguments.get("x-queue-type", "classic"))
     if qtype not in ("classic", "stream"):
         raise errors.precondition_failed(
             f"queue type '{qtype}' is not supported by this broker (declaring {where})"
@@ -149,9 +158,9 @@ def assert_args_equivalence(
         new = received.get(key)
         if key == "x-queue-type":
             # classic is the default: saying so is the same as saying nothing
-            if old is None and new is not None and _text(new) == "classic":
+            if old is None and new is not None and text(new) == "classic":
                 continue
-            if new is None and old is not None and _text(old) == "classic":
+            if new is None and old is not None and text(old) == "classic":
                 continue
         if _norm(old) != _norm(new):
             return inequivalent_arg(

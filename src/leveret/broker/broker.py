@@ -1,19 +1,20 @@
-"""The broker: virtual hosts, users, live sessions, and what it advertises to clients."""
+"""The broker: virtual hosts, users, live connections, and what it advertises to clients."""
 
 from __future__ import annotations
 
 import logging
 import platform
 import socket
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import leveret
+from leveret.broker.events import Event, Observers
 from leveret.broker.users import UserDatabase
 from leveret.broker.vhost import VirtualHost
+from leveret.protocol import spec
 
 if TYPE_CHECKING:
-    from leveret.broker.session import Session
+    from leveret.broker.ports import ConnectionInfo, Storage
 
 log = logging.getLogger(__name__)
 
@@ -35,55 +36,98 @@ CAPABILITIES: dict[str, Any] = {
 
 
 class Broker:
-    def __init__(self, node_name: str | None = None) -> None:
+    def __init__(
+        self,
+        node_name: str | None = None,
+        observers: Observers | None = None,
+        storage: Storage | None = None,
+        max_message_size: int = spec.DEFAULT_MAX_MESSAGE_SIZE,
+    ) -> None:
         self.node_name = node_name or f"leveret@{socket.gethostname().split('.')[0]}"
+        self.observers = observers or Observers()
+        self.storage = storage
+        self.max_message_size = max_message_size
         self.vhosts: dict[str, VirtualHost] = {}
         self.users = UserDatabase()
-        self.sessions: dict[int, Session] = {}
-        self._next_session = 1
+        self.connections: dict[int, ConnectionInfo] = {}
+        self._next_connection = 1
         self.cluster_name = self.node_name
-        # Told of changes to vhosts, users and permissions: (event, subject).
-        self.listeners: list[Callable[[str, Any], None]] = []
-        # Told when a session opens ("opened") or goes ("closed"), e.g. to keep its counters.
-        self.session_listeners: list[Callable[[str, Session], None]] = []
-
-    def changed(self, event: str, subject: Any = None) -> None:
-        for listener in self.listeners:
-            listener(event, subject)
 
     @classmethod
     def with_defaults(cls, node_name: str | None = None) -> Broker:
         """A broker as RabbitMQ starts: vhost '/', user guest/guest (administrator)."""
         b = cls(node_name)
         b.add_vhost("/")
-        b.users.add_user("guest", "guest", ["administrator"])
-        b.users.set_permissions("guest", "/", ".*", ".*", ".*")
+        b.add_user("guest", "guest", ["administrator"])
+        b.set_permissions("guest", "/", ".*", ".*", ".*")
         return b
 
+    # ------------------------------------------------------------------ vhosts
     def add_vhost(
         self, name: str, description: str = "", tags: list[str] | None = None
     ) -> VirtualHost:
         vhost = self.vhosts.get(name)
         if vhost is None:
-            vhost = VirtualHost(name, description, tags)
+            vhost = VirtualHost(
+                name, description, tags, self.observers, self.storage, self.max_message_size
+            )
             self.vhosts[name] = vhost
-            self.changed("vhost.added", vhost)
+            self.observers.emit(Event.VHOST_ADDED, vhost)
         return vhost
+
+    def update_vhost(self, vhost: VirtualHost, description: str, tags: list[str]) -> None:
+        vhost.description = description
+        vhost.tags = list(tags)
+        self.observers.emit(Event.VHOST_CHANGED, vhost)
 
     def delete_vhost(self, name: str) -> bool:
         vhost = self.vhosts.pop(name, None)
         if vhost is None:
             return False
-        for session in list(self.sessions.values()):
-            if session.vhost == name:
-                session.force_close("vhost deleted")
+        for connection in list(self.connections.values()):
+            if connection.vhost == name:
+                connection.force_close("vhost deleted")
         for queue in list(vhost.queues.values()):
             vhost.remove_queue(queue)
         for key in [k for k in self.users.permissions if k[1] == name]:
             del self.users.permissions[key]
-        self.changed("vhost.deleted", vhost)
+        self.observers.emit(Event.VHOST_DELETED, vhost)
         return True
 
+    # ------------------------------------------------------- users, permissions
+    def add_user(
+        self,
+        name: str,
+        password: str | None = None,
+        tags: list[str] | None = None,
+        password_hash: str | None = None,
+    ) -> None:
+        self.users.add_user(name, password, tags, password_hash=password_hash)
+        self.observers.emit(Event.USER_CHANGED, name)
+
+    def set_user_tags(self, name: str, tags: list[str]) -> None:
+        user = self.users.users.get(name)
+        if user is not None:
+            user.tags = list(tags)
+            self.observers.emit(Event.USER_CHANGED, name)
+
+    def delete_user(self, name: str) -> bool:
+        if not self.users.delete_user(name):
+            return False
+        self.observers.emit(Event.USER_CHANGED, name)
+        return True
+
+    def set_permissions(self, user: str, vhost: str, configure: str, write: str, read: str) -> None:
+        self.users.set_permissions(user, vhost, configure, write, read)
+        self.observers.emit(Event.PERMISSION_CHANGED, (user, vhost))
+
+    def clear_permissions(self, user: str, vhost: str) -> bool:
+        if not self.users.clear_permissions(user, vhost):
+            return False
+        self.observers.emit(Event.PERMISSION_CHANGED, (user, vhost))
+        return True
+
+    # ------------------------------------------------------------- connections
     def server_properties(self) -> dict[str, Any]:
         return {
             "capabilities": dict(CAPABILITIES),  # in RabbitMQ's order, kept on the wire
@@ -96,15 +140,15 @@ class Broker:
             "version": COMPATIBLE_VERSION,
         }
 
-    def register(self, session: Session) -> int:
-        sid = self._next_session
-        self._next_session += 1
-        self.sessions[sid] = session
-        for listener in self.session_listeners:
-            listener("opened", session)
-        return sid
+    def next_connection_id(self) -> int:
+        cid = self._next_connection
+        self._next_connection += 1
+        return cid
 
-    def unregister(self, session: Session) -> None:
-        if self.sessions.pop(session.id, None) is not None:
-            for listener in self.session_listeners:
-                listener("closed", session)
+    def register(self, connection: ConnectionInfo) -> None:
+        self.connections[connection.id] = connection
+        self.observers.emit(Event.CONNECTION_OPENED, connection)
+
+    def unregister(self, connection: ConnectionInfo) -> None:
+        if self.connections.pop(connection.id, None) is not None:
+            self.observers.emit(Event.CONNECTION_CLOSED, connection)

@@ -1,23 +1,38 @@
 """One AMQP channel's delivery state: consumers, outstanding deliveries and their acks,
-prefetch, publisher confirms and transactions."""
+prefetch, publisher confirms and transactions. It sees its connection as a
+:class:`ChannelHost` and settles through the queues' own ack / reject."""
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pamqp import commands
 
 from leveret.broker import names
-from leveret.broker.consumer import Consumer
+from leveret.broker.consumer import UNLIMITED, Consumer
+from leveret.broker.entry import Entry
 from leveret.broker.message import Message
-from leveret.broker.spec_texts import stream_not_supported
+from leveret.broker.ports import ConnectionInfo, FlowHolder
+from leveret.broker.queues.base import Queue
 from leveret.protocol import errors
 
 if TYPE_CHECKING:
     from leveret.broker.exchanges import Exchange
-    from leveret.broker.queue import Entry, Queue
-    from leveret.broker.session import Session
+    from leveret.broker.ports import Output
+    from leveret.broker.vhost import VirtualHost
+
+
+class ChannelHost(FlowHolder, ConnectionInfo, Protocol):
+    """The connection a channel belongs to, as the channel sees it."""
+
+    output: Output
+    pending_confirms: set[Channel]
+
+    @property
+    def vhost_obj(self) -> VirtualHost: ...
+
+    def capability(self, name: str) -> bool: ...
 
 
 class Delivery:
@@ -30,10 +45,10 @@ class Delivery:
 
 
 class Channel:
-    def __init__(self, session: Session, number: int) -> None:
-        self.session = session
+    def __init__(self, host: ChannelHost, number: int) -> None:
+        self.host = host
         self.number = number
-        self.out = session.output
+        self.out = host.output
         self.consumers: dict[str, Consumer] = {}
         self.unacked: OrderedDict[int, Delivery] = OrderedDict()
         self.next_tag = 1
@@ -53,25 +68,35 @@ class Channel:
 
     # ---------------------------------------------------------------- delivery
     @property
+    def holder(self) -> FlowHolder:
+        return self.host
+
+    @property
+    def connection(self) -> ConnectionInfo:
+        return self.host
+
+    @property
     def writable(self) -> bool:
-        return self.session.writable
+        return self.host.writable
 
     def can_deliver(self) -> bool:
-        if not self.session.writable:
+        if not self.host.writable:
             return False
         return not self.global_prefetch or len(self.unacked) < self.global_prefetch
+
+    def credit(self) -> int:
+        if not self.host.writable:
+            return 0
+        if not self.global_prefetch:
+            return UNLIMITED
+        return self.global_prefetch - len(self.unacked)
 
     def deliver(self, consumer: Consumer, queue: Queue, entry: Entry) -> None:
         tag = self.next_tag
         self.next_tag = tag + 1
-        queue.delivered += 1
-        entry.delivery_count += 1
-        if consumer.no_ack:
-            if queue.on_removed is not None:
-                queue.on_removed(queue, entry)
-        else:
+        queue.record_delivery(entry, consumer.no_ack)
+        if not consumer.no_ack:
             consumer.unacked += 1
-            queue.unacked += 1
             self.unacked[tag] = Delivery(queue, entry, consumer)
         m = entry.message
         self.out.send_deliver(
@@ -109,9 +134,9 @@ class Channel:
         self.consumers[consumer.tag] = consumer
         return consumer
 
-    def start_consumer(self, consumer: Consumer) -> None:
+    def start_consumer(self, consumer: Consumer, start: Any = None) -> None:
         """Attach after consume-ok went out, so no delivery overtakes it."""
-        consumer.queue.add_consumer(consumer)
+        consumer.queue.add_consumer(consumer, start)
 
     def cancel(self, tag: str) -> Consumer | None:
         consumer = self.consumers.pop(tag, None)
@@ -120,14 +145,14 @@ class Channel:
         queue = consumer.queue
         queue.remove_consumer(consumer)
         if queue.auto_delete and not queue.consumers and not queue.deleted:
-            self.session.vhost_obj.remove_queue(queue)
+            self.host.vhost_obj.remove_queue(queue)
         return consumer
 
     def consumer_cancelled_by_server(self, consumer: Consumer) -> None:
         """The queue went away: tell a client that asked for cancel notifications."""
         if self.consumers.pop(consumer.tag, None) is None:
             return
-        if self.session.capability("consumer_cancel_notify") and not self.closed:
+        if self.host.capability("consumer_cancel_notify") and not self.closed:
             self.out.send_method(
                 self.number, commands.Basic.Cancel(consumer_tag=consumer.tag, nowait=True)
             )
@@ -139,12 +164,8 @@ class Channel:
             return False
         tag = self.next_tag
         self.next_tag = tag + 1
-        queue.delivered += 1
-        queue.unacked += 1
-        entry.delivery_count += 1
-        if no_ack:
-            queue.settled(entry)
-        else:
+        queue.record_delivery(entry, no_ack)
+        if not no_ack:
             self.unacked[tag] = Delivery(queue, entry, None)
         m = entry.message
         self.out.send_content(
@@ -154,7 +175,7 @@ class Channel:
                 redelivered=entry.redelivered,
                 exchange=m.exchange,
                 routing_key=m.routing_key,
-                message_count=len(queue.ready),
+                message_count=queue.message_count,
             ),
             m.properties,
             m.body,
@@ -180,10 +201,18 @@ class Channel:
             out.append(unacked.pop(first))
         return out
 
+    def _covered(self, tag: int, multiple: bool) -> list[Delivery]:
+        """The deliveries an ack/nack/reject of ``tag`` would settle, left in place."""
+        if multiple:
+            return [d for t, d in self.unacked.items() if tag == 0 or t <= tag]
+        d = self.unacked.get(tag)
+        return [d] if d is not None else []
+
     def settle(self, kind: str, tag: int, multiple: bool, requeue: bool) -> None:
         """ack, nack or reject. In a transaction, validated now and applied on commit."""
         if kind != "ack":
-            self._refuse_stream_nack(tag, multiple)
+            for d in self._covered(tag, multiple):
+                d.queue.check_reject()
         if self.tx:
             if not (multiple and tag == 0) and tag not in self.unacked:
                 raise errors.precondition_failed(f"unknown delivery tag {tag}")
@@ -191,39 +220,19 @@ class Channel:
             return
         self._settle(kind, tag, multiple, requeue)
 
-    def _refuse_stream_nack(self, tag: int, multiple: bool) -> None:
-        """Streams take acks only (RabbitMQ closes the connection with 540)."""
-        if multiple:
-            hit = [d for t, d in self.unacked.items() if tag == 0 or t <= tag]
-        else:
-            d = self.unacked.get(tag)
-            hit = [d] if d is not None else []
-        for d in hit:
-            if d.queue.is_stream:
-                raise stream_not_supported("basic.nack and basic.reject", d.queue)
-
     def _settle(self, kind: str, tag: int, multiple: bool, requeue: bool) -> None:
         deliveries = self._collect(tag, multiple)
-        touched: dict[Queue, list[Entry]] = {}
+        by_queue: dict[Queue, list[Entry]] = {}
         for d in deliveries:
             if d.consumer is not None:
                 d.consumer.unacked -= 1
+            by_queue.setdefault(d.queue, []).append(d.entry)
+        for queue, entries in by_queue.items():
             if kind == "ack":
-                d.queue.acked += 1
-                d.queue.settled(d.entry)
-                touched.setdefault(d.queue, [])
-            elif requeue:
-                touched.setdefault(d.queue, []).append(d.entry)
+                queue.ack(entries)
             else:
-                d.queue.settled(d.entry)
-                touched.setdefault(d.queue, [])
-                if d.queue.dead_letter is not None:
-                    d.queue.dead_letter(d.queue, d.entry, "rejected")
-        for queue, entries in touched.items():
-            if entries:
-                queue.requeue(entries)
-            else:
-                queue.dispatch()
+                queue.reject(entries, requeue)
+            queue.dispatch()
         if deliveries and self.global_prefetch:
             self.kick()
 
@@ -263,6 +272,7 @@ class Channel:
         self.tx = True
 
     def tx_commit(self) -> list[tuple[Exchange, Message, bool]]:
+        """Apply the transaction's settlements; its publishes, for the caller to route."""
         if not self.tx:
             raise errors.precondition_failed("channel is not transactional")
         settles, self.tx_settles = self.tx_settles, []
@@ -281,7 +291,7 @@ class Channel:
     def confirmed_ok(self, seq: int) -> None:
         self.confirm_upto = seq
         self.confirmed += 1
-        self.session.pending_confirms.add(self)
+        self.host.pending_confirms.add(self)
 
     def confirmed_fail(self, seq: int) -> None:
         self.flush_confirms(upto=seq - 1)
@@ -294,7 +304,7 @@ class Channel:
             self.out.send_basic_ack(self.number, target, True)
         if upto is None or target == self.confirm_upto:
             self.confirm_upto = 0
-            self.session.pending_confirms.discard(self)
+            self.host.pending_confirms.discard(self)
 
     # ------------------------------------------------------------------- close
     def close(self) -> None:
@@ -302,7 +312,7 @@ class Channel:
         if self.closed:
             return
         self.closed = True
-        self.session.pending_confirms.discard(self)
+        self.host.pending_confirms.discard(self)
         for tag in list(self.consumers):
             self.cancel(tag)
         deliveries = list(self.unacked.values())

@@ -1,12 +1,42 @@
-"""A consumer: a queue subscription on a channel, with its own prefetch."""
+"""A consumer: a queue subscription on a channel, with its own prefetch. Its queue sees
+it as a :class:`~leveret.broker.queues.base.Subscriber`; it sees its channel as a
+:class:`DeliveryTarget`."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from leveret.broker.channel import Channel
-    from leveret.broker.queue import Entry, Queue
+    from leveret.broker.entry import Entry
+    from leveret.broker.ports import ConnectionInfo, FlowHolder
+    from leveret.broker.queues.base import Queue
+
+UNLIMITED = 1 << 30
+
+
+class DeliveryTarget(Protocol):
+    """The channel a consumer delivers on."""
+
+    number: int
+
+    @property
+    def holder(self) -> FlowHolder: ...
+
+    @property
+    def connection(self) -> ConnectionInfo: ...
+
+    @property
+    def writable(self) -> bool: ...
+
+    def can_deliver(self) -> bool: ...
+
+    def credit(self) -> int:
+        """How many more deliveries the channel takes now (its global prefetch)."""
+        ...
+
+    def deliver(self, consumer: Consumer, queue: Queue, entry: Entry) -> None: ...
+
+    def consumer_cancelled_by_server(self, consumer: Consumer) -> None: ...
 
 
 class Consumer:
@@ -15,7 +45,6 @@ class Consumer:
         "channel",
         "exclusive",
         "no_ack",
-        "offset",
         "prefetch",
         "priority",
         "queue",
@@ -28,7 +57,7 @@ class Consumer:
         self,
         tag: str,
         queue: Queue,
-        channel: Channel,
+        channel: DeliveryTarget,
         no_ack: bool,
         exclusive: bool,
         prefetch: int,
@@ -37,7 +66,7 @@ class Consumer:
     ) -> None:
         self.tag = tag
         raw = tag.encode()
-        self.tag_wire = bytes((len(raw),)) + raw
+        self.tag_wire = bytes((len(raw),)) + raw  # as a short string, for deliveries
         self.queue = queue
         self.channel = channel
         self.no_ack = no_ack
@@ -46,7 +75,10 @@ class Consumer:
         self.arguments = arguments
         self.priority = priority
         self.unacked = 0
-        self.offset = 0  # a stream consumer's next offset
+
+    @property
+    def holder(self) -> FlowHolder:
+        return self.channel.holder
 
     def has_credit(self) -> bool:
         if self.no_ack:
@@ -55,5 +87,14 @@ class Consumer:
             return False
         return self.channel.can_deliver()
 
+    def credit(self) -> int:
+        if self.no_ack:
+            return UNLIMITED if self.channel.writable else 0
+        own = self.prefetch - self.unacked if self.prefetch else UNLIMITED
+        return min(own, self.channel.credit())
+
     def deliver(self, queue: Queue, entry: Entry) -> None:
         self.channel.deliver(self, queue, entry)
+
+    def cancelled(self) -> None:
+        self.channel.consumer_cancelled_by_server(self)

@@ -4,12 +4,11 @@ bindings."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from leveret.broker.broker import COMPATIBLE_VERSION, Broker
+from leveret.broker.events import Event
 from leveret.broker.users import HASHING_ALGORITHM
-
-if TYPE_CHECKING:
-    from leveret.broker.broker import Broker
 
 
 def _jsonable(value: Any) -> Any:
@@ -23,8 +22,6 @@ def _jsonable(value: Any) -> Any:
 
 
 def export_definitions(broker: Broker, durable_only: bool = True) -> dict[str, Any]:
-    from leveret.broker.broker import COMPATIBLE_VERSION
-
     users = [
         {
             "name": u.name,
@@ -132,11 +129,11 @@ def import_definitions(broker: Broker, data: dict[str, Any]) -> None:
         tags = u.get("tags", [])
         if isinstance(tags, str):
             tags = [t for t in tags.split(",") if t]
-        broker.users.add_user(
+        broker.add_user(
             u["name"], password=u.get("password"), tags=tags, password_hash=u.get("password_hash")
         )
     for p in data.get("permissions", []):
-        broker.users.set_permissions(
+        broker.set_permissions(
             p["user"], p["vhost"], p.get("configure", ""), p.get("write", ""), p.get("read", "")
         )
     for x in data.get("exchanges", []):
@@ -167,3 +164,4 @@ def import_definitions(broker: Broker, data: dict[str, Any]) -> None:
         dest = (vhost.queues if dest_kind == "queue" else vhost.exchanges).get(b["destination"])
         if src is not None and dest is not None and src.name != "":
             vhost.bind(src, dest, b.get("routing_key", ""), b.get("arguments") or {})
+    broker.observers.emit(Event.DEFINITIONS_IMPORTED)

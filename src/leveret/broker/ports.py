@@ -1,12 +1,17 @@
-"""What the broker needs from the world around it, as Protocols: where it writes frames
-for a connection, and where it keeps what must survive a restart."""
+"""What the broker needs from the world around it, as Protocols: where a session writes
+frames, what others know of a connection, and where the broker keeps what must survive a
+restart. (What a queue sees of its consumers is in :mod:`leveret.broker.queues.base`.)"""
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from leveret.protocol.errors import AMQPError
 from leveret.protocol.spec import Method
+
+if TYPE_CHECKING:
+    from leveret.broker.entry import Entry
+    from leveret.broker.message import Message
 
 
 class Output(Protocol):
@@ -34,6 +39,56 @@ class Output(Protocol):
     def close_channel(self, channel: int, error: AMQPError) -> None: ...
 
     def close_connection(self, error: AMQPError) -> None: ...
+
+
+class ConnectionInfo(Protocol):
+    """A client connection as others see it: who and where. Exclusive queues are owned
+    by one; management shows it beside channels and consumers."""
+
+    @property
+    def id(self) -> int: ...
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def peer(self) -> tuple[str, int] | None: ...
+
+    @property
+    def username(self) -> str: ...
+
+    @property
+    def vhost(self) -> str: ...
+
+    def force_close(self, reason: str) -> None: ...
+
+
+class FlowHolder(Protocol):
+    """A connection whose socket can stop draining; while it cannot, the publishers that
+    feed its consumers are held back (RabbitMQ's credit flow)."""
+
+    held_by: set[FlowHolder]  # the connections holding this one back
+
+    @property
+    def writable(self) -> bool: ...
+
+    def hold(self, publisher: FlowHolder) -> None:
+        """Hold ``publisher`` back until this connection drains again."""
+        ...
+
+
+class QueueStore(Protocol):
+    """Persistent messages of one durable classic queue."""
+
+    def recover(self) -> list[tuple[Message, int]]:
+        """What it kept before a restart, in order, with each message's store id."""
+        ...
+
+    def add(self, entry: Entry) -> None: ...
+
+    def remove(self, entry: Entry) -> None: ...
+
+    def drop(self) -> None: ...
 
 
 class StreamLog(Protocol):
@@ -66,34 +121,21 @@ class StreamLog(Protocol):
     def delete(self) -> None: ...
 
 
+class Storage(Protocol):
+    """Where the broker keeps queue contents that outlive the process."""
+
+    def queue_store(self, vhost: str, queue: str) -> QueueStore | None:
+        """The store of a durable classic queue, or None to keep it in memory only."""
+        ...
+
+    def open_stream(self, vhost: str, queue: str, arguments: dict[str, Any]) -> StreamLog:
+        """The log of a stream queue; raises AMQPError when streams cannot be kept."""
+        ...
+
+
 class DefinitionStore(Protocol):
     """Durable exchanges, queues, bindings, users, vhosts and permissions."""
 
     def load(self) -> dict[str, Any] | None: ...
 
     def save(self, definitions: dict[str, Any]) -> None: ...
-
-
-class MessageStore(Protocol):
-    """Persistent messages in durable queues."""
-
-    def add(
-        self,
-        vhost: str,
-        queue: str,
-        message_id: int,
-        exchange: str,
-        routing_key: str,
-        properties: bytes,
-        body: bytes,
-    ) -> None: ...
-
-    def remove(self, vhost: str, queue: str, message_id: int) -> None: ...
-
-    def drop_queue(self, vhost: str, queue: str) -> None: ...
-
-    def load(self) -> list[tuple[str, str, int, str, str, bytes, bytes]]: ...
-
-    def sync(self) -> None: ...
-
-    def close(self) -> None: ...

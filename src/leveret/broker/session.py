@@ -13,25 +13,24 @@ from pamqp import commands
 
 from leveret.broker import errors as rabbit
 from leveret.broker import names
+from leveret.broker.arguments import text
+from leveret.broker.broker import Broker
 from leveret.broker.channel import Channel
 from leveret.broker.message import Message
-from leveret.broker.ports import Output
-from leveret.broker.queue import Queue
-from leveret.broker.spec_texts import stream_not_supported
+from leveret.broker.queues import Queue, queue_type_name
 from leveret.broker.users import Permission, User
-from leveret.broker.vhost import VirtualHost
+from leveret.broker.vhost import PublishResult, VirtualHost, exchange_type
 from leveret.protocol import errors, sasl, spec
 from leveret.protocol.errors import AMQPError
-from leveret.protocol.spec import Method, refused_by_a_stream
+from leveret.protocol.spec import Method
 
 if TYPE_CHECKING:
-    from leveret.broker.broker import Broker
     from leveret.broker.exchanges import Exchange
+    from leveret.broker.ports import FlowHolder, Output
 
 log = logging.getLogger(__name__)
 
 C = commands
-MAX_MESSAGE_SIZE = 134217728
 
 
 def _arguments(method: Method) -> dict[str, Any]:
@@ -59,7 +58,7 @@ class Session:
         self.output = output
         self.peer = peer
         self.local = local
-        self.id = broker.register(self)
+        self.id = broker.next_connection_id()
         self.user: User | None = None
         self.vhost = ""
         self.vhost_obj: VirtualHost = None  # type: ignore[assignment]
@@ -71,19 +70,20 @@ class Session:
         self.exclusive_queues: list[Queue] = []
         self.closed = False
         self.connected_at = int(time.time() * 1000)
-        self.frame_max = 131072
-        self.channel_max = 2047
-        self.heartbeat = 60
+        self.frame_max = spec.DEFAULT_FRAME_MAX
+        self.channel_max = spec.DEFAULT_CHANNEL_MAX
+        self.heartbeat = spec.DEFAULT_HEARTBEAT
         self.auth_mechanism = ""
-        # Credit flow: sessions whose congestion holds this publisher back, and the
+        # Credit flow: connections whose congestion holds this publisher back, and the
         # publishers this session holds back; on_released resumes reading.
-        self.held_by: set[Session] = set()
-        self.holding: set[Session] = set()
+        self.held_by: set[FlowHolder] = set()
+        self.holding: set[FlowHolder] = set()
         self.on_released: Callable[[], None] | None = None
         # counters for management
         self.recv_publish = 0
         self.send_deliver = 0
         self.closed_channel_confirms = 0  # confirms sent on channels since closed
+        broker.register(self)
         self._handlers: dict[type[Method], Callable[[Channel, Any], None]] = {
             C.Exchange.Declare: self._exchange_declare,
             C.Exchange.Delete: self._exchange_delete,
@@ -157,6 +157,13 @@ class Session:
     def username(self) -> str:
         return self.user.name if self.user else ""
 
+    @property
+    def name(self) -> str:
+        """RabbitMQ's name for a connection: ``peer:port -> local:port``."""
+        peer = self.peer or ("", 0)
+        local = self.local or ("", 0)
+        return f"{peer[0]}:{peer[1]} -> {local[0]}:{local[1]}"
+
     # -------------------------------------------------------------- channels
     def channel_opened(self, number: int) -> None:
         self.channels[number] = Channel(self, number)
@@ -200,13 +207,23 @@ class Session:
                 ch.kick()
             self.release_held()
 
+    def hold(self, publisher: FlowHolder) -> None:
+        """Credit flow: ``publisher`` feeds this session's consumers faster than this
+        session's socket drains, so it waits until this session drains again."""
+        self.holding.add(publisher)
+        publisher.held_by.add(self)
+
     def release_held(self) -> None:
         """This session drains again (or is gone): publishers it held may read again."""
         holding, self.holding = self.holding, set()
         for publisher in holding:
             publisher.held_by.discard(self)
-            if not publisher.held_by and publisher.on_released is not None:
-                publisher.on_released()
+            if not publisher.held_by and isinstance(publisher, Session):
+                publisher.released()
+
+    def released(self) -> None:
+        if self.on_released is not None:
+            self.on_released()
 
     def force_close(self, reason: str) -> None:
         self.output.close_connection(errors.error(spec.CONNECTION_FORCED, reason))
@@ -225,7 +242,8 @@ class Session:
         self.exclusive_queues.clear()
         self.release_held()
         for holder in self.held_by:
-            holder.holding.discard(self)
+            if isinstance(holder, Session):
+                holder.holding.discard(self)
         self.held_by.clear()
         self.broker.unregister(self)
 
@@ -243,6 +261,7 @@ class Session:
         return name
 
     def _exclusive_check(self, q: Queue) -> None:
+        # an exclusive queue's owner is the connection (this session) that declared it
         if q.exclusive_owner is not None and q.exclusive_owner is not self:
             raise rabbit.exclusive_locked(q.name, self.vhost)
 
@@ -262,8 +281,6 @@ class Session:
             self._not_default(name)
             vhost.get_exchange(name)
         else:
-            from leveret.broker.vhost import exchange_type
-
             exchange_type(m.exchange_type)
             self._not_default(name)
             self.check("configure", "exchange", name)
@@ -272,7 +289,7 @@ class Session:
                 ae = args["alternate-exchange"]
                 if isinstance(ae, (str, bytes)):
                     self.check("read", "exchange", name)
-                    self.check("write", "exchange", ae.decode() if isinstance(ae, bytes) else ae)
+                    self.check("write", "exchange", text(ae))
             x, new = vhost.declare_exchange(
                 name, m.exchange_type, m.durable, m.auto_delete, m.internal, args
             )
@@ -346,15 +363,10 @@ class Session:
         if m.passive:
             q = vhost.get_queue(name)  # no last-declared shortcut here, as RabbitMQ
             self._exclusive_check(q)
-            if q.is_stream and m.arguments and "x-stream-offsets" in m.arguments:
-                # Leveret's extension: the stream's committed end offset (RabbitMQ, which
-                # ignores the argument, answers 0 for a stream).
-                message_count = q.log.committed  # type: ignore[attr-defined]
+            message_count = q.declare_ok_count(m.arguments or {})
         else:
             if name == "":
-                qtype = (m.arguments or {}).get("x-queue-type")
-                if isinstance(qtype, bytes):
-                    qtype = qtype.decode("utf-8", "replace")
+                qtype = queue_type_name(m.arguments or {})
                 if qtype in ("stream", "quorum"):
                     raise errors.precondition_failed(
                         f"Cannot declare a server-named queue for type rabbit_{qtype}_queue"
@@ -371,7 +383,7 @@ class Session:
                 dlx = args["x-dead-letter-exchange"]
                 if isinstance(dlx, (str, bytes)):
                     self.check("read", "queue", name)
-                    self.check("write", "exchange", dlx.decode() if isinstance(dlx, bytes) else dlx)
+                    self.check("write", "exchange", text(dlx))
             q, new = vhost.declare_queue(name, durable, owner, m.auto_delete, args)
             if new and owner is not None:
                 self.exclusive_queues.append(q)
@@ -417,7 +429,7 @@ class Session:
         self.vhost_obj.check_queue_delete(q, m.if_unused, m.if_empty)
         # As RabbitMQ: delete-ok goes out before the queue's consumers (this channel's
         # too) are told basic.cancel.
-        self._reply(ch, m.nowait, C.Queue.DeleteOk(message_count=len(q.ready)))
+        self._reply(ch, m.nowait, C.Queue.DeleteOk(message_count=q.message_count))
         self.vhost_obj.remove_queue(q)
         if q in self.exclusive_queues:
             self.exclusive_queues.remove(q)
@@ -441,25 +453,10 @@ class Session:
         q = self.vhost_obj.get_queue(name)
         self._exclusive_check(q)
         args = _arguments(m)
-        if q.is_stream:
-            if m.no_ack:
-                raise stream_not_supported("automatic acknowledgement", q)
-            if not ch.consumer_prefetch:
-                raise errors.precondition_failed(
-                    f"consumer prefetch count is not set for 'queue '{q.name}' in vhost "
-                    f"'{q.vhost}''"
-                )
-            start = q.resolve_offset(args.get("x-stream-offset"))  # type: ignore[attr-defined]
-        elif "x-stream-offset" in args:
-            raise errors.precondition_failed(
-                f"invalid arg 'x-stream-offset' for queue '{q.name}' in vhost '{q.vhost}' of "
-                "queue type rabbit_classic_queue"
-            )
+        start = q.consumer_start(m.no_ack, ch.consumer_prefetch, args)
         consumer = ch.consume(q, m.consumer_tag, m.no_ack, m.exclusive, args)
-        if q.is_stream:
-            consumer.offset = start
         self._reply(ch, m.nowait, C.Basic.ConsumeOk(consumer_tag=consumer.tag))
-        ch.start_consumer(consumer)
+        ch.start_consumer(consumer, start)
 
     def _basic_cancel(self, ch: Channel, m: C.Basic.Cancel) -> None:
         ch.cancel(m.consumer_tag or "")
@@ -507,7 +504,9 @@ class Session:
 
     def _tx_commit(self, ch: Channel, m: C.Tx.Commit) -> None:
         for exchange, message, mandatory in ch.tx_commit():
-            self._route(ch, exchange, message, mandatory, seq=0)
+            result = self.vhost_obj.publish_to(exchange, message, mandatory)
+            if not self._published(ch, message, result, seq=0):
+                return
         self.output.send_method(ch.number, C.Tx.CommitOk())
 
     def _tx_rollback(self, ch: Channel, m: C.Tx.Rollback) -> None:
@@ -529,29 +528,21 @@ class Session:
         ch = self.channels.get(number)
         if ch is None:
             return
+        message = Message(exchange_name, routing_key, exchange_and_key, properties, body)
+        vhost = self.vhost_obj
         try:
             if immediate:
                 raise errors.not_implemented("immediate=true")
-            if len(body) > MAX_MESSAGE_SIZE:
-                raise errors.precondition_failed(
-                    f"message size {len(body)} is larger than configured max size "
-                    f"{MAX_MESSAGE_SIZE}"
+            if ch.tx:
+                exchange = vhost.authorize_publish(
+                    exchange_name, message, self.username, self.permission
                 )
-            perm = self.permission
-            if perm is None or not perm.allows("write", exchange_name):
-                raise rabbit.access_refused("exchange", exchange_name, self.vhost, self.username)
-            exchange = self.vhost_obj.exchanges.get(exchange_name)
-            if exchange is None:
-                raise rabbit.no_exchange(exchange_name, self.vhost)
-            if exchange.internal:
-                raise errors.access_refused(
-                    f"cannot publish to internal exchange '{exchange_name}' in vhost '{self.vhost}'"
+            else:
+                result = vhost.publish(
+                    exchange_name, message, mandatory, self.username, self.permission
                 )
-            message = Message(exchange_name, routing_key, exchange_and_key, properties, body)
-            if properties[0] & 0x01 or (len(properties) > 2 and properties[1] & 0x10):
-                self._check_properties(message)
         except AMQPError as exc:
-            self.fail(number, exc.with_method(spec.BASIC, 40))
+            self.fail(number, exc.with_method(*spec.method_ids(C.Basic.Publish)))
             return
         self.recv_publish += 1
         ch.published += 1
@@ -562,50 +553,20 @@ class Session:
         if ch.tx:
             ch.tx_publishes.append((exchange, message, mandatory))
             return
-        self._route(ch, exchange, message, mandatory, seq)
+        self._published(ch, message, result, seq)
 
-    def _check_properties(self, message: Message) -> None:
-        props = message.props
-        if props.user_id and props.user_id != self.username:
-            raise errors.precondition_failed(
-                f"user_id property set to '{props.user_id}' but authenticated user was "
-                f"'{self.username}'"
-            )
-        if props.expiration is not None and props.expiration != "":
-            exp = props.expiration
-            if not exp.isdigit():
-                raise errors.precondition_failed(
-                    f"invalid expiration '{exp}': {{value_negative,{exp}}}"
-                    if exp.startswith("-") and exp[1:].isdigit()
-                    else f"invalid expiration '{exp}': no_integer"
-                )
-
-    def _route(
-        self, ch: Channel, exchange: Exchange, message: Message, mandatory: bool, seq: int
-    ) -> None:
-        vhost = self.vhost_obj
-        queues = vhost.route(exchange, message)
-        accepted = True
-        refused = False
-        for q in queues:
-            if q.is_stream and refused_by_a_stream(message.properties):
-                refused = True
-                continue
-            if not q.enqueue(message):
-                accepted = False
-            elif q.ready and q.consumers:
-                # Credit flow: a consumer that cannot drain its socket holds back the
-                # publishers that feed it, instead of letting the queue grow unbounded.
-                holder = q.consumers[0].channel.session
-                if not holder.writable and holder is not self:
-                    self.held_by.add(holder)
-                    holder.holding.add(self)
-        if refused:
-            # RabbitMQ 3.10 delivers to the other queues, then its channel crashes converting
-            # the decimal header for the stream: the connection goes with 541
+    def _published(self, ch: Channel, message: Message, result: PublishResult, seq: int) -> bool:
+        """Answer what became of a publish: return, confirm or nack; hold this publisher
+        back behind congested consumers. False when the publish ended the connection."""
+        for holder in result.congested:
+            if holder is not self:
+                holder.hold(self)
+        if result.unstorable:
+            # RabbitMQ 3.10 delivers to the other queues, then its channel crashes
+            # converting the decimal header for the stream: the connection goes with 541
             self.fail(ch.number, errors.error(spec.INTERNAL_ERROR, ""))
-            return
-        if not queues and mandatory:
+            return False
+        if result.returned:
             self.output.send_content(
                 ch.number,
                 C.Basic.Return(
@@ -618,7 +579,8 @@ class Session:
                 message.body,
             )
         if seq:
-            if accepted:
-                ch.confirmed_ok(seq)
-            else:
+            if result.refused:
                 ch.confirmed_fail(seq)
+            else:
+                ch.confirmed_ok(seq)
+        return True

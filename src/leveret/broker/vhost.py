@@ -1,27 +1,41 @@
 """A virtual host: its exchanges, queues and bindings, and the rules RabbitMQ applies to
-declaring, deleting, binding and routing."""
+declaring, deleting, binding, routing and publishing.
+
+:meth:`VirtualHost.publish` is the one path every publish takes, whether it came over
+AMQP, from a transaction's commit or from the management API: the checks, the routing
+and the queues' answers, returned as a :class:`PublishResult`."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-from typing import Any
-
-from pamqp import commands
+from typing import TYPE_CHECKING, Any
 
 from leveret.broker import errors as rabbit
 from leveret.broker.arguments import (
     EXCHANGE_EQUIVALENCE_KEYS,
     QUEUE_EQUIVALENCE_KEYS,
     assert_args_equivalence,
-    check_queue_arguments,
+    text,
     wire_type,
 )
+from leveret.broker.deadletter import dead_lettered
+from leveret.broker.entry import now_ms
+from leveret.broker.events import Event, Observers
 from leveret.broker.exchanges import EXCHANGE_TYPES, Binding, DefaultExchange, Exchange
 from leveret.broker.message import Message
-from leveret.broker.ports import StreamLog
-from leveret.broker.queue import Entry, Queue, now_ms
-from leveret.protocol import errors
+from leveret.broker.queues import (
+    QUEUE_TYPES,
+    Accepted,
+    ClassicQueue,
+    Queue,
+    StreamQueue,
+    queue_type_name,
+)
+from leveret.protocol import errors, spec
+
+if TYPE_CHECKING:
+    from leveret.broker.ports import ConnectionInfo, FlowHolder, Storage
+    from leveret.broker.users import Permission
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +48,38 @@ BUILTIN_EXCHANGES = (
     ("amq.topic", "topic", False),
 )
 
-Listener = Callable[[str, Any], None]
+_EXPIRATION_FLAG = 0x01  # byte 0 of the property flags: expiration (0x0100)
+_USER_ID_FLAG = 0x10  # byte 1: user-id (0x0010)
+
+
+class PublishResult:
+    """What became of one published message."""
+
+    __slots__ = ("congested", "refused", "returned", "routed", "unstorable")
+
+    def __init__(
+        self,
+        routed: bool = False,
+        returned: bool = False,
+        refused: bool = False,
+        unstorable: bool = False,
+        congested: tuple[FlowHolder, ...] = (),
+    ) -> None:
+        self.routed = routed  # it reached at least one queue
+        self.returned = returned  # mandatory and unroutable: basic.return it
+        self.refused = refused  # a queue refused it (x-overflow reject-publish): nack it
+        self.unstorable = unstorable  # a stream cannot store it: RabbitMQ's channel dies
+        self.congested = congested  # consumers' connections that cannot drain
+
+    def __repr__(self) -> str:
+        flags = [n for n in ("routed", "returned", "refused", "unstorable") if getattr(self, n)]
+        return f"PublishResult({', '.join(flags)})"
+
+
+# The common answers, shared and never changed.
+ROUTED = PublishResult(routed=True)
+UNROUTED = PublishResult()
+RETURNED = PublishResult(returned=True)
 
 
 def exchange_type(type_name: str) -> type[Exchange]:
@@ -45,10 +90,21 @@ def exchange_type(type_name: str) -> type[Exchange]:
 
 
 class VirtualHost:
-    def __init__(self, name: str, description: str = "", tags: list[str] | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        description: str = "",
+        tags: list[str] | None = None,
+        observers: Observers | None = None,
+        storage: Storage | None = None,
+        max_message_size: int = spec.DEFAULT_MAX_MESSAGE_SIZE,
+    ) -> None:
         self.name = name
         self.description = description
         self.tags = list(tags or [])
+        self.observers = observers or Observers()
+        self.storage = storage
+        self.max_message_size = max_message_size
         self.queues: dict[str, Queue] = {}
         self.default_exchange = DefaultExchange(name, self.queues.get)
         self.exchanges: dict[str, Exchange] = {"": self.default_exchange}
@@ -58,14 +114,6 @@ class VirtualHost:
             )
         # (kind, name) of destination -> bindings pointing at it, for cascading deletes
         self._incoming: dict[tuple[str, str], dict[tuple[Any, ...], Binding]] = {}
-        # Notified of durable definition changes ("definitions") and message events.
-        self.listeners: list[Listener] = []
-        # Opens the log of a stream queue (vhost, queue, arguments); set by the store.
-        self.stream_factory: Callable[[str, str, dict[str, Any]], StreamLog] | None = None
-
-    def _notify(self, event: str, subject: Any) -> None:
-        for listener in self.listeners:
-            listener(event, subject)
 
     # ---------------------------------------------------------------- exchanges
     def get_exchange(self, name: str) -> Exchange:
@@ -107,7 +155,7 @@ class VirtualHost:
             )
             self.exchanges[name] = x
             if durable:
-                self._notify("definitions", x)
+                self.observers.emit(Event.DEFINITION_CHANGED, x)
             return x, True
         self.assert_exchange_equivalence(
             existing, type_name, durable, auto_delete, internal, arguments
@@ -160,7 +208,7 @@ class VirtualHost:
                 src.unbind(binding.key)
                 self._maybe_auto_delete(src)
         if x.durable:
-            self._notify("definitions", x)
+            self.observers.emit(Event.DEFINITION_CHANGED, x)
 
     def _maybe_auto_delete(self, x: Exchange) -> None:
         if x.auto_delete and not x.bindings and x.name in self.exchanges:
@@ -177,10 +225,11 @@ class VirtualHost:
         self,
         name: str,
         durable: bool = False,
-        exclusive_owner: Any = None,
+        exclusive_owner: ConnectionInfo | None = None,
         auto_delete: bool = False,
         arguments: dict[str, Any] | None = None,
     ) -> tuple[Queue, bool]:
+        """Declare (non-passive). Returns the queue and whether it is new."""
         arguments = arguments.copy() if arguments else {}
         existing = self.queues.get(name)
         if existing is not None:
@@ -189,52 +238,41 @@ class VirtualHost:
             )
             existing.last_used = now_ms()
             return existing, False
-        qtype = arguments.get("x-queue-type")
-        if isinstance(qtype, bytes):
-            qtype = qtype.decode("utf-8", "replace")
-        if qtype == "stream":
-            return self._declare_stream(
-                name, durable, exclusive_owner, auto_delete, arguments
-            ), True
-        check_queue_arguments(name, self.name, arguments)
-        q = Queue(
-            name,
-            self.name,
-            durable=durable,
-            exclusive_owner=exclusive_owner,
-            auto_delete=auto_delete,
-            arguments=arguments,
-        )
-        q.dead_letter = self._dead_letter
+        kind = QUEUE_TYPES.get(queue_type_name(arguments), ClassicQueue)
+        kind.validate(name, self.name, durable, exclusive_owner is not None, auto_delete, arguments)
+        q: Queue
+        if kind is StreamQueue:
+            if self.storage is None:
+                raise errors.not_implemented("stream queues need a data directory")
+            stream_log = self.storage.open_stream(self.name, name, arguments)
+            q = StreamQueue(name, self.name, arguments, stream_log)
+        else:
+            store = None
+            if durable and self.storage is not None:
+                store = self.storage.queue_store(self.name, name)
+            q = ClassicQueue(
+                name,
+                self.name,
+                durable=durable,
+                exclusive_owner=exclusive_owner,
+                auto_delete=auto_delete,
+                arguments=arguments,
+                dead_letters=self,
+                store=store,
+            )
         self.queues[name] = q
-        self._notify("queue.created", q)
-        if durable:
-            self._notify("definitions", q)
+        self.observers.emit(Event.QUEUE_CREATED, q)
+        if q.durable:
+            self.observers.emit(Event.DEFINITION_CHANGED, q)
         return q, True
 
-    def _declare_stream(
+    def assert_queue_equivalence(
         self,
-        name: str,
+        q: Queue,
         durable: bool,
-        exclusive_owner: Any,
+        owner: ConnectionInfo | None,
         auto_delete: bool,
         arguments: dict[str, Any],
-    ) -> Queue:
-        from leveret.broker.stream import StreamQueue, check_stream_declaration
-
-        check_stream_declaration(
-            name, self.name, durable, exclusive_owner is not None, auto_delete, arguments
-        )
-        if self.stream_factory is None:
-            raise errors.not_implemented("stream queues need a data directory")
-        q = StreamQueue(name, self.name, arguments, self.stream_factory(self.name, name, arguments))
-        self.queues[name] = q
-        self._notify("queue.created", q)
-        self._notify("definitions", q)
-        return q
-
-    def assert_queue_equivalence(
-        self, q: Queue, durable: bool, owner: Any, auto_delete: bool, arguments: dict[str, Any]
     ) -> None:
         if q.exclusive_owner is not owner:
             raise rabbit.exclusive_locked(q.name, self.name)
@@ -260,29 +298,28 @@ class VirtualHost:
         """Raise what queue.delete with these flags would refuse with."""
         if if_unused and q.consumers:
             raise errors.precondition_failed(f"queue '{q.name}' in vhost '{self.name}' in use")
-        if if_empty and q.ready:
+        if if_empty and q.message_count:
             raise errors.precondition_failed(f"queue '{q.name}' in vhost '{self.name}' not empty")
 
     def remove_queue(self, q: Queue) -> int:
-        """Delete a queue with no checks: its bindings go, its consumers are cancelled."""
+        """Delete a queue with no checks: its bindings go, its consumers are cancelled.
+        Returns how many messages were ready in it."""
         if self.queues.get(q.name) is not q:
             return 0
-        count = len(q.ready)
         del self.queues[q.name]
-        q.deleted = True
         for binding in list(self._incoming.pop(("queue", q.name), {}).values()):
             src = self.exchanges.get(binding.source)
             if src is not None:
                 src.unbind(binding.key)
                 self._maybe_auto_delete(src)
-        for consumer in list(q.consumers):
-            consumer.channel.consumer_cancelled_by_server(consumer)
+        consumers = list(q.consumers)
         q.consumers.clear()
-        if not q.is_stream:
-            q.purge()
-        self._notify("queue.deleted", q)
+        count = q.delete()
+        for consumer in consumers:
+            consumer.cancelled()
+        self.observers.emit(Event.QUEUE_DELETED, q)
         if q.durable:
-            self._notify("definitions", q)
+            self.observers.emit(Event.DEFINITION_CHANGED, q)
         return count
 
     # ----------------------------------------------------------------- bindings
@@ -310,7 +347,7 @@ class VirtualHost:
             (source.name, *binding.key)
         ] = binding
         if source.durable and destination.durable:
-            self._notify("definitions", binding)
+            self.observers.emit(Event.DEFINITION_CHANGED, binding)
         return True
 
     def unbind(
@@ -328,7 +365,7 @@ class VirtualHost:
             return False
         self._forget_incoming(removed)
         if source.durable and destination.durable:
-            self._notify("definitions", removed)
+            self.observers.emit(Event.DEFINITION_CHANGED, removed)
         self._maybe_auto_delete(source)
         return True
 
@@ -361,10 +398,9 @@ class VirtualHost:
                 seen.add(d.name)
                 self._route_into(d, message, out, seen)  # type: ignore[arg-type]
         if len(out) == before:
-            ae_name = exchange.arguments.get("alternate-exchange")
-            if isinstance(ae_name, bytes):
-                ae_name = ae_name.decode()
-            if isinstance(ae_name, str) and ae_name not in seen:
+            ae = exchange.arguments.get("alternate-exchange")
+            ae_name = text(ae) if isinstance(ae, (str, bytes)) else None
+            if ae_name is not None and ae_name not in seen:
                 ae = self.exchanges.get(ae_name)
                 if ae is not None:
                     seen.add(ae_name)
@@ -374,59 +410,104 @@ class VirtualHost:
         """Drop expired messages at queue heads, and queues unused for their x-expires."""
         t = now_ms()
         for q in list(self.queues.values()):
-            if q.ready and q.ready[0].expires_at:
-                q.expire()
+            q.expire()
+            expires = q.expires
             if (
-                q.expires is not None
+                expires is not None
                 and not q.consumers
                 and q.exclusive_owner is None
-                and t - q.last_used >= q.expires
+                and t - q.last_used >= expires
             ):
                 self.remove_queue(q)
 
+    # ------------------------------------------------------------------ publish
+    def authorize_publish(
+        self, exchange_name: str, message: Message, username: str, permission: Permission | None
+    ) -> Exchange:
+        """Every check RabbitMQ makes of a publish, in its order (size, write permission,
+        the exchange, internal, user-id, expiration): the exchange to route through."""
+        if len(message.body) > self.max_message_size:
+            raise errors.precondition_failed(
+                f"message size {len(message.body)} is larger than configured max size "
+                f"{self.max_message_size}"
+            )
+        # As rabbit_access_control: the default exchange's permissions are those of
+        # the name 'amq.default'.
+        checked = exchange_name or "amq.default"
+        if permission is None or not permission.allows("write", checked):
+            raise rabbit.access_refused("exchange", checked, self.name, username)
+        exchange = self.exchanges.get(exchange_name)
+        if exchange is None:
+            raise rabbit.no_exchange(exchange_name, self.name)
+        if exchange.internal:
+            raise errors.access_refused(
+                f"cannot publish to internal exchange '{exchange_name}' in vhost '{self.name}'"
+            )
+        props = message.properties
+        if props[0] & _EXPIRATION_FLAG or (len(props) > 2 and props[1] & _USER_ID_FLAG):
+            _check_properties(message, username)
+        return exchange
+
+    def publish(
+        self,
+        exchange_name: str,
+        message: Message,
+        mandatory: bool = False,
+        username: str = "",
+        permission: Permission | None = None,
+    ) -> PublishResult:
+        """Check, route and enqueue one message: the one path of every publish."""
+        exchange = self.authorize_publish(exchange_name, message, username, permission)
+        return self.publish_to(exchange, message, mandatory)
+
+    def publish_to(self, exchange: Exchange, message: Message, mandatory: bool) -> PublishResult:
+        """Route an authorized message and enqueue it (a transaction's commit routes
+        what it authorized earlier)."""
+        queues = self.route(exchange, message)
+        if not queues:
+            return RETURNED if mandatory else UNROUTED
+        refused = unstorable = False
+        congested: list[FlowHolder] = []
+        for q in queues:
+            accepted = q.enqueue(message)
+            if accepted is Accepted.YES:
+                holder = q.congested()
+                if holder is not None:
+                    congested.append(holder)
+            elif accepted is Accepted.REFUSED:
+                refused = True
+            else:
+                unstorable = True
+        if not (refused or unstorable or congested):
+            return ROUTED
+        return PublishResult(True, False, refused, unstorable, tuple(congested))
+
     # ------------------------------------------------------------ dead-lettering
-    def _dead_letter(self, queue: Queue, entry: Entry, reason: str) -> None:
-        dlx_name = queue.dead_letter_exchange
-        if dlx_name is None:
+    def dead_letter(self, queue: Queue, message: Message, reason: str) -> None:
+        """Republish a queue's dead letter through its dead-letter exchange."""
+        if not isinstance(queue, ClassicQueue) or queue.dead_letter_exchange is None:
             return
-        dlx = self.exchanges.get(dlx_name)
+        dlx = self.exchanges.get(queue.dead_letter_exchange)
         if dlx is None:
             return
-        old = entry.message
-        props = old.props
-        new_props = commands.Basic.Properties(**{k: getattr(props, k) for k in props.__slots__})
-        headers: dict[str, Any] = dict(props.headers or {})
-        routing_key = queue.dead_letter_routing_key or old.routing_key
-        deaths = list(headers.get("x-death") or [])
-        for death in deaths:
-            if (
-                isinstance(death, dict)
-                and death.get("queue") == queue.name
-                and death.get("reason") == reason
-            ):
-                death["count"] = int(death.get("count", 0)) + 1
-                deaths.remove(death)
-                deaths.insert(0, death)
-                break
-        else:
-            death = {
-                "count": 1,
-                "reason": reason,
-                "queue": queue.name,
-                "exchange": old.exchange,
-                "routing-keys": [old.routing_key],
-            }
-            if props.expiration:
-                death["original-expiration"] = props.expiration
-            deaths.insert(0, death)
-        headers["x-death"] = deaths
-        headers.setdefault("x-first-death-reason", reason)
-        headers.setdefault("x-first-death-queue", queue.name)
-        headers.setdefault("x-first-death-exchange", old.exchange)
-        new_props.headers = headers
-        new_props.expiration = None
-        message = old.with_route(dlx_name, routing_key, new_props)
-        for q in self.route(dlx, message):
+        letter = dead_lettered(message, queue.name, reason, dlx.name, queue.dead_letter_routing_key)
+        for q in self.route(dlx, letter):
             if q is queue and reason != "rejected":
                 continue  # no dead-letter cycles back into the same queue
-            q.enqueue(message)
+            q.enqueue(letter)
+
+
+def _check_properties(message: Message, username: str) -> None:
+    props = message.props
+    if props.user_id and props.user_id != username:
+        raise errors.precondition_failed(
+            f"user_id property set to '{props.user_id}' but authenticated user was '{username}'"
+        )
+    if props.expiration is not None and props.expiration != "":
+        exp = props.expiration
+        if not exp.isdigit():
+            raise errors.precondition_failed(
+                f"invalid expiration '{exp}': {{value_negative,{exp}}}"
+                if exp.startswith("-") and exp[1:].isdigit()
+                else f"invalid expiration '{exp}': no_integer"
+            )

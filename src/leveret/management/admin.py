@@ -1,6 +1,5 @@
 """The administrator's part of the management API: users, vhosts, permissions and
-definitions. Every change is told to the broker (``broker.changed``) so the definitions
-store keeps it."""
+definitions, changed through the broker's methods, whose events the store keeps."""
 
 from __future__ import annotations
 
@@ -11,7 +10,7 @@ from aiohttp import web
 
 from leveret.broker.definitions import export_definitions, import_definitions
 from leveret.management import views
-from leveret.management.api import mgmt
+from leveret.management.context import mgmt
 from leveret.management.httputil import (
     ApiError,
     bad_request,
@@ -68,16 +67,14 @@ async def user_put(request: web.Request) -> web.Response:
     existing = b.users.users.get(name)
     tags = _tags(body["tags"])
     if "password" in body:
-        user = b.users.add_user(name, str(body["password"]), tags)
+        b.add_user(name, str(body["password"]), tags)
     elif "password_hash" in body:
-        user = b.users.add_user(name, None, tags, password_hash=str(body["password_hash"]))
+        b.add_user(name, None, tags, password_hash=str(body["password_hash"]))
     elif existing is not None:
-        existing.tags = tags
-        user = existing
+        b.set_user_tags(name, tags)
     else:
         # RabbitMQ creates a user without a password: it cannot log in with one.
-        user = b.users.add_user(name, None, tags)
-    b.changed("user.added" if existing is None else "user.changed", user)
+        b.add_user(name, None, tags)
     return created_or_updated(existing is None)
 
 
@@ -85,9 +82,8 @@ async def user_delete(request: web.Request) -> web.Response:
     require_admin(request)
     b = mgmt(request).broker
     name = request.match_info["user"]
-    if not b.users.delete_user(name):
+    if not b.delete_user(name):
         raise not_found()
-    b.changed("user.deleted", name)
     return no_content()
 
 
@@ -97,8 +93,7 @@ async def users_bulk_delete(request: web.Request) -> web.Response:
     body = await json_body(request)
     require_keys(body, "users")
     for name in body["users"] or []:
-        if b.users.delete_user(str(name)):
-            b.changed("user.deleted", name)
+        b.delete_user(str(name))
     return no_content()
 
 
@@ -137,9 +132,7 @@ async def vhost_put(request: web.Request) -> web.Response:
     description = str(body.get("description", ""))
     tags = _tags(body.get("tags", ""))
     if existing is not None:
-        existing.description = description
-        existing.tags = tags
-        b.changed("vhost.changed", existing)
+        b.update_vhost(existing, description, tags)
         return created_or_updated(False)
     vhost = b.add_vhost(name, description, tags)
     # As RabbitMQ's API: the user who creates a vhost gets full permissions in it, and
@@ -147,8 +140,7 @@ async def vhost_put(request: web.Request) -> web.Response:
     creator = current_user(request).name
     for x in vhost.exchanges.values():
         x.user_who_performed_action = creator
-    b.users.set_permissions(creator, name, ".*", ".*", ".*")
-    b.changed("permission.set", (creator, name))
+    b.set_permissions(creator, name, ".*", ".*", ".*")
     return created_or_updated(True)
 
 
@@ -203,8 +195,7 @@ async def permission_put(request: web.Request) -> web.Response:
         except re.error as exc:
             raise bad_request(f"invalid_regexp: {pattern}: {exc}") from exc
     created = b.users.permission(user, vhost) is None
-    b.users.set_permissions(user, vhost, *patterns)
-    b.changed("permission.set", (user, vhost))
+    b.set_permissions(user, vhost, *patterns)
     return created_or_updated(created)
 
 
@@ -212,9 +203,8 @@ async def permission_delete(request: web.Request) -> web.Response:
     require_admin(request)
     b = mgmt(request).broker
     user, vhost = request.match_info["user"], request.match_info["vhost"]
-    if not b.users.clear_permissions(user, vhost):
+    if not b.clear_permissions(user, vhost):
         raise not_found()
-    b.changed("permission.cleared", (user, vhost))
     return no_content()
 
 
@@ -262,7 +252,6 @@ async def definitions_post(request: web.Request) -> web.Response:
         raise bad_request(f"invalid definitions: {exc}") from exc
     except ApiError:
         raise
-    m.broker.changed("definitions.imported", None)
     return no_content()
 
 

@@ -22,7 +22,7 @@ from prometheus_client.registry import Collector
 from leveret.broker.broker import COMPATIBLE_VERSION
 
 if TYPE_CHECKING:
-    from leveret.management.api import Management
+    from leveret.management.context import Management
 
 QUEUE_GAUGES = (
     ("rabbitmq_queue_messages_ready", "Messages ready to be delivered to consumers"),
@@ -121,7 +121,7 @@ class BrokerCollector(Collector):
         )
         sums = [0, 0, 0, 0, 0]
         for q in queues:
-            ready = len(q.ready)
+            ready = q.message_count
             values = [ready, q.unacked, ready + q.unacked, len(q.consumers), q.published]
             if self.per_object:
                 for (name, _), value in zip(QUEUE_GAUGES, values, strict=False):

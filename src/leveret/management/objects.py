@@ -12,12 +12,14 @@ from aiohttp import web
 from pamqp import commands
 
 from leveret.broker import errors as rabbit
+from leveret.broker.consumer import Consumer
 from leveret.broker.message import Message
-from leveret.broker.queue import Queue
+from leveret.broker.queues import Queue
 from leveret.broker.vhost import VirtualHost
 from leveret.management import views
-from leveret.management.api import mgmt
+from leveret.management.context import mgmt
 from leveret.management.httputil import (
+    ApiError,
     access_refused,
     as_bool,
     bad_request,
@@ -31,6 +33,8 @@ from leveret.management.httputil import (
     rate_ages,
     require_keys,
 )
+from leveret.protocol import errors, spec
+from leveret.protocol.errors import AMQPError
 
 PROPERTY_NAMES = (
     "content_type",
@@ -116,15 +120,13 @@ async def exchange_delete(request: web.Request) -> web.Response:
 
 
 async def exchange_publish(request: web.Request) -> web.Response:
+    """As RabbitMQ's API: a publish with mandatory=true and a confirm, through the same
+    path as an AMQP publish; what the broker refuses is a 400 naming the AMQP error."""
     m = mgmt(request)
     v = m.vhost(request)
     name = exchange_name(request)
-    x = v.exchanges.get(name)
-    if x is None:
-        raise not_found()
     body = await json_body(request)
     require_keys(body, "routing_key", "properties", "payload", "payload_encoding")
-    m.check(request, v.name, "write", name)
     encoding = body["payload_encoding"]
     if encoding == "string":
         payload = str(body["payload"]).encode()
@@ -150,11 +152,23 @@ async def exchange_publish(request: web.Request) -> web.Response:
         message = Message.build(name, str(body["routing_key"]), payload, properties)
     except (TypeError, ValueError) as exc:
         raise bad_request(str(exc)) from exc
-    queues = v.route(x, message)
-    for q in queues:
-        q.enqueue(message)
+    user = current_user(request).name
+    try:
+        result = v.publish(name, message, True, user, m.broker.users.permission(user, v.name))
+    except AMQPError as exc:
+        raise channel_closed(exc) from exc
     m.stats.count_publish(v.name)
-    return json_response({"routed": bool(queues)})
+    if result.unstorable:
+        raise channel_closed(errors.error(spec.INTERNAL_ERROR, ""))
+    if result.refused:
+        raise bad_request("rejected Unable to publish message. Check queue limits.")
+    return json_response({"routed": not result.returned})
+
+
+def channel_closed(exc: AMQPError) -> ApiError:
+    """RabbitMQ's API publishes on a channel of its own; when the broker closes it, the
+    answer is a 400 that names the code and the reply text."""
+    return bad_request(f"{exc.code} {exc.reply_text}")
 
 
 # ----------------------------------------------------------------------- queues
@@ -182,7 +196,9 @@ async def queue_get(request: web.Request) -> web.Response:
     m = mgmt(request)
     _, q = queue_named(request)
     data = views.queue(q, m.broker, m.stats, rate_ages(request))
-    data["consumer_details"] = [views.consumer(c) for c in q.consumers]
+    data["consumer_details"] = [
+        views.consumer(c, m.broker.node_name) for c in q.consumers if isinstance(c, Consumer)
+    ]
     owner = views.owner_details(q)
     if owner is not None:
         data["owner_pid_details"] = owner
@@ -270,8 +286,7 @@ async def queue_get_messages(request: web.Request) -> web.Response:
         entry = q.get()
         if entry is None:
             break
-        q.delivered += 1
-        q.unacked += 1
+        q.record_delivery(entry, no_ack=False)
         entries.append(entry)
         msg = entry.message
         payload = msg.body if truncate is None else msg.body[:truncate]
@@ -280,7 +295,7 @@ async def queue_get_messages(request: web.Request) -> web.Response:
             "redelivered": entry.redelivered,
             "exchange": msg.exchange,
             "routing_key": msg.routing_key,
-            "message_count": len(q.ready),
+            "message_count": q.message_count,
             "properties": message_properties(msg),
         }
         text: str | None = None
@@ -295,13 +310,15 @@ async def queue_get_messages(request: web.Request) -> web.Response:
             item["payload"] = base64.b64encode(payload).decode()
             item["payload_encoding"] = "base64"
         out.append(item)
-    if ackmode.endswith("requeue_true"):
-        q.requeue(entries)
+    # As RabbitMQ's API (basic.get, then basic.ack or basic.reject): the same settling
+    # as an AMQP client's, so reject_requeue_false dead-letters.
+    if ackmode.startswith("ack"):
+        if ackmode.endswith("requeue_true"):
+            q.requeue(entries)
+        else:
+            q.ack(entries)
     else:
-        for entry in entries:
-            if ackmode.startswith("ack"):
-                q.acked += 1
-            q.settled(entry)
+        q.reject(entries, requeue=ackmode.endswith("requeue_true"))
     return json_response(out)
 
 

@@ -14,7 +14,8 @@ from typing import Any
 
 from aiohttp import web
 
-from leveret.management.api import Management, make_app
+from leveret.management.app import make_app
+from leveret.management.context import Management
 from leveret.management.metrics import make_metrics_app
 from leveret.management.stats import Stats
 from leveret.server.app import Server

@@ -11,11 +11,13 @@ from collections import Counter, deque
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
+from leveret.broker.events import Event
+from leveret.broker.session import Session
+
 if TYPE_CHECKING:
     from leveret.broker.broker import Broker
     from leveret.broker.channel import Channel
-    from leveret.broker.queue import Queue
-    from leveret.broker.session import Session
+    from leveret.broker.queues import Queue
 
 # How often the window takes a sample, and how long it keeps them (RabbitMQ's "basic"
 # retention keeps 600 s).
@@ -148,41 +150,30 @@ class Stats:
         self.churn: Counter[str] = Counter()
         self.started = time.time()
         self._last_sample: float | None = None
-        broker.listeners.append(self._broker_event)
-        session_listeners = getattr(broker, "session_listeners", None)
-        if session_listeners is not None:
-            session_listeners.append(self._session_event)
-        for vhost in broker.vhosts.values():
-            vhost.listeners.append(self._vhost_event)
+        broker.observers.subscribe(self._event)
 
     # ----------------------------------------------------------------- events
-    def _broker_event(self, event: str, subject: Any) -> None:
-        if event == "vhost.added":
-            subject.listeners.append(self._vhost_event)
-        elif event == "vhost.deleted":
+    def _event(self, event: Event, subject: Any) -> None:
+        if event is Event.VHOST_DELETED:
             # a vhost made again under the same name starts from zero, as in RabbitMQ
             self.vhost_retired.pop(subject.name, None)
             self.vhosts.pop(subject.name, None)
-
-    def _vhost_event(self, event: str, subject: Any) -> None:
-        if event == "queue.created":
+        elif event is Event.QUEUE_CREATED:
             self.churn["queues_created"] += 1
-        elif event == "queue.deleted":
+        elif event is Event.QUEUE_DELETED:
             self.churn["queues_deleted"] += 1
             counters = queue_counters(subject)
             del counters["publish"]  # publishes are counted where they arrive
             self._retire(subject.vhost, counters)
             self.queues.pop(subject, None)
-
-    def _session_event(self, event: str, session: Session) -> None:
-        if event == "opened":
+        elif event is Event.CONNECTION_OPENED:
             self.churn["connections_opened"] += 1
-        elif event == "closed":
+        elif event is Event.CONNECTION_CLOSED:
             self.churn["connections_closed"] += 1
-            if session.vhost:
+            if isinstance(subject, Session) and subject.vhost:
                 self._retire(
-                    session.vhost,
-                    {"publish": session.recv_publish, "confirm": session_confirms(session)},
+                    subject.vhost,
+                    {"publish": subject.recv_publish, "confirm": session_confirms(subject)},
                 )
 
     def count_publish(self, vhost: str) -> None:
@@ -202,8 +193,8 @@ class Stats:
 
     # ------------------------------------------------------------------ totals
     def sessions(self) -> Iterator[Session]:
-        for s in list(self.broker.sessions.values()):
-            if s.user is not None and s.vhost and not s.closed:
+        for s in list(self.broker.connections.values()):
+            if isinstance(s, Session) and s.user is not None and s.vhost and not s.closed:
                 yield s
 
     def totals(self, vhost: str | None = None) -> dict[str, int]:

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from leveret.broker.channel import Channel
     from leveret.broker.consumer import Consumer
     from leveret.broker.exchanges import Binding, Exchange
-    from leveret.broker.queue import Queue
+    from leveret.broker.queues import Queue
     from leveret.broker.session import Session
     from leveret.broker.users import Permission, User
     from leveret.broker.vhost import VirtualHost
@@ -46,14 +46,8 @@ def jsonable(value: Any) -> Any:
     return value
 
 
-def connection_name(session: Session) -> str:
-    peer = session.peer or ("", 0)
-    local = session.local or ("", 0)
-    return f"{peer[0]}:{peer[1]} -> {local[0]}:{local[1]}"
-
-
 def channel_name(ch: Channel) -> str:
-    return f"{connection_name(ch.session)} ({ch.number})"
+    return f"{ch.host.name} ({ch.number})"
 
 
 def exchange(x: Exchange) -> dict[str, Any]:
@@ -111,9 +105,9 @@ def all_bindings(v: VirtualHost) -> list[dict[str, Any]]:
     return out
 
 
-def consumer(c: Consumer) -> dict[str, Any]:
+def consumer(c: Consumer, node: str) -> dict[str, Any]:
     ch = c.channel
-    s = ch.session
+    s = ch.connection
     peer = s.peer or ("", 0)
     return {
         "arguments": jsonable(c.arguments),
@@ -121,9 +115,9 @@ def consumer(c: Consumer) -> dict[str, Any]:
         "active": True,
         "activity_status": "up",
         "channel_details": {
-            "connection_name": connection_name(s),
-            "name": channel_name(ch),
-            "node": s.broker.node_name,
+            "connection_name": s.name,
+            "name": f"{s.name} ({ch.number})",
+            "node": node,
             "number": ch.number,
             "peer_host": peer[0],
             "peer_port": peer[1],
@@ -136,17 +130,13 @@ def consumer(c: Consumer) -> dict[str, Any]:
     }
 
 
-def queue_type(q: Queue) -> str:
-    kind = q.arguments.get("x-queue-type", "classic")
-    return kind.decode() if isinstance(kind, bytes) else str(kind)
-
-
 def queue(q: Queue, broker: Broker, stats: Stats, age: Any = None) -> dict[str, Any]:
     from leveret.management.stats import QUEUE_STATS, queue_counters, queue_lengths
 
     windows = stats.queues.get(q)
     lengths = queue_lengths(q)
     ready_bytes = q.ready_bytes
+    persistent, persistent_bytes = q.persistent_figures()
     owner = q.exclusive_owner
     exclusive_tag = next((c.tag for c in q.consumers if c.exclusive), None)
     out: dict[str, Any] = {
@@ -160,17 +150,15 @@ def queue(q: Queue, broker: Broker, stats: Stats, age: Any = None) -> dict[str, 
         "exclusive": owner is not None,
         "exclusive_consumer_tag": exclusive_tag,
         "head_message_timestamp": None,
-        "memory": ready_bytes + 200 * len(q.ready) + 1000,
+        "memory": ready_bytes + 200 * q.message_count + 1000,
         "message_bytes": ready_bytes,
         "message_bytes_paged_out": 0,
-        "message_bytes_persistent": sum(
-            len(e.message.body) for e in q.ready if e.message.persistent
-        ),
+        "message_bytes_persistent": persistent_bytes,
         "message_bytes_ram": ready_bytes,
         "message_bytes_ready": ready_bytes,
         "message_bytes_unacknowledged": 0,
         "messages_paged_out": 0,
-        "messages_persistent": sum(1 for e in q.ready if e.message.persistent),
+        "messages_persistent": persistent,
         "messages_ram": lengths["messages"],
         "messages_ready_ram": lengths["messages_ready"],
         "messages_unacknowledged_ram": lengths["messages_unacknowledged"],
@@ -181,7 +169,7 @@ def queue(q: Queue, broker: Broker, stats: Stats, age: Any = None) -> dict[str, 
         "recoverable_slaves": None,
         "single_active_consumer_tag": None,
         "state": "running",
-        "type": str(queue_type(q)),
+        "type": q.type_name,
         "vhost": q.vhost,
     }
     age_l, incr_l, age_m, incr_m = age or (None, None, None, None)
@@ -200,10 +188,10 @@ def queue(q: Queue, broker: Broker, stats: Stats, age: Any = None) -> dict[str, 
 def owner_details(q: Queue) -> dict[str, Any] | None:
     """The connection owning an exclusive queue (single-queue answers only, as RabbitMQ)."""
     owner = q.exclusive_owner
-    if owner is None or not hasattr(owner, "peer"):
+    if owner is None:
         return None
     peer = owner.peer or ("", 0)
-    return {"name": connection_name(owner), "peer_host": peer[0], "peer_port": peer[1]}
+    return {"name": owner.name, "peer_host": peer[0], "peer_port": peer[1]}
 
 
 def connection(s: Session) -> dict[str, Any]:
@@ -219,7 +207,7 @@ def connection(s: Session) -> dict[str, Any]:
         "connected_at": s.connected_at,
         "frame_max": s.frame_max,
         "host": local[0],
-        "name": connection_name(s),
+        "name": s.name,
         "node": s.broker.node_name,
         "peer_cert_issuer": None,
         "peer_cert_subject": None,
@@ -245,16 +233,16 @@ def connection(s: Session) -> dict[str, Any]:
     return out
 
 
-def channel(ch: Channel, stats: Stats) -> dict[str, Any]:
+def channel(ch: Channel, stats: Stats, node: str) -> dict[str, Any]:
     from leveret.management.stats import CHANNEL_STATS
 
-    s = ch.session
+    s = ch.host
     peer = s.peer or ("", 0)
     out: dict[str, Any] = {
         "acks_uncommitted": len(ch.tx_settles),
         "confirm": ch.confirm,
         "connection_details": {
-            "name": connection_name(s),
+            "name": s.name,
             "peer_host": peer[0],
             "peer_port": peer[1],
         },
@@ -264,7 +252,7 @@ def channel(ch: Channel, stats: Stats) -> dict[str, Any]:
         "messages_uncommitted": len(ch.tx_publishes),
         "messages_unconfirmed": 0,
         "name": channel_name(ch),
-        "node": s.broker.node_name,
+        "node": node,
         "number": ch.number,
         "pending_raft_commands": 0,
         "prefetch_count": ch.consumer_prefetch,

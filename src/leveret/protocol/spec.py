@@ -268,7 +268,7 @@ def type_of(table: dict[str, Any], key: str) -> str | None:
     return types.get(key) if types else None
 
 
-def _field_end(raw: bytes, pos: int) -> int:
+def field_end(raw: bytes, pos: int) -> int:
     """Where the field value whose type tag is at ``raw[pos]`` ends; ValueError if unknown."""
     tag = chr(raw[pos])
     size = _FIXED.get(tag)
@@ -293,7 +293,7 @@ def table_types(raw: bytes, start: int) -> dict[str, str]:
         tag = chr(raw[pos])
         out[key] = TYPE_NAMES.get(tag, tag)
         try:
-            pos = _field_end(raw, pos)
+            pos = field_end(raw, pos)
         except ValueError:
             break
     return out
@@ -348,7 +348,7 @@ def add_header(raw: bytes, key: str, encoded_value: bytes) -> bytes:
         headers[key] = decode_field(encoded_value)
         props.headers = headers
         return encode_properties(props)
-    pos = _headers_start(raw, flags)
+    pos = headers_start(raw, flags)
     k = key.encode()
     entry = bytes((len(k),)) + k + encoded_value
     if flags & 0x2000:
@@ -365,14 +365,15 @@ def add_header(raw: bytes, key: str, encoded_value: bytes) -> bytes:
     return new_flags + raw[2:pos] + struct.pack(">I", len(entry)) + entry + raw[pos:]
 
 
-# Basic property flags after the headers, in the order their values follow (AMQP 0-9-1).
-_PROP_SHORTSTR = frozenset((0x0400, 0x0200, 0x0100, 0x0080, 0x0020, 0x0010, 0x0008, 0x0004))
-_PROP_SIZE = {0x1000: 1, 0x0800: 1, 0x0040: 8}
-_HEADERS = 0x2000
-_CLUSTER_ID = 0x0004
+# Basic property flags after the headers: which hold short strings, and the sizes of the
+# fixed-size ones (AMQP 0-9-1).
+PROPERTY_SHORTSTR = frozenset((0x0400, 0x0200, 0x0100, 0x0080, 0x0020, 0x0010, 0x0008, 0x0004))
+PROPERTY_SIZE = {0x1000: 1, 0x0800: 1, 0x0040: 8}
+HEADERS_FLAG = 0x2000
+CLUSTER_ID_FLAG = 0x0004
 
 
-def _headers_start(raw: bytes, flags: int) -> int:
+def headers_start(raw: bytes, flags: int) -> int:
     """Where basic property bytes hold the headers table (or would): after the flags, the
     content-type and the content-encoding (short strings)."""
     pos = 2
@@ -382,71 +383,22 @@ def _headers_start(raw: bytes, flags: int) -> int:
     return pos
 
 
-def _headers(raw: bytes, flags: int) -> tuple[int, int, list[tuple[int, int, int]]]:
+def headers_entries(raw: bytes, flags: int) -> tuple[int, int, list[tuple[int, int, int]]]:
     """Where the headers table of basic property bytes starts and ends, and its entries as
     ``(start, end, type tag)``; ValueError (or IndexError, struct.error) if malformed."""
-    pos = _headers_start(raw, flags)
+    pos = headers_start(raw, flags)
     (length,) = struct.unpack_from(">I", raw, pos)
     end = pos + 4 + length
     entries = []
     p = pos + 4
     while p < end:
         value = p + 1 + raw[p]
-        nxt = _field_end(raw, value)
+        nxt = field_end(raw, value)
         entries.append((p, nxt, raw[value]))
         p = nxt
     if p != end:
         raise ValueError("headers overrun their table")
     return pos, end, entries
-
-
-def refused_by_a_stream(raw: bytes) -> bool:
-    """True for properties RabbitMQ 3.10 cannot store in a stream: a decimal header value
-    (its AMQP 1.0 conversion has no clause for it, and the publishing connection is closed
-    with 541 INTERNAL_ERROR)."""
-    flags = int.from_bytes(raw[:2], "big")
-    if not flags & _HEADERS or flags & 1:
-        return False
-    try:
-        return any(tag == 0x44 for _, _, tag in _headers(raw, flags)[2])  # "D"
-    except (IndexError, ValueError, struct.error):
-        return False
-
-
-def as_stored_in_a_stream(raw: bytes) -> bytes:
-    """Content-header property bytes as a RabbitMQ 3.10 stream gives them back.
-
-    RabbitMQ stores stream messages as AMQP 1.0 and converts on the way in and out; headers
-    whose value is a table or an array have no place in its application properties and are
-    dropped, and so is the deprecated cluster-id. Everything else survives unchanged. Bytes
-    this cannot walk are returned as they are."""
-    flags = int.from_bytes(raw[:2], "big")
-    if not flags & (_HEADERS | _CLUSTER_ID) or flags & 1:
-        return raw
-    try:
-        if flags & _HEADERS:
-            start, pos, entries = _headers(raw, flags)
-            kept = [raw[a:b] for a, b, tag in entries if tag not in b"FA"]
-            if len(kept) == len(entries) and not flags & _CLUSTER_ID:
-                return raw
-            table = b"".join(kept)
-            out = [raw[:start], struct.pack(">I", len(table)), table]
-        else:
-            pos = _headers_start(raw, flags)
-            out = [raw[:pos]]
-        rest = pos
-        if flags & _CLUSTER_ID:  # the last property: cut it off and clear its flag
-            for bit in (0x1000, 0x0800, 0x0400, 0x0200, 0x0100, 0x0080, 0x0040, 0x0020,
-                        0x0010, 0x0008):  # fmt: skip
-                if flags & bit:
-                    pos += 1 + raw[pos] if bit in _PROP_SHORTSTR else _PROP_SIZE[bit]
-            out.append(raw[rest:pos])
-            out[0] = (flags & ~_CLUSTER_ID).to_bytes(2, "big") + out[0][2:]
-        else:
-            out.append(raw[rest:])
-        return b"".join(out)
-    except (IndexError, ValueError, struct.error):
-        return raw
 
 
 def decode_field(encoded_value: bytes) -> Any:

@@ -10,9 +10,11 @@ import socket
 from typing import Any
 
 from leveret.broker.broker import Broker
+from leveret.broker.events import Observers
 from leveret.server.amqp import AMQPProtocol
-from leveret.server.config import Config, ConfigError
+from leveret.server.config import Config
 from leveret.server.state import Limits, ServerState
+from leveret.store.setup import Persistence
 
 log = logging.getLogger(__name__)
 
@@ -20,12 +22,15 @@ ALARM_CHECK_INTERVAL = 0.2
 
 
 class Server:
-    def __init__(self, config: Config, broker: Broker | None = None) -> None:
+    def __init__(self, config: Config) -> None:
         self.config = config
-        self.broker = broker or Broker()
+        self.observers = Observers()
+        self.persistence = Persistence(config.data_dir) if config.data_dir is not None else None
+        if self.persistence is not None:
+            self.observers.subscribe(self.persistence.observe)
+        self.broker = Broker(observers=self.observers, storage=self.persistence)
         self.loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]
         self._server: asyncio.base_events.Server | None = None
-        self.stores: list[Any] = []
         self.state = ServerState(
             self.broker,
             Limits(config.frame_max, config.channel_max, config.heartbeat),
@@ -34,46 +39,25 @@ class Server:
         self._alarm_handle: asyncio.TimerHandle | None = None
         self.port = 0
         self.host = config.bind
-        self._stopped: asyncio.Event | None = None
 
     def setup_broker(self) -> None:
-        """Users, vhosts and permissions from the configuration, then stored state."""
-        from leveret.store.setup import attach_stores
-
-        attach_stores(self)
+        """Stored state, then the users, vhosts and permissions of the configuration."""
+        if self.persistence is not None:
+            self.persistence.restore(self.broker)
         b = self.broker
         c = self.config
         for vh in c.vhosts:
-            if "name" not in vh:
-                raise ConfigError("every [[vhosts]] entry needs a name")
-            b.add_vhost(str(vh["name"]), str(vh.get("description", "")))
+            b.add_vhost(vh.name, vh.description)
         fresh = not b.vhosts
         if fresh:
             b.add_vhost("/", "Default virtual host")  # as RabbitMQ names it
         if fresh and c.default_user and "guest" not in b.users.users:
-            b.users.add_user("guest", "guest", ["administrator"])
-            b.users.set_permissions("guest", "/", ".*", ".*", ".*")
+            b.add_user("guest", "guest", ["administrator"])
+            b.set_permissions("guest", "/", ".*", ".*", ".*")
         for u in c.users:
-            if "name" not in u or ("password" not in u and "password_hash" not in u):
-                raise ConfigError(
-                    "every [[users]] entry needs a name and a password or password_hash"
-                )
-            tags = u.get("tags", [])
-            if isinstance(tags, str):
-                tags = [t for t in tags.replace(",", " ").split() if t]
-            b.users.add_user(
-                str(u["name"]), u.get("password"), list(tags), password_hash=u.get("password_hash")
-            )
+            b.add_user(u.name, u.password, list(u.tags), password_hash=u.password_hash)
         for p in c.permissions:
-            if "user" not in p:
-                raise ConfigError("every [[permissions]] entry needs a user")
-            b.users.set_permissions(
-                str(p["user"]),
-                str(p.get("vhost", "/")),
-                str(p.get("configure", ".*")),
-                str(p.get("write", ".*")),
-                str(p.get("read", ".*")),
-            )
+            b.set_permissions(p.user, p.vhost, p.configure, p.write, p.read)
 
     async def start(self) -> None:
         self.loop = asyncio.get_running_loop()
@@ -103,8 +87,8 @@ class Server:
 
     def after_batch(self) -> None:
         """Make what was published durable before confirms go out (fsync batching)."""
-        for store in self.stores:
-            store.sync()
+        if self.persistence is not None:
+            self.persistence.sync()
 
     def _tick(self) -> None:
         """Periodic housekeeping: message and queue expiry, the memory alarm, and making
@@ -119,7 +103,7 @@ class Server:
         used = 0
         for vhost in self.broker.vhosts.values():
             for q in vhost.queues.values():
-                used += q.ready_bytes + 200 * len(q.ready)
+                used += q.ready_bytes + 200 * q.message_count
         high = self.config.memory_high_watermark
         alarm = used > high if not self.memory_alarm else used > high * 0.8
         if alarm != self.memory_alarm:
@@ -147,8 +131,8 @@ class Server:
             await asyncio.sleep(0.05)
         for p in list(self.state.connections):
             p.abort()
-        for store in self.stores:
-            store.close()
+        if self.persistence is not None:
+            self.persistence.close()
         if self._server is not None:
             await self._server.wait_closed()
 

@@ -56,47 +56,6 @@ def _read_str(buf: bytes, pos: int) -> tuple[bytes, int]:
     return buf[pos : pos + n], pos + n
 
 
-class MemoryMessageStore:
-    def __init__(self) -> None:
-        self.messages: dict[tuple[str, str, int], Record] = {}
-
-    def add(
-        self,
-        vhost: str,
-        queue: str,
-        message_id: int,
-        exchange: str,
-        routing_key: str,
-        properties: bytes,
-        body: bytes,
-    ) -> None:
-        self.messages[(vhost, queue, message_id)] = (
-            vhost,
-            queue,
-            message_id,
-            exchange,
-            routing_key,
-            properties,
-            body,
-        )
-
-    def remove(self, vhost: str, queue: str, message_id: int) -> None:
-        self.messages.pop((vhost, queue, message_id), None)
-
-    def drop_queue(self, vhost: str, queue: str) -> None:
-        for key in [k for k in self.messages if k[0] == vhost and k[1] == queue]:
-            del self.messages[key]
-
-    def load(self) -> list[Record]:
-        return sorted(self.messages.values(), key=lambda r: r[2])
-
-    def sync(self) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
-
-
 class FileMessageStore:
     def __init__(self, directory: Path) -> None:
         self.dir = Path(directory)

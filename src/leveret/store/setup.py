@@ -1,5 +1,7 @@
-"""Wire the on-disk stores into a broker: restore definitions and persistent messages at
-start-up, then keep them up to date."""
+"""The broker's storage on disk: durable definitions, persistent messages of durable
+classic queues, and stream logs, under one data directory. :class:`Persistence` is the
+:class:`~leveret.broker.ports.Storage` the broker is built with, and an observer of its
+events; it restores everything at start-up and keeps it up to date after."""
 
 from __future__ import annotations
 
@@ -7,104 +9,121 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from leveret.broker.arguments import text
 from leveret.broker.definitions import export_definitions, import_definitions
+from leveret.broker.entry import Entry
+from leveret.broker.events import Event
 from leveret.broker.message import Message
-from leveret.broker.queue import Entry, Queue
-from leveret.broker.stream import interval_ms
-from leveret.broker.vhost import VirtualHost
+from leveret.broker.queues import Queue, StreamQueue
+from leveret.broker.queues.stream import interval_ms
 from leveret.store.definitions import FileDefinitionStore
 from leveret.store.messages import FileMessageStore
 from leveret.store.streams import SegmentLog
 
+# Events after which the definitions file is written again.
+_DEFINITION_EVENTS = frozenset(
+    (
+        Event.DEFINITION_CHANGED,
+        Event.VHOST_ADDED,
+        Event.VHOST_CHANGED,
+        Event.VHOST_DELETED,
+        Event.USER_CHANGED,
+        Event.PERMISSION_CHANGED,
+        Event.DEFINITIONS_IMPORTED,
+    )
+)
+
+
+class QueueMessages:
+    """The persistent messages of one durable classic queue, in the shared message log."""
+
+    def __init__(
+        self,
+        log: FileMessageStore,
+        vhost: str,
+        queue: str,
+        recovered: list[tuple[Message, int]],
+    ) -> None:
+        self._log = log
+        self._vhost = vhost
+        self._queue = queue
+        self._recovered = recovered
+
+    def recover(self) -> list[tuple[Message, int]]:
+        recovered, self._recovered = self._recovered, []
+        return recovered
+
+    def add(self, entry: Entry) -> None:
+        m = entry.message
+        mid = self._log.next_id
+        self._log.next_id = mid + 1
+        entry.store_id = mid
+        self._log.add(
+            self._vhost, self._queue, mid, m.exchange, m.routing_key, m.properties, m.body
+        )
+
+    def remove(self, entry: Entry) -> None:
+        self._log.remove(self._vhost, self._queue, entry.store_id)
+
+    def drop(self) -> None:
+        self._log.drop_queue(self._vhost, self._queue)
+
 
 class Persistence:
-    """Keeps the definitions file and the message log in step with the broker."""
+    """Keeps the definitions file, the message log and the stream logs."""
 
-    def __init__(self, broker: Any, data_dir: Path) -> None:
-        self.broker = broker
+    def __init__(self, data_dir: Path) -> None:
         self.definitions = FileDefinitionStore(Path(data_dir) / "definitions.json")
         self.messages = FileMessageStore(Path(data_dir) / "msg_store")
         self.streams_dir = Path(data_dir) / "streams"
-        self.streams: dict[tuple[str, str], Any] = {}  # (vhost, name) -> StreamQueue
-        self._watched: set[str] = set()
+        self.streams: dict[tuple[str, str], StreamQueue] = {}
+        self._recovered: dict[tuple[str, str], list[tuple[Message, int]]] = {}
         self._definitions_dirty = False
+        self._broker: Any = None
 
-    def restore(self) -> None:
-        data = self.definitions.load()
-        if data is not None:
-            import_definitions(self.broker, data)
-        for vhost in self.broker.vhosts.values():
-            self.watch(vhost)
-        for vhost_name, queue_name, mid, exchange, rk, props, body in self.messages.load():
-            vhost = self.broker.vhosts.get(vhost_name)
-            q = vhost.queues.get(queue_name) if vhost else None
-            if q is None:
-                continue
-            entry = q.restore(Message.from_parts(exchange, rk, props, body), redelivered=True)
-            entry.store_id = mid
+    # ---------------------------------------------------------------- Storage
+    def queue_store(self, vhost: str, queue: str) -> QueueMessages:
+        recovered = self._recovered.pop((vhost, queue), [])
+        return QueueMessages(self.messages, vhost, queue, recovered)
 
-    def broker_changed(self, event: str, subject: Any) -> None:
-        """Users, permissions or vhosts changed."""
-        if event == "vhost.added":
-            self.watch(subject)
-        self._definitions_dirty = True
-
-    def watch(self, vhost: VirtualHost) -> None:
-        if vhost.name in self._watched:
-            return
-        self._watched.add(vhost.name)
-        vhost.listeners.append(self._event)
-        vhost.stream_factory = self._open_stream
-        for q in vhost.queues.values():
-            self._attach(q)
-
-    def _open_stream(self, vhost: str, name: str, arguments: dict[str, Any]) -> SegmentLog:
+    def open_stream(self, vhost: str, queue: str, arguments: dict[str, Any]) -> SegmentLog:
         age = arguments.get("x-max-age")
-        if isinstance(age, bytes):
-            age = age.decode()
         return SegmentLog(
-            self.streams_dir / quote(vhost, safe="") / quote(name, safe=""),
+            self.streams_dir / quote(vhost, safe="") / quote(queue, safe=""),
             max_segment_bytes=int(arguments.get("x-stream-max-segment-size-bytes") or 500_000_000),
             max_bytes=arguments.get("x-max-length-bytes"),
-            max_age_ms=interval_ms(age) if isinstance(age, str) else None,
+            max_age_ms=interval_ms(text(age)) if isinstance(age, (str, bytes)) else None,
         )
 
-    def _attach(self, q: Queue) -> None:
-        if q.is_stream:
-            self.streams[(q.vhost, q.name)] = q
-        elif q.durable:
-            q.persist = self._persist
-            q.on_removed = self._removed
+    # ------------------------------------------------------------- lifecycle
+    def restore(self, broker: Any) -> None:
+        """Persistent messages first (each durable queue takes its own as it is
+        declared), then the definitions that declare the queues."""
+        self._broker = broker
+        for vhost, queue, mid, exchange, rk, props, body in self.messages.load():
+            message = Message.from_parts(exchange, rk, props, body)
+            self._recovered.setdefault((vhost, queue), []).append((message, mid))
+        data = self.definitions.load()
+        if data is not None:
+            import_definitions(broker, data)
+        # messages of queues that no longer exist
+        for vhost, queue in list(self._recovered):
+            self.messages.drop_queue(vhost, queue)
+        self._recovered.clear()
+        self._definitions_dirty = False
 
-    def _event(self, event: str, subject: Any) -> None:
-        if event == "definitions":
+    def observe(self, event: Event, subject: Any) -> None:
+        if event in _DEFINITION_EVENTS:
             self._definitions_dirty = True
-        elif event == "queue.created":
-            self._attach(subject)
-        elif event == "queue.deleted" and subject.is_stream:
+        if event is Event.QUEUE_CREATED and isinstance(subject, StreamQueue):
+            self.streams[(subject.vhost, subject.name)] = subject
+        elif event is Event.QUEUE_DELETED and isinstance(subject, Queue):
             self.streams.pop((subject.vhost, subject.name), None)
-            subject.log.delete()
-        elif event == "queue.deleted" and subject.durable:
-            self.messages.drop_queue(subject.vhost, subject.name)
-
-    def _persist(self, q: Queue, entry: Entry) -> None:
-        m = entry.message
-        if not m.persistent:
-            return
-        mid = self.messages.next_id
-        self.messages.next_id = mid + 1
-        entry.store_id = mid
-        self.messages.add(q.vhost, q.name, mid, m.exchange, m.routing_key, m.properties, m.body)
-
-    def _removed(self, q: Queue, entry: Entry) -> None:
-        if entry.store_id:
-            self.messages.remove(q.vhost, q.name, entry.store_id)
-            entry.store_id = 0
 
     def sync(self) -> None:
-        if self._definitions_dirty:
+        if self._definitions_dirty and self._broker is not None:
             self._definitions_dirty = False
-            self.definitions.save(export_definitions(self.broker))
+            self.definitions.save(export_definitions(self._broker))
         self.messages.sync()
         for stream in list(self.streams.values()):
             stream.sync()
@@ -114,13 +133,3 @@ class Persistence:
         self.messages.close()
         for stream in self.streams.values():
             stream.log.close()
-
-
-def attach_stores(server: Any) -> None:
-    """Give the server's broker on-disk persistence under ``config.data_dir``."""
-    persistence = Persistence(server.broker, server.config.data_dir)
-    # listen first: vhosts created by the restore get their stream factory from it
-    server.broker.listeners.append(persistence.broker_changed)
-    persistence.restore()
-    persistence._definitions_dirty = False
-    server.stores.append(persistence)

@@ -9,16 +9,19 @@ import datetime
 import re
 import struct
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any, ClassVar
 
+from leveret.broker.arguments import text
+from leveret.broker.entry import Entry
 from leveret.broker.message import Message
-from leveret.broker.queue import Entry, Queue
+from leveret.broker.queues.base import Accepted, Queue, Subscriber
+from leveret.broker.queues.stream_properties import as_stored_in_a_stream, refused_by_a_stream
 from leveret.broker.spec_texts import stream_not_supported
 from leveret.protocol import errors
-from leveret.protocol.spec import add_header, as_stored_in_a_stream
+from leveret.protocol.spec import add_header
 
 if TYPE_CHECKING:
-    from leveret.broker.consumer import Consumer
     from leveret.broker.ports import StreamLog
 
 _long = struct.Struct(">q").pack
@@ -90,12 +93,8 @@ def check_stream_declaration(
                 f"invalid arg '{key}' for {where} of queue type rabbit_stream_queue"
             )
     age = arguments.get("x-max-age")
-    if age is not None:
-        text = age.decode() if isinstance(age, bytes) else age
-        if not isinstance(text, str) or interval_ms(text) is None:
-            raise errors.precondition_failed(
-                f"invalid arg 'x-max-age' for {where}: invalid_max_age"
-            )
+    if age is not None and (not isinstance(age, (str, bytes)) or interval_ms(text(age)) is None):
+        raise errors.precondition_failed(f"invalid arg 'x-max-age' for {where}: invalid_max_age")
     for key in ("x-max-length-bytes", "x-stream-max-segment-size-bytes"):
         value = arguments.get(key)
         if value is not None and (
@@ -109,26 +108,42 @@ def check_stream_declaration(
 
 
 class StreamQueue(Queue):
-    is_stream = True
+    type_name: ClassVar[str] = "stream"
+    rabbit_type: ClassVar[str] = "rabbit_stream_queue"
 
-    def __init__(
-        self,
-        name: str,
-        vhost: str,
-        arguments: dict[str, Any],
-        log: StreamLog,
-    ) -> None:
+    def __init__(self, name: str, vhost: str, arguments: dict[str, Any], log: StreamLog) -> None:
         super().__init__(name, vhost, durable=True, arguments=arguments)
         self.log = log
-        self._plain = False
+        self._offsets: dict[Subscriber, int] = {}  # each consumer's next offset
+
+    @classmethod
+    def validate(
+        cls,
+        name: str,
+        vhost: str,
+        durable: bool,
+        exclusive: bool,
+        auto_delete: bool,
+        arguments: dict[str, Any],
+    ) -> None:
+        check_stream_declaration(name, vhost, durable, exclusive, auto_delete, arguments)
+
+    def declare_ok_count(self, arguments: dict[str, Any]) -> int:
+        # Leveret's extension: a passive declare with x-stream-offsets learns the committed
+        # end offset (RabbitMQ, which ignores the argument, answers 0 for a stream).
+        if "x-stream-offsets" in arguments:
+            return self.log.committed
+        return 0
 
     # -- writing ---------------------------------------------------------------
-    def enqueue(self, message: Message) -> bool:
+    def enqueue(self, message: Message) -> Accepted:
+        if refused_by_a_stream(message.properties):
+            return Accepted.UNSTORABLE
         self.published += 1
         self.log.append(
             message.exchange_and_key, as_stored_in_a_stream(message.properties), message.body
         )
-        return True
+        return Accepted.YES
 
     def sync(self) -> None:
         """Make appended messages durable (one chunk) and deliver them."""
@@ -136,6 +151,16 @@ class StreamQueue(Queue):
             self.dispatch()
 
     # -- reading ---------------------------------------------------------------
+    def consumer_start(self, no_ack: bool, prefetch: int, arguments: dict[str, Any]) -> int:
+        if no_ack:
+            raise stream_not_supported("automatic acknowledgement", self)
+        if not prefetch:
+            raise errors.precondition_failed(
+                f"consumer prefetch count is not set for 'queue '{self.name}' in vhost "
+                f"'{self.vhost}''"
+            )
+        return self.resolve_offset(arguments.get("x-stream-offset"))
+
     def resolve_offset(self, spec: Any) -> int:
         """Where a consumer with this ``x-stream-offset`` starts."""
         log = self.log
@@ -162,22 +187,27 @@ class StreamQueue(Queue):
                 return log.offset_at(int(time.time() * 1000) - ms)
         raise errors.error(541, "")  # RabbitMQ crashes the channel: INTERNAL_ERROR
 
-    def add_consumer(self, consumer: Consumer) -> None:
+    def add_consumer(self, consumer: Subscriber, start: Any = None) -> None:
         self.had_consumers = True
         self.consumers.append(consumer)
+        self._offsets[consumer] = self.log.committed if start is None else int(start)
         self._feed(consumer)
+
+    def remove_consumer(self, consumer: Subscriber) -> None:
+        super().remove_consumer(consumer)
+        self._offsets.pop(consumer, None)
 
     def dispatch(self) -> None:
         for consumer in list(self.consumers):
             self._feed(consumer)
 
-    def _feed(self, consumer: Consumer) -> None:
-        channel = consumer.channel
-        while True:
-            credit = consumer.prefetch - consumer.unacked
-            if credit <= 0 or not channel.can_deliver() or consumer.queue is not self:
+    def _feed(self, consumer: Subscriber) -> None:
+        offsets = self._offsets
+        while consumer in offsets:
+            credit = consumer.credit()
+            if credit <= 0:
                 return
-            records = self.log.read(consumer.offset, min(credit, READ_BATCH))
+            records = self.log.read(offsets[consumer], min(credit, READ_BATCH))
             if not records:
                 return
             for offset, _ts, exchange_and_key, properties, body in records:
@@ -189,15 +219,30 @@ class StreamQueue(Queue):
                     add_header(properties, "x-stream-offset", b"l" + _long(offset)),
                     body,
                 )
-                consumer.offset = offset + 1
-                channel.deliver(consumer, self, Entry(message, offset))
+                offsets[consumer] = offset + 1
+                consumer.deliver(self, Entry(message, offset))
+                if consumer not in offsets:
+                    return
+
+    def record_delivery(self, entry: Entry, no_ack: bool) -> None:
+        self.delivered += 1
+        self.unacked += 1
 
     # -- settling: acks only return credit --------------------------------------
-    def settled(self, entry: Entry) -> None:
-        self.unacked -= 1
+    def check_reject(self) -> None:
+        raise stream_not_supported("basic.nack and basic.reject", self)
 
-    def requeue(self, entries: Any) -> None:
-        self.unacked -= len(list(entries))
+    def ack(self, entries: Iterable[Entry]) -> None:
+        for _ in entries:
+            self.unacked -= 1
+            self.acked += 1
+
+    def reject(self, entries: Iterable[Entry], requeue: bool) -> None:
+        raise stream_not_supported("basic.nack and basic.reject", self)
+
+    def requeue(self, entries: Iterable[Entry]) -> None:
+        for _ in entries:
+            self.unacked -= 1
 
     # -- what a stream does not do ---------------------------------------------
     def get(self) -> Entry | None:
@@ -206,6 +251,7 @@ class StreamQueue(Queue):
     def purge(self) -> int:
         raise stream_not_supported("queue.purge", self)
 
-    @property
-    def message_count(self) -> int:
+    def delete(self) -> int:
+        self.deleted = True
+        self.log.delete()
         return 0

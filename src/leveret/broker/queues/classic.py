@@ -4,42 +4,21 @@ dead-lettering, expiry, priorities)."""
 
 from __future__ import annotations
 
-import time
 from collections import deque
-from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any, ClassVar
 
+from leveret.broker.arguments import check_queue_arguments, optional_text, text
+from leveret.broker.entry import Entry, now_ms
 from leveret.broker.message import Message
+from leveret.broker.queues.base import Accepted, DeadLetters, Queue, Subscriber
+from leveret.protocol import errors
 
 if TYPE_CHECKING:
-    from leveret.broker.consumer import Consumer
+    from leveret.broker.ports import ConnectionInfo, FlowHolder, QueueStore
 
-
-def now_ms() -> int:
-    return int(time.monotonic() * 1000)
-
-
-class Entry:
-    """A message in one queue."""
-
-    __slots__ = (
-        "delivery_count",
-        "expires_at",
-        "message",
-        "priority",
-        "redelivered",
-        "seq",
-        "store_id",
-    )
-
-    def __init__(self, message: Message, seq: int, expires_at: int = 0) -> None:
-        self.message = message
-        self.seq = seq
-        self.redelivered = False
-        self.expires_at = expires_at
-        self.delivery_count = 0
-        self.store_id = 0
-        self.priority = 0  # only a queue with x-max-priority sets it
+_EXPIRATION_FLAG = 0x01  # byte 0 of the property flags: expiration (0x0100)
+_PRIORITY_FLAG = 0x08  # byte 0: priority (0x0800)
 
 
 def _order(entry: Entry) -> tuple[int, int]:
@@ -47,71 +26,88 @@ def _order(entry: Entry) -> tuple[int, int]:
     return (-entry.priority, entry.seq)
 
 
-class Queue:
-    kind = "queue"
-    is_stream = False
+def _int(value: Any) -> int | None:
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+class ClassicQueue(Queue):
+    type_name: ClassVar[str] = "classic"
+    rabbit_type: ClassVar[str] = "rabbit_classic_queue"
 
     def __init__(
         self,
         name: str,
         vhost: str,
         durable: bool = False,
-        exclusive_owner: Any = None,
+        exclusive_owner: ConnectionInfo | None = None,
         auto_delete: bool = False,
         arguments: dict[str, Any] | None = None,
+        dead_letters: DeadLetters | None = None,
+        store: QueueStore | None = None,
     ) -> None:
-        self.name = name
-        self.vhost = vhost
-        self.durable = durable
-        self.exclusive_owner = exclusive_owner
-        self.auto_delete = auto_delete
-        self.arguments: dict[str, Any] = arguments.copy() if arguments else {}
+        super().__init__(
+            name, vhost, durable, exclusive_owner, auto_delete, arguments, dead_letters
+        )
+        self._store = store
         self.ready: deque[Entry] = deque()
-        self.ready_bytes = 0
-        self.unacked = 0
-        self.consumers: list[Consumer] = []
+        self._ready_bytes = 0
         self._rr = 0
         self._seq = 0
-        self.deleted = False
-        self.had_consumers = False
-        # counters for management and metrics
-        self.published = 0
-        self.delivered = 0
-        self.acked = 0
-        self.redelivered_count = 0
-        self.last_used = now_ms()
         a = self.arguments
         self.message_ttl: int | None = _int(a.get("x-message-ttl"))
         self.max_length: int | None = _int(a.get("x-max-length"))
         self.max_length_bytes: int | None = _int(a.get("x-max-length-bytes"))
-        overflow = a.get("x-overflow", "drop-head")
-        self.overflow = overflow.decode() if isinstance(overflow, bytes) else str(overflow)
-        self.expires: int | None = _int(a.get("x-expires"))
-        dlx = a.get("x-dead-letter-exchange")
-        self.dead_letter_exchange: str | None = (
-            dlx.decode() if isinstance(dlx, bytes) else dlx if dlx is not None else None
-        )
-        dlk = a.get("x-dead-letter-routing-key")
-        self.dead_letter_routing_key: str | None = (
-            dlk.decode() if isinstance(dlk, bytes) else dlk if dlk is not None else None
-        )
+        self.overflow = text(a.get("x-overflow", "drop-head"))
+        self._expires: int | None = _int(a.get("x-expires"))
+        self.dead_letter_exchange = optional_text(a.get("x-dead-letter-exchange"))
+        self.dead_letter_routing_key = optional_text(a.get("x-dead-letter-routing-key"))
         # x-max-priority: ready is kept highest priority first, FIFO within a priority,
         # as RabbitMQ's priority queue (one sub-queue per priority 0..max).
         max_priority = _int(a.get("x-max-priority"))
         self.max_priority: int | None = (
             min(max_priority, 255) if max_priority is not None and max_priority >= 0 else None
         )
-        # Set by the vhost: dead-letter a message (reason) and persist hooks.
-        self.dead_letter: Callable[[Queue, Entry, str], None] | None = None
-        # No length limit, no TTL and no priorities: enqueue can take its short path.
+        # No length limit, no TTL, no priorities, nothing to persist: enqueue can take
+        # its short path.
         self._plain = (
             self.max_length is None
             and self.max_length_bytes is None
             and self.message_ttl is None
             and self.max_priority is None
+            and store is None
         )
-        self.on_removed: Callable[[Queue, Entry], None] | None = None
-        self.persist: Callable[[Queue, Entry], None] | None = None
+        if store is not None:
+            for message, store_id in store.recover():
+                entry = self._restore(message)
+                entry.store_id = store_id
+
+    @classmethod
+    def validate(
+        cls,
+        name: str,
+        vhost: str,
+        durable: bool,
+        exclusive: bool,
+        auto_delete: bool,
+        arguments: dict[str, Any],
+    ) -> None:
+        check_queue_arguments(name, vhost, arguments)
+
+    @property
+    def expires(self) -> int | None:
+        return self._expires
+
+    def consumer_start(self, no_ack: bool, prefetch: int, arguments: dict[str, Any]) -> None:
+        if "x-stream-offset" in arguments:
+            raise errors.precondition_failed(
+                f"invalid arg 'x-stream-offset' for queue '{self.name}' in vhost "
+                f"'{self.vhost}' of queue type {self.rabbit_type}"
+            )
 
     # ---------------------------------------------------------------- publishing
     def is_full(self, extra_bytes: int = 0) -> bool:
@@ -119,12 +115,11 @@ class Queue:
             return True
         return (
             self.max_length_bytes is not None
-            and self.ready_bytes + extra_bytes > self.max_length_bytes
+            and self._ready_bytes + extra_bytes > self.max_length_bytes
         )
 
-    def enqueue(self, message: Message) -> bool:
-        """Add a message; False when the queue refuses it (x-overflow reject-publish)."""
-        if self._plain and self.persist is None and not message.properties[0] & 0x01:
+    def enqueue(self, message: Message) -> Accepted:
+        if self._plain and not message.properties[0] & _EXPIRATION_FLAG:
             # The hot path: no limits, no TTL, nothing to persist.
             self._seq += 1
             self.published += 1
@@ -133,23 +128,23 @@ class Queue:
             if consumers and not self.ready:
                 consumer = consumers[0] if len(consumers) == 1 else self._next_consumer()
                 if consumer is not None and consumer.has_credit():
-                    consumer.channel.deliver(consumer, self, entry)
-                    return True
+                    consumer.deliver(self, entry)
+                    return Accepted.YES
             # No dispatch here: a consumer with credit would have drained the backlog
             # already (every credit change dispatches), so none can take it now.
             self.ready.append(entry)
-            self.ready_bytes += len(message.body)
-            return True
+            self._ready_bytes += len(message.body)
+            return Accepted.YES
         return self._enqueue_checked(message)
 
-    def _enqueue_checked(self, message: Message) -> bool:
+    def _enqueue_checked(self, message: Message) -> Accepted:
         if (
             (self.max_length is not None or self.max_length_bytes is not None)
             and self.is_full(len(message.body))
         ) and self.overflow != "drop-head":
-            if self.overflow == "reject-publish-dlx" and self.dead_letter is not None:
-                self.dead_letter(self, Entry(message, 0), "maxlen")
-            return False
+            if self.overflow == "reject-publish-dlx":
+                self._dead_letter(message, "maxlen")
+            return Accepted.REFUSED
         self._seq += 1
         self.published += 1
         entry = Entry(message, self._seq)
@@ -160,33 +155,39 @@ class Queue:
                 self.ready or not any(c.has_credit() for c in self.consumers)
             ):
                 # TTL 0: delivered now or never
-                if self.dead_letter is not None:
-                    self.dead_letter(self, entry, "expired")
-                return True
+                self._dead_letter(message, "expired")
+                return Accepted.YES
             entry.expires_at = now_ms() + self.message_ttl
         expiration = _per_message_ttl(message)
         if expiration is not None:
             at = now_ms() + expiration
             entry.expires_at = min(entry.expires_at, at) if entry.expires_at else at
-        if self.persist is not None:
-            self.persist(self, entry)
+        if self._store is not None and message.persistent:
+            self._store.add(entry)
         if self.consumers and not self.ready:
             consumer = self._next_consumer()
             if consumer is not None:
                 consumer.deliver(self, entry)
-                return True
+                return Accepted.YES
         self._append(entry)
-        self.ready_bytes += len(message.body)
+        self._ready_bytes += len(message.body)
         if self.max_length is not None or self.max_length_bytes is not None:
             self._drop_head_overflow()
         if self.consumers:
             self.dispatch()
-        return True
+        return Accepted.YES
+
+    def congested(self) -> FlowHolder | None:
+        if self.ready and self.consumers:
+            holder = self.consumers[0].holder
+            if not holder.writable:
+                return holder
+        return None
 
     def _priority_of(self, message: Message) -> int:
         """A message's priority in this queue: none is 0, above the maximum is the maximum."""
         assert self.max_priority is not None
-        if len(message.properties) < 2 or not message.properties[0] & 0x08:  # flag 0x0800
+        if len(message.properties) < 2 or not message.properties[0] & _PRIORITY_FLAG:
             return 0
         priority = message.props.priority or 0
         return min(priority, self.max_priority)
@@ -205,24 +206,29 @@ class Queue:
     def _drop_head_overflow(self) -> None:
         while self.ready and (
             (self.max_length is not None and len(self.ready) > self.max_length)
-            or (self.max_length_bytes is not None and self.ready_bytes > self.max_length_bytes)
+            or (self.max_length_bytes is not None and self._ready_bytes > self.max_length_bytes)
         ):
             entry = self._pop()
-            self._removed(entry)
-            if self.dead_letter is not None:
-                self.dead_letter(self, entry, "maxlen")
+            self._forget(entry)
+            self._dead_letter(entry.message, "maxlen")
 
     def _pop(self) -> Entry:
         entry = self.ready.popleft()
-        self.ready_bytes -= len(entry.message.body)
+        self._ready_bytes -= len(entry.message.body)
         return entry
 
-    def _removed(self, entry: Entry) -> None:
-        if self.on_removed is not None:
-            self.on_removed(self, entry)
+    def _forget(self, entry: Entry) -> None:
+        """The message has left the queue for good."""
+        if entry.store_id and self._store is not None:
+            self._store.remove(entry)
+            entry.store_id = 0
+
+    def _dead_letter(self, message: Message, reason: str) -> None:
+        if self.dead_letter_exchange is not None and self.dead_letters is not None:
+            self.dead_letters.dead_letter(self, message, reason)
 
     # ---------------------------------------------------------------- consuming
-    def _next_consumer(self) -> Consumer | None:
+    def _next_consumer(self) -> Subscriber | None:
         consumers = self.consumers
         n = len(consumers)
         if n == 1:
@@ -244,7 +250,6 @@ class Queue:
         return None
 
     def dispatch(self) -> None:
-        """Push ready messages to consumers while any has credit."""
         ready = self.ready
         while ready and self.consumers:
             entry = ready[0]
@@ -259,9 +264,8 @@ class Queue:
 
     def _expire_head(self) -> None:
         entry = self._pop()
-        self._removed(entry)
-        if self.dead_letter is not None:
-            self.dead_letter(self, entry, "expired")
+        self._forget(entry)
+        self._dead_letter(entry.message, "expired")
 
     def expire(self) -> None:
         """Drop expired messages from the head (RabbitMQ only expires at the head)."""
@@ -276,23 +280,36 @@ class Queue:
         self.last_used = now_ms()
         return self._pop()
 
-    def add_consumer(self, consumer: Consumer) -> None:
+    def record_delivery(self, entry: Entry, no_ack: bool) -> None:
+        self.delivered += 1
+        entry.delivery_count += 1
+        if no_ack:
+            self._forget(entry)
+        else:
+            self.unacked += 1
+
+    def add_consumer(self, consumer: Subscriber, start: Any = None) -> None:
         self.had_consumers = True
         self.last_used = now_ms()
         self.consumers.append(consumer)
         self.consumers.sort(key=lambda c: -c.priority)
         self.dispatch()
 
-    def remove_consumer(self, consumer: Consumer) -> None:
-        if consumer in self.consumers:
-            self.consumers.remove(consumer)
-        self.last_used = now_ms()
-
     # ---------------------------------------------------------------- settling
-    def settled(self, entry: Entry) -> None:
-        """A delivered message was acked (or dropped by reject without requeue)."""
-        self.unacked -= 1
-        self._removed(entry)
+    def ack(self, entries: Iterable[Entry]) -> None:
+        for entry in entries:
+            self.unacked -= 1
+            self.acked += 1
+            self._forget(entry)
+
+    def reject(self, entries: Iterable[Entry], requeue: bool) -> None:
+        if requeue:
+            self.requeue(entries)
+            return
+        for entry in entries:
+            self.unacked -= 1
+            self._forget(entry)
+            self._dead_letter(entry.message, "rejected")
 
     def requeue(self, entries: Iterable[Entry]) -> None:
         """Put messages back where they were, marked redelivered."""
@@ -302,7 +319,7 @@ class Queue:
         for e in back:
             e.redelivered = True
             self.unacked -= 1
-            self.ready_bytes += len(e.message.body)
+            self._ready_bytes += len(e.message.body)
         self.redelivered_count += len(back)
         if self.deleted:
             return
@@ -310,53 +327,58 @@ class Queue:
         if not self.ready or _order(back[-1]) < _order(self.ready[0]):
             self.ready.extendleft(reversed(back))
         else:
-            merged = sorted([*back, *self.ready], key=_order)
-            self.ready = deque(merged)
+            self.ready = deque(sorted([*back, *self.ready], key=_order))
         self.dispatch()
 
     def purge(self) -> int:
         count = len(self.ready)
         for entry in self.ready:
-            self._removed(entry)
+            self._forget(entry)
         self.ready.clear()
-        self.ready_bytes = 0
+        self._ready_bytes = 0
         return count
 
+    def delete(self) -> int:
+        self.deleted = True
+        count = len(self.ready)
+        self.ready.clear()
+        self._ready_bytes = 0
+        if self._store is not None:
+            self._store.drop()
+        return count
+
+    # ---------------------------------------------------------------- figures
     @property
     def message_count(self) -> int:
         return len(self.ready)
 
     @property
-    def consumer_count(self) -> int:
-        return len(self.consumers)
+    def ready_bytes(self) -> int:
+        return self._ready_bytes
 
-    def restore(self, message: Message, redelivered: bool = False) -> Entry:
-        """Reload a message from the store at start-up."""
+    def persistent_figures(self) -> tuple[int, int]:
+        count = size = 0
+        for e in self.ready:
+            if e.message.persistent:
+                count += 1
+                size += len(e.message.body)
+        return count, size
+
+    def _restore(self, message: Message) -> Entry:
+        """A message kept from before a restart: ready again, marked redelivered."""
         self._seq += 1
         entry = Entry(message, self._seq)
-        entry.redelivered = redelivered
+        entry.redelivered = True
         if self.max_priority is not None:
             entry.priority = self._priority_of(message)
         self._append(entry)
-        self.ready_bytes += len(message.body)
+        self._ready_bytes += len(message.body)
         return entry
-
-    def __repr__(self) -> str:
-        return f"<Queue {self.name!r} in {self.vhost!r}>"
-
-
-def _int(value: Any) -> int | None:
-    if value is None or isinstance(value, bool):
-        return None
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return None
 
 
 def _per_message_ttl(message: Message) -> int | None:
     raw = message.properties
-    if len(raw) < 2 or not raw[0] & 0x01:  # the expiration flag, 0x0100
+    if len(raw) < 2 or not raw[0] & _EXPIRATION_FLAG:
         return None
     expiration = message.props.expiration
     if expiration is None or expiration == "":

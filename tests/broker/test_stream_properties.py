@@ -9,7 +9,7 @@ import pika
 from hypothesis import given
 from hypothesis import strategies as st
 
-from leveret.protocol.spec import as_stored_in_a_stream
+from leveret.broker.queues.stream_properties import as_stored_in_a_stream
 
 scalars = st.one_of(
     st.integers(-(2**63), 2**63 - 1), st.text(max_size=20), st.booleans(), st.none(),

@@ -1,0 +1,44 @@
+"""What the broker tells the world around it: domain events, and the observers that hear
+them. Observers (the store, the statistics) are handed to the broker when it is built;
+nothing is attached to its objects afterwards."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from enum import Enum, auto
+from typing import Any
+
+
+class Event(Enum):
+    """Something changed. The subject each event carries is named beside it."""
+
+    VHOST_ADDED = auto()  # VirtualHost
+    VHOST_CHANGED = auto()  # VirtualHost
+    VHOST_DELETED = auto()  # VirtualHost
+    USER_CHANGED = auto()  # user name: added, changed or deleted
+    PERMISSION_CHANGED = auto()  # (user, vhost): set or cleared
+    DEFINITIONS_IMPORTED = auto()  # None
+    QUEUE_CREATED = auto()  # Queue
+    QUEUE_DELETED = auto()  # Queue
+    DEFINITION_CHANGED = auto()  # a durable Exchange, Queue or Binding: added or removed
+    CONNECTION_OPENED = auto()  # the connection (broker.ports.ConnectionInfo)
+    CONNECTION_CLOSED = auto()  # the connection
+
+
+Observer = Callable[[Event, Any], None]
+
+
+class Observers:
+    """The observers of one broker, told of every event in the order they subscribed."""
+
+    __slots__ = ("_observers",)
+
+    def __init__(self, observers: list[Observer] | None = None) -> None:
+        self._observers: list[Observer] = list(observers or [])
+
+    def subscribe(self, observer: Observer) -> None:
+        self._observers.append(observer)
+
+    def emit(self, event: Event, subject: Any = None) -> None:
+        for observer in self._observers:
+            observer(event, subject)

@@ -1,0 +1,204 @@
+"""The interface every queue type implements (classic and stream now, quorum next), as
+RabbitMQ's ``rabbit_queue_type``: callers never ask which type a queue is, they call it.
+
+A queue sees its consumers through :class:`Subscriber` and sends dead letters through
+:class:`DeadLetters`; both are handed to it, never looked up through another object."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from enum import Enum
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+
+from leveret.broker.entry import Entry, now_ms
+from leveret.broker.message import Message
+
+if TYPE_CHECKING:
+    from leveret.broker.ports import ConnectionInfo, FlowHolder
+
+
+class Subscriber(Protocol):
+    """A consumer, as its queue sees it."""
+
+    tag: str
+    priority: int
+    exclusive: bool
+    no_ack: bool
+    prefetch: int
+    unacked: int
+    arguments: dict[str, Any]
+
+    @property
+    def holder(self) -> FlowHolder:
+        """The connection whose socket it delivers to (for credit flow)."""
+        ...
+
+    def has_credit(self) -> bool: ...
+
+    def credit(self) -> int:
+        """How many more deliveries it takes now."""
+        ...
+
+    def deliver(self, queue: Queue, entry: Entry) -> None: ...
+
+    def cancelled(self) -> None:
+        """The queue went away under it (a server-side cancel)."""
+        ...
+
+
+class DeadLetters(Protocol):
+    """Where a queue's dead letters go: its vhost, which routes them on."""
+
+    def dead_letter(self, queue: Queue, message: Message, reason: str) -> None: ...
+
+
+class Accepted(Enum):
+    """What a queue did with a published message."""
+
+    YES = 0
+    REFUSED = 1  # a length limit with x-overflow reject-publish: the publisher gets a nack
+    UNSTORABLE = 2  # RabbitMQ's stream cannot store it: the publishing connection closes
+
+
+class Queue:
+    """State every queue type has, and the operations each type implements."""
+
+    kind = "queue"  # what a binding points at
+    type_name: ClassVar[str] = ""  # x-queue-type
+    rabbit_type: ClassVar[str] = ""  # RabbitMQ's module name, in its error texts
+
+    def __init__(
+        self,
+        name: str,
+        vhost: str,
+        durable: bool = False,
+        exclusive_owner: ConnectionInfo | None = None,
+        auto_delete: bool = False,
+        arguments: dict[str, Any] | None = None,
+        dead_letters: DeadLetters | None = None,
+    ) -> None:
+        self.name = name
+        self.vhost = vhost
+        self.durable = durable
+        self.exclusive_owner = exclusive_owner
+        self.auto_delete = auto_delete
+        self.arguments: dict[str, Any] = arguments.copy() if arguments else {}
+        self.dead_letters = dead_letters
+        self.consumers: list[Subscriber] = []
+        self.unacked = 0
+        self.deleted = False
+        self.had_consumers = False
+        self.last_used = now_ms()
+        # counters for management and metrics
+        self.published = 0
+        self.delivered = 0
+        self.acked = 0
+        self.redelivered_count = 0
+
+    # ------------------------------------------------------------ declaration
+    @classmethod
+    def validate(
+        cls,
+        name: str,
+        vhost: str,
+        durable: bool,
+        exclusive: bool,
+        auto_delete: bool,
+        arguments: dict[str, Any],
+    ) -> None:
+        """Raise what RabbitMQ refuses a declaration of this type with."""
+
+    @property
+    def expires(self) -> int | None:
+        """x-expires: milliseconds unused before the queue goes."""
+        return None
+
+    def declare_ok_count(self, arguments: dict[str, Any]) -> int:
+        """The message count of queue.declare-ok."""
+        return self.message_count
+
+    # ------------------------------------------------------------- publishing
+    def enqueue(self, message: Message) -> Accepted:
+        raise NotImplementedError
+
+    def congested(self) -> FlowHolder | None:
+        """The consuming connection that cannot drain while messages wait here, if any:
+        its publishers are held back until it drains (credit flow)."""
+        return None
+
+    def sync(self) -> None:
+        """Make what was enqueued since the last call durable and deliverable."""
+
+    # -------------------------------------------------------------- consuming
+    def consumer_start(self, no_ack: bool, prefetch: int, arguments: dict[str, Any]) -> Any:
+        """Check a basic.consume on this queue; what the consumer starts from."""
+        return None
+
+    def add_consumer(self, consumer: Subscriber, start: Any = None) -> None:
+        raise NotImplementedError
+
+    def remove_consumer(self, consumer: Subscriber) -> None:
+        if consumer in self.consumers:
+            self.consumers.remove(consumer)
+        self.last_used = now_ms()
+
+    def dispatch(self) -> None:
+        """Push to consumers while any has credit."""
+
+    def get(self) -> Entry | None:
+        """basic.get: the next message, or None when there is none."""
+        raise NotImplementedError
+
+    def record_delivery(self, entry: Entry, no_ack: bool) -> None:
+        """A message went out to a consumer or basic.get; with ``no_ack`` it is gone
+        now, otherwise it waits for its ack."""
+        self.delivered += 1
+        entry.delivery_count += 1
+        if not no_ack:
+            self.unacked += 1
+
+    # --------------------------------------------------------------- settling
+    def check_reject(self) -> None:
+        """Raise if basic.nack / basic.reject cannot settle this queue's messages."""
+
+    def ack(self, entries: Iterable[Entry]) -> None:
+        raise NotImplementedError
+
+    def reject(self, entries: Iterable[Entry], requeue: bool) -> None:
+        """Rejected (or nacked): back in the queue, or gone and dead-lettered."""
+        raise NotImplementedError
+
+    def requeue(self, entries: Iterable[Entry]) -> None:
+        """Outstanding deliveries come back (channel closed, basic.recover)."""
+        raise NotImplementedError
+
+    def purge(self) -> int:
+        raise NotImplementedError
+
+    def expire(self) -> None:
+        """Drop what expired."""
+
+    def delete(self) -> int:
+        """The queue is being deleted: drop its contents; how many messages were ready."""
+        self.deleted = True
+        return 0
+
+    # ---------------------------------------------------------------- figures
+    @property
+    def message_count(self) -> int:
+        return 0
+
+    @property
+    def ready_bytes(self) -> int:
+        return 0
+
+    def persistent_figures(self) -> tuple[int, int]:
+        """How many ready messages are persistent, and their body bytes."""
+        return 0, 0
+
+    @property
+    def consumer_count(self) -> int:
+        return len(self.consumers)
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name!r} in {self.vhost!r}>"

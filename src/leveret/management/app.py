@@ -1,0 +1,99 @@
+"""The management HTTP application: authentication, error answers in RabbitMQ's shapes,
+the dashboard's files, and every handler module's routes."""
+
+from __future__ import annotations
+
+from importlib import resources
+
+from aiohttp import web
+
+from leveret.management import admin, api, objects
+from leveret.management.context import MANAGEMENT, Management, mgmt
+from leveret.management.httputil import (
+    MANAGEMENT_TAGS,
+    ApiError,
+    Handler,
+    credentials,
+    from_amqp,
+    json_response,
+)
+from leveret.protocol.errors import AMQPError
+
+
+# ------------------------------------------------------------------- middleware
+@web.middleware
+async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    path = request.path
+    if not path.startswith("/api/"):
+        return await handler(request)
+    try:
+        if path != "/api/index.html":
+            m = mgmt(request)
+            creds = credentials(request)
+            if creds is None:
+                raise ApiError(401, "not_authorized", "Login failed")
+            peer = request.remote
+            user = m.broker.users.authenticate(creds[0], creds[1], peer)
+            if user is None:
+                raise ApiError(401, "not_authorized", "Login failed")
+            if not MANAGEMENT_TAGS.intersection(user.tags):
+                raise ApiError(401, "not_authorised", "Not management user")
+            request["user"] = user
+        return await handler(request)
+    except ApiError as exc:
+        return json_response({"error": exc.error, "reason": exc.reason}, exc.status)
+    except AMQPError as exc:
+        err = from_amqp(exc)
+        return json_response({"error": err.error, "reason": err.reason}, err.status)
+    except web.HTTPNotFound:
+        return json_response({"error": "Object Not Found", "reason": "Not Found"}, 404)
+    except web.HTTPMethodNotAllowed:
+        return json_response({"error": "bad_request", "reason": "method not allowed"}, 405)
+
+
+# ---------------------------------------------------------------- static files
+async def index(request: web.Request) -> web.StreamResponse:
+    return static_file("index.html")
+
+
+async def static(request: web.Request) -> web.StreamResponse:
+    return static_file(request.match_info["file"])
+
+
+STATIC_TYPES = {
+    ".html": "text/html",
+    ".js": "text/javascript",
+    ".css": "text/css",
+    ".svg": "image/svg+xml",
+}
+
+
+def static_file(name: str) -> web.StreamResponse:
+    if "/" in name or name.startswith("."):
+        raise web.HTTPNotFound()
+    ext = name[name.rfind(".") :]
+    if ext not in STATIC_TYPES:
+        raise web.HTTPNotFound()
+    try:
+        data = resources.files("leveret.management").joinpath("static", name).read_bytes()
+    except (FileNotFoundError, IsADirectoryError, NotADirectoryError) as exc:
+        raise web.HTTPNotFound() from exc
+    return web.Response(
+        body=data, content_type=STATIC_TYPES[ext], headers={"Cache-Control": "no-cache"}
+    )
+
+
+def routes(app: web.Application) -> None:
+    r = app.router
+    r.add_get("/", index)
+    r.add_get("/static/{file}", static)
+    api.routes(app)
+    objects.routes(app)
+    admin.routes(app)
+
+
+def make_app(management: Management) -> web.Application:
+    app = web.Application(middlewares=[middleware], client_max_size=64 * 1024 * 1024)
+    app[MANAGEMENT] = management
+    routes(app)
+    return app

@@ -1,0 +1,73 @@
+"""What every management handler shares: the server, its broker and the statistics,
+reached from a request. Handler modules import this, never each other."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+
+from leveret.management.httputil import access_refused, current_user, is_admin, not_found
+
+if TYPE_CHECKING:
+    from leveret.broker.broker import Broker
+    from leveret.broker.channel import Channel
+    from leveret.broker.session import Session
+    from leveret.broker.vhost import VirtualHost
+    from leveret.management.stats import Stats
+    from leveret.server.app import Server
+
+
+class Management:
+    """State shared by the handlers: the server, its broker and the stats window."""
+
+    def __init__(self, server: Server, stats: Stats) -> None:
+        self.server = server
+        self.broker: Broker = server.broker
+        self.stats = stats
+        self.listeners: list[dict[str, Any]] = []
+
+    # --------------------------------------------------------------- lookups
+    def vhost(self, request: web.Request, name: str | None = None) -> VirtualHost:
+        name = request.match_info["vhost"] if name is None else name
+        v = self.broker.vhosts.get(name)
+        if v is None or not self.can_see(request, name):
+            raise not_found()
+        return v
+
+    def can_see(self, request: web.Request, vhost: str) -> bool:
+        if is_admin(request) or "monitoring" in current_user(request).tags:
+            return True
+        return self.broker.users.permission(current_user(request).name, vhost) is not None
+
+    def visible_vhosts(self, request: web.Request) -> list[VirtualHost]:
+        return [v for name, v in sorted(self.broker.vhosts.items()) if self.can_see(request, name)]
+
+    def check(self, request: web.Request, vhost: str, what: str, name: str) -> None:
+        """The user's vhost permission for ``what`` (configure, write, read) on ``name``."""
+        perm = self.broker.users.permission(current_user(request).name, vhost)
+        if perm is None or not perm.allows(what, name):
+            raise access_refused()
+
+    def sessions(self, request: web.Request) -> list[Session]:
+        user = current_user(request)
+        everyone = is_admin(request) or "monitoring" in user.tags
+        out = [s for s in self.stats.sessions() if everyone or s.username == user.name]
+        return sorted(out, key=lambda s: s.name)
+
+    def channels(self, request: web.Request) -> list[Channel]:
+        return [ch for s in self.sessions(request) for _, ch in sorted(s.channels.items())]
+
+    def session_named(self, request: web.Request) -> Session:
+        name = request.match_info["name"]
+        for s in self.sessions(request):
+            if s.name == name:
+                return s
+        raise not_found()
+
+
+MANAGEMENT: web.AppKey[Management] = web.AppKey("management", Management)
+
+
+def mgmt(request: web.Request) -> Management:
+    return request.app[MANAGEMENT]
