@@ -306,18 +306,22 @@ def test_both_ends_closing_a_channel_at_once() -> None:
     assert feed(conn, method(commands.Channel.CloseOk(), 1)) == [ChannelCloseOkReceived(1)]
 
 
-def test_client_close_then_more_frames() -> None:
+def test_after_the_close_input_drains_and_each_close_gets_close_ok() -> None:
+    """As RabbitMQ's reader in its closed state: the conversation is over, frames still
+    arriving are read and dropped, and every further connection.close is answered."""
     conn = opened()
-    wire = (
-        method(commands.Connection.Close(reply_code=200, reply_text="bye", class_id=0, method_id=0))
-        * 2
+    close = method(
+        commands.Connection.Close(reply_code=200, reply_text="bye", class_id=0, method_id=0)
     )
-    (event,) = feed(conn, wire)
+    (event,) = feed(conn, close)
     assert isinstance(event, ConnectionCloseReceived)
-    assert conn.closed
+    assert conn.closed and conn.state is State.DRAINING
     (ok,) = frames(conn.data_to_send())
     assert isinstance(ok, commands.Connection.CloseOk)
-    assert feed(conn, wire) == []
+    qos = method(commands.Basic.Qos(prefetch_count=1), 1)
+    events = feed(conn, qos + close + spec.HEARTBEAT_FRAME + close)
+    assert [type(e) for e in events] == [ConnectionCloseReceived, ConnectionCloseReceived]
+    assert [type(f) for f in frames(conn.data_to_send())] == [commands.Connection.CloseOk] * 2
 
 
 # ------------------------------------------------------------------- fuzzing

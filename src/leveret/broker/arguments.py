@@ -177,9 +177,7 @@ def assert_args_equivalence(
 
 
 def _norm(v: Any) -> Any:
-    if isinstance(v, (bytes, bytearray)):
-        return bytes(v).decode("utf-8", "replace")
-    return v
+    return text(v) if isinstance(v, (bytes, bytearray)) else v
 
 
 __all__ = [

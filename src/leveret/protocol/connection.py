@@ -45,8 +45,10 @@ from leveret.protocol.events import (
 )
 from leveret.protocol.states import (
     CHANNEL_TRANSITIONS,
+    OVER,
     READING,
     TRANSITIONS,
+    WINDING_DOWN,
     ChannelState,
     ChannelTrigger,
     LocalProtocolError,
@@ -224,8 +226,9 @@ class ServerConnection:
 
     @property
     def closed(self) -> bool:
-        """Nothing more will be sent or read: the owner ends the TCP connection."""
-        return self._state is State.CLOSED
+        """The conversation is over: the owner ends the TCP connection (at once when
+        CLOSED; once the peer has ended its side when DRAINING)."""
+        return self._state in OVER
 
     def _can(self, trigger: Trigger) -> bool:
         return trigger in TRANSITIONS[self._state]
@@ -310,7 +313,7 @@ class ServerConnection:
     def send_close(self, error: AMQPError) -> None:
         """connection.close; from now on every frame but close / close-ok is dropped.
         A second close while one is pending is ignored."""
-        if self._state in (State.CLOSING, State.CLOSE_RECEIVED, State.CLOSED):
+        if self._state in (State.CLOSING, State.CLOSE_RECEIVED, State.DRAINING, State.CLOSED):
             return
         self._move(Trigger.SEND_CLOSE)
         self._method(
@@ -571,8 +574,8 @@ class ServerConnection:
             return self._fail(exc, broken=False)
         except _Drop:
             self._move(Trigger.DROP)
-            if state is State.CLOSING:
-                return NEED_DATA  # our close is out: the owner sees the connection closed
+            if state in WINDING_DOWN:
+                return NEED_DATA  # the owner sees the connection closed
             return ConnectionFailed(errors.frame_error("connection dropped"), reply=False)
         except (UnicodeDecodeError, IndexError, struct.error) as exc:
             return self._fail(errors.frame_error(f"cannot decode frame: {exc}"), broken=True)
@@ -595,7 +598,7 @@ class ServerConnection:
         after it, the owner sends connection.close. In CLOSING (our close is out) bad
         input ends the connection without another event: the owner sees it closed."""
         state = self._state
-        if state is State.CLOSING:
+        if state in WINDING_DOWN:
             self._move(Trigger.RECV_GARBAGE)
             return NEED_DATA
         reply = state not in _SILENT_FAILURE
@@ -712,7 +715,7 @@ class ServerConnection:
         index = _unpack_index(payload, 0)[0]
         ids = (index >> 16, index & 0xFFFF)
         state = self._state
-        if state is State.CLOSING and channel != 0:
+        if state in WINDING_DOWN and channel != 0:
             return None  # after connection.close, only close / close-ok count
         if index == spec.ACCESS_REQUEST_INDEX and channel in self.open_channels:
             return AccessRequestReceived(channel)
@@ -798,7 +801,7 @@ class ServerConnection:
         )
 
     def _header_frame(self, channel: int, payload: bytes) -> Event | None:
-        if self._state is State.CLOSING or self._channels.get(channel) is ChannelState.CLOSING:
+        if self._state in WINDING_DOWN or self._channels.get(channel) is ChannelState.CLOSING:
             return None
         content = self._content.get(channel)
         if content is None:
@@ -829,7 +832,7 @@ class ServerConnection:
         return None
 
     def _body_frame(self, channel: int, payload: bytes) -> Event | None:
-        if self._state is State.CLOSING or self._channels.get(channel) is ChannelState.CLOSING:
+        if self._state in WINDING_DOWN or self._channels.get(channel) is ChannelState.CLOSING:
             return None
         content = self._content.get(channel)
         if content is None:
@@ -852,6 +855,10 @@ class ServerConnection:
 
     def _connection_method(self, index: int, payload: bytes) -> Event | None:
         state = self._state
+        if state is State.DRAINING:
+            if index == spec.CONNECTION_CLOSE_INDEX:
+                return self._close_received(payload, index)
+            return None
         if state is State.CLOSING:
             if index == spec.CONNECTION_CLOSE_OK_INDEX:
                 self._move(Trigger.RECV_CLOSE_OK)

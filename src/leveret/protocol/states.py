@@ -23,6 +23,10 @@ class State(Enum):
     OPEN = auto()
     CLOSE_RECEIVED = auto()  # the peer sent connection.close: the owner sends close-ok
     CLOSING = auto()  # we sent connection.close and read only close / close-ok
+    # We answered the peer's close: the conversation is over, but input is read until the
+    # peer ends its side (a socket closed under unread input would reset), and a further
+    # connection.close still gets its close-ok, as RabbitMQ's reader does.
+    DRAINING = auto()
     FAILED = auto()  # the byte stream broke: nothing more is read; the owner closes
     CLOSED = auto()  # nothing more is sent or read: the owner ends the TCP connection
 
@@ -93,10 +97,15 @@ TRANSITIONS: dict[State, dict[Trigger, State]] = {
         T.RECV_GARBAGE: S.FAILED,
         T.DROP: S.CLOSED,
     },
-    S.CLOSE_RECEIVED: {T.SEND_CLOSE_OK: S.CLOSED, T.DROP: S.CLOSED},
+    S.CLOSE_RECEIVED: {T.SEND_CLOSE_OK: S.DRAINING, T.DROP: S.CLOSED},
     S.CLOSING: {
         T.RECV_CLOSE_OK: S.CLOSED,
         # both ends closed at once: answer, and the connection is done
+        T.RECV_CLOSE: S.CLOSE_RECEIVED,
+        T.RECV_GARBAGE: S.CLOSED,
+        T.DROP: S.CLOSED,
+    },
+    S.DRAINING: {
         T.RECV_CLOSE: S.CLOSE_RECEIVED,
         T.RECV_GARBAGE: S.CLOSED,
         T.DROP: S.CLOSED,
@@ -114,8 +123,13 @@ for _moves in TRANSITIONS.values():
 
 # States in which the peer's input is read, frame by frame.
 READING = frozenset(
-    {S.AWAIT_HEADER, S.AWAIT_START_OK, S.AWAIT_TUNE_OK, S.AWAIT_OPEN, S.OPEN, S.CLOSING}
+    {S.AWAIT_HEADER, S.AWAIT_START_OK, S.AWAIT_TUNE_OK, S.AWAIT_OPEN, S.OPEN, S.CLOSING, S.DRAINING}
 )
+# States after which the owner ends the TCP connection (after DRAINING, once the peer has
+# ended its side).
+OVER = frozenset({S.DRAINING, S.CLOSED})
+# States in which only connection.close / close-ok are read; everything else is dropped.
+WINDING_DOWN = frozenset({S.CLOSING, S.DRAINING})
 
 
 class ChannelState(Enum):

@@ -213,6 +213,7 @@ class AMQPProtocol(asyncio.Protocol):
         if self._ending or self.transport is None:
             return
         self._ending = True
+        self.held = self.blocked = False  # what the peer still sends is read, and dropped
         if self._heartbeat_handle is not None:
             self._heartbeat_handle.cancel()
             self._heartbeat_handle = None
@@ -237,8 +238,8 @@ class AMQPProtocol(asyncio.Protocol):
     # -------------------------------------------------------------------- input
     def data_received(self, data: bytes) -> None:
         self._last_recv = time.monotonic()
-        if self._ending:
-            return
+        # While the connection drains after a close, input is still read: a further
+        # connection.close gets its close-ok; everything else is dropped.
         self.conn.receive_data(data)
         self._process()
 
@@ -286,9 +287,12 @@ class AMQPProtocol(asyncio.Protocol):
             self.state.sync()
             session.flush_confirms()
         if conn.has_output():
-            self._schedule()
+            if self._ending:
+                self._flush()
+            else:
+                self._schedule()
         if conn.closed:
-            self._end(wait_for_peer=self._wait_for_peer)
+            self._end(wait_for_peer=conn.state is State.DRAINING)
 
     def _control(self, event: Any) -> None:
         conn = self.conn
@@ -314,7 +318,6 @@ class AMQPProtocol(asyncio.Protocol):
             conn.send_start(self.state.broker.server_properties())
         elif isinstance(event, UnsupportedProtocol):
             conn.send_protocol_header()
-            self._wait_for_peer = False
         elif isinstance(event, StartOkReceived):
             self._start_ok(event)
         elif isinstance(event, TuneOkReceived):
@@ -337,11 +340,9 @@ class AMQPProtocol(asyncio.Protocol):
             if session is not None:
                 session.close()
             conn.send_close_ok()
-            self._wait_for_peer = True
         elif isinstance(event, ConnectionCloseOkReceived):
             if session is not None:
                 session.close()
-            self._wait_for_peer = False
         elif isinstance(event, ConnectionFailed):
             log.info("protocol error from %s: %s", self.name, event.error.reply_text)
             if session is not None:
@@ -350,9 +351,6 @@ class AMQPProtocol(asyncio.Protocol):
                 self.close_connection(event.error)
             else:
                 conn.drop()
-                self._wait_for_peer = False
-
-    _wait_for_peer = False
 
     def _start_ok(self, event: StartOkReceived) -> None:
         assert self.transport is not None
@@ -370,7 +368,6 @@ class AMQPProtocol(asyncio.Protocol):
             elif err.code == spec.ACCESS_REFUSED:
                 # As RabbitMQ: a client that cannot read the reason just loses the socket.
                 self.conn.drop()
-                self._wait_for_peer = False
             else:
                 self.close_connection(
                     err.with_method(*spec.method_ids(commands.Connection.StartOk))

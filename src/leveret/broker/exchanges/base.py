@@ -104,9 +104,6 @@ class Exchange:
                 self.exchange_bindings -= 1
         return binding
 
-    def bindings_to(self, destination: Destination) -> list[Binding]:
-        return [b for b in self.bindings.values() if b.destination is destination]
-
     @property
     def is_builtin(self) -> bool:
         return self.name == "" or self.name.startswith("amq.")

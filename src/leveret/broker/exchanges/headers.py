@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from leveret.broker.arguments import text as arg_text
 from leveret.broker.exchanges.base import Binding, Destination, Exchange
 from leveret.protocol import errors
 from leveret.protocol.spec import type_of
@@ -35,8 +36,7 @@ def _same(pattern: Any, value: Any) -> bool:
 
 
 def _mode(arguments: dict[str, Any]) -> str:
-    raw = arguments.get("x-match", "all")
-    return raw.decode() if isinstance(raw, (bytes, bytearray)) else str(raw)
+    return arg_text(arguments.get("x-match", "all"))
 
 
 def headers_match(arguments: dict[str, Any], headers: dict[str, Any]) -> bool:
@@ -68,7 +68,7 @@ class HeadersExchange(Exchange):
     def validate_binding(self, binding: Binding) -> None:
         if "x-match" in binding.arguments:
             raw = binding.arguments["x-match"]
-            mode = raw.decode() if isinstance(raw, (bytes, bytearray)) else raw
+            mode = arg_text(raw) if isinstance(raw, (str, bytes, bytearray)) else raw
             if not isinstance(mode, str):
                 wire = type_of(binding.arguments, "x-match") or "long"
                 raise errors.precondition_failed(

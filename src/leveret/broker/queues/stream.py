@@ -166,8 +166,8 @@ class StreamQueue(Queue):
         log = self.log
         if spec is None:
             return log.committed
-        if isinstance(spec, bytes):
-            spec = spec.decode("utf-8", "replace")
+        if isinstance(spec, (bytes, bytearray)):
+            spec = text(spec)
         if isinstance(spec, bool):
             raise errors.error(541, "")
         if isinstance(spec, int):

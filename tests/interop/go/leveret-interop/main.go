@@ -108,6 +108,8 @@ func main() {
 		properties(url, name)
 	case "more_errors":
 		moreErrors(url, name)
+	case "concurrent_close":
+		concurrentClose(url, name)
 	default:
 		fail("unknown scenario %q", scenario)
 	}
@@ -708,4 +710,53 @@ func moreErrors(url, name string) {
 		"declare_amq":      errInfo(amqErr),
 		"connection_open":  !conn.IsClosed() && !other.IsClosed(),
 	})
+}
+
+// concurrentClose publishes on a channel while several goroutines close the connection at
+// once, as an application shutting down from several places does. It reports every error
+// the client saw: Close's own, and the one NotifyClose delivers. A broker that closes its
+// socket under unread input makes the kernel answer with a reset, which amqp091-go reports
+// as "connection reset by peer" (code 501); a graceful close shows none.
+func concurrentClose(url, name string) {
+	conn := dial(url)
+	ch := channel(conn)
+	notified := conn.NotifyClose(make(chan *amqp.Error, 1))
+	q, err := ch.QueueDeclare(name, false, true, false, false, nil)
+	check(err, "queue.declare")
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; i < 2000; i++ {
+			if ch.Publish("", q.Name, false, false, text("x")) != nil {
+				return
+			}
+		}
+	}()
+	errs := make(chan error, 8)
+	start := make(chan struct{})
+	for i := 0; i < 8; i++ {
+		go func() {
+			<-start
+			errs <- conn.Close()
+		}()
+	}
+	time.Sleep(5 * time.Millisecond)
+	close(start)
+	closeErrors := []string{}
+	for i := 0; i < 8; i++ {
+		if err := <-errs; err != nil && !errors.Is(err, amqp.ErrClosed) {
+			closeErrors = append(closeErrors, err.Error())
+		}
+	}
+	<-done
+	var notifiedErr interface{}
+	select {
+	case e, ok := <-notified:
+		if ok && e != nil {
+			notifiedErr = errInfo(e)
+		}
+	case <-time.After(wait):
+		notifiedErr = "no close notification"
+	}
+	emit(result{"close_errors": closeErrors, "notified": notifiedErr})
 }
