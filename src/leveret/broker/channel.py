@@ -94,7 +94,6 @@ class Channel:
     def deliver(self, consumer: Consumer, queue: Queue, entry: Entry) -> None:
         tag = self.next_tag
         self.next_tag = tag + 1
-        queue.record_delivery(entry, consumer.no_ack)
         if not consumer.no_ack:
             consumer.unacked += 1
             self.unacked[tag] = Delivery(queue, entry, consumer)
@@ -158,13 +157,12 @@ class Channel:
             )
 
     def get(self, queue: Queue, no_ack: bool) -> bool:
-        entry = queue.get()
+        entry = queue.get(no_ack)
         if entry is None:
             self.out.send_method(self.number, commands.Basic.GetEmpty())
             return False
         tag = self.next_tag
         self.next_tag = tag + 1
-        queue.record_delivery(entry, no_ack)
         if not no_ack:
             self.unacked[tag] = Delivery(queue, entry, None)
         m = entry.message

@@ -4,6 +4,8 @@ it as a :class:`~leveret.broker.queues.base.Subscriber`; it sees its channel as 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
@@ -43,6 +45,7 @@ class Consumer:
     __slots__ = (
         "arguments",
         "channel",
+        "deliver",
         "exclusive",
         "no_ack",
         "prefetch",
@@ -75,6 +78,9 @@ class Consumer:
         self.arguments = arguments
         self.priority = priority
         self.unacked = 0
+        # deliver(queue, entry): the channel's, bound to this consumer once (the hot path
+        # saves a call per delivery)
+        self.deliver: Callable[[Queue, Entry], None] = partial(channel.deliver, self)
 
     @property
     def holder(self) -> FlowHolder:
@@ -92,9 +98,6 @@ class Consumer:
             return UNLIMITED if self.channel.writable else 0
         own = self.prefetch - self.unacked if self.prefetch else UNLIMITED
         return min(own, self.channel.credit())
-
-    def deliver(self, queue: Queue, entry: Entry) -> None:
-        self.channel.deliver(self, queue, entry)
 
     def cancelled(self) -> None:
         self.channel.consumer_cancelled_by_server(self)

@@ -19,7 +19,7 @@ from leveret.broker.channel import Channel
 from leveret.broker.message import Message
 from leveret.broker.queues import Queue, queue_type_name
 from leveret.broker.users import Permission, User
-from leveret.broker.vhost import PublishResult, VirtualHost, exchange_type
+from leveret.broker.vhost import ROUTED, PublishResult, VirtualHost, exchange_type
 from leveret.protocol import errors, sasl, spec
 from leveret.protocol.errors import AMQPError
 from leveret.protocol.spec import Method
@@ -60,6 +60,7 @@ class Session:
         self.local = local
         self.id = broker.next_connection_id()
         self.user: User | None = None
+        self._username = ""
         self.vhost = ""
         self.vhost_obj: VirtualHost = None  # type: ignore[assignment]
         self.permission: Permission | None = None
@@ -136,6 +137,7 @@ class Session:
             log.warning("login refused for user %r from %s", username, address)
             return _login_refused(mechanism)
         self.user = user
+        self._username = user.name
         return None
 
     def open_vhost(self, vhost: str) -> AMQPError | None:
@@ -155,7 +157,7 @@ class Session:
 
     @property
     def username(self) -> str:
-        return self.user.name if self.user else ""
+        return self._username
 
     @property
     def name(self) -> str:
@@ -533,14 +535,10 @@ class Session:
         try:
             if immediate:
                 raise errors.not_implemented("immediate=true")
-            if ch.tx:
-                exchange = vhost.authorize_publish(
-                    exchange_name, message, self.username, self.permission
-                )
-            else:
-                result = vhost.publish(
-                    exchange_name, message, mandatory, self.username, self.permission
-                )
+            # VirtualHost.publish's two halves, called apart: a transaction routes at commit
+            exchange = vhost.authorize_publish(
+                exchange_name, message, self._username, self.permission
+            )
         except AMQPError as exc:
             self.fail(number, exc.with_method(*spec.method_ids(C.Basic.Publish)))
             return
@@ -553,7 +551,12 @@ class Session:
         if ch.tx:
             ch.tx_publishes.append((exchange, message, mandatory))
             return
-        self._published(ch, message, result, seq)
+        result = vhost.publish_to(exchange, message, mandatory)
+        if result is ROUTED:  # the common answer, taken without a call
+            if seq:
+                ch.confirmed_ok(seq)
+        else:
+            self._published(ch, message, result, seq)
 
     def _published(self, ch: Channel, message: Message, result: PublishResult, seq: int) -> bool:
         """Answer what became of a publish: return, confirm or nack; hold this publisher

@@ -76,6 +76,8 @@ class PublishResult:
         return f"PublishResult({', '.join(flags)})"
 
 
+_YES = Accepted.YES
+
 # The common answers, shared and never changed.
 ROUTED = PublishResult(routed=True)
 UNROUTED = PublishResult()
@@ -466,11 +468,19 @@ class VirtualHost:
         queues = self.route(exchange, message)
         if not queues:
             return RETURNED if mandatory else UNROUTED
-        refused = unstorable = False
-        congested: list[FlowHolder] = []
+        uneven: list[tuple[Queue, Accepted]] | None = None
         for q in queues:
             accepted = q.enqueue(message)
-            if accepted is Accepted.YES:
+            if accepted is not _YES:
+                if uneven is None:
+                    uneven = []
+                uneven.append((q, accepted))
+        if uneven is None:
+            return ROUTED
+        refused = unstorable = False
+        congested: list[FlowHolder] = []
+        for q, accepted in uneven:
+            if accepted is Accepted.BACKLOG:
                 holder = q.congested()
                 if holder is not None:
                     congested.append(holder)

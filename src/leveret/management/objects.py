@@ -283,10 +283,9 @@ async def queue_get_messages(request: web.Request) -> web.Response:
     entries = []
     out = []
     for _ in range(max(0, count)):
-        entry = q.get()
+        entry = q.get(no_ack=False)
         if entry is None:
             break
-        q.record_delivery(entry, no_ack=False)
         entries.append(entry)
         msg = entry.message
         payload = msg.body if truncate is None else msg.body[:truncate]

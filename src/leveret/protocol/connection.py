@@ -61,6 +61,17 @@ __all__ = ["ServerConnection", "State"]
 
 _HEAD = spec.FRAME_HEAD_SIZE
 _END = spec.FRAME_END
+_OVERHEAD = spec.FRAME_OVERHEAD
+_METHOD = spec.FRAME_METHOD
+_HEADER = spec.FRAME_HEADER
+_BODY = spec.FRAME_BODY
+_BASIC = spec.BASIC
+_END_BYTE = spec.FRAME_END_BYTE
+_END_HEADER = spec.FRAME_END << 8 | spec.FRAME_HEADER
+_END_BODY = spec.FRAME_END << 8 | spec.FRAME_BODY
+_BASIC_WEIGHT_0 = bytes((0, spec.BASIC, 0, 0))  # a content header's class and weight
+_OPEN = State.OPEN
+_AWAIT_HEADER = State.AWAIT_HEADER
 _head = struct.Struct(">BHI")
 _unpack_head = _head.unpack_from
 _pack_head = _head.pack
@@ -68,9 +79,9 @@ _deliver_head = struct.Struct(">BHII").pack  # frame type, channel, size, method
 _tag_redelivered = struct.Struct(">QB").pack
 _content_header = struct.Struct(">BHIHHQ").pack  # frame head + class, weight, body size
 # A content header frame / body frame head, each led by the frame-end octet of the frame
-# before it (one pack per frame on the delivery path).
-_content_header_after = struct.Struct(">BBHIHHQ").pack
-_body_head_after = struct.Struct(">BBHI").pack
+# before it (one pack per frame on the delivery path): the two octets as one short.
+_content_header_after = struct.Struct(">HHIHHQ").pack
+_body_head_after = struct.Struct(">HHI").pack
 _body_size = struct.Struct(">Q").unpack_from
 _ack = struct.Struct(">BHIIQB").pack
 _unpack_ack = struct.Struct(">QB").unpack_from
@@ -444,12 +455,9 @@ class ServerConnection:
         The session sends deliveries only on open channels of an open connection."""
         body_size = len(body)
         head = _deliver_head(
-            spec.FRAME_METHOD,
-            channel,
-            13 + len(consumer_tag) + len(exchange_and_key),
-            _DELIVER,
+            _METHOD, channel, 13 + len(consumer_tag) + len(exchange_and_key), _DELIVER
         )
-        if body_size and body_size <= self.frame_max - spec.FRAME_OVERHEAD:
+        if body_size and body_size <= self.frame_max - _OVERHEAD:
             self._out.extend(
                 (
                     head,
@@ -457,30 +465,19 @@ class ServerConnection:
                     _tag_redelivered(delivery_tag, redelivered),
                     exchange_and_key,
                     _content_header_after(
-                        _END,
-                        spec.FRAME_HEADER,
-                        channel,
-                        12 + len(properties),
-                        spec.BASIC,
-                        0,
-                        body_size,
+                        _END_HEADER, channel, 12 + len(properties), _BASIC, 0, body_size
                     ),
                     properties,
-                    _body_head_after(_END, spec.FRAME_BODY, channel, body_size),
+                    _body_head_after(_END_BODY, channel, body_size),
                     body,
-                    spec.FRAME_END_BYTE,
+                    _END_BYTE,
                 )
             )
             return
         self._out.extend(
-            (
-                head,
-                consumer_tag,
-                _tag_redelivered(delivery_tag, redelivered),
-                exchange_and_key,
-                spec.FRAME_END_BYTE,
-            )
+            (head, consumer_tag, _tag_redelivered(delivery_tag, redelivered), exchange_and_key)
         )
+        self._out.append(_END_BYTE)
         self._append_content(channel, properties, body)
 
     def send_basic_ack(self, channel: int, delivery_tag: int, multiple: bool) -> None:
@@ -510,9 +507,10 @@ class ServerConnection:
     def next_event(self) -> Event | NeedData:
         """The next complete event, or NEED_DATA."""
         state = self._state
-        if self._discard or state not in READING:
+        # (identity tests first: an Enum's hash, which set membership needs, is slow)
+        if state is not _OPEN and (self._discard or state not in READING):
             return NEED_DATA
-        if state is State.AWAIT_HEADER:
+        if state is _AWAIT_HEADER:
             return self._header()
         buf = self._in
         end = len(buf)
@@ -544,10 +542,10 @@ class ServerConnection:
                         )
                     )
                 if (
-                    frame_type == spec.FRAME_METHOD
+                    frame_type == _METHOD
+                    and state is _OPEN
                     and channel in open_channels
                     and channel not in self._content
-                    and state is State.OPEN
                     and size >= 4
                 ):
                     index = _unpack_index(buf, pos + _HEAD)[0]
@@ -635,13 +633,13 @@ class ServerConnection:
             ftype, hch, hsize = _unpack_head(buf, pos)
             hstop = pos + _HEAD + hsize
             if (
-                ftype == spec.FRAME_HEADER
+                ftype == _HEADER
                 and hch == channel
                 and hsize >= 14
-                and hsize + spec.FRAME_OVERHEAD <= self.frame_max
+                and hsize + _OVERHEAD <= self.frame_max
                 and hstop < end
                 and buf[hstop] == _END
-                and _unpack_class_weight(buf, pos + _HEAD) == (spec.BASIC, 0)
+                and buf[pos + _HEAD : pos + _HEAD + 4] == _BASIC_WEIGHT_0
             ):
                 (body_size,) = _body_size(buf, pos + _HEAD + 4)
                 if body_size == 0:
@@ -661,10 +659,10 @@ class ServerConnection:
                     btype, bch, bsize = _unpack_head(buf, bpos)
                     bstop = bpos + _HEAD + bsize
                     if (
-                        btype == spec.FRAME_BODY
+                        btype == _BODY
                         and bch == channel
                         and bsize == body_size
-                        and bsize + spec.FRAME_OVERHEAD <= self.frame_max
+                        and bsize <= self.frame_max
                         and bstop < end
                         and buf[bstop] == _END
                     ):

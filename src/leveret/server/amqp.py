@@ -247,11 +247,14 @@ class AMQPProtocol(asyncio.Protocol):
         """Pull events and act on each, until none is buffered or flow control stops."""
         conn = self.conn
         session = self.session
-        while not (self.held or self.blocked) and self.transport is not None:
-            event = conn.next_event()
-            kind = type(event)
-            if kind is PublishReceived:
-                if session is not None:
+        next_event = conn.next_event
+        if not (self.held or self.blocked or self.transport is None):
+            while True:
+                event = next_event()
+                kind = type(event)
+                if kind is PublishReceived:
+                    if session is None:
+                        continue
                     self.published_since_check = True
                     pub: PublishReceived = event  # type: ignore[assignment]
                     session.publish(
@@ -266,18 +269,22 @@ class AMQPProtocol(asyncio.Protocol):
                     )
                     if session.held_by:
                         self.held = True
-                    elif self.state.alarms and not self.blocked:
+                        break
+                    if self.state.alarms and not self.blocked:
                         # RabbitMQ's "blocking": a publisher is blocked at its publish
                         self.set_blocked(True, _alarm_reason(self.state.alarms))
-            elif kind is MethodReceived:
-                if session is not None:
-                    received: MethodReceived = event  # type: ignore[assignment]
-                    session.handle(received.channel, received.method)
-            elif event is NEED_DATA:
-                break
-            else:
-                self._control(event)
-                session = self.session
+                        break
+                elif kind is MethodReceived:
+                    if session is not None:
+                        received: MethodReceived = event  # type: ignore[assignment]
+                        session.handle(received.channel, received.method)
+                elif event is NEED_DATA:
+                    break
+                else:
+                    self._control(event)
+                    session = self.session
+                    if self.held or self.blocked or self.transport is None:
+                        break
         if self.held or self.blocked:
             self._update_reading()
         if session is not None and (session.pending_confirms or self.published_since_check):

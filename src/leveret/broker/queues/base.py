@@ -56,8 +56,11 @@ class Accepted(Enum):
     """What a queue did with a published message."""
 
     YES = 0
-    REFUSED = 1  # a length limit with x-overflow reject-publish: the publisher gets a nack
-    UNSTORABLE = 2  # RabbitMQ's stream cannot store it: the publishing connection closes
+    # taken, and waiting behind consumers that have no credit: the publisher may have to
+    # wait for their connection (credit flow, see Queue.congested)
+    BACKLOG = 1
+    REFUSED = 2  # a length limit with x-overflow reject-publish: the publisher gets a nack
+    UNSTORABLE = 3  # RabbitMQ's stream cannot store it: the publishing connection closes
 
 
 class Queue:
@@ -145,17 +148,11 @@ class Queue:
     def dispatch(self) -> None:
         """Push to consumers while any has credit."""
 
-    def get(self) -> Entry | None:
-        """basic.get: the next message, or None when there is none."""
+    def get(self, no_ack: bool) -> Entry | None:
+        """basic.get: the next message, or None when there is none. With ``no_ack`` it is
+        gone now, otherwise it waits for its ack. (A queue accounts for what leaves it, to
+        consumers too, before it hands it over.)"""
         raise NotImplementedError
-
-    def record_delivery(self, entry: Entry, no_ack: bool) -> None:
-        """A message went out to a consumer or basic.get; with ``no_ack`` it is gone
-        now, otherwise it waits for its ack."""
-        self.delivered += 1
-        entry.delivery_count += 1
-        if not no_ack:
-            self.unacked += 1
 
     # --------------------------------------------------------------- settling
     def check_reject(self) -> None:

@@ -21,6 +21,11 @@ _EXPIRATION_FLAG = 0x01  # byte 0 of the property flags: expiration (0x0100)
 _PRIORITY_FLAG = 0x08  # byte 0: priority (0x0800)
 
 
+_YES = Accepted.YES
+_BACKLOG = Accepted.BACKLOG
+_REFUSED = Accepted.REFUSED
+
+
 def _order(entry: Entry) -> tuple[int, int]:
     """Where an entry stands in ``ready``: higher priority first, then publish order."""
     return (-entry.priority, entry.seq)
@@ -125,17 +130,35 @@ class ClassicQueue(Queue):
             self.published += 1
             entry = Entry(message, self._seq)
             consumers = self.consumers
-            if consumers and not self.ready:
-                consumer = consumers[0] if len(consumers) == 1 else self._next_consumer()
-                if consumer is not None and consumer.has_credit():
-                    consumer.deliver(self, entry)
-                    return Accepted.YES
-            # No dispatch here: a consumer with credit would have drained the backlog
-            # already (every credit change dispatches), so none can take it now.
+            if consumers:
+                if not self.ready:
+                    consumer = consumers[0] if len(consumers) == 1 else self._next_consumer()
+                    if consumer is not None and consumer.has_credit():
+                        self.delivered += 1
+                        entry.delivery_count = 1
+                        if not consumer.no_ack:
+                            self.unacked += 1
+                        consumer.deliver(self, entry)
+                        return _YES
+                # No dispatch here: a consumer with credit would have drained the backlog
+                # already (every credit change dispatches), so none can take it now.
+                self.ready.append(entry)
+                self._ready_bytes += len(message.body)
+                return _BACKLOG
             self.ready.append(entry)
             self._ready_bytes += len(message.body)
-            return Accepted.YES
+            return _YES
         return self._enqueue_checked(message)
+
+    def _hand(self, consumer: Subscriber, entry: Entry) -> None:
+        """Account for a delivery, then give the message to the consumer."""
+        self.delivered += 1
+        entry.delivery_count += 1
+        if consumer.no_ack:
+            self._forget(entry)
+        else:
+            self.unacked += 1
+        consumer.deliver(self, entry)
 
     def _enqueue_checked(self, message: Message) -> Accepted:
         if (
@@ -144,7 +167,7 @@ class ClassicQueue(Queue):
         ) and self.overflow != "drop-head":
             if self.overflow == "reject-publish-dlx":
                 self._dead_letter(message, "maxlen")
-            return Accepted.REFUSED
+            return _REFUSED
         self._seq += 1
         self.published += 1
         entry = Entry(message, self._seq)
@@ -156,7 +179,7 @@ class ClassicQueue(Queue):
             ):
                 # TTL 0: delivered now or never
                 self._dead_letter(message, "expired")
-                return Accepted.YES
+                return _YES
             entry.expires_at = now_ms() + self.message_ttl
         expiration = _per_message_ttl(message)
         if expiration is not None:
@@ -167,15 +190,17 @@ class ClassicQueue(Queue):
         if self.consumers and not self.ready:
             consumer = self._next_consumer()
             if consumer is not None:
-                consumer.deliver(self, entry)
-                return Accepted.YES
+                self._hand(consumer, entry)
+                return _YES
         self._append(entry)
         self._ready_bytes += len(message.body)
         if self.max_length is not None or self.max_length_bytes is not None:
             self._drop_head_overflow()
         if self.consumers:
             self.dispatch()
-        return Accepted.YES
+            if self.ready:
+                return _BACKLOG
+        return _YES
 
     def congested(self) -> FlowHolder | None:
         if self.ready and self.consumers:
@@ -260,7 +285,7 @@ class ClassicQueue(Queue):
             if consumer is None:
                 return
             self._pop()
-            consumer.deliver(self, entry)
+            self._hand(consumer, entry)
 
     def _expire_head(self) -> None:
         entry = self._pop()
@@ -273,20 +298,19 @@ class ClassicQueue(Queue):
         while self.ready and self.ready[0].expires_at and self.ready[0].expires_at <= t:
             self._expire_head()
 
-    def get(self) -> Entry | None:
+    def get(self, no_ack: bool) -> Entry | None:
         self.expire()
         if not self.ready:
             return None
         self.last_used = now_ms()
-        return self._pop()
-
-    def record_delivery(self, entry: Entry, no_ack: bool) -> None:
+        entry = self._pop()
         self.delivered += 1
         entry.delivery_count += 1
         if no_ack:
             self._forget(entry)
         else:
             self.unacked += 1
+        return entry
 
     def add_consumer(self, consumer: Subscriber, start: Any = None) -> None:
         self.had_consumers = True

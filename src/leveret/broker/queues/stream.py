@@ -220,13 +220,11 @@ class StreamQueue(Queue):
                     body,
                 )
                 offsets[consumer] = offset + 1
+                self.delivered += 1
+                self.unacked += 1  # a stream consumer always acks, to return credit
                 consumer.deliver(self, Entry(message, offset))
                 if consumer not in offsets:
                     return
-
-    def record_delivery(self, entry: Entry, no_ack: bool) -> None:
-        self.delivered += 1
-        self.unacked += 1
 
     # -- settling: acks only return credit --------------------------------------
     def check_reject(self) -> None:
@@ -245,7 +243,7 @@ class StreamQueue(Queue):
             self.unacked -= 1
 
     # -- what a stream does not do ---------------------------------------------
-    def get(self) -> Entry | None:
+    def get(self, no_ack: bool) -> Entry | None:
         raise stream_not_supported("basic.get", self)
 
     def purge(self) -> int:
