@@ -1,5 +1,6 @@
 """The part of ``leveret ctl`` that talks to the management API: options, a small HTTP
-client (the standard library's urllib, basic auth), rabbitmqctl's exit codes and errors."""
+client (the standard library's urllib, basic auth), rabbitmqctl's exit codes and errors, and
+``Ctl``, what every verb is given."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import base64
 import json
 import urllib.error
 import urllib.request
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
@@ -55,8 +56,6 @@ class Options:
     formatter: str = "table"
     table_headers: bool = True
     timeout: float = 60.0
-    flags: set[str] = field(default_factory=set)
-    values: dict[str, str] = field(default_factory=dict)
 
 
 class Client:
@@ -113,13 +112,17 @@ def q(name: str) -> str:
     return quote(name, safe="")
 
 
-def arity(args: list[str], low: int, high: int | None) -> None:
-    if len(args) < low:
-        raise CtlError("(argument validation): not enough arguments.", EX_USAGE)
-    if high is not None and len(args) > high:
-        raise CtlError("(argument validation): too many arguments.", EX_USAGE)
-
-
 def banner_line(opts: Options, line: str) -> None:
     if not opts.quiet:
         print(line, flush=True)
+
+
+@dataclass
+class Ctl:
+    """What a verb works with: the options in force and a client of the management API."""
+
+    opts: Options
+    client: Client
+
+    def banner(self, line: str) -> None:
+        banner_line(self.opts, line)

@@ -1,23 +1,25 @@
-"""``leveret ctl``'s list verbs: rabbitmqctl's columns, banners and both formatters."""
+"""``leveret ctl``'s list verbs: rabbitmqctl's columns, banners and both formatters. Each
+listing is a row of ``LISTINGS``, registered as a verb from it."""
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
+
+import typer
 
 from leveret.cli import ctlformat as fmt
+from leveret.cli.ctlapp import verb
 from leveret.cli.ctlclient import (
     EX_NOUSER,
-    EX_OK,
     EX_USAGE,
     Client,
+    Ctl,
     CtlError,
     HttpError,
     Options,
-    arity,
-    banner_line,
     q,
 )
 
@@ -56,11 +58,12 @@ TABLE_KEYS = {"arguments", "client_properties"}
 
 @dataclass
 class Listing:
+    summary: str
     path: Callable[[Options], str]
     banner: Callable[[Options], list[str]]
     default: list[str]
     columns: dict[str, Extract]
-    per_vhost: bool = True
+    takes_columns: bool = True  # list_users and list_permissions take none, as rabbitmqctl's
 
 
 def _plain(*names: str) -> dict[str, Extract]:
@@ -169,6 +172,7 @@ CHANNEL_COLUMNS: dict[str, Extract] = {
 
 LISTINGS: dict[str, Listing] = {
     "list_exchanges": Listing(
+        "The exchanges of a virtual host.",
         lambda o: f"/api/exchanges/{q(o.vhost)}",
         lambda o: [f"Listing exchanges for vhost {o.vhost} ..."],
         ["name", "type"],
@@ -178,6 +182,7 @@ LISTINGS: dict[str, Listing] = {
         },
     ),
     "list_bindings": Listing(
+        "The bindings of a virtual host.",
         lambda o: f"/api/bindings/{q(o.vhost)}",
         lambda o: [f"Listing bindings for vhost {o.vhost}..."],
         [
@@ -199,26 +204,28 @@ LISTINGS: dict[str, Listing] = {
         },
     ),
     "list_queues": Listing(
+        "The queues of a virtual host.",
         lambda o: f"/api/queues/{q(o.vhost)}",
         lambda o: [f"Timeout: {o.timeout} seconds ...", f"Listing queues for vhost {o.vhost} ..."],
         ["name", "messages"],
         QUEUE_COLUMNS,
     ),
     "list_connections": Listing(
+        "The AMQP connections.",
         lambda o: "/api/connections",
         lambda o: ["Listing connections ..."],
         ["user", "peer_host", "peer_port", "state"],
         CONNECTION_COLUMNS,
-        per_vhost=False,
     ),
     "list_channels": Listing(
+        "The channels of every connection.",
         lambda o: "/api/channels",
         lambda o: ["Listing channels ..."],
         ["pid", "user", "consumer_count", "messages_unacknowledged"],
         CHANNEL_COLUMNS,
-        per_vhost=False,
     ),
     "list_consumers": Listing(
+        "The consumers of a virtual host's queues.",
         lambda o: f"/api/consumers/{q(o.vhost)}",
         lambda o: [f"Listing consumers in vhost {o.vhost} ..."],
         [
@@ -243,13 +250,15 @@ LISTINGS: dict[str, Listing] = {
         },
     ),
     "list_users": Listing(
+        "The users and their tags.",
         lambda o: "/api/users",
         lambda o: ["Listing users ..."],
         ["user", "tags"],
         {"user": _get("name"), "tags": _get("tags")},
-        per_vhost=False,
+        takes_columns=False,
     ),
     "list_vhosts": Listing(
+        "The virtual hosts.",
         lambda o: "/api/vhosts",
         lambda o: ["Listing vhosts ..."],
         ["name"],
@@ -258,13 +267,14 @@ LISTINGS: dict[str, Listing] = {
             "tags": _get("tags"),
             "cluster_state": lambda item, node: item.get("cluster_state") or {},
         },
-        per_vhost=False,
     ),
     "list_permissions": Listing(
+        "Who may do what in a virtual host.",
         lambda o: f"/api/vhosts/{q(o.vhost)}/permissions",
         lambda o: [f'Listing permissions for vhost "{o.vhost}" ...'],
         ["user", "configure", "write", "read"],
         _plain("user", "configure", "write", "read"),
+        takes_columns=False,
     ),
 }
 
@@ -277,9 +287,9 @@ def node_name(client: Client) -> str:
         return "leveret"
 
 
-def run_listing(verb: str, args: list[str], opts: Options, client: Client) -> int:
-    spec = LISTINGS[verb]
-    columns = args or spec.default
+def run_listing(spec: Listing, columns: list[str], ctl: Ctl) -> None:
+    opts, client = ctl.opts, ctl.client
+    columns = columns or spec.default
     unknown = [c for c in columns if c not in spec.columns]
     if unknown:
         raise CtlError(
@@ -287,7 +297,7 @@ def run_listing(verb: str, args: list[str], opts: Options, client: Client) -> in
             EX_USAGE,
         )
     try:
-        items = spec.path(opts) and client.get(spec.path(opts))
+        items = client.get(spec.path(opts))
     except HttpError as exc:
         if exc.status != 404:
             raise
@@ -302,7 +312,7 @@ def run_listing(verb: str, args: list[str], opts: Options, client: Client) -> in
                 [{c: fmt.typed(v) if c in TABLE_KEYS else v for c, v in row} for row in rows]
             )
         )
-        return EX_OK
+        return
     if not opts.quiet:
         for line in spec.banner(opts):
             out.write(line + "\n")
@@ -312,25 +322,52 @@ def run_listing(verb: str, args: list[str], opts: Options, client: Client) -> in
         out.write(
             "\t".join(fmt.table_cell(v) if c in TABLE_KEYS else fmt.cell(v) for c, v in row) + "\n"
         )
-    return EX_OK
 
 
-def list_user_permissions(args: list[str], opts: Options, client: Client) -> int:
-    arity(args, 1, 1)
-    user = args[0]
+Columns = Annotated[list[str] | None, typer.Argument(metavar="COLUMN", show_default=False)]
+
+
+def _listing_with_columns(spec: Listing) -> Callable[[Ctl, list[str] | None], None]:
+    def listing(ctl: Ctl, columns: Columns = None) -> None:
+        run_listing(spec, columns or [], ctl)
+
+    listing.__doc__ = (
+        f"{spec.summary}\n\nCOLUMN is one of {', '.join(sorted(spec.columns))} "
+        f"(default: {' '.join(spec.default)})."
+    )
+    return listing
+
+
+def _listing(spec: Listing) -> Callable[[Ctl], None]:
+    def listing(ctl: Ctl) -> None:
+        run_listing(spec, [], ctl)
+
+    listing.__doc__ = f"{spec.summary}\n\nColumns: {' '.join(spec.default)}."
+    return listing
+
+
+for _name, _spec in LISTINGS.items():
+    if _spec.takes_columns:
+        verb("listing", name=_name)(_listing_with_columns(_spec))
+    else:
+        verb("listing", name=_name)(_listing(_spec))
+
+
+@verb("listing")
+def list_user_permissions(ctl: Ctl, username: str) -> None:
+    """One user's permissions in every virtual host."""
     try:
-        perms = client.get(f"/api/users/{q(user)}/permissions")
+        perms = ctl.client.get(f"/api/users/{q(username)}/permissions")
     except HttpError as exc:
         if exc.status == 404:
-            raise CtlError(f'User "{user}" does not exist', EX_NOUSER) from exc
+            raise CtlError(f'User "{username}" does not exist', EX_NOUSER) from exc
         raise
     rows = [{k: p[k] for k in ("vhost", "configure", "write", "read")} for p in perms]
-    if opts.formatter == "json":
+    if ctl.opts.formatter == "json":
         sys.stdout.write(fmt.json_rows(rows))
-        return EX_OK
-    banner_line(opts, f'Listing permissions for user "{user}" ...')
-    if rows and opts.table_headers:
+        return
+    ctl.banner(f'Listing permissions for user "{username}" ...')
+    if rows and ctl.opts.table_headers:
         print("vhost\tconfigure\twrite\tread")
     for r in rows:
         print("\t".join(r.values()))
-    return EX_OK
