@@ -168,6 +168,12 @@ _register_up()
 
 
 def main() -> None:
+    # `leveret ctl ...` goes to rabbitmqctl's parser untouched: click would take a `--`
+    # (rabbitmqctl's end of options, as in `delete_queue -- -x`) for its own.
+    if len(sys.argv) > 1 and sys.argv[1] == "ctl":
+        from leveret.cli.ctl import main as ctl_main
+
+        sys.exit(ctl_main(sys.argv[2:]))
     app()
 
 
