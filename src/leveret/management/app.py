@@ -7,7 +7,7 @@ from importlib import resources
 
 from aiohttp import web
 
-from leveret.management import admin, api, objects
+from leveret.management import admin, api, dashboard, objects
 from leveret.management.context import MANAGEMENT, Management, mgmt
 from leveret.management.httputil import (
     MANAGEMENT_TAGS,
@@ -96,4 +96,5 @@ def make_app(management: Management) -> web.Application:
     app = web.Application(middlewares=[middleware], client_max_size=64 * 1024 * 1024)
     app[MANAGEMENT] = management
     routes(app)
+    dashboard.setup(app, management)
     return app

@@ -157,6 +157,10 @@ class SegmentLog:
     def total_bytes(self) -> int:
         return sum(s.size for s in self.segments)
 
+    @property
+    def segment_count(self) -> int:
+        return len(self.segments)
+
     def last_chunk_start(self) -> int:
         for seg in reversed(self.segments):
             if seg.chunks:

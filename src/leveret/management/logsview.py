@@ -1,0 +1,543 @@
+"""The dashboard's Logs view: the records of a logs exchange, live, pushed to browsers.
+
+A *tap* is an AMQP client of the broker's own AMQP port (aiormq over a socket, in the
+broker's event loop), logged in as the dashboard's user: it declares a server-named exclusive
+queue, binds it to the exchange as ``leveret receive-logs`` does, and consumes. Browsers read
+``GET /api/logs/stream`` (Server-Sent Events); every page of one user on one exchange shares
+one tap. A tap exists only while a page is open (and ``LINGER`` seconds after the last one
+closes), so a broker nobody watches pays nothing.
+
+Why it can never slow the broker:
+
+- The tap's queue has ``x-max-length`` (``QUEUE_MAX_LENGTH``) with RabbitMQ's default
+  overflow, drop-head: when records arrive faster than the view takes them, the broker drops
+  the oldest from that queue. Publishers are never refused, blocked or flow-controlled on its
+  account, and its memory is bounded.
+- The tap takes at most ``PREFETCH`` records per ``ACK_INTERVAL`` (prefetch plus one
+  ``basic.ack(multiple)`` per interval): the work done in the broker's event loop for the view
+  is capped at ``MAX_RATE`` records/s whatever the publish rate. Those dropped by the queue
+  are counted (published into the queue, minus received, minus still queued) and shown.
+- Each browser has its own bounded buffer (``CLIENT_BUFFER``); a browser that reads slowly
+  loses the oldest records of its buffer, counted and shown, and never holds up the tap or
+  another browser.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
+
+from aiohttp import web
+
+from leveret.logs.record import SEVERITIES, Record
+from leveret.management.context import mgmt
+from leveret.management.httputil import bad_request, credentials, current_user
+
+if TYPE_CHECKING:
+    import aiormq.abc
+
+    from leveret.management.context import Management
+
+log = logging.getLogger(__name__)
+
+QUEUE_MAX_LENGTH = 1000
+PREFETCH = 100
+ACK_INTERVAL = 0.25
+MAX_RATE = int(PREFETCH / ACK_INTERVAL)
+RECENT = 500
+CLIENT_BUFFER = 2000
+BATCH_INTERVAL = 0.2
+IDLE_BATCH_INTERVAL = 1.0
+LINGER = 10.0
+LIVE_MINUTES = 60
+MAX_BACKOFF = 10.0
+
+#: What a tap binds with, as the lake ingest does: everything, whatever the exchange's type
+#: (fanout ignores the key, topic matches ``#``, direct matches a severity).
+BINDING_KEYS = ("#", *SEVERITIES)
+
+_PROPERTIES = (
+    "content_type",
+    "content_encoding",
+    "delivery_mode",
+    "priority",
+    "correlation_id",
+    "reply_to",
+    "expiration",
+    "message_id",
+    "type",
+    "user_id",
+    "app_id",
+)
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    return str(value)
+
+
+def record_of(
+    body: bytes, routing_key: str, exchange: str, redelivered: bool, props: Any, seq: int
+) -> bytes:
+    """One delivery as the JSON the browser gets: the record's fields (as
+    :meth:`Record.from_body` reads them, plain text included) and the message's."""
+    content_type = getattr(props, "content_type", None)
+    stamp: Any = getattr(props, "timestamp", None)
+    epoch = int(stamp.timestamp()) if stamp is not None and hasattr(stamp, "timestamp") else None
+    record = Record.from_body(body, content_type, routing_key, epoch)
+    doc: dict[str, Any] = record.to_dict()
+    properties: dict[str, Any] = {}
+    for name in _PROPERTIES:
+        value = getattr(props, name, None)
+        if value not in (None, ""):
+            properties[name] = _jsonable(value)
+    if epoch is not None:
+        properties["timestamp"] = epoch
+    headers = getattr(props, "headers", None)
+    if headers:
+        properties["headers"] = _jsonable(headers)
+    doc["_seq"] = seq
+    doc["_received"] = int(time.time() * 1000)
+    doc["_message"] = {
+        "exchange": exchange,
+        "routing_key": routing_key,
+        "redelivered": redelivered,
+        "payload_bytes": len(body),
+        "properties": properties,
+    }
+    doc["_plain"] = not (content_type == "application/json" or body[:1] == b"{")
+    return json.dumps(doc, ensure_ascii=False, separators=(",", ":"), default=str).encode()
+
+
+# ------------------------------------------------------------------ subscribers
+@dataclass(eq=False)
+class Subscriber:
+    """One browser: a bounded buffer of encoded records, the oldest dropped first."""
+
+    capacity: int = CLIENT_BUFFER
+    buffer: deque[bytes] = field(default_factory=deque)
+    dropped: int = 0
+    broker_dropped_base: int = 0
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    closed: bool = False
+
+    def offer(self, record: bytes) -> None:
+        if len(self.buffer) >= self.capacity:
+            self.buffer.popleft()
+            self.dropped += 1
+        self.buffer.append(record)
+        self.wake.set()
+
+    def take(self) -> list[bytes]:
+        out = list(self.buffer)
+        self.buffer.clear()
+        self.wake.clear()
+        return out
+
+    def close(self) -> None:
+        self.closed = True
+        self.wake.set()
+
+
+# --------------------------------------------------------------------------- tap
+QueueFigures = Callable[[str, str], "tuple[int, int] | None"]
+
+
+class Tap:
+    """One consumer of ``exchange`` in ``vhost`` as ``username``, shared by that user's pages."""
+
+    def __init__(
+        self,
+        url: str,
+        vhost: str,
+        exchange: str,
+        username: str,
+        figures: QueueFigures,
+        on_idle: Callable[[Tap], None],
+    ) -> None:
+        self.url = url
+        self.vhost = vhost
+        self.exchange = exchange
+        self.username = username
+        self._figures = figures
+        self._on_idle = on_idle
+        self.subscribers: set[Subscriber] = set()
+        self.recent: deque[bytes] = deque(maxlen=RECENT)
+        self.status = "connecting"
+        self.error: str | None = None
+        self.queue: str | None = None
+        self.received = 0
+        self.broker_dropped = 0  # in queues of earlier connections
+        self._queue_dropped = 0  # in the current queue
+        self._seq = 0
+        self._last_tag = 0
+        self._acked_tag = 0
+        self._closing = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._linger: asyncio.TimerHandle | None = None
+        self._closer: asyncio.Task[None] | None = None
+        # live counts per minute (epoch minute -> severity -> n); "unseen" for queue drops
+        self.minutes: dict[int, dict[str, int]] = {}
+        self.started = time.time()
+
+    # -------------------------------------------------------------- lifecycle
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    def subscribe(self) -> Subscriber:
+        if self._linger is not None:
+            self._linger.cancel()
+            self._linger = None
+        sub = Subscriber(broker_dropped_base=self.dropped_by_broker)
+        for record in self.recent:
+            sub.offer(record)
+        sub.dropped = 0
+        self.subscribers.add(sub)
+        return sub
+
+    def unsubscribe(self, sub: Subscriber) -> None:
+        self.subscribers.discard(sub)
+        if not self.subscribers and not self._closing.is_set():
+            loop = asyncio.get_running_loop()
+            self._linger = loop.call_later(LINGER, self._idle)
+
+    def _idle(self) -> None:
+        self._linger = None
+        if not self.subscribers:
+            self._on_idle(self)
+            self._closer = asyncio.get_running_loop().create_task(self.close())
+
+    async def close(self) -> None:
+        self._closing.set()
+        for sub in list(self.subscribers):
+            sub.close()
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
+
+    @property
+    def dropped_by_broker(self) -> int:
+        return self.broker_dropped + self._queue_dropped
+
+    # -------------------------------------------------------------- consuming
+    async def _run(self) -> None:
+        backoff = 0.5
+        while not self._closing.is_set():
+            started = time.monotonic()
+            try:
+                await self._consume()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # a lost connection, a refusal: shown, then retried
+                self._set_status("error", describe(exc))
+                log.debug("logs view tap %s/%s: %s", self.vhost, self.exchange, exc)
+            self.broker_dropped += self._queue_dropped
+            self._queue_dropped = 0
+            if time.monotonic() - started > 30:
+                backoff = 0.5
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._closing.wait(), backoff)
+            backoff = min(backoff * 2, MAX_BACKOFF)
+
+    async def _consume(self) -> None:
+        import aiormq
+
+        conn = await aiormq.connect(
+            self.url,
+            client_properties={"connection_name": f"leveret dashboard logs view ({self.username})"},
+        )
+        try:
+            ch = await self._exchange_channel(conn)
+            if ch is None:
+                return
+            ok = await ch.queue_declare(
+                "", exclusive=True, auto_delete=True, arguments={"x-max-length": QUEUE_MAX_LENGTH}
+            )
+            queue = ok.queue
+            assert queue is not None
+            for key in BINDING_KEYS:
+                await ch.queue_bind(queue, self.exchange, routing_key=key)
+            await ch.basic_qos(prefetch_count=PREFETCH)
+            self._last_tag = self._acked_tag = 0
+            self.queue = queue
+            await ch.basic_consume(queue, self._on_message, no_ack=False)
+            self._set_status("live", None)
+            while not self._closing.is_set():
+                if ch.is_closed:
+                    closing = ch.closing
+                    raise ConnectionError(describe(closing.exception()))
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._closing.wait(), ACK_INTERVAL)
+                if self._last_tag > self._acked_tag:
+                    tag = self._last_tag
+                    await ch.basic_ack(tag, multiple=True)
+                    self._acked_tag = tag
+                self._count_queue_drops(queue)
+        finally:
+            self.queue = None
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(conn.close(), 5)
+
+    async def _exchange_channel(self, conn: aiormq.abc.AbstractConnection) -> Any:
+        """A channel on which the exchange exists; until it does, check every second (a
+        refused passive declare closes its channel) rather than guess its type."""
+        import aiormq
+
+        while not self._closing.is_set():
+            ch = await conn.channel()
+            try:
+                await ch.exchange_declare(self.exchange, passive=True)
+                return ch
+            except aiormq.exceptions.ChannelNotFoundEntity:
+                self._set_status(
+                    "waiting", f"no exchange '{self.exchange}' in vhost '{self.vhost}' yet"
+                )
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._closing.wait(), 1.0)
+        return None
+
+    async def _on_message(self, message: aiormq.abc.DeliveredMessage) -> None:
+        delivery = message.delivery
+        tag = getattr(delivery, "delivery_tag", None) or 0
+        if tag > self._last_tag:
+            self._last_tag = tag
+        self.received += 1
+        self._seq += 1
+        routing_key = str(getattr(delivery, "routing_key", "") or "")
+        try:
+            record = record_of(
+                message.body,
+                routing_key,
+                str(getattr(delivery, "exchange", "") or ""),
+                bool(getattr(delivery, "redelivered", False)),
+                message.header.properties,
+                self._seq,
+            )
+        except Exception:  # a body no reader can show is logged, never breaks the tap
+            log.exception("logs view: cannot show a delivery")
+            return
+        self._count_live(_severity_of(record))
+        self.recent.append(record)
+        for sub in self.subscribers:
+            sub.offer(record)
+
+    def _count_queue_drops(self, queue: str) -> None:
+        figures = self._figures(self.vhost, queue)
+        if figures is None:
+            return
+        published, queued = figures
+        # Everything routed into the queue was acked, is still in it (ready or unacked) or
+        # was dropped. The broker may not have read the last ack yet: that errs low, and the
+        # count only grows, so it never overstates.
+        dropped = max(0, published - self._acked_tag - queued)
+        new = dropped - self._queue_dropped
+        if new > 0:
+            self._queue_dropped = dropped
+            self._count_live("unseen", new)
+
+    def _count_live(self, severity: str, n: int = 1) -> None:
+        minute = int(time.time() // 60)
+        counts = self.minutes.get(minute)
+        if counts is None:
+            counts = self.minutes[minute] = {}
+            for old in [m for m in self.minutes if m <= minute - LIVE_MINUTES]:
+                del self.minutes[old]
+        counts[severity] = counts.get(severity, 0) + n
+
+    def _set_status(self, status: str, error: str | None) -> None:
+        self.status, self.error = status, error
+        for sub in self.subscribers:
+            sub.wake.set()
+
+    def live(self) -> dict[str, Any]:
+        """Records per minute by severity as the tap received them, and those the queue
+        dropped ("unseen"), for the minutes it has been running."""
+        return {
+            "since": int(self.started * 1000),
+            "minutes": [
+                {"minute": minute * 60_000, **counts}
+                for minute, counts in sorted(self.minutes.items())
+            ],
+            "received": self.received,
+            "dropped_by_broker": self.dropped_by_broker,
+        }
+
+
+def _severity_of(record: bytes) -> str:
+    # the severity is the second field of every record document (see Record.to_dict)
+    start = record.find(b'"severity":"')
+    if start < 0:
+        return "info"
+    start += 12
+    end = record.find(b'"', start)
+    word = record[start:end].decode("utf-8", "replace").lower()
+    return word if word in SEVERITIES else "info"
+
+
+def describe(exc: BaseException | None) -> str:
+    """One line for an AMQP failure, as a receiver prints it."""
+    if exc is None:
+        return "connection closed"
+    args = getattr(exc, "args", ())
+    frame = args[0] if args else None
+    text = getattr(frame, "reply_text", None)
+    if text:
+        return str(text)
+    text = str(exc).strip()
+    return text or type(exc).__name__
+
+
+# ---------------------------------------------------------------------- the view
+class LogsView:
+    """The taps of one management app, keyed by (user, vhost, exchange)."""
+
+    def __init__(self, management: Management) -> None:
+        self.management = management
+        self.taps: dict[tuple[str, str, str], Tap] = {}
+
+    def amqp_address(self) -> tuple[str, int]:
+        for listener in self.management.listeners:
+            if listener.get("protocol") == "amqp":
+                host = str(listener["ip_address"])
+                if host in ("0.0.0.0", ""):
+                    host = "127.0.0.1"
+                elif host == "::":
+                    host = "::1"
+                return host, int(listener["port"])
+        server = self.management.server
+        return "127.0.0.1", int(server.port)
+
+    def tap(self, username: str, password: str, vhost: str, exchange: str) -> Tap:
+        key = (username, vhost, exchange)
+        host, port = self.amqp_address()
+        netloc = f"[{host}]" if ":" in host else host
+        url = (
+            f"amqp://{quote(username, safe='')}:{quote(password, safe='')}@{netloc}:{port}/"
+            f"{quote(vhost, safe='')}"
+        )
+        tap = self.taps.get(key)
+        if tap is None:
+            tap = Tap(url, vhost, exchange, username, self.queue_figures, self._forget)
+            self.taps[key] = tap
+            tap.start()
+        else:
+            tap.url = url  # the password the user logged in with last
+        return tap
+
+    def _forget(self, tap: Tap) -> None:
+        key = (tap.username, tap.vhost, tap.exchange)
+        if self.taps.get(key) is tap:
+            del self.taps[key]
+
+    def queue_figures(self, vhost: str, queue: str) -> tuple[int, int] | None:
+        """(published into, messages in) the tap's queue, as the API counts them."""
+        from leveret.management.stats import queue_counters, queue_lengths
+
+        v = self.management.broker.vhosts.get(vhost)
+        q = v.queues.get(queue) if v is not None else None
+        if q is None:
+            return None
+        return int(queue_counters(q)["publish"]), int(queue_lengths(q)["messages"])
+
+    async def close(self) -> None:
+        taps = list(self.taps.values())
+        self.taps.clear()
+        for tap in taps:
+            await tap.close()
+
+
+LOGS_VIEW: web.AppKey[LogsView] = web.AppKey("logs_view", LogsView)
+
+
+def _batch(tap: Tap, sub: Subscriber, records: list[bytes]) -> bytes:
+    head = {
+        "status": tap.status,
+        "error": tap.error,
+        "queue": tap.queue,
+        "max_rate": MAX_RATE,
+        "dropped": {
+            "broker": tap.dropped_by_broker - sub.broker_dropped_base,
+            "server": sub.dropped,
+        },
+    }
+    meta = json.dumps(head, separators=(",", ":")).encode()
+    return b"data: " + meta[:-1] + b',"records":[' + b",".join(records) + b"]}\n\n"
+
+
+async def stream(request: web.Request) -> web.StreamResponse:
+    """``GET /api/logs/stream?vhost=/&exchange=logs``: Server-Sent Events, one ``data:``
+    line per batch: ``{"status", "error", "dropped": {"broker", "server"}, "records": [...]}``."""
+    m = mgmt(request)
+    vhost = request.query.get("vhost", "/")
+    exchange = request.query.get("exchange", "logs")
+    if not exchange:
+        raise bad_request("exchange must not be empty")
+    m.vhost(request, vhost)
+    creds = credentials(request)
+    assert creds is not None  # the middleware let the request in
+    view = request.app[LOGS_VIEW]
+    tap = view.tap(current_user(request).name, creds[1], vhost, exchange)
+    sub = tap.subscribe()
+    resp = web.StreamResponse(
+        headers={
+            "Content-Type": "text/event-stream",
+            "Cache-Control": "no-cache",
+            "X-Accel-Buffering": "no",
+        }
+    )
+    try:
+        await resp.prepare(request)
+        await resp.write(b"retry: 2000\n\n")
+        last_sent = 0.0
+        while not sub.closed:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(sub.wake.wait(), IDLE_BATCH_INTERVAL)
+            if sub.closed:
+                break
+            records = sub.take()
+            now = time.monotonic()
+            if records or now - last_sent >= IDLE_BATCH_INTERVAL:
+                await resp.write(_batch(tap, sub, records))
+                last_sent = now
+            await asyncio.sleep(BATCH_INTERVAL)
+    except ConnectionResetError:
+        pass
+    finally:
+        tap.unsubscribe(sub)
+    return resp
+
+
+async def live(request: web.Request) -> dict[str, Any] | None:
+    """The live counts of this user's tap on (vhost, exchange), if one is running."""
+    view = request.app[LOGS_VIEW]
+    vhost = request.query.get("vhost", "/")
+    exchange = request.query.get("exchange", "logs")
+    tap = view.taps.get((current_user(request).name, vhost, exchange))
+    return tap.live() if tap is not None else None
+
+
+def setup(app: web.Application, management: Management) -> None:
+    view = LogsView(management)
+    app[LOGS_VIEW] = view
+
+    async def on_shutdown(_: web.Application) -> None:
+        await view.close()
+
+    app.on_shutdown.append(on_shutdown)
+    app.router.add_get("/api/logs/stream", stream)

@@ -1,0 +1,233 @@
+// Exchanges: the list with an add form, and a page per exchange with its bindings (both
+// ways), a form to bind from it, and a publish form.
+"use strict";
+
+import * as api from "./api.js";
+import { enc } from "./api.js";
+import { navigate } from "./nav.js";
+import {
+  Table, act, card, confirmDialog, exchangeHref, exchangeLabel, features, field, figures, h,
+  input, link, parseArguments, queueHref, select, setOptions, toast,
+} from "./ui.js";
+
+const TYPES = ["direct", "fanout", "topic", "headers"];
+
+export function exchangesPage() {
+  const table = new Table(
+    [
+      { key: "vhost", title: "Virtual host" },
+      { key: "name", title: "Name", render: (x) => link(exchangeHref(x.vhost, x.name), exchangeLabel(x.name)) },
+      { key: "type", title: "Type" },
+      { title: "Features", render: features },
+    ],
+    { empty: "No exchanges.", rowKey: (x) => `${x.vhost}\u0000${x.name}`, id: "exchanges-table" },
+  );
+  const filterBox = h("input.filter", { type: "search", placeholder: "Filter exchanges  ( / )", "data-search": "", "aria-label": "Filter exchanges", oninput: () => table.filter(filterBox.value) });
+  const vhostSel = select("vhost", []);
+  const form = h(
+    "form#add-exchange.form-grid",
+    {
+      onsubmit: async (e) => {
+        e.preventDefault();
+        const fd = new FormData(form);
+        const name = String(fd.get("name")).trim();
+        let args;
+        try {
+          args = parseArguments(fd.get("arguments"));
+        } catch (err) {
+          toast(err.message, "error");
+          return;
+        }
+        const body = {
+          type: fd.get("type"), durable: fd.get("durable") === "true", auto_delete: fd.get("auto_delete") === "true",
+          internal: fd.get("internal") === "true", arguments: args,
+        };
+        const ok = await act(form, () => api.put(`/exchanges/${enc(fd.get("vhost"))}/${enc(name)}`, body), `Exchange ${name} declared`);
+        if (ok !== undefined) {
+          form.reset();
+          refresh();
+        }
+      },
+    },
+    field("Virtual host", vhostSel),
+    field("Name", input("name", { required: true })),
+    field("Type", select("type", TYPES)),
+    field("Durability", select("durable", [["true", "Durable"], ["false", "Transient"]])),
+    field("Auto delete", select("auto_delete", [["false", "No"], ["true", "Yes"]])),
+    field("Internal", select("internal", [["false", "No"], ["true", "Yes"]])),
+    field("Arguments", h("textarea", { name: "arguments", rows: 2, placeholder: "alternate-exchange = ae" }), "key = value, one per line"),
+    h("div.form-actions", h("button.primary", { type: "submit" }, "Add exchange")),
+  );
+  const el = h(
+    "div.page",
+    card(null, h("div.card-head", h("h2", "Exchanges"), filterBox), table.el),
+    h("details.card.collapsible", h("summary", h("h2", "Add an exchange")), form),
+  );
+  async function refresh() {
+    const [xs, vhosts] = await Promise.all([api.get("/exchanges"), api.get("/vhosts?columns=name")]);
+    table.set(xs);
+    setOptions(vhostSel, vhosts.map((v) => v.name));
+  }
+  return { title: "Exchanges", el, refresh };
+}
+
+// --------------------------------------------------------------- one exchange
+export function exchangePage(vhost, urlName) {
+  const name = urlName === "amq.default" ? "" : urlName;
+  const base = `/exchanges/${enc(vhost)}/${enc(urlName)}`;
+  const builtIn = name === "" || name.startsWith("amq.");
+  const crumbs = [["/exchanges", "Exchanges"], [null, `virtual host ${vhost}`]];
+  const info = h("div#exchange-figures");
+  const dest = (b) =>
+    b.destination_type === "queue" ? link(queueHref(b.vhost, b.destination), b.destination) : link(exchangeHref(b.vhost, b.destination), exchangeLabel(b.destination));
+  const outgoing = new Table(
+    [
+      { title: "To", render: dest },
+      { key: "destination_type", title: "Kind" },
+      { key: "routing_key", title: "Routing key" },
+      { title: "Arguments", render: (b) => (Object.keys(b.arguments || {}).length ? JSON.stringify(b.arguments) : "") },
+      { title: "", render: (b) => (name === "" ? null : h("button.small", { type: "button", onclick: () => unbind(b) }, "Unbind")) },
+    ],
+    { empty: "Nothing is bound to this exchange.", id: "exchange-outgoing" },
+  );
+  const incoming = new Table(
+    [
+      { title: "From", render: (b) => link(exchangeHref(b.vhost, b.source), exchangeLabel(b.source)) },
+      { key: "routing_key", title: "Routing key" },
+      { title: "Arguments", render: (b) => (Object.keys(b.arguments || {}).length ? JSON.stringify(b.arguments) : "") },
+    ],
+    { empty: "No exchange binds to this one.", id: "exchange-incoming" },
+  );
+
+  const bindForm = h(
+    "form#exchange-bind.form-grid",
+    {
+      onsubmit: async (e) => {
+        e.preventDefault();
+        const fd = new FormData(bindForm);
+        let args;
+        try {
+          args = parseArguments(fd.get("arguments"));
+        } catch (err) {
+          toast(err.message, "error");
+          return;
+        }
+        const kind = fd.get("kind");
+        const to = String(fd.get("destination")).trim();
+        const ok = await act(
+          bindForm,
+          () => api.post(`/bindings/${enc(vhost)}/e/${enc(name)}/${kind}/${enc(to)}`, { routing_key: fd.get("routing_key"), arguments: args }),
+          `Bound ${to}`,
+        );
+        if (ok !== undefined) {
+          bindForm.reset();
+          refresh();
+        }
+      },
+    },
+    field("To", select("kind", [["q", "Queue"], ["e", "Exchange"]])),
+    field("Name", input("destination", { required: true, list: "destination-names" })),
+    field("Routing key", input("routing_key")),
+    field("Arguments", h("textarea", { name: "arguments", rows: 1 })),
+    h("datalist#destination-names"),
+    h("div.form-actions", h("button.primary", { type: "submit" }, "Bind")),
+  );
+
+  const publishResult = h("p#publish-result", { role: "status" });
+  const publishForm = h(
+    "form#publish.form-grid",
+    {
+      onsubmit: async (e) => {
+        e.preventDefault();
+        const fd = new FormData(publishForm);
+        let headers, props;
+        try {
+          headers = parseArguments(fd.get("headers"));
+          props = parseArguments(fd.get("properties"));
+        } catch (err) {
+          toast(err.message, "error");
+          return;
+        }
+        const properties = {};
+        for (const [k, v] of Object.entries(props)) {
+          properties[k] = ["priority", "timestamp", "delivery_mode"].includes(k) ? v : String(v);
+        }
+        if (fd.get("delivery_mode")) properties.delivery_mode = Number(fd.get("delivery_mode"));
+        if (Object.keys(headers).length) properties.headers = headers;
+        const body = {
+          routing_key: fd.get("routing_key"), payload: fd.get("payload"), payload_encoding: fd.get("payload_encoding"), properties,
+        };
+        const res = await act(publishForm, () => api.post(`${base}/publish`, body));
+        if (res !== undefined) {
+          publishResult.textContent = res.routed ? "Message published." : "Message published, but not routed.";
+          publishResult.className = res.routed ? "ok" : "warn";
+          toast(publishResult.textContent, res.routed ? "ok" : "warn");
+        }
+      },
+    },
+    field("Routing key", input("routing_key", { id: "publish-key" })),
+    field("Delivery mode", select("delivery_mode", [["1", "1 - Non-persistent"], ["2", "2 - Persistent"]])),
+    field("Headers", h("textarea", { name: "headers", rows: 2, placeholder: "level = error" }), "key = value, one per line"),
+    field("Properties", h("textarea", { name: "properties", rows: 2, placeholder: "content_type = text/plain" }), "content_type, message_id, app_id, …"),
+    field("Payload", h("textarea#publish-payload", { name: "payload", rows: 4 }), null),
+    field("Payload encoding", select("payload_encoding", [["string", "String"], ["base64", "Base64"]])),
+    h("div.form-actions", h("button.primary#publish-submit", { type: "submit" }, "Publish message"), publishResult),
+  );
+
+  const deleteBox = h(
+    "div.danger-zone",
+    h(
+      "div",
+      h("label.inline", h("input#delete-if-unused", { type: "checkbox" }), " only if unused"),
+      h("button.danger#delete-exchange", { type: "button", onclick: () => remove() }, "Delete exchange"),
+    ),
+  );
+
+  const el = h(
+    "div.page",
+    card("Details", info),
+    h("div.grid2", card("Bindings from this exchange", outgoing.el, name === "" ? h("p.muted.small", "The default exchange routes to every queue by its name.") : [h("h3", "Add a binding from this exchange"), bindForm]), card("Bindings to this exchange", incoming.el)),
+    card("Publish message", publishForm),
+    builtIn ? null : card("Delete", deleteBox),
+  );
+
+  async function unbind(b) {
+    if (!(await confirmDialog("Unbind", `Remove the binding to ${b.destination} with key "${b.routing_key}"?`, { okLabel: "Unbind" }))) return;
+    const kind = b.destination_type === "queue" ? "q" : "e";
+    const ok = await act(null, () => api.del(`/bindings/${enc(vhost)}/e/${enc(name)}/${kind}/${enc(b.destination)}/${enc(b.properties_key)}`), "Binding removed");
+    if (ok !== undefined) refresh();
+  }
+
+  async function remove() {
+    if (!(await confirmDialog("Delete exchange", `Delete exchange ${name} in ${vhost}?`, { okLabel: "Delete" }))) return;
+    const qs = el.querySelector("#delete-if-unused").checked ? "?if-unused=true" : "";
+    const ok = await act(null, () => api.del(`${base}${qs}`), `Exchange ${name} deleted`);
+    if (ok !== undefined) navigate("/exchanges");
+  }
+
+  async function refresh() {
+    const [x, out, inc, qs] = await Promise.all([
+      api.get(base),
+      api.get(`${base}/bindings/source`),
+      api.get(`${base}/bindings/destination`),
+      api.get(`/queues/${enc(vhost)}?columns=name`),
+    ]);
+    info.replaceChildren(
+      figures([
+        ["Type", x.type],
+        ["Features", h("span", features(x))],
+        ["Arguments", Object.keys(x.arguments || {}).length ? JSON.stringify(x.arguments) : "none"],
+      ]),
+    );
+    outgoing.set(out);
+    incoming.set(inc);
+    const dl = el.querySelector("#destination-names");
+    if (dl) dl.replaceChildren(...qs.map((q) => h("option", { value: q.name })));
+  }
+
+  function gone() {
+    info.replaceChildren(h("p.error", `Exchange ${name} does not exist in ${vhost} (any more).`));
+  }
+
+  return { title: `Exchange ${exchangeLabel(name)}`, crumbs, el, refresh, gone };
+}
