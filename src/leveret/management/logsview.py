@@ -28,9 +28,10 @@ import asyncio
 import contextlib
 import json
 import logging
+import socket
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
@@ -53,7 +54,13 @@ PREFETCH = 100
 ACK_INTERVAL = 0.25
 MAX_RATE = int(PREFETCH / ACK_INTERVAL)
 RECENT = 500
+RECENT_BYTES = 2 * 1024 * 1024
 CLIENT_BUFFER = 2000
+CLIENT_BUFFER_BYTES = 4 * 1024 * 1024
+#: a record's text fields are cut to this for the view (a log line is rarely longer)
+MAX_FIELD_CHARS = 16 * 1024
+#: the kernel's send buffer for one browser's stream (no autotuning to megabytes)
+SEND_BUFFER = 256 * 1024
 BATCH_INTERVAL = 0.2
 IDLE_BATCH_INTERVAL = 1.0
 LINGER = 10.0
@@ -101,6 +108,19 @@ def record_of(
     epoch = int(stamp.timestamp()) if stamp is not None and hasattr(stamp, "timestamp") else None
     record = Record.from_body(body, content_type, routing_key, epoch)
     doc: dict[str, Any] = record.to_dict()
+    cut = False
+    for key in ("message", "exc"):
+        value = doc.get(key)
+        if isinstance(value, str) and len(value) > MAX_FIELD_CHARS:
+            doc[key] = value[:MAX_FIELD_CHARS]
+            cut = True
+    if "extra" in doc:
+        extra = json.dumps(doc["extra"], default=str)
+        if len(extra) > MAX_FIELD_CHARS:
+            doc["extra"] = {"_cut": extra[:MAX_FIELD_CHARS]}
+            cut = True
+    if cut:
+        doc["_cut"] = True  # the view shows a cut record; the message itself is untouched
     properties: dict[str, Any] = {}
     for name in _PROPERTIES:
         value = getattr(props, name, None)
@@ -125,29 +145,53 @@ def record_of(
 
 
 # ------------------------------------------------------------------ subscribers
+class Ring:
+    """Encoded records, newest last, bounded by count and bytes: the oldest go first."""
+
+    def __init__(self, count: int, size: int) -> None:
+        self.count = count
+        self.size = size
+        self.items: deque[bytes] = deque()
+        self.bytes = 0
+        self.dropped = 0
+
+    def push(self, record: bytes) -> None:
+        self.items.append(record)
+        self.bytes += len(record)
+        while len(self.items) > self.count or (self.bytes > self.size and len(self.items) > 1):
+            self.bytes -= len(self.items.popleft())
+            self.dropped += 1
+
+    def take(self) -> list[bytes]:
+        out = list(self.items)
+        self.items.clear()
+        self.bytes = 0
+        return out
+
+    def __iter__(self) -> Iterator[bytes]:
+        return iter(self.items)
+
+
 @dataclass(eq=False)
 class Subscriber:
     """One browser: a bounded buffer of encoded records, the oldest dropped first."""
 
-    capacity: int = CLIENT_BUFFER
-    buffer: deque[bytes] = field(default_factory=deque)
-    dropped: int = 0
+    buffer: Ring = field(default_factory=lambda: Ring(CLIENT_BUFFER, CLIENT_BUFFER_BYTES))
     broker_dropped_base: int = 0
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     closed: bool = False
 
+    @property
+    def dropped(self) -> int:
+        return self.buffer.dropped
+
     def offer(self, record: bytes) -> None:
-        if len(self.buffer) >= self.capacity:
-            self.buffer.popleft()
-            self.dropped += 1
-        self.buffer.append(record)
+        self.buffer.push(record)
         self.wake.set()
 
     def take(self) -> list[bytes]:
-        out = list(self.buffer)
-        self.buffer.clear()
         self.wake.clear()
-        return out
+        return self.buffer.take()
 
     def close(self) -> None:
         self.closed = True
@@ -177,7 +221,7 @@ class Tap:
         self._figures = figures
         self._on_idle = on_idle
         self.subscribers: set[Subscriber] = set()
-        self.recent: deque[bytes] = deque(maxlen=RECENT)
+        self.recent = Ring(RECENT, RECENT_BYTES)
         self.status = "connecting"
         self.error: str | None = None
         self.queue: str | None = None
@@ -206,7 +250,7 @@ class Tap:
         sub = Subscriber(broker_dropped_base=self.dropped_by_broker)
         for record in self.recent:
             sub.offer(record)
-        sub.dropped = 0
+        sub.buffer.dropped = 0
         self.subscribers.add(sub)
         return sub
 
@@ -333,7 +377,7 @@ class Tap:
             log.exception("logs view: cannot show a delivery")
             return
         self._count_live(_severity_of(record))
-        self.recent.append(record)
+        self.recent.push(record)
         for sub in self.subscribers:
             sub.offer(record)
 
@@ -501,6 +545,10 @@ async def stream(request: web.Request) -> web.StreamResponse:
             "X-Accel-Buffering": "no",
         }
     )
+    sock = request.transport.get_extra_info("socket") if request.transport else None
+    if sock is not None:
+        with contextlib.suppress(OSError, AttributeError):
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER)
     try:
         await resp.prepare(request)
         await resp.write(b"retry: 2000\n\n")

@@ -89,7 +89,7 @@ function usersTab() {
     table.set(users);
   }
   const filterBox = h("input.filter", { type: "search", placeholder: "Filter users  ( / )", "data-search": "", oninput: () => table.filter(filterBox.value) });
-  return { el: h("div", card(null, h("div.card-head", h("h2", "Users"), filterBox), table.el), card("Add or update a user", form)), refresh };
+  return { el: h("div.page", card(null, h("div.card-head", h("h2", "Users"), filterBox), table.el), card("Add or update a user", form)), refresh };
 }
 
 // --------------------------------------------------------------------- vhosts
@@ -133,7 +133,7 @@ function vhostsTab() {
   async function refresh() {
     table.set(await api.get("/vhosts"));
   }
-  return { el: h("div", card("Virtual hosts", table.el), card("Add or update a virtual host", form)), refresh };
+  return { el: h("div.page", card("Virtual hosts", table.el), card("Add or update a virtual host", form)), refresh };
 }
 
 // ---------------------------------------------------------------- permissions
@@ -180,5 +180,5 @@ function permissionsTab() {
     setOptions(userSel, users.map((u) => u.name));
     setOptions(vhostSel, vhosts.map((v) => v.name));
   }
-  return { el: h("div", card("Permissions", table.el), card("Set a permission", form)), refresh };
+  return { el: h("div.page", card("Permissions", table.el), card("Set a permission", form)), refresh };
 }

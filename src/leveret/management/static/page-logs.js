@@ -427,7 +427,7 @@ export function logsPage() {
         ["exchange", m.exchange === "" ? "(AMQP default)" : m.exchange],
         ["routing key", m.routing_key],
         ["redelivered", String(m.redelivered)],
-        ["payload", `${fmtInt(m.payload_bytes)} bytes${r._plain ? " (plain text, shown as its message)" : " (JSON record)"}`],
+        ["payload", `${fmtInt(m.payload_bytes)} bytes${r._plain ? " (plain text, shown as its message)" : " (JSON record)"}${r._cut ? "; long fields cut to 16 KiB for this view" : ""}`],
         ["received", fmtTime(r._received)],
         ...Object.entries(props).map(([k, v]) => [k, typeof v === "object" ? JSON.stringify(v) : String(v)]),
       ]),
