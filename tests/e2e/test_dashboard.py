@@ -187,7 +187,7 @@ def test_stream_queue_page_shows_offsets_segments_and_size(chromium: Any,
     ch = conn.channel()
     ch.queue_declare("events", durable=True, arguments={"x-queue-type": "stream"})
     ch.confirm_delivery()
-    for i in range(25):
+    for _ in range(25):
         ch.basic_publish("", "events", b"e" * 100)
     conn.close()
     view = Page(chromium, b.http_url)
