@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.mgmt import Api, wait_for
+
 pytest.importorskip("pyspark")
 pq = pytest.importorskip("pyarrow.parquet")
 
@@ -36,11 +38,12 @@ def test_up_runs_the_whole_stack(tmp_path: Path) -> None:
         url = re.search(r"AMQP\s+(amqp://\S+)", banner)
         dashboard = re.search(r"Dashboard\s+(http://\S+)", banner)
         assert url and dashboard, banner
-        lines = "\n".join(f"error: failure number {i}" if i % 5 == 0 else f"info: line {i}"
-                          for i in range(100))
-        sent = subprocess.run(_cli("emit-log", "--url", url.group(1)), input=lines,
-                              capture_output=True, text=True, timeout=60)
-        assert sent.returncode == 0, sent.stderr
+        for severity, lines in (("info", [f"line {i}" for i in range(80)]),
+                                ("error", [f"failure number {i}" for i in range(20)])):
+            sent = subprocess.run(_cli("emit-log", "--url", url.group(1), "--severity", severity),
+                                  input="\n".join(lines), capture_output=True, text=True,
+                                  timeout=60)
+            assert sent.returncode == 0, sent.stderr
         lake = tmp_path / "leveret-data" / "lake"
         rows = 0
         deadline = time.monotonic() + 120
@@ -52,12 +55,31 @@ def test_up_runs_the_whole_stack(tmp_path: Path) -> None:
             except (OSError, ValueError):  # a file still being written
                 continue
         assert rows == 100
+        # the dashboard reads the same lake: its numbers, and no offset left behind
+        api = Api(dashboard.group(1).rstrip("/"))
+        numbers = wait_for(lambda: (lambda d: d if d["lake"]["summary"]["records"] == 100
+                                    and d["ingest_lag"] == 0 else None)(
+            api.get("/api/logs/lake")), timeout=30)
+        assert numbers, api.get("/api/logs/lake")
+        assert numbers["lake"]["summary"]["errors"] == 20
+        assert numbers["stream"]["end"] == 100
+        assert sum(r["records"] for r in numbers["lake"]["per_minute"]) == 100
+        assert not numbers["report"]["available"]
+        # the report, where `leveret up` says to put it, is served by the dashboard
+        out = tmp_path / "leveret-data" / "report"
         report = subprocess.run(
-            _cli("pipeline", "report", "--lake", str(lake), "--out", str(tmp_path / "report"),
+            _cli("pipeline", "report", "--lake", str(lake), "--out", str(out),
                  "--master", "local[1]"),
             capture_output=True, text=True, timeout=300)
         assert report.returncode == 0, report.stderr[-2000:]
-        assert list((tmp_path / "report").rglob("*.png"))
+        charts = list(out.rglob("*.png"))
+        assert charts
+        info = api.get("/api/logs/report")
+        assert info["available"] and info["document"] == "report.html"
+        status, page = api.call("GET", "/api/logs/report/report.html")
+        assert status == 200 and "Leveret log report" in page
+        chart = charts[0].relative_to(out).as_posix()
+        assert api.call("GET", f"/api/logs/report/{chart}")[0] == 200
     finally:
         up.send_signal(signal.SIGINT)
         try:
