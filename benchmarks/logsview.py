@@ -41,25 +41,37 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+import loadgen
+from fanout import cpu_seconds, machine_busy_seconds, wait_idle
 from pamqp import body as amqp_body
 from pamqp import commands, frame, header
 
-import loadgen
-from fanout import cpu_seconds, machine_busy_seconds, wait_idle
-
 CHROMIUM = os.environ.get("LEVERET_CHROMIUM", "/usr/bin/chromium")
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync"]
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 RECEIVER = loadgen.CONSUMER0
 
 
 def record_body(i: int) -> bytes:
-    return json.dumps({
-        "ts": "2025-01-01T12:00:00.000000Z", "severity": ("info", "warning", "error")[i % 3],
-        "facility": "daemon", "host": "bench-host", "app": "checkout", "pid": 4242,
-        "message": f"order {i} placed, total 12.50 EUR, 3 items, payment accepted",
-        "logger": "shop.checkout",
-    }, separators=(",", ":")).encode()
+    return json.dumps(
+        {
+            "ts": "2025-01-01T12:00:00.000000Z",
+            "severity": ("info", "warning", "error")[i % 3],
+            "facility": "daemon",
+            "host": "bench-host",
+            "app": "checkout",
+            "pid": 4242,
+            "message": f"order {i} placed, total 12.50 EUR, 3 items, payment accepted",
+            "logger": "shop.checkout",
+        },
+        separators=(",", ":"),
+    ).encode()
 
 
 def publish_units(batch: int) -> bytes:
@@ -67,16 +79,20 @@ def publish_units(batch: int) -> bytes:
     out = []
     for i in range(batch):
         body = record_body(i)
-        out.append(frame.marshal(commands.Basic.Publish(exchange="logs", routing_key="info"), 1)
-                   + frame.marshal(header.ContentHeader(0, len(body), props), 1)
-                   + frame.marshal(amqp_body.ContentBody(body), 1))
+        out.append(
+            frame.marshal(commands.Basic.Publish(exchange="logs", routing_key="info"), 1)
+            + frame.marshal(header.ContentHeader(0, len(body), props), 1)
+            + frame.marshal(amqp_body.ContentBody(body), 1)
+        )
     return b"".join(out)
 
 
 def declare_logs(conn: loadgen.SetupConnection) -> None:
     # as emit-log and receive-logs declare it
-    conn.rpc(commands.Exchange.Declare(exchange="logs", exchange_type="fanout"),
-             commands.Exchange.DeclareOk)
+    conn.rpc(
+        commands.Exchange.Declare(exchange="logs", exchange_type="fanout"),
+        commands.Exchange.DeclareOk,
+    )
 
 
 def producer(host: str, port: int, rate: float, counts: Any, ctl: Any, status: Any) -> None:
@@ -100,8 +116,9 @@ def producer(host: str, port: int, rate: float, counts: Any, ctl: Any, status: A
             full = published - counter.acked_upto + batch > window
             due = published + batch <= (time.monotonic() - start) * rate if rate else True
             try:  # take the confirms in; block briefly only when nothing can be sent
-                n = sock.recv_into(counter.space(), 0,
-                                   0 if (full or not due) else socket.MSG_DONTWAIT)
+                n = sock.recv_into(
+                    counter.space(), 0, 0 if (full or not due) else socket.MSG_DONTWAIT
+                )
                 if not n:
                     raise loadgen.BrokerClosed("connection closed by the broker")
                 counter.feed(n)
@@ -129,15 +146,24 @@ def receiver(host: str, port: int, counts: Any, ctl: Any, status: Any) -> None:
         conn = loadgen.SetupConnection(host, port)
         declare_logs(conn)
         ok = conn.rpc(commands.Queue.Declare(queue="", exclusive=True), commands.Queue.DeclareOk)
-        conn.rpc(commands.Queue.Bind(queue=ok.queue, exchange="logs", routing_key=""),
-                 commands.Queue.BindOk)
+        conn.rpc(
+            commands.Queue.Bind(queue=ok.queue, exchange="logs", routing_key=""),
+            commands.Queue.BindOk,
+        )
         conn.rpc(commands.Basic.Qos(prefetch_count=1000), commands.Basic.QosOk)
         conn.rpc(commands.Basic.Consume(queue=ok.queue), commands.Basic.ConsumeOk)
         counter = loadgen.FrameCounter(bytes(conn.buf))
         counter.feed(0)
         status.put(("ready", "receiver", os.getpid()))
-        loadgen.consume_loop(conn.sock, counter, counts, RECEIVER, ctl, ack_every=100,
-                             lowat=loadgen.safe_lowat(300, 1000))
+        loadgen.consume_loop(
+            conn.sock,
+            counter,
+            counts,
+            RECEIVER,
+            ctl,
+            ack_every=100,
+            lowat=loadgen.safe_lowat(300, 1000),
+        )
     except BaseException as exc:
         loadgen._report_error(status, "receiver", exc)
         raise SystemExit(1) from None
@@ -150,11 +176,31 @@ def receiver(host: str, port: int, counts: Any, ctl: Any, status: Any) -> None:
 class Broker:
     def __init__(self) -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="leveret-bench-logsview-"))
-        cmd = [sys.executable, "-m", "leveret.cli.main", "server", "--amqp-port", "0",
-               "--http-port", "0", "--prometheus-port", "0", "--bind", "127.0.0.1",
-               "--data-dir", str(self.dir / "data"), "--log-level", "warning"]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                     text=True, start_new_session=True)
+        cmd = [
+            sys.executable,
+            "-m",
+            "leveret.cli.main",
+            "server",
+            "--amqp-port",
+            "0",
+            "--http-port",
+            "0",
+            "--prometheus-port",
+            "0",
+            "--bind",
+            "127.0.0.1",
+            "--data-dir",
+            str(self.dir / "data"),
+            "--log-level",
+            "warning",
+        ]
+        self.proc = subprocess.Popen(
+            cmd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            start_new_session=True,
+        )
         assert self.proc.stdout is not None
         self.http = ""
         for line in self.proc.stdout:
@@ -218,8 +264,10 @@ class View:
         else:
             host, port = re.match(r"http://([^:]+):(\d+)", broker.http).groups()
             self.sock = socket.create_connection((host, int(port)))
-            self.sock.sendall(b"GET /api/logs/stream HTTP/1.1\r\nHost: x\r\n"
-                              b"Authorization: Basic Z3Vlc3Q6Z3Vlc3Q=\r\n\r\n")
+            self.sock.sendall(
+                b"GET /api/logs/stream HTTP/1.1\r\nHost: x\r\n"
+                b"Authorization: Basic Z3Vlc3Q6Z3Vlc3Q=\r\n\r\n"
+            )
             self.pids = []
             self.buf = b""
             self._stop = False
@@ -293,9 +341,12 @@ def run_round(broker: Broker, open_view: str | None, args: argparse.Namespace) -
     ctl = ctx.RawArray("b", 1)
     status = ctx.Queue()
     view = View(broker, open_view) if open_view else None
-    procs = [ctx.Process(target=receiver, args=("127.0.0.1", broker.port, counts, ctl, status)),
-             ctx.Process(target=producer,
-                         args=("127.0.0.1", broker.port, args.rate, counts, ctl, status))]
+    procs = [
+        ctx.Process(target=receiver, args=("127.0.0.1", broker.port, counts, ctl, status)),
+        ctx.Process(
+            target=producer, args=("127.0.0.1", broker.port, args.rate, counts, ctl, status)
+        ),
+    ]
     procs[0].start()
     status.get(timeout=30)
     procs[1].start()
@@ -304,15 +355,33 @@ def run_round(broker: Broker, open_view: str | None, args: argparse.Namespace) -
         time.sleep(args.warmup)
         v0 = view.counts() if view else (0, 0)
         t0, p0, c0, d0 = time.monotonic(), counts[0], counts[1], counts[RECEIVER]
-        b0, w0, m0 = cpu_seconds(broker.proc.pid) or 0, view.cpu() if view else 0, machine_busy_seconds()
+        b0, w0, m0 = (
+            cpu_seconds(broker.proc.pid) or 0,
+            view.cpu() if view else 0,
+            machine_busy_seconds(),
+        )
         time.sleep(args.seconds)
         t1, p1, c1, d1 = time.monotonic(), counts[0], counts[1], counts[RECEIVER]
-        b1, w1, m1 = cpu_seconds(broker.proc.pid) or 0, view.cpu() if view else 0, machine_busy_seconds()
+        b1, w1, m1 = (
+            cpu_seconds(broker.proc.pid) or 0,
+            view.cpu() if view else 0,
+            machine_busy_seconds(),
+        )
         v1 = view.counts() if view else (0, 0)
         dt = t1 - t0
-        return Round(open_view or "closed", dt, (p1 - p0) / dt, (c1 - c0) / dt, (d1 - d0) / dt,
-                     100 * (b1 - b0) / dt, 100 * (w1 - w0) / dt, 100 * (m1 - m0) / dt,
-                     v1[0] - v0[0], v1[1] - v0[1], int(counts[0] - counts[RECEIVER]))
+        return Round(
+            open_view or "closed",
+            dt,
+            (p1 - p0) / dt,
+            (c1 - c0) / dt,
+            (d1 - d0) / dt,
+            100 * (b1 - b0) / dt,
+            100 * (w1 - w0) / dt,
+            100 * (m1 - m0) / dt,
+            v1[0] - v0[0],
+            v1[1] - v0[1],
+            int(counts[0] - counts[RECEIVER]),
+        )
     finally:
         ctl[0] = 1
         for p in procs:
@@ -334,7 +403,9 @@ def summary(rounds: list[Round], key: str) -> tuple[float, float, float]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--rate", type=float, default=10_000, help="records/s (0: unpaced)")
     ap.add_argument("--seconds", type=float, default=60)
     ap.add_argument("--warmup", type=float, default=5)
@@ -355,30 +426,49 @@ def main() -> None:
                 wait_idle(args.wait_idle)
             r = run_round(broker, open_view, args)
             rounds.append(r)
-            print(f"round {i + 1}: view {r.view:8} confirmed {r.confirmed:8.0f}/s "
-                  f"delivered {r.delivered:8.0f}/s broker CPU {r.broker_cpu:5.1f}% "
-                  f"view CPU {r.view_cpu:5.1f}% machine {r.machine_busy:5.1f}% "
-                  f"view got {r.view_received} dropped {r.view_dropped}", flush=True)
+            print(
+                f"round {i + 1}: view {r.view:8} confirmed {r.confirmed:8.0f}/s "
+                f"delivered {r.delivered:8.0f}/s broker CPU {r.broker_cpu:5.1f}% "
+                f"view CPU {r.view_cpu:5.1f}% machine {r.machine_busy:5.1f}% "
+                f"view got {r.view_received} dropped {r.view_dropped}",
+                flush=True,
+            )
     finally:
         broker.stop()
     closed = [r for r in rounds if r.view == "closed"]
     opened = [r for r in rounds if r.view != "closed"]
-    print(f"\nrate {'unpaced' if not args.rate else f'{args.rate:.0f}/s'}, "
-          f"{args.seconds:.0f} s measured per round, {args.rounds} rounds each; "
-          f"median (min-max)")
-    for key, label in (("confirmed", "confirmed/s"), ("delivered", "delivered/s"),
-                       ("broker_cpu", "broker CPU %"), ("view_cpu", "browser CPU %"),
-                       ("machine_busy", "machine busy %")):
+    print(
+        f"\nrate {'unpaced' if not args.rate else f'{args.rate:.0f}/s'}, "
+        f"{args.seconds:.0f} s measured per round, {args.rounds} rounds each; "
+        f"median (min-max)"
+    )
+    for key, label in (
+        ("confirmed", "confirmed/s"),
+        ("delivered", "delivered/s"),
+        ("broker_cpu", "broker CPU %"),
+        ("view_cpu", "browser CPU %"),
+        ("machine_busy", "machine busy %"),
+    ):
         mc, lc, hc = summary(closed, key)
         mo, lo, ho = summary(opened, key)
-        print(f"  {label:16} closed {mc:9.1f} ({lc:.1f}-{hc:.1f})   open {mo:9.1f} ({lo:.1f}-{ho:.1f})"
-              f"   open/closed {mo / mc if mc else float('nan'):.3f}")
+        print(
+            f"  {label:16} closed {mc:9.1f} ({lc:.1f}-{hc:.1f})"
+            f"   open {mo:9.1f} ({lo:.1f}-{ho:.1f})"
+            f"   open/closed {mo / mc if mc else float('nan'):.3f}"
+        )
     got = summary(opened, "view_received")
     dropped = summary(opened, "view_dropped")
     print(f"  the view received {got[0]:.0f} records per round (median), dropped {dropped[0]:.0f}")
     if args.json:
-        args.json.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()},
-                                         "rounds": [asdict(r) for r in rounds]}, indent=2))
+        args.json.write_text(
+            json.dumps(
+                {
+                    "args": {k: str(v) for k, v in vars(args).items()},
+                    "rounds": [asdict(r) for r in rounds],
+                },
+                indent=2,
+            )
+        )
 
 
 if __name__ == "__main__":
