@@ -16,14 +16,12 @@ from pathlib import Path
 from typing import Any
 
 import pika
-import pytest
 
+from leveret.management.lakeview import Lake
 from tests.brokers import start_leveret
 from tests.e2e.browser import Page, chromium
 from tests.e2e.lakes import SyntheticLake, minute
 from tests.mgmt import Api, wait_for
-
-from leveret.management.lakeview import Lake
 
 __all__ = ["chromium"]
 
@@ -159,7 +157,7 @@ def test_lake_panel_lag_and_report_over_http_and_in_chromium(chromium: Any,
         assert d["report"]["available"] and d["report"]["url"] == "/api/logs/report/report.html"
         assert d["live"] is None  # no Logs view open
 
-        status, body = api.call("GET", "/api/logs/report/charts/error_rate.png")
+        status, _ = api.call("GET", "/api/logs/report/charts/error_rate.png")
         assert status == 200
         for bad in ("../secret.txt", "..%2Fsecret.txt", "charts/../../secret.txt",
                     "%2e%2e/secret.txt", "nothing.html"):
