@@ -204,16 +204,16 @@ def test_a_slow_browser_loses_its_oldest_records_and_is_told(leveret_site: Site)
     try:
         slow.wait_live()
         fast.wait_live()
-        # under the view's rate (so the broker drops nothing), long enough to fill the
-        # slow reader's socket buffers and its 2,000-record buffer on the server
-        n = 4_000
+        # under the view's rate (200/s, so the broker drops nothing), big records (8 kB)
+        # so that the slow reader's socket buffers and its 4 MiB on the server fill soon
+        n = 1_200
         sender = subprocess.Popen(
             [sys.executable, "-c", f"""
 import sys, time
 for i in range({n}):
-    print(f"slow reader test {{i}} " + "x" * 400, flush=(i % 50 == 0))
-    if i % 50 == 49:
-        time.sleep(50 / 300)
+    print(f"slow reader test {{i}} " + "x" * 8000, flush=(i % 15 == 0))
+    if i % 15 == 14:
+        time.sleep(0.1)
 """], stdout=subprocess.PIPE)
         emitter = subprocess.Popen(
             [sys.executable, "-m", "leveret.cli.main", "emit-log", "--url", amqp_url(site),
