@@ -296,6 +296,32 @@ def test_admin_adds_a_user_and_sets_permissions(chromium: Any, leveret_site: Sit
         view.close()
 
 
+def test_connections_page_closes_a_connection(chromium: Any, leveret_site: Site) -> None:
+    site = leveret_site
+    b = site.broker
+    conn = pika.BlockingConnection(pika.ConnectionParameters(
+        b.host, b.port, virtual_host=site.vhost,
+        client_properties={"connection_name": f"{site.vhost}-doomed"}))
+    view = Page(chromium, b.http_url)
+    try:
+        p = view.login("/connections")
+        row = f"#connections-table tr:has-text('{site.vhost}-doomed')"
+        p.wait_for_selector(row)
+        p.click(f"{row} button:text-is('Close')")
+        p.click("#confirm-ok")
+        p.wait_for_selector(row, state="detached", timeout=15_000)
+        with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as info:
+            for _ in range(50):
+                conn.process_data_events(0.1)
+        assert info.value.reply_code == 320
+        assert "Closed via the Leveret dashboard" in info.value.reply_text
+        assert view.errors == []
+    finally:
+        if conn.is_open:
+            conn.close()
+        view.close()
+
+
 def test_dashboard_files_are_served_without_auth(leveret_site: Site) -> None:
     """The page and its scripts come from the package; the data needs credentials. Every
     page path answers the same page; nothing refers to another site."""
