@@ -261,6 +261,19 @@ class View:
             page.click("#login button[type=submit]")
             page.wait_for_selector("#logs-status[data-status=live]", timeout=30_000)
             self.page = page
+        elif kind == "queue":
+            # not the view: only a queue like its own (x-max-length 1000, drop-head), bound
+            # and never consumed, to tell the broker's routing cost from the view's
+            self.pids = []
+            self.conn = loadgen.SetupConnection("127.0.0.1", broker.port)
+            ok = self.conn.rpc(
+                commands.Queue.Declare(queue="", exclusive=True, arguments={"x-max-length": 1000}),
+                commands.Queue.DeclareOk,
+            )
+            self.conn.rpc(
+                commands.Queue.Bind(queue=ok.queue, exchange="logs", routing_key="#"),
+                commands.Queue.BindOk,
+            )
         else:
             host, port = re.match(r"http://([^:]+):(\d+)", broker.http).groups()
             self.sock = socket.create_connection((host, int(port)))
@@ -304,6 +317,8 @@ class View:
 
     def counts(self) -> tuple[int, int]:
         """(received, dropped) so far, as the view shows them."""
+        if self.kind == "queue":
+            return 0, 0
         if self.kind == "browser":
             text = self.page.text_content("#logs-counts") or ""
             received = int(re.sub(r"[^\d]", "", text.split(" received")[0]) or 0)
@@ -315,6 +330,8 @@ class View:
         if self.kind == "browser":
             self.browser.close()
             self._pw.stop()
+        elif self.kind == "queue":
+            self.conn.close()
         else:
             self._stop = True
             self.sock.close()
@@ -411,7 +428,7 @@ def main() -> None:
     ap.add_argument("--warmup", type=float, default=5)
     ap.add_argument("--pause", type=float, default=3, help="seconds between rounds")
     ap.add_argument("--rounds", type=int, default=3, help="rounds with the view closed, and open")
-    ap.add_argument("--view", choices=("browser", "sse"), default="browser")
+    ap.add_argument("--view", choices=("browser", "sse", "queue"), default="browser")
     ap.add_argument("--wait-idle", type=float, default=0, help="wait up to N s for a quiet machine")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()

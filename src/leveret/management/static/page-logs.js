@@ -60,6 +60,7 @@ export function logsPage() {
   let serverDropped = { broker: 0, server: 0 }; // of earlier connections
   let lastDropped = { broker: 0, server: 0 };
   let received = 0;
+  let maxRate = 0;
   let unseenNew = 0;
   let selected = null;
   let abort = null;
@@ -268,6 +269,7 @@ export function logsPage() {
     statusDot.dataset.error = b.error || "";
     if (b.error) statusDot.textContent = `${statusDot.textContent}: ${b.error}`;
     lastDropped = b.dropped || lastDropped;
+    maxRate = b.max_rate || maxRate;
     if (b.records && b.records.length) {
       if (state.paused) {
         pending.push(...b.records);
@@ -290,7 +292,7 @@ export function logsPage() {
     droppedLine.hidden = total === 0;
     if (total) {
       const parts = [];
-      if (broker) parts.push(`${fmtInt(broker)} by the broker (the view takes at most a few hundred records/s)`);
+      if (broker) parts.push(`${fmtInt(broker)} by the broker (this view takes at most ${maxRate || "a few hundred"} records/s)`);
       if (server) parts.push(`${fmtInt(server)} because this browser read too slowly`);
       if (pausedDropped) parts.push(`${fmtInt(pausedDropped)} while paused`);
       droppedLine.textContent = `${fmtInt(total)} dropped, oldest first: ${parts.join("; ")}`;
