@@ -262,18 +262,34 @@ class View:
             page.wait_for_selector("#logs-status[data-status=live]", timeout=30_000)
             self.page = page
         elif kind == "queue":
-            # not the view: only a queue like its own (x-max-length 1000, drop-head), bound
-            # and never consumed, to tell the broker's routing cost from the view's
+            # not the view: only a queue as the view keeps its own (no limit, purged every
+            # 0.25 s past 1000 records), never consumed, to tell routing from the view's work
             self.pids = []
             self.conn = loadgen.SetupConnection("127.0.0.1", broker.port)
             ok = self.conn.rpc(
-                commands.Queue.Declare(queue="", exclusive=True, arguments={"x-max-length": 1000}),
-                commands.Queue.DeclareOk,
+                commands.Queue.Declare(queue="", exclusive=True), commands.Queue.DeclareOk
             )
             self.conn.rpc(
                 commands.Queue.Bind(queue=ok.queue, exchange="logs", routing_key="#"),
                 commands.Queue.BindOk,
             )
+            self._stop = False
+            import threading
+
+            def purge() -> None:
+                while not self._stop:
+                    time.sleep(0.25)
+                    n = self.conn.rpc(
+                        commands.Queue.Declare(queue=ok.queue, passive=True),
+                        commands.Queue.DeclareOk,
+                    ).message_count
+                    if n > 1000:
+                        self.dropped_broker += self.conn.rpc(
+                            commands.Queue.Purge(queue=ok.queue), commands.Queue.PurgeOk
+                        ).message_count
+
+            self.thread = threading.Thread(target=purge, daemon=True)
+            self.thread.start()
         else:
             host, port = re.match(r"http://([^:]+):(\d+)", broker.http).groups()
             self.sock = socket.create_connection((host, int(port)))
@@ -318,7 +334,7 @@ class View:
     def counts(self) -> tuple[int, int]:
         """(received, dropped) so far, as the view shows them."""
         if self.kind == "queue":
-            return 0, 0
+            return 0, self.dropped_broker
         if self.kind == "browser":
             text = self.page.text_content("#logs-counts") or ""
             received = int(re.sub(r"[^\d]", "", text.split(" received")[0]) or 0)
@@ -331,6 +347,8 @@ class View:
             self.browser.close()
             self._pw.stop()
         elif self.kind == "queue":
+            self._stop = True
+            self.thread.join(5)
             self.conn.close()
         else:
             self._stop = True

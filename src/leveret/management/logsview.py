@@ -9,17 +9,19 @@ closes), so a broker nobody watches pays nothing.
 
 Why it can never slow the broker:
 
-- The tap's queue has ``x-max-length`` (``QUEUE_MAX_LENGTH``) with RabbitMQ's default
-  overflow, drop-head: when records arrive faster than the view takes them, the broker drops
-  the oldest from that queue. Publishers are never refused, blocked or flow-controlled on its
-  account, and its memory is bounded.
 - The tap takes at most ``PREFETCH`` records per ``ACK_INTERVAL`` (prefetch plus one
   ``basic.ack(multiple)`` per interval): the work done in the broker's event loop for the view
-  is capped at ``MAX_RATE`` records/s whatever the publish rate. Those dropped by the queue
-  are counted (published into the queue, minus received, minus still queued) and shown.
-- Each browser has its own bounded buffer (``CLIENT_BUFFER``); a browser that reads slowly
-  loses the oldest records of its buffer, counted and shown, and never holds up the tap or
-  another browser.
+  is capped at ``MAX_RATE`` records/s, whatever the publish rate.
+- Its queue has no length limit, so the broker routes into it on its cheapest path (a plain
+  append; a limit with drop-head costs about twice as much per message, measured), and the
+  tap bounds it itself: each interval it asks how many records wait (a passive declare) and,
+  past ``QUEUE_LIMIT``, purges them, counting what ``purge-ok`` says went; the records that
+  come next are the newest. Publishers are never refused, blocked or flow-controlled on the
+  view's account; the queue holds at most ``QUEUE_LIMIT`` records plus what arrives within
+  one interval. Bursts up to ``QUEUE_LIMIT`` are shown whole, at ``MAX_RATE``.
+- Each browser has its own bounded buffer (``CLIENT_BUFFER`` records, ``CLIENT_BUFFER_BYTES``);
+  a browser that reads slowly loses the oldest records of its buffer, counted and shown, and
+  never holds up the tap or another browser.
 """
 
 from __future__ import annotations
@@ -49,7 +51,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-QUEUE_MAX_LENGTH = 1000
+QUEUE_LIMIT = 1000
 PREFETCH = 50
 ACK_INTERVAL = 0.25
 MAX_RATE = int(PREFETCH / ACK_INTERVAL)
@@ -199,9 +201,6 @@ class Subscriber:
 
 
 # --------------------------------------------------------------------------- tap
-QueueFigures = Callable[[str, str], "tuple[int, int] | None"]
-
-
 class Tap:
     """One consumer of ``exchange`` in ``vhost`` as ``username``, shared by that user's pages."""
 
@@ -211,14 +210,12 @@ class Tap:
         vhost: str,
         exchange: str,
         username: str,
-        figures: QueueFigures,
         on_idle: Callable[[Tap], None],
     ) -> None:
         self.url = url
         self.vhost = vhost
         self.exchange = exchange
         self.username = username
-        self._figures = figures
         self._on_idle = on_idle
         self.subscribers: set[Subscriber] = set()
         self.recent = Ring(RECENT, RECENT_BYTES)
@@ -226,8 +223,7 @@ class Tap:
         self.error: str | None = None
         self.queue: str | None = None
         self.received = 0
-        self.broker_dropped = 0  # in queues of earlier connections
-        self._queue_dropped = 0  # in the current queue
+        self.broker_dropped = 0  # purged from the tap's queue, all connections
         self._seq = 0
         self._last_tag = 0
         self._acked_tag = 0
@@ -277,7 +273,7 @@ class Tap:
 
     @property
     def dropped_by_broker(self) -> int:
-        return self.broker_dropped + self._queue_dropped
+        return self.broker_dropped
 
     # -------------------------------------------------------------- consuming
     async def _run(self) -> None:
@@ -291,8 +287,6 @@ class Tap:
             except Exception as exc:  # a lost connection, a refusal: shown, then retried
                 self._set_status("error", describe(exc))
                 log.debug("logs view tap %s/%s: %s", self.vhost, self.exchange, exc)
-            self.broker_dropped += self._queue_dropped
-            self._queue_dropped = 0
             if time.monotonic() - started > 30:
                 backoff = 0.5
             with contextlib.suppress(TimeoutError):
@@ -310,9 +304,7 @@ class Tap:
             ch = await self._exchange_channel(conn)
             if ch is None:
                 return
-            ok = await ch.queue_declare(
-                "", exclusive=True, auto_delete=True, arguments={"x-max-length": QUEUE_MAX_LENGTH}
-            )
+            ok = await ch.queue_declare("", exclusive=True, auto_delete=True)
             queue = ok.queue
             assert queue is not None
             for key in BINDING_KEYS:
@@ -328,11 +320,19 @@ class Tap:
                     raise ConnectionError(describe(closing.exception()))
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._closing.wait(), ACK_INTERVAL)
+                if self._closing.is_set():
+                    break
+                # drop what waits beyond the limit first, so that the credit the ack
+                # returns goes to the newest records
+                waiting = (await ch.queue_declare(queue, passive=True)).message_count or 0
+                if waiting > QUEUE_LIMIT:
+                    purged = (await ch.queue_purge(queue)).message_count or 0
+                    self.broker_dropped += purged
+                    self._count_live("unseen", purged)
                 if self._last_tag > self._acked_tag:
                     tag = self._last_tag
                     await ch.basic_ack(tag, multiple=True)
                     self._acked_tag = tag
-                self._count_queue_drops(queue)
         finally:
             self.queue = None
             with contextlib.suppress(Exception):
@@ -380,20 +380,6 @@ class Tap:
         self.recent.push(record)
         for sub in self.subscribers:
             sub.offer(record)
-
-    def _count_queue_drops(self, queue: str) -> None:
-        figures = self._figures(self.vhost, queue)
-        if figures is None:
-            return
-        published, queued = figures
-        # Everything routed into the queue was acked, is still in it (ready or unacked) or
-        # was dropped. The broker may not have read the last ack yet: that errs low, and the
-        # count only grows, so it never overstates.
-        dropped = max(0, published - self._acked_tag - queued)
-        new = dropped - self._queue_dropped
-        if new > 0:
-            self._queue_dropped = dropped
-            self._count_live("unseen", new)
 
     def _count_live(self, severity: str, n: int = 1) -> None:
         minute = int(time.time() // 60)
@@ -477,7 +463,7 @@ class LogsView:
         )
         tap = self.taps.get(key)
         if tap is None:
-            tap = Tap(url, vhost, exchange, username, self.queue_figures, self._forget)
+            tap = Tap(url, vhost, exchange, username, self._forget)
             self.taps[key] = tap
             tap.start()
         else:
@@ -488,16 +474,6 @@ class LogsView:
         key = (tap.username, tap.vhost, tap.exchange)
         if self.taps.get(key) is tap:
             del self.taps[key]
-
-    def queue_figures(self, vhost: str, queue: str) -> tuple[int, int] | None:
-        """(published into, messages in) the tap's queue, as the API counts them."""
-        from leveret.management.stats import queue_counters, queue_lengths
-
-        v = self.management.broker.vhosts.get(vhost)
-        q = v.queues.get(queue) if v is not None else None
-        if q is None:
-            return None
-        return int(queue_counters(q)["publish"]), int(queue_lengths(q)["messages"])
 
     async def close(self) -> None:
         taps = list(self.taps.values())
