@@ -220,25 +220,6 @@ class Broker:
                 self.proc.kill()
 
 
-def descendants(root: int) -> list[int]:
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, ValueError, IndexError):
-                continue
-            children.setdefault(ppid, []).append(int(entry))
-    out, todo = [], [root]
-    while todo:
-        pid = todo.pop()
-        for c in children.get(pid, []):
-            out.append(c)
-            todo.append(c)
-    return out
-
-
 class View:
     """The Logs view, open: Chromium on /logs, or a socket reading the SSE stream."""
 
@@ -251,9 +232,9 @@ class View:
             from playwright.sync_api import sync_playwright
 
             self._pw = sync_playwright().start()
-            before = set(descendants(os.getpid()))
+            self.before = {int(e) for e in os.listdir("/proc") if e.isdigit()}
             self.browser = self._pw.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
-            self.pids = [p for p in descendants(os.getpid()) if p not in before]
+            self.pids = []
             page = self.browser.new_page(viewport={"width": 1366, "height": 800})
             page.goto(broker.http + "/logs")
             page.fill("#username", "guest")
@@ -329,7 +310,22 @@ class View:
                         self.dropped_server = batch["dropped"]["server"]
 
     def cpu(self) -> float:
-        return sum(cpu_seconds(p) or 0.0 for p in self.pids)
+        if self.kind != "browser":
+            return 0.0
+        # Chromium's processes (browser, zygotes, renderer, GPU/utility) and Playwright's
+        # driver, started since the launch: not all are our descendants (zygotes re-parent)
+        total = 0.0
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit() or int(entry) in self.before:
+                continue
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    cmd = f.read()
+            except OSError:
+                continue
+            if b"chromium" in cmd or b"playwright" in cmd:
+                total += cpu_seconds(int(entry)) or 0.0
+        return total
 
     def counts(self) -> tuple[int, int]:
         """(received, dropped) so far, as the view shows them."""
