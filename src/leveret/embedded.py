@@ -34,7 +34,13 @@ from urllib.parse import quote
 
 from leveret.broker.definitions import export_definitions, import_definitions
 from leveret.server.app import Server
-from leveret.server.config import Config, ConfigError
+from leveret.server.config import (
+    Config,
+    ConfigError,
+    PermissionConfig,
+    UserConfig,
+    VhostConfig,
+)
 
 if TYPE_CHECKING:
     from leveret.broker.broker import Broker as Core
@@ -52,6 +58,12 @@ _ARGUMENTS = {
     "data_dir": "data_dir",
     "http_port": "management_port",
     "prometheus_port": "management_port",
+}
+# Settings that are lists of entries, as [[users]], [[vhosts]], [[permissions]] in a file.
+_TABLES: dict[str, type[UserConfig] | type[VhostConfig] | type[PermissionConfig]] = {
+    "users": UserConfig,
+    "vhosts": VhostConfig,
+    "permissions": PermissionConfig,
 }
 # What reset() keeps: the broker's users, vhosts and permissions as they were at start.
 _KEPT = ("users", "vhosts", "permissions")
@@ -109,10 +121,8 @@ class Broker:
         if config is not None:
             cfg.apply_file(Path(config))
         for key, value in settings.items():
-            if key in ("users", "permissions", "vhosts"):
-                if not isinstance(value, list):
-                    raise ConfigError(f"'{key}' must be a list of tables")
-                getattr(cfg, key).extend(value)
+            if key in _TABLES:
+                getattr(cfg, key).extend(_entries(key, value))
             else:
                 cfg.set(key, value)
         cfg.amqp_port = int(port)
@@ -120,8 +130,6 @@ class Broker:
         cfg.http_port = cfg.prometheus_port = int(management_port)
         if data_dir is not None:
             cfg.data_dir = Path(data_dir)
-        elif cfg.data_dir is not None:  # from the config file
-            cfg.data_dir = Path(cfg.data_dir)
         self.config = cfg
         self.management = management
         self._server: Server | None = None
@@ -344,22 +352,14 @@ class Broker:
         """Create a user, or change an existing user's password and tags."""
 
         def add(b: Core) -> None:
-            existing = name in b.users.users
-            user = b.users.add_user(name, password, list(tags or []))
-            b.changed("user.changed" if existing else "user.added", user)
+            b.add_user(name, password, list(tags or []))
 
         self._call(add)
 
     def delete_user(self, name: str) -> bool:
         """Delete a user. False when there was no such user."""
 
-        def delete(b: Core) -> bool:
-            if not b.users.delete_user(name):
-                return False
-            b.changed("user.deleted", name)
-            return True
-
-        return self._call(delete)
+        return self._call(lambda b: b.delete_user(name))
 
     def set_permissions(
         self,
@@ -381,21 +381,14 @@ class Broker:
                 raise ValueError(f"no user '{user}'")
             if vhost not in b.vhosts:
                 raise ValueError(f"no vhost '{vhost}'")
-            b.users.set_permissions(user, vhost, configure, write, read)
-            b.changed("permission.set", (user, vhost))
+            b.set_permissions(user, vhost, configure, write, read)
 
         self._call(grant)
 
     def clear_permissions(self, user: str, vhost: str = "/") -> bool:
         """Take ``user``'s permissions in ``vhost`` away. False when there were none."""
 
-        def clear(b: Core) -> bool:
-            if not b.users.clear_permissions(user, vhost):
-                return False
-            b.changed("permission.cleared", (user, vhost))
-            return True
-
-        return self._call(clear)
+        return self._call(lambda b: b.clear_permissions(user, vhost))
 
     def reset(self) -> None:
         """Delete everything but the built-ins: every connection is closed, every vhost
@@ -408,11 +401,37 @@ class Broker:
             for name in list(b.vhosts):
                 b.delete_vhost(name)
             for name in list(b.users.users):
-                b.users.delete_user(name)
-                b.changed("user.deleted", name)
+                b.delete_user(name)
             import_definitions(b, initial)
 
         self._call(reset)
+
+
+def _entries(key: str, value: Any) -> list[Any]:
+    """``users=[{"name": ..., "password": ...}]`` and the like: tables as in a config file,
+    or the config's own entry objects."""
+    kind = _TABLES[key]
+    if not isinstance(value, list):
+        raise ConfigError(f"'{key}' must be a list")
+    out: list[Any] = []
+    for n, item in enumerate(value, 1):
+        if isinstance(item, dict):
+            fields = dict(item)
+            if "tags" in fields:
+                tags = fields["tags"]
+                fields["tags"] = tuple(
+                    tags.replace(",", " ").split() if isinstance(tags, str) else tags
+                )
+            try:
+                item = kind(**fields)
+            except TypeError as exc:
+                raise ConfigError(f"{key} entry {n}: {exc}") from exc
+        if not isinstance(item, kind):
+            raise ConfigError(f"{key} entry {n}: a table or a {kind.__name__}, not {item!r}")
+        if isinstance(item, UserConfig) and item.password is None and item.password_hash is None:
+            raise ConfigError(f"{key} entry {n}: needs a password or password_hash")
+        out.append(item)
+    return out
 
 
 @contextlib.asynccontextmanager

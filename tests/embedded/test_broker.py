@@ -223,9 +223,9 @@ def test_server_settings_as_keyword_arguments() -> None:
         leveret.Broker(amqp_port=5672)
 
 
-# management/api.py keeps the user under a str key in the request, which aiohttp 3.14 warns
-# about; with this suite's filterwarnings=error the warning, raised in the broker's thread,
-# would answer 500 (reported; the module is not this test's to change).
+# management/app.py keeps the user under a str key in the request, which aiohttp 3.14 warns
+# about; under this suite's filterwarnings=error that warning, raised in the broker's thread,
+# turns every management request into a 500 (reported to the lead; not this test's module).
 @pytest.mark.filterwarnings("ignore::aiohttp.web_exceptions.NotAppKeyWarning")
 def test_management_api_when_asked_for() -> None:
     with leveret.Broker() as b, pytest.raises(RuntimeError, match="management=True"):
