@@ -25,9 +25,10 @@ from tests.brokers import BrokerUnderTest, ensure_rabbitmq_management
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = Path(__file__).resolve().parent / "sample_project"
 # the sample project's test extra, and xdist for running its tests two at a time
-TEST_REQUIREMENTS = ("pytest", "aio-pika", "pytest-xdist==3.8.0")
+TEST_REQUIREMENTS = ("pytest", "pytest-asyncio", "aio-pika", "pytest-xdist==3.8.0")
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
-SAMPLE_TESTS = 9  # 6 parametrized + 3 in sample_project/tests/test_orders.py
+# sample_project/tests: test_orders.py (6 parametrized + 3), test_readme_examples.py (2)
+SAMPLE_TESTS = 11
 
 
 def user_env() -> dict[str, str]:
@@ -147,7 +148,7 @@ def test_the_ini_option_points_the_fixtures_outside(venv: Path, project: Path,
     ini = project / "pytest.ini"
     ini.write_text(f"[pytest]\ntestpaths = tests\npythonpath = .\nleveret_url = {outside.url}\n"
                    f"leveret_management_url = {outside.management_url}\n")
-    out = run([str(venv), "-m", "pytest", "-p", "no:cacheprovider", "-k", "aio_pika"],
+    out = run([str(venv), "-m", "pytest", "-p", "no:cacheprovider", "-k", "with_aio_pika"],
               cwd=project)
     assert f"leveret: AMQP fixtures against {outside.url}" in out
     assert outcomes(out) == {"passed": 1}, out
