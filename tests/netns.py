@@ -8,7 +8,10 @@ node name, data and log directories, no plugins, stopped and its epmd ended on `
 
 from __future__ import annotations
 
+import contextlib
+import os
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -31,16 +34,18 @@ class NetNamespace:
     def __init__(self) -> None:
         # The holder reads stdin until it closes: it goes when we do, even on a crash.
         self.holder = subprocess.Popen(
-            ["unshare", "--net", "--", "sh", "-c", "cat >/dev/null"],
+            ["unshare", "--net", "--", "sh", "-c", "exec cat >/dev/null"],
             stdin=subprocess.PIPE,
         )
         self.prefix = ["nsenter", f"--net=/proc/{self.holder.pid}/ns/net", "--"]
+        self.inode = 0
         deadline = time.monotonic() + 10
         while True:
             # the namespace exists once the holder has exec'd past unshare
             proc = subprocess.run([*self.prefix, "ip", "link", "set", "lo", "up"],
                                   capture_output=True, text=True, check=False)
             if proc.returncode == 0 and self._own():
+                self.inode = os.stat(f"/proc/{self.holder.pid}/ns/net").st_ino
                 break
             if time.monotonic() > deadline:
                 self.close()
@@ -61,7 +66,35 @@ class NetNamespace:
         probe = f"import socket; socket.create_connection(({host!r}, {port}), timeout=1)"
         return self.run(["python3", "-c", probe], capture_output=True).returncode == 0
 
+    def members(self) -> list[int]:
+        """The processes in this namespace but its holder: all of them started by us."""
+        pids = []
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit() or int(entry.name) == self.holder.pid:
+                continue
+            try:
+                if self.inode and os.stat(entry / "ns" / "net").st_ino == self.inode:
+                    pids.append(int(entry.name))
+            except OSError:
+                continue
+        return pids
+
+    def _end_members(self) -> None:
+        """End what is left inside (an epmd a RabbitMQ node or its CLI started), by pid."""
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            pids = self.members()
+            for pid in pids:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, sig)
+            deadline = time.monotonic() + 5
+            while pids and time.monotonic() < deadline:
+                pids = [p for p in pids if _alive(p)]
+                time.sleep(0.05)
+            if not pids:
+                return
+
     def close(self) -> None:
+        self._end_members()
         if self.holder.poll() is None:
             assert self.holder.stdin is not None
             self.holder.stdin.close()
@@ -169,6 +202,15 @@ class RabbitMQNode:
                 break
             time.sleep(0.2)
         shutil.rmtree(self.base, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    """Running (not gone, not a zombie nobody reaps here)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
 
 
 def free_port() -> int:
