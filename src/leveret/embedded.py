@@ -95,7 +95,9 @@ class Broker:
     on ``management_port`` (0: a free port). ``config`` is a TOML file in the format of
     ``leveret server --config`` (users, vhosts, permissions, settings); keyword arguments
     set any of its settings (``heartbeat=10``, ``frame_max=...``, ``users=[{...}]``,
-    ``default_user=False``) after the file, and lists add to the file's.
+    ``default_user=False``) after the file, and lists add to the file's. The addresses are
+    the arguments' (a file's ports and bind address are not used); a file's ``data_dir`` is
+    used when the argument is not given.
 
     ``start()`` runs it in a background thread with its own event loop and returns once it
     accepts connections; ``stop()`` closes every connection (320 CONNECTION_FORCED, as a
