@@ -68,11 +68,13 @@ def port_open(host: str, port: int, timeout: float = 0.5) -> bool:
 
 
 def start_leveret(data_dir: Path | None = None, extra: list[str] | None = None,
-                  env: dict[str, str] | None = None, timeout: float = 20) -> BrokerUnderTest:
-    """Run ``leveret server`` on a free port and wait for its ready line."""
+                  env: dict[str, str] | None = None, timeout: float = 20,
+                  prefix: list[str] | None = None) -> BrokerUnderTest:
+    """Run ``leveret server`` on a free port and wait for its ready line. ``prefix`` runs
+    it through a command that execs it (``nsenter …`` for a network namespace)."""
     if data_dir is None:
         data_dir = Path(tempfile.mkdtemp(prefix="leveret-test-"))
-    cmd = [sys.executable, "-m", "leveret.cli.main", "server", "--amqp-port", "0",
+    cmd = [*(prefix or []), sys.executable, "-m", "leveret.cli.main", "server", "--amqp-port", "0",
            "--http-port", "0", "--prometheus-port", "0",
            "--bind", "127.0.0.1", "--data-dir", str(data_dir), *(extra or [])]
     proc_env = dict(os.environ)

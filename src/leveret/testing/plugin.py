@@ -1,0 +1,113 @@
+"""The pytest plugin: AMQP fixtures that isolate every test in a vhost of its own.
+
+Installed with Leveret (the ``pytest11`` entry point ``leveret``; ``-p no:leveret`` turns it
+off). Nothing starts until a test asks for a fixture.
+
+- ``leveret_broker`` (session): the broker. By default a :class:`leveret.Broker` in this
+  process, in memory, on a free port of 127.0.0.1. With ``--leveret-url URL`` (or the ini
+  option ``leveret_url``) an outside broker, such as RabbitMQ, as a
+  :class:`~leveret.testing.remote.RemoteBroker`.
+- ``amqp_vhost`` (function): the name of a fresh vhost made for the test, in which the
+  broker's user (guest, or the user of ``--leveret-url``) has every permission. It is
+  deleted after the test with everything in it; connections still open to it are closed.
+- ``amqp_url``: the AMQP URL of that vhost, e.g. ``amqp://guest:guest@127.0.0.1:41235/
+  test-it-works-3f2a9c1b``. Tests that use it see nothing of one another, so they may run
+  in parallel (pytest-xdist) against one broker.
+
+Against an outside broker the vhosts are made and deleted through its management API:
+``--leveret-management-url`` (ini ``leveret_management_url``), by default port 15672 of the
+AMQP URL's host, with the AMQP URL's credentials (which need the administrator tag).
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+import pytest
+
+from leveret.testing.remote import ManagementError, RemoteBroker
+
+if TYPE_CHECKING:
+    from leveret.embedded import Broker
+
+URL_HELP = (
+    "run the AMQP fixtures (amqp_url, leveret_broker) against this broker, e.g. a "
+    "RabbitMQ at amqp://guest:guest@localhost:5672/, instead of an in-process Leveret"
+)
+MANAGEMENT_HELP = (
+    "the management API of the --leveret-url broker, where the tests' vhosts are made "
+    "(default: http://<its host>:15672)"
+)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("leveret", "AMQP broker fixtures (Leveret)")
+    group.addoption("--leveret-url", dest="leveret_url", metavar="URL", help=URL_HELP)
+    group.addoption(
+        "--leveret-management-url",
+        dest="leveret_management_url",
+        metavar="URL",
+        help=MANAGEMENT_HELP,
+    )
+    parser.addini("leveret_url", URL_HELP, default=None)
+    parser.addini("leveret_management_url", MANAGEMENT_HELP, default=None)
+
+
+def _setting(config: pytest.Config, name: str) -> str | None:
+    value = config.getoption(name) or config.getini(name)
+    return str(value) if value else None
+
+
+def pytest_report_header(config: pytest.Config) -> str | None:
+    url = _setting(config, "leveret_url")
+    return f"leveret: AMQP fixtures against {url}" if url else None
+
+
+@pytest.fixture(scope="session")
+def leveret_broker(request: pytest.FixtureRequest) -> Iterator[Broker | RemoteBroker]:
+    """The broker the AMQP fixtures use: an in-process Leveret, or the --leveret-url one."""
+    url = _setting(request.config, "leveret_url")
+    if url is not None:
+        try:
+            remote = RemoteBroker(url, _setting(request.config, "leveret_management_url"))
+            remote.vhosts()  # reachable, and the credentials may manage it
+        except (ValueError, ManagementError) as exc:
+            pytest.fail(f"--leveret-url: {exc}", pytrace=False)
+        yield remote
+        return
+    from leveret.embedded import Broker
+
+    with Broker() as broker:
+        yield broker
+
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
+
+
+def _vhost_name(test_name: str) -> str:
+    slug = _UNSAFE.sub("-", test_name).strip("-")[:48]
+    return f"test-{slug}-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture
+def amqp_vhost(
+    request: pytest.FixtureRequest, leveret_broker: Broker | RemoteBroker
+) -> Iterator[str]:
+    """A fresh vhost for this test, deleted after it."""
+    name = _vhost_name(request.node.name)
+    user = leveret_broker.user if isinstance(leveret_broker, RemoteBroker) else "guest"
+    leveret_broker.add_vhost(name, description=f"pytest: {request.node.nodeid}"[:200])
+    try:
+        leveret_broker.set_permissions(user, name, ".*", ".*", ".*")
+        yield name
+    finally:
+        leveret_broker.delete_vhost(name)
+
+
+@pytest.fixture
+def amqp_url(leveret_broker: Broker | RemoteBroker, amqp_vhost: str) -> str:
+    """The AMQP URL of this test's own vhost."""
+    return leveret_broker.vhost_url(amqp_vhost)

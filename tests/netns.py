@@ -1,0 +1,219 @@
+"""A network namespace of one's own (Linux, root): its own loopback, so a broker can listen
+on localhost:5672 there while the shared RabbitMQ keeps 5672 outside. For test suites that
+hard-code localhost:5672 (FastStream, Dramatiq) and for timing a RabbitMQ node's start.
+
+Also a RabbitMQ node of one's own inside such a namespace (never the shared one): its own
+node name, data and log directories, no plugins, stopped and its epmd ended on ``stop()``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+
+def netns_available() -> bool:
+    """True when ``unshare --net`` works here (root on Linux)."""
+    if shutil.which("unshare") is None or shutil.which("nsenter") is None:
+        return False
+    proc = subprocess.run(["unshare", "--net", "true"], capture_output=True, check=False)
+    return proc.returncode == 0
+
+
+class NetNamespace:
+    """A fresh network namespace, held open by a small process of ours. ``prefix`` runs a
+    command inside it (``nsenter`` execs the command: the pid is the command's)."""
+
+    def __init__(self) -> None:
+        # The holder reads stdin until it closes: it goes when we do, even on a crash.
+        self.holder = subprocess.Popen(
+            ["unshare", "--net", "--", "sh", "-c", "exec cat >/dev/null"],
+            stdin=subprocess.PIPE,
+        )
+        self.prefix = ["nsenter", f"--net=/proc/{self.holder.pid}/ns/net", "--"]
+        self.inode = 0
+        deadline = time.monotonic() + 10
+        while True:
+            # the namespace exists once the holder has exec'd past unshare
+            proc = subprocess.run([*self.prefix, "ip", "link", "set", "lo", "up"],
+                                  capture_output=True, text=True, check=False)
+            if proc.returncode == 0 and self._own():
+                self.inode = os.stat(f"/proc/{self.holder.pid}/ns/net").st_ino
+                break
+            if time.monotonic() > deadline:
+                self.close()
+                raise RuntimeError(f"cannot make a network namespace: {proc.stderr.strip()}")
+            time.sleep(0.05)
+
+    def _own(self) -> bool:
+        try:
+            mine = Path(f"/proc/{self.holder.pid}/ns/net").readlink()
+            return mine != Path("/proc/self/ns/net").readlink()
+        except OSError:
+            return False
+
+    def run(self, cmd: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*self.prefix, *cmd], text=True, check=False, **kwargs)  # type: ignore[call-overload, no-any-return]
+
+    def port_open(self, port: int, host: str = "127.0.0.1") -> bool:
+        probe = f"import socket; socket.create_connection(({host!r}, {port}), timeout=1)"
+        return self.run(["python3", "-c", probe], capture_output=True).returncode == 0
+
+    def members(self) -> list[int]:
+        """The processes in this namespace but its holder: all of them started by us."""
+        pids = []
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit() or int(entry.name) == self.holder.pid:
+                continue
+            try:
+                if self.inode and os.stat(entry / "ns" / "net").st_ino == self.inode:
+                    pids.append(int(entry.name))
+            except OSError:
+                continue
+        return pids
+
+    def _end_members(self) -> None:
+        """End what is left inside (an epmd a RabbitMQ node or its CLI started), by pid."""
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            pids = self.members()
+            for pid in pids:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, sig)
+            deadline = time.monotonic() + 5
+            while pids and time.monotonic() < deadline:
+                pids = [p for p in pids if _alive(p)]
+                time.sleep(0.05)
+            if not pids:
+                return
+
+    def close(self) -> None:
+        self._end_members()
+        if self.holder.poll() is None:
+            assert self.holder.stdin is not None
+            self.holder.stdin.close()
+            try:
+                self.holder.wait(5)
+            except subprocess.TimeoutExpired:
+                self.holder.kill()
+                self.holder.wait(5)
+
+    def __enter__(self) -> NetNamespace:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class RabbitMQNode:
+    """``rabbitmq-server`` in ``netns`` on ``port``, with its own node name and directories
+    (owned by the rabbitmq user, as the Debian wrapper drops to it), no plugins."""
+
+    def __init__(self, netns: NetNamespace, port: int = 5672,
+                 nodename: str = "leveretown@localhost") -> None:
+        self.netns = netns
+        self.port = port
+        self.nodename = nodename
+        self.base = Path(tempfile.mkdtemp(prefix="leveret-rabbitmq-"))
+        self.base.chmod(0o755)
+        for sub in ("mnesia", "log"):
+            (self.base / sub).mkdir()
+        (self.base / "enabled_plugins").write_text("[].\n")
+        shutil.chown(self.base, "rabbitmq", "rabbitmq")
+        for path in self.base.rglob("*"):
+            shutil.chown(path, "rabbitmq", "rabbitmq")
+        self.env = {
+            "RABBITMQ_NODENAME": nodename,
+            "RABBITMQ_NODE_PORT": str(port),
+            "RABBITMQ_MNESIA_BASE": str(self.base / "mnesia"),
+            "RABBITMQ_LOG_BASE": str(self.base / "log"),
+            "RABBITMQ_ENABLED_PLUGINS_FILE": str(self.base / "enabled_plugins"),
+            "RABBITMQ_PID_FILE": str(self.base / "pid"),
+            "RABBITMQ_CONFIG_FILE": str(self.base / "rabbitmq"),  # none there: defaults
+        }
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @staticmethod
+    def available() -> bool:
+        return shutil.which("rabbitmq-server") is not None or Path(
+            "/usr/sbin/rabbitmq-server").exists()
+
+    def start(self) -> float:
+        """Start it; returns the seconds until it answered an AMQP protocol header (epmd
+        included)."""
+        server = shutil.which("rabbitmq-server") or "/usr/sbin/rabbitmq-server"
+        env = [f"{k}={v}" for k, v in self.env.items()]
+        log = (self.base / "stdout").open("wb")
+        started = time.monotonic()
+        # epmd first, and listening: a node that starts it itself in a fresh namespace can
+        # race it and fail with 'nodistribution'
+        self.netns.run(["epmd", "-daemon", "-relaxed_command_check"], capture_output=True,
+                       timeout=30)
+        while not self.netns.port_open(4369):
+            if time.monotonic() > started + 30:
+                raise RuntimeError("epmd did not start in the namespace")
+            time.sleep(0.05)
+        self.process = subprocess.Popen([*self.netns.prefix, "env", *env, server],
+                                        stdout=log, stderr=subprocess.STDOUT)
+        deadline = started + 120
+        while time.monotonic() < deadline:
+            if self._accepts():
+                return time.monotonic() - started
+            if self.process.poll() is not None:
+                break
+            time.sleep(0.05)
+        tail = (self.base / "stdout").read_text(errors="replace")[-2000:]
+        self.stop()
+        raise RuntimeError(f"RabbitMQ node {self.nodename} did not start: {tail}")
+
+    def _accepts(self) -> bool:
+        probe = (
+            "import socket,sys\n"
+            f"s=socket.create_connection(('127.0.0.1',{self.port}),timeout=1)\n"
+            "s.sendall(b'AMQP\\x00\\x00\\x09\\x01')\n"
+            "sys.exit(0 if s.recv(1)==b'\\x01' else 1)\n"
+        )
+        return self.netns.run(["python3", "-c", probe], capture_output=True).returncode == 0
+
+    def stop(self) -> None:
+        ctl = shutil.which("rabbitmqctl") or "/usr/sbin/rabbitmqctl"
+        if self.process is not None and self.process.poll() is None:
+            self.netns.run([ctl, "-n", self.nodename, "stop"], capture_output=True, timeout=60)
+            try:
+                self.process.wait(30)
+            except subprocess.TimeoutExpired:
+                pid_file = self.base / "pid"
+                if pid_file.exists():
+                    subprocess.run(["kill", "-9", pid_file.read_text().strip()], check=False)
+                self.process.kill()
+                self.process.wait(10)
+        # our epmd, inside the namespace (the shared node's is outside it); relaxed: it goes
+        # even while a node is still registered
+        deadline = time.monotonic() + 15
+        while True:
+            self.netns.run(["epmd", "-kill"], capture_output=True, timeout=30)
+            if not self.netns.port_open(4369) or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        shutil.rmtree(self.base, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    """Running (not gone, not a zombie nobody reaps here)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
