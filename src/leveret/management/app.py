@@ -11,6 +11,7 @@ from leveret.management import admin, api, dashboard, objects
 from leveret.management.context import MANAGEMENT, Management, mgmt
 from leveret.management.httputil import (
     MANAGEMENT_TAGS,
+    USER,
     ApiError,
     Handler,
     credentials,
@@ -38,7 +39,7 @@ async def middleware(request: web.Request, handler: Handler) -> web.StreamRespon
                 raise ApiError(401, "not_authorized", "Login failed")
             if not MANAGEMENT_TAGS.intersection(user.tags):
                 raise ApiError(401, "not_authorised", "Not management user")
-            request["user"] = user
+            request[USER] = user
         return await handler(request)
     except ApiError as exc:
         return json_response({"error": exc.error, "reason": exc.reason}, exc.status)

@@ -7,18 +7,20 @@ import base64
 import binascii
 import json
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from aiohttp import web
 
+from leveret.broker.users import User
 from leveret.protocol import spec
 from leveret.protocol.errors import AMQPError
 
-if TYPE_CHECKING:
-    from leveret.broker.users import User
-
 MANAGEMENT_TAGS = frozenset({"administrator", "management", "monitoring", "policymaker"})
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+# The authenticated user of a request, set by the authentication middleware.
+USER: web.RequestKey[User] = web.RequestKey("user", User)
 
 
 class ApiError(Exception):
@@ -113,7 +115,7 @@ def credentials(request: web.Request) -> tuple[str, str] | None:
 
 
 def current_user(request: web.Request) -> User:
-    user: User = request["user"]
+    user: User = request[USER]
     return user
 
 
