@@ -27,15 +27,17 @@ class BrokerUnderTest:
     log: list[str] = field(default_factory=list)
     http_port: int = 15672
     prometheus_port: int = 15692
+    tls_port: int = 0  # amqps, when the broker has a TLS listener
+    https: bool = False  # the management API over HTTPS
 
     @property
     def http_url(self) -> str:
         """The management API (and dashboard) root."""
-        return f"http://{self.host}:{self.http_port}"
+        return f"{'https' if self.https else 'http'}://{self.host}:{self.http_port}"
 
     @property
     def metrics_url(self) -> str:
-        return f"http://{self.host}:{self.prometheus_port}/metrics"
+        return f"{'https' if self.https else 'http'}://{self.host}:{self.prometheus_port}/metrics"
 
     @property
     def url(self) -> str:
@@ -67,20 +69,40 @@ def port_open(host: str, port: int, timeout: float = 0.5) -> bool:
         return False
 
 
-def start_leveret(data_dir: Path | None = None, extra: list[str] | None = None,
-                  env: dict[str, str] | None = None, timeout: float = 20,
-                  prefix: list[str] | None = None) -> BrokerUnderTest:
+def start_leveret(
+    data_dir: Path | None = None,
+    extra: list[str] | None = None,
+    env: dict[str, str] | None = None,
+    timeout: float = 20,
+    prefix: list[str] | None = None,
+) -> BrokerUnderTest:
     """Run ``leveret server`` on a free port and wait for its ready line. ``prefix`` runs
     it through a command that execs it (``nsenter …`` for a network namespace)."""
     if data_dir is None:
         data_dir = Path(tempfile.mkdtemp(prefix="leveret-test-"))
-    cmd = [*(prefix or []), sys.executable, "-m", "leveret.cli.main", "server", "--amqp-port", "0",
-           "--http-port", "0", "--prometheus-port", "0",
-           "--bind", "127.0.0.1", "--data-dir", str(data_dir), *(extra or [])]
+    cmd = [
+        *(prefix or []),
+        sys.executable,
+        "-m",
+        "leveret.cli.main",
+        "server",
+        "--amqp-port",
+        "0",
+        "--http-port",
+        "0",
+        "--prometheus-port",
+        "0",
+        "--bind",
+        "127.0.0.1",
+        "--data-dir",
+        str(data_dir),
+        *(extra or []),
+    ]
     proc_env = dict(os.environ)
     proc_env.update(env or {})
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env=proc_env)
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=proc_env
+    )
     assert proc.stdout is not None
     deadline = time.monotonic() + timeout
     lines: list[str] = []
@@ -94,13 +116,25 @@ def start_leveret(data_dir: Path | None = None, extra: list[str] | None = None,
         lines.append(line)
         if line.startswith("Management API listening on "):
             ports["http"] = int(line.strip().rsplit(":", 1)[1])
+            ports["https"] = int("https://" in line)
+        elif line.startswith("AMQP over TLS listening on "):
+            ports["tls"] = int(line.strip().rsplit(":", 1)[1])
         elif line.startswith("Prometheus metrics listening on "):
             ports["prometheus"] = int(line.strip().rsplit(":", 1)[1].split("/")[0])
         if "Server startup complete" in line:
             port = int(line.strip().rsplit(":", 1)[1])
-            broker = BrokerUnderTest("leveret", "127.0.0.1", port, proc, data_dir, lines,
-                                     http_port=ports.get("http", 0),
-                                     prometheus_port=ports.get("prometheus", 0))
+            broker = BrokerUnderTest(
+                "leveret",
+                "127.0.0.1",
+                port,
+                proc,
+                data_dir,
+                lines,
+                http_port=ports.get("http", 0),
+                prometheus_port=ports.get("prometheus", 0),
+                tls_port=ports.get("tls", 0),
+                https=bool(ports.get("https", 0)),
+            )
             _drain(proc, broker.log)
             return broker
     proc.kill()
@@ -124,7 +158,8 @@ def ensure_rabbitmq(timeout: float = 90) -> BrokerUnderTest | None:
     if port_open("127.0.0.1", RABBITMQ_PORT):
         return BrokerUnderTest("rabbitmq", "127.0.0.1", RABBITMQ_PORT)
     server = shutil.which("rabbitmq-server") or (
-        "/usr/sbin/rabbitmq-server" if Path("/usr/sbin/rabbitmq-server").exists() else None)
+        "/usr/sbin/rabbitmq-server" if Path("/usr/sbin/rabbitmq-server").exists() else None
+    )
     if server is None:
         return None
     subprocess.run([server, "-detached"], check=False, capture_output=True)
@@ -132,8 +167,7 @@ def ensure_rabbitmq(timeout: float = 90) -> BrokerUnderTest | None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if port_open("127.0.0.1", RABBITMQ_PORT):
-            subprocess.run([ctl, "await_startup"], check=False, capture_output=True,
-                           timeout=60)
+            subprocess.run([ctl, "await_startup"], check=False, capture_output=True, timeout=60)
             return BrokerUnderTest("rabbitmq", "127.0.0.1", RABBITMQ_PORT)
         time.sleep(0.5)
     return None

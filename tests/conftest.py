@@ -26,8 +26,10 @@ def rabbitmq() -> BrokerUnderTest:
     broker = ensure_rabbitmq()
     if broker is None:
         if IN_CI:
-            pytest.fail("RabbitMQ (Debian's rabbitmq-server) is required under CI; "
-                        "the test command installs it")
+            pytest.fail(
+                "RabbitMQ (Debian's rabbitmq-server) is required under CI; "
+                "the test command installs it"
+            )
         pytest.skip("RabbitMQ is not installed here (apt-get install rabbitmq-server)")
     return broker
 

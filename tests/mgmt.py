@@ -34,10 +34,19 @@ class Api:
     def as_user(self, user: str, password: str) -> Api:
         return Api(self.base, user, password)
 
-    def call(self, method: str, path: str, body: Any = None,
-             headers: dict[str, str] | None = None, auth: bool = True) -> tuple[int, Any]:
-        data = None if body is None else (
-            body if isinstance(body, bytes) else json.dumps(body).encode())
+    def call(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        headers: dict[str, str] | None = None,
+        auth: bool = True,
+    ) -> tuple[int, Any]:
+        data = (
+            None
+            if body is None
+            else (body if isinstance(body, bytes) else json.dumps(body).encode())
+        )
         req = urllib.request.Request(self.base + path, data=data, method=method)
         if auth:
             token = base64.b64encode(f"{self.user}:{self.password}".encode()).decode()
@@ -102,8 +111,15 @@ class Site:
         if self.broker.name == "rabbitmq":
             cmd = ["rabbitmqctl", *args]
         else:
-            cmd = [sys.executable, "-m", "leveret.cli.main", "ctl", "--url",
-                   self.broker.http_url, *args]
+            cmd = [
+                sys.executable,
+                "-m",
+                "leveret.cli.main",
+                "ctl",
+                "--url",
+                self.broker.http_url,
+                *args,
+            ]
         result = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
         if check:
             assert result.returncode == 0, (cmd, result.stdout, result.stderr)
@@ -116,11 +132,20 @@ def make_site(broker: BrokerUnderTest, tag: str = "t") -> Iterator[Site]:
     user = f"{vhost}-user"
     assert api.put(f"/api/vhosts/{q(vhost)}") == 201
     # the API gives the vhost's creator full permissions already (RabbitMQ does)
-    assert api.put(f"/api/permissions/{q(vhost)}/guest",
-                   {"configure": ".*", "write": ".*", "read": ".*"}) == 204
+    assert (
+        api.put(
+            f"/api/permissions/{q(vhost)}/guest", {"configure": ".*", "write": ".*", "read": ".*"}
+        )
+        == 204
+    )
     assert api.put(f"/api/users/{q(user)}", {"password": "s3cret", "tags": "management"}) == 201
-    assert api.put(f"/api/permissions/{q(vhost)}/{q(user)}",
-                   {"configure": "^t-", "write": ".*", "read": ""}) == 201
+    assert (
+        api.put(
+            f"/api/permissions/{q(vhost)}/{q(user)}",
+            {"configure": "^t-", "write": ".*", "read": ""},
+        )
+        == 201
+    )
     try:
         yield Site(broker, api, vhost, user, "s3cret")
     finally:
@@ -141,19 +166,22 @@ def declare_scenario(site: Site) -> Any:
     import pika
 
     b = site.broker
-    conn = pika.BlockingConnection(pika.ConnectionParameters(b.host, b.port,
-                                                             virtual_host=site.vhost))
+    conn = pika.BlockingConnection(
+        pika.ConnectionParameters(b.host, b.port, virtual_host=site.vhost)
+    )
     ch = conn.channel()
     ch.exchange_declare("logs", "fanout")
     ch.exchange_declare("direct_logs", "direct", durable=True)
     ch.exchange_declare("topic_logs", "topic", auto_delete=True)
     ch.exchange_declare("ae", "fanout", durable=True)
-    ch.exchange_declare("with-ae", "direct", durable=True,
-                        arguments={"alternate-exchange": "ae"})
+    ch.exchange_declare("with-ae", "direct", durable=True, arguments={"alternate-exchange": "ae"})
     ch.exchange_declare("hdrs", "headers", internal=True)
     ch.queue_declare("hello", durable=True)
-    ch.queue_declare("task_queue", durable=True, arguments={
-        "x-message-ttl": 60000, "x-max-length": 100, "x-dead-letter-exchange": "logs"})
+    ch.queue_declare(
+        "task_queue",
+        durable=True,
+        arguments={"x-message-ttl": 60000, "x-max-length": 100, "x-dead-letter-exchange": "logs"},
+    )
     ch.queue_declare("transient")
     tmp = ch.queue_declare("", exclusive=True).method.queue
     ch.queue_bind("hello", "logs")
@@ -169,8 +197,9 @@ def declare_scenario(site: Site) -> Any:
     for i in range(3):
         ch.basic_publish("logs", "", f"MessageToEveryOne: {i}".encode(), props)
     for _ in range(2):
-        ch.basic_publish("direct_logs", "error", b"disk full",
-                         pika.BasicProperties(delivery_mode=2))
+        ch.basic_publish(
+            "direct_logs", "error", b"disk full", pika.BasicProperties(delivery_mode=2)
+        )
     ch.basic_publish("direct_logs", "info", b"info line")
     return conn
 

@@ -42,8 +42,12 @@ class NetNamespace:
         deadline = time.monotonic() + 10
         while True:
             # the namespace exists once the holder has exec'd past unshare
-            proc = subprocess.run([*self.prefix, "ip", "link", "set", "lo", "up"],
-                                  capture_output=True, text=True, check=False)
+            proc = subprocess.run(
+                [*self.prefix, "ip", "link", "set", "lo", "up"],
+                capture_output=True,
+                text=True,
+                check=False,
+            )
             if proc.returncode == 0 and self._own():
                 self.inode = os.stat(f"/proc/{self.holder.pid}/ns/net").st_ino
                 break
@@ -115,8 +119,9 @@ class RabbitMQNode:
     """``rabbitmq-server`` in ``netns`` on ``port``, with its own node name and directories
     (owned by the rabbitmq user, as the Debian wrapper drops to it), no plugins."""
 
-    def __init__(self, netns: NetNamespace, port: int = 5672,
-                 nodename: str = "leveretown@localhost") -> None:
+    def __init__(
+        self, netns: NetNamespace, port: int = 5672, nodename: str = "leveretown@localhost"
+    ) -> None:
         self.netns = netns
         self.port = port
         self.nodename = nodename
@@ -141,8 +146,10 @@ class RabbitMQNode:
 
     @staticmethod
     def available() -> bool:
-        return shutil.which("rabbitmq-server") is not None or Path(
-            "/usr/sbin/rabbitmq-server").exists()
+        return (
+            shutil.which("rabbitmq-server") is not None
+            or Path("/usr/sbin/rabbitmq-server").exists()
+        )
 
     def start(self) -> float:
         """Start it; returns the seconds until it answered an AMQP protocol header (epmd
@@ -153,14 +160,16 @@ class RabbitMQNode:
         started = time.monotonic()
         # epmd first, and listening: a node that starts it itself in a fresh namespace can
         # race it and fail with 'nodistribution'
-        self.netns.run(["epmd", "-daemon", "-relaxed_command_check"], capture_output=True,
-                       timeout=30)
+        self.netns.run(
+            ["epmd", "-daemon", "-relaxed_command_check"], capture_output=True, timeout=30
+        )
         while not self.netns.port_open(4369):
             if time.monotonic() > started + 30:
                 raise RuntimeError("epmd did not start in the namespace")
             time.sleep(0.05)
-        self.process = subprocess.Popen([*self.netns.prefix, "env", *env, server],
-                                        stdout=log, stderr=subprocess.STDOUT)
+        self.process = subprocess.Popen(
+            [*self.netns.prefix, "env", *env, server], stdout=log, stderr=subprocess.STDOUT
+        )
         deadline = started + 120
         while time.monotonic() < deadline:
             if self._accepts():

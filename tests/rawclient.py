@@ -69,23 +69,41 @@ class RawClient:
             _, value = got
             if isinstance(value, cls):
                 return value
-            if not isinstance(value, (commands.Connection.Blocked,)) and \
-                    value.__class__.__name__ != "Heartbeat":
+            if (
+                not isinstance(value, (commands.Connection.Blocked,))
+                and value.__class__.__name__ != "Heartbeat"
+            ):
                 raise AssertionError(f"expected {cls.__name__}, got {value!r}")
 
-    def handshake(self, user: str = "guest", password: str = "guest", vhost: str = "/",
-                  heartbeat: int = 0, capabilities: dict[str, Any] | None = None) -> Any:
+    def handshake(
+        self,
+        user: str = "guest",
+        password: str = "guest",
+        vhost: str = "/",
+        heartbeat: int = 0,
+        capabilities: dict[str, Any] | None = None,
+    ) -> Any:
         self.send(PROTOCOL_HEADER)
         start = self.expect(commands.Connection.Start)
         caps = {"authentication_failure_close": True, "consumer_cancel_notify": True}
         if capabilities is not None:
             caps = capabilities
-        self.send_method(0, commands.Connection.StartOk(
-            client_properties={"product": "rawclient", "capabilities": caps},
-            mechanism="PLAIN", response=f"\0{user}\0{password}", locale="en_US"))
+        self.send_method(
+            0,
+            commands.Connection.StartOk(
+                client_properties={"product": "rawclient", "capabilities": caps},
+                mechanism="PLAIN",
+                response=f"\0{user}\0{password}",
+                locale="en_US",
+            ),
+        )
         tune = self.expect(commands.Connection.Tune)
-        self.send_method(0, commands.Connection.TuneOk(
-            channel_max=tune.channel_max, frame_max=tune.frame_max, heartbeat=heartbeat))
+        self.send_method(
+            0,
+            commands.Connection.TuneOk(
+                channel_max=tune.channel_max, frame_max=tune.frame_max, heartbeat=heartbeat
+            ),
+        )
         self.send_method(0, commands.Connection.Open(virtual_host=vhost))
         self.expect(commands.Connection.OpenOk)
         return start, tune
@@ -102,8 +120,18 @@ class RawClient:
                 return None
             _, value = got
             if isinstance(value, commands.Connection.Close):
-                return ("connection", value.reply_code, value.reply_text, value.class_id,
-                        value.method_id)
+                return (
+                    "connection",
+                    value.reply_code,
+                    value.reply_text,
+                    value.class_id,
+                    value.method_id,
+                )
             if isinstance(value, commands.Channel.Close):
-                return ("channel", value.reply_code, value.reply_text, value.class_id,
-                        value.method_id)
+                return (
+                    "channel",
+                    value.reply_code,
+                    value.reply_text,
+                    value.class_id,
+                    value.method_id,
+                )

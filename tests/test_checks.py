@@ -14,7 +14,6 @@ def test_import_direction() -> None:
 
 
 def test_lint_and_types() -> None:
-    for cmd in (["ruff", "check", "src", "tests"], ["ruff", "format", "--check", "src"],
-                ["mypy"]):
+    for cmd in (["ruff", "check", "src", "tests"], ["ruff", "format", "--check", "src"], ["mypy"]):
         result = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
         assert result.returncode == 0, " ".join(cmd) + "\n" + result.stdout + result.stderr

@@ -53,8 +53,11 @@ def test_topic_exchange_routes_each_queue_once(bindings: list[str], key: str) ->
         vhost.bind(x, q, b + ".#" if b else "#")  # overlapping bindings
     routed = x.route(Message.build("t", key, b""))
     assert len(routed) == len(set(map(id, routed)))
-    expected = {q.name for q, b in zip(queues, bindings, strict=True)
-                if reference(b, key) or reference(b + ".#" if b else "#", key)}
+    expected = {
+        q.name
+        for q, b in zip(queues, bindings, strict=True)
+        if reference(b, key) or reference(b + ".#" if b else "#", key)
+    }
     assert {q.name for q in routed} == expected  # type: ignore[attr-defined]
     for q, b in zip(queues, bindings, strict=True):
         vhost.unbind(x, q, b)

@@ -26,9 +26,16 @@ class FakeOutput:
     def send_content(self, channel: int, method: Any, properties: bytes, body: bytes) -> None:
         pass
 
-    def send_deliver(self, channel: int, consumer_tag: bytes, delivery_tag: int,
-                     redelivered: bool, exchange_and_key: bytes, properties: bytes,
-                     body: bytes) -> None:
+    def send_deliver(
+        self,
+        channel: int,
+        consumer_tag: bytes,
+        delivery_tag: int,
+        redelivered: bool,
+        exchange_and_key: bytes,
+        properties: bytes,
+        body: bytes,
+    ) -> None:
         self.deliveries.append((delivery_tag, redelivered, body))
 
     def send_basic_ack(self, channel: int, delivery_tag: int, multiple: bool) -> None:
@@ -71,8 +78,12 @@ class QueueModel(RuleBasedStateMachine):
         self.published += 1
 
     @precondition(lambda self: bool(self.ch.unacked))
-    @rule(data=st.data(), kind=st.sampled_from(["ack", "nack", "reject"]),
-          multiple=st.booleans(), requeue=st.booleans())
+    @rule(
+        data=st.data(),
+        kind=st.sampled_from(["ack", "nack", "reject"]),
+        multiple=st.booleans(),
+        requeue=st.booleans(),
+    )
     def settle(self, data: st.DataObject, kind: str, multiple: bool, requeue: bool) -> None:
         tags = list(self.ch.unacked)
         tag = data.draw(st.sampled_from(tags))

@@ -16,29 +16,33 @@ from tests.brokers import BrokerUnderTest
 from tests.mgmt import Site
 
 
-def ctl(*args: str, url: str | None = None, env: dict[str, str] | None = None,
-        stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+def ctl(
+    *args: str, url: str | None = None, env: dict[str, str] | None = None, stdin: str | None = None
+) -> subprocess.CompletedProcess[str]:
     cmd = [sys.executable, "-m", "leveret.cli.main", "ctl"]
     if url is not None:
         cmd += ["--url", url]
     full_env = dict(os.environ)
     full_env.update(env or {})
-    return subprocess.run([*cmd, *args], capture_output=True, text=True, timeout=60,
-                          env=full_env, input=stdin)
+    return subprocess.run(
+        [*cmd, *args], capture_output=True, text=True, timeout=60, env=full_env, input=stdin
+    )
 
 
 def test_connections_channels_and_close_connection(leveret_site: Site) -> None:
     site = leveret_site
     b = site.broker
-    conn = pika.BlockingConnection(pika.ConnectionParameters(b.host, b.port,
-                                                             virtual_host=site.vhost))
+    conn = pika.BlockingConnection(
+        pika.ConnectionParameters(b.host, b.port, virtual_host=site.vhost)
+    )
     ch = conn.channel()
     ch.queue_declare("cq")
     ch.basic_consume("cq", lambda *a: None, consumer_tag="tag-1")
     local_port = conn._impl._transport._sock.getsockname()[1]
 
-    out = ctl("list_connections", "name", "user", "vhost", "protocol", "channels", "pid",
-              url=b.http_url).stdout.splitlines()
+    out = ctl(
+        "list_connections", "name", "user", "vhost", "protocol", "channels", "pid", url=b.http_url
+    ).stdout.splitlines()
     assert out[:2] == ["Listing connections ...", "name\tuser\tvhost\tprotocol\tchannels\tpid"]
     row = next(line.split("\t") for line in out[2:] if site.vhost in line)
     assert row[0] == f"127.0.0.1:{local_port} -> 127.0.0.1:{b.port}"
@@ -46,8 +50,9 @@ def test_connections_channels_and_close_connection(leveret_site: Site) -> None:
     pid = row[5]
     assert pid.startswith("<") and pid.endswith(">")
 
-    chans = ctl("list_channels", "pid", "connection", "number", "consumer_count",
-                url=b.http_url).stdout.splitlines()
+    chans = ctl(
+        "list_channels", "pid", "connection", "number", "consumer_count", url=b.http_url
+    ).stdout.splitlines()
     assert any(line.split("\t")[1:] == [pid, "1", "1"] for line in chans[2:])
     consumers = ctl("list_consumers", "-p", site.vhost, url=b.http_url).stdout.splitlines()
     assert consumers[0] == f"Listing consumers in vhost {site.vhost} ..."
@@ -74,8 +79,11 @@ def test_json_and_definitions_to_stdout(leveret_site: Site) -> None:
 
 
 def test_environment_and_status(leveret: BrokerUnderTest) -> None:
-    env = {"LEVERET_CTL_URL": leveret.http_url, "LEVERET_CTL_USERNAME": "guest",
-           "LEVERET_CTL_PASSWORD": "guest"}
+    env = {
+        "LEVERET_CTL_URL": leveret.http_url,
+        "LEVERET_CTL_USERNAME": "guest",
+        "LEVERET_CTL_PASSWORD": "guest",
+    }
     result = ctl("status", env=env)
     assert result.returncode == 0
     assert result.stdout.startswith("Status of node ")
@@ -85,23 +93,38 @@ def test_environment_and_status(leveret: BrokerUnderTest) -> None:
     assert "/\t[]" in vhosts
 
 
-@pytest.mark.parametrize(("args", "code", "message"), [
-    (["no_such_verb"], 64, "Command 'no_such_verb' not found."),
-    (["list_queues", "bogus"],
-     64, "Error (argument validation): Info key(s) bogus are not supported"),
-    (["list_users", "--bogus-flag"], 64, "Error (argument validation): invalid option "
-                                          "--bogus-flag"),
-    (["delete_user"], 64, "Error (argument validation): not enough arguments."),
-    (["delete_user", "a", "b"], 64, "Error (argument validation): too many arguments."),
-    (["delete_user", "nobody-here"], 67, 'Error: User "nobody-here" does not exist'),
-    (["add_user", "guest", "x"], 70, 'Error: User "guest" already exists'),
-    (["delete_vhost", "no-such-vhost"], 65, "Error: Virtual host 'no-such-vhost' does not "
-                                            "exist"),
-    (["set_permissions", "-p", "no-such-vhost", "guest", ".*", ".*", ".*"], 69,
-     "Error: Virtual host no-such-vhost does not exist"),
-    (["purge_queue", "no-such-queue"], 69, "Error: Queue not found"),
-    (["delete_queue", "no-such-queue"], 64, "Error: Queue not found"),
-])
+@pytest.mark.parametrize(
+    ("args", "code", "message"),
+    [
+        (["no_such_verb"], 64, "Command 'no_such_verb' not found."),
+        (
+            ["list_queues", "bogus"],
+            64,
+            "Error (argument validation): Info key(s) bogus are not supported",
+        ),
+        (
+            ["list_users", "--bogus-flag"],
+            64,
+            "Error (argument validation): invalid option --bogus-flag",
+        ),
+        (["delete_user"], 64, "Error (argument validation): not enough arguments."),
+        (["delete_user", "a", "b"], 64, "Error (argument validation): too many arguments."),
+        (["delete_user", "nobody-here"], 67, 'Error: User "nobody-here" does not exist'),
+        (["add_user", "guest", "x"], 70, 'Error: User "guest" already exists'),
+        (
+            ["delete_vhost", "no-such-vhost"],
+            65,
+            "Error: Virtual host 'no-such-vhost' does not exist",
+        ),
+        (
+            ["set_permissions", "-p", "no-such-vhost", "guest", ".*", ".*", ".*"],
+            69,
+            "Error: Virtual host no-such-vhost does not exist",
+        ),
+        (["purge_queue", "no-such-queue"], 69, "Error: Queue not found"),
+        (["delete_queue", "no-such-queue"], 64, "Error: Queue not found"),
+    ],
+)
 def test_errors_are_one_line_with_rabbitmqctl_codes(
     leveret: BrokerUnderTest, args: list[str], code: int, message: str
 ) -> None:
@@ -115,7 +138,8 @@ def test_wrong_credentials(leveret: BrokerUnderTest) -> None:
     result = ctl("-u", "guest", "-p", "wrong", "list_users", url=leveret.http_url)
     assert result.returncode == 77
     assert result.stderr.splitlines() == [
-        f"Error: authentication failed for user 'guest' at {leveret.http_url}: Login failed"]
+        f"Error: authentication failed for user 'guest' at {leveret.http_url}: Login failed"
+    ]
 
 
 def test_broker_not_running() -> None:

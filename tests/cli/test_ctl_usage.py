@@ -77,8 +77,9 @@ INVALID_OPTION = [
 ]
 
 
-@pytest.mark.parametrize(("args", "option"), INVALID_OPTION, ids=[" ".join(a) for a, _ in
-                                                                   INVALID_OPTION])
+@pytest.mark.parametrize(
+    ("args", "option"), INVALID_OPTION, ids=[" ".join(a) for a, _ in INVALID_OPTION]
+)
 def test_invalid_option_names_the_same_option(
     both: BrokerUnderTest, args: list[str], option: str
 ) -> None:
@@ -99,10 +100,10 @@ BAD_VALUE = [
 ]
 
 
-@pytest.mark.parametrize(("args", "option", "text"), BAD_VALUE,
-                         ids=[" ".join(a) for a, _, _ in BAD_VALUE])
-def test_bad_option_value(both: BrokerUnderTest, args: list[str], option: str,
-                          text: str) -> None:
+@pytest.mark.parametrize(
+    ("args", "option", "text"), BAD_VALUE, ids=[" ".join(a) for a, _, _ in BAD_VALUE]
+)
+def test_bad_option_value(both: BrokerUnderTest, args: list[str], option: str, text: str) -> None:
     """rabbitmqctl calls an option without a value, or with one of the wrong type, invalid;
     Leveret says which of the two it is (exit code 64 both)."""
     ours, theirs = leveret_ctl(both, *args), rabbitmqctl(*args)
@@ -130,8 +131,9 @@ def test_help_is_success(both: BrokerUnderTest, args: list[str]) -> None:
     assert "list_queues" in ours.stdout and "list_queues" in theirs.stdout
 
 
-@pytest.mark.parametrize("args", [["help", "delete_queue"], ["delete_queue", "--help"]],
-                         ids=" ".join)
+@pytest.mark.parametrize(
+    "args", [["help", "delete_queue"], ["delete_queue", "--help"]], ids=" ".join
+)
 def test_verb_help(both: BrokerUnderTest, args: list[str]) -> None:
     """A verb's help: its usage line and what it does, on stdout, exit code 0."""
     ours, theirs = leveret_ctl(both, *args), rabbitmqctl(*args)
@@ -176,8 +178,17 @@ def test_add_vhost_options_as_rabbitmqctl(leveret_site: Site, rabbitmq_site: Sit
     for site in (leveret_site, rabbitmq_site):
         name = f"ctl-usage-{uuid.uuid4().hex[:8]}"
         try:
-            added = site.ctl("add_vhost", "-d", "for tests", name, "--tags", "a,b",
-                             "--default-queue-type", "classic", "-q")
+            added = site.ctl(
+                "add_vhost",
+                "-d",
+                "for tests",
+                name,
+                "--tags",
+                "a,b",
+                "--default-queue-type",
+                "classic",
+                "-q",
+            )
             listed = site.ctl("list_vhosts", "name", "description", "tags", "--silent")
         finally:
             site.ctl("delete_vhost", name, "-q", check=False)
@@ -193,8 +204,9 @@ def queues(leveret_site: Site, rabbitmq_site: Site) -> Iterator[tuple[Site, Site
 
     conns = []
     for site in (leveret_site, rabbitmq_site):
-        conn = pika.BlockingConnection(pika.ConnectionParameters(
-            site.broker.host, site.broker.port, virtual_host=site.vhost))
+        conn = pika.BlockingConnection(
+            pika.ConnectionParameters(site.broker.host, site.broker.port, virtual_host=site.vhost)
+        )
         ch = conn.channel()
         for name in ("full", "used", "idle"):
             ch.queue_declare(name)
@@ -224,11 +236,21 @@ def test_delete_queue_conditions(queues: tuple[Site, Site]) -> None:
         outputs.append(steps)
     assert outputs[0] == outputs[1]
     assert outputs[0] == [
-        (64, "Deleting queue 'full' on vhost 'VHOST' if queue is empty ...\n",
-         "Error: Queue is not empty"),
-        (64, "Deleting queue 'used' on vhost 'VHOST' if queue is empty and if queue is unused "
-             "...\n", "Error: Queue is in use"),
-        (0, "Deleting queue 'idle' on vhost 'VHOST' if queue is unused ...\n"
-            "Queue was successfully deleted with 0 ready messages\n", ""),
+        (
+            64,
+            "Deleting queue 'full' on vhost 'VHOST' if queue is empty ...\n",
+            "Error: Queue is not empty",
+        ),
+        (
+            64,
+            "Deleting queue 'used' on vhost 'VHOST' if queue is empty and if queue is unused ...\n",
+            "Error: Queue is in use",
+        ),
+        (
+            0,
+            "Deleting queue 'idle' on vhost 'VHOST' if queue is unused ...\n"
+            "Queue was successfully deleted with 0 ready messages\n",
+            "",
+        ),
         (0, "full\t1\nname\tmessages\nused\t0", ""),
     ]

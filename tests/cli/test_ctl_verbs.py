@@ -28,8 +28,13 @@ def test_every_verb_has_help(verb: str, capsys: pytest.CaptureFixture[str]) -> N
     lines = out.out.splitlines()
     assert lines[0].startswith(f"Usage: leveret ctl {verb} [OPTIONS]")
     assert lines[2].strip()  # the docstring's first line
-    for option in ("-q, --quiet", "--formatter FORMATTER", "-t, --timeout SECONDS",
-                   "--url URL", "--password PASSWORD"):
+    for option in (
+        "-q, --quiet",
+        "--formatter FORMATTER",
+        "-t, --timeout SECONDS",
+        "--url URL",
+        "--password PASSWORD",
+    ):
         assert option in out.out
     # after the verb -p is the vhost and -u the API user, unless the verb has its own -u
     assert "-p, --vhost VHOST" in out.out

@@ -29,8 +29,14 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.mark.rabbitmq
 @pytest.mark.timeout(1800)
 def test_client_suites_pass_on_leveret_as_on_rabbitmq(rabbitmq: BrokerUnderTest) -> None:
-    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "conformance")], cwd=ROOT,
-                          capture_output=True, text=True, timeout=1800, check=False)
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "conformance")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        check=False,
+    )
     print(proc.stdout)
     print(proc.stderr, file=sys.stderr)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]

@@ -31,8 +31,11 @@ def connect(broker: BrokerUnderTest, **kwargs: Any) -> Iterator[pika.BlockingCon
             conn.close()
 
 
-def channel_error(broker: BrokerUnderTest, action: Callable[[BlockingChannel], Any],
-                  setup: Callable[[BlockingChannel], Any] | None = None) -> tuple[int, str]:
+def channel_error(
+    broker: BrokerUnderTest,
+    action: Callable[[BlockingChannel], Any],
+    setup: Callable[[BlockingChannel], Any] | None = None,
+) -> tuple[int, str]:
     """Run ``action`` on a fresh channel; return the channel.close code and text."""
     with connect(broker) as conn:
         if setup is not None:
@@ -47,8 +50,9 @@ def channel_error(broker: BrokerUnderTest, action: Callable[[BlockingChannel], A
         raise AssertionError("the broker did not close the channel")
 
 
-def connection_error(broker: BrokerUnderTest,
-                     action: Callable[[BlockingChannel], Any]) -> tuple[int, str]:
+def connection_error(
+    broker: BrokerUnderTest, action: Callable[[BlockingChannel], Any]
+) -> tuple[int, str]:
     """Run ``action``; return the connection.close code and text."""
     conn = pika.BlockingConnection(broker.pika_params())
     try:

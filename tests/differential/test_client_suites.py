@@ -37,12 +37,18 @@ def drain(ch: Any, queue: str) -> list[bytes]:
 
 
 def test_priority_queue_delivers_highest_first_and_requeues_in_place(
-        broker: BrokerUnderTest, name: str) -> None:
+    broker: BrokerUnderTest, name: str
+) -> None:
     with connect(broker) as conn:
         ch = conn.channel()
         ch.queue_declare(name, exclusive=True, arguments={"x-max-priority": 10})
-        for body, priority in ((b"low1", 3), (b"high", 6), (b"low2", 3), (b"none", None),
-                               (b"over", 200)):
+        for body, priority in (
+            (b"low1", 3),
+            (b"high", 6),
+            (b"low2", 3),
+            (b"none", None),
+            (b"over", 200),
+        ):
             ch.basic_publish("", name, body, pika.BasicProperties(priority=priority))
         # above x-max-priority counts as the maximum; no priority counts as 0
         assert drain(ch, name) == [b"over", b"high", b"low1", b"low2", b"none"]
@@ -52,7 +58,8 @@ def test_priority_queue_delivers_highest_first_and_requeues_in_place(
 
 
 def test_queue_delete_ok_comes_before_the_consumers_cancel(
-        broker: BrokerUnderTest, name: str) -> None:
+    broker: BrokerUnderTest, name: str
+) -> None:
     with RawClient(broker.host, broker.port) as c:
         c.handshake()
         c.open_channel(1)
@@ -65,7 +72,8 @@ def test_queue_delete_ok_comes_before_the_consumers_cancel(
 
 
 def test_nothing_follows_channel_close_ok_when_methods_arrive_together(
-        broker: BrokerUnderTest, name: str) -> None:
+    broker: BrokerUnderTest, name: str
+) -> None:
     """basic.cancel and channel.close in one write: the cancel-ok comes before the
     close-ok or (RabbitMQ, when its queue answers after the channel closed) not at all,
     never after it, where a client (py-amqp) no longer knows the channel."""
@@ -76,9 +84,12 @@ def test_nothing_follows_channel_close_ok_when_methods_arrive_together(
         c.expect(commands.Queue.DeclareOk)
         c.send_method(1, commands.Basic.Consume(queue=name, consumer_tag="ct"))
         c.expect(commands.Basic.ConsumeOk)
-        c.send(frame.marshal(commands.Basic.Cancel(consumer_tag="ct"), 1)
-               + frame.marshal(commands.Channel.Close(reply_code=200, reply_text="",
-                                                      class_id=0, method_id=0), 1))
+        c.send(
+            frame.marshal(commands.Basic.Cancel(consumer_tag="ct"), 1)
+            + frame.marshal(
+                commands.Channel.Close(reply_code=200, reply_text="", class_id=0, method_id=0), 1
+            )
+        )
         before: list[str] = []
         while (got := names_of(c, 1)[0]) != "Channel.CloseOk":
             before.append(got)
@@ -91,8 +102,9 @@ def test_update_secret_is_accepted(broker: BrokerUnderTest) -> None:
     with RawClient(broker.host, broker.port) as c:
         c.handshake()
         # internal users have no state that expires: any new secret is taken as it is
-        c.send_method(0, commands.Connection.UpdateSecret(new_secret="not-the-password",
-                                                          reason="rotation"))
+        c.send_method(
+            0, commands.Connection.UpdateSecret(new_secret="not-the-password", reason="rotation")
+        )
         c.expect(commands.Connection.UpdateSecretOk)
         c.open_channel(1)
 

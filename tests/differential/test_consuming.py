@@ -13,11 +13,17 @@ from tests.brokers import BrokerUnderTest
 from tests.differential.helpers import connect, settle
 
 
-def collect(conn: pika.BlockingConnection, ch: BlockingChannel, queue: str, auto_ack: bool,
-            seconds: float = 0.3) -> list[tuple[int, bool, bytes]]:
+def collect(
+    conn: pika.BlockingConnection,
+    ch: BlockingChannel,
+    queue: str,
+    auto_ack: bool,
+    seconds: float = 0.3,
+) -> list[tuple[int, bool, bytes]]:
     got: list[tuple[int, bool, bytes]] = []
-    tag = ch.basic_consume(queue, lambda c, m, p, b: got.append(
-        (m.delivery_tag, m.redelivered, b)), auto_ack=auto_ack)
+    tag = ch.basic_consume(
+        queue, lambda c, m, p, b: got.append((m.delivery_tag, m.redelivered, b)), auto_ack=auto_ack
+    )
     settle(conn, seconds)
     ch.basic_cancel(tag)
     return got
@@ -90,8 +96,7 @@ def test_global_prefetch_is_shared(broker: BrokerUnderTest, name: str) -> None:
         assert len(got) == 4
 
 
-def test_nack_requeue_sets_redelivered_and_keeps_order(broker: BrokerUnderTest,
-                                                       name: str) -> None:
+def test_nack_requeue_sets_redelivered_and_keeps_order(broker: BrokerUnderTest, name: str) -> None:
     with connect(broker) as conn:
         ch = conn.channel()
         ch.queue_declare(name, exclusive=True)
@@ -103,7 +108,10 @@ def test_nack_requeue_sets_redelivered_and_keeps_order(broker: BrokerUnderTest,
         ch.basic_nack(m2.delivery_tag, multiple=True, requeue=True)
         got = [ch.basic_get(name, auto_ack=True) for _ in range(3)]
         assert [(m.redelivered, b) for m, _, b in got] == [
-            (True, b"m0"), (True, b"m1"), (False, b"m2")]
+            (True, b"m0"),
+            (True, b"m1"),
+            (False, b"m2"),
+        ]
         method, _, _ = ch.basic_get(name)
         assert method is None
 
@@ -142,8 +150,13 @@ def test_channel_close_requeues_unacked(broker: BrokerUnderTest, name: str) -> N
         ch2.close()
         # RabbitMQ requeues asynchronously after the close: give it a moment
         counts = []
-        wait_for(conn, lambda: counts.append(
-            ch.queue_declare(name, passive=True).method.message_count) or counts[-1] == 2)
+        wait_for(
+            conn,
+            lambda: (
+                counts.append(ch.queue_declare(name, passive=True).method.message_count)
+                or counts[-1] == 2
+            ),
+        )
         assert counts[-1] == 2
         m, _, _ = ch.basic_get(name, auto_ack=True)
         assert m.redelivered
@@ -154,10 +167,18 @@ def test_round_robin_between_consumers(broker: BrokerUnderTest, name: str) -> No
         ch = conn.channel()
         ch.queue_declare(name, exclusive=True)
         got: list[tuple[str, bytes]] = []
-        ch.basic_consume(name, lambda c, m, p, b: got.append((m.consumer_tag, b)),
-                         auto_ack=True, consumer_tag="one")
-        ch.basic_consume(name, lambda c, m, p, b: got.append((m.consumer_tag, b)),
-                         auto_ack=True, consumer_tag="two")
+        ch.basic_consume(
+            name,
+            lambda c, m, p, b: got.append((m.consumer_tag, b)),
+            auto_ack=True,
+            consumer_tag="one",
+        )
+        ch.basic_consume(
+            name,
+            lambda c, m, p, b: got.append((m.consumer_tag, b)),
+            auto_ack=True,
+            consumer_tag="two",
+        )
         fill(ch, name, 4)
         wait_for(conn, lambda: len(got) >= 4)
         assert sorted(tag for tag, _ in got) == ["one", "one", "two", "two"]
@@ -169,10 +190,12 @@ def test_consumer_priority(broker: BrokerUnderTest, name: str) -> None:
         ch = conn.channel()
         ch.queue_declare(name, exclusive=True)
         got: list[str] = []
-        ch.basic_consume(name, lambda c, m, p, b: got.append("low"), auto_ack=True,
-                         arguments={"x-priority": 1})
-        ch.basic_consume(name, lambda c, m, p, b: got.append("high"), auto_ack=True,
-                         arguments={"x-priority": 10})
+        ch.basic_consume(
+            name, lambda c, m, p, b: got.append("low"), auto_ack=True, arguments={"x-priority": 1}
+        )
+        ch.basic_consume(
+            name, lambda c, m, p, b: got.append("high"), auto_ack=True, arguments={"x-priority": 10}
+        )
         fill(ch, name, 3)
         wait_for(conn, lambda: len(got) >= 3)
         settle(conn, 0.1)
@@ -184,8 +207,11 @@ def test_server_generated_consumer_tag(broker: BrokerUnderTest, name: str) -> No
         ch = conn.channel()
         ch.queue_declare(name, exclusive=True)
         ok: list[Any] = []
-        ch._impl._rpc(pika.spec.Basic.Consume(queue=name, consumer_tag=""),
-                      lambda frame: ok.append(frame.method), [pika.spec.Basic.ConsumeOk])
+        ch._impl._rpc(
+            pika.spec.Basic.Consume(queue=name, consumer_tag=""),
+            lambda frame: ok.append(frame.method),
+            [pika.spec.Basic.ConsumeOk],
+        )
         wait_for(conn, lambda: bool(ok))
         tag = ok[0].consumer_tag
         assert tag.startswith("amq.ctag-") and len(tag) == len("amq.ctag-") + 22
@@ -220,8 +246,9 @@ def test_confirm_nack_on_reject_publish_overflow(broker: BrokerUnderTest, name: 
     with connect(broker) as conn:
         ch = conn.channel()
         ch.confirm_delivery()
-        ch.queue_declare(name, exclusive=True,
-                         arguments={"x-max-length": 1, "x-overflow": "reject-publish"})
+        ch.queue_declare(
+            name, exclusive=True, arguments={"x-max-length": 1, "x-overflow": "reject-publish"}
+        )
         ch.basic_publish("", name, b"fits")
         with pytest.raises(pika.exceptions.NackError):
             ch.basic_publish("", name, b"too many")
@@ -257,19 +284,36 @@ def test_get_empty_and_get_ok_fields(broker: BrokerUnderTest, name: str) -> None
         ch.queue_declare(name, exclusive=True)
         ch.queue_bind(name, name, routing_key="rk")
         assert ch.basic_get(name)[0] is None
-        props = pika.BasicProperties(content_type="text/plain", delivery_mode=2,
-                                     headers={"a": 1, "b": "two"}, message_id="id-1",
-                                     correlation_id="c", reply_to="r", expiration="60000",
-                                     timestamp=1700000000, type="t", app_id="app",
-                                     priority=3)
+        props = pika.BasicProperties(
+            content_type="text/plain",
+            delivery_mode=2,
+            headers={"a": 1, "b": "two"},
+            message_id="id-1",
+            correlation_id="c",
+            reply_to="r",
+            expiration="60000",
+            timestamp=1700000000,
+            type="t",
+            app_id="app",
+            priority=3,
+        )
         ch.basic_publish(name, "rk", b"body", props)
         m, p, body = ch.basic_get(name, auto_ack=True)
-        assert (m.exchange, m.routing_key, m.message_count, m.redelivered) == (
-            name, "rk", 0, False)
+        assert (m.exchange, m.routing_key, m.message_count, m.redelivered) == (name, "rk", 0, False)
         assert body == b"body"
-        for field in ("content_type", "delivery_mode", "headers", "message_id",
-                      "correlation_id", "reply_to", "expiration", "timestamp", "type",
-                      "app_id", "priority"):
+        for field in (
+            "content_type",
+            "delivery_mode",
+            "headers",
+            "message_id",
+            "correlation_id",
+            "reply_to",
+            "expiration",
+            "timestamp",
+            "type",
+            "app_id",
+            "priority",
+        ):
             assert getattr(p, field) == getattr(props, field), field
 
 
@@ -289,8 +333,11 @@ def test_message_ttl_and_dead_lettering(broker: BrokerUnderTest, name: str) -> N
         ch.exchange_declare(f"{name}-dlx", "fanout", auto_delete=True)
         dead = ch.queue_declare("", exclusive=True).method.queue
         ch.queue_bind(dead, f"{name}-dlx")
-        ch.queue_declare(name, exclusive=True, arguments={
-            "x-message-ttl": 50, "x-dead-letter-exchange": f"{name}-dlx"})
+        ch.queue_declare(
+            name,
+            exclusive=True,
+            arguments={"x-message-ttl": 50, "x-dead-letter-exchange": f"{name}-dlx"},
+        )
         ch.basic_publish("", name, b"expiring")
         settle(conn, 0.3)
         assert ch.basic_get(name)[0] is None
@@ -298,7 +345,10 @@ def test_message_ttl_and_dead_lettering(broker: BrokerUnderTest, name: str) -> N
         assert body == b"expiring"
         death = p.headers["x-death"][0]
         assert (death["reason"], death["queue"], death["count"]) == (
-            b"expired" if isinstance(death["reason"], bytes) else "expired", name, 1)
+            b"expired" if isinstance(death["reason"], bytes) else "expired",
+            name,
+            1,
+        )
 
 
 def test_max_length_drops_head(broker: BrokerUnderTest, name: str) -> None:
@@ -343,7 +393,10 @@ def test_invalid_expiration_property(broker: BrokerUnderTest, name: str) -> None
 def test_user_id_must_match(broker: BrokerUnderTest, name: str) -> None:
     from tests.differential.helpers import channel_error
 
-    assert channel_error(broker, lambda ch: ch.basic_publish(
-        "", name, b"x", pika.BasicProperties(user_id="mallory"))) == (
-        406, "PRECONDITION_FAILED - user_id property set to 'mallory' but authenticated user "
-             "was 'guest'")
+    assert channel_error(
+        broker, lambda ch: ch.basic_publish("", name, b"x", pika.BasicProperties(user_id="mallory"))
+    ) == (
+        406,
+        "PRECONDITION_FAILED - user_id property set to 'mallory' but authenticated user "
+        "was 'guest'",
+    )

@@ -28,12 +28,25 @@ def test_server_properties_and_tune(broker: BrokerUnderTest) -> None:
     assert start.locales == "en_US"
     props = start.server_properties
     assert props["capabilities"] == {
-        "publisher_confirms": True, "exchange_exchange_bindings": True, "basic.nack": True,
-        "consumer_cancel_notify": True, "connection.blocked": True,
-        "consumer_priorities": True, "authentication_failure_close": True,
-        "per_consumer_qos": True, "direct_reply_to": True}
-    assert set(props) >= {"capabilities", "cluster_name", "copyright", "information",
-                          "platform", "product", "version"}
+        "publisher_confirms": True,
+        "exchange_exchange_bindings": True,
+        "basic.nack": True,
+        "consumer_cancel_notify": True,
+        "connection.blocked": True,
+        "consumer_priorities": True,
+        "authentication_failure_close": True,
+        "per_consumer_qos": True,
+        "direct_reply_to": True,
+    }
+    assert set(props) >= {
+        "capabilities",
+        "cluster_name",
+        "copyright",
+        "information",
+        "platform",
+        "product",
+        "version",
+    }
     assert (tune.channel_max, tune.frame_max, tune.heartbeat) == (2047, 131072, 60)
 
 
@@ -54,9 +67,15 @@ def test_amqplain_login(broker: BrokerUnderTest) -> None:
         c.send(PROTOCOL_HEADER)
         c.expect(commands.Connection.Start)
         table = encode.field_table({"LOGIN": "guest", "PASSWORD": "guest"})[4:]
-        c.send_method(0, commands.Connection.StartOk(
-            client_properties={}, mechanism="AMQPLAIN", response=table.decode("latin-1"),
-            locale="en_US"))
+        c.send_method(
+            0,
+            commands.Connection.StartOk(
+                client_properties={},
+                mechanism="AMQPLAIN",
+                response=table.decode("latin-1"),
+                locale="en_US",
+            ),
+        )
         assert isinstance(c.expect(commands.Connection.Tune), commands.Connection.Tune)
 
 
@@ -64,21 +83,35 @@ def test_bad_password_with_failure_close(broker: BrokerUnderTest) -> None:
     with RawClient(broker.host, broker.port) as c:
         c.send(PROTOCOL_HEADER)
         c.expect(commands.Connection.Start)
-        c.send_method(0, commands.Connection.StartOk(
-            client_properties={"capabilities": {"authentication_failure_close": True}},
-            mechanism="PLAIN", response="\0guest\0wrong", locale="en_US"))
+        c.send_method(
+            0,
+            commands.Connection.StartOk(
+                client_properties={"capabilities": {"authentication_failure_close": True}},
+                mechanism="PLAIN",
+                response="\0guest\0wrong",
+                locale="en_US",
+            ),
+        )
         assert c.next_close() == (
-            "connection", 403, "ACCESS_REFUSED - Login was refused using authentication "
-            "mechanism PLAIN. For details see the broker logfile.", 0, 0)
+            "connection",
+            403,
+            "ACCESS_REFUSED - Login was refused using authentication "
+            "mechanism PLAIN. For details see the broker logfile.",
+            0,
+            0,
+        )
 
 
 def test_bad_password_without_failure_close(broker: BrokerUnderTest) -> None:
     with RawClient(broker.host, broker.port) as c:
         c.send(PROTOCOL_HEADER)
         c.expect(commands.Connection.Start)
-        c.send_method(0, commands.Connection.StartOk(
-            client_properties={}, mechanism="PLAIN", response="\0guest\0wrong",
-            locale="en_US"))
+        c.send_method(
+            0,
+            commands.Connection.StartOk(
+                client_properties={}, mechanism="PLAIN", response="\0guest\0wrong", locale="en_US"
+            ),
+        )
         assert c.next_close() is None  # the socket just closes
 
 
@@ -93,15 +126,27 @@ def test_unknown_vhost(broker: BrokerUnderTest) -> None:
     with RawClient(broker.host, broker.port) as c:
         c.send(PROTOCOL_HEADER)
         c.expect(commands.Connection.Start)
-        c.send_method(0, commands.Connection.StartOk(
-            client_properties={}, mechanism="PLAIN", response="\0guest\0guest",
-            locale="en_US"))
+        c.send_method(
+            0,
+            commands.Connection.StartOk(
+                client_properties={}, mechanism="PLAIN", response="\0guest\0guest", locale="en_US"
+            ),
+        )
         tune = c.expect(commands.Connection.Tune)
-        c.send_method(0, commands.Connection.TuneOk(channel_max=tune.channel_max,
-                                                    frame_max=tune.frame_max, heartbeat=0))
+        c.send_method(
+            0,
+            commands.Connection.TuneOk(
+                channel_max=tune.channel_max, frame_max=tune.frame_max, heartbeat=0
+            ),
+        )
         c.send_method(0, commands.Connection.Open(virtual_host="no-such-vhost"))
-        assert c.next_close() == ("connection", 530,
-                                  "NOT_ALLOWED - vhost no-such-vhost not found", 10, 40)
+        assert c.next_close() == (
+            "connection",
+            530,
+            "NOT_ALLOWED - vhost no-such-vhost not found",
+            10,
+            40,
+        )
 
 
 def test_bad_frame_end(broker: BrokerUnderTest) -> None:
@@ -111,8 +156,12 @@ def test_bad_frame_end(broker: BrokerUnderTest) -> None:
         payload = struct.pack(">HH", 20, 10) + b"\x00"  # channel.open
         c.send(frame_bytes(1, 2, payload, end=b"\x00"))
         assert c.next_close() == (
-            "connection", 501, "FRAME_ERROR - type 1, all octets = <<0,20,0,10,0>>: "
-            "{invalid_frame_end_marker,0}", 0, 0)
+            "connection",
+            501,
+            "FRAME_ERROR - type 1, all octets = <<0,20,0,10,0>>: {invalid_frame_end_marker,0}",
+            0,
+            0,
+        )
 
 
 def test_unknown_frame_type(broker: BrokerUnderTest) -> None:
@@ -120,8 +169,12 @@ def test_unknown_frame_type(broker: BrokerUnderTest) -> None:
         c.handshake()
         c.send(frame_bytes(9, 0, b"abc"))
         assert c.next_close() == (
-            "connection", 501, 'FRAME_ERROR - type 9, all octets = <<"abc">>: unknown_frame',
-            0, 0)
+            "connection",
+            501,
+            'FRAME_ERROR - type 9, all octets = <<"abc">>: unknown_frame',
+            0,
+            0,
+        )
 
 
 def test_frame_larger_than_frame_max(broker: BrokerUnderTest) -> None:
@@ -130,8 +183,12 @@ def test_frame_larger_than_frame_max(broker: BrokerUnderTest) -> None:
         c.open_channel()
         c.send(frame_bytes(3, 1, b"x" * 140000))
         assert c.next_close() == (
-            "connection", 501, "FRAME_ERROR - type 3, all octets = <<>>: "
-            "{frame_too_large,140000,131064}", 0, 0)
+            "connection",
+            501,
+            "FRAME_ERROR - type 3, all octets = <<>>: {frame_too_large,140000,131064}",
+            0,
+            0,
+        )
 
 
 def test_content_header_without_method(broker: BrokerUnderTest) -> None:
@@ -140,8 +197,12 @@ def test_content_header_without_method(broker: BrokerUnderTest) -> None:
         c.open_channel()
         c.send(frame_bytes(2, 1, struct.pack(">HHQH", 60, 0, 1, 0)))
         assert c.next_close() == (
-            "connection", 505, "UNEXPECTED_FRAME - expected method frame, got non method "
-            "frame instead", 0, 0)
+            "connection",
+            505,
+            "UNEXPECTED_FRAME - expected method frame, got non method frame instead",
+            0,
+            0,
+        )
 
 
 def test_method_where_content_header_expected(broker: BrokerUnderTest) -> None:
@@ -151,8 +212,13 @@ def test_method_where_content_header_expected(broker: BrokerUnderTest) -> None:
         c.send_method(1, commands.Basic.Publish(exchange="", routing_key="x"))
         c.send_method(1, commands.Basic.Qos(prefetch_count=1))
         assert c.next_close() == (
-            "connection", 505, "UNEXPECTED_FRAME - expected content header for class 60, got "
-            "non content header frame instead", 60, 40)
+            "connection",
+            505,
+            "UNEXPECTED_FRAME - expected content header for class 60, got "
+            "non content header frame instead",
+            60,
+            40,
+        )
 
 
 def test_method_on_unopened_channel(broker: BrokerUnderTest) -> None:
@@ -160,7 +226,12 @@ def test_method_on_unopened_channel(broker: BrokerUnderTest) -> None:
         c.handshake()
         c.send_method(3, commands.Basic.Qos(prefetch_count=1))
         assert c.next_close() == (
-            "connection", 504, "CHANNEL_ERROR - expected 'channel.open'", 60, 10)
+            "connection",
+            504,
+            "CHANNEL_ERROR - expected 'channel.open'",
+            60,
+            10,
+        )
 
 
 def test_second_channel_open(broker: BrokerUnderTest) -> None:
@@ -169,7 +240,12 @@ def test_second_channel_open(broker: BrokerUnderTest) -> None:
         c.open_channel(1)
         c.send_method(1, commands.Channel.Open())
         assert c.next_close() == (
-            "connection", 504, "CHANNEL_ERROR - second 'channel.open' seen", 20, 10)
+            "connection",
+            504,
+            "CHANNEL_ERROR - second 'channel.open' seen",
+            20,
+            10,
+        )
 
 
 def test_channel_max_bounds_the_count_not_the_number(broker: BrokerUnderTest) -> None:
@@ -197,11 +273,13 @@ def test_client_close_gets_close_ok(broker: BrokerUnderTest) -> None:
     with RawClient(broker.host, broker.port) as c:
         c.handshake()
         c.open_channel()
-        c.send_method(1, commands.Channel.Close(reply_code=200, reply_text="bye", class_id=0,
-                                                     method_id=0))
+        c.send_method(
+            1, commands.Channel.Close(reply_code=200, reply_text="bye", class_id=0, method_id=0)
+        )
         c.expect(commands.Channel.CloseOk)
-        c.send_method(0, commands.Connection.Close(reply_code=200, reply_text="bye", class_id=0,
-                                                        method_id=0))
+        c.send_method(
+            0, commands.Connection.Close(reply_code=200, reply_text="bye", class_id=0, method_id=0)
+        )
         c.expect(commands.Connection.CloseOk)
 
 
@@ -224,36 +302,60 @@ def test_channel_max_reached(broker: BrokerUnderTest) -> None:
     with RawClient(broker.host, broker.port) as c:
         c.send(PROTOCOL_HEADER)
         c.expect(commands.Connection.Start)
-        c.send_method(0, commands.Connection.StartOk(
-            client_properties={}, mechanism="PLAIN", response="\0guest\0guest",
-            locale="en_US"))
+        c.send_method(
+            0,
+            commands.Connection.StartOk(
+                client_properties={}, mechanism="PLAIN", response="\0guest\0guest", locale="en_US"
+            ),
+        )
         tune = c.expect(commands.Connection.Tune)
-        c.send_method(0, commands.Connection.TuneOk(channel_max=2, frame_max=tune.frame_max,
-                                                    heartbeat=0))
+        c.send_method(
+            0, commands.Connection.TuneOk(channel_max=2, frame_max=tune.frame_max, heartbeat=0)
+        )
         c.send_method(0, commands.Connection.Open(virtual_host="/"))
         c.expect(commands.Connection.OpenOk)
         c.open_channel(1)
         c.open_channel(2)
         c.send_method(3, commands.Channel.Open())
         assert c.next_close() == (
-            "connection", 530, "NOT_ALLOWED - number of channels opened (2) has reached the "
-            "negotiated channel_max (2)", 0, 0)
+            "connection",
+            530,
+            "NOT_ALLOWED - number of channels opened (2) has reached the "
+            "negotiated channel_max (2)",
+            0,
+            0,
+        )
 
 
-@pytest.mark.parametrize(("channel", "method", "expected"), [
-    (0, commands.Basic.Qos(prefetch_count=1),
-     (504, "CHANNEL_ERROR - unexpected method in connection state running", 60, 10)),
-    (0, commands.Connection.Open(virtual_host="/"),
-     (504, "CHANNEL_ERROR - unexpected method in connection state running", 10, 40)),
-    (1, commands.Connection.Open(virtual_host="/"),
-     (503, "COMMAND_INVALID - unimplemented method", 10, 40)),
-    (1, commands.Queue.DeclareOk(queue="q", message_count=0, consumer_count=0),
-     (503, "COMMAND_INVALID - unimplemented method", 50, 11)),
-    (1, commands.Channel.CloseOk(),
-     (503, "COMMAND_INVALID - unimplemented method", 20, 41)),
-])
-def test_misplaced_methods(broker: BrokerUnderTest, channel: int, method: object,
-                           expected: tuple[int, str, int, int]) -> None:
+@pytest.mark.parametrize(
+    ("channel", "method", "expected"),
+    [
+        (
+            0,
+            commands.Basic.Qos(prefetch_count=1),
+            (504, "CHANNEL_ERROR - unexpected method in connection state running", 60, 10),
+        ),
+        (
+            0,
+            commands.Connection.Open(virtual_host="/"),
+            (504, "CHANNEL_ERROR - unexpected method in connection state running", 10, 40),
+        ),
+        (
+            1,
+            commands.Connection.Open(virtual_host="/"),
+            (503, "COMMAND_INVALID - unimplemented method", 10, 40),
+        ),
+        (
+            1,
+            commands.Queue.DeclareOk(queue="q", message_count=0, consumer_count=0),
+            (503, "COMMAND_INVALID - unimplemented method", 50, 11),
+        ),
+        (1, commands.Channel.CloseOk(), (503, "COMMAND_INVALID - unimplemented method", 20, 41)),
+    ],
+)
+def test_misplaced_methods(
+    broker: BrokerUnderTest, channel: int, method: object, expected: tuple[int, str, int, int]
+) -> None:
     with RawClient(broker.host, broker.port) as c:
         c.handshake()
         c.open_channel()
@@ -261,20 +363,35 @@ def test_misplaced_methods(broker: BrokerUnderTest, channel: int, method: object
         assert c.next_close() == ("connection", *expected)
 
 
-@pytest.mark.parametrize(("frame", "expected"), [
-    (frame_bytes(2, 0, struct.pack(">HHQH", 60, 0, 3, 0)),
-     (505, "UNEXPECTED_FRAME - type 2, all octets = <<0,60,0,0,0,0,0,0,0,0,0,3,0,0>>", 0, 0)),
-    (frame_bytes(3, 0, b"abc"), (505, 'UNEXPECTED_FRAME - type 3, all octets = <<"abc">>', 0, 0)),
-    (frame_bytes(8, 1, b""), (505, "UNEXPECTED_FRAME - type 8, all octets = <<>>", 0, 0)),
-    (frame_bytes(8, 0, b"\x00"), (501, "FRAME_ERROR - type 8, all octets = <<0>>: unknown_frame",
-                                  0, 0)),
-    (frame_bytes(1, 1, b"\x00"), (501, "FRAME_ERROR - type 1, all octets = <<0>>: unknown_frame",
-                                  0, 0)),
-    (frame_bytes(1, 1, struct.pack(">HH", 60, 10) + b"\x00\x00\x00"),
-     (501, "FRAME_ERROR - cannot decode <<0,0,0>>", 60, 10)),
-])
-def test_malformed_frames(broker: BrokerUnderTest, frame: bytes,
-                          expected: tuple[int, str, int, int]) -> None:
+@pytest.mark.parametrize(
+    ("frame", "expected"),
+    [
+        (
+            frame_bytes(2, 0, struct.pack(">HHQH", 60, 0, 3, 0)),
+            (505, "UNEXPECTED_FRAME - type 2, all octets = <<0,60,0,0,0,0,0,0,0,0,0,3,0,0>>", 0, 0),
+        ),
+        (
+            frame_bytes(3, 0, b"abc"),
+            (505, 'UNEXPECTED_FRAME - type 3, all octets = <<"abc">>', 0, 0),
+        ),
+        (frame_bytes(8, 1, b""), (505, "UNEXPECTED_FRAME - type 8, all octets = <<>>", 0, 0)),
+        (
+            frame_bytes(8, 0, b"\x00"),
+            (501, "FRAME_ERROR - type 8, all octets = <<0>>: unknown_frame", 0, 0),
+        ),
+        (
+            frame_bytes(1, 1, b"\x00"),
+            (501, "FRAME_ERROR - type 1, all octets = <<0>>: unknown_frame", 0, 0),
+        ),
+        (
+            frame_bytes(1, 1, struct.pack(">HH", 60, 10) + b"\x00\x00\x00"),
+            (501, "FRAME_ERROR - cannot decode <<0,0,0>>", 60, 10),
+        ),
+    ],
+)
+def test_malformed_frames(
+    broker: BrokerUnderTest, frame: bytes, expected: tuple[int, str, int, int]
+) -> None:
     with RawClient(broker.host, broker.port) as c:
         c.handshake()
         c.open_channel()
@@ -297,8 +414,12 @@ def test_content_header_of_another_class(broker: BrokerUnderTest) -> None:
         c.send_method(1, commands.Basic.Publish(exchange="", routing_key="x"))
         c.send(frame_bytes(2, 1, struct.pack(">HHQH", 50, 0, 1, 0)))
         assert c.next_close() == (
-            "connection", 505, "UNEXPECTED_FRAME - expected content header for class 60, got "
-            "one for class 50 instead", 60, 40)
+            "connection",
+            505,
+            "UNEXPECTED_FRAME - expected content header for class 60, got one for class 50 instead",
+            60,
+            40,
+        )
 
 
 def test_method_before_body_is_complete(broker: BrokerUnderTest) -> None:
@@ -310,8 +431,12 @@ def test_method_before_body_is_complete(broker: BrokerUnderTest) -> None:
         c.send(frame_bytes(3, 1, b"abc"))
         c.send_method(1, commands.Basic.Qos(prefetch_count=1))
         assert c.next_close() == (
-            "connection", 505, "UNEXPECTED_FRAME - expected content body, got non content body "
-            "frame instead", 60, 40)
+            "connection",
+            505,
+            "UNEXPECTED_FRAME - expected content body, got non content body frame instead",
+            60,
+            40,
+        )
 
 
 def test_access_request_is_answered(broker: BrokerUnderTest) -> None:
@@ -328,10 +453,14 @@ def test_tune_ok_with_no_channel_limit_is_dropped(broker: BrokerUnderTest) -> No
     with RawClient(broker.host, broker.port, timeout=10) as c:
         c.send(PROTOCOL_HEADER)
         c.expect(commands.Connection.Start)
-        c.send_method(0, commands.Connection.StartOk(
-            client_properties={}, mechanism="PLAIN", response="\0guest\0guest",
-            locale="en_US"))
+        c.send_method(
+            0,
+            commands.Connection.StartOk(
+                client_properties={}, mechanism="PLAIN", response="\0guest\0guest", locale="en_US"
+            ),
+        )
         tune = c.expect(commands.Connection.Tune)
-        c.send_method(0, commands.Connection.TuneOk(channel_max=0, frame_max=tune.frame_max,
-                                                    heartbeat=0))
+        c.send_method(
+            0, commands.Connection.TuneOk(channel_max=0, frame_max=tune.frame_max, heartbeat=0)
+        )
         assert c.next_close() is None

@@ -22,8 +22,9 @@ def drain(ch: BlockingChannel, queue: str) -> list[bytes]:
         out.append(body)
 
 
-def setup_queues(ch: BlockingChannel, exchange: str, kind: str,
-                 bindings: dict[str, list[Any]]) -> dict[str, str]:
+def setup_queues(
+    ch: BlockingChannel, exchange: str, kind: str, bindings: dict[str, list[Any]]
+) -> dict[str, str]:
     ch.exchange_declare(exchange, kind, auto_delete=True)
     queues = {}
     for label, keys in bindings.items():
@@ -40,28 +41,33 @@ def setup_queues(ch: BlockingChannel, exchange: str, kind: str,
 def test_direct_routing(broker: BrokerUnderTest, name: str) -> None:
     with connect(broker) as conn:
         ch = conn.channel()
-        qs = setup_queues(ch, name, "direct", {"errors": ["error"],
-                                               "all": ["info", "warning", "error"]})
+        qs = setup_queues(
+            ch, name, "direct", {"errors": ["error"], "all": ["info", "warning", "error"]}
+        )
         for sev in ("info", "warning", "error", "debug"):
             ch.basic_publish(name, sev, sev.encode())
         assert drain(ch, qs["errors"]) == [b"error"]
         assert drain(ch, qs["all"]) == [b"info", b"warning", b"error"]
 
 
-@pytest.mark.parametrize(("binding", "matches"), [
-    ("kern.*", ["kern.critical", "kern.info"]),
-    ("*.critical", ["kern.critical", "app.critical"]),
-    ("#", ["kern.critical", "kern.info", "app.critical", "a.b.c", "", "lone"]),
-    ("a.#", ["a.b.c"]),
-    ("a.#.c", ["a.b.c"]),
-    ("#.c", ["a.b.c"]),
-    ("lone", ["lone"]),
-    ("*", ["lone"]),
-    ("", [""]),
-    ("*.*.*", ["a.b.c"]),
-])
-def test_topic_routing(broker: BrokerUnderTest, name: str, binding: str,
-                       matches: list[str]) -> None:
+@pytest.mark.parametrize(
+    ("binding", "matches"),
+    [
+        ("kern.*", ["kern.critical", "kern.info"]),
+        ("*.critical", ["kern.critical", "app.critical"]),
+        ("#", ["kern.critical", "kern.info", "app.critical", "a.b.c", "", "lone"]),
+        ("a.#", ["a.b.c"]),
+        ("a.#.c", ["a.b.c"]),
+        ("#.c", ["a.b.c"]),
+        ("lone", ["lone"]),
+        ("*", ["lone"]),
+        ("", [""]),
+        ("*.*.*", ["a.b.c"]),
+    ],
+)
+def test_topic_routing(
+    broker: BrokerUnderTest, name: str, binding: str, matches: list[str]
+) -> None:
     keys = ["kern.critical", "kern.info", "app.critical", "a.b.c", "", "lone"]
     with connect(broker) as conn:
         ch = conn.channel()
@@ -74,13 +80,18 @@ def test_topic_routing(broker: BrokerUnderTest, name: str, binding: str,
 def test_headers_routing(broker: BrokerUnderTest, name: str) -> None:
     with connect(broker) as conn:
         ch = conn.channel()
-        qs = setup_queues(ch, name, "headers", {
-            "all": [{"x-match": "all", "format": "pdf", "type": "report"}],
-            "any": [{"x-match": "any", "format": "pdf", "type": "log"}],
-            "default": [{"format": "zip"}],
-            "anyx": [{"x-match": "any-with-x", "x-tag": "hot"}],
-            "allx": [{"x-match": "all", "x-tag": "hot"}],
-        })
+        qs = setup_queues(
+            ch,
+            name,
+            "headers",
+            {
+                "all": [{"x-match": "all", "format": "pdf", "type": "report"}],
+                "any": [{"x-match": "any", "format": "pdf", "type": "log"}],
+                "default": [{"format": "zip"}],
+                "anyx": [{"x-match": "any-with-x", "x-tag": "hot"}],
+                "allx": [{"x-match": "all", "x-tag": "hot"}],
+            },
+        )
         msgs = [
             ({"format": "pdf", "type": "report"}, b"1"),
             ({"format": "pdf"}, b"2"),
@@ -142,8 +153,9 @@ def test_alternate_exchange(broker: BrokerUnderTest, name: str) -> None:
     with connect(broker) as conn:
         ch = conn.channel()
         ch.exchange_declare(f"{name}-ae", "fanout", auto_delete=True)
-        ch.exchange_declare(name, "direct", auto_delete=True,
-                            arguments={"alternate-exchange": f"{name}-ae"})
+        ch.exchange_declare(
+            name, "direct", auto_delete=True, arguments={"alternate-exchange": f"{name}-ae"}
+        )
         main = ch.queue_declare("", exclusive=True).method.queue
         other = ch.queue_declare("", exclusive=True).method.queue
         ch.queue_bind(main, name, routing_key="known")
@@ -158,21 +170,24 @@ def test_mandatory_return(broker: BrokerUnderTest, name: str) -> None:
     with connect(broker) as conn:
         ch = conn.channel()
         returned: list[tuple[int, str, str, str, bytes, Any]] = []
-        ch.add_on_return_callback(lambda c, m, p, b: returned.append(
-            (m.reply_code, m.reply_text, m.exchange, m.routing_key, b, p.headers)))
+        ch.add_on_return_callback(
+            lambda c, m, p, b: returned.append(
+                (m.reply_code, m.reply_text, m.exchange, m.routing_key, b, p.headers)
+            )
+        )
         ch.exchange_declare(name, "direct", auto_delete=True)
         q = ch.queue_declare("", exclusive=True).method.queue
         ch.queue_bind(q, name, routing_key="here")
-        ch.basic_publish(name, "nowhere", b"r", pika.BasicProperties(headers={"h": 1}),
-                         mandatory=True)
+        ch.basic_publish(
+            name, "nowhere", b"r", pika.BasicProperties(headers={"h": 1}), mandatory=True
+        )
         ch.basic_publish(name, "here", b"ok", mandatory=True)
         settle(conn, 0.3)
         assert returned == [(312, "NO_ROUTE", name, "nowhere", b"r", {"h": 1})]
         assert drain(ch, q) == [b"ok"]
 
 
-def test_auto_delete_exchange_goes_with_last_binding(broker: BrokerUnderTest,
-                                                      name: str) -> None:
+def test_auto_delete_exchange_goes_with_last_binding(broker: BrokerUnderTest, name: str) -> None:
     with connect(broker) as conn:
         ch = conn.channel()
         ch.exchange_declare(name, "fanout", auto_delete=True)
@@ -185,8 +200,7 @@ def test_auto_delete_exchange_goes_with_last_binding(broker: BrokerUnderTest,
         assert info.value.reply_code == 404
 
 
-def test_auto_delete_queue_goes_with_last_consumer(broker: BrokerUnderTest,
-                                                    name: str) -> None:
+def test_auto_delete_queue_goes_with_last_consumer(broker: BrokerUnderTest, name: str) -> None:
     with connect(broker) as conn:
         ch = conn.channel()
         ch.queue_declare(name, auto_delete=True)

@@ -35,8 +35,9 @@ def publish(broker: BrokerUnderTest, queue: str, bodies: list[bytes]) -> None:
             ch.basic_publish("", queue, body, pika.BasicProperties(headers={"k": "v"}))
 
 
-def consume(broker: BrokerUnderTest, queue: str, offset: Any, want: int,
-            wait: float = 3.0) -> list[tuple[int, bytes, dict[str, Any]]]:
+def consume(
+    broker: BrokerUnderTest, queue: str, offset: Any, want: int, wait: float = 3.0
+) -> list[tuple[int, bytes, dict[str, Any]]]:
     got: list[tuple[int, bytes, dict[str, Any]]] = []
     with connect(broker) as conn:
         ch = conn.channel()
@@ -75,8 +76,9 @@ def test_next_sees_only_new_messages(broker: BrokerUnderTest, stream: str) -> No
     with connect(broker) as conn:
         ch = conn.channel()
         ch.basic_qos(prefetch_count=10)
-        ch.basic_consume(stream, lambda c, m, p, b: got.append(b),
-                         arguments={"x-stream-offset": "next"})
+        ch.basic_consume(
+            stream, lambda c, m, p, b: got.append(b), arguments={"x-stream-offset": "next"}
+        )
         conn.process_data_events(0.3)
         publish(broker, stream, [b"new"])
         deadline = time.monotonic() + 3
@@ -101,42 +103,58 @@ def test_timestamp_and_interval_offsets(broker: BrokerUnderTest, stream: str) ->
 def test_stream_declaration_rules(broker: BrokerUnderTest, name: str) -> None:
     where = f"queue '{name}' in vhost '/'"
     assert channel_error(broker, lambda ch: ch.queue_declare(name, arguments=STREAM)) == (
-        406, f"PRECONDITION_FAILED - invalid property 'non-durable' for {where}")
-    assert channel_error(broker, lambda ch: ch.queue_declare(
-        name, durable=True, exclusive=True, arguments=STREAM)) == (
-        406, f"PRECONDITION_FAILED - invalid property 'exclusive-owner' for {where}")
-    assert channel_error(broker, lambda ch: ch.queue_declare(
-        name, durable=True, auto_delete=True, arguments=STREAM)) == (
-        406, f"PRECONDITION_FAILED - invalid property 'auto-delete' for {where}")
-    assert channel_error(broker, lambda ch: ch.queue_declare(
-        "", durable=True, arguments=STREAM)) == (
-        406, "PRECONDITION_FAILED - Cannot declare a server-named queue for type "
-             "rabbit_stream_queue")
-    assert channel_error(broker, lambda ch: ch.queue_declare(
-        name, durable=True, arguments={**STREAM, "x-message-ttl": 10})) == (
-        406, f"PRECONDITION_FAILED - invalid arg 'x-message-ttl' for {where} of queue type "
-             "rabbit_stream_queue")
-    assert channel_error(broker, lambda ch: ch.queue_declare(
-        name, durable=True, arguments={**STREAM, "x-max-age": "1x"})) == (
-        406, f"PRECONDITION_FAILED - invalid arg 'x-max-age' for {where}: invalid_max_age")
+        406,
+        f"PRECONDITION_FAILED - invalid property 'non-durable' for {where}",
+    )
+    assert channel_error(
+        broker, lambda ch: ch.queue_declare(name, durable=True, exclusive=True, arguments=STREAM)
+    ) == (406, f"PRECONDITION_FAILED - invalid property 'exclusive-owner' for {where}")
+    assert channel_error(
+        broker, lambda ch: ch.queue_declare(name, durable=True, auto_delete=True, arguments=STREAM)
+    ) == (406, f"PRECONDITION_FAILED - invalid property 'auto-delete' for {where}")
+    assert channel_error(
+        broker, lambda ch: ch.queue_declare("", durable=True, arguments=STREAM)
+    ) == (
+        406,
+        "PRECONDITION_FAILED - Cannot declare a server-named queue for type rabbit_stream_queue",
+    )
+    assert channel_error(
+        broker,
+        lambda ch: ch.queue_declare(name, durable=True, arguments={**STREAM, "x-message-ttl": 10}),
+    ) == (
+        406,
+        f"PRECONDITION_FAILED - invalid arg 'x-message-ttl' for {where} of queue type "
+        "rabbit_stream_queue",
+    )
+    assert channel_error(
+        broker,
+        lambda ch: ch.queue_declare(name, durable=True, arguments={**STREAM, "x-max-age": "1x"}),
+    ) == (406, f"PRECONDITION_FAILED - invalid arg 'x-max-age' for {where}: invalid_max_age")
 
 
 def test_what_a_stream_refuses(broker: BrokerUnderTest, stream: str) -> None:
     where = f"queue '{stream}' in vhost '/'"
     assert connection_error(broker, lambda ch: ch.basic_get(stream)) == (
-        540, f"NOT_IMPLEMENTED - basic.get not supported by stream queues {where}")
+        540,
+        f"NOT_IMPLEMENTED - basic.get not supported by stream queues {where}",
+    )
     assert connection_error(broker, lambda ch: ch.queue_purge(stream)) == (
-        540, f"NOT_IMPLEMENTED - queue.purge not supported by stream queues {where}")
+        540,
+        f"NOT_IMPLEMENTED - queue.purge not supported by stream queues {where}",
+    )
     assert channel_error(broker, lambda ch: ch.basic_consume(stream, lambda *a: None)) == (
-        406, f"PRECONDITION_FAILED - consumer prefetch count is not set for '{where}'")
+        406,
+        f"PRECONDITION_FAILED - consumer prefetch count is not set for '{where}'",
+    )
 
     def no_ack(ch: BlockingChannel) -> None:
         ch.basic_qos(prefetch_count=10)
         ch.basic_consume(stream, lambda *a: None, auto_ack=True)
 
     assert connection_error(broker, no_ack) == (
-        540, f"NOT_IMPLEMENTED - automatic acknowledgement not supported by stream queues "
-             f"{where}")
+        540,
+        f"NOT_IMPLEMENTED - automatic acknowledgement not supported by stream queues {where}",
+    )
 
 
 def test_nack_is_refused(broker: BrokerUnderTest, stream: str) -> None:
@@ -145,20 +163,26 @@ def test_nack_is_refused(broker: BrokerUnderTest, stream: str) -> None:
     def nack(ch: BlockingChannel) -> None:
         ch.basic_qos(prefetch_count=10)
         tags: list[int] = []
-        ch.basic_consume(stream, lambda c, m, p, b: tags.append(m.delivery_tag),
-                         arguments={"x-stream-offset": "first"})
+        ch.basic_consume(
+            stream,
+            lambda c, m, p, b: tags.append(m.delivery_tag),
+            arguments={"x-stream-offset": "first"},
+        )
         deadline = time.monotonic() + 3
         while not tags and time.monotonic() < deadline:
             ch.connection.process_data_events(0.05)
         ch.basic_nack(tags[0], requeue=True)
 
     assert connection_error(broker, nack) == (
-        540, f"NOT_IMPLEMENTED - basic.nack and basic.reject not supported by stream queues "
-             f"queue '{stream}' in vhost '/'")
+        540,
+        f"NOT_IMPLEMENTED - basic.nack and basic.reject not supported by stream queues "
+        f"queue '{stream}' in vhost '/'",
+    )
 
 
-def test_fanout_feeds_a_stream_and_temporary_queues(broker: BrokerUnderTest, stream: str,
-                                                    name: str) -> None:
+def test_fanout_feeds_a_stream_and_temporary_queues(
+    broker: BrokerUnderTest, stream: str, name: str
+) -> None:
     with connect(broker) as conn:
         ch = conn.channel()
         ch.exchange_declare(f"{name}-logs", "fanout", auto_delete=True)
@@ -179,12 +203,13 @@ def test_classic_queue_refuses_stream_offset(broker: BrokerUnderTest, name: str)
         ch.basic_consume(name, lambda *a: None, arguments={"x-stream-offset": "first"})
 
     assert channel_error(broker, action) == (
-        406, f"PRECONDITION_FAILED - invalid arg 'x-stream-offset' for queue '{name}' in "
-             "vhost '/' of queue type rabbit_classic_queue")
+        406,
+        f"PRECONDITION_FAILED - invalid arg 'x-stream-offset' for queue '{name}' in "
+        "vhost '/' of queue type rabbit_classic_queue",
+    )
 
 
-def test_a_stream_keeps_the_properties_rabbitmq_keeps(broker: BrokerUnderTest,
-                                                      stream: str) -> None:
+def test_a_stream_keeps_the_properties_rabbitmq_keeps(broker: BrokerUnderTest, stream: str) -> None:
     """RabbitMQ 3.10 stores stream messages as AMQP 1.0: table and array headers and the
     cluster-id do not survive the trip; every other property and header does, typed."""
     sent = pika.BasicProperties(

@@ -9,8 +9,14 @@ import pika
 from tests.brokers import BrokerUnderTest
 
 
-def _receiver(broker: BrokerUnderTest, exchange: str, want: int, got: list[bytes],
-              ready: threading.Event, names: list[str]) -> None:
+def _receiver(
+    broker: BrokerUnderTest,
+    exchange: str,
+    want: int,
+    got: list[bytes],
+    ready: threading.Event,
+    names: list[str],
+) -> None:
     connection = pika.BlockingConnection(broker.pika_params())
     channel = connection.channel()
     channel.exchange_declare(exchange=exchange, exchange_type="fanout")
@@ -38,8 +44,7 @@ def test_every_receiver_gets_every_message(broker: BrokerUnderTest, name: str) -
     threads = []
     for got in results:
         ready = threading.Event()
-        t = threading.Thread(target=_receiver,
-                             args=(broker, exchange, 10, got, ready, queue_names))
+        t = threading.Thread(target=_receiver, args=(broker, exchange, 10, got, ready, queue_names))
         t.start()
         assert ready.wait(10)
         threads.append(t)

@@ -12,8 +12,14 @@ from typing import Any
 import pytest
 
 CHROMIUM = os.environ.get("LEVERET_CHROMIUM", "/usr/bin/chromium")
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync"]
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 #: a laptop screen

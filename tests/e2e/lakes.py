@@ -58,18 +58,28 @@ class SyntheticLake:
             d = self.path / f"date={date}" / f"severity={sev}"
             d.mkdir(parents=True, exist_ok=True)
             f = d / f"part-{i:05d}-{batch}.c000.snappy.parquet"
-            table = pa.table({
-                "offset": pa.array([r.offset for r in part], pa.int64()),
-                "ts": pa.array([r.ts for r in part], pa.timestamp("us", tz="UTC")),
-                "message": pa.array([None if r.corrupt else r.message for r in part]),
-                "_corrupt": pa.array([r.corrupt for r in part], pa.string()),
-            })
+            table = pa.table(
+                {
+                    "offset": pa.array([r.offset for r in part], pa.int64()),
+                    "ts": pa.array([r.ts for r in part], pa.timestamp("us", tz="UTC")),
+                    "message": pa.array([None if r.corrupt else r.message for r in part]),
+                    "_corrupt": pa.array([r.corrupt for r in part], pa.string()),
+                }
+            )
             # Spark writes timestamps as INT96 by default
             pq.write_table(table, f, use_deprecated_int96_timestamps=True)
             st = f.stat()
-            entries.append({"path": f.as_uri(), "size": st.st_size, "isDir": False,
-                            "modificationTime": int(st.st_mtime * 1000),
-                            "blockReplication": 1, "blockSize": 33554432, "action": "add"})
+            entries.append(
+                {
+                    "path": f.as_uri(),
+                    "size": st.st_size,
+                    "isDir": False,
+                    "modificationTime": int(st.st_mtime * 1000),
+                    "blockReplication": 1,
+                    "blockSize": 33554432,
+                    "action": "add",
+                }
+            )
         self.entries.append(entries)
         meta = self.path / "_spark_metadata"
         meta.mkdir(parents=True, exist_ok=True)

@@ -35,15 +35,19 @@ class Publisher(threading.Thread):
     def run(self) -> None:
         b = self.site.broker
         try:
-            conn = pika.BlockingConnection(pika.ConnectionParameters(
-                b.host, b.port, virtual_host=self.site.vhost,
-                client_properties={"connection_name": "dashboard-publisher"}))
+            conn = pika.BlockingConnection(
+                pika.ConnectionParameters(
+                    b.host,
+                    b.port,
+                    virtual_host=self.site.vhost,
+                    client_properties={"connection_name": "dashboard-publisher"},
+                )
+            )
             ch = conn.channel()
             ch.queue_declare("dash-depth")
             ch.queue_declare("dash-flow")
             ch.confirm_delivery()
-            ch.basic_consume("dash-flow",
-                             lambda c, m, p, body: c.basic_ack(m.delivery_tag))
+            ch.basic_consume("dash-flow", lambda c, m, p, body: c.basic_ack(m.delivery_tag))
             while not self.stop.is_set():
                 for _ in range(10):
                     ch.basic_publish("", "dash-depth", b"depth")
@@ -67,8 +71,7 @@ def test_login_and_overview_shows_live_rates(chromium: Any, leveret_site: Site) 
         p.fill("#username", "guest")
         p.fill("#password", "wrong")
         p.click("#login button[type=submit]")
-        p.wait_for_function(
-            "document.querySelector('#login-error').textContent === 'Login failed'")
+        p.wait_for_function("document.querySelector('#login-error').textContent === 'Login failed'")
         p.fill("#password", "guest")
         p.click("#login button[type=submit]")
         p.wait_for_selector("#app:not([hidden])")
@@ -83,11 +86,12 @@ def test_login_and_overview_shows_live_rates(chromium: Any, leveret_site: Site) 
         assert publisher.published_to_depth >= 20, "the publisher never got going"
         for key in ("publish", "deliver", "ack", "confirm"):
             p.wait_for_function(
-                f"parseFloat(document.querySelector('#rate-{key}').textContent) > 0",
-                timeout=20_000)
+                f"parseFloat(document.querySelector('#rate-{key}').textContent) > 0", timeout=20_000
+            )
         p.wait_for_function("Number(document.querySelector('#chart-rates').dataset.points) > 3")
         p.wait_for_function(
-            "JSON.parse(document.querySelector('#chart-queued').dataset.last).ready > 0")
+            "JSON.parse(document.querySelector('#chart-queued').dataset.last).ready > 0"
+        )
         view.shot("dashboard.png")
         publisher.stop.set()
         publisher.join(15)
@@ -101,7 +105,9 @@ def test_login_and_overview_shows_live_rates(chromium: Any, leveret_site: Site) 
                  .some(tr => tr.cells[0].textContent === vhost
                              && tr.cells[1].textContent === 'dash-depth'
                              && tr.cells[7].textContent === depth.toLocaleString('en'))""",
-            arg=[site.vhost, depth], timeout=15_000)
+            arg=[site.vhost, depth],
+            timeout=15_000,
+        )
         # keyboard: g then e goes to the exchanges
         p.keyboard.press("g")
         p.keyboard.press("e")
@@ -116,15 +122,20 @@ def test_login_and_overview_shows_live_rates(chromium: Any, leveret_site: Site) 
 def test_queue_page_gets_binds_purges_and_deletes(chromium: Any, leveret_site: Site) -> None:
     site = leveret_site
     b = site.broker
-    conn = pika.BlockingConnection(pika.ConnectionParameters(b.host, b.port,
-                                                             virtual_host=site.vhost))
+    conn = pika.BlockingConnection(
+        pika.ConnectionParameters(b.host, b.port, virtual_host=site.vhost)
+    )
     ch = conn.channel()
     ch.queue_declare("orders", durable=True)
     ch.exchange_declare("shop", "topic")
     ch.confirm_delivery()
     for i in range(3):
-        ch.basic_publish("", "orders", f"order {i}".encode(),
-                         pika.BasicProperties(content_type="text/plain", message_id=f"m{i}"))
+        ch.basic_publish(
+            "",
+            "orders",
+            f"order {i}".encode(),
+            pika.BasicProperties(content_type="text/plain", message_id=f"m{i}"),
+        )
     conn.close()
     view = Page(chromium, b.http_url)
     try:
@@ -149,9 +160,11 @@ def test_queue_page_gets_binds_purges_and_deletes(chromium: Any, leveret_site: S
         p.fill("#get-count", "1")
         p.click("#get-submit")
         p.wait_for_function(
-            "document.querySelector('#get-results pre.payload')?.textContent === 'order 0'")
-        assert wait_for(lambda: site.api.get(
-            f"/api/queues/{q(site.vhost)}/orders")["messages"] == 2, timeout=10)
+            "document.querySelector('#get-results pre.payload')?.textContent === 'order 0'"
+        )
+        assert wait_for(
+            lambda: site.api.get(f"/api/queues/{q(site.vhost)}/orders")["messages"] == 2, timeout=10
+        )
 
         # add a binding from the topic exchange
         p.fill("#bind-source", "shop")
@@ -165,8 +178,9 @@ def test_queue_page_gets_binds_purges_and_deletes(chromium: Any, leveret_site: S
         # purge, confirmed in the dialog
         p.click("#purge")
         p.click("#confirm-ok")
-        assert wait_for(lambda: site.api.get(
-            f"/api/queues/{q(site.vhost)}/orders")["messages"] == 0, timeout=10)
+        assert wait_for(
+            lambda: site.api.get(f"/api/queues/{q(site.vhost)}/orders")["messages"] == 0, timeout=10
+        )
         # delete: back to the list, and the queue is gone
         p.click("#delete-queue")
         p.click("#confirm-ok")
@@ -178,12 +192,14 @@ def test_queue_page_gets_binds_purges_and_deletes(chromium: Any, leveret_site: S
         view.close()
 
 
-def test_stream_queue_page_shows_offsets_segments_and_size(chromium: Any,
-                                                            leveret_site: Site) -> None:
+def test_stream_queue_page_shows_offsets_segments_and_size(
+    chromium: Any, leveret_site: Site
+) -> None:
     site = leveret_site
     b = site.broker
-    conn = pika.BlockingConnection(pika.ConnectionParameters(b.host, b.port,
-                                                             virtual_host=site.vhost))
+    conn = pika.BlockingConnection(
+        pika.ConnectionParameters(b.host, b.port, virtual_host=site.vhost)
+    )
     ch = conn.channel()
     ch.queue_declare("events", durable=True, arguments={"x-queue-type": "stream"})
     ch.confirm_delivery()
@@ -210,8 +226,9 @@ def test_stream_queue_page_shows_offsets_segments_and_size(chromium: Any,
 def test_exchange_page_publishes_and_binds(chromium: Any, leveret_site: Site) -> None:
     site = leveret_site
     b = site.broker
-    conn = pika.BlockingConnection(pika.ConnectionParameters(b.host, b.port,
-                                                             virtual_host=site.vhost))
+    conn = pika.BlockingConnection(
+        pika.ConnectionParameters(b.host, b.port, virtual_host=site.vhost)
+    )
     ch = conn.channel()
     ch.exchange_declare("alerts", "direct", durable=True)
     ch.queue_declare("pager")
@@ -228,17 +245,23 @@ def test_exchange_page_publishes_and_binds(chromium: Any, leveret_site: Site) ->
         p.select_option("#publish select[name=delivery_mode]", "2")
         p.click("#publish-submit")
         p.wait_for_function(
-            "document.querySelector('#publish-result').textContent === 'Message published.'")
-        got = site.api.call("POST", f"/api/queues/{q(site.vhost)}/pager/get",
-                            {"count": 1, "ackmode": "ack_requeue_true", "encoding": "auto"})[1]
+            "document.querySelector('#publish-result').textContent === 'Message published.'"
+        )
+        got = site.api.call(
+            "POST",
+            f"/api/queues/{q(site.vhost)}/pager/get",
+            {"count": 1, "ackmode": "ack_requeue_true", "encoding": "auto"},
+        )[1]
         assert got[0]["payload"] == "disk almost full"
         assert got[0]["properties"]["headers"] == {"level": "error"}
         assert got[0]["properties"]["delivery_mode"] == 2
         # a key nothing is bound with: published, not routed
         p.fill("#publish-key", "nobody")
         p.click("#publish-submit")
-        p.wait_for_function("document.querySelector('#publish-result').textContent"
-                            " === 'Message published, but not routed.'")
+        p.wait_for_function(
+            "document.querySelector('#publish-result').textContent"
+            " === 'Message published, but not routed.'"
+        )
         # bind the exchange to another queue from its page
         p.fill("#exchange-bind input[name=destination]", "pager")
         p.fill("#exchange-bind input[name=routing_key]", "sms")
@@ -299,9 +322,14 @@ def test_admin_adds_a_user_and_sets_permissions(chromium: Any, leveret_site: Sit
 def test_connections_page_closes_a_connection(chromium: Any, leveret_site: Site) -> None:
     site = leveret_site
     b = site.broker
-    conn = pika.BlockingConnection(pika.ConnectionParameters(
-        b.host, b.port, virtual_host=site.vhost,
-        client_properties={"connection_name": f"{site.vhost}-doomed"}))
+    conn = pika.BlockingConnection(
+        pika.ConnectionParameters(
+            b.host,
+            b.port,
+            virtual_host=site.vhost,
+            client_properties={"connection_name": f"{site.vhost}-doomed"},
+        )
+    )
     view = Page(chromium, b.http_url)
     try:
         p = view.login("/connections")
@@ -326,11 +354,15 @@ def test_dashboard_files_are_served_without_auth(leveret_site: Site) -> None:
     """The page and its scripts come from the package; the data needs credentials. Every
     page path answers the same page; nothing refers to another site."""
     base = leveret_site.broker.http_url
-    for path, kind in (("/", "text/html"), ("/logs", "text/html"),
-                       ("/queues/%2F/x", "text/html"), ("/admin/users", "text/html"),
-                       ("/static/app.js", "text/javascript"),
-                       ("/static/page-logs.js", "text/javascript"),
-                       ("/static/style.css", "text/css")):
+    for path, kind in (
+        ("/", "text/html"),
+        ("/logs", "text/html"),
+        ("/queues/%2F/x", "text/html"),
+        ("/admin/users", "text/html"),
+        ("/static/app.js", "text/javascript"),
+        ("/static/page-logs.js", "text/javascript"),
+        ("/static/style.css", "text/css"),
+    ):
         with urllib.request.urlopen(base + path, timeout=10) as resp:
             assert resp.headers["Content-Type"].startswith(kind)
             body = resp.read()

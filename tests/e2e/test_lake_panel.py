@@ -30,11 +30,18 @@ M0 = 29_000_000  # an epoch minute (2025)
 
 def totals(lake: Lake) -> dict[str, Any]:
     s = lake.state(minutes=10_000)
-    per = {r["minute"] // 60_000: {k: v for k, v in r.items() if k in
-                                   ("debug", "info", "warning", "error", "critical")}
-           for r in s["per_minute"]}
-    return {"summary": s["summary"], "per_minute": per, "max_offset": s["max_offset"],
-            "files": s["files"]}
+    per = {
+        r["minute"] // 60_000: {
+            k: v for k, v in r.items() if k in ("debug", "info", "warning", "error", "critical")
+        }
+        for r in s["per_minute"]
+    }
+    return {
+        "summary": s["summary"],
+        "per_minute": per,
+        "max_offset": s["max_offset"],
+        "files": s["files"],
+    }
 
 
 def test_the_lake_is_read_once_per_file_across_compaction(tmp_path: Path) -> None:
@@ -55,8 +62,10 @@ def test_the_lake_is_read_once_per_file_across_compaction(tmp_path: Path) -> Non
     batch(M0 + 1, ["critical", "debug"])
     lake.refresh()
     t = totals(lake)
-    assert t["per_minute"] == {M0: {"info": 2, "error": 1, "warning": 1},
-                               M0 + 1: {"critical": 1, "debug": 1}}
+    assert t["per_minute"] == {
+        M0: {"info": 2, "error": 1, "warning": 1},
+        M0 + 1: {"critical": 1, "debug": 1},
+    }
     assert t["summary"]["records"] == 7 and t["summary"]["corrupt"] == 1
     assert t["summary"]["errors"] == 2
     assert t["max_offset"] == 6
@@ -99,8 +108,9 @@ def test_a_big_lake_is_read_a_bounded_number_of_files_per_refresh(tmp_path: Path
     assert lake.state()["summary"]["records"] == 12
 
 
-def test_without_pyarrow_the_lake_is_unavailable_and_says_why(tmp_path: Path,
-                                                              monkeypatch: Any) -> None:
+def test_without_pyarrow_the_lake_is_unavailable_and_says_why(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
     synthetic = SyntheticLake(tmp_path / "lake")
     synthetic.commit(synthetic.rows(minute(M0), ["info"]))
     monkeypatch.setitem(sys.modules, "pyarrow", None)
@@ -113,16 +123,24 @@ def test_without_pyarrow_the_lake_is_unavailable_and_says_why(tmp_path: Path,
 
 def tiny_png() -> bytes:
     def chunk(kind: bytes, data: bytes) -> bytes:
-        return (struct.pack(">I", len(data)) + kind + data
-                + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF))
+        return (
+            struct.pack(">I", len(data))
+            + kind
+            + data
+            + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+        )
+
     raw = b"\x00" + b"\xe5\x39\x35" * 40
     body = b"".join(raw for _ in range(30))
-    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", 40, 30, 8, 2, 0, 0, 0))
-            + chunk(b"IDAT", zlib.compress(body)) + chunk(b"IEND", b""))
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", struct.pack(">IIBBBBB", 40, 30, 8, 2, 0, 0, 0))
+        + chunk(b"IDAT", zlib.compress(body))
+        + chunk(b"IEND", b"")
+    )
 
 
-def test_lake_panel_lag_and_report_over_http_and_in_chromium(chromium: Any,
-                                                              tmp_path: Path) -> None:
+def test_lake_panel_lag_and_report_over_http_and_in_chromium(chromium: Any, tmp_path: Path) -> None:
     """A broker whose data directory holds a lake and a report, and a stream ``logs``
     ahead of the lake: the API's numbers, the report's files, and the Logs page."""
     synthetic = SyntheticLake(tmp_path / "data" / "lake")
@@ -134,7 +152,8 @@ def test_lake_panel_lag_and_report_over_http_and_in_chromium(chromium: Any,
     (report / "charts" / "error_rate.png").write_bytes(tiny_png())
     (report / "report.html").write_text(
         "<!doctype html><html><body><h1>Leveret log report</h1>"
-        "<p><img src='charts/error_rate.png' alt='error_rate'></p></body></html>")
+        "<p><img src='charts/error_rate.png' alt='error_rate'></p></body></html>"
+    )
     (tmp_path / "secret.txt").write_text("not for the dashboard")
     broker = start_leveret(data_dir=tmp_path / "data")
     try:
@@ -146,11 +165,17 @@ def test_lake_panel_lag_and_report_over_http_and_in_chromium(chromium: Any,
             ch.basic_publish("", "logs", b'{"message": "x"}')
         conn.close()
         api = Api(broker.http_url)
-        d = wait_for(lambda: (lambda x: x if x["lake"]["files"] == 9 else None)(
-            api.get("/api/logs/lake")), timeout=20)
+        d = wait_for(
+            lambda: (lambda x: x if x["lake"]["files"] == 9 else None)(api.get("/api/logs/lake")),
+            timeout=20,
+        )
         assert d, "the lake was never read"
-        assert d["stream"] == {"vhost": "/", "name": "logs", "first_offset": 0,
-                               "end": synthetic.next_offset + 12}
+        assert d["stream"] == {
+            "vhost": "/",
+            "name": "logs",
+            "first_offset": 0,
+            "end": synthetic.next_offset + 12,
+        }
         assert d["ingest_lag"] == 12
         assert d["lake"]["summary"]["records"] == synthetic.next_offset
         assert [r["records"] for r in d["lake"]["per_minute"]] == [3, 5, 7, 9, 11]
@@ -159,8 +184,13 @@ def test_lake_panel_lag_and_report_over_http_and_in_chromium(chromium: Any,
 
         status, _ = api.call("GET", "/api/logs/report/charts/error_rate.png")
         assert status == 200
-        for bad in ("../secret.txt", "..%2Fsecret.txt", "charts/../../secret.txt",
-                    "%2e%2e/secret.txt", "nothing.html"):
+        for bad in (
+            "../secret.txt",
+            "..%2Fsecret.txt",
+            "charts/../../secret.txt",
+            "%2e%2e/secret.txt",
+            "nothing.html",
+        ):
             assert api.call("GET", f"/api/logs/report/{bad}")[0] == 404, bad
         req = urllib.request.Request(broker.http_url + "/api/logs/report/report.html")
         req.add_header("Authorization", "Basic " + base64.b64encode(b"guest:guest").decode())
@@ -170,8 +200,9 @@ def test_lake_panel_lag_and_report_over_http_and_in_chromium(chromium: Any,
         view = Page(chromium, broker.http_url)
         try:
             p = view.login("/logs")
-            p.wait_for_function("document.querySelector('#lag-value')?.textContent === '12'",
-                                timeout=20_000)
+            p.wait_for_function(
+                "document.querySelector('#lag-value')?.textContent === '12'", timeout=20_000
+            )
             p.wait_for_function("Number(document.querySelector('#lake-chart').dataset.bars) === 5")
             assert "Records" in (p.text_content("#lake-figures") or "")
             view.shot("logs-lake.png")

@@ -35,14 +35,19 @@ def emit(site: Site, *args: str, lines: str | None = None) -> None:
     """``leveret emit-log`` into the test's vhost (the real tool, over AMQP)."""
     result = subprocess.run(
         [sys.executable, "-m", "leveret.cli.main", "emit-log", "--url", amqp_url(site), *args],
-        input=lines, capture_output=True, text=True, timeout=120)
+        input=lines,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr
 
 
 def declare_logs_exchange(site: Site) -> None:
     b = site.broker
-    conn = pika.BlockingConnection(pika.ConnectionParameters(b.host, b.port,
-                                                             virtual_host=site.vhost))
+    conn = pika.BlockingConnection(
+        pika.ConnectionParameters(b.host, b.port, virtual_host=site.vhost)
+    )
     conn.channel().exchange_declare("logs", "fanout")
     conn.close()
 
@@ -60,16 +65,31 @@ def test_logs_view_live_filters_pause_and_details(chromium: Any, leveret_site: S
         p = view.login(f"/logs?vhost={quote(site.vhost, safe='')}")
         p.wait_for_selector("#logs-status[data-status=live]", timeout=20_000)
         # emitted after the page opened, shown within a few seconds
-        emit(site, "--severity", "error", "--app", "billing", "--facility", "daemon",
-             f"disk almost full {token}")
-        p.wait_for_function("t => [...document.querySelectorAll('#log-list .log-row')]"
-                            ".some(r => r.textContent.includes(t))", arg=token, timeout=10_000)
+        emit(
+            site,
+            "--severity",
+            "error",
+            "--app",
+            "billing",
+            "--facility",
+            "daemon",
+            f"disk almost full {token}",
+        )
+        p.wait_for_function(
+            "t => [...document.querySelectorAll('#log-list .log-row')]"
+            ".some(r => r.textContent.includes(t))",
+            arg=token,
+            timeout=10_000,
+        )
         emit(site, "--app", "web", "--severity", "info", lines=f"GET /health {token}\n")
         emit(site, "--app", "web", "--severity", "warning", lines=f"slow request {token}\n")
         emit(site, "--app", "web", "--severity", "critical", lines=f"out of memory {token}\n")
-        p.wait_for_function("t => [...document.querySelectorAll('#log-list .log-row')]"
-                            ".filter(r => r.textContent.includes(t)).length === 4",
-                            arg=token, timeout=10_000)
+        p.wait_for_function(
+            "t => [...document.querySelectorAll('#log-list .log-row')]"
+            ".filter(r => r.textContent.includes(t)).length === 4",
+            arg=token,
+            timeout=10_000,
+        )
         # newest at the bottom
         assert "out of memory" in rows_with(p, token)[-1]
         # coloured as the terminal receiver colours them: info plain, error red,
@@ -85,25 +105,40 @@ def test_logs_view_live_filters_pause_and_details(chromium: Any, leveret_site: S
 
         # filters: severity chips, app, free text; the URL keeps them
         p.click(".sev-chip[data-severity=info]")
-        p.wait_for_function("t => ![...document.querySelectorAll('#log-list .log-row')]"
-                            ".some(r => r.textContent.includes('GET /health ' + t))", arg=token)
+        p.wait_for_function(
+            "t => ![...document.querySelectorAll('#log-list .log-row')]"
+            ".some(r => r.textContent.includes('GET /health ' + t))",
+            arg=token,
+        )
         assert len(rows_with(p, token)) == 3
         p.select_option("#logs-app", "web")
-        p.wait_for_function("t => [...document.querySelectorAll('#log-list .log-row')]"
-                            ".filter(r => r.textContent.includes(t)).length === 2", arg=token)
+        p.wait_for_function(
+            "t => [...document.querySelectorAll('#log-list .log-row')]"
+            ".filter(r => r.textContent.includes(t)).length === 2",
+            arg=token,
+        )
         assert "severity=debug%2Cwarning%2Cerror%2Ccritical" in p.url and "app=web" in p.url
         p.select_option("#logs-app", "")
         p.fill("#logs-search", f"almost full {token}")
-        p.wait_for_function("t => [...document.querySelectorAll('#log-list .log-row')]"
-                            ".filter(r => r.textContent.includes(t)).length === 1", arg=token)
+        p.wait_for_function(
+            "t => [...document.querySelectorAll('#log-list .log-row')]"
+            ".filter(r => r.textContent.includes(t)).length === 1",
+            arg=token,
+        )
         assert "billing" in rows_with(p, token)[0]
 
         # a record's fields
         p.click(f"#log-list .log-row:has-text('{token}')")
         p.wait_for_selector("#record-detail:not([hidden])")
         detail = p.text_content("#record-detail") or ""
-        for text in ("billing", "daemon", f"disk almost full {token}", "routing key",
-                     "application/json", "redelivered"):
+        for text in (
+            "billing",
+            "daemon",
+            f"disk almost full {token}",
+            "routing key",
+            "application/json",
+            "redelivered",
+        ):
             assert text in detail, text
         view.shot("logs-record.png")
         p.keyboard.press("Escape")
@@ -116,11 +151,15 @@ def test_logs_view_live_filters_pause_and_details(chromium: Any, leveret_site: S
         assert p.text_content("#logs-pause") == "Resume"
         emit(site, "--severity", "error", "--app", "billing", f"after pause {token}")
         p.wait_for_function(
-            "document.querySelector('#logs-pause').textContent === 'Resume (1)'", timeout=10_000)
+            "document.querySelector('#logs-pause').textContent === 'Resume (1)'", timeout=10_000
+        )
         assert not any("after pause" in r for r in rows_with(p, token))
         p.click("#logs-pause")
-        p.wait_for_function("t => [...document.querySelectorAll('#log-list .log-row')]"
-                            ".some(r => r.textContent.includes('after pause ' + t))", arg=token)
+        p.wait_for_function(
+            "t => [...document.querySelectorAll('#log-list .log-row')]"
+            ".some(r => r.textContent.includes('after pause ' + t))",
+            arg=token,
+        )
         assert view.errors == []
     finally:
         view.close()
@@ -138,8 +177,10 @@ class Stream:
         self.sock.connect((b.host, b.http_port))
         auth = base64.b64encode(b"guest:guest").decode()
         path = f"/api/logs/stream?vhost={quote(site.vhost, safe='')}&exchange=logs"
-        self.sock.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Basic {auth}\r\n"
-                          "Accept: text/event-stream\r\n\r\n".encode())
+        self.sock.sendall(
+            f"GET {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Basic {auth}\r\n"
+            "Accept: text/event-stream\r\n\r\n".encode()
+        )
         self.buf = b""
 
     def batches(self, until: float) -> Iterator[dict[str, Any]]:
@@ -209,16 +250,32 @@ def test_a_slow_browser_loses_its_oldest_records_and_is_told(leveret_site: Site)
         # so that the slow reader's socket buffers and its 4 MiB on the server fill soon
         n = 1_200
         sender = subprocess.Popen(
-            [sys.executable, "-c", f"""
+            [
+                sys.executable,
+                "-c",
+                f"""
 import sys, time
 for i in range({n}):
     print(f"slow reader test {{i}} " + "x" * 8000, flush=(i % 15 == 0))
     if i % 15 == 14:
         time.sleep(0.1)
-"""], stdout=subprocess.PIPE)
+""",
+            ],
+            stdout=subprocess.PIPE,
+        )
         emitter = subprocess.Popen(
-            [sys.executable, "-m", "leveret.cli.main", "emit-log", "--url", amqp_url(site),
-             "--app", "slow"], stdin=sender.stdout)
+            [
+                sys.executable,
+                "-m",
+                "leveret.cli.main",
+                "emit-log",
+                "--url",
+                amqp_url(site),
+                "--app",
+                "slow",
+            ],
+            stdin=sender.stdout,
+        )
         fast_count = 0
         for batch in fast.batches(time.monotonic() + 90):
             fast_count += len(batch["records"])
@@ -250,21 +307,26 @@ def test_nobody_watching_no_consumer(leveret_site: Site) -> None:
     api = site.api
 
     def view_connections() -> list[dict[str, Any]]:
-        return [c for c in api.get(f"/api/vhosts/{q(site.vhost)}/connections")
-                if str(c.get("user_provided_name", "")).startswith("leveret dashboard logs view")]
+        return [
+            c
+            for c in api.get(f"/api/vhosts/{q(site.vhost)}/connections")
+            if str(c.get("user_provided_name", "")).startswith("leveret dashboard logs view")
+        ]
 
     assert view_connections() == []
     stream = Stream(site)
     stream.wait_live()
     assert wait_for(lambda: len(view_connections()) == 1, timeout=10)
-    queues = [x for x in api.get(f"/api/queues/{q(site.vhost)}")
-              if x["name"].startswith("amq.gen-")]
+    queues = [
+        x for x in api.get(f"/api/queues/{q(site.vhost)}") if x["name"].startswith("amq.gen-")
+    ]
     assert len(queues) == 1 and queues[0]["exclusive"]
     assert queues[0]["arguments"] == {}  # bounded by the view itself (purged past 1000)
     stream.close()
     assert wait_for(lambda: view_connections() == [], timeout=30)
-    assert [x for x in api.get(f"/api/queues/{q(site.vhost)}")
-            if x["name"].startswith("amq.gen-")] == []
+    assert [
+        x for x in api.get(f"/api/queues/{q(site.vhost)}") if x["name"].startswith("amq.gen-")
+    ] == []
 
 
 def test_the_view_runs_with_the_users_own_rights(leveret_site: Site) -> None:
@@ -276,8 +338,10 @@ def test_the_view_runs_with_the_users_own_rights(leveret_site: Site) -> None:
     sock = socket.create_connection((b.host, b.http_port))
     try:
         auth = base64.b64encode(f"{site.user}:{site.password}".encode()).decode()
-        sock.sendall(f"GET /api/logs/stream?vhost={quote(site.vhost, safe='')} HTTP/1.1\r\n"
-                     f"Host: x\r\nAuthorization: Basic {auth}\r\n\r\n".encode())
+        sock.sendall(
+            f"GET /api/logs/stream?vhost={quote(site.vhost, safe='')} HTTP/1.1\r\n"
+            f"Host: x\r\nAuthorization: Basic {auth}\r\n\r\n".encode()
+        )
         sock.settimeout(20)
         data = b""
         deadline = time.monotonic() + 20

@@ -26,9 +26,24 @@ def _cli(*args: str) -> list[str]:
 def test_up_runs_the_whole_stack(tmp_path: Path) -> None:
     env = {**os.environ, "COLUMNS": "200"}
     up = subprocess.Popen(
-        _cli("up", "--amqp-port", "0", "--http-port", "0", "--prometheus-port", "0",
-             "--no-receiver", "--trigger", "1s"),
-        cwd=tmp_path, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env)
+        _cli(
+            "up",
+            "--amqp-port",
+            "0",
+            "--http-port",
+            "0",
+            "--prometheus-port",
+            "0",
+            "--no-receiver",
+            "--trigger",
+            "1s",
+        ),
+        cwd=tmp_path,
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
+        env=env,
+    )
     try:
         assert up.stderr is not None
         banner = ""
@@ -38,11 +53,17 @@ def test_up_runs_the_whole_stack(tmp_path: Path) -> None:
         url = re.search(r"AMQP\s+(amqp://\S+)", banner)
         dashboard = re.search(r"Dashboard\s+(http://\S+)", banner)
         assert url and dashboard, banner
-        for severity, lines in (("info", [f"line {i}" for i in range(80)]),
-                                ("error", [f"failure number {i}" for i in range(20)])):
-            sent = subprocess.run(_cli("emit-log", "--url", url.group(1), "--severity", severity),
-                                  input="\n".join(lines), capture_output=True, text=True,
-                                  timeout=60)
+        for severity, lines in (
+            ("info", [f"line {i}" for i in range(80)]),
+            ("error", [f"failure number {i}" for i in range(20)]),
+        ):
+            sent = subprocess.run(
+                _cli("emit-log", "--url", url.group(1), "--severity", severity),
+                input="\n".join(lines),
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
             assert sent.returncode == 0, sent.stderr
         lake = tmp_path / "leveret-data" / "lake"
         rows = 0
@@ -57,9 +78,14 @@ def test_up_runs_the_whole_stack(tmp_path: Path) -> None:
         assert rows == 100
         # the dashboard reads the same lake: its numbers, and no offset left behind
         api = Api(dashboard.group(1).rstrip("/"))
-        numbers = wait_for(lambda: (lambda d: d if d["lake"]["summary"]["records"] == 100
-                                    and d["ingest_lag"] == 0 else None)(
-            api.get("/api/logs/lake")), timeout=30)
+        numbers = wait_for(
+            lambda: (
+                lambda d: (
+                    d if d["lake"]["summary"]["records"] == 100 and d["ingest_lag"] == 0 else None
+                )
+            )(api.get("/api/logs/lake")),
+            timeout=30,
+        )
         assert numbers, api.get("/api/logs/lake")
         assert numbers["lake"]["summary"]["errors"] == 20
         assert numbers["stream"]["end"] == 100
@@ -68,9 +94,13 @@ def test_up_runs_the_whole_stack(tmp_path: Path) -> None:
         # the report, where `leveret up` says to put it, is served by the dashboard
         out = tmp_path / "leveret-data" / "report"
         report = subprocess.run(
-            _cli("pipeline", "report", "--lake", str(lake), "--out", str(out),
-                 "--master", "local[1]"),
-            capture_output=True, text=True, timeout=300)
+            _cli(
+                "pipeline", "report", "--lake", str(lake), "--out", str(out), "--master", "local[1]"
+            ),
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert report.returncode == 0, report.stderr[-2000:]
         charts = list(out.rglob("*.png"))
         assert charts

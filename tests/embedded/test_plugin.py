@@ -22,7 +22,12 @@ def pytest_in(directory: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env["PYTHONPATH"] = str(ROOT / "src")
     return subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *plugin_args(), *args],
-        cwd=directory, env=env, capture_output=True, text=True, timeout=120, check=False,
+        cwd=directory,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
 
 

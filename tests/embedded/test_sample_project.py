@@ -41,8 +41,9 @@ def user_env() -> dict[str, str]:
 
 
 def run(cmd: list[str], cwd: Path | None = None, timeout: float = 300) -> str:
-    proc = subprocess.run(cmd, cwd=cwd, env=user_env(), capture_output=True, text=True,
-                          timeout=timeout, check=False)
+    proc = subprocess.run(
+        cmd, cwd=cwd, env=user_env(), capture_output=True, text=True, timeout=timeout, check=False
+    )
     assert proc.returncode == 0, f"{cmd}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     return proc.stdout
 
@@ -54,22 +55,48 @@ def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     base = tmp_path_factory.mktemp("user")
     source = base / "leveret-source"
     source.mkdir()
-    shutil.copytree(ROOT / "src", source / "src",
-                    ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    shutil.copytree(
+        ROOT / "src", source / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info")
+    )
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(ROOT / name, source / name)
     # a wheel, built as pip builds one for a user (setuptools from PyPI, isolated)
-    run([sys.executable, "-m", "pip", "wheel", "--quiet", "--disable-pip-version-check",
-         "--no-deps", "-w", str(base / "dist"), str(source)])
+    run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--quiet",
+            "--disable-pip-version-check",
+            "--no-deps",
+            "-w",
+            str(base / "dist"),
+            str(source),
+        ]
+    )
     (wheel,) = (base / "dist").glob("leveret-*.whl")
     env_dir = base / "venv"
     run([sys.executable, "-m", "venv", str(env_dir)])
     python = env_dir / "bin" / "python"
     # Leveret with its dependencies, and what the project's tests use, from PyPI
-    proc = subprocess.run([str(python), "-m", "pip", "install", "--quiet",
-                           "--disable-pip-version-check", str(wheel), *TEST_REQUIREMENTS],
-                          env=user_env(), capture_output=True, text=True, check=False,
-                          timeout=600)
+    proc = subprocess.run(
+        [
+            str(python),
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            str(wheel),
+            *TEST_REQUIREMENTS,
+        ],
+        env=user_env(),
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=600,
+    )
     if proc.returncode != 0:
         message = f"cannot install Leveret and {TEST_REQUIREMENTS}: {proc.stderr[-1000:]}"
         if IN_CI:
@@ -87,14 +114,19 @@ def project(tmp_path: Path) -> Path:
 
 
 def outcomes(output: str) -> dict[str, int]:
-    return {word: int(n) for n, word in re.findall(r"(\d+) (passed|failed|skipped|error)",
-                                                   output)}
+    return {word: int(n) for n, word in re.findall(r"(\d+) (passed|failed|skipped|error)", output)}
 
 
 def test_the_plugin_is_the_installed_one(venv: Path) -> None:
-    out = run([str(venv), "-c", "import importlib.metadata as m, leveret.testing.plugin as p;"
-               "print([e.value for e in m.entry_points(group='pytest11') "
-               "if e.name == 'leveret'][0]); print(p.__file__)"])
+    out = run(
+        [
+            str(venv),
+            "-c",
+            "import importlib.metadata as m, leveret.testing.plugin as p;"
+            "print([e.value for e in m.entry_points(group='pytest11') "
+            "if e.name == 'leveret'][0]); print(p.__file__)",
+        ]
+    )
     entry, path = out.split()
     assert entry == "leveret.testing.plugin"
     assert Path(path).is_relative_to(venv.parent.parent), path  # the venv's, not this tree's
@@ -106,8 +138,7 @@ def test_fixtures_isolate_tests_in_process(venv: Path, project: Path) -> None:
 
 
 def test_fixtures_isolate_parallel_tests(venv: Path, project: Path) -> None:
-    out = run([str(venv), "-m", "pytest", "-p", "no:cacheprovider", "-q", "-n", "2"],
-              cwd=project)
+    out = run([str(venv), "-m", "pytest", "-p", "no:cacheprovider", "-q", "-n", "2"], cwd=project)
     counts = outcomes(out)
     # the last test skips on a worker that ran none of the others
     assert counts.get("failed", 0) == 0 and counts.get("error", 0) == 0, out
@@ -125,17 +156,36 @@ def outside(broker: BrokerUnderTest) -> Iterator[RemoteBroker]:
 
 
 def sample_vhosts(remote: RemoteBroker) -> set[str]:
-    return {v for v in remote.vhosts() if v.startswith(("test-test_each_test_sees",
-                                                         "test-test_the_url_is",
-                                                         "test-test_with_aio_pika"))}
+    return {
+        v
+        for v in remote.vhosts()
+        if v.startswith(
+            ("test-test_each_test_sees", "test-test_the_url_is", "test-test_with_aio_pika")
+        )
+    }
 
 
-def test_fixtures_against_an_outside_broker(venv: Path, project: Path,
-                                            outside: RemoteBroker) -> None:
+def test_fixtures_against_an_outside_broker(
+    venv: Path, project: Path, outside: RemoteBroker
+) -> None:
     before = sample_vhosts(outside)
-    out = run([str(venv), "-m", "pytest", "-p", "no:cacheprovider", "-q", "-n", "2",
-               "--leveret-url", outside.url, "--leveret-management-url",
-               outside.management_url], cwd=project)
+    out = run(
+        [
+            str(venv),
+            "-m",
+            "pytest",
+            "-p",
+            "no:cacheprovider",
+            "-q",
+            "-n",
+            "2",
+            "--leveret-url",
+            outside.url,
+            "--leveret-management-url",
+            outside.management_url,
+        ],
+        cwd=project,
+    )
     counts = outcomes(out)
     assert counts.get("failed", 0) == 0 and counts.get("error", 0) == 0, out
     assert counts["passed"] >= SAMPLE_TESTS - 1, out
@@ -143,12 +193,16 @@ def test_fixtures_against_an_outside_broker(venv: Path, project: Path,
     assert sample_vhosts(outside) == before
 
 
-def test_the_ini_option_points_the_fixtures_outside(venv: Path, project: Path,
-                                                    outside: RemoteBroker) -> None:
+def test_the_ini_option_points_the_fixtures_outside(
+    venv: Path, project: Path, outside: RemoteBroker
+) -> None:
     ini = project / "pytest.ini"
-    ini.write_text(f"[pytest]\ntestpaths = tests\npythonpath = .\nleveret_url = {outside.url}\n"
-                   f"leveret_management_url = {outside.management_url}\n")
-    out = run([str(venv), "-m", "pytest", "-p", "no:cacheprovider", "-k", "with_aio_pika"],
-              cwd=project)
+    ini.write_text(
+        f"[pytest]\ntestpaths = tests\npythonpath = .\nleveret_url = {outside.url}\n"
+        f"leveret_management_url = {outside.management_url}\n"
+    )
+    out = run(
+        [str(venv), "-m", "pytest", "-p", "no:cacheprovider", "-k", "with_aio_pika"], cwd=project
+    )
     assert f"leveret: AMQP fixtures against {outside.url}" in out
     assert outcomes(out) == {"passed": 1}, out

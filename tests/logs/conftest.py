@@ -60,12 +60,14 @@ class Receiver:
         if tty:
             assert master is not None and slave is not None
             os.close(slave)
-            threads.append(
-                threading.Thread(target=self._read_fd, args=(master, True), daemon=True))
+            threads.append(threading.Thread(target=self._read_fd, args=(master, True), daemon=True))
         else:
             assert self.proc.stdout is not None
-            threads.append(threading.Thread(
-                target=self._read_fd, args=(self.proc.stdout.fileno(), False), daemon=True))
+            threads.append(
+                threading.Thread(
+                    target=self._read_fd, args=(self.proc.stdout.fileno(), False), daemon=True
+                )
+            )
         for t in threads:
             t.start()
         self._threads = threads
@@ -155,8 +157,14 @@ def receivers() -> Iterator[list[Receiver]]:
         r.close()
 
 
-def start_receiver(started: list[Receiver], broker: BrokerUnderTest, exchange: str,
-                   *args: str, tty: bool = False, ready: bool = True) -> Receiver:
+def start_receiver(
+    started: list[Receiver],
+    broker: BrokerUnderTest,
+    exchange: str,
+    *args: str,
+    tty: bool = False,
+    ready: bool = True,
+) -> Receiver:
     r = Receiver(["--url", broker.url, "--exchange", exchange, *args], tty=tty)
     started.append(r)
     if ready:
@@ -164,14 +172,18 @@ def start_receiver(started: list[Receiver], broker: BrokerUnderTest, exchange: s
     return r
 
 
-def emit(broker: BrokerUnderTest | str, exchange: str, *args: str,
-         stdin: bytes | None = None) -> subprocess.CompletedProcess[str]:
+def emit(
+    broker: BrokerUnderTest | str, exchange: str, *args: str, stdin: bytes | None = None
+) -> subprocess.CompletedProcess[str]:
     url = broker if isinstance(broker, str) else broker.url
     return subprocess.run(
         [*CLI, "emit-log", "--url", url, "--exchange", exchange, *args],
         input=stdin.decode() if stdin is not None else None,
         stdin=None if stdin is not None else subprocess.DEVNULL,
-        capture_output=True, text=True, timeout=WAIT, env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=WAIT,
+        env=_env(),
     )
 
 
@@ -196,8 +208,11 @@ def wait_records(path: Path, count: int, timeout: float = WAIT) -> list[dict[str
 
 def one_error_line(result: subprocess.CompletedProcess[str] | tuple[int, str]) -> str:
     """The single plain error line of a failed command (asserts there is just that)."""
-    code, err = (result.returncode, result.stderr) if isinstance(
-        result, subprocess.CompletedProcess) else result
+    code, err = (
+        (result.returncode, result.stderr)
+        if isinstance(result, subprocess.CompletedProcess)
+        else result
+    )
     assert code != 0, err
     assert "Traceback" not in err, err
     lines = err.strip().splitlines()

@@ -37,7 +37,10 @@ def _free_port() -> int:
 
 
 def test_every_record_of_a_burst_arrives(
-    broker: BrokerUnderTest, name: str, tmp_path: Path, receivers: list[Receiver],
+    broker: BrokerUnderTest,
+    name: str,
+    tmp_path: Path,
+    receivers: list[Receiver],
     logger: logging.Logger,
 ) -> None:
     path = tmp_path / "burst.jsonl"
@@ -54,13 +57,17 @@ def test_every_record_of_a_burst_arrives(
 
 
 def test_records_carry_logger_exception_and_extra_fields(
-    broker: BrokerUnderTest, name: str, tmp_path: Path, receivers: list[Receiver],
+    broker: BrokerUnderTest,
+    name: str,
+    tmp_path: Path,
+    receivers: list[Receiver],
     logger: logging.Logger,
 ) -> None:
     path = tmp_path / "fields.jsonl"
     start_receiver(receivers, broker, name, "--type", "topic", "--to", str(path), "db.*")
-    handler = AMQPHandler(broker.url, exchange=name, exchange_type="topic", facility="db",
-                          app="shop")
+    handler = AMQPHandler(
+        broker.url, exchange=name, exchange_type="topic", facility="db", app="shop"
+    )
     logger.addHandler(handler)
     logger.warning("slow query %s", "q1", extra={"ms": 1234, "table": "orders"})
     try:
@@ -73,14 +80,17 @@ def test_records_carry_logger_exception_and_extra_fields(
     assert warning["message"] == "slow query q1"
     assert warning["extra"] == {"ms": 1234, "table": "orders"}
     assert (warning["severity"], warning["facility"], warning["app"], warning["logger"]) == (
-        "warning", "db", "shop", logger.name)
+        "warning",
+        "db",
+        "shop",
+        logger.name,
+    )
     assert error["severity"] == "error" and "KeyError: 'missing'" in error["exc"]
     assert critical["severity"] == "critical" and "exc" not in critical
 
 
 def test_a_full_buffer_drops_the_oldest_and_counts(logger: logging.Logger) -> None:
-    handler = AMQPHandler(f"amqp://guest:guest@127.0.0.1:{_free_port()}/", capacity=10,
-                          timeout=0.1)
+    handler = AMQPHandler(f"amqp://guest:guest@127.0.0.1:{_free_port()}/", capacity=10, timeout=0.1)
     logger.addHandler(handler)
     for i in range(25):
         logger.error("r%d", i)
@@ -99,8 +109,9 @@ def test_the_handler_ignores_what_its_own_machinery_logs(name: str, process: boo
     # feed the handler from inside itself while the broker is away
     root = logging.getLogger()
     old = root.level
-    handler = AMQPHandler(f"amqp://guest:guest@127.0.0.1:{_free_port()}/", exchange=name,
-                          timeout=0.1, process=process)
+    handler = AMQPHandler(
+        f"amqp://guest:guest@127.0.0.1:{_free_port()}/", exchange=name, timeout=0.1, process=process
+    )
     root.addHandler(handler)
     root.setLevel(logging.DEBUG)
     try:
@@ -130,8 +141,9 @@ def test_records_wait_for_a_broker_that_comes_up_later(
     conn.close()
     broker.stop()
 
-    handler = AMQPHandler(f"amqp://guest:guest@127.0.0.1:{port}/", exchange=name,
-                          durable_exchange=True, timeout=60)
+    handler = AMQPHandler(
+        f"amqp://guest:guest@127.0.0.1:{port}/", exchange=name, durable_exchange=True, timeout=60
+    )
     logger.addHandler(handler)
     for i in range(100):
         logger.info("early %d", i)
@@ -154,6 +166,8 @@ def test_records_wait_for_a_broker_that_comes_up_later(
         import json
 
         assert [json.loads(b)["message"] for b in bodies] == [
-            *(f"early {i}" for i in range(100)), *(f"late {i}" for i in range(100))]
+            *(f"early {i}" for i in range(100)),
+            *(f"late {i}" for i in range(100)),
+        ]
     finally:
         broker.stop()

@@ -85,15 +85,20 @@ def test_a_receiver_started_after_the_emit_gets_nothing_old(
     assert [r["message"] for r in read_records(path)] == ["new", "end"]
 
 
-def _sentinel_wait(broker: BrokerUnderTest, exchange: str, kind: str,
-                   files: dict[Path, list[str]]) -> dict[Path, list[tuple[str, str]]]:
+def _sentinel_wait(
+    broker: BrokerUnderTest, exchange: str, kind: str, files: dict[Path, list[str]]
+) -> dict[Path, list[tuple[str, str]]]:
     """Send each receiver an ``end`` record its binding selects, after everything else.
     Per-queue order means that once an ``end`` arrives, every earlier record has too."""
     for keys in files.values():
         if kind == "topic":
             facility, severity = ("end", "debug") if keys[0] == "#" else keys[0].split(".")
-            args = ["--facility", facility.replace("*", "end"),
-                    "--severity", severity.replace("*", "debug")]
+            args = [
+                "--facility",
+                facility.replace("*", "end"),
+                "--severity",
+                severity.replace("*", "debug"),
+            ]
         else:
             args = ["--severity", keys[0]]
         assert emit(broker, exchange, "--type", kind, *args, "end").returncode == 0
@@ -111,8 +116,11 @@ def _sentinel_wait(broker: BrokerUnderTest, exchange: str, kind: str,
 def test_direct_routing_delivers_exactly_the_selected_severities(
     broker: BrokerUnderTest, name: str, tmp_path: Path, receivers: list[Receiver]
 ) -> None:
-    bindings = {tmp_path / "errors": ["error"], tmp_path / "warn-error": ["warning", "error"],
-                tmp_path / "info": ["info"]}
+    bindings = {
+        tmp_path / "errors": ["error"],
+        tmp_path / "warn-error": ["warning", "error"],
+        tmp_path / "info": ["info"],
+    }
     for path, keys in bindings.items():
         start_receiver(receivers, broker, name, "--type", "direct", "--to", str(path), *keys)
     sent = []
@@ -128,23 +136,35 @@ def test_direct_routing_delivers_exactly_the_selected_severities(
 def test_topic_routing_delivers_exactly_what_each_pattern_selects(
     broker: BrokerUnderTest, name: str, tmp_path: Path, receivers: list[Receiver]
 ) -> None:
-    bindings = {tmp_path / "kern": ["kern.*"], tmp_path / "critical": ["*.critical"],
-                tmp_path / "both": ["kern.*", "*.critical"], tmp_path / "all": ["#"],
-                tmp_path / "auth-info": ["auth.info"]}
+    bindings = {
+        tmp_path / "kern": ["kern.*"],
+        tmp_path / "critical": ["*.critical"],
+        tmp_path / "both": ["kern.*", "*.critical"],
+        tmp_path / "all": ["#"],
+        tmp_path / "auth-info": ["auth.info"],
+    }
     for path, keys in bindings.items():
         start_receiver(receivers, broker, name, "--type", "topic", "--to", str(path), *keys)
     sent = []
     for facility in ("kern", "auth", "cron"):
         for severity in ("info", "critical", "error"):
-            r = emit(broker, name, "--type", "topic", "--facility", facility,
-                     "--severity", severity, f"{facility}.{severity}")
+            r = emit(
+                broker,
+                name,
+                "--type",
+                "topic",
+                "--facility",
+                facility,
+                "--severity",
+                severity,
+                f"{facility}.{severity}",
+            )
             assert r.returncode == 0, r.stderr
             sent.append((facility, severity))
     got = _sentinel_wait(broker, name, "topic", bindings)
 
     def selects(keys: list[str], f: str, s: str) -> bool:
-        return any(k == "#" or k == f"{f}.{s}" or k == f"{f}.*" or k == f"*.{s}"
-                   for k in keys)
+        return any(k == "#" or k == f"{f}.{s}" or k == f"{f}.*" or k == f"*.{s}" for k in keys)
 
     for path, keys in bindings.items():
         assert got[path] == [(f, s) for f, s in sent if selects(keys, f, s)], path.name
@@ -156,8 +176,20 @@ def test_records_carry_the_schema_and_plain_text_from_the_tutorial_is_shown(
     path = tmp_path / "r.jsonl"
     tty = start_receiver(receivers, broker, name, tty=True)
     start_receiver(receivers, broker, name, "--to", str(path))
-    assert emit(broker, name, "--severity", "warning", "--facility", "kern", "--app", "web",
-                "disk almost full").returncode == 0
+    assert (
+        emit(
+            broker,
+            name,
+            "--severity",
+            "warning",
+            "--facility",
+            "kern",
+            "--app",
+            "web",
+            "disk almost full",
+        ).returncode
+        == 0
+    )
     # the tutorial's emit_log.py: a plain-text body with routing key ''
     conn = pika.BlockingConnection(pika.URLParameters(broker.url))
     conn.channel().basic_publish(exchange=name, routing_key="", body=b"info: Hello World!")
@@ -165,7 +197,11 @@ def test_records_carry_the_schema_and_plain_text_from_the_tutorial_is_shown(
     first, second = wait_records(path, 2)
     assert set(first) == {"ts", "severity", "facility", "host", "app", "pid", "message"}
     assert (first["severity"], first["facility"], first["app"], first["message"]) == (
-        "warning", "kern", "web", "disk almost full")
+        "warning",
+        "kern",
+        "web",
+        "disk almost full",
+    )
     assert first["ts"].endswith("Z") and isinstance(first["pid"], int) and first["host"]
     assert (second["message"], second["severity"]) == ("info: Hello World!", "info")
     assert tty.wait_output(2) == ["disk almost full", "info: Hello World!"]
@@ -200,7 +236,11 @@ def test_durable_queue_keeps_records_while_the_receiver_is_away(
     start_receiver(receivers, broker, name, *args)
     assert emit(broker, name, "back").returncode == 0
     assert [r["message"] for r in wait_records(path, 4)] == [
-        "one", "while away 1", "while away 2", "back"]
+        "one",
+        "while away 1",
+        "while away 2",
+        "back",
+    ]
     conn = pika.BlockingConnection(pika.URLParameters(broker.url))
     conn.channel().queue_delete(queue)
     conn.close()
@@ -248,8 +288,10 @@ def test_exchange_of_another_type_is_406_in_one_line(
 ) -> None:
     assert emit(broker, name, "--type", "direct", "x").returncode == 0
     line = one_error_line(emit(broker, name, "x"))  # fanout by default
-    assert line == (f"Error: PRECONDITION_FAILED - inequivalent arg 'type' for exchange "
-                    f"'{name}' in vhost '/': received 'fanout' but current is 'direct'")
+    assert line == (
+        f"Error: PRECONDITION_FAILED - inequivalent arg 'type' for exchange "
+        f"'{name}' in vhost '/': received 'fanout' but current is 'direct'"
+    )
     r = Receiver(["--url", broker.url, "--exchange", name, "--type", "topic"])
     receivers.append(r)
     assert r.proc.wait(30) != 0
@@ -265,8 +307,9 @@ def test_a_full_disk_is_one_line_and_nothing_unwritten_is_acked(
     assert emit(broker, name, "lost?").returncode == 0
     assert r.proc.wait(30) != 0
     r.close()
-    line = one_error_line((r.proc.returncode, "".join(
-        x for x in r.stderr if "Waiting for logs" not in x)))
+    line = one_error_line(
+        (r.proc.returncode, "".join(x for x in r.stderr if "Waiting for logs" not in x))
+    )
     assert line == "Error: cannot write /dev/full: No space left on device"
     conn = pika.BlockingConnection(pika.URLParameters(broker.url))
     ch = conn.channel()
@@ -278,8 +321,10 @@ def test_a_full_disk_is_one_line_and_nothing_unwritten_is_acked(
 def test_bad_options_are_one_line(broker: BrokerUnderTest, name: str) -> None:
     assert "unknown severity" in one_error_line(emit(broker, name, "-s", "loud", "x"))
     assert "facility" in one_error_line(emit(broker, name, "-f", "a.b", "x"))
-    for args, why in [(["--durable"], "--durable needs --queue"),
-                      (["info"], "binding keys are for")]:
+    for args, why in [
+        (["--durable"], "--durable needs --queue"),
+        (["info"], "binding keys are for"),
+    ]:
         r = Receiver(["--url", broker.url, "--exchange", name, *args])
         assert r.proc.wait(30) != 0
         r.close()

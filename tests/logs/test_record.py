@@ -22,8 +22,13 @@ from leveret.logs.sinks import FileSink, TerminalSink, format_line
 
 def _record(message: str = "hello", **kw: object) -> Record:
     fields: dict[str, object] = dict(
-        ts="2024-05-01T12:00:00.000001Z", severity="info", facility="user", host="h",
-        app="a", pid=7, message=message,
+        ts="2024-05-01T12:00:00.000001Z",
+        severity="info",
+        facility="user",
+        host="h",
+        app="a",
+        pid=7,
+        message=message,
     )
     fields.update(kw)
     return Record(**fields)  # type: ignore[arg-type]
@@ -32,17 +37,25 @@ def _record(message: str = "hello", **kw: object) -> Record:
 def test_json_has_the_schema_fields_and_round_trips() -> None:
     r = _record(logger="app.db", exc="Traceback ...", extra={"user": "ann", "n": 3})
     doc = json.loads(r.to_json())
-    assert doc == {"ts": "2024-05-01T12:00:00.000001Z", "severity": "info",
-                   "facility": "user", "host": "h", "app": "a", "pid": 7, "message": "hello",
-                   "logger": "app.db", "exc": "Traceback ...", "extra": {"user": "ann", "n": 3}}
+    assert doc == {
+        "ts": "2024-05-01T12:00:00.000001Z",
+        "severity": "info",
+        "facility": "user",
+        "host": "h",
+        "app": "a",
+        "pid": 7,
+        "message": "hello",
+        "logger": "app.db",
+        "exc": "Traceback ...",
+        "extra": {"user": "ann", "n": 3},
+    }
     assert Record.from_body(r.to_json(), "application/json") == r
 
 
 def test_optional_fields_are_left_out_and_the_line_has_no_newline() -> None:
     body = _record("two\nlines").to_json()
     assert b"\n" not in body
-    assert set(json.loads(body)) == {"ts", "severity", "facility", "host", "app", "pid",
-                                     "message"}
+    assert set(json.loads(body)) == {"ts", "severity", "facility", "host", "app", "pid", "message"}
 
 
 def test_unencodable_extra_values_become_their_repr() -> None:
@@ -77,7 +90,15 @@ def test_severities_and_facilities() -> None:
         with pytest.raises(ValueError):
             check_facility(bad)
     assert [severity_for_level(n) for n in (5, 10, 20, 25, 30, 40, 50, 60)] == [
-        "debug", "debug", "info", "warning", "warning", "error", "critical", "critical"]
+        "debug",
+        "debug",
+        "info",
+        "warning",
+        "warning",
+        "error",
+        "critical",
+        "critical",
+    ]
 
 
 def test_routing_keys() -> None:
@@ -130,7 +151,8 @@ def test_terminal_lines_are_coloured_by_severity() -> None:
     assert lines[0].startswith("\x1b[31m") and lines[0].endswith("\x1b[0m")
     assert "\x1b" not in lines[1]
     assert format_line(_record("m", logger="db")) == (
-        "2024-05-01T12:00:00.000001Z INFO     user h a[7] db: m")
+        "2024-05-01T12:00:00.000001Z INFO     user h a[7] db: m"
+    )
     plain = Record.from_body(b"hi", None, "")
     assert format_line(plain).endswith("INFO     user: hi")
 
@@ -138,21 +160,31 @@ def test_terminal_lines_are_coloured_by_severity() -> None:
 def test_urls_are_checked_and_passwords_hidden() -> None:
     assert redact("amqp://guest:secret@host:5672/") == "amqp://guest:***@host:5672/"
     assert redact("amqp://host/") == "amqp://host/"
-    for bad, why in [("http://host/", "amqp://"), ("garbage", "amqp://"),
-                     ("amqp://:5672/", "no host"), ("amqp://h:port/", "invalid URL"),
-                     ("amqp://h/?heartbeat=x", "heartbeat")]:
+    for bad, why in [
+        ("http://host/", "amqp://"),
+        ("garbage", "amqp://"),
+        ("amqp://:5672/", "no host"),
+        ("amqp://h:port/", "invalid URL"),
+        ("amqp://h/?heartbeat=x", "heartbeat"),
+    ]:
         with pytest.raises(LogsError, match=why):
             parameters(bad)
 
 
 def test_client_failures_read_as_one_sentence() -> None:
     url = "amqp://guest:pw@h:1/"
-    err = describe(pika.exceptions.ChannelClosedByBroker(
-        406, "PRECONDITION_FAILED - inequivalent arg 'type'"), url)
+    err = describe(
+        pika.exceptions.ChannelClosedByBroker(406, "PRECONDITION_FAILED - inequivalent arg 'type'"),
+        url,
+    )
     assert str(err) == "PRECONDITION_FAILED - inequivalent arg 'type'"
     assert not err.transient
-    err = describe(pika.exceptions.ProbableAuthenticationError(
-        "ConnectionClosedByBroker: (403) 'ACCESS_REFUSED - Login was refused'"), url)
+    err = describe(
+        pika.exceptions.ProbableAuthenticationError(
+            "ConnectionClosedByBroker: (403) 'ACCESS_REFUSED - Login was refused'"
+        ),
+        url,
+    )
     assert str(err) == "amqp://guest:***@h:1/: ACCESS_REFUSED - Login was refused"
     assert not err.transient
     err = describe(pika.exceptions.AMQPConnectionError(ConnectionRefusedError(111, "x")), url)

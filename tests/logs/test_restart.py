@@ -24,8 +24,13 @@ def test_durable_receiver_resumes_across_a_broker_restart(
         first = start_receiver(receivers, broker, name, *args)
         assert first.stop() == 0  # the durable queue stays, bound, and fills meanwhile
         lines = [f"record {i:06d}" for i in range(N)]
-        result = emit(broker, name, "--persistent", "--durable-exchange",
-                      stdin=("\n".join(lines) + "\n").encode())
+        result = emit(
+            broker,
+            name,
+            "--persistent",
+            "--durable-exchange",
+            stdin=("\n".join(lines) + "\n").encode(),
+        )
         assert result.returncode == 0, result.stderr
 
         again = start_receiver(receivers, broker, name, *args)

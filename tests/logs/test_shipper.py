@@ -63,15 +63,19 @@ def test_records_outlive_an_application_killed_with_sigkill(
         print(os.getpid(), flush=True)
         os.kill(os.getpid(), signal.SIGKILL)
     """)
-    app = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                         timeout=HANG)
+    app = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=HANG
+    )
     assert app.returncode == -signal.SIGKILL, app.stderr
     records = wait_records(path, 5000)
     assert [r["message"] for r in records] == [f"last words {i:04d}" for i in range(5000)]
 
 
 def test_emit_returns_while_the_shipper_cannot_read_and_nothing_is_lost(
-    broker: BrokerUnderTest, name: str, tmp_path: Path, receivers: list[Receiver],
+    broker: BrokerUnderTest,
+    name: str,
+    tmp_path: Path,
+    receivers: list[Receiver],
     logger: logging.Logger,
 ) -> None:
     # With the shipper stopped, the pipe fills (several MiB of records): emit keeps
@@ -86,8 +90,8 @@ def test_emit_returns_while_the_shipper_cannot_read_and_nothing_is_lost(
     os.kill(pid, signal.SIGSTOP)
     try:
         burst = threading.Thread(
-            target=lambda: [logger.info("big %03d %s", i, pad) for i in range(400)],
-            daemon=True)
+            target=lambda: [logger.info("big %03d %s", i, pad) for i in range(400)], daemon=True
+        )
         burst.start()
         burst.join(HANG)
         assert not burst.is_alive(), "emit blocked while the shipper was stopped"
@@ -102,7 +106,10 @@ def test_emit_returns_while_the_shipper_cannot_read_and_nothing_is_lost(
 
 
 def test_a_shipper_that_dies_is_replaced(
-    broker: BrokerUnderTest, name: str, tmp_path: Path, receivers: list[Receiver],
+    broker: BrokerUnderTest,
+    name: str,
+    tmp_path: Path,
+    receivers: list[Receiver],
     logger: logging.Logger,
 ) -> None:
     path = tmp_path / "respawn.jsonl"
@@ -115,7 +122,8 @@ def test_a_shipper_that_dies_is_replaced(
     os.kill(first, signal.SIGKILL)
     deadline = time.monotonic() + HANG
     while "gone" not in (handler.stats.last_error or "") and "exited" not in (
-            handler.stats.last_error or ""):
+        handler.stats.last_error or ""
+    ):
         logger.info("lost")  # the dead shipper cannot take these: counted as dropped
         assert time.monotonic() < deadline
         time.sleep(0.01)
@@ -130,7 +138,10 @@ def test_a_shipper_that_dies_is_replaced(
 
 
 def test_a_forked_child_ships_through_its_own_shipper(
-    broker: BrokerUnderTest, name: str, tmp_path: Path, receivers: list[Receiver],
+    broker: BrokerUnderTest,
+    name: str,
+    tmp_path: Path,
+    receivers: list[Receiver],
     logger: logging.Logger,
 ) -> None:
     path = tmp_path / "fork.jsonl"

@@ -14,8 +14,11 @@ from tests.mgmt import Api, Site, make_site, q, wait_for
 
 def connect(site: Site, name: str = "test-conn") -> pika.BlockingConnection:
     b = site.broker
-    return pika.BlockingConnection(pika.ConnectionParameters(
-        b.host, b.port, virtual_host=site.vhost, client_properties={"connection_name": name}))
+    return pika.BlockingConnection(
+        pika.ConnectionParameters(
+            b.host, b.port, virtual_host=site.vhost, client_properties={"connection_name": name}
+        )
+    )
 
 
 def test_message_stats_and_rates(leveret_site: Site) -> None:
@@ -36,10 +39,17 @@ def test_message_stats_and_rates(leveret_site: Site) -> None:
 
     stats = api.get(f"/api/vhosts/{v}")["message_stats"]
     assert (stats["publish"], stats["confirm"], stats["deliver_get"], stats["ack"]) == (
-        20, 20, 10, 10)
+        20,
+        20,
+        10,
+        10,
+    )
     queue = api.get(f"/api/queues/{v}/work")
     assert (queue["messages"], queue["messages_ready"], queue["messages_unacknowledged"]) == (
-        10, 10, 0)
+        10,
+        10,
+        0,
+    )
     assert queue["message_stats"]["publish"] == 20
     assert queue["message_stats"]["ack"] == 10
     overview = api.get("/api/overview")
@@ -59,11 +69,13 @@ def test_message_stats_and_rates(leveret_site: Site) -> None:
         return data["message_stats"]["publish_details"]["rate"] > 0
 
     assert wait_for(rate_seen, timeout=15, interval=0.3)
-    assert wait_for(lambda: api.get(f"/api/queues/{v}/work")["messages_details"]["rate"] > 0,
-                    timeout=15, interval=0.3)
+    assert wait_for(
+        lambda: api.get(f"/api/queues/{v}/work")["messages_details"]["rate"] > 0,
+        timeout=15,
+        interval=0.3,
+    )
     conn.close()
-    data = api.get("/api/overview?lengths_age=60&lengths_incr=5&msg_rates_age=60"
-                   "&msg_rates_incr=5")
+    data = api.get("/api/overview?lengths_age=60&lengths_incr=5&msg_rates_age=60&msg_rates_incr=5")
     details = data["message_stats"]["publish_details"]
     assert {"rate", "samples", "avg_rate", "avg"} <= set(details)
     assert details["samples"] and {"sample", "timestamp"} == set(details["samples"][0])
@@ -82,27 +94,37 @@ def test_connections_channels_consumers_and_close(leveret_site: Site) -> None:
     assert c["user_provided_name"] == "conn-under-test"
     assert c["client_properties"]["connection_name"] == "conn-under-test"
     assert (c["user"], c["protocol"], c["state"], c["channels"]) == (
-        "guest", "AMQP 0-9-1", "running", 1)
+        "guest",
+        "AMQP 0-9-1",
+        "running",
+        1,
+    )
     assert c["name"] == f"{c['peer_host']}:{c['peer_port']} -> {c['host']}:{c['port']}"
     assert api.get(f"/api/connections/{q(c['name'])}")["name"] == c["name"]
     chans = api.get(f"/api/connections/{q(c['name'])}/channels")
     assert [x["name"] for x in chans] == [f"{c['name']} (1)"]
     assert chans[0]["prefetch_count"] == 7 and chans[0]["consumer_count"] == 1
     consumers = api.get(f"/api/consumers/{q(site.vhost)}")
-    assert [(x["consumer_tag"], x["queue"]["name"], x["prefetch_count"], x["ack_required"])
-            for x in consumers] == [("my-ctag", "q-consumed", 7, True)]
+    assert [
+        (x["consumer_tag"], x["queue"]["name"], x["prefetch_count"], x["ack_required"])
+        for x in consumers
+    ] == [("my-ctag", "q-consumed", 7, True)]
     assert api.get(f"/api/vhosts/{q(site.vhost)}/connections")[0]["name"] == c["name"]
 
-    status, _ = api.call("DELETE", f"/api/connections/{q(c['name'])}",
-                         headers={"X-Reason": "go away"})
+    status, _ = api.call(
+        "DELETE", f"/api/connections/{q(c['name'])}", headers={"X-Reason": "go away"}
+    )
     assert status == 204
     with pytest.raises(pika.exceptions.ConnectionClosed) as info:
         conn.process_data_events(2)
         ch.basic_publish("", "q-consumed", b"x")
     assert info.value.reply_code == 320
     assert "go away" in info.value.reply_text
-    assert wait_for(lambda: not [x for x in api.get("/api/connections")
-                                 if x["vhost"] == site.vhost], timeout=5, interval=0.1)
+    assert wait_for(
+        lambda: not [x for x in api.get("/api/connections") if x["vhost"] == site.vhost],
+        timeout=5,
+        interval=0.1,
+    )
     assert api.call("GET", f"/api/connections/{q(c['name'])}")[0] == 404
 
 
@@ -126,8 +148,7 @@ def test_alarms_and_nodes(leveret: BrokerUnderTest) -> None:
     overview = api.get("/api/overview")
     assert [n["name"] for n in nodes] == [overview["node"]]
     assert api.get(f"/api/nodes/{q(overview['node'])}")["running"] is True
-    assert {lst["protocol"] for lst in overview["listeners"]} == {
-        "amqp", "http", "http/prometheus"}
+    assert {lst["protocol"] for lst in overview["listeners"]} == {"amqp", "http", "http/prometheus"}
     assert api.get("/api/whoami") == {"name": "guest", "tags": ["administrator"]}
 
 
@@ -149,7 +170,8 @@ def test_users_vhosts_permissions_survive_restart(tmp_path: Any) -> None:
         assert api.get(f"/api/queues/{q(site.vhost)}/t-durable")["durable"] is True
         # and the user's password still works
         assert Api(broker.http_url, site.user, site.password).get("/api/whoami")["name"] == (
-            site.user)
+            site.user
+        )
     finally:
         broker.stop()
 
@@ -164,6 +186,9 @@ def test_stream_queues_are_listed(leveret_site: Site) -> None:
     listed = {x["name"]: x for x in api.get(f"/api/queues/{q(site.vhost)}")}
     assert listed["t-stream"]["type"] == "stream"
     assert listed["t-stream"]["arguments"] == {"x-queue-type": "stream"}
-    status, _ = api.call("POST", f"/api/queues/{q(site.vhost)}/t-stream/get",
-                         {"count": 1, "ackmode": "ack_requeue_true", "encoding": "auto"})
+    status, _ = api.call(
+        "POST",
+        f"/api/queues/{q(site.vhost)}/t-stream/get",
+        {"count": 1, "ackmode": "ack_requeue_true", "encoding": "auto"},
+    )
     assert status < 500

@@ -16,12 +16,27 @@ pytestmark = pytest.mark.rabbitmq
 
 # Fields whose values are the broker's own (memory, timings, pids) or lag in RabbitMQ.
 VOLATILE = {
-    "memory", "node", "idle_since", "reductions", "reductions_details", "garbage_collection",
-    "backing_queue_status", "consumer_utilisation", "consumer_capacity", "message_stats",
-    "messages_details", "messages_ready_details", "messages_unacknowledged_details",
-    "head_message_timestamp", "owner_pid_details",
-    "messages_ram", "messages_ready_ram", "messages_unacknowledged_ram", "message_bytes_ram",
-    "messages_paged_out", "message_bytes_paged_out",
+    "memory",
+    "node",
+    "idle_since",
+    "reductions",
+    "reductions_details",
+    "garbage_collection",
+    "backing_queue_status",
+    "consumer_utilisation",
+    "consumer_capacity",
+    "message_stats",
+    "messages_details",
+    "messages_ready_details",
+    "messages_unacknowledged_details",
+    "head_message_timestamp",
+    "owner_pid_details",
+    "messages_ram",
+    "messages_ready_ram",
+    "messages_unacknowledged_ram",
+    "message_bytes_ram",
+    "messages_paged_out",
+    "message_bytes_paged_out",
 }
 
 
@@ -100,8 +115,13 @@ def test_queues_field_by_field(sites: tuple[Site, Site]) -> None:
         one, two = (
             site.api.get(f"/api/queues/{q(site.vhost)}/{q(real)}")
             for site in sites
-            for real in [next(i["name"] for i in site.api.get(f"/api/queues/{q(site.vhost)}")
-                              if normalize(i["name"]) == name)]
+            for real in [
+                next(
+                    i["name"]
+                    for i in site.api.get(f"/api/queues/{q(site.vhost)}")
+                    if normalize(i["name"]) == name
+                )
+            ]
         )
         assert set(one) - set(two) == set(), name
         if name != "hello":
@@ -126,12 +146,14 @@ def test_bindings_field_by_field(sites: tuple[Site, Site]) -> None:
         return sorted(out)
 
     assert rows(lev, f"/api/bindings/{q(lev.vhost)}") == rows(rmq, f"/api/bindings/{q(rmq.vhost)}")
-    for path in ("/api/exchanges/{v}/direct_logs/bindings/source",
-                 "/api/exchanges/{v}/logs/bindings/destination",
-                 "/api/queues/{v}/task_queue/bindings",
-                 "/api/bindings/{v}/e/direct_logs/q/task_queue",
-                 "/api/bindings/{v}/e/direct_logs/e/logs",
-                 "/api/bindings/{v}/e/direct_logs/q/task_queue/error"):
+    for path in (
+        "/api/exchanges/{v}/direct_logs/bindings/source",
+        "/api/exchanges/{v}/logs/bindings/destination",
+        "/api/queues/{v}/task_queue/bindings",
+        "/api/bindings/{v}/e/direct_logs/q/task_queue",
+        "/api/bindings/{v}/e/direct_logs/e/logs",
+        "/api/bindings/{v}/e/direct_logs/q/task_queue/error",
+    ):
         assert rows(lev, path.format(v=q(lev.vhost))) == rows(rmq, path.format(v=q(rmq.vhost)))
 
 
@@ -162,8 +184,9 @@ ERROR_CASES: list[tuple[str, str, Any]] = [
 ]
 
 
-@pytest.mark.parametrize(("method", "path", "body"), ERROR_CASES,
-                         ids=[f"{m} {p}" for m, p, _ in ERROR_CASES])
+@pytest.mark.parametrize(
+    ("method", "path", "body"), ERROR_CASES, ids=[f"{m} {p}" for m, p, _ in ERROR_CASES]
+)
 def test_errors_match(sites: tuple[Site, Site], method: str, path: str, body: Any) -> None:
     answers = []
     for site in sites:
@@ -186,8 +209,9 @@ def test_auth_errors_match(sites: tuple[Site, Site]) -> None:
         none = site.api.as_user(f"{site.user}-none", "pw").call("GET", "/api/overview")
         site.api.delete(f"/api/users/{q(site.user)}-none")
         no_auth = site.api.call("GET", "/api/overview", auth=False)[0]
-        answers.append((wrong, users, normalize(repr(whoami)).replace(site.user, "USER"),
-                        none, no_auth))
+        answers.append(
+            (wrong, users, normalize(repr(whoami)).replace(site.user, "USER"), none, no_auth)
+        )
     assert answers[0] == answers[1]
 
 
@@ -201,39 +225,80 @@ def test_writes_match(sites: tuple[Site, Site]) -> None:
         steps = [
             api.call("PUT", f"/api/exchanges/{v}/t-api-x", {"type": "topic", "durable": True}),
             api.call("PUT", f"/api/exchanges/{v}/t-api-x", {"type": "topic", "durable": True}),
-            api.call("PUT", f"/api/queues/{v}/t-api-q",
-                     {"durable": True, "arguments": {"x-max-length": 10}}),
-            api.call("POST", f"/api/bindings/{v}/e/t-api-x/q/t-api-q",
-                     {"routing_key": "a.*", "arguments": {}}),
-            api.call("POST", f"/api/exchanges/{v}/t-api-x/publish",
-                     {"properties": {"delivery_mode": 2, "headers": {"h": 1}},
-                      "routing_key": "a.b", "payload": "hi", "payload_encoding": "string"}),
-            api.call("POST", f"/api/exchanges/{v}/t-api-x/publish",
-                     {"properties": {}, "routing_key": "z", "payload": "aGk=",
-                      "payload_encoding": "base64"}),
-            api.call("POST", f"/api/exchanges/{v}/amq.default/publish",
-                     {"properties": {}, "routing_key": "t-api-q", "payload": "\u00ff",
-                      "payload_encoding": "string"}),
-            api.call("POST", f"/api/queues/{v}/t-api-q/get",
-                     {"count": 5, "ackmode": "ack_requeue_true", "encoding": "auto"}),
-            api.call("POST", f"/api/queues/{v}/t-api-q/get",
-                     {"count": 1, "ackmode": "ack_requeue_false", "encoding": "base64",
-                      "truncate": 1}),
+            api.call(
+                "PUT",
+                f"/api/queues/{v}/t-api-q",
+                {"durable": True, "arguments": {"x-max-length": 10}},
+            ),
+            api.call(
+                "POST",
+                f"/api/bindings/{v}/e/t-api-x/q/t-api-q",
+                {"routing_key": "a.*", "arguments": {}},
+            ),
+            api.call(
+                "POST",
+                f"/api/exchanges/{v}/t-api-x/publish",
+                {
+                    "properties": {"delivery_mode": 2, "headers": {"h": 1}},
+                    "routing_key": "a.b",
+                    "payload": "hi",
+                    "payload_encoding": "string",
+                },
+            ),
+            api.call(
+                "POST",
+                f"/api/exchanges/{v}/t-api-x/publish",
+                {
+                    "properties": {},
+                    "routing_key": "z",
+                    "payload": "aGk=",
+                    "payload_encoding": "base64",
+                },
+            ),
+            api.call(
+                "POST",
+                f"/api/exchanges/{v}/amq.default/publish",
+                {
+                    "properties": {},
+                    "routing_key": "t-api-q",
+                    "payload": "\u00ff",
+                    "payload_encoding": "string",
+                },
+            ),
+            api.call(
+                "POST",
+                f"/api/queues/{v}/t-api-q/get",
+                {"count": 5, "ackmode": "ack_requeue_true", "encoding": "auto"},
+            ),
+            api.call(
+                "POST",
+                f"/api/queues/{v}/t-api-q/get",
+                {"count": 1, "ackmode": "ack_requeue_false", "encoding": "base64", "truncate": 1},
+            ),
             api.call("DELETE", f"/api/queues/{v}/t-api-q/contents"),
             api.call("DELETE", f"/api/bindings/{v}/e/t-api-x/q/t-api-q/a.*"),
             api.call("GET", f"/api/bindings/{v}/e/t-api-x/q/t-api-q"),
             api.call("DELETE", f"/api/exchanges/{v}/t-api-x"),
             api.call("DELETE", f"/api/queues/{v}/t-api-q"),
-            api.call("PUT", f"/api/users/{q(site.user)}",
-                     {"password": "x", "tags": "monitoring,management"}),
-            api.call("PUT", f"/api/permissions/{v}/{q(site.user)}",
-                     {"configure": "", "write": "", "read": ".*"}),
+            api.call(
+                "PUT",
+                f"/api/users/{q(site.user)}",
+                {"password": "x", "tags": "monitoring,management"},
+            ),
+            api.call(
+                "PUT",
+                f"/api/permissions/{v}/{q(site.user)}",
+                {"configure": "", "write": "", "read": ".*"},
+            ),
             api.call("GET", f"/api/permissions/{v}/{q(site.user)}"),
             api.call("DELETE", f"/api/permissions/{v}/{q(site.user)}"),
         ]
         results.append(
-            [normalize(repr(s)).replace(site.vhost, "VHOST").replace(site.user, "USER")
-             for s in steps])
+            [
+                normalize(repr(s)).replace(site.vhost, "VHOST").replace(site.user, "USER")
+                for s in steps
+            ]
+        )
     assert results[0] == results[1]
 
 
@@ -245,9 +310,14 @@ def test_other_endpoints_have_rabbitmqs_fields(sites: tuple[Site, Site]) -> None
     conns = []
     for site in sites:
         b = site.broker
-        conn = pika.BlockingConnection(pika.ConnectionParameters(
-            b.host, b.port, virtual_host=site.vhost,
-            client_properties={"connection_name": "shape-test"}))
+        conn = pika.BlockingConnection(
+            pika.ConnectionParameters(
+                b.host,
+                b.port,
+                virtual_host=site.vhost,
+                client_properties={"connection_name": "shape-test"},
+            )
+        )
         ch = conn.channel()
         ch.confirm_delivery()
         ch.basic_publish("", "hello", b"x")
@@ -255,12 +325,13 @@ def test_other_endpoints_have_rabbitmqs_fields(sites: tuple[Site, Site]) -> None
         conn.process_data_events(0.3)
         conns.append(conn)
     try:
+
         def fetch(site: Site) -> dict[str, Any]:
             v = q(site.vhost)
-            conn = next(c for c in site.api.get("/api/connections")
-                        if c["vhost"] == site.vhost)
-            chan = next(c for c in site.api.get(f"/api/vhosts/{v}/channels")
-                        if c.get("message_stats"))
+            conn = next(c for c in site.api.get("/api/connections") if c["vhost"] == site.vhost)
+            chan = next(
+                c for c in site.api.get(f"/api/vhosts/{v}/channels") if c.get("message_stats")
+            )
             return {
                 "overview": site.api.get("/api/overview"),
                 "vhost": site.api.get(f"/api/vhosts/{v}"),
@@ -274,17 +345,27 @@ def test_other_endpoints_have_rabbitmqs_fields(sites: tuple[Site, Site]) -> None
             }
 
         ours = fetch(sites[0])
+
         def shape_diff(a: Any, b: Any, path: str) -> list[str]:
             if isinstance(a, dict) and isinstance(b, dict):
                 out = [f"{path}.{k}" for k in a if k not in b]
                 for k in a:
-                    if k in b and k not in ("client_properties", "arguments", "listeners",
-                                            "contexts", "exchange_types", "cluster_state"):
+                    if k in b and k not in (
+                        "client_properties",
+                        "arguments",
+                        "listeners",
+                        "contexts",
+                        "exchange_types",
+                        "cluster_state",
+                    ):
                         out += shape_diff(a[k], b[k], f"{path}.{k}")
                 return out
-            if type(a) is not type(b) and not (
-                isinstance(a, (int, float)) and isinstance(b, (int, float))
-            ) and a is not None and b is not None:
+            if (
+                type(a) is not type(b)
+                and not (isinstance(a, (int, float)) and isinstance(b, (int, float)))
+                and a is not None
+                and b is not None
+            ):
                 return [f"{path}: {type(a).__name__} vs {type(b).__name__}"]
             return []
 
@@ -321,13 +402,15 @@ def test_sorting_paging_and_columns_match(sites: tuple[Site, Site]) -> None:
         v = q(site.vhost)
         got = [
             site.api.get(f"/api/exchanges/{v}?page=2&page_size=3&sort=name"),
-            site.api.get(f"/api/exchanges/{v}?sort=name&sort_reverse=true"
-                         "&columns=name,type,arguments"),
+            site.api.get(
+                f"/api/exchanges/{v}?sort=name&sort_reverse=true&columns=name,type,arguments"
+            ),
             site.api.get(f"/api/queues/{v}?columns=name,durable,arguments&sort=name"),
             site.api.get(f"/api/bindings/{v}?columns=source,destination,routing_key"),
         ]
         # JSON objects compare without regard to key order; lists keep theirs
-        answers.append([json.loads(normalize(json.dumps(g)).replace(site.vhost, "VHOST"))
-                        for g in got])
+        answers.append(
+            [json.loads(normalize(json.dumps(g)).replace(site.vhost, "VHOST")) for g in got]
+        )
     for ours, theirs in zip(answers[0], answers[1], strict=True):
         assert ours == theirs

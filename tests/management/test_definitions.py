@@ -38,15 +38,28 @@ def topology(api: Api, vhost: str) -> dict[str, Any]:
         for x in api.get(f"/api/exchanges/{q(vhost)}")
     )
     queues = sorted(
-        json.dumps({k: x[k] for k in ("name", "durable", "auto_delete", "arguments")},
-                   sort_keys=True)
+        json.dumps(
+            {k: x[k] for k in ("name", "durable", "auto_delete", "arguments")}, sort_keys=True
+        )
         for x in api.get(f"/api/queues/{q(vhost)}")
         if not x["exclusive"]
     )
     bindings = sorted(
-        normalize(json.dumps({k: b[k] for k in ("source", "destination", "destination_type",
-                                                  "routing_key", "arguments")},
-                             sort_keys=True))
+        normalize(
+            json.dumps(
+                {
+                    k: b[k]
+                    for k in (
+                        "source",
+                        "destination",
+                        "destination_type",
+                        "routing_key",
+                        "arguments",
+                    )
+                },
+                sort_keys=True,
+            )
+        )
         for b in api.get(f"/api/bindings/{q(vhost)}")
         if "amq.gen" not in b["destination"]
     )
@@ -58,8 +71,12 @@ def topology(api: Api, vhost: str) -> dict[str, Any]:
 
 
 def can_log_in(broker: BrokerUnderTest, vhost: str, user: str, password: str) -> bool:
-    params = pika.ConnectionParameters(broker.host, broker.port, virtual_host=vhost,
-                                       credentials=pika.PlainCredentials(user, password))
+    params = pika.ConnectionParameters(
+        broker.host,
+        broker.port,
+        virtual_host=vhost,
+        credentials=pika.PlainCredentials(user, password),
+    )
     try:
         pika.BlockingConnection(params).close()
         return True
@@ -70,7 +87,11 @@ def can_log_in(broker: BrokerUnderTest, vhost: str, user: str, password: str) ->
 def leveret_ctl(broker: BrokerUnderTest, *args: str, stdin: str | None = None) -> str:
     result = subprocess.run(
         [sys.executable, "-m", "leveret.cli.main", "ctl", "--url", broker.http_url, *args],
-        capture_output=True, text=True, timeout=60, input=stdin)
+        capture_output=True,
+        text=True,
+        timeout=60,
+        input=stdin,
+    )
     assert result.returncode == 0, result.stderr
     return result.stdout
 
@@ -100,10 +121,17 @@ def test_leveret_export_imports_into_rabbitmq(
         assert not can_log_in(rabbitmq, lev.vhost, lev.user, "wrong")
         # and rabbitmqctl lists what leveret ctl lists (queue arguments aside: RabbitMQ
         # keeps them in the order of the imported JSON, Leveret in the declaring client's)
-        for verb, columns in (("list_exchanges", []), ("list_bindings", []),
-                              ("list_queues", ["name", "durable", "auto_delete"])):
-            theirs = subprocess.run(["rabbitmqctl", verb, "-p", lev.vhost, "-q", *columns],
-                                    capture_output=True, text=True, timeout=60).stdout
+        for verb, columns in (
+            ("list_exchanges", []),
+            ("list_bindings", []),
+            ("list_queues", ["name", "durable", "auto_delete"]),
+        ):
+            theirs = subprocess.run(
+                ["rabbitmqctl", verb, "-p", lev.vhost, "-q", *columns],
+                capture_output=True,
+                text=True,
+                timeout=60,
+            ).stdout
             ours = leveret_ctl(lev.broker, verb, "-p", lev.vhost, "-q", *columns)
             ours = "\n".join(line for line in ours.splitlines() if "amq.gen" not in line)
             assert sorted(ours.splitlines()) == sorted(theirs.splitlines()), verb
@@ -137,8 +165,9 @@ def test_rabbitmq_export_imports_into_leveret(
         lev.delete(f"/api/users/{q(rmq.user)}")
 
 
-def test_per_vhost_definitions_round_trip(leveret: BrokerUnderTest,
-                                          rabbitmq: BrokerUnderTest) -> None:
+def test_per_vhost_definitions_round_trip(
+    leveret: BrokerUnderTest, rabbitmq: BrokerUnderTest
+) -> None:
     """/api/definitions/{vhost} from either broker loads into a vhost of the other."""
     from tests.mgmt import rabbitmq_with_management
 

@@ -26,8 +26,9 @@ def scrape(url: str) -> dict[str, list[tuple[dict[str, str], float]]]:
 def test_metrics_names_and_values(leveret_site: Site) -> None:
     site = leveret_site
     b = site.broker
-    conn = pika.BlockingConnection(pika.ConnectionParameters(b.host, b.port,
-                                                             virtual_host=site.vhost))
+    conn = pika.BlockingConnection(
+        pika.ConnectionParameters(b.host, b.port, virtual_host=site.vhost)
+    )
     ch = conn.channel()
     ch.queue_declare("metered")
     for _ in range(5):
@@ -35,20 +36,27 @@ def test_metrics_names_and_values(leveret_site: Site) -> None:
     conn.process_data_events(0.2)
     try:
         metrics = scrape(b.metrics_url)
-        for name in ("rabbitmq_connections", "rabbitmq_channels", "rabbitmq_queues",
-                     "rabbitmq_consumers", "rabbitmq_queue_messages_ready",
-                     "rabbitmq_queue_messages_unacked", "rabbitmq_queue_messages",
-                     "rabbitmq_global_messages_received_total",
-                     "rabbitmq_global_messages_confirmed_total",
-                     "rabbitmq_global_messages_delivered_total",
-                     "rabbitmq_global_messages_acknowledged_total",
-                     "rabbitmq_connections_opened_total", "rabbitmq_build_info",
-                     "rabbitmq_identity_info", "rabbitmq_queue_messages_published_total"):
+        for name in (
+            "rabbitmq_connections",
+            "rabbitmq_channels",
+            "rabbitmq_queues",
+            "rabbitmq_consumers",
+            "rabbitmq_queue_messages_ready",
+            "rabbitmq_queue_messages_unacked",
+            "rabbitmq_queue_messages",
+            "rabbitmq_global_messages_received_total",
+            "rabbitmq_global_messages_confirmed_total",
+            "rabbitmq_global_messages_delivered_total",
+            "rabbitmq_global_messages_acknowledged_total",
+            "rabbitmq_connections_opened_total",
+            "rabbitmq_build_info",
+            "rabbitmq_identity_info",
+            "rabbitmq_queue_messages_published_total",
+        ):
             assert name in metrics, name
         assert metrics["rabbitmq_connections"][0][1] >= 1
         assert metrics["rabbitmq_queue_messages_ready"][0][1] >= 5
-        assert metrics["rabbitmq_global_messages_received_total"][0] [0] == {
-            "protocol": "amqp091"}
+        assert metrics["rabbitmq_global_messages_received_total"][0][0] == {"protocol": "amqp091"}
         assert metrics["rabbitmq_global_messages_received_total"][0][1] >= 5
         assert metrics["rabbitmq_build_info"][0][0]["rabbitmq_version"] == "3.10.8"
 
@@ -73,8 +81,9 @@ def families(url: str) -> dict[str, str]:
 
 
 @pytest.mark.rabbitmq
-def test_metric_names_are_rabbitmq_prometheus_names(leveret: BrokerUnderTest,
-                                                    rabbitmq: BrokerUnderTest) -> None:
+def test_metric_names_are_rabbitmq_prometheus_names(
+    leveret: BrokerUnderTest, rabbitmq: BrokerUnderTest
+) -> None:
     """Every family Leveret exposes is one rabbitmq_prometheus exposes, of the same type."""
     if not ensure_rabbitmq_plugin("rabbitmq_prometheus", 15692):
         pytest.fail("RabbitMQ's prometheus plugin could not be enabled")

@@ -66,7 +66,8 @@ def test_sampled_totals_match_live_totals() -> None:
         want = stats.totals().get(key, stats.lengths().get(key))
         assert stats.overview.windows[key].samples[-1][1] == want, key
         assert stats.vhosts["other"].windows[key].samples[-1][1] == stats.totals("other").get(
-            key, stats.lengths("other").get(key)), key
+            key, stats.lengths("other").get(key)
+        ), key
     assert stats.totals()["deliver_get"] == 6
     broker.delete_vhost("other")
     stats.sample(now=2.0)

@@ -44,8 +44,9 @@ def test_sigterm_sends_connection_forced(tmp_path: Path) -> None:
     code = broker.stop(signal.SIGTERM)
     t.join(10)
     assert code == 0
-    assert closed == [(320, "CONNECTION_FORCED - broker forced connection closure with "
-                            "reason 'shutdown'")]
+    assert closed == [
+        (320, "CONNECTION_FORCED - broker forced connection closure with reason 'shutdown'")
+    ]
 
 
 def test_durable_state_survives_restart(tmp_path: Path) -> None:
@@ -58,8 +59,7 @@ def test_durable_state_survives_restart(tmp_path: Path) -> None:
     ch.queue_declare("transient")
     ch.queue_bind("keep", "events", routing_key="a.#")
     for i in range(5):
-        ch.basic_publish("events", "a.b", f"p{i}".encode(),
-                         pika.BasicProperties(delivery_mode=2))
+        ch.basic_publish("events", "a.b", f"p{i}".encode(), pika.BasicProperties(delivery_mode=2))
     ch.basic_publish("events", "a.b", b"not persistent")
     method, _, _ = ch.basic_get("keep")
     ch.basic_ack(method.delivery_tag)  # p0 is gone for good
@@ -90,7 +90,7 @@ def test_durable_state_survives_restart(tmp_path: Path) -> None:
 
 def test_users_from_config_file(tmp_path: Path) -> None:
     config = tmp_path / "leveret.toml"
-    config.write_text('''
+    config.write_text("""
 [[vhosts]]
 name = "/"
 
@@ -108,25 +108,33 @@ vhost = "logs"
 configure = "^alice-.*"
 write = ".*"
 read = ".*"
-''')
+""")
     broker = start_leveret(tmp_path / "data", extra=["--config", str(config)])
     try:
         creds = pika.PlainCredentials("alice", "wonderland")
-        conn = pika.BlockingConnection(pika.ConnectionParameters(
-            broker.host, broker.port, virtual_host="logs", credentials=creds))
+        conn = pika.BlockingConnection(
+            pika.ConnectionParameters(
+                broker.host, broker.port, virtual_host="logs", credentials=creds
+            )
+        )
         ch = conn.channel()
         ch.queue_declare("alice-q", exclusive=True)
         with pytest.raises(pika.exceptions.ChannelClosedByBroker) as info:
             ch.queue_declare("bob-q", exclusive=True)
         assert (info.value.reply_code, info.value.reply_text) == (
-            403, "ACCESS_REFUSED - access to queue 'bob-q' in vhost 'logs' refused for user "
-                 "'alice'")
+            403,
+            "ACCESS_REFUSED - access to queue 'bob-q' in vhost 'logs' refused for user 'alice'",
+        )
         conn.close()
         with pytest.raises(pika.exceptions.ProbableAccessDeniedError) as cinfo:
-            pika.BlockingConnection(pika.ConnectionParameters(
-                broker.host, broker.port, virtual_host="/", credentials=creds))
+            pika.BlockingConnection(
+                pika.ConnectionParameters(
+                    broker.host, broker.port, virtual_host="/", credentials=creds
+                )
+            )
         assert "(530) \"NOT_ALLOWED - access to vhost '/' refused for user 'alice'\"" in str(
-            cinfo.value)
+            cinfo.value
+        )
     finally:
         broker.stop()
 
@@ -154,17 +162,40 @@ def test_guest_only_from_loopback(tmp_path: Path, which: str) -> None:
 
 def test_bad_config_is_one_line(tmp_path: Path) -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "leveret.cli.main", "server", "--config",
-         str(tmp_path / "missing.toml")], capture_output=True, text=True, timeout=30)
+        [
+            sys.executable,
+            "-m",
+            "leveret.cli.main",
+            "server",
+            "--config",
+            str(tmp_path / "missing.toml"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert result.returncode != 0
     assert result.stderr.strip().splitlines() == [
-        f"Error: config file not found: {tmp_path / 'missing.toml'}"]
+        f"Error: config file not found: {tmp_path / 'missing.toml'}"
+    ]
 
 
 def test_port_in_use_is_one_line(leveret: BrokerUnderTest) -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "leveret.cli.main", "server", "--bind", "127.0.0.1",
-         "--amqp-port", str(leveret.port)], capture_output=True, text=True, timeout=30)
+        [
+            sys.executable,
+            "-m",
+            "leveret.cli.main",
+            "server",
+            "--bind",
+            "127.0.0.1",
+            "--amqp-port",
+            str(leveret.port),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert result.returncode != 0
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("Error: cannot listen on")
@@ -176,7 +207,8 @@ def test_memory_alarm_blocks_publishers(tmp_path: Path) -> None:
         conn = pika.BlockingConnection(broker.pika_params())
         events: list[str] = []
         conn.add_on_connection_blocked_callback(
-            lambda c, frame: events.append(f"blocked:{frame.method.reason}"))
+            lambda c, frame: events.append(f"blocked:{frame.method.reason}")
+        )
         conn.add_on_connection_unblocked_callback(lambda c, frame: events.append("unblocked"))
         ch = conn.channel()
         ch.queue_declare("filling")
@@ -214,8 +246,7 @@ def test_silent_peer_is_dropped(leveret: BrokerUnderTest) -> None:
         assert frames and set(frames) == {"Heartbeat"}
 
 
-def test_congested_consumer_holds_back_its_publisher(leveret: BrokerUnderTest,
-                                                     name: str) -> None:
+def test_congested_consumer_holds_back_its_publisher(leveret: BrokerUnderTest, name: str) -> None:
     """Credit flow: a consumer that does not read its socket stops the publisher feeding
     it, so the queue does not grow without bound."""
     from pamqp import body as pbody
@@ -233,9 +264,11 @@ def test_congested_consumer_holds_back_its_publisher(leveret: BrokerUnderTest,
     # the consumer now never reads again
 
     body = b"x" * 4096
-    one = (frame.marshal(commands.Basic.Publish(exchange="", routing_key=name), 1)
-           + frame.marshal(header.ContentHeader(body_size=len(body)), 1)
-           + frame.marshal(pbody.ContentBody(body), 1))
+    one = (
+        frame.marshal(commands.Basic.Publish(exchange="", routing_key=name), 1)
+        + frame.marshal(header.ContentHeader(body_size=len(body)), 1)
+        + frame.marshal(pbody.ContentBody(body), 1)
+    )
     batch = one * 64
     publisher = RawClient(leveret.host, leveret.port, timeout=30)
     publisher.handshake()
@@ -294,9 +327,14 @@ def test_stream_survives_restart_and_reports_its_end(tmp_path: Path) -> None:
     ch = conn.channel()
     ch.basic_qos(prefetch_count=100)
     got: list[tuple[int, bytes]] = []
-    ch.basic_consume("logs-stream", lambda c, m, p, b: (
-        got.append((p.headers["x-stream-offset"], b)), c.basic_ack(m.delivery_tag)),
-        arguments={"x-stream-offset": 40})
+    ch.basic_consume(
+        "logs-stream",
+        lambda c, m, p, b: (
+            got.append((p.headers["x-stream-offset"], b)),
+            c.basic_ack(m.delivery_tag),
+        ),
+        arguments={"x-stream-offset": 40},
+    )
     deadline = 50
     while len(got) < 10 and deadline:
         conn.process_data_events(0.1)

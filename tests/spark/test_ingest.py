@@ -37,7 +37,11 @@ RESTART_RABBITMQ = os.environ.get("LEVERET_TEST_RESTART_RABBITMQ", "1") != "0"
 
 
 def _ingest(
-    url: str, tmp: Path, *source: str, trigger: str, per_trigger: int,
+    url: str,
+    tmp: Path,
+    *source: str,
+    trigger: str,
+    per_trigger: int,
     lake: Path | None = None,
 ) -> subprocess.Popen[str]:
     cmd = [
@@ -231,8 +235,17 @@ def test_a_full_lake_fails_the_batch_and_the_restart_skips_nothing(
     lake = small_disk / "lake"
 
     # the lake's disk fills up: the batch fails, the ingest stops with one plain line
-    proc = _ingest(leveret.url, tmp_path, "--stream", stream, "--max-restarts", "0",
-                   trigger="availableNow", per_trigger=2000, lake=lake)
+    proc = _ingest(
+        leveret.url,
+        tmp_path,
+        "--stream",
+        stream,
+        "--max-restarts",
+        "0",
+        trigger="availableNow",
+        per_trigger=2000,
+        lake=lake,
+    )
     out, _ = proc.communicate(timeout=300)
     assert proc.returncode == 1, out
     errors = [line for line in out.splitlines() if line.startswith("Error:")]
@@ -244,8 +257,17 @@ def test_a_full_lake_fails_the_batch_and_the_restart_skips_nothing(
 
     # room again: the same checkpoint runs the failed batch again and finishes
     subprocess.run(["mount", "-o", "remount,size=256m", str(small_disk)], check=True)
-    _finish(_ingest(leveret.url, tmp_path, "--stream", stream, trigger="availableNow",
-                    per_trigger=2000, lake=lake))
+    _finish(
+        _ingest(
+            leveret.url,
+            tmp_path,
+            "--stream",
+            stream,
+            trigger="availableNow",
+            per_trigger=2000,
+            lake=lake,
+        )
+    )
     ids = Counter(int(r.message_id) for r in spark.read.parquet(str(lake)).collect())
     assert set(ids) == set(range(total)), "a record was skipped"
     assert [i for i, n in ids.items() if n != 1] == []

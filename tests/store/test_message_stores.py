@@ -35,8 +35,13 @@ def test_store_contract(tmp_path: Path, make: Callable[[Path], Any]) -> None:
     store = reopen()
     records = store.load()
     assert [(r[0], r[1], r[2], r[6]) for r in records] == [
-        ("/", "q", 1, b"m0"), ("/", "q", 3, b"m2"), ("/", "q", 4, b"m3"),
-        ("/", "q", 5, b"m4"), ("/", "q", 6, b"m5"), ("v", "q", 8, b"v")]
+        ("/", "q", 1, b"m0"),
+        ("/", "q", 3, b"m2"),
+        ("/", "q", 4, b"m3"),
+        ("/", "q", 5, b"m4"),
+        ("/", "q", 6, b"m5"),
+        ("v", "q", 8, b"v"),
+    ]
     assert records[0][3:6] == ("ex", "rk", b"\x00\x00")
 
 

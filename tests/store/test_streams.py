@@ -33,8 +33,9 @@ def test_only_synced_records_are_visible(tmp_path: Path) -> None:
 
 @settings(max_examples=30, deadline=None)
 @given(st.lists(st.integers(1, 20), min_size=1, max_size=15), st.integers(200, 3000))
-def test_reads_from_any_offset_across_segments(tmp_path_factory: object, chunks: list[int],
-                                               segment_bytes: int) -> None:
+def test_reads_from_any_offset_across_segments(
+    tmp_path_factory: object, chunks: list[int], segment_bytes: int
+) -> None:
     directory = tmp_path_factory.mktemp("log")  # type: ignore[attr-defined]
     log = SegmentLog(directory, max_segment_bytes=segment_bytes)
     n = 0

@@ -75,6 +75,9 @@ class Session:
         self.channel_max = spec.DEFAULT_CHANNEL_MAX
         self.heartbeat = spec.DEFAULT_HEARTBEAT
         self.auth_mechanism = ""
+        # What the transport says of the connection for management (TLS: protocol, suite,
+        # client certificate); set by the server, shown as RabbitMQ shows it.
+        self.transport_details: dict[str, Any] = {}
         # Credit flow: connections whose congestion holds this publisher back, and the
         # publishers this session holds back; on_released resumes reading.
         self.held_by: set[FlowHolder] = set()
@@ -117,25 +120,44 @@ class Session:
         return isinstance(caps, dict) and bool(caps.get(name))
 
     def authenticate(
-        self, mechanism: str, response: bytes, client_properties: dict[str, Any]
+        self,
+        mechanism: str,
+        response: bytes,
+        client_properties: dict[str, Any],
+        offered: tuple[str, ...] = ("AMQPLAIN", "PLAIN"),
+        external_name: str | None = None,
     ) -> AMQPError | None:
-        """Check the credentials in connection.start-ok. None when accepted."""
+        """Check the credentials in connection.start-ok. None when accepted.
+
+        ``offered``: the mechanisms connection.start listed on this connection;
+        ``external_name``: who the client's TLS certificate says it is (EXTERNAL)."""
         self.client_properties = client_properties
         self.auth_mechanism = mechanism
-        try:
-            if mechanism == "PLAIN":
-                username, password = sasl.plain(response)
-            elif mechanism == "AMQPLAIN":
-                username, password = sasl.amqplain(response)
-            else:
-                return errors.command_invalid(f"unknown authentication mechanism '{mechanism}'")
-        except sasl.BadResponse:
-            return _login_refused(mechanism)
+        if mechanism not in sasl.MECHANISMS:
+            return errors.command_invalid(f"unknown authentication mechanism '{mechanism}'")
+        if mechanism not in offered:
+            return errors.command_invalid(f"invalid authentication mechanism '{mechanism}'")
         address = self.peer[0] if self.peer else None
-        user = self.broker.users.authenticate(username, password, address)
-        if user is None:
-            log.warning("login refused for user %r from %s", username, address)
-            return _login_refused(mechanism)
+        if mechanism == "EXTERNAL":
+            # the response is not read: the certificate is the credential
+            user = None
+            if external_name is not None:
+                user = self.broker.users.authenticate_external(external_name, address)
+            if user is None:
+                log.warning("EXTERNAL login refused for %r from %s", external_name, address)
+                return _login_refused(mechanism)
+        else:
+            try:
+                if mechanism == "PLAIN":
+                    username, password = sasl.plain(response)
+                else:
+                    username, password = sasl.amqplain(response)
+            except sasl.BadResponse:
+                return _login_refused(mechanism)
+            user = self.broker.users.authenticate(username, password, address)
+            if user is None:
+                log.warning("login refused for user %r from %s", username, address)
+                return _login_refused(mechanism)
         self.user = user
         self._username = user.name
         return None

@@ -119,6 +119,16 @@ class UserDatabase:
             return None
         return user
 
+    def authenticate_external(self, name: str, address: str | None) -> User | None:
+        """SASL EXTERNAL: the TLS layer vouched for the name (its client certificate);
+        the user must exist, and a loopback-only user must come from loopback."""
+        user = self.users.get(name)
+        if user is None:
+            return None
+        if name in self.loopback_users and not is_loopback(address):
+            return None
+        return user
+
     def set_permissions(self, user: str, vhost: str, configure: str, write: str, read: str) -> None:
         self.permissions[(user, vhost)] = Permission(user, vhost, configure, write, read)
 

@@ -84,6 +84,60 @@ def server(
         Path | None,
         typer.Option("--config", envvar="LEVERET_CONFIG", help="TOML configuration file."),
     ] = None,
+    tcp_listener: Annotated[
+        bool | None,
+        typer.Option(
+            "--tcp-listener/--no-tcp-listener",
+            envvar="LEVERET_TCP_LISTENER",
+            help="The plain AMQP listener (on by default; off leaves amqps alone).",
+        ),
+    ] = None,
+    amqps_port: Annotated[
+        int | None,
+        typer.Option(
+            "--amqps-port",
+            envvar="LEVERET_AMQPS_PORT",
+            help="AMQP over TLS port, once a certificate is set (default 5671).",
+        ),
+    ] = None,
+    tls_cert: Annotated[
+        Path | None,
+        typer.Option("--tls-cert", envvar="LEVERET_TLS_CERT", help="Server certificate (PEM)."),
+    ] = None,
+    tls_key: Annotated[
+        Path | None,
+        typer.Option("--tls-key", envvar="LEVERET_TLS_KEY", help="Its private key (PEM)."),
+    ] = None,
+    tls_ca: Annotated[
+        Path | None,
+        typer.Option(
+            "--tls-ca", envvar="LEVERET_TLS_CA", help="CA bundle that client certificates chain to."
+        ),
+    ] = None,
+    tls_verify_peer: Annotated[
+        bool | None,
+        typer.Option(
+            "--tls-verify-peer",
+            envvar="LEVERET_TLS_VERIFY_PEER",
+            help="Ask clients for a certificate and check it (RabbitMQ's verify_peer).",
+        ),
+    ] = None,
+    tls_fail_if_no_peer_cert: Annotated[
+        bool | None,
+        typer.Option(
+            "--tls-fail-if-no-peer-cert",
+            envvar="LEVERET_TLS_FAIL_IF_NO_PEER_CERT",
+            help="With --tls-verify-peer: refuse clients without a certificate.",
+        ),
+    ] = None,
+    http_tls: Annotated[
+        bool | None,
+        typer.Option(
+            "--http-tls",
+            envvar="LEVERET_HTTP_TLS",
+            help="Serve the management API, dashboard and metrics over HTTPS.",
+        ),
+    ] = None,
     log_level: Annotated[
         str, typer.Option("--log-level", envvar="LEVERET_LOG_LEVEL", help="Logging level.")
     ] = "info",
@@ -105,6 +159,14 @@ def server(
             prometheus_port=prometheus_port,
             bind=bind,
             data_dir=data_dir,
+            tcp_listener=tcp_listener,
+            amqps_port=amqps_port,
+            tls_cert=tls_cert,
+            tls_key=tls_key,
+            tls_ca=tls_ca,
+            tls_verify_peer=tls_verify_peer,
+            tls_fail_if_no_peer_cert=tls_fail_if_no_peer_cert,
+            http_tls=http_tls,
         )
     except ConfigError as exc:
         fail(str(exc))
@@ -112,6 +174,8 @@ def server(
     def ready(running: Running) -> None:
         print(f"Management API listening on {running.http_url}", flush=True)
         print(f"Prometheus metrics listening on {running.metrics_url}", flush=True)
+        if running.tls_url is not None and running.server.config.tcp_listener:
+            print(f"AMQP over TLS listening on {running.tls_url}", flush=True)
         print(f"Server startup complete; listening on {running.url}", flush=True)
 
     try:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
+import ssl
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -20,6 +21,7 @@ from leveret.management.metrics import make_metrics_app
 from leveret.management.stats import Stats
 from leveret.server.app import Server
 from leveret.server.config import Config
+from leveret.server.tls import server_context
 
 
 @dataclass
@@ -32,25 +34,34 @@ class Running:
     http_port: int
     prometheus_host: str
     prometheus_port: int
+    https: bool = False
 
     @property
     def url(self) -> str:
         return self.server.url
 
     @property
+    def tls_url(self) -> str | None:
+        return self.server.tls_url
+
+    @property
     def http_url(self) -> str:
-        return f"http://{self.http_host}:{self.http_port}"
+        scheme = "https" if self.https else "http"
+        return f"{scheme}://{self.http_host}:{self.http_port}"
 
     @property
     def metrics_url(self) -> str:
-        return f"http://{self.prometheus_host}:{self.prometheus_port}/metrics"
+        scheme = "https" if self.https else "http"
+        return f"{scheme}://{self.prometheus_host}:{self.prometheus_port}/metrics"
 
 
-async def _listen(app: web.Application, bind: str, port: int) -> tuple[web.AppRunner, str, int]:
+async def _listen(
+    app: web.Application, bind: str, port: int, context: ssl.SSLContext | None = None
+) -> tuple[web.AppRunner, str, int]:
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
     await runner.setup()
     host: str | None = bind if bind not in ("", "::") else None
-    site = web.TCPSite(runner, host, port, reuse_address=True)
+    site = web.TCPSite(runner, host, port, reuse_address=True, ssl_context=context)
     await site.start()
     server = site._server
     sockets = getattr(server, "sockets", None) or []
@@ -74,13 +85,22 @@ class Broker:
         await self.server.start()
         stats = Stats(self.server.broker)
         management = Management(self.server, stats)
+        context = None
+        if self.config.http_tls:
+            files = self.config.management_tls or self.config.tls
+            context = server_context(
+                files, "management_tls" if self.config.management_tls else "tls"
+            )
         try:
             http, http_host, http_port = await _listen(
-                make_app(management), self.config.bind, self.config.http_port
+                make_app(management), self.config.bind, self.config.http_port, context
             )
             self._runners.append(http)
             metrics, prom_host, prom_port = await _listen(
-                make_metrics_app(management), self.config.bind, self.config.prometheus_port
+                make_metrics_app(management),
+                self.config.bind,
+                self.config.prometheus_port,
+                context,
             )
             self._runners.append(metrics)
         except BaseException:
@@ -90,9 +110,9 @@ class Broker:
         management.listeners = [
             {"node": node, "protocol": proto, "ip_address": host, "port": port, "socket_opts": {}}
             for proto, host, port in (
-                ("amqp", self.server.host, self.server.port),
-                ("http", http_host, http_port),
-                ("http/prometheus", prom_host, prom_port),
+                *self.server.listeners,
+                ("https" if context else "http", http_host, http_port),
+                ("https/prometheus" if context else "http/prometheus", prom_host, prom_port),
             )
         ]
         stats.sample()
@@ -103,7 +123,9 @@ class Broker:
             stats.sample()
 
         self._sampler = loop.call_later(stats.interval, tick)
-        self.running = Running(self.server, management, http_host, http_port, prom_host, prom_port)
+        self.running = Running(
+            self.server, management, http_host, http_port, prom_host, prom_port, context is not None
+        )
         return self.running
 
     async def stop(self) -> None:

@@ -8,6 +8,9 @@ from typing import Any
 
 from pamqp import decode
 
+# The mechanisms Leveret knows; which are offered depends on the listener and the config.
+MECHANISMS = ("AMQPLAIN", "EXTERNAL", "PLAIN")
+
 
 class BadResponse(ValueError):
     """A response that does not follow its mechanism's format."""

@@ -45,14 +45,16 @@ from leveret.protocol.events import (
     UnsupportedProtocol,
     UpdateSecretReceived,
 )
-from leveret.server.state import CLOSING_TIMEOUT, ServerState
+from leveret.server.state import CLOSING_TIMEOUT, PLAIN_LISTENER, Listener, ServerState
+from leveret.server.tls import connection_details, login_name, peer_certificate
 
 log = logging.getLogger(__name__)
 
 
 class AMQPProtocol(asyncio.Protocol):
-    def __init__(self, state: ServerState) -> None:
+    def __init__(self, state: ServerState, listener: Listener = PLAIN_LISTENER) -> None:
         self.state = state
+        self.listener = listener
         self.loop = asyncio.get_running_loop()
         limits = state.limits
         self.conn = ServerConnection(limits.frame_max, limits.channel_max, limits.heartbeat)
@@ -138,8 +140,30 @@ class AMQPProtocol(asyncio.Protocol):
         transport.set_write_buffer_limits(  # type: ignore[attr-defined]
             high=4 * 1024 * 1024, low=1024 * 1024
         )
+        slots = self.listener.slots
+        if slots.full():
+            # As RabbitMQ's listener at connection_max: not served until a place frees;
+            # what the client sends waits unread, and its handshake clock has not started.
+            transport.pause_reading()  # type: ignore[attr-defined]
+            self._waiting = True
+            slots.waiting.append(self)
+            return
+        self.admit()
+
+    _waiting = False
+
+    def admit(self) -> None:
+        """Serve this connection: count it, start its handshake clock, read it."""
+        if self.transport is None:
+            return
+        was_waiting = self._waiting
+        self._waiting = False
+        self.listener.slots.active += 1
         self.state.connections.add(self)
         self._set_timer(self.state.limits.handshake_timeout, self._handshake_timeout)
+        if was_waiting:
+            self.transport.resume_reading()
+            self.loop.call_soon(self._resume)  # what it sent while it waited
 
     def _set_timer(self, delay: float, callback: Any) -> None:
         if self._timer is not None:
@@ -187,7 +211,16 @@ class AMQPProtocol(asyncio.Protocol):
         return False  # the transport closes itself after flushing
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self.state.connections.discard(self)
+        state = self.state
+        slots = self.listener.slots
+        if self._waiting:
+            self._waiting = False
+            slots.waiting.remove(self)
+        elif self in state.connections:
+            state.connections.discard(self)
+            slots.active -= 1
+            while slots.waiting and not slots.full():
+                slots.waiting.pop(0).admit()
         for handle in (self._heartbeat_handle, self._timer):
             if handle is not None:
                 handle.cancel()
@@ -241,6 +274,12 @@ class AMQPProtocol(asyncio.Protocol):
         # While the connection drains after a close, input is still read: a further
         # connection.close gets its close-ok; everything else is dropped.
         self.conn.receive_data(data)
+        if self._waiting:
+            # not served yet (connection_max): keep it, unread, until admitted (uvloop may
+            # read once even though reading was paused in connection_made)
+            if self.transport is not None:
+                self.transport.pause_reading()
+            return
         self._process()
 
     def _process(self) -> None:
@@ -322,7 +361,9 @@ class AMQPProtocol(asyncio.Protocol):
             # rabbit_access_control:update_state accepts any new secret as it is.
             conn.send_update_secret_ok()
         elif isinstance(event, HeaderReceived):
-            conn.send_start(self.state.broker.server_properties())
+            conn.send_start(
+                self.state.broker.server_properties(), mechanisms=" ".join(self._mechanisms())
+            )
         elif isinstance(event, UnsupportedProtocol):
             conn.send_protocol_header()
         elif isinstance(event, StartOkReceived):
@@ -365,24 +406,48 @@ class AMQPProtocol(asyncio.Protocol):
         local = self.transport.get_extra_info("sockname")
         broker = self.state.broker
         session = Session(broker, self, peer, local)
-        err = session.authenticate(event.mechanism, event.response, event.client_properties)
+        external = None
+        if event.mechanism == "EXTERNAL":
+            cert = peer_certificate(self.transport)
+            if cert is not None:
+                external = login_name(cert, self.state.cert_login_from)
+        err = session.authenticate(
+            event.mechanism,
+            event.response,
+            event.client_properties,
+            offered=self._mechanisms(),
+            external_name=external,
+        )
         if err is not None:
             broker.unregister(session)
             if err.code == spec.ACCESS_REFUSED and session.capability(
                 "authentication_failure_close"
             ):
                 self.close_connection(err)  # RabbitMQ names no method here
-            elif err.code == spec.ACCESS_REFUSED:
-                # As RabbitMQ: a client that cannot read the reason just loses the socket.
-                self.conn.drop()
             else:
-                self.close_connection(
-                    err.with_method(*spec.method_ids(commands.Connection.StartOk))
-                )
+                # As RabbitMQ: a client that cannot read the reason just loses the socket,
+                # and so does one naming a mechanism that is unknown or not offered (an
+                # error before tune ends the connection without a word).
+                log.info("login failed from %s: %s", self.name, err.reply_text)
+                self.conn.drop()
             return
+        session.transport_details = connection_details(self.transport)
         self.session = session
         session.on_released = self._released
         self.conn.send_tune()
+
+    def _mechanisms(self) -> tuple[str, ...]:
+        """What connection.start offers here, in RabbitMQ's order (by name): EXTERNAL only
+        on a TLS listener that verifies client certificates."""
+        listener = self.listener
+        # (RabbitMQ lists them in its registry's order, which varies between starts)
+        return tuple(
+            sorted(
+                m
+                for m in self.state.mechanisms
+                if m != "EXTERNAL" or (listener.tls and listener.verify_peer)
+            )
+        )
 
     def _released(self) -> None:
         """Credit came back: read again, and handle what waited in the buffer."""

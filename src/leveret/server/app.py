@@ -7,13 +7,15 @@ import contextlib
 import logging
 import signal
 import socket
+import ssl
 from typing import Any
 
 from leveret.broker.broker import Broker
 from leveret.broker.events import Observers
 from leveret.server.amqp import AMQPProtocol
-from leveret.server.config import Config
-from leveret.server.state import Limits, ServerState
+from leveret.server.config import Config, ConfigError
+from leveret.server.state import Limits, Listener, ServerState, Slots
+from leveret.server.tls import server_context
 from leveret.store.setup import Persistence
 
 log = logging.getLogger(__name__)
@@ -28,14 +30,28 @@ class Server:
         self.persistence = Persistence(config.data_dir) if config.data_dir is not None else None
         if self.persistence is not None:
             self.observers.subscribe(self.persistence.observe)
-        self.broker = Broker(observers=self.observers, storage=self.persistence)
+        self.broker = Broker(
+            observers=self.observers,
+            storage=self.persistence,
+            max_message_size=config.max_message_size,
+        )
         self.loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]
-        self._server: asyncio.base_events.Server | None = None
         self.state = ServerState(
             self.broker,
-            Limits(config.frame_max, config.channel_max, config.heartbeat),
+            Limits(
+                config.frame_max,
+                config.channel_max,
+                config.heartbeat,
+                handshake_timeout=config.handshake_timeout / 1000,
+            ),
             self.after_batch,
+            mechanisms=config.auth_mechanisms,
+            cert_login_from=config.ssl_cert_login_from,
         )
+        self._servers: list[asyncio.base_events.Server] = []
+        # (protocol, host, port) of each listener, as the management API lists them
+        self.listeners: list[tuple[str, str, int]] = []
+        self.tls_port = 0
         self._alarm_handle: asyncio.TimerHandle | None = None
         self.port = 0
         self.host = config.bind
@@ -61,21 +77,48 @@ class Server:
 
     async def start(self) -> None:
         self.loop = asyncio.get_running_loop()
+        config = self.config
+        tls_context = server_context(config.tls) if config.tls.enabled else None
+        if not config.tcp_listener and tls_context is None:
+            raise ConfigError("no listener: the TCP listener is off and no TLS certificate is set")
         self.setup_broker()
+        try:
+            if config.tcp_listener:
+                plain = Listener(slots=Slots(config.connection_max))
+                self.host, self.port = await self._listen(config.amqp_port, plain, None)
+            if tls_context is not None:
+                verify = config.tls.verify == "verify_peer"
+                secure = Listener("amqp/ssl", True, verify, Slots(config.connection_max))
+                host, self.tls_port = await self._listen(config.amqps_port, secure, tls_context)
+                if not config.tcp_listener:
+                    self.host, self.port = host, self.tls_port
+        except BaseException:
+            for server in self._servers:
+                server.close()
+            raise
+        self._alarm_handle = self.loop.call_later(ALARM_CHECK_INTERVAL, self._tick)
+
+    async def _listen(
+        self, port: int, listener: Listener, context: ssl.SSLContext | None
+    ) -> tuple[str, int]:
         host: str | None = self.config.bind
         if host in ("", "0.0.0.0", "::"):
             host = None if host != "0.0.0.0" else "0.0.0.0"
-        self._server = await self.loop.create_server(
-            lambda: AMQPProtocol(self.state),
+        server = await self.loop.create_server(
+            lambda: AMQPProtocol(self.state, listener),
             host=host,
-            port=self.config.amqp_port,
+            port=port,
             reuse_address=True,
             backlog=1024,
+            ssl=context,
+            ssl_handshake_timeout=self.state.limits.handshake_timeout if context else None,
         )
-        sock = self._server.sockets[0]
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.host, self.port = sock.getsockname()[:2]
-        self._alarm_handle = self.loop.call_later(ALARM_CHECK_INTERVAL, self._tick)
+        self._servers.append(server)
+        for sock in server.sockets:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        bound_host, bound_port = server.sockets[0].getsockname()[:2]
+        self.listeners.append((listener.protocol, str(bound_host), int(bound_port)))
+        return str(bound_host), int(bound_port)
 
     @property
     def memory_alarm(self) -> bool:
@@ -83,7 +126,12 @@ class Server:
 
     @property
     def url(self) -> str:
-        return f"amqp://{self.host}:{self.port}"
+        scheme = "amqp" if self.config.tcp_listener else "amqps"
+        return f"{scheme}://{self.host}:{self.port}"
+
+    @property
+    def tls_url(self) -> str | None:
+        return f"amqps://{self.host}:{self.tls_port}" if self.tls_port else None
 
     def after_batch(self) -> None:
         """Make what was published durable before confirms go out (fsync batching)."""
@@ -120,8 +168,8 @@ class Server:
     async def stop(self, reason: str = "shutdown") -> None:
         if self._alarm_handle is not None:
             self._alarm_handle.cancel()
-        if self._server is not None:
-            self._server.close()
+        for server in self._servers:
+            server.close()
         for p in list(self.state.connections):
             p.shutdown(reason)
         # give clients a moment to read the close and answer close-ok
@@ -133,8 +181,8 @@ class Server:
             p.abort()
         if self.persistence is not None:
             self.persistence.close()
-        if self._server is not None:
-            await self._server.wait_closed()
+        for server in self._servers:
+            await server.wait_closed()
 
     async def serve_forever(self, on_ready: Any = None) -> None:
         await self.start()

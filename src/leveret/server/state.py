@@ -16,6 +16,12 @@ from leveret.protocol import spec
 CLOSING_TIMEOUT = 30.0  # most seconds to wait for a peer to end its side (rabbit_reader)
 
 
+class Admission(Protocol):
+    """A connection waiting for a place under connection_max."""
+
+    def admit(self) -> None: ...
+
+
 class LiveConnection(Protocol):
     """A connection as the server drives it from outside: alarms and shutdown."""
 
@@ -24,6 +30,32 @@ class LiveConnection(Protocol):
     def shutdown(self, reason: str) -> None: ...
 
     def abort(self) -> None: ...
+
+
+@dataclass(eq=False, slots=True)
+class Slots:
+    """A listener's places under connection_max (RabbitMQ's is per listener: Ranch's
+    max_connections with one connection supervisor): who holds one, who waits."""
+
+    limit: int | None = None
+    active: int = 0
+    waiting: list[Admission] = field(default_factory=list)
+
+    def full(self) -> bool:
+        return self.limit is not None and self.active >= self.limit
+
+
+@dataclass(frozen=True, slots=True)
+class Listener:
+    """What a connection knows of the listener that accepted it."""
+
+    protocol: str = "amqp"  # RabbitMQ's listener names: amqp, amqp/ssl
+    tls: bool = False
+    verify_peer: bool = False  # the listener asks for client certificates and checks them
+    slots: Slots = field(default_factory=Slots)
+
+
+PLAIN_LISTENER = Listener()
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +77,9 @@ class ServerState:
     sync: Callable[[], None]  # make buffered store writes durable (fsync batching)
     connections: set[LiveConnection] = field(default_factory=set)
     alarms: set[str] = field(default_factory=set)  # resources in alarm: "memory", "disk"
+    # SASL mechanisms enabled (EXTERNAL is offered only where the listener verifies peers)
+    mechanisms: tuple[str, ...] = ("AMQPLAIN", "PLAIN")
+    cert_login_from: str = "common_name"  # what a client certificate logs in as
 
     @property
     def blocking(self) -> bool:
