@@ -120,8 +120,15 @@ class RabbitMQNode:
     (owned by the rabbitmq user, as the Debian wrapper drops to it), no plugins."""
 
     def __init__(
-        self, netns: NetNamespace, port: int = 5672, nodename: str = "leveretown@localhost"
+        self,
+        netns: NetNamespace,
+        port: int = 5672,
+        nodename: str = "leveretown@localhost",
+        tls: tuple[Path, Path, Path] | None = None,
+        tls_port: int = 5671,
     ) -> None:
+        """``tls``: (CA, certificate, key) for an amqps listener on ``tls_port``, with
+        verify_peer and no fail_if_no_peer_cert (the client test suites' own setups)."""
         self.netns = netns
         self.port = port
         self.nodename = nodename
@@ -130,6 +137,20 @@ class RabbitMQNode:
         for sub in ("mnesia", "log"):
             (self.base / sub).mkdir()
         (self.base / "enabled_plugins").write_text("[].\n")
+        if tls is not None:
+            certs = self.base / "certs"
+            certs.mkdir()
+            names = ("ca.pem", "server.pem", "server.key")
+            for source, name in zip(tls, names, strict=True):
+                shutil.copy(source, certs / name)
+            (self.base / "rabbitmq.conf").write_text(
+                f"listeners.ssl.default = {tls_port}\n"
+                f"ssl_options.cacertfile = {certs / 'ca.pem'}\n"
+                f"ssl_options.certfile = {certs / 'server.pem'}\n"
+                f"ssl_options.keyfile = {certs / 'server.key'}\n"
+                "ssl_options.verify = verify_peer\n"
+                "ssl_options.fail_if_no_peer_cert = false\n"
+            )
         shutil.chown(self.base, "rabbitmq", "rabbitmq")
         for path in self.base.rglob("*"):
             shutil.chown(path, "rabbitmq", "rabbitmq")
@@ -140,7 +161,8 @@ class RabbitMQNode:
             "RABBITMQ_LOG_BASE": str(self.base / "log"),
             "RABBITMQ_ENABLED_PLUGINS_FILE": str(self.base / "enabled_plugins"),
             "RABBITMQ_PID_FILE": str(self.base / "pid"),
-            "RABBITMQ_CONFIG_FILE": str(self.base / "rabbitmq"),  # none there: defaults
+            # rabbitmq.conf there only with TLS; else none: the defaults
+            "RABBITMQ_CONFIG_FILE": str(self.base / "rabbitmq"),
         }
         self.process: subprocess.Popen[bytes] | None = None
 
