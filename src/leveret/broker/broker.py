@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import leveret
 from leveret.broker.events import Event, Observers
+from leveret.broker.reply_to import DirectReplyTo
 from leveret.broker.users import UserDatabase
 from leveret.broker.vhost import VirtualHost
 from leveret.protocol import spec
@@ -52,6 +53,7 @@ class Broker:
         self.connections: dict[int, ConnectionInfo] = {}
         self._next_connection = 1
         self.cluster_name = self.node_name
+        self.replies = DirectReplyTo(self.node_name)
 
     @classmethod
     def with_defaults(cls, node_name: str | None = None) -> Broker:
@@ -69,7 +71,13 @@ class Broker:
         vhost = self.vhosts.get(name)
         if vhost is None:
             vhost = VirtualHost(
-                name, description, tags, self.observers, self.storage, self.max_message_size
+                name,
+                description,
+                tags,
+                self.observers,
+                self.storage,
+                self.max_message_size,
+                self.replies,
             )
             self.vhosts[name] = vhost
             self.observers.emit(Event.VHOST_ADDED, vhost)

@@ -61,6 +61,8 @@ class Channel:
         self.tx_publishes: list[tuple[Exchange, Message, bool]] = []
         self.tx_settles: list[tuple[str, int, bool, bool]] = []
         self.last_declared_queue = ""
+        # direct reply-to: the consumer tag (and its wire form) and the address suffix
+        self.reply: tuple[str, str, bytes] | None = None
         self.closed = False
         # counters for management
         self.published = 0
@@ -146,6 +148,32 @@ class Channel:
         if queue.auto_delete and not queue.consumers and not queue.deleted:
             self.host.vhost_obj.remove_queue(queue)
         return consumer
+
+    def consume_replies(self, tag: str, suffix: str) -> None:
+        raw = tag.encode()
+        self.reply = (tag, suffix, bytes((len(raw),)) + raw)
+
+    def cancel_replies(self) -> str:
+        """Stop consuming replies; the address suffix that named this channel."""
+        assert self.reply is not None
+        suffix = self.reply[1]
+        self.reply = None
+        return suffix
+
+    def deliver_reply(self, message: Message) -> None:
+        """A reply to this channel's address, as RabbitMQ delivers one: no ack expected,
+        never redelivered, and the channel's next delivery tag, which it does not use up."""
+        if self.closed or self.reply is None:
+            return
+        self.out.send_deliver(
+            self.number,
+            self.reply[2],
+            self.next_tag,
+            False,
+            message.exchange_and_key,
+            message.properties,
+            message.body,
+        )
 
     def consumer_cancelled_by_server(self, consumer: Consumer) -> None:
         """The queue went away: tell a client that asked for cancel notifications."""

@@ -18,6 +18,7 @@ from leveret.broker.broker import Broker
 from leveret.broker.channel import Channel
 from leveret.broker.message import Message
 from leveret.broker.queues import Queue, queue_type_name
+from leveret.broker.reply_to import REPLY_PREFIX, REPLY_QUEUE
 from leveret.broker.users import Permission, User
 from leveret.broker.vhost import ROUTED, PublishResult, VirtualHost, exchange_type
 from leveret.protocol import errors, sasl, spec
@@ -196,6 +197,8 @@ class Session:
         ch = self.channels.pop(number, None)
         if ch is not None:
             self.closed_channel_confirms += ch.confirmed
+            if ch.reply is not None:
+                self.broker.replies.unregister(ch.cancel_replies())
             ch.close()
 
     def handle(self, number: int, method: Method) -> None:
@@ -383,6 +386,9 @@ class Session:
     def _queue_declare(self, ch: Channel, m: C.Queue.Declare) -> None:
         vhost = self.vhost_obj
         name = m.queue.replace("\r", "").replace("\n", "")
+        if name.startswith(REPLY_QUEUE):
+            self._declare_reply_queue(ch, m, name)
+            return
         message_count = None
         if m.passive:
             q = vhost.get_queue(name)  # no last-declared shortcut here, as RabbitMQ
@@ -473,6 +479,9 @@ class Session:
         if m.consumer_tag in ch.consumers:
             raise errors.not_allowed(f"attempt to reuse consumer tag '{m.consumer_tag}'")
         name = self._queue_for(ch, m.queue)
+        if name == REPLY_QUEUE:
+            self._consume_replies(ch, m)
+            return
         self.check("read", "queue", name)
         q = self.vhost_obj.get_queue(name)
         self._exclusive_check(q)
@@ -482,7 +491,41 @@ class Session:
         self._reply(ch, m.nowait, C.Basic.ConsumeOk(consumer_tag=consumer.tag))
         ch.start_consumer(consumer, start)
 
+    def _consume_replies(self, ch: Channel, m: C.Basic.Consume) -> None:
+        """Direct reply-to: the channel's one no-ack consumer of its replies (RabbitMQ
+        checks no permission here: the replies are the channel's own)."""
+        if not m.no_ack:
+            raise errors.precondition_failed("reply consumer cannot acknowledge")
+        if ch.reply is not None:
+            raise errors.precondition_failed("reply consumer already set")
+        tag = m.consumer_tag or names.consumer_tag()
+        ch.consume_replies(tag, self.broker.replies.register(ch))
+        self._reply(ch, m.nowait, C.Basic.ConsumeOk(consumer_tag=tag))
+
+    def _declare_reply_queue(self, ch: Channel, m: C.Queue.Declare, name: str) -> None:
+        """Every declare of a reply-to name is passive, as RabbitMQ: it exists while its
+        channel consumes (the pseudo-queue itself always does), with one consumer."""
+        if name == REPLY_QUEUE:
+            found = True
+        elif name.startswith(REPLY_PREFIX):
+            target = self.broker.replies.resolve(name)
+            if target is ch:
+                raise errors.Crash()  # RabbitMQ's channel process calls itself
+            found = target is not None
+        else:
+            found = False
+        if not found:
+            raise rabbit.no_queue(name, self.vhost)
+        ch.last_declared_queue = name
+        ok = C.Queue.DeclareOk(queue=REPLY_QUEUE, message_count=0, consumer_count=1)
+        ok.queue = name  # base64 characters pamqp's name check would refuse
+        self._reply(ch, m.nowait, ok)
+
     def _basic_cancel(self, ch: Channel, m: C.Basic.Cancel) -> None:
+        if ch.reply is not None and ch.reply[0] == m.consumer_tag:
+            self.broker.replies.unregister(ch.cancel_replies())
+            self._reply(ch, m.nowait, C.Basic.CancelOk(consumer_tag=m.consumer_tag))
+            return
         ch.cancel(m.consumer_tag or "")
         self._reply(ch, m.nowait, C.Basic.CancelOk(consumer_tag=m.consumer_tag))
 
@@ -558,8 +601,9 @@ class Session:
             if immediate:
                 raise errors.not_implemented("immediate=true")
             # VirtualHost.publish's two halves, called apart: a transaction routes at commit
-            exchange = vhost.authorize_publish(
-                exchange_name, message, self._username, self.permission
+            reply_suffix = ch.reply[1] if ch.reply is not None else None
+            exchange, message = vhost.authorize_publish(
+                exchange_name, message, self._username, self.permission, reply_suffix
             )
         except AMQPError as exc:
             self.fail(number, exc.with_method(*spec.method_ids(C.Basic.Publish)))

@@ -18,7 +18,7 @@ from leveret.broker.arguments import (
     text,
     wire_type,
 )
-from leveret.broker.deadletter import dead_lettered
+from leveret.broker.deadletter import dead_lettered, death_queues, deaths, is_cycle
 from leveret.broker.entry import now_ms
 from leveret.broker.events import Event, Observers
 from leveret.broker.exchanges import EXCHANGE_TYPES, Binding, DefaultExchange, Exchange
@@ -31,7 +31,15 @@ from leveret.broker.queues import (
     StreamQueue,
     queue_type_name,
 )
-from leveret.protocol import errors, spec
+from leveret.broker.reply_to import (
+    REPLY_PREFIX,
+    REPLY_QUEUE,
+    DirectReplyTo,
+    ReplyConsumer,
+    is_reply_address,
+)
+from leveret.broker.sender_routes import might_name_routes, with_sender_routes
+from leveret.protocol import errors, spec, table
 
 if TYPE_CHECKING:
     from leveret.broker.ports import ConnectionInfo, FlowHolder, Storage
@@ -49,6 +57,8 @@ BUILTIN_EXCHANGES = (
 )
 
 _EXPIRATION_FLAG = 0x01  # byte 0 of the property flags: expiration (0x0100)
+_REPLY_TO_FLAG = 0x02  # byte 0: reply-to (0x0200)
+_REPLY_TO_PSEUDO_QUEUE = b"\x15" + REPLY_QUEUE.encode()  # as a short string
 _USER_ID_FLAG = 0x10  # byte 1: user-id (0x0010)
 
 
@@ -100,8 +110,10 @@ class VirtualHost:
         observers: Observers | None = None,
         storage: Storage | None = None,
         max_message_size: int = spec.DEFAULT_MAX_MESSAGE_SIZE,
+        replies: DirectReplyTo | None = None,
     ) -> None:
         self.name = name
+        self.replies = replies
         self.description = description
         self.tags = list(tags or [])
         self.observers = observers or Observers()
@@ -116,6 +128,7 @@ class VirtualHost:
             )
         # (kind, name) of destination -> bindings pointing at it, for cascading deletes
         self._incoming: dict[tuple[str, str], dict[tuple[Any, ...], Binding]] = {}
+        self._cycles_logged: set[tuple[str, ...]] = set()
 
     # ---------------------------------------------------------------- exchanges
     def get_exchange(self, name: str) -> Exchange:
@@ -380,7 +393,17 @@ class VirtualHost:
     # ------------------------------------------------------------------ routing
     def route(self, exchange: Exchange, message: Message) -> list[Queue]:
         """Queues a message published to ``exchange`` reaches, following
-        exchange-to-exchange bindings and alternate exchanges, each queue once."""
+        exchange-to-exchange bindings and alternate exchanges, each queue once. A
+        message with CC or BCC keys is routed with each of its keys."""
+        if message.cc:
+            out: dict[Queue, None] = {}
+            for key in message.routing_keys:
+                for q in self._route_key(exchange, message.keyed(key)):
+                    out[q] = None
+            return list(out)
+        return self._route_key(exchange, message)
+
+    def _route_key(self, exchange: Exchange, message: Message) -> list[Queue]:
         if not exchange.exchange_bindings:
             dests = exchange.route(message)
             if dests or "alternate-exchange" not in exchange.arguments:
@@ -408,6 +431,19 @@ class VirtualHost:
                     seen.add(ae_name)
                     self._route_into(ae, message, out, seen)
 
+    def _reply_targets(self, exchange: Exchange, message: Message) -> list[ReplyConsumer]:
+        """The direct reply-to consumers a message to the default exchange is addressed
+        to (RabbitMQ's default exchange hands these to channels, never to queues)."""
+        if exchange is not self.default_exchange or self.replies is None:
+            return []
+        out: list[ReplyConsumer] = []
+        for key in sorted(set(message.routing_keys)):
+            if is_reply_address(key):
+                target = self.replies.resolve(key)
+                if target is not None:
+                    out.append(target)
+        return out
+
     def expire(self) -> None:
         """Drop expired messages at queue heads, and queues unused for their x-expires."""
         t = now_ms()
@@ -424,10 +460,17 @@ class VirtualHost:
 
     # ------------------------------------------------------------------ publish
     def authorize_publish(
-        self, exchange_name: str, message: Message, username: str, permission: Permission | None
-    ) -> Exchange:
+        self,
+        exchange_name: str,
+        message: Message,
+        username: str,
+        permission: Permission | None,
+        reply_suffix: str | None = None,
+    ) -> tuple[Exchange, Message]:
         """Every check RabbitMQ makes of a publish, in its order (size, write permission,
-        the exchange, internal, user-id, expiration): the exchange to route through."""
+        the exchange, internal, direct reply-to, user-id, expiration, CC/BCC): the
+        exchange to route through and the message as the queues will hold it (reply-to
+        rewritten for the publishing channel's ``reply_suffix``, BCC removed)."""
         if len(message.body) > self.max_message_size:
             raise errors.precondition_failed(
                 f"message size {len(message.body)} is larger than configured max size "
@@ -446,9 +489,14 @@ class VirtualHost:
                 f"cannot publish to internal exchange '{exchange_name}' in vhost '{self.name}'"
             )
         props = message.properties
+        if props[0] & _REPLY_TO_FLAG and _REPLY_TO_PSEUDO_QUEUE in props:
+            message = _with_reply_address(message, reply_suffix)
+            props = message.properties
         if props[0] & _EXPIRATION_FLAG or (len(props) > 2 and props[1] & _USER_ID_FLAG):
             _check_properties(message, username)
-        return exchange
+        if might_name_routes(props):
+            message = with_sender_routes(message)
+        return exchange, message
 
     def publish(
         self,
@@ -457,15 +505,26 @@ class VirtualHost:
         mandatory: bool = False,
         username: str = "",
         permission: Permission | None = None,
+        reply_suffix: str | None = None,
     ) -> PublishResult:
         """Check, route and enqueue one message: the one path of every publish."""
-        exchange = self.authorize_publish(exchange_name, message, username, permission)
+        exchange, message = self.authorize_publish(
+            exchange_name, message, username, permission, reply_suffix
+        )
         return self.publish_to(exchange, message, mandatory)
 
     def publish_to(self, exchange: Exchange, message: Message, mandatory: bool) -> PublishResult:
         """Route an authorized message and enqueue it (a transaction's commit routes
         what it authorized earlier)."""
-        queues = self.route(exchange, message)
+        if exchange is self.default_exchange and (
+            message.cc or message.routing_key.startswith(REPLY_PREFIX)
+        ):
+            # reply addresses reach channels, never queues (no queue has such a name)
+            for target in self._reply_targets(exchange, message):
+                target.deliver_reply(message)
+            queues = self.route(exchange, message)
+        else:
+            queues = self.route(exchange, message)
         if not queues:
             return RETURNED if mandatory else UNROUTED
         uneven: list[tuple[Queue, Accepted]] | None = None
@@ -493,18 +552,60 @@ class VirtualHost:
         return PublishResult(True, False, refused, unstorable, tuple(congested))
 
     # ------------------------------------------------------------ dead-lettering
-    def dead_letter(self, queue: Queue, message: Message, reason: str) -> None:
-        """Republish a queue's dead letter through its dead-letter exchange."""
-        if not isinstance(queue, ClassicQueue) or queue.dead_letter_exchange is None:
-            return
-        dlx = self.exchanges.get(queue.dead_letter_exchange)
+    def dead_letter(self, queue: Queue, message: Message, reason: str) -> list[Accepted]:
+        """Republish a queue's dead letter through its dead-letter exchange, as
+        rabbit_dead_letter: what each queue it reached answered (none when it went
+        nowhere)."""
+        dlx_name = queue.dead_letter_exchange
+        if dlx_name is None:
+            return []
+        dlx = self.exchanges.get(dlx_name)
         if dlx is None:
-            return
+            return []
         letter = dead_lettered(message, queue.name, reason, dlx.name, queue.dead_letter_routing_key)
-        for q in self.route(dlx, letter):
-            if q is queue and reason != "rejected":
-                continue  # no dead-letter cycles back into the same queue
-            q.enqueue(letter)
+        try:
+            queues = self.route(dlx, letter)
+            if dlx is self.default_exchange:
+                for target in self._reply_targets(dlx, letter):
+                    target.deliver_reply(letter)
+        except errors.AMQPError:
+            return []  # an address RabbitMQ cannot decode: its queue process fails
+        if reason != "rejected":
+            history = deaths(letter)
+            kept = []
+            for q in queues:
+                if is_cycle(q.name, history):
+                    self._log_cycle([q.name, *death_queues(history)])
+                else:
+                    kept.append(q)
+            queues = kept
+        return [q.enqueue(letter) for q in queues]
+
+    def _log_cycle(self, names: list[str]) -> None:
+        key = tuple(names)
+        if key in self._cycles_logged:
+            return
+        self._cycles_logged.add(key)
+        shown = ",".join(f'<<"{n}">>' for n in names)
+        log.warning(
+            "Message dropped. Dead-letter queues cycle detected: [%s]\n"
+            "This cycle will NOT be reported again.",
+            shown,
+        )
+
+
+def _with_reply_address(message: Message, reply_suffix: str | None) -> Message:
+    """A reply_to of exactly 'amq.rabbitmq.reply-to' names the publishing channel's reply
+    consumer: rewritten to its address, refused when the channel has none."""
+    if table.short_property(message.properties, table.REPLY_TO_FLAG) != REPLY_QUEUE:
+        return message
+    if reply_suffix is None:
+        raise errors.precondition_failed("fast reply consumer does not exist")
+    return message.with_properties(
+        table.with_short_property(
+            message.properties, table.REPLY_TO_FLAG, REPLY_PREFIX + reply_suffix
+        )
+    )
 
 
 def _check_properties(message: Message, username: str) -> None:

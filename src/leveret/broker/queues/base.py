@@ -49,7 +49,10 @@ class Subscriber(Protocol):
 class DeadLetters(Protocol):
     """Where a queue's dead letters go: its vhost, which routes them on."""
 
-    def dead_letter(self, queue: Queue, message: Message, reason: str) -> None: ...
+    def dead_letter(self, queue: Queue, message: Message, reason: str) -> list[Accepted]:
+        """Route a dead letter through the queue's dead-letter exchange; what each queue
+        it reached answered."""
+        ...
 
 
 class Accepted(Enum):
@@ -87,6 +90,9 @@ class Queue:
         self.auto_delete = auto_delete
         self.arguments: dict[str, Any] = arguments.copy() if arguments else {}
         self.dead_letters = dead_letters
+        # x-dead-letter-exchange / -routing-key, for the types that dead-letter
+        self.dead_letter_exchange: str | None = None
+        self.dead_letter_routing_key: str | None = None
         self.consumers: list[Subscriber] = []
         self.unacked = 0
         self.deleted = False
