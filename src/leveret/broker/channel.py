@@ -79,15 +79,15 @@ class Channel:
 
     @property
     def writable(self) -> bool:
-        return self.host.writable
+        return self.host.writable and not self.closed
 
     def can_deliver(self) -> bool:
-        if not self.host.writable:
+        if not self.host.writable or self.closed:
             return False
         return not self.global_prefetch or len(self.unacked) < self.global_prefetch
 
     def credit(self) -> int:
-        if not self.host.writable:
+        if not self.host.writable or self.closed:
             return 0
         if not self.global_prefetch:
             return UNLIMITED
@@ -115,7 +115,7 @@ class Channel:
     ) -> Consumer:
         if tag in self.consumers:
             raise errors.not_allowed(f"attempt to reuse consumer tag '{tag}'")
-        if queue.consumers and (exclusive or any(c.exclusive for c in queue.consumers)):
+        if not queue.admits(exclusive):
             raise errors.access_refused(
                 f"queue '{queue.name}' in vhost '{queue.vhost}' in exclusive use"
             )

@@ -109,11 +109,15 @@ def consumer(c: Consumer, node: str) -> dict[str, Any]:
     ch = c.channel
     s = ch.connection
     peer = s.peer or ("", 0)
+    active, status = True, "up"
+    if c.queue.single_active_consumer_on:
+        active = c.queue.active_consumer is c
+        status = "single_active" if active else "waiting"
     return {
         "arguments": jsonable(c.arguments),
         "ack_required": not c.no_ack,
-        "active": True,
-        "activity_status": "up",
+        "active": active,
+        "activity_status": status,
         "channel_details": {
             "connection_name": s.name,
             "name": f"{s.name} ({ch.number})",
@@ -139,6 +143,7 @@ def queue(q: Queue, broker: Broker, stats: Stats, age: Any = None) -> dict[str, 
     persistent, persistent_bytes = q.persistent_figures()
     owner = q.exclusive_owner
     exclusive_tag = next((c.tag for c in q.consumers if c.exclusive), None)
+    sac = q.active_consumer if q.single_active_consumer_on else None
     out: dict[str, Any] = {
         "arguments": jsonable(q.arguments),
         "auto_delete": q.auto_delete,
@@ -167,7 +172,7 @@ def queue(q: Queue, broker: Broker, stats: Stats, age: Any = None) -> dict[str, 
         "operator_policy": None,
         "policy": None,
         "recoverable_slaves": None,
-        "single_active_consumer_tag": None,
+        "single_active_consumer_tag": sac.tag if sac is not None else None,
         "state": "running",
         "type": q.type_name,
         "vhost": q.vhost,

@@ -143,6 +143,21 @@ class Queue:
         """Check a basic.consume on this queue; what the consumer starts from."""
         return None
 
+    def admits(self, exclusive: bool) -> bool:
+        """Whether a consumer (exclusive or not) may subscribe now: an exclusive consumer
+        only to a queue without consumers, nobody beside an exclusive one."""
+        return not (self.consumers and (exclusive or any(c.exclusive for c in self.consumers)))
+
+    @property
+    def single_active_consumer_on(self) -> bool:
+        """x-single-active-consumer: one consumer gets messages, the others wait."""
+        return False
+
+    @property
+    def active_consumer(self) -> Subscriber | None:
+        """With a single active consumer, the one that gets messages now."""
+        return None
+
     def add_consumer(self, consumer: Subscriber, start: Any = None) -> None:
         raise NotImplementedError
 

@@ -69,6 +69,8 @@ class ClassicQueue(Queue):
         self.max_length_bytes: int | None = _int(a.get("x-max-length-bytes"))
         self.overflow = text(a.get("x-overflow", "drop-head"))
         self._expires: int | None = _int(a.get("x-expires"))
+        self._single_active = a.get("x-single-active-consumer") is True
+        self._active: Subscriber | None = None
         self.dead_letter_exchange = optional_text(a.get("x-dead-letter-exchange"))
         self.dead_letter_routing_key = optional_text(a.get("x-dead-letter-routing-key"))
         # x-max-priority: ready is kept highest priority first, FIFO within a priority,
@@ -253,7 +255,25 @@ class ClassicQueue(Queue):
             self.dead_letters.dead_letter(self, message, reason)
 
     # ---------------------------------------------------------------- consuming
+    @property
+    def single_active_consumer_on(self) -> bool:
+        return self._single_active
+
+    @property
+    def active_consumer(self) -> Subscriber | None:
+        return self._active
+
+    def admits(self, exclusive: bool) -> bool:
+        # As rabbit_amqqueue_process: a single-active-consumer queue refuses every
+        # exclusive consumer, even the first.
+        if self._single_active:
+            return not exclusive
+        return super().admits(exclusive)
+
     def _next_consumer(self) -> Subscriber | None:
+        if self._single_active:
+            active = self._active
+            return active if active is not None and active.has_credit() else None
         consumers = self.consumers
         n = len(consumers)
         if n == 1:
@@ -317,7 +337,16 @@ class ClassicQueue(Queue):
         self.last_used = now_ms()
         self.consumers.append(consumer)
         self.consumers.sort(key=lambda c: -c.priority)
+        if self._single_active and self._active is None:
+            self._active = consumer  # the first to subscribe
         self.dispatch()
+
+    def remove_consumer(self, consumer: Subscriber) -> None:
+        super().remove_consumer(consumer)
+        if consumer is self._active:
+            # the next: highest priority, then the earliest to subscribe
+            self._active = self.consumers[0] if self.consumers else None
+            self.dispatch()
 
     # ---------------------------------------------------------------- settling
     def ack(self, entries: Iterable[Entry]) -> None:
