@@ -136,11 +136,6 @@ def check_queue_arguments(name: str, vhost: str, arguments: dict[str, Any]) -> N
             raise errors.precondition_failed(
                 f"invalid arg '{key}' for {where} of queue type rabbit_classic_queue"
             )
-    qtype = text(arguments.get("x-queue-type", "classic"))
-    if qtype not in ("classic", "stream"):
-        raise errors.precondition_failed(
-            f"queue type '{qtype}' is not supported by this broker (declaring {where})"
-        )
 
 
 def assert_args_equivalence(
@@ -188,3 +183,154 @@ __all__ = [
     "check_queue_arguments",
     "wire_type",
 ]
+
+
+# ------------------------------------------------------------------------------
+# rabbit_amqqueue:check_declare_arguments, for the queue types that follow it to the
+# letter (quorum): the validators of the arguments the type takes, in RabbitMQ's order,
+# then every argument another type takes and this one does not is refused.
+
+# Every queue argument some queue type takes (rabbit_queue_type:arguments(queue_arguments)).
+KNOWN_QUEUE_ARGS = frozenset(
+    (
+        # classic
+        "x-expires",
+        "x-message-ttl",
+        "x-dead-letter-exchange",
+        "x-dead-letter-routing-key",
+        "x-max-length",
+        "x-max-length-bytes",
+        "x-max-priority",
+        "x-overflow",
+        "x-queue-mode",
+        "x-queue-version",
+        "x-single-active-consumer",
+        "x-queue-type",
+        "x-queue-master-locator",
+        # quorum
+        "x-dead-letter-strategy",
+        "x-max-in-memory-length",
+        "x-max-in-memory-bytes",
+        "x-quorum-initial-group-size",
+        "x-delivery-limit",
+        "x-queue-leader-locator",
+        # stream
+        "x-max-age",
+        "x-stream-max-segment-size-bytes",
+        "x-initial-cluster-size",
+    )
+)
+_INTEGER_WIRE_TYPES = frozenset(
+    ("byte", "short", "signedint", "long", "unsignedbyte", "unsignedshort", "unsignedint")
+)
+_LEADER_LOCATORS = ("client-local", "balanced", "random", "least-leaders")
+_DLX_STRATEGIES = ("at-most-once", "at-least-once")
+
+
+def _int_reason(value: Any, wire: str) -> str | None:
+    if wire not in _INTEGER_WIRE_TYPES or not _is_int(value):
+        return f'"expected integer, got {wire}"'
+    return None
+
+
+def _non_neg(value: Any, wire: str) -> str | None:
+    reason = _int_reason(value, wire)
+    if reason is None and value < 0:
+        return f"{{value_negative,{value}}}"
+    return reason
+
+
+def _expiry(value: Any, wire: str, zero_allowed: bool) -> str | None:
+    reason = _int_reason(value, wire)
+    if reason is not None:
+        return reason
+    if not zero_allowed and value == 0:
+        return "{value_zero,0}"
+    if value < 0:
+        return f"{{value_negative,{value}}}"
+    if value > _MAX_TTL:
+        return f"{{value_too_large,{value}}}"
+    return None
+
+
+def _one_of(value: Any, wire: str, known: tuple[str, ...], invalid: str) -> str | None:
+    if not _is_str(value):
+        return f"{{unacceptable_type,{wire}}}"
+    return None if text(value) in known else invalid
+
+
+def _declare_validators(arguments: dict[str, Any]) -> list[tuple[str, Any]]:
+    """rabbit_amqqueue:declare_args(), in its order: key -> reason(value, wire type)."""
+    has_dlx = "x-dead-letter-exchange" in arguments
+
+    def dlrk(v: Any, w: str) -> str | None:
+        if not _is_str(v):
+            return f"{{unacceptable_type,{w}}}"
+        return None if has_dlx else "routing_key_but_no_dlx_defined"
+
+    def group_size(v: Any, w: str) -> str | None:
+        reason = _non_neg(v, w)
+        return "{value_zero,0}" if reason is None and v == 0 else reason
+
+    return [
+        ("x-expires", lambda v, w: _expiry(v, w, zero_allowed=False)),
+        ("x-message-ttl", lambda v, w: _expiry(v, w, zero_allowed=True)),
+        (
+            "x-dead-letter-exchange",
+            lambda v, w: None if _is_str(v) else f"{{unacceptable_type,{w}}}",
+        ),
+        ("x-dead-letter-routing-key", dlrk),
+        (
+            "x-dead-letter-strategy",
+            lambda v, w: _one_of(v, w, _DLX_STRATEGIES, "invalid_dlx_strategy"),
+        ),
+        ("x-max-length", _non_neg),
+        ("x-max-length-bytes", _non_neg),
+        ("x-max-in-memory-length", _non_neg),
+        ("x-max-in-memory-bytes", _non_neg),
+        ("x-max-priority", lambda v, w: _reason("x-max-priority", v, w)),
+        ("x-overflow", lambda v, w: _reason("x-overflow", v, w)),
+        ("x-queue-mode", lambda v, w: _reason("x-queue-mode", v, w)),
+        ("x-queue-version", lambda v, w: _reason("x-queue-version", v, w)),
+        (
+            "x-single-active-consumer",
+            lambda v, w: None if isinstance(v, bool) else f"{{unacceptable_type,{w}}}",
+        ),
+        ("x-queue-type", lambda v, w: _reason("x-queue-type", v, w)),
+        ("x-quorum-initial-group-size", group_size),
+        ("x-stream-max-segment-size-bytes", _non_neg),
+        ("x-initial-cluster-size", group_size),
+        (
+            "x-queue-leader-locator",
+            lambda v, w: _one_of(v, w, _LEADER_LOCATORS, "invalid_queue_locator_arg"),
+        ),
+    ]
+
+
+def check_typed_arguments(
+    name: str,
+    vhost: str,
+    arguments: dict[str, Any],
+    type_args: frozenset[str],
+    rabbit_type: str,
+) -> None:
+    """Raise what rabbit_amqqueue:check_declare_arguments raises for a queue of a type
+    that takes ``type_args``."""
+    where = f"queue '{name}' in vhost '{vhost}'"
+    dlx = arguments.get("x-dead-letter-exchange")
+    if dlx is not None and not _is_str(dlx):  # rabbit_channel checks this one first
+        raise errors.precondition_failed(
+            f"invalid type '{wire_type(arguments, 'x-dead-letter-exchange')}' for arg "
+            f"'x-dead-letter-exchange' in {where}"
+        )
+    for key, validate in _declare_validators(arguments):
+        if key in type_args and key in arguments:
+            value = arguments[key]
+            reason = validate(value, wire_type(arguments, key))
+            if reason is not None:
+                raise errors.precondition_failed(f"invalid arg '{key}' for {where}: {reason}")
+    for key in arguments:
+        if key in KNOWN_QUEUE_ARGS and key not in type_args:
+            raise errors.precondition_failed(
+                f"invalid arg '{key}' for {where} of queue type {rabbit_type}"
+            )

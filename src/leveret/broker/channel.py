@@ -275,16 +275,19 @@ class Channel:
         """basic.recover requeue=true: everything outstanding goes back."""
         deliveries = list(self.unacked.values())
         self.unacked.clear()
-        self._requeue(deliveries)
+        self._requeue(deliveries, by_client=True)
 
-    def _requeue(self, deliveries: list[Delivery]) -> None:
+    def _requeue(self, deliveries: list[Delivery], by_client: bool = False) -> None:
         by_queue: dict[Queue, list[Entry]] = {}
         for d in deliveries:
             if d.consumer is not None:
                 d.consumer.unacked -= 1
             by_queue.setdefault(d.queue, []).append(d.entry)
         for queue, entries in by_queue.items():
-            queue.requeue(entries)
+            if by_client:
+                queue.recovered(entries)
+            else:
+                queue.requeue(entries)
 
     # ---------------------------------------------------------- confirms and tx
     def confirm_select(self) -> None:

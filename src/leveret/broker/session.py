@@ -486,7 +486,7 @@ class Session:
         q = self.vhost_obj.get_queue(name)
         self._exclusive_check(q)
         args = _arguments(m)
-        start = q.consumer_start(m.no_ack, ch.consumer_prefetch, args)
+        start = q.consumer_start(m.no_ack, ch.consumer_prefetch, args, ch.global_prefetch)
         consumer = ch.consume(q, m.consumer_tag, m.no_ack, m.exclusive, args)
         self._reply(ch, m.nowait, C.Basic.ConsumeOk(consumer_tag=consumer.tag))
         ch.start_consumer(consumer, start)

@@ -28,7 +28,6 @@ from leveret.broker.queues import (
     Accepted,
     ClassicQueue,
     Queue,
-    StreamQueue,
     queue_type_name,
 )
 from leveret.broker.reply_to import (
@@ -255,26 +254,9 @@ class VirtualHost:
             return existing, False
         kind = QUEUE_TYPES.get(queue_type_name(arguments), ClassicQueue)
         kind.validate(name, self.name, durable, exclusive_owner is not None, auto_delete, arguments)
-        q: Queue
-        if kind is StreamQueue:
-            if self.storage is None:
-                raise errors.not_implemented("stream queues need a data directory")
-            stream_log = self.storage.open_stream(self.name, name, arguments)
-            q = StreamQueue(name, self.name, arguments, stream_log)
-        else:
-            store = None
-            if durable and self.storage is not None:
-                store = self.storage.queue_store(self.name, name)
-            q = ClassicQueue(
-                name,
-                self.name,
-                durable=durable,
-                exclusive_owner=exclusive_owner,
-                auto_delete=auto_delete,
-                arguments=arguments,
-                dead_letters=self,
-                store=store,
-            )
+        q = kind.create(
+            name, self.name, durable, exclusive_owner, auto_delete, arguments, self, self.storage
+        )
         self.queues[name] = q
         self.observers.emit(Event.QUEUE_CREATED, q)
         if q.durable:

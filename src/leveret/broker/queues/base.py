@@ -14,7 +14,7 @@ from leveret.broker.entry import Entry, now_ms
 from leveret.broker.message import Message
 
 if TYPE_CHECKING:
-    from leveret.broker.ports import ConnectionInfo, FlowHolder
+    from leveret.broker.ports import ConnectionInfo, FlowHolder, Storage
 
 
 class Subscriber(Protocol):
@@ -72,6 +72,8 @@ class Queue:
     kind = "queue"  # what a binding points at
     type_name: ClassVar[str] = ""  # x-queue-type
     rabbit_type: ClassVar[str] = ""  # RabbitMQ's module name, in its error texts
+    # The queue keeps a log of its own, which sync() makes durable with every batch.
+    keeps_log: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -117,6 +119,21 @@ class Queue:
     ) -> None:
         """Raise what RabbitMQ refuses a declaration of this type with."""
 
+    @classmethod
+    def create(
+        cls,
+        name: str,
+        vhost: str,
+        durable: bool,
+        exclusive_owner: ConnectionInfo | None,
+        auto_delete: bool,
+        arguments: dict[str, Any],
+        dead_letters: DeadLetters,
+        storage: Storage | None,
+    ) -> Queue:
+        """A new queue of this type, with what it keeps on disk if ``storage`` keeps it."""
+        raise NotImplementedError
+
     @property
     def expires(self) -> int | None:
         """x-expires: milliseconds unused before the queue goes."""
@@ -138,9 +155,15 @@ class Queue:
     def sync(self) -> None:
         """Make what was enqueued since the last call durable and deliverable."""
 
+    def close(self) -> None:
+        """The broker stops: close what the queue keeps open on disk."""
+
     # -------------------------------------------------------------- consuming
-    def consumer_start(self, no_ack: bool, prefetch: int, arguments: dict[str, Any]) -> Any:
-        """Check a basic.consume on this queue; what the consumer starts from."""
+    def consumer_start(
+        self, no_ack: bool, prefetch: int, arguments: dict[str, Any], global_prefetch: int = 0
+    ) -> Any:
+        """Check a basic.consume on this queue (``prefetch`` the consumer's, and the
+        channel's global one); what the consumer starts from."""
         return None
 
     def admits(self, exclusive: bool) -> bool:
@@ -187,8 +210,12 @@ class Queue:
         raise NotImplementedError
 
     def requeue(self, entries: Iterable[Entry]) -> None:
-        """Outstanding deliveries come back (channel closed, basic.recover)."""
+        """Outstanding deliveries come back: their channel closed."""
         raise NotImplementedError
+
+    def recovered(self, entries: Iterable[Entry]) -> None:
+        """The client hands outstanding deliveries back (basic.recover)."""
+        self.requeue(entries)
 
     def purge(self) -> int:
         raise NotImplementedError

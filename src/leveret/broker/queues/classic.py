@@ -15,7 +15,7 @@ from leveret.broker.queues.base import Accepted, DeadLetters, Queue, Subscriber
 from leveret.protocol import errors
 
 if TYPE_CHECKING:
-    from leveret.broker.ports import ConnectionInfo, FlowHolder, QueueStore
+    from leveret.broker.ports import ConnectionInfo, FlowHolder, QueueStore, Storage
 
 _EXPIRATION_FLAG = 0x01  # byte 0 of the property flags: expiration (0x0100)
 _PRIORITY_FLAG = 0x08  # byte 0: priority (0x0800)
@@ -105,11 +105,37 @@ class ClassicQueue(Queue):
     ) -> None:
         check_queue_arguments(name, vhost, arguments)
 
+    @classmethod
+    def create(
+        cls,
+        name: str,
+        vhost: str,
+        durable: bool,
+        exclusive_owner: ConnectionInfo | None,
+        auto_delete: bool,
+        arguments: dict[str, Any],
+        dead_letters: DeadLetters,
+        storage: Storage | None,
+    ) -> ClassicQueue:
+        store = storage.queue_store(vhost, name) if durable and storage is not None else None
+        return cls(
+            name,
+            vhost,
+            durable=durable,
+            exclusive_owner=exclusive_owner,
+            auto_delete=auto_delete,
+            arguments=arguments,
+            dead_letters=dead_letters,
+            store=store,
+        )
+
     @property
     def expires(self) -> int | None:
         return self._expires
 
-    def consumer_start(self, no_ack: bool, prefetch: int, arguments: dict[str, Any]) -> None:
+    def consumer_start(
+        self, no_ack: bool, prefetch: int, arguments: dict[str, Any], global_prefetch: int = 0
+    ) -> None:
         if "x-stream-offset" in arguments:
             raise errors.precondition_failed(
                 f"invalid arg 'x-stream-offset' for queue '{self.name}' in vhost "

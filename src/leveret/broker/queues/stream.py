@@ -22,7 +22,8 @@ from leveret.protocol import errors
 from leveret.protocol.spec import add_header
 
 if TYPE_CHECKING:
-    from leveret.broker.ports import StreamLog
+    from leveret.broker.ports import ConnectionInfo, Storage, StreamLog
+    from leveret.broker.queues.base import DeadLetters
 
 _long = struct.Struct(">q").pack
 _INTERVAL = re.compile(r"^(\d+)([YMDhms])$")
@@ -108,6 +109,7 @@ def check_stream_declaration(
 
 
 class StreamQueue(Queue):
+    keeps_log: ClassVar[bool] = True
     type_name: ClassVar[str] = "stream"
     rabbit_type: ClassVar[str] = "rabbit_stream_queue"
 
@@ -127,6 +129,22 @@ class StreamQueue(Queue):
         arguments: dict[str, Any],
     ) -> None:
         check_stream_declaration(name, vhost, durable, exclusive, auto_delete, arguments)
+
+    @classmethod
+    def create(
+        cls,
+        name: str,
+        vhost: str,
+        durable: bool,
+        exclusive_owner: ConnectionInfo | None,
+        auto_delete: bool,
+        arguments: dict[str, Any],
+        dead_letters: DeadLetters,
+        storage: Storage | None,
+    ) -> StreamQueue:
+        if storage is None:
+            raise errors.not_implemented("stream queues need a data directory")
+        return cls(name, vhost, arguments, storage.open_stream(vhost, name, arguments))
 
     def declare_ok_count(self, arguments: dict[str, Any]) -> int:
         # Leveret's extension: a passive declare with x-stream-offsets learns the committed
@@ -150,8 +168,13 @@ class StreamQueue(Queue):
         if self.log.sync():
             self.dispatch()
 
+    def close(self) -> None:
+        self.log.close()
+
     # -- reading ---------------------------------------------------------------
-    def consumer_start(self, no_ack: bool, prefetch: int, arguments: dict[str, Any]) -> int:
+    def consumer_start(
+        self, no_ack: bool, prefetch: int, arguments: dict[str, Any], global_prefetch: int = 0
+    ) -> int:
         if no_ack:
             raise stream_not_supported("automatic acknowledgement", self)
         if not prefetch:
