@@ -30,12 +30,16 @@ def connect(site: Site) -> pika.BlockingConnection:
 
 
 def activity(site: Site, queue: str) -> tuple[Any, dict[str, tuple[bool, str]]]:
-    """The queue's single_active_consumer_tag, and each consumer's (active, status)."""
+    """The queue's single active consumer's tag (RabbitMQ names the field
+    single_active_consumer_tag for classic queues, single_active_consumer_ctag for quorum
+    queues), and each consumer's (active, status)."""
     info = site.api.get(f"/api/queues/{q(site.vhost)}/{q(queue)}")
+    key = ("single_active_consumer_ctag" if info.get("type") == "quorum"
+           else "single_active_consumer_tag")
     consumers = {c["consumer_tag"]: (c["active"], c["activity_status"])
                  for c in site.api.get(f"/api/consumers/{q(site.vhost)}")
                  if c["queue"]["name"] == queue}
-    return info.get("single_active_consumer_tag"), consumers
+    return info.get(key, "missing"), consumers
 
 
 def shows(site: Site, queue: str, expected: tuple[Any, dict[str, tuple[bool, str]]]) -> Any:
@@ -102,18 +106,36 @@ def test_takeover_in_subscription_order(site: Site, queue_type: str) -> None:
                 conn.close()
 
 
-@pytest.mark.parametrize("queue_type", ["classic", "quorum"])
-def test_exclusive_consumers_are_refused(site: Site, queue_type: str) -> None:
-    name = f"t-sac-x-{queue_type}"
+def test_exclusive_consumers_are_refused_by_classic_queues(site: Site) -> None:
+    name = "t-sac-x-classic"
     conn = connect(site)
     try:
         ch = conn.channel()
-        ch.queue_declare(name, durable=True, arguments={
-            "x-single-active-consumer": True, "x-queue-type": queue_type})
+        ch.queue_declare(name, durable=True, arguments={"x-single-active-consumer": True})
         with pytest.raises(pika.exceptions.ChannelClosedByBroker) as info:
             ch.basic_consume(name, lambda *a: None, exclusive=True)
         assert (info.value.reply_code, info.value.reply_text) == (
             403, f"ACCESS_REFUSED - queue '{name}' in vhost '{site.vhost}' in exclusive use")
         conn.channel().queue_delete(name)
+    finally:
+        conn.close()
+
+
+def test_quorum_queues_ignore_the_exclusive_flag(site: Site) -> None:
+    """rabbit_quorum_queue takes exclusive consumers as any other (and shows the flag)."""
+    name = "t-sac-x-quorum"
+    conn = connect(site)
+    try:
+        ch = conn.channel()
+        ch.queue_declare(name, durable=True, arguments={
+            "x-single-active-consumer": True, "x-queue-type": "quorum"})
+        ch.basic_consume(name, lambda *a: None, consumer_tag="c1")
+        ch.basic_consume(name, lambda *a: None, exclusive=True, consumer_tag="c2")
+        assert shows(site, name, ("c1", {"c1": (True, "single_active"),
+                                         "c2": (False, "waiting")})) is True
+        exclusive = {c["consumer_tag"]: c["exclusive"]
+                     for c in site.api.get(f"/api/consumers/{q(site.vhost)}")}
+        assert exclusive == {"c1": False, "c2": True}
+        ch.queue_delete(name)
     finally:
         conn.close()

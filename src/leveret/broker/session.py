@@ -424,7 +424,7 @@ class Session:
             C.Queue.DeclareOk(
                 queue=q.name,
                 message_count=q.message_count if message_count is None else message_count,
-                consumer_count=len(q.consumers),
+                consumer_count=q.consumer_count,
             ),
         )
 

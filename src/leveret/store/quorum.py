@@ -11,11 +11,12 @@ A state record is ``kind (1) | id (8) [| count (4) or reason (1)]``: ``C`` check
 to a consumer (delivered, not settled), ``S`` settled (acked, discarded, dropped,
 expired, dead-lettered), ``R`` returned to the front of the queue with a delivery count,
 ``N`` the delivery count of a message appended by a requeue, ``D`` waiting to be
-dead-lettered (at-least-once) for a reason. Both files are written in batches and fsynced by
-:meth:`QuorumLog.sync`, which the server calls before it sends publisher confirms, so a
-confirmed message is on disk. On open both are replayed; a torn tail of either (a crash
-mid-write) is cut off; the state log is rewritten with the live messages' state only, and
-log segments that hold no live message any more are deleted (RabbitMQ's release cursor).
+dead-lettered (at-least-once) for a reason, ``L`` every id below this one is settled.
+Both files are written in batches and fsynced by :meth:`QuorumLog.sync`, which the
+server calls before it sends publisher confirms, so a confirmed message is on disk. On
+open both are replayed; a torn tail of either (a crash mid-write) is cut off; the state
+log is rewritten with the live messages' state only, and log segments that hold no live
+message any more are deleted (RabbitMQ's release cursor).
 """
 
 from __future__ import annotations
@@ -80,8 +81,11 @@ class QuorumLog:
         counts: dict[int, int] = {}
         returned: dict[int, None] = {}
         dead: dict[int, str] = {}
+        low = 0  # every id below it is settled
         for kind, mid, count in self._read_state():
-            if kind == b"S":
+            if kind == b"L":
+                low = max(low, mid)
+            elif kind == b"S":
                 settled.add(mid)
                 out.discard(mid)
                 returned.pop(mid, None)
@@ -108,7 +112,7 @@ class QuorumLog:
                 break
             for rid, ts, exchange_and_key, props, body in records:
                 offset = rid + 1
-                if rid in settled:
+                if rid < low or rid in settled:
                     continue
                 elen = exchange_and_key[0]
                 message = Message(
@@ -140,7 +144,7 @@ class QuorumLog:
         good = 0
         while pos < len(data):
             kind = data[pos : pos + 1]
-            if kind in (b"C", b"S"):
+            if kind in (b"C", b"S", b"L"):
                 if pos + _ID.size > len(data):
                     break
                 _k, mid = _ID.unpack_from(data, pos)
@@ -167,9 +171,13 @@ class QuorumLog:
         return out
 
     def _compact(self, live: list[Recovered]) -> None:
-        """Rewrite the state log with the live messages' state only, and delete the log
-        segments below the oldest live message."""
-        records = []
+        """Rewrite the state log with the live messages' state only (and which messages
+        between them are settled), and delete the log segments below the oldest live
+        message."""
+        low = min((r.id for r in live), default=self.log.next_offset)
+        alive = {r.id for r in live}
+        records = [_ID.pack(b"L", low)]
+        records += [_ID.pack(b"S", i) for i in range(low, self.log.next_offset) if i not in alive]
         for r in live:
             if r.state == DEAD_LETTERED:
                 records.append(_ID_REASON.pack(b"D", r.id, _reason_code(r.reason)))
@@ -186,7 +194,7 @@ class QuorumLog:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, self.state_path)
-        self.release(min((r.id for r in live), default=self.log.next_offset))
+        self.release(low)
 
     # ------------------------------------------------------------- writing
     def append(self, message: Message, count: int | None = None) -> int:
@@ -229,6 +237,12 @@ class QuorumLog:
             self._state.flush()
             os.fsync(self._state.fileno())
         return grew
+
+    def open_files(self) -> int:
+        log = self.log
+        files = [log._writer, log._idx_writer, self._state]
+        files += [seg._reader for seg in log.segments]
+        return sum(1 for f in files if f is not None)
 
     def close(self) -> None:
         self.sync()

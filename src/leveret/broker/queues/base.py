@@ -242,6 +242,11 @@ class Queue:
         return 0, 0
 
     @property
+    def dead_lettered_figures(self) -> tuple[int, int]:
+        """Messages (and their body bytes) waiting to be dead-lettered (at-least-once)."""
+        return 0, 0
+
+    @property
     def consumer_count(self) -> int:
         return len(self.consumers)
 

@@ -152,6 +152,8 @@ class QuorumQueue(Queue):
         self._returns: deque[_Msg] = deque()  # returned: served first
         self._pending: list[_Msg] = []  # enqueued, visible once synced
         self._out: dict[int, _Msg] = {}  # delivered, not settled
+        # basic.get deliveries not settled: rabbit_fifo counts each as a consumer
+        self._gets: set[int] = set()
         self._dlx: dict[int, _Letter] = {}  # dead letters not yet taken (at-least-once)
         self._ready_bytes = 0
         self._dlx_bytes = 0
@@ -463,6 +465,7 @@ class QuorumQueue(Queue):
         self._out[msg.id] = msg
         if self._store is not None:
             self._store.checked_out(msg.id)
+        self._gets.add(msg.id)
         entry = Entry(self._outgoing(msg, get=True), msg.id)
         entry.redelivered = bool(msg.count)
         self._evaluate_limit()
@@ -471,6 +474,7 @@ class QuorumQueue(Queue):
     def record_delivery(self, entry: Entry, no_ack: bool) -> None:
         self.delivered += 1
         if no_ack:
+            self._gets.discard(entry.seq)
             msg = self._out.pop(entry.seq, None)
             if msg is not None:
                 self._settled(msg)
@@ -508,6 +512,7 @@ class QuorumQueue(Queue):
     def ack(self, entries: Iterable[Entry]) -> None:
         for entry in entries:
             msg = self._out.pop(entry.seq, None)
+            self._gets.discard(entry.seq)
             self.unacked -= 1
             self.acked += 1
             if msg is not None:
@@ -519,6 +524,7 @@ class QuorumQueue(Queue):
             return
         for entry in entries:
             self.unacked -= 1
+            self._gets.discard(entry.seq)
             msg = self._out.pop(entry.seq, None)
             if msg is not None:
                 self._discard(msg, "rejected")
@@ -567,6 +573,7 @@ class QuorumQueue(Queue):
         out = []
         for entry in entries:
             self.unacked -= 1
+            self._gets.discard(entry.seq)
             msg = self._out.pop(entry.seq, None)
             if msg is not None:
                 out.append(msg)
@@ -631,6 +638,7 @@ class QuorumQueue(Queue):
         self._messages.clear()
         self._pending.clear()
         self._out.clear()
+        self._gets.clear()
         self._dlx.clear()
         self._ready_bytes = self._dlx_bytes = 0
         if self._store is not None:
@@ -641,6 +649,10 @@ class QuorumQueue(Queue):
     @property
     def message_count(self) -> int:
         return self._ready_count()
+
+    @property
+    def consumer_count(self) -> int:
+        return len(self.consumers) + len(self._gets)
 
     @property
     def ready_bytes(self) -> int:
@@ -654,6 +666,11 @@ class QuorumQueue(Queue):
     def dead_lettered_figures(self) -> tuple[int, int]:
         """Messages (and their bytes) waiting to be dead-lettered (at-least-once)."""
         return len(self._dlx), self._dlx_bytes
+
+    @property
+    def open_files(self) -> int:
+        """Files its log holds open now."""
+        return self._store.open_files() if self._store is not None else 0
 
     def persistent_figures(self) -> tuple[int, int]:
         # rabbit_quorum_queue counts every message it holds as persistent
