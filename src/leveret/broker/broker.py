@@ -54,6 +54,8 @@ class Broker:
         self._next_connection = 1
         self.cluster_name = self.node_name
         self.replies = DirectReplyTo(self.node_name)
+        # vhosts traced (rabbit_trace keeps names: a vhost made later under one is traced)
+        self.traced_vhosts: set[str] = set()
 
     @classmethod
     def with_defaults(cls, node_name: str | None = None) -> Broker:
@@ -78,10 +80,26 @@ class Broker:
                 self.storage,
                 self.max_message_size,
                 self.replies,
+                self.node_name,
             )
+            vhost.tracing = name in self.traced_vhosts
             self.vhosts[name] = vhost
             self.observers.emit(Event.VHOST_ADDED, vhost)
         return vhost
+
+    def set_tracing(self, name: str, on: bool) -> None:
+        """rabbit_trace:start / stop for a vhost (by name, as RabbitMQ keeps it)."""
+        if on == (name in self.traced_vhosts):
+            log.info("Tracing is already %s for vhost '%s'", "enabled" if on else "disabled", name)
+            return
+        log.info("%s tracing for vhost '%s'", "Enabling" if on else "Disabling", name)
+        if on:
+            self.traced_vhosts.add(name)
+        else:
+            self.traced_vhosts.discard(name)
+        vhost = self.vhosts.get(name)
+        if vhost is not None:
+            vhost.tracing = on
 
     def update_vhost(self, vhost: VirtualHost, description: str, tags: list[str]) -> None:
         vhost.description = description

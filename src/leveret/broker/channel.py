@@ -15,6 +15,7 @@ from leveret.broker.entry import Entry
 from leveret.broker.message import Message
 from leveret.broker.ports import ConnectionInfo, FlowHolder
 from leveret.broker.queues.base import Queue
+from leveret.broker.vhost import Tap
 from leveret.protocol import errors
 
 if TYPE_CHECKING:
@@ -109,6 +110,8 @@ class Channel:
             m.properties,
             m.body,
         )
+        if self.host.vhost_obj.tracing:
+            self._trace(queue, entry)
 
     def consume(
         self, queue: Queue, tag: str, no_ack: bool, exclusive: bool, arguments: dict[str, Any]
@@ -206,7 +209,17 @@ class Channel:
             m.properties,
             m.body,
         )
+        if self.host.vhost_obj.tracing:
+            self._trace(queue, entry)
         return True
+
+    @property
+    def tap(self) -> Tap:
+        """Who this channel is, in traces."""
+        return Tap(self.host.name, self.number, self.host.username)
+
+    def _trace(self, queue: Queue, entry: Entry) -> None:
+        self.host.vhost_obj.trace_delivery(queue.name, entry.message, entry.redelivered, self.tap)
 
     # ----------------------------------------------------------------- settling
     def _collect(self, tag: int, multiple: bool) -> list[Delivery]:

@@ -605,6 +605,8 @@ class Session:
             exchange, message = vhost.authorize_publish(
                 exchange_name, message, self._username, self.permission, reply_suffix
             )
+            if ch.tx:
+                vhost.trace_publish(exchange, message, ch.tap)  # traced now, as RabbitMQ
         except AMQPError as exc:
             self.fail(number, exc.with_method(*spec.method_ids(C.Basic.Publish)))
             return
@@ -617,7 +619,7 @@ class Session:
         if ch.tx:
             ch.tx_publishes.append((exchange, message, mandatory))
             return
-        result = vhost.publish_to(exchange, message, mandatory)
+        result = vhost.publish_to(exchange, message, mandatory, ch.tap if vhost.tracing else None)
         if result is ROUTED:  # the common answer, taken without a call
             if seq:
                 ch.confirmed_ok(seq)

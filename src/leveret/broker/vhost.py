@@ -8,7 +8,7 @@ and the queues' answers, returned as a :class:`PublishResult`."""
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from leveret.broker import errors as rabbit
 from leveret.broker.arguments import (
@@ -38,6 +38,7 @@ from leveret.broker.reply_to import (
     is_reply_address,
 )
 from leveret.broker.sender_routes import might_name_routes, with_sender_routes
+from leveret.broker.trace import TRACE_EXCHANGE, deliver_trace, publish_trace
 from leveret.protocol import errors, spec, table
 
 if TYPE_CHECKING:
@@ -59,6 +60,15 @@ _EXPIRATION_FLAG = 0x01  # byte 0 of the property flags: expiration (0x0100)
 _REPLY_TO_FLAG = 0x02  # byte 0: reply-to (0x0200)
 _REPLY_TO_PSEUDO_QUEUE = b"\x15" + REPLY_QUEUE.encode()  # as a short string
 _USER_ID_FLAG = 0x10  # byte 1: user-id (0x0010)
+
+
+class Tap(NamedTuple):
+    """Who published, for the firehose trace: the connection's name, the channel, the
+    user."""
+
+    connection: str
+    channel: int
+    user: str
 
 
 class PublishResult:
@@ -110,9 +120,12 @@ class VirtualHost:
         storage: Storage | None = None,
         max_message_size: int = spec.DEFAULT_MAX_MESSAGE_SIZE,
         replies: DirectReplyTo | None = None,
+        node: str = "",
     ) -> None:
         self.name = name
         self.replies = replies
+        self.node = node  # the broker's node name, in traces
+        self.tracing = False  # firehose tracing (rabbitmqctl trace_on)
         self.description = description
         self.tags = list(tags or [])
         self.observers = observers or Observers()
@@ -488,16 +501,19 @@ class VirtualHost:
         username: str = "",
         permission: Permission | None = None,
         reply_suffix: str | None = None,
+        tap: Tap | None = None,
     ) -> PublishResult:
         """Check, route and enqueue one message: the one path of every publish."""
         exchange, message = self.authorize_publish(
             exchange_name, message, username, permission, reply_suffix
         )
-        return self.publish_to(exchange, message, mandatory)
+        return self.publish_to(exchange, message, mandatory, tap)
 
-    def publish_to(self, exchange: Exchange, message: Message, mandatory: bool) -> PublishResult:
+    def publish_to(
+        self, exchange: Exchange, message: Message, mandatory: bool, tap: Tap | None = None
+    ) -> PublishResult:
         """Route an authorized message and enqueue it (a transaction's commit routes
-        what it authorized earlier)."""
+        what it authorized earlier). With tracing on, the publish is traced as ``tap``."""
         if exchange is self.default_exchange and (
             message.cc or message.routing_key.startswith(REPLY_PREFIX)
         ):
@@ -507,6 +523,8 @@ class VirtualHost:
             queues = self.route(exchange, message)
         else:
             queues = self.route(exchange, message)
+        if self.tracing and tap is not None:
+            self._trace_publish(exchange, message, queues, tap)
         if not queues:
             return RETURNED if mandatory else UNROUTED
         uneven: list[tuple[Queue, Accepted]] | None = None
@@ -532,6 +550,46 @@ class VirtualHost:
         if not (refused or unstorable or congested):
             return ROUTED
         return PublishResult(True, False, refused, unstorable, tuple(congested))
+
+    # --------------------------------------------------------------------- trace
+    def trace_publish(self, exchange: Exchange, message: Message, tap: Tap) -> None:
+        """Trace a publish routed later (a transaction's, traced when it is published)."""
+        if self.tracing:
+            self._trace_publish(exchange, message, self.route(exchange, message), tap)
+
+    def _trace_publish(
+        self, exchange: Exchange, message: Message, queues: list[Queue], tap: Tap
+    ) -> None:
+        if exchange is self.default_exchange:
+            # RabbitMQ's default exchange names a queue for every key, existing or not
+            names = [k for k in message.routing_keys if not k.startswith(REPLY_PREFIX)]
+        else:
+            names = [q.name for q in queues]
+        trace = publish_trace(
+            message, names, self.name, tap.connection, tap.channel, tap.user, self.node
+        )
+        if trace is not None:
+            self._publish_trace(trace)
+
+    def trace_delivery(self, queue: str, message: Message, redelivered: bool, tap: Tap) -> None:
+        trace = deliver_trace(
+            message,
+            queue,
+            redelivered,
+            self.name,
+            tap.connection,
+            tap.channel,
+            tap.user,
+            self.node,
+        )
+        if trace is not None:
+            self._publish_trace(trace)
+
+    def _publish_trace(self, trace: Message) -> None:
+        exchange = self.exchanges.get(TRACE_EXCHANGE)
+        if exchange is not None:
+            for q in self.route(exchange, trace):
+                q.enqueue(trace)
 
     # ------------------------------------------------------------ dead-lettering
     def dead_letter(self, queue: Queue, message: Message, reason: str) -> list[Accepted]:

@@ -326,7 +326,7 @@ def vhost(v: VirtualHost, broker: Broker, stats: Stats, age: Any = None) -> dict
         "metadata": {"description": v.description, "tags": list(v.tags)},
         "name": v.name,
         "tags": list(v.tags),
-        "tracing": False,
+        "tracing": v.tracing,
     }
     out.update(stats.length_details(stats.lengths(v.name), windows, age_l, incr_l))
     return dict(sorted(out.items()))
