@@ -23,6 +23,9 @@ log = logging.getLogger(__name__)
 # server version see this one.
 COMPATIBLE_VERSION = "3.10.8"
 
+DEFAULT_VHOST = "/"
+LOG_EXCHANGE = "amq.rabbitmq.log"
+
 CAPABILITIES: dict[str, Any] = {
     "publisher_confirms": True,
     "exchange_exchange_bindings": True,
@@ -56,6 +59,8 @@ class Broker:
         self.replies = DirectReplyTo(self.node_name)
         # vhosts traced (rabbit_trace keeps names: a vhost made later under one is traced)
         self.traced_vhosts: set[str] = set()
+        # log.exchange: the broker's log on amq.rabbitmq.log in the default vhost
+        self.log_exchange = False
 
     @classmethod
     def with_defaults(cls, node_name: str | None = None) -> Broker:
@@ -83,6 +88,9 @@ class Broker:
                 self.node_name,
             )
             vhost.tracing = name in self.traced_vhosts
+            if self.log_exchange and name == DEFAULT_VHOST:
+                # as rabbit_logger_exchange_h: topic, durable, internal
+                vhost.add_builtin_exchange(LOG_EXCHANGE, "topic", internal=True)
             self.vhosts[name] = vhost
             self.observers.emit(Event.VHOST_ADDED, vhost)
         return vhost

@@ -157,7 +157,14 @@ class Session:
                 return _login_refused(mechanism)
             user = self.broker.users.authenticate(username, password, address)
             if user is None:
-                log.warning("login refused for user %r from %s", username, address)
+                # as rabbit_reader words it, at its level
+                log.error(
+                    "Error on AMQP connection (%s, state: starting):\n"
+                    "%s login refused: user '%s' - invalid credentials",
+                    self.name,
+                    mechanism,
+                    username,
+                )
                 return _login_refused(mechanism)
         self.user = user
         self._username = user.name

@@ -143,6 +143,14 @@ class VirtualHost:
         self._cycles_logged: set[tuple[str, ...]] = set()
 
     # ---------------------------------------------------------------- exchanges
+    def add_builtin_exchange(self, name: str, type_name: str, internal: bool) -> Exchange:
+        """An ``amq.*`` exchange of the broker's own (durable), made if missing."""
+        x = self.exchanges.get(name)
+        if x is None:
+            x = EXCHANGE_TYPES[type_name](name, self.name, durable=True, internal=internal)
+            self.exchanges[name] = x
+        return x
+
     def get_exchange(self, name: str) -> Exchange:
         x = self.exchanges.get(name)
         if x is None:
@@ -586,10 +594,15 @@ class VirtualHost:
             self._publish_trace(trace)
 
     def _publish_trace(self, trace: Message) -> None:
-        exchange = self.exchanges.get(TRACE_EXCHANGE)
+        self.publish_internal(TRACE_EXCHANGE, trace)
+
+    def publish_internal(self, exchange_name: str, message: Message) -> None:
+        """The broker publishes a message of its own (a trace, a log line): routed and
+        enqueued, nobody to confirm or return it to (rabbit_basic:publish)."""
+        exchange = self.exchanges.get(exchange_name)
         if exchange is not None:
-            for q in self.route(exchange, trace):
-                q.enqueue(trace)
+            for q in self.route(exchange, message):
+                q.enqueue(message)
 
     # ------------------------------------------------------------ dead-lettering
     def dead_letter(self, queue: Queue, message: Message, reason: str) -> list[Accepted]:
