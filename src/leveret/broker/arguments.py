@@ -334,3 +334,46 @@ def check_typed_arguments(
             raise errors.precondition_failed(
                 f"invalid arg '{key}' for {where} of queue type {rabbit_type}"
             )
+
+
+# Every consumer argument some queue type takes (rabbit_queue_type's consumer_arguments).
+KNOWN_CONSUMER_ARGS = frozenset(
+    ("x-priority", "x-cancel-on-ha-failover", "x-credit", "x-stream-offset")
+)
+
+
+def check_consume_arguments(
+    name: str,
+    vhost: str,
+    arguments: dict[str, Any],
+    type_args: frozenset[str],
+    rabbit_type: str,
+) -> None:
+    """Raise what rabbit_amqqueue:check_consume_arguments raises for a basic.consume on a
+    queue of a type that takes ``type_args`` (x-stream-offset's values are the stream's
+    own business)."""
+    where = f"queue '{name}' in vhost '{vhost}'"
+    if "x-priority" in type_args and "x-priority" in arguments:
+        wire = wire_type(arguments, "x-priority")
+        if wire not in _INTEGER_WIRE_TYPES or not _is_int(arguments["x-priority"]):
+            raise errors.precondition_failed(
+                f"invalid arg 'x-priority' for {where}: \"expected integer, got {wire}\""
+            )
+    ha = arguments.get("x-cancel-on-ha-failover")
+    if "x-cancel-on-ha-failover" in type_args and ha is not None and not isinstance(ha, bool):
+        wire = wire_type(arguments, "x-cancel-on-ha-failover")
+        raise errors.precondition_failed(
+            f"invalid arg 'x-cancel-on-ha-failover' for {where}: {{unacceptable_type,{wire}}}"
+        )
+    for key in arguments:
+        if key in KNOWN_CONSUMER_ARGS and key not in type_args:
+            raise errors.precondition_failed(
+                f"invalid arg '{key}' for {where} of queue type {rabbit_type}"
+            )
+
+
+def check_credit_argument(arguments: dict[str, Any]) -> None:
+    """x-credit: RabbitMQ's classic and quorum queues read it as a table (credit, drain)
+    and over AMQP 0-9-1 do nothing more with it; any other value crashes the channel."""
+    if "x-credit" in arguments and not isinstance(arguments["x-credit"], dict):
+        raise errors.Crash()

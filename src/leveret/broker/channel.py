@@ -122,9 +122,7 @@ class Channel:
             raise errors.access_refused(
                 f"queue '{queue.name}' in vhost '{queue.vhost}' in exclusive use"
             )
-        priority = arguments.get("x-priority", 0)
-        if isinstance(priority, bool) or not isinstance(priority, int):
-            raise errors.precondition_failed(f"invalid arg 'x-priority' for consumer: {priority!r}")
+        priority = arguments.get("x-priority", 0)  # its type was checked by the queue
         consumer = Consumer(
             tag or names.consumer_tag(),
             queue,

@@ -8,15 +8,22 @@ from collections import deque
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from leveret.broker.arguments import check_queue_arguments, optional_text, text
+from leveret.broker.arguments import (
+    check_consume_arguments,
+    check_credit_argument,
+    check_queue_arguments,
+    optional_text,
+    text,
+)
 from leveret.broker.entry import Entry, now_ms
 from leveret.broker.message import Message
 from leveret.broker.queues.base import Accepted, DeadLetters, Queue, Subscriber
-from leveret.protocol import errors
 
 if TYPE_CHECKING:
     from leveret.broker.ports import ConnectionInfo, FlowHolder, QueueStore, Storage
 
+# The consumer arguments a classic queue takes (rabbit_classic_queue:capabilities()).
+CONSUMER_ARGS = frozenset(("x-cancel-on-ha-failover", "x-priority", "x-credit"))
 _EXPIRATION_FLAG = 0x01  # byte 0 of the property flags: expiration (0x0100)
 _PRIORITY_FLAG = 0x08  # byte 0: priority (0x0800)
 
@@ -136,11 +143,8 @@ class ClassicQueue(Queue):
     def consumer_start(
         self, no_ack: bool, prefetch: int, arguments: dict[str, Any], global_prefetch: int = 0
     ) -> None:
-        if "x-stream-offset" in arguments:
-            raise errors.precondition_failed(
-                f"invalid arg 'x-stream-offset' for queue '{self.name}' in vhost "
-                f"'{self.vhost}' of queue type {self.rabbit_type}"
-            )
+        check_consume_arguments(self.name, self.vhost, arguments, CONSUMER_ARGS, self.rabbit_type)
+        check_credit_argument(arguments)
 
     # ---------------------------------------------------------------- publishing
     def is_full(self, extra_bytes: int = 0) -> bool:

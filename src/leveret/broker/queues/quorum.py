@@ -32,7 +32,13 @@ from collections import deque
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from leveret.broker.arguments import check_typed_arguments, optional_text, text, wire_type
+from leveret.broker.arguments import (
+    check_consume_arguments,
+    check_credit_argument,
+    check_typed_arguments,
+    optional_text,
+    text,
+)
 from leveret.broker.entry import Entry, now_ms
 from leveret.broker.message import Message
 from leveret.broker.ports import DEAD_LETTERED, OUT, RETURNED
@@ -64,11 +70,8 @@ QUORUM_ARGS = frozenset(
         "x-queue-leader-locator",
     )
 )
-# Consumer arguments: those of another type are refused (rabbit_amqqueue).
-_OTHER_CONSUMER_ARGS = ("x-cancel-on-ha-failover", "x-stream-offset")
-_INTEGER_WIRE = frozenset(
-    ("byte", "short", "signedint", "long", "unsignedbyte", "unsignedshort", "unsignedint")
-)
+# The consumer arguments it takes; those of other types are refused (rabbit_amqqueue).
+CONSUMER_ARGS = frozenset(("x-priority", "x-credit"))
 DEFAULT_PREFETCH = 2000  # what a consumer without prefetch gets (rabbit_quorum_queue)
 LOW_LIMIT = 0.8  # reject-publish lets publishers in again below this share of the limit
 SETTLE_TIMEOUT_MS = 180_000  # at-least-once retry interval (RabbitMQ's default)
@@ -343,19 +346,10 @@ class QuorumQueue(Queue):
         self, no_ack: bool, prefetch: int, arguments: dict[str, Any], global_prefetch: int = 0
     ) -> None:
         where = f"queue '{self.name}' in vhost '{self.vhost}'"
-        if "x-priority" in arguments:
-            wire = wire_type(arguments, "x-priority")
-            if wire not in _INTEGER_WIRE:
-                raise errors.precondition_failed(
-                    f"invalid arg 'x-priority' for {where}: \"expected integer, got {wire}\""
-                )
-        for key in arguments:
-            if key in _OTHER_CONSUMER_ARGS:
-                raise errors.precondition_failed(
-                    f"invalid arg '{key}' for {where} of queue type {self.rabbit_type}"
-                )
+        check_consume_arguments(self.name, self.vhost, arguments, CONSUMER_ARGS, self.rabbit_type)
         if global_prefetch:
             raise errors.not_implemented(f"{where} does not support global qos")
+        check_credit_argument(arguments)
 
     def add_consumer(self, consumer: Subscriber, start: Any = None) -> None:
         self.had_consumers = True

@@ -12,7 +12,7 @@ import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from leveret.broker.arguments import text
+from leveret.broker.arguments import check_consume_arguments, text
 from leveret.broker.entry import Entry
 from leveret.broker.message import Message
 from leveret.broker.queues.base import Accepted, Queue, Subscriber
@@ -64,6 +64,8 @@ OTHER_ARGS = (
     "x-quorum-initial-group-size",
 )
 READ_BATCH = 256
+# The consumer arguments a stream takes (rabbit_stream_queue:capabilities()).
+CONSUMER_ARGS = frozenset(("x-stream-offset", "x-credit"))
 
 
 def interval_ms(text: str) -> int | None:
@@ -175,6 +177,7 @@ class StreamQueue(Queue):
     def consumer_start(
         self, no_ack: bool, prefetch: int, arguments: dict[str, Any], global_prefetch: int = 0
     ) -> int:
+        check_consume_arguments(self.name, self.vhost, arguments, CONSUMER_ARGS, self.rabbit_type)
         if no_ack:
             raise stream_not_supported("automatic acknowledgement", self)
         if not prefetch:
