@@ -40,6 +40,24 @@ OTHER_QUEUE_TYPE_ARGS = (
     "x-max-in-memory-bytes",
     "x-queue-leader-locator",
 )
+# The queue arguments a classic queue takes (rabbit_classic_queue:capabilities()).
+CLASSIC_ARGS = frozenset(
+    (
+        "x-expires",
+        "x-message-ttl",
+        "x-dead-letter-exchange",
+        "x-dead-letter-routing-key",
+        "x-max-length",
+        "x-max-length-bytes",
+        "x-max-priority",
+        "x-overflow",
+        "x-queue-mode",
+        "x-queue-version",
+        "x-single-active-consumer",
+        "x-queue-type",
+        "x-queue-master-locator",
+    )
+)
 _INTEGER_ARGS = (
     "x-expires",
     "x-message-ttl",
@@ -116,26 +134,8 @@ def _reason(key: str, value: Any, wire: str) -> str | None:
 
 
 def check_queue_arguments(name: str, vhost: str, arguments: dict[str, Any]) -> None:
-    where = f"queue '{name}' in vhost '{vhost}'"
-    dlx = arguments.get("x-dead-letter-exchange")
-    if dlx is not None and not _is_str(dlx):
-        raise errors.precondition_failed(
-            f"invalid type '{wire_type(arguments, 'x-dead-letter-exchange')}' for arg "
-            f"'x-dead-letter-exchange' in {where}"
-        )
-    for key, value in arguments.items():
-        reason = _reason(key, value, wire_type(arguments, key))
-        if reason is not None:
-            raise errors.precondition_failed(f"invalid arg '{key}' for {where}: {reason}")
-    if "x-dead-letter-routing-key" in arguments and dlx is None:
-        raise errors.precondition_failed(
-            f"invalid arg 'x-dead-letter-routing-key' for {where}: routing_key_but_no_dlx_defined"
-        )
-    for key in OTHER_QUEUE_TYPE_ARGS:
-        if key in arguments:
-            raise errors.precondition_failed(
-                f"invalid arg '{key}' for {where} of queue type rabbit_classic_queue"
-            )
+    """A classic queue's declaration arguments, as RabbitMQ checks them."""
+    check_typed_arguments(name, vhost, arguments, CLASSIC_ARGS, "rabbit_classic_queue")
 
 
 def assert_args_equivalence(
@@ -268,6 +268,18 @@ def _declare_validators(arguments: dict[str, Any]) -> list[tuple[str, Any]]:
             return f"{{unacceptable_type,{w}}}"
         return None if has_dlx else "routing_key_but_no_dlx_defined"
 
+    def max_age(v: Any, w: str) -> str | None:
+        # rabbit_amqqueue:check_max_age: digits then a unit; no digits at all makes its
+        # list_to_integer crash the channel
+        if not _is_str(v):
+            return f"{{unacceptable_type,{w}}}"
+        raw = text(v)
+        digits = len(raw) - len(raw.lstrip("0123456789"))
+        if digits == 0:
+            raise errors.Crash()
+        value, unit = int(raw[:digits]), raw[digits:]
+        return None if value > 0 and unit in ("Y", "M", "D", "h", "m", "s") else "invalid_max_age"
+
     def group_size(v: Any, w: str) -> str | None:
         reason = _non_neg(v, w)
         return "{value_zero,0}" if reason is None and v == 0 else reason
@@ -298,6 +310,7 @@ def _declare_validators(arguments: dict[str, Any]) -> list[tuple[str, Any]]:
         ),
         ("x-queue-type", lambda v, w: _reason("x-queue-type", v, w)),
         ("x-quorum-initial-group-size", group_size),
+        ("x-max-age", max_age),
         ("x-stream-max-segment-size-bytes", _non_neg),
         ("x-initial-cluster-size", group_size),
         (
@@ -323,6 +336,12 @@ def check_typed_arguments(
             f"invalid type '{wire_type(arguments, 'x-dead-letter-exchange')}' for arg "
             f"'x-dead-letter-exchange' in {where}"
         )
+    if "x-queue-type" in arguments:  # checked before anything else
+        reason = _reason(
+            "x-queue-type", arguments["x-queue-type"], wire_type(arguments, "x-queue-type")
+        )
+        if reason is not None:
+            raise errors.precondition_failed(f"invalid arg 'x-queue-type' for {where}: {reason}")
     for key, validate in _declare_validators(arguments):
         if key in type_args and key in arguments:
             value = arguments[key]
