@@ -369,3 +369,21 @@ def test_an_unsettled_get_counts_as_a_consumer(broker: BrokerUnderTest, qname: A
         settle(conn, 0.2)
         ok = ch.queue_declare(q, passive=True).method
         assert (ok.message_count, ok.consumer_count) == (1, 0)
+
+
+def test_a_poison_message_without_dead_letter_exchange_is_dropped(
+    broker: BrokerUnderTest, qname: Any
+) -> None:
+    q = qname()
+    with connect(broker) as conn:
+        ch = conn.channel()
+        ch.confirm_delivery()
+        declare(ch, q, **{"x-delivery-limit": 0})
+        ch.basic_publish("", q, b"poison")
+        ch.basic_publish("", q, b"fine")
+        m = ch.basic_get(q)[0]
+        ch.basic_nack(m.delivery_tag, requeue=True)  # returned once: past a limit of 0
+        settle(conn, 0.2)
+        ok = ch.queue_declare(q, passive=True).method
+        assert ok.message_count == 1
+        assert ch.basic_get(q, auto_ack=True)[2] == b"fine"
