@@ -578,7 +578,7 @@ class Session:
 
     def _tx_commit(self, ch: Channel, m: C.Tx.Commit) -> None:
         for exchange, message, mandatory in ch.tx_commit():
-            result = self.vhost_obj.publish_to(exchange, message, mandatory)
+            result = self.vhost_obj.publish_to(exchange, message, mandatory)  # may raise Crash
             if not self._published(ch, message, result, seq=0):
                 return
         self.output.send_method(ch.number, C.Tx.CommitOk())
@@ -626,7 +626,13 @@ class Session:
         if ch.tx:
             ch.tx_publishes.append((exchange, message, mandatory))
             return
-        result = vhost.publish_to(exchange, message, mandatory, ch.tap if vhost.tracing else None)
+        try:
+            result = vhost.publish_to(
+                exchange, message, mandatory, ch.tap if vhost.tracing else None
+            )
+        except AMQPError as exc:  # a reply address RabbitMQ's channel fails to decode
+            self.fail(number, exc.with_method(*spec.method_ids(C.Basic.Publish)))
+            return
         if result is ROUTED:  # the common answer, taken without a call
             if seq:
                 ch.confirmed_ok(seq)

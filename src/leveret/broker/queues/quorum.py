@@ -267,6 +267,8 @@ class QuorumQueue(Queue):
             self._messages.append(msg)
             self.dispatch()
         self._evaluate_limit()
+        if self.consumers and self._messages:
+            return Accepted.BACKLOG  # behind consumers without credit: credit flow
         return Accepted.YES
 
     def _new_id(self) -> int:
@@ -425,11 +427,16 @@ class QuorumQueue(Queue):
                 break
             msg = self._take()
             assert msg is not None
-            self._out[msg.id] = msg
-            if self._store is not None:
-                self._store.checked_out(msg.id)
             entry = Entry(self._outgoing(msg, get=False), msg.id)
             entry.redelivered = msg.count is not None
+            self.delivered += 1
+            if consumer.no_ack:
+                self._settled(msg)
+            else:
+                self.unacked += 1
+                self._out[msg.id] = msg
+                if self._store is not None:
+                    self._store.checked_out(msg.id)
             consumer.deliver(self, entry)
         self._evaluate_limit()
 
@@ -444,7 +451,7 @@ class QuorumQueue(Queue):
         )
         return m.with_properties(table.with_headers(m.properties, fields))
 
-    def get(self) -> Entry | None:
+    def get(self, no_ack: bool) -> Entry | None:
         if self._single_active:
             raise errors.resource_locked(
                 f"cannot obtain access to locked queue '{self.name}' in vhost '{self.vhost}'. "
@@ -456,24 +463,19 @@ class QuorumQueue(Queue):
         msg = self._take()
         if msg is None:
             return None
-        self._out[msg.id] = msg
-        if self._store is not None:
-            self._store.checked_out(msg.id)
-        self._gets.add(msg.id)
         entry = Entry(self._outgoing(msg, get=True), msg.id)
         entry.redelivered = bool(msg.count)
-        self._evaluate_limit()
-        return entry
-
-    def record_delivery(self, entry: Entry, no_ack: bool) -> None:
         self.delivered += 1
         if no_ack:
-            self._gets.discard(entry.seq)
-            msg = self._out.pop(entry.seq, None)
-            if msg is not None:
-                self._settled(msg)
+            self._settled(msg)
         else:
             self.unacked += 1
+            self._out[msg.id] = msg
+            self._gets.add(msg.id)
+            if self._store is not None:
+                self._store.checked_out(msg.id)
+        self._evaluate_limit()
+        return entry
 
     # --------------------------------------------------------------- settling
     def _settled(self, msg: _Msg) -> None:
