@@ -67,3 +67,28 @@ def connection_error(
         if conn.is_open:
             conn.close()
     raise AssertionError("the broker did not close the connection")
+
+
+def death_times_checked(headers: dict[str, Any], slack: float = 120.0) -> dict[str, Any]:
+    """``headers`` with each x-death entry's ``time`` checked and replaced by ``"<now>"``.
+
+    The time is the broker's clock (seconds, AMQP timestamp): it must be a timestamp
+    (pika gives a datetime) within ``slack`` seconds of this machine's clock, which both
+    brokers here share."""
+    import datetime
+
+    out = dict(headers)
+    if not isinstance(headers.get("x-death"), list):
+        return out
+    deaths = []
+    for death in headers.get("x-death", []):
+        death = dict(death)
+        t = death.get("time")
+        assert isinstance(t, datetime.datetime), f"x-death time is {t!r}"
+        now = datetime.datetime.now(datetime.UTC)
+        assert abs((now - t).total_seconds()) < slack, f"x-death time {t} is not now ({now})"
+        death["time"] = "<now>"
+        deaths.append(death)
+    if "x-death" in headers:
+        out["x-death"] = deaths
+    return out

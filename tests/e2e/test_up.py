@@ -1,5 +1,6 @@
 """The README's main job: ``leveret up`` brings up the broker, the dashboard and the lake
-ingest; logs sent with ``emit-log`` land in the lake and the report runs over it."""
+ingest; logs sent with ``emit-log`` land in the lake and the report runs over it, and so do
+the broker's own errors (its log exchange, facility ``broker``)."""
 
 from __future__ import annotations
 
@@ -112,6 +113,27 @@ def test_up_runs_the_whole_stack(tmp_path: Path) -> None:
         assert status == 200 and "Leveret log report" in page
         chart = charts[0].relative_to(out).as_posix()
         assert api.call("GET", f"/api/logs/report/{chart}")[0] == 200
+        # the broker's own errors land in the lake too: a refused login, facility broker
+        import pika
+
+        params = pika.URLParameters(url.group(1).replace("guest:guest", "guest:wrong"))
+        with pytest.raises(pika.exceptions.AMQPError):
+            pika.BlockingConnection(params)
+        from_broker: list[dict[str, object]] = []
+        deadline = time.monotonic() + 120
+        while not from_broker and time.monotonic() < deadline:
+            time.sleep(1)
+            try:
+                records = [
+                    r
+                    for f in lake.rglob("*.parquet")
+                    for r in pq.read_table(f, columns=["facility", "host", "message"]).to_pylist()
+                ]
+            except (OSError, ValueError):  # a file still being written
+                continue
+            from_broker = [r for r in records if r["facility"] == "broker"]
+        assert [r for r in from_broker if "login refused" in str(r["message"])], from_broker
+        assert all(str(r["host"]).startswith("leveret@") for r in from_broker)
     finally:
         up.send_signal(signal.SIGINT)
         try:

@@ -40,6 +40,24 @@ OTHER_QUEUE_TYPE_ARGS = (
     "x-max-in-memory-bytes",
     "x-queue-leader-locator",
 )
+# The queue arguments a classic queue takes (rabbit_classic_queue:capabilities()).
+CLASSIC_ARGS = frozenset(
+    (
+        "x-expires",
+        "x-message-ttl",
+        "x-dead-letter-exchange",
+        "x-dead-letter-routing-key",
+        "x-max-length",
+        "x-max-length-bytes",
+        "x-max-priority",
+        "x-overflow",
+        "x-queue-mode",
+        "x-queue-version",
+        "x-single-active-consumer",
+        "x-queue-type",
+        "x-queue-master-locator",
+    )
+)
 _INTEGER_ARGS = (
     "x-expires",
     "x-message-ttl",
@@ -116,31 +134,8 @@ def _reason(key: str, value: Any, wire: str) -> str | None:
 
 
 def check_queue_arguments(name: str, vhost: str, arguments: dict[str, Any]) -> None:
-    where = f"queue '{name}' in vhost '{vhost}'"
-    dlx = arguments.get("x-dead-letter-exchange")
-    if dlx is not None and not _is_str(dlx):
-        raise errors.precondition_failed(
-            f"invalid type '{wire_type(arguments, 'x-dead-letter-exchange')}' for arg "
-            f"'x-dead-letter-exchange' in {where}"
-        )
-    for key, value in arguments.items():
-        reason = _reason(key, value, wire_type(arguments, key))
-        if reason is not None:
-            raise errors.precondition_failed(f"invalid arg '{key}' for {where}: {reason}")
-    if "x-dead-letter-routing-key" in arguments and dlx is None:
-        raise errors.precondition_failed(
-            f"invalid arg 'x-dead-letter-routing-key' for {where}: routing_key_but_no_dlx_defined"
-        )
-    for key in OTHER_QUEUE_TYPE_ARGS:
-        if key in arguments:
-            raise errors.precondition_failed(
-                f"invalid arg '{key}' for {where} of queue type rabbit_classic_queue"
-            )
-    qtype = text(arguments.get("x-queue-type", "classic"))
-    if qtype not in ("classic", "stream"):
-        raise errors.precondition_failed(
-            f"queue type '{qtype}' is not supported by this broker (declaring {where})"
-        )
+    """A classic queue's declaration arguments, as RabbitMQ checks them."""
+    check_typed_arguments(name, vhost, arguments, CLASSIC_ARGS, "rabbit_classic_queue")
 
 
 def assert_args_equivalence(
@@ -188,3 +183,216 @@ __all__ = [
     "check_queue_arguments",
     "wire_type",
 ]
+
+
+# ------------------------------------------------------------------------------
+# rabbit_amqqueue:check_declare_arguments, for the queue types that follow it to the
+# letter (quorum): the validators of the arguments the type takes, in RabbitMQ's order,
+# then every argument another type takes and this one does not is refused.
+
+# Every queue argument some queue type takes (rabbit_queue_type:arguments(queue_arguments)).
+KNOWN_QUEUE_ARGS = frozenset(
+    (
+        # classic
+        "x-expires",
+        "x-message-ttl",
+        "x-dead-letter-exchange",
+        "x-dead-letter-routing-key",
+        "x-max-length",
+        "x-max-length-bytes",
+        "x-max-priority",
+        "x-overflow",
+        "x-queue-mode",
+        "x-queue-version",
+        "x-single-active-consumer",
+        "x-queue-type",
+        "x-queue-master-locator",
+        # quorum
+        "x-dead-letter-strategy",
+        "x-max-in-memory-length",
+        "x-max-in-memory-bytes",
+        "x-quorum-initial-group-size",
+        "x-delivery-limit",
+        "x-queue-leader-locator",
+        # stream
+        "x-max-age",
+        "x-stream-max-segment-size-bytes",
+        "x-initial-cluster-size",
+    )
+)
+_INTEGER_WIRE_TYPES = frozenset(
+    ("byte", "short", "signedint", "long", "unsignedbyte", "unsignedshort", "unsignedint")
+)
+_LEADER_LOCATORS = ("client-local", "balanced", "random", "least-leaders")
+_DLX_STRATEGIES = ("at-most-once", "at-least-once")
+
+
+def _int_reason(value: Any, wire: str) -> str | None:
+    if wire not in _INTEGER_WIRE_TYPES or not _is_int(value):
+        return f'"expected integer, got {wire}"'
+    return None
+
+
+def _non_neg(value: Any, wire: str) -> str | None:
+    reason = _int_reason(value, wire)
+    if reason is None and value < 0:
+        return f"{{value_negative,{value}}}"
+    return reason
+
+
+def _expiry(value: Any, wire: str, zero_allowed: bool) -> str | None:
+    reason = _int_reason(value, wire)
+    if reason is not None:
+        return reason
+    if not zero_allowed and value == 0:
+        return "{value_zero,0}"
+    if value < 0:
+        return f"{{value_negative,{value}}}"
+    if value > _MAX_TTL:
+        return f"{{value_too_large,{value}}}"
+    return None
+
+
+def _one_of(value: Any, wire: str, known: tuple[str, ...], invalid: str) -> str | None:
+    if not _is_str(value):
+        return f"{{unacceptable_type,{wire}}}"
+    return None if text(value) in known else invalid
+
+
+def _declare_validators(arguments: dict[str, Any]) -> list[tuple[str, Any]]:
+    """rabbit_amqqueue:declare_args(), in its order: key -> reason(value, wire type)."""
+    has_dlx = "x-dead-letter-exchange" in arguments
+
+    def dlrk(v: Any, w: str) -> str | None:
+        if not _is_str(v):
+            return f"{{unacceptable_type,{w}}}"
+        return None if has_dlx else "routing_key_but_no_dlx_defined"
+
+    def max_age(v: Any, w: str) -> str | None:
+        # rabbit_amqqueue:check_max_age: digits then a unit; no digits at all makes its
+        # list_to_integer crash the channel
+        if not _is_str(v):
+            return f"{{unacceptable_type,{w}}}"
+        raw = text(v)
+        digits = len(raw) - len(raw.lstrip("0123456789"))
+        if digits == 0:
+            raise errors.Crash()
+        value, unit = int(raw[:digits]), raw[digits:]
+        return None if value > 0 and unit in ("Y", "M", "D", "h", "m", "s") else "invalid_max_age"
+
+    def group_size(v: Any, w: str) -> str | None:
+        reason = _non_neg(v, w)
+        return "{value_zero,0}" if reason is None and v == 0 else reason
+
+    return [
+        ("x-expires", lambda v, w: _expiry(v, w, zero_allowed=False)),
+        ("x-message-ttl", lambda v, w: _expiry(v, w, zero_allowed=True)),
+        (
+            "x-dead-letter-exchange",
+            lambda v, w: None if _is_str(v) else f"{{unacceptable_type,{w}}}",
+        ),
+        ("x-dead-letter-routing-key", dlrk),
+        (
+            "x-dead-letter-strategy",
+            lambda v, w: _one_of(v, w, _DLX_STRATEGIES, "invalid_dlx_strategy"),
+        ),
+        ("x-max-length", _non_neg),
+        ("x-max-length-bytes", _non_neg),
+        ("x-max-in-memory-length", _non_neg),
+        ("x-max-in-memory-bytes", _non_neg),
+        ("x-max-priority", lambda v, w: _reason("x-max-priority", v, w)),
+        ("x-overflow", lambda v, w: _reason("x-overflow", v, w)),
+        ("x-queue-mode", lambda v, w: _reason("x-queue-mode", v, w)),
+        ("x-queue-version", lambda v, w: _reason("x-queue-version", v, w)),
+        (
+            "x-single-active-consumer",
+            lambda v, w: None if isinstance(v, bool) else f"{{unacceptable_type,{w}}}",
+        ),
+        ("x-queue-type", lambda v, w: _reason("x-queue-type", v, w)),
+        ("x-quorum-initial-group-size", group_size),
+        ("x-max-age", max_age),
+        ("x-stream-max-segment-size-bytes", _non_neg),
+        ("x-initial-cluster-size", group_size),
+        (
+            "x-queue-leader-locator",
+            lambda v, w: _one_of(v, w, _LEADER_LOCATORS, "invalid_queue_locator_arg"),
+        ),
+    ]
+
+
+def check_typed_arguments(
+    name: str,
+    vhost: str,
+    arguments: dict[str, Any],
+    type_args: frozenset[str],
+    rabbit_type: str,
+) -> None:
+    """Raise what rabbit_amqqueue:check_declare_arguments raises for a queue of a type
+    that takes ``type_args``."""
+    where = f"queue '{name}' in vhost '{vhost}'"
+    dlx = arguments.get("x-dead-letter-exchange")
+    if dlx is not None and not _is_str(dlx):  # rabbit_channel checks this one first
+        raise errors.precondition_failed(
+            f"invalid type '{wire_type(arguments, 'x-dead-letter-exchange')}' for arg "
+            f"'x-dead-letter-exchange' in {where}"
+        )
+    if "x-queue-type" in arguments:  # checked before anything else
+        reason = _reason(
+            "x-queue-type", arguments["x-queue-type"], wire_type(arguments, "x-queue-type")
+        )
+        if reason is not None:
+            raise errors.precondition_failed(f"invalid arg 'x-queue-type' for {where}: {reason}")
+    for key, validate in _declare_validators(arguments):
+        if key in type_args and key in arguments:
+            value = arguments[key]
+            reason = validate(value, wire_type(arguments, key))
+            if reason is not None:
+                raise errors.precondition_failed(f"invalid arg '{key}' for {where}: {reason}")
+    for key in arguments:
+        if key in KNOWN_QUEUE_ARGS and key not in type_args:
+            raise errors.precondition_failed(
+                f"invalid arg '{key}' for {where} of queue type {rabbit_type}"
+            )
+
+
+# Every consumer argument some queue type takes (rabbit_queue_type's consumer_arguments).
+KNOWN_CONSUMER_ARGS = frozenset(
+    ("x-priority", "x-cancel-on-ha-failover", "x-credit", "x-stream-offset")
+)
+
+
+def check_consume_arguments(
+    name: str,
+    vhost: str,
+    arguments: dict[str, Any],
+    type_args: frozenset[str],
+    rabbit_type: str,
+) -> None:
+    """Raise what rabbit_amqqueue:check_consume_arguments raises for a basic.consume on a
+    queue of a type that takes ``type_args`` (x-stream-offset's values are the stream's
+    own business)."""
+    where = f"queue '{name}' in vhost '{vhost}'"
+    if "x-priority" in type_args and "x-priority" in arguments:
+        wire = wire_type(arguments, "x-priority")
+        if wire not in _INTEGER_WIRE_TYPES or not _is_int(arguments["x-priority"]):
+            raise errors.precondition_failed(
+                f"invalid arg 'x-priority' for {where}: \"expected integer, got {wire}\""
+            )
+    ha = arguments.get("x-cancel-on-ha-failover")
+    if "x-cancel-on-ha-failover" in type_args and ha is not None and not isinstance(ha, bool):
+        wire = wire_type(arguments, "x-cancel-on-ha-failover")
+        raise errors.precondition_failed(
+            f"invalid arg 'x-cancel-on-ha-failover' for {where}: {{unacceptable_type,{wire}}}"
+        )
+    for key in arguments:
+        if key in KNOWN_CONSUMER_ARGS and key not in type_args:
+            raise errors.precondition_failed(
+                f"invalid arg '{key}' for {where} of queue type {rabbit_type}"
+            )
+
+
+def check_credit_argument(arguments: dict[str, Any]) -> None:
+    """x-credit: RabbitMQ's classic and quorum queues read it as a table (credit, drain)
+    and over AMQP 0-9-1 do nothing more with it; any other value crashes the channel."""
+    if "x-credit" in arguments and not isinstance(arguments["x-credit"], dict):
+        raise errors.Crash()

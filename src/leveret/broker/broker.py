@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import leveret
 from leveret.broker.events import Event, Observers
+from leveret.broker.reply_to import DirectReplyTo
 from leveret.broker.users import UserDatabase
 from leveret.broker.vhost import VirtualHost
 from leveret.protocol import spec
@@ -21,6 +22,9 @@ log = logging.getLogger(__name__)
 # The RabbitMQ release whose behaviour Leveret reproduces; clients that branch on the
 # server version see this one.
 COMPATIBLE_VERSION = "3.10.8"
+
+DEFAULT_VHOST = "/"
+LOG_EXCHANGE = "amq.rabbitmq.log"
 
 CAPABILITIES: dict[str, Any] = {
     "publisher_confirms": True,
@@ -52,6 +56,11 @@ class Broker:
         self.connections: dict[int, ConnectionInfo] = {}
         self._next_connection = 1
         self.cluster_name = self.node_name
+        self.replies = DirectReplyTo(self.node_name)
+        # vhosts traced (rabbit_trace keeps names: a vhost made later under one is traced)
+        self.traced_vhosts: set[str] = set()
+        # log.exchange: the broker's log on amq.rabbitmq.log in the default vhost
+        self.log_exchange = False
 
     @classmethod
     def with_defaults(cls, node_name: str | None = None) -> Broker:
@@ -69,11 +78,36 @@ class Broker:
         vhost = self.vhosts.get(name)
         if vhost is None:
             vhost = VirtualHost(
-                name, description, tags, self.observers, self.storage, self.max_message_size
+                name,
+                description,
+                tags,
+                self.observers,
+                self.storage,
+                self.max_message_size,
+                self.replies,
+                self.node_name,
             )
+            vhost.tracing = name in self.traced_vhosts
+            if self.log_exchange and name == DEFAULT_VHOST:
+                # as rabbit_logger_exchange_h: topic, durable, internal
+                vhost.add_builtin_exchange(LOG_EXCHANGE, "topic", internal=True)
             self.vhosts[name] = vhost
             self.observers.emit(Event.VHOST_ADDED, vhost)
         return vhost
+
+    def set_tracing(self, name: str, on: bool) -> None:
+        """rabbit_trace:start / stop for a vhost (by name, as RabbitMQ keeps it)."""
+        if on == (name in self.traced_vhosts):
+            log.info("Tracing is already %s for vhost '%s'", "enabled" if on else "disabled", name)
+            return
+        log.info("%s tracing for vhost '%s'", "Enabling" if on else "Disabling", name)
+        if on:
+            self.traced_vhosts.add(name)
+        else:
+            self.traced_vhosts.discard(name)
+        vhost = self.vhosts.get(name)
+        if vhost is not None:
+            vhost.tracing = on
 
     def update_vhost(self, vhost: VirtualHost, description: str, tags: list[str]) -> None:
         vhost.description = description

@@ -15,6 +15,7 @@ from leveret.broker.entry import Entry
 from leveret.broker.message import Message
 from leveret.broker.ports import ConnectionInfo, FlowHolder
 from leveret.broker.queues.base import Queue
+from leveret.broker.vhost import Tap
 from leveret.protocol import errors
 
 if TYPE_CHECKING:
@@ -61,6 +62,8 @@ class Channel:
         self.tx_publishes: list[tuple[Exchange, Message, bool]] = []
         self.tx_settles: list[tuple[str, int, bool, bool]] = []
         self.last_declared_queue = ""
+        # direct reply-to: the consumer tag (and its wire form) and the address suffix
+        self.reply: tuple[str, str, bytes] | None = None
         self.closed = False
         # counters for management
         self.published = 0
@@ -77,15 +80,15 @@ class Channel:
 
     @property
     def writable(self) -> bool:
-        return self.host.writable
+        return self.host.writable and not self.closed
 
     def can_deliver(self) -> bool:
-        if not self.host.writable:
+        if not self.host.writable or self.closed:
             return False
         return not self.global_prefetch or len(self.unacked) < self.global_prefetch
 
     def credit(self) -> int:
-        if not self.host.writable:
+        if not self.host.writable or self.closed:
             return 0
         if not self.global_prefetch:
             return UNLIMITED
@@ -107,19 +110,19 @@ class Channel:
             m.properties,
             m.body,
         )
+        if self.host.vhost_obj.tracing:
+            self._trace(queue, entry)
 
     def consume(
         self, queue: Queue, tag: str, no_ack: bool, exclusive: bool, arguments: dict[str, Any]
     ) -> Consumer:
         if tag in self.consumers:
             raise errors.not_allowed(f"attempt to reuse consumer tag '{tag}'")
-        if queue.consumers and (exclusive or any(c.exclusive for c in queue.consumers)):
+        if not queue.admits(exclusive):
             raise errors.access_refused(
                 f"queue '{queue.name}' in vhost '{queue.vhost}' in exclusive use"
             )
-        priority = arguments.get("x-priority", 0)
-        if isinstance(priority, bool) or not isinstance(priority, int):
-            raise errors.precondition_failed(f"invalid arg 'x-priority' for consumer: {priority!r}")
+        priority = arguments.get("x-priority", 0)  # its type was checked by the queue
         consumer = Consumer(
             tag or names.consumer_tag(),
             queue,
@@ -146,6 +149,32 @@ class Channel:
         if queue.auto_delete and not queue.consumers and not queue.deleted:
             self.host.vhost_obj.remove_queue(queue)
         return consumer
+
+    def consume_replies(self, tag: str, suffix: str) -> None:
+        raw = tag.encode()
+        self.reply = (tag, suffix, bytes((len(raw),)) + raw)
+
+    def cancel_replies(self) -> str:
+        """Stop consuming replies; the address suffix that named this channel."""
+        assert self.reply is not None
+        suffix = self.reply[1]
+        self.reply = None
+        return suffix
+
+    def deliver_reply(self, message: Message) -> None:
+        """A reply to this channel's address, as RabbitMQ delivers one: no ack expected,
+        never redelivered, and the channel's next delivery tag, which it does not use up."""
+        if self.closed or self.reply is None:
+            return
+        self.out.send_deliver(
+            self.number,
+            self.reply[2],
+            self.next_tag,
+            False,
+            message.exchange_and_key,
+            message.properties,
+            message.body,
+        )
 
     def consumer_cancelled_by_server(self, consumer: Consumer) -> None:
         """The queue went away: tell a client that asked for cancel notifications."""
@@ -178,7 +207,17 @@ class Channel:
             m.properties,
             m.body,
         )
+        if self.host.vhost_obj.tracing:
+            self._trace(queue, entry)
         return True
+
+    @property
+    def tap(self) -> Tap:
+        """Who this channel is, in traces."""
+        return Tap(self.host.name, self.number, self.host.username)
+
+    def _trace(self, queue: Queue, entry: Entry) -> None:
+        self.host.vhost_obj.trace_delivery(queue.name, entry.message, entry.redelivered, self.tap)
 
     # ----------------------------------------------------------------- settling
     def _collect(self, tag: int, multiple: bool) -> list[Delivery]:
@@ -247,16 +286,19 @@ class Channel:
         """basic.recover requeue=true: everything outstanding goes back."""
         deliveries = list(self.unacked.values())
         self.unacked.clear()
-        self._requeue(deliveries)
+        self._requeue(deliveries, by_client=True)
 
-    def _requeue(self, deliveries: list[Delivery]) -> None:
+    def _requeue(self, deliveries: list[Delivery], by_client: bool = False) -> None:
         by_queue: dict[Queue, list[Entry]] = {}
         for d in deliveries:
             if d.consumer is not None:
                 d.consumer.unacked -= 1
             by_queue.setdefault(d.queue, []).append(d.entry)
         for queue, entries in by_queue.items():
-            queue.requeue(entries)
+            if by_client:
+                queue.recovered(entries)
+            else:
+                queue.requeue(entries)
 
     # ---------------------------------------------------------- confirms and tx
     def confirm_select(self) -> None:

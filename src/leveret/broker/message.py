@@ -17,6 +17,7 @@ class Message:
     __slots__ = (
         "_props",
         "body",
+        "cc",
         "exchange",
         "exchange_and_key",
         "id",
@@ -43,6 +44,9 @@ class Message:
         self._props: commands.Basic.Properties | None = None
         self.id = 0
         self.timestamp_ms = 0
+        # The routing keys of its CC and BCC headers (sender-selected distribution): it
+        # is routed with each of them too, and dead-lettered with them.
+        self.cc: tuple[str, ...] = ()
 
     @classmethod
     def build(
@@ -87,12 +91,38 @@ class Message:
     def size(self) -> int:
         return len(self.body)
 
+    @property
+    def routing_keys(self) -> tuple[str, ...]:
+        """Every key it is routed with: its own, then those of its CC and BCC headers."""
+        return (self.routing_key, *self.cc)
+
+    def keyed(self, routing_key: str) -> Message:
+        """The same message under another routing key, to ask an exchange where that key
+        leads (CC and BCC routing)."""
+        m = Message.build(self.exchange, routing_key, self.body)
+        m.properties = self.properties
+        m._props = self._props
+        return m
+
+    def with_properties(self, properties: bytes) -> Message:
+        """A copy with other property bytes (a header stripped, reply-to rewritten)."""
+        m = Message(self.exchange, self.routing_key, self.exchange_and_key, properties, self.body)
+        m.cc = self.cc
+        return m
+
     def with_route(
-        self, exchange: str, routing_key: str, properties: commands.Basic.Properties | None = None
+        self,
+        exchange: str,
+        routing_keys: tuple[str, ...],
+        properties: bytes | None = None,
     ) -> Message:
-        """A copy as republished elsewhere (dead-lettering), optionally new properties."""
-        m = Message.build(exchange, routing_key, self.body, properties)
+        """A copy as republished elsewhere (dead-lettering): another exchange, routing
+        keys (the first is its routing key) and optionally other property bytes."""
+        m = Message.build(exchange, routing_keys[0], self.body)
         if properties is None:
             m.properties = self.properties
             m._props = self._props
+        else:
+            m.properties = properties
+        m.cc = routing_keys[1:]
         return m

@@ -4,6 +4,7 @@ restart. (What a queue sees of its consumers is in :mod:`leveret.broker.queues.b
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from leveret.protocol.errors import AMQPError
@@ -91,6 +92,62 @@ class QueueStore(Protocol):
     def drop(self) -> None: ...
 
 
+# What became of a quorum queue's message before a restart (RecoveredMessage.state).
+READY = "ready"  # waiting in the queue
+RETURNED = "returned"  # returned to the front of the queue
+OUT = "out"  # delivered and not settled when the broker stopped
+DEAD_LETTERED = "dlx"  # waiting to be dead-lettered (at-least-once)
+
+
+class RecoveredMessage(Protocol):
+    """A live message of a quorum queue, as its store found it after a restart."""
+
+    id: int
+    message: Message
+    count: int | None  # delivery count; None: never returned
+    ts_ms: int  # when it was enqueued
+    state: str  # READY, RETURNED, OUT or DEAD_LETTERED
+    reason: str  # the dead-letter reason, for DEAD_LETTERED
+
+
+class QuorumStore(Protocol):
+    """A quorum queue's log of messages and of what became of them. Writes are buffered;
+    :meth:`sync` makes them durable (fsync) before publisher confirms go out."""
+
+    def recover(self) -> Sequence[RecoveredMessage]:
+        """The live messages in queue order: returned ones first, then those that were
+        out with consumers, then the rest as enqueued."""
+        ...
+
+    def append(self, message: Message, count: int | None = None) -> int:
+        """Log a message (with its delivery count, when requeued); its id."""
+        ...
+
+    def checked_out(self, mid: int) -> None: ...
+
+    def settle(self, mid: int) -> None: ...
+
+    def returned(self, mid: int, count: int) -> None: ...
+
+    def dead_lettered(self, mid: int, reason: str) -> None:
+        """The message waits to be dead-lettered (at-least-once)."""
+        ...
+
+    def release(self, below: int) -> None:
+        """No message below id ``below`` is live any more: free what held them."""
+        ...
+
+    def sync(self) -> bool: ...
+
+    def open_files(self) -> int:
+        """How many files it holds open now."""
+        ...
+
+    def close(self) -> None: ...
+
+    def delete(self) -> None: ...
+
+
 class StreamLog(Protocol):
     """An append-only, replayable log of messages (a stream queue's storage)."""
 
@@ -136,6 +193,10 @@ class Storage(Protocol):
 
     def open_stream(self, vhost: str, queue: str, arguments: dict[str, Any]) -> StreamLog:
         """The log of a stream queue; raises AMQPError when streams cannot be kept."""
+        ...
+
+    def quorum_store(self, vhost: str, queue: str) -> QuorumStore:
+        """The log of a quorum queue (what it kept before a restart, if anything)."""
         ...
 
 

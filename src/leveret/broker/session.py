@@ -18,6 +18,7 @@ from leveret.broker.broker import Broker
 from leveret.broker.channel import Channel
 from leveret.broker.message import Message
 from leveret.broker.queues import Queue, queue_type_name
+from leveret.broker.reply_to import REPLY_PREFIX, REPLY_QUEUE
 from leveret.broker.users import Permission, User
 from leveret.broker.vhost import ROUTED, PublishResult, VirtualHost, exchange_type
 from leveret.protocol import errors, sasl, spec
@@ -156,7 +157,14 @@ class Session:
                 return _login_refused(mechanism)
             user = self.broker.users.authenticate(username, password, address)
             if user is None:
-                log.warning("login refused for user %r from %s", username, address)
+                # as rabbit_reader words it, at its level
+                log.error(
+                    "Error on AMQP connection (%s, state: starting):\n"
+                    "%s login refused: user '%s' - invalid credentials",
+                    self.name,
+                    mechanism,
+                    username,
+                )
                 return _login_refused(mechanism)
         self.user = user
         self._username = user.name
@@ -196,6 +204,8 @@ class Session:
         ch = self.channels.pop(number, None)
         if ch is not None:
             self.closed_channel_confirms += ch.confirmed
+            if ch.reply is not None:
+                self.broker.replies.unregister(ch.cancel_replies())
             ch.close()
 
     def handle(self, number: int, method: Method) -> None:
@@ -383,6 +393,9 @@ class Session:
     def _queue_declare(self, ch: Channel, m: C.Queue.Declare) -> None:
         vhost = self.vhost_obj
         name = m.queue.replace("\r", "").replace("\n", "")
+        if name.startswith(REPLY_QUEUE):
+            self._declare_reply_queue(ch, m, name)
+            return
         message_count = None
         if m.passive:
             q = vhost.get_queue(name)  # no last-declared shortcut here, as RabbitMQ
@@ -418,7 +431,7 @@ class Session:
             C.Queue.DeclareOk(
                 queue=q.name,
                 message_count=q.message_count if message_count is None else message_count,
-                consumer_count=len(q.consumers),
+                consumer_count=q.consumer_count,
             ),
         )
 
@@ -473,16 +486,53 @@ class Session:
         if m.consumer_tag in ch.consumers:
             raise errors.not_allowed(f"attempt to reuse consumer tag '{m.consumer_tag}'")
         name = self._queue_for(ch, m.queue)
+        if name == REPLY_QUEUE:
+            self._consume_replies(ch, m)
+            return
         self.check("read", "queue", name)
         q = self.vhost_obj.get_queue(name)
         self._exclusive_check(q)
         args = _arguments(m)
-        start = q.consumer_start(m.no_ack, ch.consumer_prefetch, args)
+        start = q.consumer_start(m.no_ack, ch.consumer_prefetch, args, ch.global_prefetch)
         consumer = ch.consume(q, m.consumer_tag, m.no_ack, m.exclusive, args)
         self._reply(ch, m.nowait, C.Basic.ConsumeOk(consumer_tag=consumer.tag))
         ch.start_consumer(consumer, start)
 
+    def _consume_replies(self, ch: Channel, m: C.Basic.Consume) -> None:
+        """Direct reply-to: the channel's one no-ack consumer of its replies (RabbitMQ
+        checks no permission here: the replies are the channel's own)."""
+        if not m.no_ack:
+            raise errors.precondition_failed("reply consumer cannot acknowledge")
+        if ch.reply is not None:
+            raise errors.precondition_failed("reply consumer already set")
+        tag = m.consumer_tag or names.consumer_tag()
+        ch.consume_replies(tag, self.broker.replies.register(ch))
+        self._reply(ch, m.nowait, C.Basic.ConsumeOk(consumer_tag=tag))
+
+    def _declare_reply_queue(self, ch: Channel, m: C.Queue.Declare, name: str) -> None:
+        """Every declare of a reply-to name is passive, as RabbitMQ: it exists while its
+        channel consumes (the pseudo-queue itself always does), with one consumer."""
+        if name == REPLY_QUEUE:
+            found = True
+        elif name.startswith(REPLY_PREFIX):
+            target = self.broker.replies.resolve(name)
+            if target is ch:
+                raise errors.Crash()  # RabbitMQ's channel process calls itself
+            found = target is not None
+        else:
+            found = False
+        if not found:
+            raise rabbit.no_queue(name, self.vhost)
+        ch.last_declared_queue = name
+        ok = C.Queue.DeclareOk(queue=REPLY_QUEUE, message_count=0, consumer_count=1)
+        ok.queue = name  # base64 characters pamqp's name check would refuse
+        self._reply(ch, m.nowait, ok)
+
     def _basic_cancel(self, ch: Channel, m: C.Basic.Cancel) -> None:
+        if ch.reply is not None and ch.reply[0] == m.consumer_tag:
+            self.broker.replies.unregister(ch.cancel_replies())
+            self._reply(ch, m.nowait, C.Basic.CancelOk(consumer_tag=m.consumer_tag))
+            return
         ch.cancel(m.consumer_tag or "")
         self._reply(ch, m.nowait, C.Basic.CancelOk(consumer_tag=m.consumer_tag))
 
@@ -528,7 +578,7 @@ class Session:
 
     def _tx_commit(self, ch: Channel, m: C.Tx.Commit) -> None:
         for exchange, message, mandatory in ch.tx_commit():
-            result = self.vhost_obj.publish_to(exchange, message, mandatory)
+            result = self.vhost_obj.publish_to(exchange, message, mandatory)  # may raise Crash
             if not self._published(ch, message, result, seq=0):
                 return
         self.output.send_method(ch.number, C.Tx.CommitOk())
@@ -558,9 +608,12 @@ class Session:
             if immediate:
                 raise errors.not_implemented("immediate=true")
             # VirtualHost.publish's two halves, called apart: a transaction routes at commit
-            exchange = vhost.authorize_publish(
-                exchange_name, message, self._username, self.permission
+            reply_suffix = ch.reply[1] if ch.reply is not None else None
+            exchange, message = vhost.authorize_publish(
+                exchange_name, message, self._username, self.permission, reply_suffix
             )
+            if ch.tx:
+                vhost.trace_publish(exchange, message, ch.tap)  # traced now, as RabbitMQ
         except AMQPError as exc:
             self.fail(number, exc.with_method(*spec.method_ids(C.Basic.Publish)))
             return
@@ -573,7 +626,13 @@ class Session:
         if ch.tx:
             ch.tx_publishes.append((exchange, message, mandatory))
             return
-        result = vhost.publish_to(exchange, message, mandatory)
+        try:
+            result = vhost.publish_to(
+                exchange, message, mandatory, ch.tap if vhost.tracing else None
+            )
+        except AMQPError as exc:  # a reply address RabbitMQ's channel fails to decode
+            self.fail(number, exc.with_method(*spec.method_ids(C.Basic.Publish)))
+            return
         if result is ROUTED:  # the common answer, taken without a call
             if seq:
                 ch.confirmed_ok(seq)

@@ -8,7 +8,7 @@ and the queues' answers, returned as a :class:`PublishResult`."""
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from leveret.broker import errors as rabbit
 from leveret.broker.arguments import (
@@ -18,7 +18,7 @@ from leveret.broker.arguments import (
     text,
     wire_type,
 )
-from leveret.broker.deadletter import dead_lettered
+from leveret.broker.deadletter import dead_lettered, death_queues, deaths, is_cycle
 from leveret.broker.entry import now_ms
 from leveret.broker.events import Event, Observers
 from leveret.broker.exchanges import EXCHANGE_TYPES, Binding, DefaultExchange, Exchange
@@ -28,10 +28,18 @@ from leveret.broker.queues import (
     Accepted,
     ClassicQueue,
     Queue,
-    StreamQueue,
     queue_type_name,
 )
-from leveret.protocol import errors, spec
+from leveret.broker.reply_to import (
+    REPLY_PREFIX,
+    REPLY_QUEUE,
+    DirectReplyTo,
+    ReplyConsumer,
+    is_reply_address,
+)
+from leveret.broker.sender_routes import might_name_routes, with_sender_routes
+from leveret.broker.trace import TRACE_EXCHANGE, deliver_trace, publish_trace
+from leveret.protocol import errors, spec, table
 
 if TYPE_CHECKING:
     from leveret.broker.ports import ConnectionInfo, FlowHolder, Storage
@@ -49,7 +57,18 @@ BUILTIN_EXCHANGES = (
 )
 
 _EXPIRATION_FLAG = 0x01  # byte 0 of the property flags: expiration (0x0100)
+_REPLY_TO_FLAG = 0x02  # byte 0: reply-to (0x0200)
+_REPLY_TO_PSEUDO_QUEUE = b"\x15" + REPLY_QUEUE.encode()  # as a short string
 _USER_ID_FLAG = 0x10  # byte 1: user-id (0x0010)
+
+
+class Tap(NamedTuple):
+    """Who published, for the firehose trace: the connection's name, the channel, the
+    user."""
+
+    connection: str
+    channel: int
+    user: str
 
 
 class PublishResult:
@@ -100,8 +119,13 @@ class VirtualHost:
         observers: Observers | None = None,
         storage: Storage | None = None,
         max_message_size: int = spec.DEFAULT_MAX_MESSAGE_SIZE,
+        replies: DirectReplyTo | None = None,
+        node: str = "",
     ) -> None:
         self.name = name
+        self.replies = replies
+        self.node = node  # the broker's node name, in traces
+        self.tracing = False  # firehose tracing (rabbitmqctl trace_on)
         self.description = description
         self.tags = list(tags or [])
         self.observers = observers or Observers()
@@ -116,8 +140,17 @@ class VirtualHost:
             )
         # (kind, name) of destination -> bindings pointing at it, for cascading deletes
         self._incoming: dict[tuple[str, str], dict[tuple[Any, ...], Binding]] = {}
+        self._cycles_logged: set[tuple[str, ...]] = set()
 
     # ---------------------------------------------------------------- exchanges
+    def add_builtin_exchange(self, name: str, type_name: str, internal: bool) -> Exchange:
+        """An ``amq.*`` exchange of the broker's own (durable), made if missing."""
+        x = self.exchanges.get(name)
+        if x is None:
+            x = EXCHANGE_TYPES[type_name](name, self.name, durable=True, internal=internal)
+            self.exchanges[name] = x
+        return x
+
     def get_exchange(self, name: str) -> Exchange:
         x = self.exchanges.get(name)
         if x is None:
@@ -242,26 +275,9 @@ class VirtualHost:
             return existing, False
         kind = QUEUE_TYPES.get(queue_type_name(arguments), ClassicQueue)
         kind.validate(name, self.name, durable, exclusive_owner is not None, auto_delete, arguments)
-        q: Queue
-        if kind is StreamQueue:
-            if self.storage is None:
-                raise errors.not_implemented("stream queues need a data directory")
-            stream_log = self.storage.open_stream(self.name, name, arguments)
-            q = StreamQueue(name, self.name, arguments, stream_log)
-        else:
-            store = None
-            if durable and self.storage is not None:
-                store = self.storage.queue_store(self.name, name)
-            q = ClassicQueue(
-                name,
-                self.name,
-                durable=durable,
-                exclusive_owner=exclusive_owner,
-                auto_delete=auto_delete,
-                arguments=arguments,
-                dead_letters=self,
-                store=store,
-            )
+        q = kind.create(
+            name, self.name, durable, exclusive_owner, auto_delete, arguments, self, self.storage
+        )
         self.queues[name] = q
         self.observers.emit(Event.QUEUE_CREATED, q)
         if q.durable:
@@ -380,7 +396,17 @@ class VirtualHost:
     # ------------------------------------------------------------------ routing
     def route(self, exchange: Exchange, message: Message) -> list[Queue]:
         """Queues a message published to ``exchange`` reaches, following
-        exchange-to-exchange bindings and alternate exchanges, each queue once."""
+        exchange-to-exchange bindings and alternate exchanges, each queue once. A
+        message with CC or BCC keys is routed with each of its keys."""
+        if message.cc:
+            out: dict[Queue, None] = {}
+            for key in message.routing_keys:
+                for q in self._route_key(exchange, message.keyed(key)):
+                    out[q] = None
+            return list(out)
+        return self._route_key(exchange, message)
+
+    def _route_key(self, exchange: Exchange, message: Message) -> list[Queue]:
         if not exchange.exchange_bindings:
             dests = exchange.route(message)
             if dests or "alternate-exchange" not in exchange.arguments:
@@ -408,6 +434,19 @@ class VirtualHost:
                     seen.add(ae_name)
                     self._route_into(ae, message, out, seen)
 
+    def _reply_targets(self, exchange: Exchange, message: Message) -> list[ReplyConsumer]:
+        """The direct reply-to consumers a message to the default exchange is addressed
+        to (RabbitMQ's default exchange hands these to channels, never to queues)."""
+        if exchange is not self.default_exchange or self.replies is None:
+            return []
+        out: list[ReplyConsumer] = []
+        for key in sorted(set(message.routing_keys)):
+            if is_reply_address(key):
+                target = self.replies.resolve(key)
+                if target is not None:
+                    out.append(target)
+        return out
+
     def expire(self) -> None:
         """Drop expired messages at queue heads, and queues unused for their x-expires."""
         t = now_ms()
@@ -424,10 +463,17 @@ class VirtualHost:
 
     # ------------------------------------------------------------------ publish
     def authorize_publish(
-        self, exchange_name: str, message: Message, username: str, permission: Permission | None
-    ) -> Exchange:
+        self,
+        exchange_name: str,
+        message: Message,
+        username: str,
+        permission: Permission | None,
+        reply_suffix: str | None = None,
+    ) -> tuple[Exchange, Message]:
         """Every check RabbitMQ makes of a publish, in its order (size, write permission,
-        the exchange, internal, user-id, expiration): the exchange to route through."""
+        the exchange, internal, direct reply-to, user-id, expiration, CC/BCC): the
+        exchange to route through and the message as the queues will hold it (reply-to
+        rewritten for the publishing channel's ``reply_suffix``, BCC removed)."""
         if len(message.body) > self.max_message_size:
             raise errors.precondition_failed(
                 f"message size {len(message.body)} is larger than configured max size "
@@ -446,9 +492,14 @@ class VirtualHost:
                 f"cannot publish to internal exchange '{exchange_name}' in vhost '{self.name}'"
             )
         props = message.properties
+        if props[0] & _REPLY_TO_FLAG and _REPLY_TO_PSEUDO_QUEUE in props:
+            message = _with_reply_address(message, reply_suffix)
+            props = message.properties
         if props[0] & _EXPIRATION_FLAG or (len(props) > 2 and props[1] & _USER_ID_FLAG):
             _check_properties(message, username)
-        return exchange
+        if might_name_routes(props):
+            message = with_sender_routes(message)
+        return exchange, message
 
     def publish(
         self,
@@ -457,15 +508,31 @@ class VirtualHost:
         mandatory: bool = False,
         username: str = "",
         permission: Permission | None = None,
+        reply_suffix: str | None = None,
+        tap: Tap | None = None,
     ) -> PublishResult:
         """Check, route and enqueue one message: the one path of every publish."""
-        exchange = self.authorize_publish(exchange_name, message, username, permission)
-        return self.publish_to(exchange, message, mandatory)
+        exchange, message = self.authorize_publish(
+            exchange_name, message, username, permission, reply_suffix
+        )
+        return self.publish_to(exchange, message, mandatory, tap)
 
-    def publish_to(self, exchange: Exchange, message: Message, mandatory: bool) -> PublishResult:
+    def publish_to(
+        self, exchange: Exchange, message: Message, mandatory: bool, tap: Tap | None = None
+    ) -> PublishResult:
         """Route an authorized message and enqueue it (a transaction's commit routes
-        what it authorized earlier)."""
-        queues = self.route(exchange, message)
+        what it authorized earlier). With tracing on, the publish is traced as ``tap``."""
+        if exchange is self.default_exchange and (
+            message.cc or message.routing_key.startswith(REPLY_PREFIX)
+        ):
+            # reply addresses reach channels, never queues (no queue has such a name)
+            for target in self._reply_targets(exchange, message):
+                target.deliver_reply(message)
+            queues = self.route(exchange, message)
+        else:
+            queues = self.route(exchange, message)
+        if self.tracing and tap is not None:
+            self._trace_publish(exchange, message, queues, tap)
         if not queues:
             return RETURNED if mandatory else UNROUTED
         uneven: list[tuple[Queue, Accepted]] | None = None
@@ -492,19 +559,106 @@ class VirtualHost:
             return ROUTED
         return PublishResult(True, False, refused, unstorable, tuple(congested))
 
+    # --------------------------------------------------------------------- trace
+    def trace_publish(self, exchange: Exchange, message: Message, tap: Tap) -> None:
+        """Trace a publish routed later (a transaction's, traced when it is published)."""
+        if self.tracing:
+            self._trace_publish(exchange, message, self.route(exchange, message), tap)
+
+    def _trace_publish(
+        self, exchange: Exchange, message: Message, queues: list[Queue], tap: Tap
+    ) -> None:
+        if exchange is self.default_exchange:
+            # RabbitMQ's default exchange names a queue for every key, existing or not
+            names = [k for k in message.routing_keys if not k.startswith(REPLY_PREFIX)]
+        else:
+            names = [q.name for q in queues]
+        trace = publish_trace(
+            message, names, self.name, tap.connection, tap.channel, tap.user, self.node
+        )
+        if trace is not None:
+            self._publish_trace(trace)
+
+    def trace_delivery(self, queue: str, message: Message, redelivered: bool, tap: Tap) -> None:
+        trace = deliver_trace(
+            message,
+            queue,
+            redelivered,
+            self.name,
+            tap.connection,
+            tap.channel,
+            tap.user,
+            self.node,
+        )
+        if trace is not None:
+            self._publish_trace(trace)
+
+    def _publish_trace(self, trace: Message) -> None:
+        self.publish_internal(TRACE_EXCHANGE, trace)
+
+    def publish_internal(self, exchange_name: str, message: Message) -> None:
+        """The broker publishes a message of its own (a trace, a log line): routed and
+        enqueued, nobody to confirm or return it to (rabbit_basic:publish)."""
+        exchange = self.exchanges.get(exchange_name)
+        if exchange is not None:
+            for q in self.route(exchange, message):
+                q.enqueue(message)
+
     # ------------------------------------------------------------ dead-lettering
-    def dead_letter(self, queue: Queue, message: Message, reason: str) -> None:
-        """Republish a queue's dead letter through its dead-letter exchange."""
-        if not isinstance(queue, ClassicQueue) or queue.dead_letter_exchange is None:
-            return
-        dlx = self.exchanges.get(queue.dead_letter_exchange)
+    def dead_letter(self, queue: Queue, message: Message, reason: str) -> list[Accepted]:
+        """Republish a queue's dead letter through its dead-letter exchange, as
+        rabbit_dead_letter: what each queue it reached answered (none when it went
+        nowhere)."""
+        dlx_name = queue.dead_letter_exchange
+        if dlx_name is None:
+            return []
+        dlx = self.exchanges.get(dlx_name)
         if dlx is None:
-            return
+            return []
         letter = dead_lettered(message, queue.name, reason, dlx.name, queue.dead_letter_routing_key)
-        for q in self.route(dlx, letter):
-            if q is queue and reason != "rejected":
-                continue  # no dead-letter cycles back into the same queue
-            q.enqueue(letter)
+        try:
+            queues = self.route(dlx, letter)
+            if dlx is self.default_exchange:
+                for target in self._reply_targets(dlx, letter):
+                    target.deliver_reply(letter)
+        except errors.AMQPError:
+            return []  # an address RabbitMQ cannot decode: its queue process fails
+        if reason != "rejected":
+            history = deaths(letter)
+            kept = []
+            for q in queues:
+                if is_cycle(q.name, history):
+                    self._log_cycle([q.name, *death_queues(history)])
+                else:
+                    kept.append(q)
+            queues = kept
+        return [q.enqueue(letter) for q in queues]
+
+    def _log_cycle(self, names: list[str]) -> None:
+        key = tuple(names)
+        if key in self._cycles_logged:
+            return
+        self._cycles_logged.add(key)
+        shown = ",".join(f'<<"{n}">>' for n in names)
+        log.warning(
+            "Message dropped. Dead-letter queues cycle detected: [%s]\n"
+            "This cycle will NOT be reported again.",
+            shown,
+        )
+
+
+def _with_reply_address(message: Message, reply_suffix: str | None) -> Message:
+    """A reply_to of exactly 'amq.rabbitmq.reply-to' names the publishing channel's reply
+    consumer: rewritten to its address, refused when the channel has none."""
+    if table.short_property(message.properties, table.REPLY_TO_FLAG) != REPLY_QUEUE:
+        return message
+    if reply_suffix is None:
+        raise errors.precondition_failed("fast reply consumer does not exist")
+    return message.with_properties(
+        table.with_short_property(
+            message.properties, table.REPLY_TO_FLAG, REPLY_PREFIX + reply_suffix
+        )
+    )
 
 
 def _check_properties(message: Message, username: str) -> None:

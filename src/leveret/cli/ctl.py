@@ -390,6 +390,39 @@ def await_startup(ctl: Ctl) -> None:
         time.sleep(0.2)
 
 
+def _set_tracing(ctl: Ctl, on: bool) -> None:
+    """rabbitmqctl trace_on / trace_off: the management API's vhost ``tracing`` flag. As
+    RabbitMQ, a vhost that does not exist is no error; Leveret has no API to remember
+    its name, so nothing changes for it."""
+    vhost = ctl.opts.vhost
+    json_out = ctl.opts.formatter == "json"
+    if not json_out:
+        ctl.banner(f'{"Starting" if on else "Stopping"} tracing for vhost "{vhost}" ...')
+    if _vhost_exists(ctl.client, vhost):
+        info = ctl.client.get(f"/api/vhosts/{q(vhost)}")
+        body = {"description": info.get("description", ""), "tags": info.get("tags", [])}
+        ctl.client.request("PUT", f"/api/vhosts/{q(vhost)}", {**body, "tracing": on})
+    value = f"Trace {'enabled' if on else 'disabled'} for vhost {vhost}"
+    if json_out:
+        node = node_name(ctl.client)
+        print(json.dumps({"node": node, "result": "ok", "value": value}, separators=(",", ":")))
+    else:
+        print(value)
+
+
+@verb("monitoring")
+def trace_on(ctl: Ctl) -> None:
+    """Starts message tracing (the firehose) in the virtual host given by -p: copies of
+    every publish and delivery there go to amq.rabbitmq.trace."""
+    _set_tracing(ctl, True)
+
+
+@verb("monitoring")
+def trace_off(ctl: Ctl) -> None:
+    """Stops message tracing in the virtual host given by -p."""
+    _set_tracing(ctl, False)
+
+
 def main(argv: list[str], env: dict[str, str] | None = None) -> int:
     """``leveret ctl ARGV``: the exit code. The environment gives the defaults of --url, -u
     and -p (LEVERET_CTL_URL, LEVERET_CTL_USERNAME, LEVERET_CTL_PASSWORD)."""

@@ -108,9 +108,10 @@ QUEUE_COLUMNS: dict[str, Extract] = {
     "synchronised_slave_pids": lambda item, node: "",
     "disk_reads": lambda item, node: 0,
     "disk_writes": lambda item, node: 0,
-    "leader": lambda item, node: "",
-    "members": lambda item, node: "",
-    "online": lambda item, node: "",
+    # a quorum queue's (its one node here); nothing for other types
+    "leader": lambda item, node: item.get("leader", ""),
+    "members": lambda item, node: item.get("members", ""),
+    "online": lambda item, node: item.get("online", ""),
 }
 
 CONNECTION_COLUMNS: dict[str, Extract] = {

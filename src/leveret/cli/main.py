@@ -141,6 +141,15 @@ def server(
     log_level: Annotated[
         str, typer.Option("--log-level", envvar="LEVERET_LOG_LEVEL", help="Logging level.")
     ] = "info",
+    log_exchange: Annotated[
+        bool | None,
+        typer.Option(
+            "--log-exchange/--no-log-exchange",
+            envvar="LEVERET_LOG_EXCHANGE",
+            help="Publish the broker's log to amq.rabbitmq.log (RabbitMQ's log.exchange).",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Run the broker in the foreground until SIGINT or SIGTERM."""
     from leveret.management.runner import Running, run
@@ -167,6 +176,7 @@ def server(
             tls_verify_peer=tls_verify_peer,
             tls_fail_if_no_peer_cert=tls_fail_if_no_peer_cert,
             http_tls=http_tls,
+            log_exchange=log_exchange,
         )
     except ConfigError as exc:
         fail(str(exc))

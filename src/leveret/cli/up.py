@@ -40,6 +40,7 @@ def _start_server(
             str(http_port),
             "--prometheus-port",
             str(prometheus_port),
+            "--log-exchange",
         ),
         stdout=subprocess.PIPE,
         stderr=log,
@@ -60,6 +61,25 @@ def _start_server(
             return proc, ports
     proc.wait()
     raise RuntimeError("the broker did not start (see " + log.name + ")")
+
+
+# The broker's own log lines that go to the lake (amq.rabbitmq.log's routing key is the
+# level): warnings and worse, not every connection's info lines.
+BROKER_LOG_LEVELS = ("warning", "error", "critical")
+
+
+def _bind_broker_log(url: str, stream: str = "logs") -> None:
+    """Bind the lake's stream to the broker's log exchange (the server runs with
+    --log-exchange), so its warnings and errors land in the lake as facility broker."""
+    import pika
+
+    conn = pika.BlockingConnection(pika.URLParameters(url))
+    try:
+        ch = conn.channel()
+        for level in BROKER_LOG_LEVELS:
+            ch.queue_bind(stream, "amq.rabbitmq.log", level)
+    finally:
+        conn.close()
 
 
 def _role(proc: subprocess.Popen[str]) -> str:
@@ -119,6 +139,7 @@ def up(
 
             # the stream is bound before anyone is told to send: nothing sent is lost
             ensure_log_stream(url)
+            _bind_broker_log(url)
             ingest_log = open(logs_dir / "ingest.log", "a")  # noqa: SIM115
             children.append(
                 subprocess.Popen(

@@ -131,10 +131,15 @@ async def vhost_put(request: web.Request) -> web.Response:
     existing = b.vhosts.get(name)
     description = str(body.get("description", ""))
     tags = _tags(body.get("tags", ""))
+    tracing = _parse_bool(body.get("tracing"))
     if existing is not None:
         b.update_vhost(existing, description, tags)
+        if tracing is not None:
+            b.set_tracing(name, tracing)
         return created_or_updated(False)
     vhost = b.add_vhost(name, description, tags)
+    if tracing is not None:
+        b.set_tracing(name, tracing)
     # As RabbitMQ's API: the user who creates a vhost gets full permissions in it, and
     # is named as the one who made its built-in exchanges.
     creator = current_user(request).name
@@ -142,6 +147,15 @@ async def vhost_put(request: web.Request) -> web.Response:
         x.user_who_performed_action = creator
     b.set_permissions(creator, name, ".*", ".*", ".*")
     return created_or_updated(True)
+
+
+def _parse_bool(value: Any) -> bool | None:
+    """rabbit_misc:parse_bool: true/false as JSON or strings; absent is None."""
+    if value is True or value == "true":
+        return True
+    if value is False or value == "false":
+        return False
+    return None
 
 
 async def vhost_delete(request: web.Request) -> web.Response:

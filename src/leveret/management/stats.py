@@ -121,7 +121,8 @@ def queue_counters(q: Queue) -> dict[str, float]:
 def queue_lengths(q: Queue) -> dict[str, float]:
     ready = q.message_count
     return {
-        "messages": ready + q.unacked,
+        # with the dead letters a quorum queue still holds (at-least-once)
+        "messages": ready + q.unacked + q.dead_lettered_figures[0],
         "messages_ready": ready,
         "messages_unacknowledged": q.unacked,
     }

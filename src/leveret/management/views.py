@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote_plus
 
 from leveret.broker.broker import COMPATIBLE_VERSION
+from leveret.broker.queues import QuorumQueue
 
 if TYPE_CHECKING:
     from leveret.broker.broker import Broker
@@ -109,11 +110,15 @@ def consumer(c: Consumer, node: str) -> dict[str, Any]:
     ch = c.channel
     s = ch.connection
     peer = s.peer or ("", 0)
+    active, status = True, "up"
+    if c.queue.single_active_consumer_on:
+        active = c.queue.active_consumer is c
+        status = "single_active" if active else "waiting"
     return {
         "arguments": jsonable(c.arguments),
         "ack_required": not c.no_ack,
-        "active": True,
-        "activity_status": "up",
+        "active": active,
+        "activity_status": status,
         "channel_details": {
             "connection_name": s.name,
             "name": f"{s.name} ({ch.number})",
@@ -139,12 +144,13 @@ def queue(q: Queue, broker: Broker, stats: Stats, age: Any = None) -> dict[str, 
     persistent, persistent_bytes = q.persistent_figures()
     owner = q.exclusive_owner
     exclusive_tag = next((c.tag for c in q.consumers if c.exclusive), None)
+    sac = q.active_consumer if q.single_active_consumer_on else None
     out: dict[str, Any] = {
         "arguments": jsonable(q.arguments),
         "auto_delete": q.auto_delete,
         "consumer_capacity": 1.0 if q.consumers else 0,
         "consumer_utilisation": 1.0 if q.consumers else 0,
-        "consumers": len(q.consumers),
+        "consumers": q.consumer_count,
         "durable": q.durable,
         "effective_policy_definition": {},
         "exclusive": owner is not None,
@@ -167,7 +173,7 @@ def queue(q: Queue, broker: Broker, stats: Stats, age: Any = None) -> dict[str, 
         "operator_policy": None,
         "policy": None,
         "recoverable_slaves": None,
-        "single_active_consumer_tag": None,
+        "single_active_consumer_tag": sac.tag if sac is not None else None,
         "state": "running",
         "type": q.type_name,
         "vhost": q.vhost,
@@ -182,7 +188,48 @@ def queue(q: Queue, broker: Broker, stats: Stats, age: Any = None) -> dict[str, 
     )
     if keys:
         out["message_stats"] = stats.message_stats(counters, windows, keys, age_m, incr_m)
+    if isinstance(q, QuorumQueue):
+        _quorum_fields(out, q, broker.node_name)
     return dict(sorted(out.items()))
+
+
+# What RabbitMQ shows of a classic queue and not of a quorum queue.
+_CLASSIC_ONLY = (
+    "exclusive_consumer_tag",
+    "head_message_timestamp",
+    "message_bytes_paged_out",
+    "messages_paged_out",
+    "messages_ready_ram",
+    "messages_unacknowledged_ram",
+    "recoverable_slaves",
+    "single_active_consumer_tag",
+)
+
+
+def _quorum_fields(out: dict[str, Any], q: QuorumQueue, node: str) -> None:
+    """rabbit_quorum_queue's info keys: its members (one node here), the dead letters it
+    holds, and every message counted as persistent."""
+    for key in _CLASSIC_ONLY:
+        out.pop(key, None)
+    dlx, dlx_bytes = q.dead_lettered_figures
+    unacked = q.unacked_bytes
+    sac = q.active_consumer if q.single_active_consumer_on else None
+    out.update(
+        {
+            "leader": node,
+            "members": [node],
+            "online": [node],
+            "open_files": {node: q.open_files},
+            "single_active_consumer_ctag": sac.tag if sac is not None else None,
+            "messages_dlx": dlx,
+            "message_bytes_dlx": dlx_bytes,
+            "message_bytes": q.ready_bytes + unacked + dlx_bytes,
+            "message_bytes_unacknowledged": unacked,
+            # Leveret keeps them all in memory (RabbitMQ 3.10's rabbit_fifo keeps none)
+            "messages_ram": q.message_count + q.unacked + dlx,
+            "message_bytes_ram": q.ready_bytes + unacked + dlx_bytes,
+        }
+    )
 
 
 def owner_details(q: Queue) -> dict[str, Any] | None:
@@ -279,7 +326,7 @@ def vhost(v: VirtualHost, broker: Broker, stats: Stats, age: Any = None) -> dict
         "metadata": {"description": v.description, "tags": list(v.tags)},
         "name": v.name,
         "tags": list(v.tags),
-        "tracing": False,
+        "tracing": v.tracing,
     }
     out.update(stats.length_details(stats.lengths(v.name), windows, age_l, incr_l))
     return dict(sorted(out.items()))

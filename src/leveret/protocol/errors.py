@@ -98,3 +98,16 @@ def unexpected_frame(text: str) -> AMQPError:
 
 def not_implemented(text: str) -> AMQPError:
     return error(spec.NOT_IMPLEMENTED, text)
+
+
+class Crash(AMQPError):
+    """What a client sees when RabbitMQ's channel process crashes: the connection closes
+    with 541 INTERNAL_ERROR naming no method."""
+
+    code = spec.INTERNAL_ERROR
+
+    def __init__(self) -> None:
+        super().__init__("")
+
+    def with_method(self, class_id: int, method_id: int) -> AMQPError:
+        return self

@@ -487,7 +487,12 @@ class AMQPProtocol(asyncio.Protocol):
             # As RabbitMQ: a connection we stopped reading is not expected to be heard.
             self._last_recv = now
         elif now - self._last_recv > 2 * interval:
-            log.warning("missed heartbeats from %s, closing TCP connection", self.name)
+            # as rabbit_reader words it, at its level
+            log.error(
+                "closing AMQP connection (%s):\nmissed heartbeats from client, timeout: %ds",
+                self.name,
+                interval,
+            )
             if self.session is not None:
                 self.session.close()
             self.conn.drop()

@@ -10,10 +10,11 @@ import socket
 import ssl
 from typing import Any
 
-from leveret.broker.broker import Broker
+from leveret.broker.broker import LOG_EXCHANGE, Broker
 from leveret.broker.events import Observers
 from leveret.server.amqp import AMQPProtocol
 from leveret.server.config import Config, ConfigError
+from leveret.server.log_exchange import LogExchangeHandler
 from leveret.server.state import Limits, Listener, ServerState, Slots
 from leveret.server.tls import server_context
 from leveret.store.setup import Persistence
@@ -35,6 +36,8 @@ class Server:
             storage=self.persistence,
             max_message_size=config.max_message_size,
         )
+        self.broker.log_exchange = config.log_exchange
+        self._log_handler: LogExchangeHandler | None = None
         self.loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]
         self.state = ServerState(
             self.broker,
@@ -97,6 +100,11 @@ class Server:
                 server.close()
             raise
         self._alarm_handle = self.loop.call_later(ALARM_CHECK_INTERVAL, self._tick)
+        if config.log_exchange:
+            self._log_handler = LogExchangeHandler.install(
+                self.broker, self.loop, config.log_exchange_level
+            )
+            log.info("Logging to exchange '%s' in vhost '/' ready", LOG_EXCHANGE)
 
     async def _listen(
         self, port: int, listener: Listener, context: ssl.SSLContext | None
@@ -166,6 +174,9 @@ class Server:
                         p.set_blocked(False, "")
 
     async def stop(self, reason: str = "shutdown") -> None:
+        if self._log_handler is not None:
+            self._log_handler.uninstall()
+            self._log_handler = None
         if self._alarm_handle is not None:
             self._alarm_handle.cancel()
         for server in self._servers:

@@ -13,6 +13,8 @@ from typing import Any
 
 from leveret.protocol import spec
 
+LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
+
 
 class ConfigError(Exception):
     """A configuration file or value that cannot be used."""
@@ -98,6 +100,10 @@ class Config:
     permissions: list[PermissionConfig] = field(default_factory=list)
     vhosts: list[VhostConfig] = field(default_factory=list)
     default_user: bool = True  # create guest/guest on an empty broker, as RabbitMQ does
+    # log.exchange: the broker's log published to amq.rabbitmq.log (in vhost /), from
+    # this level up (log.exchange.level)
+    log_exchange: bool = False
+    log_exchange_level: str = "info"
 
     ENV_PREFIX = "LEVERET_"
     _TABLES = ("users", "permissions", "vhosts", "tls", "management_tls")
@@ -154,6 +160,8 @@ class Config:
             elif key == "data_dir":
                 value = Path(value)
             elif isinstance(current, str) and not isinstance(value, str):
+                raise ValueError(value)
+            if key == "log_exchange_level" and value not in LOG_LEVELS:
                 raise ValueError(value)
         except (TypeError, ValueError) as exc:
             raise ConfigError(f"invalid value for '{key}': {value!r}") from exc
@@ -212,12 +220,14 @@ class Config:
         except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
             raise ConfigError(f"cannot read config file {path}: {exc}") from exc
         try:
-            for section in ("server", "amqp"):
+            for section in ("server", "amqp", "log"):
                 table = data.pop(section, None) or {}
                 if not isinstance(table, dict):
                     raise ConfigError(f"[{section}] must be a table")
                 for key, value in table.items():
-                    self.set(key.replace("-", "_"), value)
+                    # [log] exchange / exchange_level, as rabbitmq.conf's log.exchange...
+                    prefix = "log_" if section == "log" else ""
+                    self.set(prefix + key.replace("-", "_").replace(".", "_"), value)
             self.vhosts.extend(_entries(data.pop("vhosts", None), "vhosts", _vhost))
             self.users.extend(_entries(data.pop("users", None), "users", _user))
             self.permissions.extend(

@@ -10,8 +10,9 @@ ts         timestamp   the record's ``ts`` (RFC 3339); else the message's timest
 date       date        ``ts`` in UTC (the lake is partitioned by it)
 severity   string      the record's, normalised (``WARN`` -> ``warning``); for plain text,
                        from the routing key (``error`` or ``kern.error``), else ``info``
-facility   string      the record's; for plain text, from a ``facility.severity`` key
-host, app  string
+facility   string      the record's; for plain text, from a ``facility.severity`` key;
+                       ``broker`` for the broker's own log (exchange ``amq.rabbitmq.log``)
+host, app  string      for the broker's log, host is its ``node`` header
 pid        bigint
 message    string
 logger     string      optional
@@ -42,6 +43,8 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType
 SEVERITIES = ("debug", "info", "warning", "error", "critical")
 _ALIASES = {"warn": "warning", "err": "error", "crit": "critical", "fatal": "critical"}
 DEFAULT_FACILITY = "user"
+BROKER_LOG_EXCHANGE = "amq.rabbitmq.log"  # RabbitMQ's (and Leveret's) log.exchange
+BROKER_FACILITY = "broker"
 
 #: The JSON document of a record, as Spark reads it (``extra`` kept as raw JSON text).
 RECORD_JSON_SCHEMA = StructType(
@@ -107,6 +110,12 @@ def parse_log_records(df: DataFrame, keep: Sequence[str] = DEFAULT_KEEP) -> Data
         ),
     )
     key_facility = F.coalesce(F.nullif(key_facility, F.lit("")), F.lit(DEFAULT_FACILITY))
+    # the broker's own log (amq.rabbitmq.log: key = level, node header) is facility broker
+    from_broker = F.coalesce(F.col("exchange") == BROKER_LOG_EXCHANGE, F.lit(False))
+    key_facility = F.when(from_broker, F.lit(BROKER_FACILITY)).otherwise(key_facility)
+    text_host = F.when(from_broker, F.coalesce(F.col("headers")["node"], F.lit(""))).otherwise(
+        F.lit("")
+    )
     fallback_ts = F.coalesce(F.col("timestamp"), F.current_timestamp())
 
     staged = df.select(
@@ -117,6 +126,7 @@ def parse_log_records(df: DataFrame, keep: Sequence[str] = DEFAULT_KEEP) -> Data
         F.when(is_json, doc).alias("_doc"),
         key_severity.alias("_key_severity"),
         key_facility.alias("_key_facility"),
+        text_host.alias("_text_host"),
         fallback_ts.alias("_fallback_ts"),
         F.col("body").alias("_body"),
     )
@@ -153,7 +163,7 @@ def parse_log_records(df: DataFrame, keep: Sequence[str] = DEFAULT_KEEP) -> Data
         pick(F.coalesce(d["facility"], F.col("_key_facility")), F.col("_key_facility")).alias(
             "facility"
         ),
-        pick(F.coalesce(d["host"], F.lit("")), F.lit("")).alias("host"),
+        pick(F.coalesce(d["host"], F.lit("")), F.col("_text_host")).alias("host"),
         pick(F.coalesce(d["app"], F.lit("")), F.lit("")).alias("app"),
         pick(F.coalesce(d["pid"], F.lit(0).cast("bigint")), F.lit(0).cast("bigint")).alias("pid"),
         pick(d["message"], F.col("_text")).alias("message"),

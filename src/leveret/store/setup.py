@@ -14,10 +14,11 @@ from leveret.broker.definitions import export_definitions, import_definitions
 from leveret.broker.entry import Entry
 from leveret.broker.events import Event
 from leveret.broker.message import Message
-from leveret.broker.queues import Queue, StreamQueue
+from leveret.broker.queues import Queue
 from leveret.broker.queues.stream import interval_ms
 from leveret.store.definitions import FileDefinitionStore
 from leveret.store.messages import FileMessageStore
+from leveret.store.quorum import QuorumLog
 from leveret.store.streams import SegmentLog
 
 # Events after which the definitions file is written again.
@@ -76,7 +77,9 @@ class Persistence:
         self.definitions = FileDefinitionStore(Path(data_dir) / "definitions.json")
         self.messages = FileMessageStore(Path(data_dir) / "msg_store")
         self.streams_dir = Path(data_dir) / "streams"
-        self.streams: dict[tuple[str, str], StreamQueue] = {}
+        self.quorum_dir = Path(data_dir) / "quorum"
+        # queues that keep a log of their own, synced with every batch
+        self.logs: dict[tuple[str, str], Queue] = {}
         self._recovered: dict[tuple[str, str], list[tuple[Message, int]]] = {}
         self._definitions_dirty = False
         self._broker: Any = None
@@ -94,6 +97,9 @@ class Persistence:
             max_bytes=arguments.get("x-max-length-bytes"),
             max_age_ms=interval_ms(text(age)) if isinstance(age, (str, bytes)) else None,
         )
+
+    def quorum_store(self, vhost: str, queue: str) -> QuorumLog:
+        return QuorumLog(self.quorum_dir / quote(vhost, safe="") / quote(queue, safe=""))
 
     # ------------------------------------------------------------- lifecycle
     def restore(self, broker: Any) -> None:
@@ -115,21 +121,21 @@ class Persistence:
     def observe(self, event: Event, subject: Any) -> None:
         if event in _DEFINITION_EVENTS:
             self._definitions_dirty = True
-        if event is Event.QUEUE_CREATED and isinstance(subject, StreamQueue):
-            self.streams[(subject.vhost, subject.name)] = subject
+        if event is Event.QUEUE_CREATED and isinstance(subject, Queue) and subject.keeps_log:
+            self.logs[(subject.vhost, subject.name)] = subject
         elif event is Event.QUEUE_DELETED and isinstance(subject, Queue):
-            self.streams.pop((subject.vhost, subject.name), None)
+            self.logs.pop((subject.vhost, subject.name), None)
 
     def sync(self) -> None:
         if self._definitions_dirty and self._broker is not None:
             self._definitions_dirty = False
             self.definitions.save(export_definitions(self._broker))
         self.messages.sync()
-        for stream in list(self.streams.values()):
-            stream.sync()
+        for queue in list(self.logs.values()):
+            queue.sync()
 
     def close(self) -> None:
         self.sync()
         self.messages.close()
-        for stream in self.streams.values():
-            stream.log.close()
+        for queue in self.logs.values():
+            queue.close()

@@ -8,10 +8,12 @@ from typing import Any
 from leveret.broker.arguments import text
 from leveret.broker.queues.base import Accepted, DeadLetters, Queue, Subscriber
 from leveret.broker.queues.classic import ClassicQueue
+from leveret.broker.queues.quorum import QuorumQueue
 from leveret.broker.queues.stream import StreamQueue
 
 QUEUE_TYPES: dict[str, type[Queue]] = {
     "classic": ClassicQueue,
+    "quorum": QuorumQueue,
     "stream": StreamQueue,
 }
 
@@ -27,6 +29,7 @@ __all__ = [
     "ClassicQueue",
     "DeadLetters",
     "Queue",
+    "QuorumQueue",
     "StreamQueue",
     "Subscriber",
     "queue_type_name",

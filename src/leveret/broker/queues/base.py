@@ -14,7 +14,7 @@ from leveret.broker.entry import Entry, now_ms
 from leveret.broker.message import Message
 
 if TYPE_CHECKING:
-    from leveret.broker.ports import ConnectionInfo, FlowHolder
+    from leveret.broker.ports import ConnectionInfo, FlowHolder, Storage
 
 
 class Subscriber(Protocol):
@@ -49,7 +49,10 @@ class Subscriber(Protocol):
 class DeadLetters(Protocol):
     """Where a queue's dead letters go: its vhost, which routes them on."""
 
-    def dead_letter(self, queue: Queue, message: Message, reason: str) -> None: ...
+    def dead_letter(self, queue: Queue, message: Message, reason: str) -> list[Accepted]:
+        """Route a dead letter through the queue's dead-letter exchange; what each queue
+        it reached answered."""
+        ...
 
 
 class Accepted(Enum):
@@ -69,6 +72,8 @@ class Queue:
     kind = "queue"  # what a binding points at
     type_name: ClassVar[str] = ""  # x-queue-type
     rabbit_type: ClassVar[str] = ""  # RabbitMQ's module name, in its error texts
+    # The queue keeps a log of its own, which sync() makes durable with every batch.
+    keeps_log: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -87,6 +92,9 @@ class Queue:
         self.auto_delete = auto_delete
         self.arguments: dict[str, Any] = arguments.copy() if arguments else {}
         self.dead_letters = dead_letters
+        # x-dead-letter-exchange / -routing-key, for the types that dead-letter
+        self.dead_letter_exchange: str | None = None
+        self.dead_letter_routing_key: str | None = None
         self.consumers: list[Subscriber] = []
         self.unacked = 0
         self.deleted = False
@@ -111,6 +119,21 @@ class Queue:
     ) -> None:
         """Raise what RabbitMQ refuses a declaration of this type with."""
 
+    @classmethod
+    def create(
+        cls,
+        name: str,
+        vhost: str,
+        durable: bool,
+        exclusive_owner: ConnectionInfo | None,
+        auto_delete: bool,
+        arguments: dict[str, Any],
+        dead_letters: DeadLetters,
+        storage: Storage | None,
+    ) -> Queue:
+        """A new queue of this type, with what it keeps on disk if ``storage`` keeps it."""
+        raise NotImplementedError
+
     @property
     def expires(self) -> int | None:
         """x-expires: milliseconds unused before the queue goes."""
@@ -132,9 +155,30 @@ class Queue:
     def sync(self) -> None:
         """Make what was enqueued since the last call durable and deliverable."""
 
+    def close(self) -> None:
+        """The broker stops: close what the queue keeps open on disk."""
+
     # -------------------------------------------------------------- consuming
-    def consumer_start(self, no_ack: bool, prefetch: int, arguments: dict[str, Any]) -> Any:
-        """Check a basic.consume on this queue; what the consumer starts from."""
+    def consumer_start(
+        self, no_ack: bool, prefetch: int, arguments: dict[str, Any], global_prefetch: int = 0
+    ) -> Any:
+        """Check a basic.consume on this queue (``prefetch`` the consumer's, and the
+        channel's global one); what the consumer starts from."""
+        return None
+
+    def admits(self, exclusive: bool) -> bool:
+        """Whether a consumer (exclusive or not) may subscribe now: an exclusive consumer
+        only to a queue without consumers, nobody beside an exclusive one."""
+        return not (self.consumers and (exclusive or any(c.exclusive for c in self.consumers)))
+
+    @property
+    def single_active_consumer_on(self) -> bool:
+        """x-single-active-consumer: one consumer gets messages, the others wait."""
+        return False
+
+    @property
+    def active_consumer(self) -> Subscriber | None:
+        """With a single active consumer, the one that gets messages now."""
         return None
 
     def add_consumer(self, consumer: Subscriber, start: Any = None) -> None:
@@ -166,8 +210,12 @@ class Queue:
         raise NotImplementedError
 
     def requeue(self, entries: Iterable[Entry]) -> None:
-        """Outstanding deliveries come back (channel closed, basic.recover)."""
+        """Outstanding deliveries come back: their channel closed."""
         raise NotImplementedError
+
+    def recovered(self, entries: Iterable[Entry]) -> None:
+        """The client hands outstanding deliveries back (basic.recover)."""
+        self.requeue(entries)
 
     def purge(self) -> int:
         raise NotImplementedError
@@ -191,6 +239,11 @@ class Queue:
 
     def persistent_figures(self) -> tuple[int, int]:
         """How many ready messages are persistent, and their body bytes."""
+        return 0, 0
+
+    @property
+    def dead_lettered_figures(self) -> tuple[int, int]:
+        """Messages (and their body bytes) waiting to be dead-lettered (at-least-once)."""
         return 0, 0
 
     @property

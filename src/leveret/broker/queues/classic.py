@@ -8,15 +8,22 @@ from collections import deque
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from leveret.broker.arguments import check_queue_arguments, optional_text, text
+from leveret.broker.arguments import (
+    check_consume_arguments,
+    check_credit_argument,
+    check_queue_arguments,
+    optional_text,
+    text,
+)
 from leveret.broker.entry import Entry, now_ms
 from leveret.broker.message import Message
 from leveret.broker.queues.base import Accepted, DeadLetters, Queue, Subscriber
-from leveret.protocol import errors
 
 if TYPE_CHECKING:
-    from leveret.broker.ports import ConnectionInfo, FlowHolder, QueueStore
+    from leveret.broker.ports import ConnectionInfo, FlowHolder, QueueStore, Storage
 
+# The consumer arguments a classic queue takes (rabbit_classic_queue:capabilities()).
+CONSUMER_ARGS = frozenset(("x-cancel-on-ha-failover", "x-priority", "x-credit"))
 _EXPIRATION_FLAG = 0x01  # byte 0 of the property flags: expiration (0x0100)
 _PRIORITY_FLAG = 0x08  # byte 0: priority (0x0800)
 
@@ -69,6 +76,8 @@ class ClassicQueue(Queue):
         self.max_length_bytes: int | None = _int(a.get("x-max-length-bytes"))
         self.overflow = text(a.get("x-overflow", "drop-head"))
         self._expires: int | None = _int(a.get("x-expires"))
+        self._single_active = a.get("x-single-active-consumer") is True
+        self._active: Subscriber | None = None
         self.dead_letter_exchange = optional_text(a.get("x-dead-letter-exchange"))
         self.dead_letter_routing_key = optional_text(a.get("x-dead-letter-routing-key"))
         # x-max-priority: ready is kept highest priority first, FIFO within a priority,
@@ -103,16 +112,39 @@ class ClassicQueue(Queue):
     ) -> None:
         check_queue_arguments(name, vhost, arguments)
 
+    @classmethod
+    def create(
+        cls,
+        name: str,
+        vhost: str,
+        durable: bool,
+        exclusive_owner: ConnectionInfo | None,
+        auto_delete: bool,
+        arguments: dict[str, Any],
+        dead_letters: DeadLetters,
+        storage: Storage | None,
+    ) -> ClassicQueue:
+        store = storage.queue_store(vhost, name) if durable and storage is not None else None
+        return cls(
+            name,
+            vhost,
+            durable=durable,
+            exclusive_owner=exclusive_owner,
+            auto_delete=auto_delete,
+            arguments=arguments,
+            dead_letters=dead_letters,
+            store=store,
+        )
+
     @property
     def expires(self) -> int | None:
         return self._expires
 
-    def consumer_start(self, no_ack: bool, prefetch: int, arguments: dict[str, Any]) -> None:
-        if "x-stream-offset" in arguments:
-            raise errors.precondition_failed(
-                f"invalid arg 'x-stream-offset' for queue '{self.name}' in vhost "
-                f"'{self.vhost}' of queue type {self.rabbit_type}"
-            )
+    def consumer_start(
+        self, no_ack: bool, prefetch: int, arguments: dict[str, Any], global_prefetch: int = 0
+    ) -> None:
+        check_consume_arguments(self.name, self.vhost, arguments, CONSUMER_ARGS, self.rabbit_type)
+        check_credit_argument(arguments)
 
     # ---------------------------------------------------------------- publishing
     def is_full(self, extra_bytes: int = 0) -> bool:
@@ -253,7 +285,25 @@ class ClassicQueue(Queue):
             self.dead_letters.dead_letter(self, message, reason)
 
     # ---------------------------------------------------------------- consuming
+    @property
+    def single_active_consumer_on(self) -> bool:
+        return self._single_active
+
+    @property
+    def active_consumer(self) -> Subscriber | None:
+        return self._active
+
+    def admits(self, exclusive: bool) -> bool:
+        # As rabbit_amqqueue_process: a single-active-consumer queue refuses every
+        # exclusive consumer, even the first.
+        if self._single_active:
+            return not exclusive
+        return super().admits(exclusive)
+
     def _next_consumer(self) -> Subscriber | None:
+        if self._single_active:
+            active = self._active
+            return active if active is not None and active.has_credit() else None
         consumers = self.consumers
         n = len(consumers)
         if n == 1:
@@ -317,7 +367,16 @@ class ClassicQueue(Queue):
         self.last_used = now_ms()
         self.consumers.append(consumer)
         self.consumers.sort(key=lambda c: -c.priority)
+        if self._single_active and self._active is None:
+            self._active = consumer  # the first to subscribe
         self.dispatch()
+
+    def remove_consumer(self, consumer: Subscriber) -> None:
+        super().remove_consumer(consumer)
+        if consumer is self._active:
+            # the next: highest priority, then the earliest to subscribe
+            self._active = self.consumers[0] if self.consumers else None
+            self.dispatch()
 
     # ---------------------------------------------------------------- settling
     def ack(self, entries: Iterable[Entry]) -> None:

@@ -12,7 +12,7 @@ import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from leveret.broker.arguments import text
+from leveret.broker.arguments import check_consume_arguments, check_typed_arguments, text
 from leveret.broker.entry import Entry
 from leveret.broker.message import Message
 from leveret.broker.queues.base import Accepted, Queue, Subscriber
@@ -22,7 +22,8 @@ from leveret.protocol import errors
 from leveret.protocol.spec import add_header
 
 if TYPE_CHECKING:
-    from leveret.broker.ports import StreamLog
+    from leveret.broker.ports import ConnectionInfo, Storage, StreamLog
+    from leveret.broker.queues.base import DeadLetters
 
 _long = struct.Struct(">q").pack
 _INTERVAL = re.compile(r"^(\d+)([YMDhms])$")
@@ -35,34 +36,21 @@ _UNIT_MS = {
     "s": 1000,
 }
 
-# Arguments a stream takes; RabbitMQ's other queue arguments are refused on it.
-STREAM_ARGS = (
-    "x-queue-type",
-    "x-max-length-bytes",
-    "x-max-age",
-    "x-stream-max-segment-size-bytes",
-    "x-initial-cluster-size",
-    "x-queue-leader-locator",
-)
-OTHER_ARGS = (
-    "x-expires",
-    "x-message-ttl",
-    "x-dead-letter-exchange",
-    "x-dead-letter-routing-key",
-    "x-max-length",
-    "x-max-priority",
-    "x-overflow",
-    "x-queue-mode",
-    "x-queue-version",
-    "x-single-active-consumer",
-    "x-queue-master-locator",
-    "x-delivery-limit",
-    "x-dead-letter-strategy",
-    "x-max-in-memory-length",
-    "x-max-in-memory-bytes",
-    "x-quorum-initial-group-size",
+# The queue arguments a stream takes (rabbit_stream_queue:capabilities()); the other
+# types' are refused.
+STREAM_ARGS = frozenset(
+    (
+        "x-max-length-bytes",
+        "x-queue-type",
+        "x-max-age",
+        "x-stream-max-segment-size-bytes",
+        "x-initial-cluster-size",
+        "x-queue-leader-locator",
+    )
 )
 READ_BATCH = 256
+# The consumer arguments a stream takes (rabbit_stream_queue:capabilities()).
+CONSUMER_ARGS = frozenset(("x-stream-offset", "x-credit"))
 
 
 def interval_ms(text: str) -> int | None:
@@ -80,6 +68,9 @@ def check_stream_declaration(
     auto_delete: bool,
     arguments: dict[str, Any],
 ) -> None:
+    """What RabbitMQ refuses a stream declaration with: its arguments first
+    (rabbit_amqqueue), then the properties a stream cannot have, in that order."""
+    check_typed_arguments(name, vhost, arguments, STREAM_ARGS, StreamQueue.rabbit_type)
     where = f"queue '{name}' in vhost '{vhost}'"
     if auto_delete:
         raise errors.precondition_failed(f"invalid property 'auto-delete' for {where}")
@@ -87,27 +78,10 @@ def check_stream_declaration(
         raise errors.precondition_failed(f"invalid property 'exclusive-owner' for {where}")
     if not durable:
         raise errors.precondition_failed(f"invalid property 'non-durable' for {where}")
-    for key in arguments:
-        if key in OTHER_ARGS:
-            raise errors.precondition_failed(
-                f"invalid arg '{key}' for {where} of queue type rabbit_stream_queue"
-            )
-    age = arguments.get("x-max-age")
-    if age is not None and (not isinstance(age, (str, bytes)) or interval_ms(text(age)) is None):
-        raise errors.precondition_failed(f"invalid arg 'x-max-age' for {where}: invalid_max_age")
-    for key in ("x-max-length-bytes", "x-stream-max-segment-size-bytes"):
-        value = arguments.get(key)
-        if value is not None and (
-            isinstance(value, bool) or not isinstance(value, int) or value < 0
-        ):
-            raise errors.precondition_failed(
-                f"invalid arg '{key}' for {where}: {{value_negative,{value}}}"
-                if isinstance(value, int)
-                else f'"expected integer, got {type(value).__name__}"'
-            )
 
 
 class StreamQueue(Queue):
+    keeps_log: ClassVar[bool] = True
     type_name: ClassVar[str] = "stream"
     rabbit_type: ClassVar[str] = "rabbit_stream_queue"
 
@@ -127,6 +101,22 @@ class StreamQueue(Queue):
         arguments: dict[str, Any],
     ) -> None:
         check_stream_declaration(name, vhost, durable, exclusive, auto_delete, arguments)
+
+    @classmethod
+    def create(
+        cls,
+        name: str,
+        vhost: str,
+        durable: bool,
+        exclusive_owner: ConnectionInfo | None,
+        auto_delete: bool,
+        arguments: dict[str, Any],
+        dead_letters: DeadLetters,
+        storage: Storage | None,
+    ) -> StreamQueue:
+        if storage is None:
+            raise errors.not_implemented("stream queues need a data directory")
+        return cls(name, vhost, arguments, storage.open_stream(vhost, name, arguments))
 
     def declare_ok_count(self, arguments: dict[str, Any]) -> int:
         # Leveret's extension: a passive declare with x-stream-offsets learns the committed
@@ -150,8 +140,14 @@ class StreamQueue(Queue):
         if self.log.sync():
             self.dispatch()
 
+    def close(self) -> None:
+        self.log.close()
+
     # -- reading ---------------------------------------------------------------
-    def consumer_start(self, no_ack: bool, prefetch: int, arguments: dict[str, Any]) -> int:
+    def consumer_start(
+        self, no_ack: bool, prefetch: int, arguments: dict[str, Any], global_prefetch: int = 0
+    ) -> int:
+        check_consume_arguments(self.name, self.vhost, arguments, CONSUMER_ARGS, self.rabbit_type)
         if no_ack:
             raise stream_not_supported("automatic acknowledgement", self)
         if not prefetch:

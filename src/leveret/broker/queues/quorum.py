@@ -1,0 +1,674 @@
+"""Quorum queues on one node, as RabbitMQ 3.10.8's ``rabbit_fifo`` state machine behaves
+(one member, so the raft log is a local log, fsynced before publisher confirms).
+
+What differs from a classic queue, each as RabbitMQ does it:
+
+- Durable only; exclusive, auto-delete and non-durable declarations are refused, and so
+  are the arguments of the other queue types (``check_typed_arguments``).
+- Every message has a delivery count. A consumer's first delivery carries no header and
+  is not redelivered; after a return it carries ``x-delivery-count`` (the count) and is
+  redelivered. ``basic.get`` always adds the header (0 the first time).
+- A message a client returns (``basic.nack``/``basic.reject`` with requeue,
+  ``basic.recover``) goes to the back of the queue, unless ``x-delivery-limit`` is set:
+  then, as when a consumer's channel goes away, it goes to the front, and a message
+  returned more often than the limit is dropped or dead-lettered (``delivery_limit``).
+- ``x-max-length``/``-bytes`` with ``drop-head`` (the default; ``reject-publish-dlx`` is
+  taken as ``drop-head``, with RabbitMQ's warning) or ``reject-publish``, which lets the
+  message that crosses the limit in and refuses the ones after it until the queue is
+  back under 80 % of the limit.
+- ``x-dead-letter-strategy`` ``at-least-once`` (with ``reject-publish``): a dead letter
+  stays in the queue, counted against its limits, until every queue it is routed to has
+  taken it; otherwise it is retried every ``SETTLE_TIMEOUT_MS``.
+- Consumers without a prefetch take at most 2000 unacknowledged messages; a channel's
+  global prefetch is refused; the exclusive flag of a consumer is ignored; with a single
+  active consumer the next one is the earliest subscribed, and ``basic.get`` is refused.
+- Messages that expire (``x-message-ttl``, per-message expiration) leave at the head.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from leveret.broker.arguments import (
+    check_consume_arguments,
+    check_credit_argument,
+    check_typed_arguments,
+    optional_text,
+    text,
+)
+from leveret.broker.entry import Entry, now_ms
+from leveret.broker.message import Message
+from leveret.broker.ports import DEAD_LETTERED, OUT, RETURNED
+from leveret.broker.queues.base import Accepted, DeadLetters, Queue, Subscriber
+from leveret.protocol import errors, table
+
+if TYPE_CHECKING:
+    from leveret.broker.ports import ConnectionInfo, FlowHolder, QuorumStore, Storage
+
+log = logging.getLogger(__name__)
+
+# The queue arguments a quorum queue takes (rabbit_quorum_queue:capabilities()).
+QUORUM_ARGS = frozenset(
+    (
+        "x-dead-letter-exchange",
+        "x-dead-letter-routing-key",
+        "x-dead-letter-strategy",
+        "x-expires",
+        "x-max-length",
+        "x-max-length-bytes",
+        "x-max-in-memory-length",
+        "x-max-in-memory-bytes",
+        "x-overflow",
+        "x-single-active-consumer",
+        "x-queue-type",
+        "x-quorum-initial-group-size",
+        "x-delivery-limit",
+        "x-message-ttl",
+        "x-queue-leader-locator",
+    )
+)
+# The consumer arguments it takes; those of other types are refused (rabbit_amqqueue).
+CONSUMER_ARGS = frozenset(("x-priority", "x-credit"))
+DEFAULT_PREFETCH = 2000  # what a consumer without prefetch gets (rabbit_quorum_queue)
+LOW_LIMIT = 0.8  # reject-publish lets publishers in again below this share of the limit
+SETTLE_TIMEOUT_MS = 180_000  # at-least-once retry interval (RabbitMQ's default)
+_EXPIRATION_FLAG = 0x01  # byte 0 of the property flags: expiration (0x0100)
+
+
+def _int(value: Any) -> int | None:
+    if value is None or isinstance(value, bool) or not isinstance(value, int):
+        return None
+    return value
+
+
+class _Msg:
+    """A message in the queue: its id in the log, delivery count and expiry."""
+
+    __slots__ = ("count", "expires_at", "id", "message")
+
+    def __init__(self, mid: int, message: Message, count: int | None, expires_at: int) -> None:
+        self.id = mid
+        self.message = message
+        self.count = count  # None until it is first returned
+        self.expires_at = expires_at  # 0: never
+
+    @property
+    def size(self) -> int:
+        return len(self.message.body)
+
+
+class _Letter:
+    """A dead letter waiting for every target queue to take it (at-least-once)."""
+
+    __slots__ = ("msg", "reason", "tried_at")
+
+    def __init__(self, msg: _Msg, reason: str, tried_at: int) -> None:
+        self.msg = msg
+        self.reason = reason
+        self.tried_at = tried_at
+
+
+class QuorumQueue(Queue):
+    keeps_log: ClassVar[bool] = True
+    type_name: ClassVar[str] = "quorum"
+    rabbit_type: ClassVar[str] = "rabbit_quorum_queue"
+
+    def __init__(
+        self,
+        name: str,
+        vhost: str,
+        arguments: dict[str, Any] | None = None,
+        dead_letters: DeadLetters | None = None,
+        store: QuorumStore | None = None,
+    ) -> None:
+        super().__init__(name, vhost, durable=True, arguments=arguments, dead_letters=dead_letters)
+        a = self.arguments
+        self._store = store
+        self.max_length = _int(a.get("x-max-length"))
+        self.max_bytes = _int(a.get("x-max-length-bytes"))
+        overflow = text(a.get("x-overflow", "drop-head"))
+        if overflow == "reject-publish-dlx":
+            log.warning(
+                "Invalid overflow strategy <<\"%s\">> for quorum queue: queue '%s' in vhost '%s'",
+                overflow,
+                name,
+                vhost,
+            )
+            overflow = "drop-head"
+        self.overflow = overflow
+        # Any value is taken, as RabbitMQ takes it; one that is not an integer never
+        # limits (Erlang orders every number below every binary), but still makes
+        # returns go to the front.
+        self._limited = "x-delivery-limit" in a
+        self.delivery_limit = _int(a.get("x-delivery-limit"))
+        self.message_ttl = _int(a.get("x-message-ttl"))
+        self._expires = _int(a.get("x-expires"))
+        self._single_active = a.get("x-single-active-consumer") is True
+        self._active: Subscriber | None = None
+        self.dead_letter_exchange = optional_text(a.get("x-dead-letter-exchange"))
+        self.dead_letter_routing_key = optional_text(a.get("x-dead-letter-routing-key"))
+        self.strategy = self._dead_letter_strategy(a)
+        self._messages: deque[_Msg] = deque()  # enqueued and requeued, in order
+        self._returns: deque[_Msg] = deque()  # returned: served first
+        self._pending: list[_Msg] = []  # enqueued, visible once synced
+        self._out: dict[int, _Msg] = {}  # delivered, not settled
+        # basic.get deliveries not settled: rabbit_fifo counts each as a consumer
+        self._gets: set[int] = set()
+        self._dlx: dict[int, _Letter] = {}  # dead letters not yet taken (at-least-once)
+        self._ready_bytes = 0
+        self._dlx_bytes = 0
+        self._blocked = False  # reject-publish: over the limit, publishers refused
+        self._next_id = 0  # ids when there is no store
+        self._released_at = 0
+        self._rr = 0
+        if store is not None:
+            self._recover(store)
+
+    @staticmethod
+    def _dead_letter_strategy(a: dict[str, Any]) -> str | None:
+        """rabbit_quorum_queue:dead_letter_handler: None (no dead-lettering),
+        'at-most-once' or 'at-least-once'."""
+        exchange = a.get("x-dead-letter-exchange")
+        strategy = optional_text(a.get("x-dead-letter-strategy"))
+        if exchange is None:
+            return None
+        overflow = text(a.get("x-overflow", "drop-head"))
+        if strategy == "at-least-once":
+            if overflow == "reject-publish":
+                return "at-least-once"
+            log.warning(
+                "Falling back to dead-letter-strategy at-most-once because configured "
+                "dead-letter-strategy at-least-once is incompatible with effective overflow "
+                "strategy drop-head. To enable dead-letter-strategy at-least-once, set "
+                "overflow strategy to reject-publish."
+            )
+        return "at-most-once"
+
+    # ------------------------------------------------------------ declaration
+    @classmethod
+    def validate(
+        cls,
+        name: str,
+        vhost: str,
+        durable: bool,
+        exclusive: bool,
+        auto_delete: bool,
+        arguments: dict[str, Any],
+    ) -> None:
+        # arguments first (rabbit_amqqueue), then the type's own checks, in its order
+        check_typed_arguments(name, vhost, arguments, QUORUM_ARGS, cls.rabbit_type)
+        where = f"queue '{name}' in vhost '{vhost}'"
+        if auto_delete:
+            raise errors.precondition_failed(f"invalid property 'auto-delete' for {where}")
+        if exclusive:
+            raise errors.precondition_failed(f"invalid property 'exclusive-owner' for {where}")
+        if not durable:
+            raise errors.precondition_failed(f"invalid property 'non-durable' for {where}")
+
+    @classmethod
+    def create(
+        cls,
+        name: str,
+        vhost: str,
+        durable: bool,
+        exclusive_owner: ConnectionInfo | None,
+        auto_delete: bool,
+        arguments: dict[str, Any],
+        dead_letters: DeadLetters,
+        storage: Storage | None,
+    ) -> QuorumQueue:
+        store = storage.quorum_store(vhost, name) if storage is not None else None
+        return cls(name, vhost, arguments, dead_letters, store)
+
+    @property
+    def expires(self) -> int | None:
+        return self._expires
+
+    # --------------------------------------------------------------- recovery
+    def _recover(self, store: QuorumStore) -> None:
+        for r in store.recover():
+            msg = _Msg(r.id, r.message, r.count, self._expiry(r.message, r.ts_ms))
+            if r.state == DEAD_LETTERED:
+                self._dlx[msg.id] = _Letter(msg, r.reason or "rejected", 0)
+                self._dlx_bytes += msg.size
+            elif r.state == RETURNED:
+                self._returns.append(msg)
+                self._ready_bytes += msg.size
+            elif r.state == OUT:
+                # its consumer is gone: returned, as rabbit_fifo's return_all
+                self._return_one(msg)
+            else:
+                self._messages.append(msg)
+                self._ready_bytes += msg.size
+
+    # ------------------------------------------------------------- publishing
+    def _expiry(self, message: Message, ts_ms: int) -> int:
+        ttl = self.message_ttl
+        props = message.properties
+        if len(props) >= 2 and props[0] & _EXPIRATION_FLAG:
+            raw = table.short_property(props, table.EXPIRATION_FLAG)
+            if raw is not None and raw.isdigit():
+                ttl = int(raw) if ttl is None else min(ttl, int(raw))
+        return ts_ms + ttl if ttl is not None else 0
+
+    def enqueue(self, message: Message) -> Accepted:
+        if self._blocked:
+            return Accepted.REFUSED
+        self.published += 1
+        mid = self._store.append(message) if self._store is not None else self._new_id()
+        msg = _Msg(mid, message, None, self._expiry(message, now_ms()))
+        self._ready_bytes += msg.size
+        if self._store is not None:
+            self._pending.append(msg)  # visible once on disk
+        else:
+            self._messages.append(msg)
+            self.dispatch()
+        self._evaluate_limit()
+        if self.consumers and self._messages:
+            return Accepted.BACKLOG  # behind consumers without credit: credit flow
+        return Accepted.YES
+
+    def _new_id(self) -> int:
+        self._next_id += 1
+        return self._next_id
+
+    def sync(self) -> None:
+        """Make what was written durable; then what was enqueued is deliverable."""
+        if self._store is None:
+            return
+        self._store.sync()
+        if self._pending:
+            self._messages.extend(self._pending)
+            self._pending.clear()
+            self.dispatch()
+        self._release()
+
+    def close(self) -> None:
+        if self._store is not None:
+            self._store.close()
+
+    def congested(self) -> FlowHolder | None:
+        if self._ready_count() and self.consumers:
+            holder = self.consumers[0].holder
+            if not holder.writable:
+                return holder
+        return None
+
+    # ------------------------------------------------------------------ limits
+    def _ready_count(self) -> int:
+        return len(self._messages) + len(self._returns) + len(self._pending)
+
+    def _over_limit(self) -> bool:
+        if self.max_length is None and self.max_bytes is None:
+            return False
+        return (
+            self.max_length is not None and self._ready_count() + len(self._dlx) > self.max_length
+        ) or (self.max_bytes is not None and self._ready_bytes + self._dlx_bytes > self.max_bytes)
+
+    def _below_soft_limit(self) -> bool:
+        def below(limit: int | None, value: int) -> bool:
+            return limit is None or value <= int(limit * LOW_LIMIT)
+
+        return below(self.max_length, self._ready_count() + len(self._dlx)) and below(
+            self.max_bytes, self._ready_bytes + self._dlx_bytes
+        )
+
+    def _evaluate_limit(self) -> None:
+        """rabbit_fifo:evaluate_limit, after every change."""
+        if self.max_length is None and self.max_bytes is None:
+            return
+        if self._over_limit():
+            if self.overflow == "drop-head":
+                while self._over_limit():
+                    msg = self._take()
+                    if msg is None:
+                        break
+                    self._discard(msg, "maxlen")
+            else:
+                self._blocked = True
+        elif self._blocked and self._below_soft_limit():
+            self._blocked = False
+
+    # -------------------------------------------------------------- consuming
+    @property
+    def single_active_consumer_on(self) -> bool:
+        return self._single_active
+
+    @property
+    def active_consumer(self) -> Subscriber | None:
+        return self._active
+
+    def admits(self, exclusive: bool) -> bool:
+        return True  # rabbit_quorum_queue ignores the exclusive flag of consumers
+
+    def consumer_start(
+        self, no_ack: bool, prefetch: int, arguments: dict[str, Any], global_prefetch: int = 0
+    ) -> None:
+        where = f"queue '{self.name}' in vhost '{self.vhost}'"
+        check_consume_arguments(self.name, self.vhost, arguments, CONSUMER_ARGS, self.rabbit_type)
+        if global_prefetch:
+            raise errors.not_implemented(f"{where} does not support global qos")
+        check_credit_argument(arguments)
+
+    def add_consumer(self, consumer: Subscriber, start: Any = None) -> None:
+        self.had_consumers = True
+        self.last_used = now_ms()
+        self.consumers.append(consumer)  # in subscription order
+        if self._single_active and self._active is None:
+            self._active = consumer
+        self.dispatch()
+
+    def remove_consumer(self, consumer: Subscriber) -> None:
+        super().remove_consumer(consumer)
+        if consumer is self._active:
+            # rabbit_fifo activates the first waiting consumer, in subscription order
+            self._active = self.consumers[0] if self.consumers else None
+            self.dispatch()
+
+    def _has_credit(self, c: Subscriber) -> bool:
+        if not c.has_credit():
+            return False
+        return c.no_ack or bool(c.prefetch) or c.unacked < DEFAULT_PREFETCH
+
+    def _next_consumer(self) -> Subscriber | None:
+        if self._single_active:
+            active = self._active
+            return active if active is not None and self._has_credit(active) else None
+        consumers = self.consumers
+        n = len(consumers)
+        if not n:
+            return None
+        top = max(c.priority for c in consumers)
+        for i in range(n):
+            idx = (self._rr + i) % n
+            c = consumers[idx]
+            if c.priority == top and self._has_credit(c):
+                self._rr = idx + 1
+                return c
+        for c in sorted(consumers, key=lambda c: -c.priority):
+            if c.priority != top and self._has_credit(c):
+                return c
+        return None
+
+    def _take(self) -> _Msg | None:
+        """The next message: returned ones first (rabbit_fifo:take_next_msg)."""
+        if self._returns:
+            msg = self._returns.popleft()
+        elif self._messages:
+            msg = self._messages.popleft()
+        else:
+            return None
+        self._ready_bytes -= msg.size
+        return msg
+
+    def _head(self) -> _Msg | None:
+        if self._returns:
+            return self._returns[0]
+        return self._messages[0] if self._messages else None
+
+    def _expire_head(self) -> None:
+        now = now_ms()
+        while (head := self._head()) is not None and head.expires_at and head.expires_at <= now:
+            self._take()
+            self._discard(head, "expired")
+
+    def dispatch(self) -> None:
+        if self.deleted:
+            return
+        while self.consumers:
+            self._expire_head()
+            if self._head() is None:
+                break
+            consumer = self._next_consumer()
+            if consumer is None:
+                break
+            msg = self._take()
+            assert msg is not None
+            entry = Entry(self._outgoing(msg, get=False), msg.id)
+            entry.redelivered = msg.count is not None
+            self.delivered += 1
+            if consumer.no_ack:
+                self._settled(msg)
+            else:
+                self.unacked += 1
+                self._out[msg.id] = msg
+                if self._store is not None:
+                    self._store.checked_out(msg.id)
+            consumer.deliver(self, entry)
+        self._evaluate_limit()
+
+    def _outgoing(self, msg: _Msg, get: bool) -> Message:
+        """The message as delivered: with x-delivery-count once it has been returned,
+        always for basic.get (rabbit_fifo_client)."""
+        if msg.count is None and not get:
+            return msg.message
+        m = msg.message
+        fields = table.store(
+            table.headers(m.properties) or [], "x-delivery-count", table.long(msg.count or 0)
+        )
+        return m.with_properties(table.with_headers(m.properties, fields))
+
+    def get(self, no_ack: bool) -> Entry | None:
+        if self._single_active:
+            raise errors.resource_locked(
+                f"cannot obtain access to locked queue '{self.name}' in vhost '{self.vhost}'. "
+                "basic.get operations are not supported by quorum queues with single active "
+                "consumer"
+            )
+        self.last_used = now_ms()
+        self._expire_head()
+        msg = self._take()
+        if msg is None:
+            return None
+        entry = Entry(self._outgoing(msg, get=True), msg.id)
+        entry.redelivered = bool(msg.count)
+        self.delivered += 1
+        if no_ack:
+            self._settled(msg)
+        else:
+            self.unacked += 1
+            self._out[msg.id] = msg
+            self._gets.add(msg.id)
+            if self._store is not None:
+                self._store.checked_out(msg.id)
+        self._evaluate_limit()
+        return entry
+
+    # --------------------------------------------------------------- settling
+    def _settled(self, msg: _Msg) -> None:
+        if self._store is not None:
+            self._store.settle(msg.id)
+
+    def _discard(self, msg: _Msg, reason: str) -> None:
+        """A message leaves the queue for ``reason``: dead-lettered as the strategy says,
+        or dropped."""
+        if self.strategy == "at-least-once":
+            if self._store is not None:
+                self._store.dead_lettered(msg.id, reason)
+            self._dlx[msg.id] = _Letter(msg, reason, 0)
+            self._dlx_bytes += msg.size
+            self._try_dead_letter(self._dlx[msg.id])
+            return
+        if self.strategy == "at-most-once" and self.dead_letters is not None:
+            self.dead_letters.dead_letter(self, msg.message, reason)
+        self._settled(msg)
+
+    def _try_dead_letter(self, letter: _Letter) -> None:
+        assert self.dead_letters is not None
+        letter.tried_at = now_ms()
+        answers = self.dead_letters.dead_letter(self, letter.msg.message, letter.reason)
+        if answers and all(a is Accepted.YES for a in answers):
+            del self._dlx[letter.msg.id]
+            self._dlx_bytes -= letter.msg.size
+            self._settled(letter.msg)
+
+    def ack(self, entries: Iterable[Entry]) -> None:
+        for entry in entries:
+            msg = self._out.pop(entry.seq, None)
+            self._gets.discard(entry.seq)
+            self.unacked -= 1
+            self.acked += 1
+            if msg is not None:
+                self._settled(msg)
+
+    def reject(self, entries: Iterable[Entry], requeue: bool) -> None:
+        if requeue:
+            self.recovered(entries)
+            return
+        for entry in entries:
+            self.unacked -= 1
+            self._gets.discard(entry.seq)
+            msg = self._out.pop(entry.seq, None)
+            if msg is not None:
+                self._discard(msg, "rejected")
+        self._evaluate_limit()
+
+    def recovered(self, entries: Iterable[Entry]) -> None:
+        """The client returns deliveries (nack or reject with requeue, basic.recover):
+        without a delivery limit they go to the back of the queue (rabbit_fifo's
+        requeue), with one to the front, as returns."""
+        back = self._take_out(entries)
+        if not back:
+            return
+        self.redelivered_count += len(back)
+        if not self._limited:
+            for msg in back:
+                count = (msg.count or 0) + 1
+                if self._store is not None:
+                    self._store.settle(msg.id)
+                    msg.id = self._store.append(msg.message, count)
+                else:
+                    msg.id = self._new_id()
+                msg.count = count
+                self._messages.append(msg)
+                self._ready_bytes += msg.size
+        else:
+            for msg in back:
+                self._return_one(msg)
+        self._evaluate_limit()
+        self.dispatch()
+
+    def requeue(self, entries: Iterable[Entry]) -> None:
+        """The consumer's channel went away: its deliveries return to the front
+        (rabbit_fifo's return_all), in the order they went out."""
+        back = self._take_out(entries)
+        if not back:
+            return
+        self.redelivered_count += len(back)
+        for msg in back:
+            self._return_one(msg)
+        if self.deleted:
+            return
+        self._evaluate_limit()
+        self.dispatch()
+
+    def _take_out(self, entries: Iterable[Entry]) -> list[_Msg]:
+        out = []
+        for entry in entries:
+            self.unacked -= 1
+            self._gets.discard(entry.seq)
+            msg = self._out.pop(entry.seq, None)
+            if msg is not None:
+                out.append(msg)
+        return out
+
+    def _return_one(self, msg: _Msg) -> None:
+        count = (msg.count or 0) + 1
+        msg.count = count
+        if self._limited and self.delivery_limit is not None and count > self.delivery_limit:
+            self._discard(msg, "delivery_limit")
+            return
+        if self._store is not None:
+            self._store.returned(msg.id, count)
+        self._returns.append(msg)
+        self._ready_bytes += msg.size
+
+    def _release(self) -> None:
+        """Tell the store the oldest message still alive, so it can free the log
+        segments before it (at most once a second: it looks at every message out)."""
+        store = self._store
+        if store is None or now_ms() - self._released_at < 1000:
+            return
+        self._released_at = now_ms()
+        oldest = 1 << 62
+        if self._messages:
+            oldest = self._messages[0].id  # ids grow from front to back
+        if self._pending:
+            oldest = min(oldest, self._pending[0].id)
+        for ids in (self._out, self._dlx):
+            if ids:
+                oldest = min(oldest, min(ids))
+        if self._returns:
+            oldest = min(oldest, min(m.id for m in self._returns))
+        store.release(oldest)
+
+    def purge(self) -> int:
+        count = self._ready_count()
+        for msg in (*self._returns, *self._messages, *self._pending):
+            self._settled(msg)
+        self._returns.clear()
+        self._messages.clear()
+        self._pending.clear()
+        self._ready_bytes = 0
+        self._evaluate_limit()
+        self._release()
+        return count
+
+    def expire(self) -> None:
+        """Expired heads leave; dead letters waiting (at-least-once) are tried again."""
+        self._expire_head()
+        if self._dlx:
+            due = now_ms() - SETTLE_TIMEOUT_MS
+            for letter in list(self._dlx.values()):
+                if letter.tried_at <= due:
+                    self._try_dead_letter(letter)
+        self._evaluate_limit()
+
+    def delete(self) -> int:
+        self.deleted = True
+        count = self._ready_count()
+        self._returns.clear()
+        self._messages.clear()
+        self._pending.clear()
+        self._out.clear()
+        self._gets.clear()
+        self._dlx.clear()
+        self._ready_bytes = self._dlx_bytes = 0
+        if self._store is not None:
+            self._store.delete()
+        return count
+
+    # ---------------------------------------------------------------- figures
+    @property
+    def message_count(self) -> int:
+        return self._ready_count()
+
+    @property
+    def consumer_count(self) -> int:
+        return len(self.consumers) + len(self._gets)
+
+    @property
+    def ready_bytes(self) -> int:
+        return self._ready_bytes
+
+    @property
+    def unacked_bytes(self) -> int:
+        return sum(m.size for m in self._out.values())
+
+    @property
+    def dead_lettered_figures(self) -> tuple[int, int]:
+        """Messages (and their bytes) waiting to be dead-lettered (at-least-once)."""
+        return len(self._dlx), self._dlx_bytes
+
+    @property
+    def open_files(self) -> int:
+        """Files its log holds open now."""
+        return self._store.open_files() if self._store is not None else 0
+
+    def persistent_figures(self) -> tuple[int, int]:
+        # rabbit_quorum_queue counts every message it holds as persistent
+        total = self._ready_count() + len(self._out) + len(self._dlx)
+        return total, self._ready_bytes + self.unacked_bytes + self._dlx_bytes

@@ -1,0 +1,118 @@
+"""Firehose tracing, as rabbit_trace: while tracing is on in a vhost, every message
+published there is copied to ``amq.rabbitmq.trace`` with the routing key
+``publish.<exchange>``, and every delivery (to a consumer or ``basic.get``) with
+``deliver.<queue>``; the copy's headers say who, where and how, and its body is the
+message's."""
+
+from __future__ import annotations
+
+import struct
+
+from leveret.broker.message import Message
+from leveret.protocol import table
+from leveret.protocol.table import Field
+
+TRACE_EXCHANGE = "amq.rabbitmq.trace"
+_HEADERS_ONLY = b"\x20\x00"  # property flags: headers (0x2000) and nothing else
+_i32 = struct.Struct(">i")
+
+# The P_basic record's fields in order, with their property flags and layouts ("s" short
+# string, "t" table, a number: that many bytes); rabbit_trace lists them backwards.
+_PROPERTY_FIELDS: tuple[tuple[str, int, str | int], ...] = (
+    ("content_type", 0x8000, "s"),
+    ("content_encoding", 0x4000, "s"),
+    ("headers", 0x2000, "t"),
+    ("delivery_mode", 0x1000, 1),
+    ("priority", 0x0800, 1),
+    ("correlation_id", 0x0400, "s"),
+    ("reply_to", 0x0200, "s"),
+    ("expiration", 0x0100, "s"),
+    ("message_id", 0x0080, "s"),
+    ("timestamp", 0x0040, 8),
+    ("type", 0x0020, "s"),
+    ("user_id", 0x0010, "s"),
+    ("app_id", 0x0008, "s"),
+    ("cluster_id", 0x0004, "s"),
+)
+
+
+def signedint(value: int) -> bytes:
+    """An Erlang ``signedint`` field: 32 bits, wrapped as RabbitMQ's encoder wraps."""
+    return b"I" + _i32.pack((value + 2**31) % 2**32 - 2**31)
+
+
+def message_fields(message: Message, node: str) -> list[Field]:
+    """rabbit_trace:msg_to_table: the exchange, every routing key, the properties that are
+    set (a table stays a table, integers are signedints, the rest long strings), and the
+    node."""
+    raw = message.properties
+    spans = table.property_spans(raw)
+    properties: list[Field] = []
+    for name, flag, layout in reversed(_PROPERTY_FIELDS):
+        span = spans.get(flag)
+        if span is None:
+            continue
+        start, end = span
+        if layout == "t":
+            value = b"F" + raw[start:end]
+        elif layout == "s":
+            value = table.longstr(raw[start + 1 : end])
+        else:
+            value = signedint(int.from_bytes(raw[start:end], "big"))
+        properties.append((name, value))
+    return [
+        ("exchange_name", table.longstr(message.exchange)),
+        ("routing_keys", table.array([table.longstr(k) for k in message.routing_keys])),
+        ("properties", table.table(properties)),
+        ("node", table.longstr(node)),
+    ]
+
+
+def publish_trace(
+    message: Message,
+    queues: list[str],
+    vhost: str,
+    connection: str,
+    channel: int,
+    user: str,
+    node: str,
+) -> Message | None:
+    """The trace of a publish (None for a message published to the trace exchange)."""
+    if message.exchange == TRACE_EXCHANGE:
+        return None
+    extra: list[Field] = [
+        ("vhost", table.longstr(vhost)),
+        ("connection", table.longstr(connection)),
+        ("channel", signedint(channel)),
+        ("user", table.longstr(user)),
+        ("routed_queues", table.array([table.longstr(q) for q in sorted(set(queues))])),
+    ]
+    return _trace("publish." + message.exchange, message, node, extra)
+
+
+def deliver_trace(
+    message: Message,
+    queue: str,
+    redelivered: bool,
+    vhost: str,
+    connection: str,
+    channel: int,
+    user: str,
+    node: str,
+) -> Message | None:
+    """The trace of a delivery (None for a message published to the trace exchange)."""
+    if message.exchange == TRACE_EXCHANGE:
+        return None
+    extra: list[Field] = [
+        ("redelivered", signedint(1 if redelivered else 0)),
+        ("vhost", table.longstr(vhost)),
+        ("connection", table.longstr(connection)),
+        ("channel", signedint(channel)),
+        ("user", table.longstr(user)),
+    ]
+    return _trace("deliver." + queue, message, node, extra)
+
+
+def _trace(routing_key: str, message: Message, node: str, extra: list[Field]) -> Message:
+    properties = _HEADERS_ONLY + table.encode_table([*message_fields(message, node), *extra])
+    return Message.from_parts(TRACE_EXCHANGE, routing_key, properties, message.body)
