@@ -22,6 +22,7 @@ from leveret.broker.deadletter import dead_lettered
 from leveret.broker.entry import now_ms
 from leveret.broker.events import Event, Observers
 from leveret.broker.exchanges import EXCHANGE_TYPES, Binding, DefaultExchange, Exchange
+from leveret.broker.memory import MemoryBudget
 from leveret.broker.message import Message
 from leveret.broker.queues import (
     QUEUE_TYPES,
@@ -100,12 +101,15 @@ class VirtualHost:
         observers: Observers | None = None,
         storage: Storage | None = None,
         max_message_size: int = spec.DEFAULT_MAX_MESSAGE_SIZE,
+        memory: MemoryBudget | None = None,
     ) -> None:
         self.name = name
         self.description = description
         self.tags = list(tags or [])
         self.observers = observers or Observers()
         self.storage = storage
+        # what classic queues keep of ready bodies in memory (shared with the broker)
+        self.memory = memory or MemoryBudget()
         self.max_message_size = max_message_size
         self.queues: dict[str, Queue] = {}
         self.default_exchange = DefaultExchange(name, self.queues.get)
@@ -249,9 +253,11 @@ class VirtualHost:
             stream_log = self.storage.open_stream(self.name, name, arguments)
             q = StreamQueue(name, self.name, arguments, stream_log)
         else:
-            store = None
-            if durable and self.storage is not None:
-                store = self.storage.queue_store(self.name, name)
+            store = pager = None
+            if self.storage is not None:
+                if durable:
+                    store = self.storage.queue_store(self.name, name)
+                pager = self.storage.pager(self.name, name, store)
             q = ClassicQueue(
                 name,
                 self.name,
@@ -261,6 +267,8 @@ class VirtualHost:
                 arguments=arguments,
                 dead_letters=self,
                 store=store,
+                pager=pager,
+                memory=self.memory,
             )
         self.queues[name] = q
         self.observers.emit(Event.QUEUE_CREATED, q)

@@ -193,6 +193,21 @@ class Queue:
         """How many ready messages are persistent, and their body bytes."""
         return 0, 0
 
+    def ram_figures(self) -> tuple[int, int]:
+        """How many ready messages are held in memory, and their body bytes (the rest
+        is paged out to disk)."""
+        return self.message_count, self.ready_bytes
+
+    # ---------------------------------------------------------------- memory
+    @property
+    def ram_bytes(self) -> int:
+        """Bytes of ready message bodies held in memory that paging could release."""
+        return 0
+
+    def page_out(self) -> int:
+        """Memory is short: page ready messages to disk; the bytes released."""
+        return 0
+
     @property
     def consumer_count(self) -> int:
         return len(self.consumers)
