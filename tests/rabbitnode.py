@@ -105,7 +105,9 @@ class RabbitNode:
         except OSError:
             return ""
 
-    def ctl(self, *args: str, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    def ctl(
+        self, *args: str, check: bool = True, timeout: float = 60
+    ) -> subprocess.CompletedProcess[str]:
         result = subprocess.run(
             [str(RABBITMQ_BIN / "rabbitmqctl"), "-n", self.name, *args],
             env=self.env,
