@@ -39,6 +39,7 @@ _REC_SIZE = _REC.size
 _LEN = 4  # the length field, not counted in itself
 _REDELIVERED = 0x01
 _MIN_READ = 64 * 1024
+_WRITE_CHUNK = 1024 * 1024
 _fadvise = getattr(os, "posix_fadvise", None)
 
 
@@ -133,47 +134,59 @@ class PageFiles:
     def write(self, entries: list[Entry]) -> bool:
         if not entries:
             return True
-        parts: list[bytes] = []
-        ids = array("Q")
-        pbytes = size = 0
-        pack = _REC.pack
-        for e in entries:
-            m = e.message
-            ek = m.exchange_and_key
-            props = m.properties
-            body = m.body
-            flags = _REDELIVERED if e.redelivered else 0
-            parts.append(
-                pack(
-                    _REC_SIZE - _LEN + len(ek) + len(props) + len(body),
-                    e.seq,
-                    e.store_id,
-                    e.expires_at,
-                    e.delivery_count,
-                    flags,
-                    len(ek),
-                    len(props),
-                )
-            )
-            parts += (ek, props, body)
-            size += len(body)
-            if e.store_id:
-                ids.append(e.store_id)
-                pbytes += len(body)
-        data = b"".join(parts)
         f = self._writing
         try:
             if f is None or f.write_pos >= PAGE_FILE_BYTES:
                 f = self._new_file()
-            _write_all(f.fd, data, f.write_pos)
         except OSError as exc:
-            if f is not None:
-                with contextlib.suppress(OSError):
-                    os.ftruncate(f.fd, f.write_pos)
-            if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
-                log.error("paging: cannot write %s: %s", self._dir, exc)
+            log.error("paging: cannot create a page file in %s: %s", self._dir, exc)
             return False
-        f.write_pos += len(data)
+        start = f.write_pos
+        ids = array("Q")
+        pbytes = size = 0
+        pack = _REC.pack
+        parts: list[bytes] = []
+        pending = 0
+        at = start
+        try:
+            for e in entries:
+                m = e.message
+                ek = m.exchange_and_key
+                props = m.properties
+                body = m.body
+                n = len(body)
+                parts.append(
+                    pack(
+                        _REC_SIZE - _LEN + len(ek) + len(props) + n,
+                        e.seq,
+                        e.store_id,
+                        e.expires_at,
+                        e.delivery_count,
+                        _REDELIVERED if e.redelivered else 0,
+                        len(ek),
+                        len(props),
+                    )
+                )
+                parts += (ek, props, body)
+                size += n
+                pending += n
+                if e.store_id:
+                    ids.append(e.store_id)
+                    pbytes += n
+                if pending >= _WRITE_CHUNK:
+                    # written a chunk at a time: no copy of a whole page-out in memory
+                    at = _write_all(f.fd, b"".join(parts), at)
+                    parts.clear()
+                    pending = 0
+            if parts:
+                at = _write_all(f.fd, b"".join(parts), at)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                os.ftruncate(f.fd, start)
+            if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                log.error("paging: cannot write %s: %s", f.path, exc)
+            return False
+        f.write_pos = at
         f.count += len(entries)
         f.bytes += size
         f.ids.extend(ids)
@@ -320,9 +333,11 @@ class PageFiles:
         self._recovered = False
 
 
-def _write_all(fd: int, data: bytes, at: int) -> None:
+def _write_all(fd: int, data: bytes, at: int) -> int:
+    """Write all of ``data`` at ``at``; where it ended."""
     view = memoryview(data)
     while view:
         n = os.pwrite(fd, view, at)
         view = view[n:]
         at += n
+    return at
