@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from leveret.logs import AMQPHandler
-from tests.backlog import MiB, LeveretNode
+from tests.backlog import LeveretNode, MiB
 from tests.logs.conftest import Receiver, emit, start_receiver, wait_records
 
 HOUR = 360_000  # an hour at 100 records a second

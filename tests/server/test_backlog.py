@@ -23,10 +23,9 @@ from typing import Any
 
 import pytest
 
-from tests.backlog import MiB, LeveretNode, Node, Publisher, RabbitMQNode, drain, queue_depth
-from tests.brokers import start_leveret
-from tests.rabbitnode import installed
+from tests.backlog import LeveretNode, MiB, Node, Publisher, RabbitMQNode, drain, queue_depth
 from tests.mgmt import Api
+from tests.rabbitnode import installed
 
 HEADROOM = 64 * MiB
 BACKLOG = 4 * HEADROOM
