@@ -21,6 +21,7 @@ from pamqp import body as pbody
 from pamqp import commands, frame, header
 
 from tests.brokers import BrokerUnderTest, start_leveret
+from tests.mgmt import Api
 from tests.rabbitnode import RabbitNode, rss_of
 from tests.rawclient import PROTOCOL_HEADER
 
@@ -300,3 +301,17 @@ def queue_depth(node: Node, queue: str) -> int:
         return int(conn.channel().queue_declare(queue, passive=True).method.message_count)
     finally:
         conn.close()
+
+
+def node_figures(api: Api, until: Callable[[dict[str, Any]], bool] = lambda n: True,
+                  timeout: float = 30) -> dict[str, Any]:
+    """/api/nodes's entry, once it has the disk figures and ``until`` holds (RabbitMQ's
+    management collects node figures every 5 s)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        me: dict[str, Any] = api.get("/api/nodes")[0]
+        if "disk_free_alarm" in me and "mem_limit" in me and until(me):
+            return me
+        if time.monotonic() > deadline:
+            raise AssertionError(f"node figures: {me}")
+        time.sleep(0.5)

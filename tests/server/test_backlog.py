@@ -17,13 +17,21 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from tests.backlog import LeveretNode, MiB, Node, Publisher, RabbitMQNode, drain, queue_depth
+from tests.backlog import (
+    LeveretNode,
+    MiB,
+    Node,
+    Publisher,
+    RabbitMQNode,
+    drain,
+    node_figures,
+    queue_depth,
+)
 from tests.mgmt import Api
 from tests.rabbitnode import installed
 
@@ -144,20 +152,6 @@ def _status(node: Node) -> list[str]:
     return _alarms_section(out, name)
 
 
-def _node_figures(api: Api, until: Callable[[dict[str, Any]], bool] = lambda n: True,
-                  timeout: float = 30) -> dict[str, Any]:
-    """/api/nodes's entry, once it has the disk figures and ``until`` holds (RabbitMQ's
-    management collects node figures every 5 s)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        me: dict[str, Any] = api.get("/api/nodes")[0]
-        if "disk_free_alarm" in me and until(me):
-            return me
-        if time.monotonic() > deadline:
-            raise AssertionError(f"node figures: {me}")
-        time.sleep(0.5)
-
-
 @pytest.mark.parametrize("kind", ["leveret", "rabbitmq"])
 def test_disk_alarm_blocks_publishers_until_space_returns(kind: str, small_disk: Path) -> None:
     """The data directory on a 96 MiB file system, the default disk_free_limit (50 MB):
@@ -167,7 +161,7 @@ def test_disk_alarm_blocks_publishers_until_space_returns(kind: str, small_disk:
     with own_broker(kind, base=small_disk / "data", headroom=None, management=True) as node:
         api = Api(node.http_url)
         assert api.get("/api/health/checks/alarms") == {"status": "ok"}
-        me = _node_figures(api)
+        me = node_figures(api)
         assert (me["disk_free_alarm"], me["disk_free_limit"]) == (False, 50_000_000)
         assert me["disk_free"] > 50_000_000
         assert _status(node) == ["(none)"]
@@ -186,7 +180,7 @@ def test_disk_alarm_blocks_publishers_until_space_returns(kind: str, small_disk:
             time.sleep(0.05)
         assert pub.result.blocked == ["low on disk"]
 
-        me = _node_figures(api, lambda n: n["disk_free_alarm"] is True)
+        me = node_figures(api, lambda n: n["disk_free_alarm"] is True)
         assert me["disk_free"] < 50_000_000
         alarm = [{"node": me["name"], "resource": "disk space"}]
         assert api.call("GET", "/api/health/checks/alarms") == (503, {
@@ -204,7 +198,7 @@ def test_disk_alarm_blocks_publishers_until_space_returns(kind: str, small_disk:
             pub._poll()
         assert pub.result.unblocked == 1
         assert api.get("/api/health/checks/alarms") == {"status": "ok"}
-        assert _node_figures(api, lambda n: n["disk_free_alarm"] is False)
+        assert node_figures(api, lambda n: n["disk_free_alarm"] is False)
         # what the blocked publisher sent meanwhile was not lost
         pub.publish(1, 1000, persistent=True, start=sent)
         deadline = time.monotonic() + 30

@@ -100,16 +100,27 @@ class ResourceMonitor:
     """Measures memory and disk, sets and clears the alarms in the server state, and
     moves the classic queues' memory budget."""
 
-    def __init__(self, config: Config, state: ServerState, broker: Broker) -> None:
+    def __init__(
+        self,
+        config: Config,
+        state: ServerState,
+        broker: Broker,
+        rss: Callable[[], int] | None = None,
+        disk: Callable[[Path], int | None] = disk_free,
+        total: int | None = None,
+    ) -> None:
+        """``rss``, ``disk`` and ``total`` replace the measurements (tests)."""
         self.state = state
         self.broker = broker
-        self.total_memory = total_memory()
+        self.total_memory = total if total is not None else total_memory()
         self.mem_limit = config.vm_memory_high_watermark.limit(self.total_memory)
         self.paging_ratio = config.vm_memory_high_watermark_paging_ratio
         self.disk_free_limit = config.disk_free_limit.limit(self.total_memory)
         self.data_dir = config.data_dir
         self._rss = ResidentMemory()
-        self.mem_used = self._rss.read()
+        self._read_rss = rss or self._rss.read
+        self._disk_free = disk
+        self.mem_used = self._read_rss()
         self.disk_free: int | None = None
         self._last_trim = 0.0
 
@@ -142,7 +153,7 @@ class ResourceMonitor:
 
     # ------------------------------------------------------------------ memory
     def _check_memory(self) -> None:
-        rss = self.mem_used = self._rss.read()
+        rss = self.mem_used = self._read_rss()
         budget = self.broker.memory
         threshold = self.paging_threshold
         if rss > threshold:
@@ -154,7 +165,7 @@ class ResourceMonitor:
                     self._last_trim = now
                     if _malloc_trim is not None:
                         _malloc_trim(0)
-                    rss = self.mem_used = self._rss.read()
+                    rss = self.mem_used = self._read_rss()
         else:
             budget.limit = budget.used + (threshold - rss)
         alarm = rss > self.mem_limit
@@ -171,7 +182,7 @@ class ResourceMonitor:
     def _check_disk(self) -> None:
         if self.data_dir is None:
             return
-        free = self.disk_free = disk_free(self.data_dir)
+        free = self.disk_free = self._disk_free(self.data_dir)
         if free is None:
             return
         alarm = free < self.disk_free_limit
