@@ -49,13 +49,12 @@ class PagingModel(RuleBasedStateMachine):
 
     @rule(ack=st.booleans())
     def get(self, ack: bool) -> None:
-        entry = self.queue.get()
+        entry = self.queue.get(no_ack=ack)
         if not self.model:
             assert entry is None
             return
         assert entry is not None
         assert (entry.seq, entry.message.body) == self.model.pop(0)
-        self.queue.record_delivery(entry, no_ack=ack)
         if not ack:
             self.held.append(entry)
 

@@ -106,9 +106,7 @@ class ClassicQueue(Queue):
                 pager.close()
             else:
                 mode = optional_text(a.get("x-queue-mode"))
-                self._paging = Paging(
-                    pager, memory or MemoryBudget(), self.ready, mode == "lazy"
-                )
+                self._paging = Paging(pager, memory or MemoryBudget(), self.ready, mode == "lazy")
                 self._ready_bytes = self._paging.head_bytes + self._paging.bytes_paged
 
     @classmethod
