@@ -20,31 +20,50 @@ from leveret.broker.memory import MemoryBudget
 from leveret.broker.message import Message
 from leveret.broker.queues import paging
 from leveret.broker.queues.classic import ClassicQueue
+from leveret.store.messages import MessageLog
 from leveret.store.paging import PageFiles
+from leveret.store.setup import QueueMessages
+
+PERSISTENT = b"\x10\x00\x02"  # delivery-mode 2
 
 
 class PagingModel(RuleBasedStateMachine):
+    durable = False  # a durable queue: persistent messages page by their place in the store
+
     def __init__(self) -> None:
         super().__init__()
         self._saved = (paging.HEAD_BYTES, paging.READ_AHEAD, paging.WRITE_BATCH)
         paging.HEAD_BYTES, paging.READ_AHEAD, paging.WRITE_BATCH = 25, 30, 40
         self.dir = Path(tempfile.mkdtemp(prefix="paging-model-"))
         self.budget = MemoryBudget(limit=0)
+        self.log: MessageLog | None = None
+        store = None
+        if self.durable:
+            self.log = MessageLog(self.dir / "store")
+            self.log.recover()
+            store = QueueMessages(self.log, self.log.queue_id("/", "q"), None)
         self.queue = ClassicQueue(
-            "q", "/", pager=PageFiles(self.dir, "q"), memory=self.budget)
+            "q", "/", durable=self.durable, store=store,
+            pager=PageFiles(self.dir / "pages", "q", self.log), memory=self.budget)
         self.model: list[tuple[int, bytes]] = []  # (seq, body) ready, in queue order
         self.held: list[Entry] = []  # delivered, not settled
         self.n = 0
+        self.persistent_bodies: set[bytes] = set()
 
     def teardown(self) -> None:
         paging.HEAD_BYTES, paging.READ_AHEAD, paging.WRITE_BATCH = self._saved
+        if self.log is not None:
+            self.log.close()
         shutil.rmtree(self.dir, ignore_errors=True)
 
-    @rule(size=st.integers(min_value=0, max_value=60))
-    def publish(self, size: int) -> None:
+    @rule(size=st.integers(min_value=0, max_value=60), persistent=st.booleans())
+    def publish(self, size: int, persistent: bool) -> None:
         self.n += 1
         body = b"%05d" % self.n + b"." * size
-        self.queue.enqueue(Message("", "q", b"\x00\x01q", b"\x00\x00", body))
+        props = PERSISTENT if persistent else b"\x00\x00"
+        if persistent:
+            self.persistent_bodies.add(body)
+        self.queue.enqueue(Message("", "q", b"\x00\x01q", props, body))
         self.model.append((self.queue._seq, body))
 
     @rule(ack=st.booleans())
@@ -106,5 +125,24 @@ class PagingModel(RuleBasedStateMachine):
         assert q.ram_bytes <= paging.READ_AHEAD + paging.WRITE_BATCH + 2 * 65 + requeued
 
 
+    @invariant()
+    def persistent_counted(self) -> None:
+        count, size = self.queue.persistent_figures()
+        if not self.durable:
+            assert (count, size) == (0, 0)
+        else:
+            assert count == sum(1 for _, b in self.model if self._persistent(b))
+
+    def _persistent(self, body: bytes) -> bool:
+        return body in self.persistent_bodies
+
+
+class DurablePagingModel(PagingModel):
+    durable = True
+
+
 TestPagingModel = PagingModel.TestCase
 TestPagingModel.settings = settings(max_examples=150, stateful_step_count=50, deadline=None)
+TestDurablePagingModel = DurablePagingModel.TestCase
+TestDurablePagingModel.settings = settings(
+    max_examples=150, stateful_step_count=50, deadline=None)

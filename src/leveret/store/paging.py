@@ -1,13 +1,15 @@
 """Where classic queues page ready messages: the :class:`~leveret.broker.ports.Pager`.
 
-A queue's paged messages are, oldest first:
+A queue's paged messages are runs, oldest first, of two kinds:
 
-- those its durable store kept from before a restart (a :class:`_Stored` run: their
-  store ids and record lengths, read back from the message store's segments);
-- then page files in the transient area, written by this process and dropped at the
-  next start. Each file is appended to in batches and read back front to back, so only
-  a few numbers per file stay in memory, plus the store ids of persistent messages (for
-  a purge to remove them from the durable store).
+- messages the durable message store holds (a :class:`_Stored` run: their store ids and
+  record lengths, read back from the store's segments): what a durable queue kept from
+  before a restart, and persistent messages of a durable queue paged out since, which
+  are not written a second time;
+- page files in the transient area for everything else, written by this process and
+  dropped at the next start. Each file is appended to in batches and read back front to
+  back, so only a few numbers per file stay in memory, plus the store ids of persistent
+  messages (for a purge to remove them from the durable store).
 
 A page record is ``length (u32) | seq (u64) | store id (u64) | expires at (i64) |
 delivery count (u32) | flags (u8) | exchange-and-key length (u16) | properties length
@@ -29,7 +31,7 @@ from pathlib import Path
 
 from leveret.broker.entry import Entry
 from leveret.broker.message import Message
-from leveret.store.messages import MessageLog, Recovered
+from leveret.store.messages import HEAD, MessageLog, Recovered
 
 log = logging.getLogger(__name__)
 
@@ -49,16 +51,24 @@ def _names(ek: bytes) -> tuple[str, str]:
 
 
 class _Stored:
-    """Messages kept by the durable store before a restart: read from its segments."""
+    """Messages the durable store holds, read back from its segments: recovered ones
+    (numbered 1..count, redelivered) or paged-out ones (their numbers in ``seqs``)."""
 
-    __slots__ = ("bytes", "count", "ids", "lengths", "next")
+    __slots__ = ("bytes", "count", "ids", "lengths", "next", "seqs")
 
-    def __init__(self, recovered: Recovered) -> None:
-        self.ids = recovered.ids
-        self.lengths = recovered.lengths
-        self.count = len(recovered.ids)
-        self.bytes = recovered.body_bytes
-        self.next = 0  # recovered messages are numbered 1..count: the next is next + 1
+    def __init__(self, recovered: Recovered | None = None) -> None:
+        if recovered is not None:
+            self.ids = recovered.ids
+            self.lengths = recovered.lengths
+            self.bytes = recovered.body_bytes
+            self.seqs: array[int] | None = None
+        else:
+            self.ids = array("Q")
+            self.lengths = array("I")
+            self.bytes = 0
+            self.seqs = array("Q")
+        self.count = len(self.ids)
+        self.next = 0
 
 
 class _File:
@@ -134,7 +144,12 @@ class PageFiles:
     def write(self, entries: list[Entry]) -> bool:
         if not entries:
             return True
+        if self._store is not None and all(_stored_as_is(e) for e in entries):
+            self._write_stored(entries)
+            return True
         f = self._writing
+        if f is not None and self._runs[-1] is not f:
+            f = None  # something was paged behind it since: a new file
         try:
             if f is None or f.write_pos >= PAGE_FILE_BYTES:
                 f = self._new_file()
@@ -197,6 +212,28 @@ class PageFiles:
         self._pbytes += pbytes
         return True
 
+    def _write_stored(self, entries: list[Entry]) -> None:
+        """Persistent messages already in the durable store: page out their place."""
+        run = self._runs[-1] if self._runs else None
+        if not isinstance(run, _Stored) or run.seqs is None:
+            run = _Stored()
+            self._runs.append(run)
+        assert run.seqs is not None
+        size = 0
+        for e in entries:
+            m = e.message
+            n = len(m.body)
+            run.ids.append(e.store_id)
+            run.lengths.append(HEAD + len(m.exchange_and_key) + len(m.properties) + n)
+            run.seqs.append(e.seq)
+            size += n
+        run.count += len(entries)
+        run.bytes += size
+        self.count += len(entries)
+        self.bytes += size
+        self._pcount += len(entries)
+        self._pbytes += size
+
     def _new_file(self) -> _File:
         self._dir.mkdir(parents=True, exist_ok=True)
         self._files += 1
@@ -214,7 +251,7 @@ class PageFiles:
             if isinstance(run, _Stored):
                 got += self._read_stored(run, max_bytes - got, out)
                 done = run.next >= len(run.ids)
-                if done:
+                if done and run.seqs is None:
                     self._recovered = False
             else:
                 got += self._read_file(run, max_bytes - got, out)
@@ -239,13 +276,19 @@ class PageFiles:
         got = 0
         last_ek = b""
         names = ("", "")
+        seqs = run.seqs
+        recovered = seqs is None
+        ids = run.ids
         for i, (ek, props, body) in enumerate(records, start):
             if ek != last_ek:
                 last_ek = ek
                 names = _names(ek)
-            entry = Entry(Message(names[0], names[1], ek, props, body), i + 1)
-            entry.redelivered = True
-            entry.store_id = run.ids[i]
+            entry = Entry(
+                Message(names[0], names[1], ek, props, body),
+                i + 1 if seqs is None else seqs[i],
+            )
+            entry.redelivered = recovered
+            entry.store_id = ids[i]
             out.append(entry)
             got += len(body)
         run.next = end
@@ -331,6 +374,12 @@ class PageFiles:
         self._writing = None
         self.count = self.bytes = self._pcount = self._pbytes = 0
         self._recovered = False
+
+
+def _stored_as_is(e: Entry) -> bool:
+    """A message the durable store holds whose entry says nothing the store does not
+    (never delivered, no expiry): paged out by its place in the store alone."""
+    return bool(e.store_id) and not e.redelivered and not e.expires_at and not e.delivery_count
 
 
 def _write_all(fd: int, data: bytes, at: int) -> int:
