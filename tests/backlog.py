@@ -113,6 +113,11 @@ class RabbitMQNode(Node):
         if self.watermark:
             self.node.ctl("set_vm_memory_high_watermark", "absolute", str(self.watermark))
 
+    def set_headroom(self, headroom: int) -> None:
+        """A watermark ``headroom`` above what the node holds now."""
+        self.watermark = self.node.rss() + headroom
+        self._apply()
+
     def rss(self) -> int:
         return self.node.rss()
 
@@ -228,6 +233,10 @@ class Publisher:
         self._send(1, commands.Queue.Declare(queue=self.queue, durable=durable,
                                              arguments=arguments or {}))
         self._expect(commands.Queue.DeclareOk)
+
+    def delete_queue(self) -> None:
+        self._send(1, commands.Queue.Delete(queue=self.queue))
+        self._expect(commands.Queue.DeleteOk)
 
     def publish(self, count: int, size: int, persistent: bool,
                 sample: Callable[[], int] | None = None, window: int = 256,

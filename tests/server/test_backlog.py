@@ -33,30 +33,24 @@ from tests.backlog import (
     queue_depth,
 )
 from tests.mgmt import Api
-from tests.rabbitnode import installed
+from tests.server.conftest import need_rabbitmq
 
-HEADROOM = 64 * MiB
+HEADROOM = 32 * MiB
 BACKLOG = 4 * HEADROOM
 SIZE = 32 * 1024
 COUNT = BACKLOG // SIZE
-IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
-
-
-def _need_rabbitmq() -> None:
-    if not installed():
-        if IN_CI:
-            pytest.fail("RabbitMQ (Debian's rabbitmq-server) is required under CI")
-        pytest.skip("RabbitMQ is not installed here")
+PREFETCH = 100
 
 
 @contextlib.contextmanager
 def own_broker(kind: str, base: Path | None = None, headroom: int | None = HEADROOM,
                management: bool = False) -> Iterator[Node]:
+    """A broker of the test's own, for tests that kill it or put its data on a tmpfs."""
     node: Node
     if kind == "leveret":
         node = LeveretNode(base, headroom)
     else:
-        _need_rabbitmq()
+        need_rabbitmq()
         node = RabbitMQNode(base, headroom, management=management)
     try:
         yield node
@@ -64,48 +58,59 @@ def own_broker(kind: str, base: Path | None = None, headroom: int | None = HEADR
         node.close()
 
 
-@pytest.mark.parametrize("kind", ["leveret", "rabbitmq"])
-def test_backlog_of_four_times_the_memory_fills_and_drains_in_order(kind: str) -> None:
-    with own_broker(kind) as node:
-        pub = Publisher(node, "backlog", confirms=False)
-        pub.declare(durable=False)
-        res = pub.publish(COUNT, SIZE, persistent=False, sample=node.rss)
-        deadline = time.monotonic() + 300
-        while queue_depth(node, "backlog") < COUNT and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert queue_depth(node, "backlog") == COUNT
-        seen, drain_peak, intact = drain(node, "backlog", COUNT, SIZE, sample=node.rss)
-        pub.close()
-        assert seen == list(range(COUNT))
-        assert intact
-        print(f"{kind}: watermark {node.watermark / MiB:.0f} MiB, peak RSS filling "
-              f"{res.peak_rss / MiB:.0f} MiB, draining {drain_peak / MiB:.0f} MiB, "
-              f"blocked {len(res.blocked)} times")
-        if kind == "leveret":
-            assert res.blocked == []
-            assert max(res.peak_rss, drain_peak) < node.watermark
+@pytest.fixture(params=["leveret", "rabbitmq"])
+def node(request: pytest.FixtureRequest) -> Iterator[Node]:
+    """Leveret of the test's own, or the session's own RabbitMQ node (its watermark set
+    HEADROOM above what it holds now), each with a watermark HEADROOM above its footprint."""
+    if request.param == "leveret":
+        with own_broker("leveret") as lev:
+            yield lev
+        return
+    rmq: RabbitMQNode = request.getfixturevalue("own_rabbitmq")
+    rmq.set_headroom(HEADROOM)
+    yield rmq
 
 
-@pytest.mark.parametrize("kind", ["leveret", "rabbitmq"])
-def test_a_lazy_queue_keeps_its_memory_flat(kind: str) -> None:
+def test_backlog_of_four_times_the_memory_fills_and_drains_in_order(node: Node) -> None:
+    pub = Publisher(node, "backlog", confirms=False)
+    pub.declare(durable=False)
+    res = pub.publish(COUNT, SIZE, persistent=False, sample=node.rss)
+    deadline = time.monotonic() + 300
+    while queue_depth(node, "backlog") < COUNT and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert queue_depth(node, "backlog") == COUNT
+    seen, drain_peak, intact = drain(node, "backlog", COUNT, SIZE, PREFETCH, node.rss)
+    pub.delete_queue()
+    pub.close()
+    assert seen == list(range(COUNT))
+    assert intact
+    print(f"{node.kind}: watermark {node.watermark / MiB:.0f} MiB, peak RSS filling "
+          f"{res.peak_rss / MiB:.0f} MiB, draining {drain_peak / MiB:.0f} MiB, "
+          f"blocked {len(res.blocked)} times")
+    if node.kind == "leveret":
+        assert res.blocked == []
+        assert max(res.peak_rss, drain_peak) < node.watermark
+
+
+def test_a_lazy_queue_keeps_its_memory_flat(node: Node) -> None:
     """A lazy queue's resident memory does not grow with its backlog: after the first
     quarter of the backlog, the other three quarters add a small fraction of their size
-    (measured: Leveret +-2 MiB, RabbitMQ +14 to +27 MiB for the 192 MiB added)."""
-    with own_broker(kind) as node:
-        pub = Publisher(node, "lazy", confirms=True)
-        pub.declare(durable=False, arguments={"x-queue-mode": "lazy"})
-        quarter = COUNT // 4
-        after: list[int] = []
-        for k in range(4):
-            pub.publish(quarter, SIZE, persistent=False, window=64, start=k * quarter)
-            time.sleep(1.0)
-            after.append(node.rss())
-        pub.close()
-        grew = after[-1] - after[0]
-        print(f"{kind}: RSS after each quarter of {BACKLOG // MiB} MiB: "
-              f"{[round(a / MiB) for a in after]} MiB")
-        assert grew < 3 * quarter * SIZE // 4
-        assert queue_depth(node, "lazy") == 4 * quarter
+    (measured: Leveret +-2 MiB, RabbitMQ +14 to +27 MiB for 192 MiB added)."""
+    pub = Publisher(node, "lazy", confirms=True)
+    pub.declare(durable=False, arguments={"x-queue-mode": "lazy"})
+    quarter = COUNT // 4
+    after: list[int] = []
+    for k in range(4):
+        pub.publish(quarter, SIZE, persistent=False, window=64, start=k * quarter)
+        time.sleep(1.0)
+        after.append(node.rss())
+    assert queue_depth(node, "lazy") == 4 * quarter
+    pub.delete_queue()
+    pub.close()
+    grew = after[-1] - after[0]
+    print(f"{node.kind}: RSS after each quarter of {BACKLOG // MiB} MiB: "
+          f"{[round(a / MiB) for a in after]} MiB")
+    assert grew < 3 * quarter * SIZE // 4
 
 
 # ------------------------------------------------------------------------ the disk alarm
@@ -233,7 +238,7 @@ def test_kill_9_with_a_paged_backlog_loses_no_confirmed_message(kind: str) -> No
         t3 = time.monotonic()
         depth = queue_depth(node, "kept")
         assert depth >= confirmed
-        seen, _, intact = drain(node, "kept", depth, SIZE)
+        seen, _, intact = drain(node, "kept", depth, SIZE, PREFETCH)
         print(f"{kind}: published {t1 - t0:.1f}s, restarted {t3 - t2:.1f}s, "
               f"drained {time.monotonic() - t3:.1f}s; {confirmed} confirmed, {depth} kept")
         assert intact

@@ -21,7 +21,6 @@ from leveret.server.resources import ResourceMonitor
 from leveret.server.state import Limits, ServerState
 from tests.backlog import LeveretNode, Node, Publisher, RabbitMQNode, node_figures
 from tests.mgmt import Api
-from tests.rabbitnode import installed
 
 MiB = 1024 * 1024
 GB = 10**9
@@ -180,22 +179,20 @@ def test_the_paging_budget_follows_resident_memory(
 
 
 # ------------------------------------------------------------------ over the wire
-def _node(kind: str) -> Node:
+def _node(kind: str, request: pytest.FixtureRequest) -> Node:
     if kind == "leveret":
         # a watermark below what Leveret needs idle: the alarm is on from the start
         return LeveretNode(None, None, ["--vm-memory-high-watermark", "8MiB"])
-    if not installed():
-        if os.environ.get("CI"):
-            pytest.fail("RabbitMQ (Debian's rabbitmq-server) is required under CI")
-        pytest.skip("RabbitMQ is not installed here")
-    node = RabbitMQNode(None, None, management=True)
+    node: RabbitMQNode = request.getfixturevalue("own_rabbitmq")
     node.node.ctl("set_vm_memory_high_watermark", "absolute", "8MiB")
     return node
 
 
 @pytest.mark.parametrize("kind", ["leveret", "rabbitmq"])
-def test_memory_alarm_blocks_a_publisher_at_its_first_publish(kind: str) -> None:
-    node = _node(kind)
+def test_memory_alarm_blocks_a_publisher_at_its_first_publish(
+    kind: str, request: pytest.FixtureRequest
+) -> None:
+    node = _node(kind, request)
     try:
         api = Api(node.http_url)
         deadline = time.monotonic() + 30
@@ -230,6 +227,8 @@ def test_memory_alarm_blocks_a_publisher_at_its_first_publish(kind: str) -> None
                 pub._poll()
             assert pub.result.unblocked == 1
         pub.close()  # a blocked connection reads nothing, a close-ok included
+        if isinstance(node, RabbitMQNode):
+            Api(node.http_url).delete("/api/queues/%2F/q")
         if isinstance(node, LeveretNode):
             status = subprocess.run(
                 [sys.executable, "-m", "leveret.cli.main", "ctl", "status"],
@@ -237,4 +236,8 @@ def test_memory_alarm_blocks_a_publisher_at_its_first_publish(kind: str) -> None
                 env={**os.environ, "LEVERET_CTL_URL": node.http_url})
             assert f"Alarms\n\nMemory alarm on node {name}\n" in status.stdout
     finally:
-        node.close()
+        if isinstance(node, LeveretNode):
+            node.close()
+        else:
+            assert isinstance(node, RabbitMQNode)
+            node.node.ctl("set_vm_memory_high_watermark", "0.4")

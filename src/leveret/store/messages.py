@@ -45,7 +45,8 @@ POSITION = (1 << SHIFT) - 1
 _HEAD = struct.Struct(">cIHII")  # kind, queue id, ek length, properties length, body length
 HEAD = _HEAD.size
 _U32 = struct.Struct("<I")
-_SCAN_BLOCK = 4 * 1024 * 1024
+_SCAN_BLOCK = 1024 * 1024
+_SKIP = 64 * 1024  # after a record this large, the scan reads just the next header
 
 
 def segment_of(store_id: int) -> int:
@@ -277,23 +278,29 @@ class MessageLog:
         table; delete segments with none. Convert a log of the earlier format."""
         found: dict[int, Recovered] = {}
         segments = sorted(int(p.stem) for p in self.dir.glob("*.seg") if p.stem.isdigit())
+        queues = self.queues
         for seg in segments:
             acked = self._acked(seg)
-            count = 0
+            per_queue: dict[int, int] = {}
+            base = seg << SHIFT
+            last_qid = -1
+            rec = Recovered()
             for qid, pos, length, body_len in self._scan(seg):
-                if qid not in self.queues or pos in acked:
+                if pos in acked or qid not in queues:
                     continue
-                rec = found.get(qid)
-                if rec is None:
-                    rec = found[qid] = Recovered()
-                rec.ids.append((seg << SHIFT) | pos)
+                if qid != last_qid:
+                    last_qid = qid
+                    rec = found.get(qid) or found.setdefault(qid, Recovered())
+                rec.ids.append(base | pos)
                 rec.lengths.append(length)
                 rec.body_bytes += body_len
-                self.live[seg] += 1
-                self.queue_live.setdefault(qid, Counter())[seg] += 1
-                count += 1
-            if not count:
+                per_queue[qid] = per_queue.get(qid, 0) + 1
+            if not per_queue:
                 self._delete_segment(seg)
+                continue
+            self.live[seg] = sum(per_queue.values())
+            for qid, n in per_queue.items():
+                self.queue_live.setdefault(qid, Counter())[seg] = n
         self._segment = segments[-1] if segments else 0
         legacy = self.dir / "messages.log"
         if legacy.exists():
@@ -309,19 +316,22 @@ class MessageLog:
         return set(array("I", raw))
 
     def _scan(self, seg: int) -> Iterator[tuple[int, int, int, int]]:
-        """(queue id, position, record length, body length) of each whole record."""
+        """(queue id, position, record length, body length) of each whole record. Small
+        records are read a block at a time; after a large one, only the next header."""
         path = self._path(seg)
         size = path.stat().st_size
         fd = os.open(path, os.O_RDONLY)
+        unpack = _HEAD.unpack_from
         try:
             pos = 0
             buf = b""
             base = 0  # file position of buf[0]
+            length = 0
             while pos + HEAD <= size:
                 if pos + HEAD > base + len(buf):
                     base = pos
-                    buf = os.pread(fd, _SCAN_BLOCK, pos)
-                kind, qid, ek_len, props_len, body_len = _HEAD.unpack_from(buf, pos - base)
+                    buf = os.pread(fd, HEAD if length > _SKIP else _SCAN_BLOCK, pos)
+                kind, qid, ek_len, props_len, body_len = unpack(buf, pos - base)
                 length = HEAD + ek_len + props_len + body_len
                 if kind != b"A" or pos + length > size:
                     break
