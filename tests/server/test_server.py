@@ -201,39 +201,6 @@ def test_port_in_use_is_one_line(leveret: BrokerUnderTest) -> None:
     assert len(lines) == 1 and lines[0].startswith("Error: cannot listen on")
 
 
-def test_memory_alarm_blocks_publishers(tmp_path: Path) -> None:
-    broker = start_leveret(tmp_path, env={"LEVERET_MEMORY_HIGH_WATERMARK": "200000"})
-    try:
-        conn = pika.BlockingConnection(broker.pika_params())
-        events: list[str] = []
-        conn.add_on_connection_blocked_callback(
-            lambda c, frame: events.append(f"blocked:{frame.method.reason}")
-        )
-        conn.add_on_connection_unblocked_callback(lambda c, frame: events.append("unblocked"))
-        ch = conn.channel()
-        ch.queue_declare("filling")
-        for _ in range(300):
-            ch.basic_publish("", "filling", b"x" * 1000)
-        # As RabbitMQ, a connection is blocked at its first publish after the alarm
-        deadline = 50
-        while "blocked:low on memory" not in events and deadline:
-            ch.basic_publish("", "filling", b"x" * 1000)
-            conn.process_data_events(0.1)
-            deadline -= 1
-        assert events == ["blocked:low on memory"]
-        other = pika.BlockingConnection(broker.pika_params())
-        other.channel().queue_purge("filling")
-        other.close()
-        deadline = 50
-        while "unblocked" not in events and deadline:
-            conn.process_data_events(0.1)
-            deadline -= 1
-        assert events == ["blocked:low on memory", "unblocked"]
-        conn.close()
-    finally:
-        broker.stop()
-
-
 def test_silent_peer_is_dropped(leveret: BrokerUnderTest) -> None:
     from tests.rawclient import RawClient
 

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import leveret
 from leveret.broker.events import Event, Observers
+from leveret.broker.memory import MemoryBudget, release
 from leveret.broker.reply_to import DirectReplyTo
 from leveret.broker.users import UserDatabase
 from leveret.broker.vhost import VirtualHost
@@ -51,6 +52,8 @@ class Broker:
         self.observers = observers or Observers()
         self.storage = storage
         self.max_message_size = max_message_size
+        # ready message bodies the classic queues hold in memory, and how many they may
+        self.memory = MemoryBudget()
         self.vhosts: dict[str, VirtualHost] = {}
         self.users = UserDatabase()
         self.connections: dict[int, ConnectionInfo] = {}
@@ -86,6 +89,7 @@ class Broker:
                 self.max_message_size,
                 self.replies,
                 self.node_name,
+                self.memory,
             )
             vhost.tracing = name in self.traced_vhosts
             if self.log_exchange and name == DEFAULT_VHOST:
@@ -108,6 +112,11 @@ class Broker:
         vhost = self.vhosts.get(name)
         if vhost is not None:
             vhost.tracing = on
+
+    def release_memory(self) -> int:
+        """Memory is short: queues page, those holding the most first, until what they
+        hold is within the budget's limit. The bytes released."""
+        return release(self.memory, (q for v in self.vhosts.values() for q in v.queues.values()))
 
     def update_vhost(self, vhost: VirtualHost, description: str, tags: list[str]) -> None:
         vhost.description = description

@@ -83,8 +83,19 @@ class Message:
 
     @property
     def persistent(self) -> bool:
-        if len(self.properties) < 2 or not self.properties[0] & 0x10:
+        raw = self.properties
+        if len(raw) < 2 or not raw[0] & 0x10:
             return False
+        if self._props is None:
+            # delivery-mode follows content-type, content-encoding and headers: skip
+            # them rather than decode every property (this is the durable publish path)
+            try:
+                pos = spec.headers_start(raw, raw[0] << 8)
+                if raw[0] & 0x20:
+                    pos += 4 + int.from_bytes(raw[pos : pos + 4], "big")
+                return raw[pos] == 2
+            except IndexError:
+                pass
         return self.props.delivery_mode == 2
 
     @property

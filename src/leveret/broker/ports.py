@@ -79,17 +79,65 @@ class FlowHolder(Protocol):
 
 
 class QueueStore(Protocol):
-    """Persistent messages of one durable classic queue."""
+    """Persistent messages of one durable classic queue. What it kept before a restart
+    comes back through the queue's :class:`Pager` (paged, not loaded into memory)."""
 
-    def recover(self) -> list[tuple[Message, int]]:
-        """What it kept before a restart, in order, with each message's store id."""
+    def add(self, entry: Entry) -> None:
+        """Keep the entry's message; sets ``entry.store_id``."""
         ...
 
-    def add(self, entry: Entry) -> None: ...
+    def remove(self, store_id: int) -> None:
+        """The message left the queue (acknowledged, dropped, expired)."""
+        ...
 
-    def remove(self, entry: Entry) -> None: ...
+    def drop(self) -> None:
+        """The queue is deleted: forget all its messages."""
+        ...
 
-    def drop(self) -> None: ...
+
+class Pager(Protocol):
+    """Where a classic queue keeps ready messages it does not hold in memory, oldest
+    first. Only a compact index stays in memory: where each run of messages lies on
+    disk, and the store ids of the persistent ones. Transient pages are dropped at
+    restart; a durable queue's pager starts with what its :class:`QueueStore` kept."""
+
+    @property
+    def count(self) -> int:
+        """Messages paged."""
+        ...
+
+    @property
+    def bytes(self) -> int:
+        """Their body bytes."""
+        ...
+
+    @property
+    def persistent(self) -> tuple[int, int]:
+        """How many of them are persistent, and their body bytes."""
+        ...
+
+    @property
+    def recovered(self) -> bool:
+        """Whether it holds messages kept from before a restart."""
+        ...
+
+    def write(self, entries: list[Entry]) -> bool:
+        """Page entries out behind everything paged so far; False (nothing written)
+        when the disk cannot take them."""
+        ...
+
+    def read(self, max_bytes: int) -> list[Entry]:
+        """Take the oldest paged entries: about ``max_bytes`` of bodies, at least one
+        when any is paged."""
+        ...
+
+    def clear(self) -> list[int]:
+        """Drop everything paged; the store ids of the persistent messages among them."""
+        ...
+
+    def close(self) -> None:
+        """The queue is gone: drop the pages."""
+        ...
 
 
 # What became of a quorum queue's message before a restart (RecoveredMessage.state).
@@ -189,6 +237,11 @@ class Storage(Protocol):
 
     def queue_store(self, vhost: str, queue: str) -> QueueStore | None:
         """The store of a durable classic queue, or None to keep it in memory only."""
+        ...
+
+    def pager(self, vhost: str, queue: str, store: QueueStore | None) -> Pager | None:
+        """Where a classic queue pages its messages (holding what ``store`` kept from
+        before a restart), or None when it cannot page."""
         ...
 
     def open_stream(self, vhost: str, queue: str, arguments: dict[str, Any]) -> StreamLog:

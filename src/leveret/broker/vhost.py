@@ -22,6 +22,7 @@ from leveret.broker.deadletter import dead_lettered, death_queues, deaths, is_cy
 from leveret.broker.entry import now_ms
 from leveret.broker.events import Event, Observers
 from leveret.broker.exchanges import EXCHANGE_TYPES, Binding, DefaultExchange, Exchange
+from leveret.broker.memory import MemoryBudget
 from leveret.broker.message import Message
 from leveret.broker.queues import (
     QUEUE_TYPES,
@@ -121,6 +122,7 @@ class VirtualHost:
         max_message_size: int = spec.DEFAULT_MAX_MESSAGE_SIZE,
         replies: DirectReplyTo | None = None,
         node: str = "",
+        memory: MemoryBudget | None = None,
     ) -> None:
         self.name = name
         self.replies = replies
@@ -130,6 +132,8 @@ class VirtualHost:
         self.tags = list(tags or [])
         self.observers = observers or Observers()
         self.storage = storage
+        # what classic queues keep of ready bodies in memory (shared with the broker)
+        self.memory = memory or MemoryBudget()
         self.max_message_size = max_message_size
         self.queues: dict[str, Queue] = {}
         self.default_exchange = DefaultExchange(name, self.queues.get)
@@ -276,7 +280,15 @@ class VirtualHost:
         kind = QUEUE_TYPES.get(queue_type_name(arguments), ClassicQueue)
         kind.validate(name, self.name, durable, exclusive_owner is not None, auto_delete, arguments)
         q = kind.create(
-            name, self.name, durable, exclusive_owner, auto_delete, arguments, self, self.storage
+            name,
+            self.name,
+            durable,
+            exclusive_owner,
+            auto_delete,
+            arguments,
+            self,
+            self.storage,
+            self.memory,
         )
         self.queues[name] = q
         self.observers.emit(Event.QUEUE_CREATED, q)

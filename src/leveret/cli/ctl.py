@@ -350,8 +350,7 @@ def status(ctl: Ctl) -> None:
         "",
         "Alarms",
         "",
-        "Free disk space alarm: false",
-        f"Memory alarm: {'true' if node.get('mem_alarm') else 'false'}",
+        *_alarm_lines(node),
         "",
         "Memory",
         "",
@@ -359,6 +358,7 @@ def status(ctl: Ctl) -> None:
         "Calculation strategy: rss",
         f"Memory high watermark limit: {int(node.get('mem_limit', 0)) / 1e9:.4f} gb",
         "",
+        *_disk_lines(node),
         "Totals",
         "",
         f"Connection count: {totals.get('connections', 0)}",
@@ -374,6 +374,33 @@ def status(ctl: Ctl) -> None:
             f"protocol: {lst.get('protocol')}"
         )
     print("\n".join(lines))
+
+
+def _alarm_lines(node: dict[str, Any]) -> list[str]:
+    """rabbitmqctl status's alarms: one line per alarm in effect, or (none)."""
+    name = node.get("name", "")
+    lines = []
+    if node.get("disk_free_alarm"):
+        lines.append(f"Free disk space alarm on node {name}")
+    if node.get("mem_alarm"):
+        lines.append(f"Memory alarm on node {name}")
+    return lines or ["(none)"]
+
+
+def _gb(value: Any) -> str:
+    return repr(round(int(value) / 1e9, 4))
+
+
+def _disk_lines(node: dict[str, Any]) -> list[str]:
+    if "disk_free" not in node:
+        return []  # not measured (no data directory)
+    return [
+        "Free Disk Space",
+        "",
+        f"Low free disk space watermark: {_gb(node.get('disk_free_limit', 0))} gb",
+        f"Free disk space: {_gb(node['disk_free'])} gb",
+        "",
+    ]
 
 
 @verb("definitions")

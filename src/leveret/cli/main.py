@@ -80,6 +80,24 @@ def server(
             help="Where durable definitions and persistent messages live.",
         ),
     ] = None,
+    vm_memory_high_watermark: Annotated[
+        str | None,
+        typer.Option(
+            "--vm-memory-high-watermark",
+            envvar="LEVERET_VM_MEMORY_HIGH_WATERMARK",
+            help="Memory alarm: a fraction of RAM (default 0.4) or a size such as 512MiB "
+            "or 2GB. Classic queues page to disk from half of it.",
+        ),
+    ] = None,
+    disk_free_limit: Annotated[
+        str | None,
+        typer.Option(
+            "--disk-free-limit",
+            envvar="LEVERET_DISK_FREE_LIMIT",
+            help="Disk alarm: free space below which publishers are blocked (default "
+            "50MB), or '{mem_relative, 1.0}' for a multiple of RAM.",
+        ),
+    ] = None,
     config: Annotated[
         Path | None,
         typer.Option("--config", envvar="LEVERET_CONFIG", help="TOML configuration file."),
@@ -177,6 +195,8 @@ def server(
             tls_fail_if_no_peer_cert=tls_fail_if_no_peer_cert,
             http_tls=http_tls,
             log_exchange=log_exchange,
+            vm_memory_high_watermark=vm_memory_high_watermark,
+            disk_free_limit=disk_free_limit,
         )
     except ConfigError as exc:
         fail(str(exc))

@@ -40,28 +40,37 @@ async def whoami(request: web.Request) -> web.Response:
 
 def node(m: Management) -> dict[str, Any]:
     import os
-    import resource
     import time
 
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    return {
+    res = m.server.resources
+    out: dict[str, Any] = {
         "name": m.broker.node_name,
         "type": "disc",
         "running": True,
         "os_pid": str(os.getpid()),
-        "mem_used": rss,
-        "mem_limit": m.server.config.memory_high_watermark,
-        "mem_alarm": m.server.memory_alarm,
-        "disk_free_alarm": False,
-        "uptime": int((time.time() - m.stats.started) * 1000),
-        "processors": os.cpu_count() or 1,
-        "rates_mode": "basic",
-        "exchange_types": views.EXCHANGE_TYPES,
-        "partitions": [],
-        "applications": [],
-        "contexts": [],
-        "enabled_plugins": ["rabbitmq_management", "rabbitmq_prometheus"],
+        "mem_used": res.mem_used,
+        "mem_limit": res.mem_limit,
+        "mem_alarm": res.mem_alarm,
+        "mem_calculation_strategy": "rss",
     }
+    if res.disk_free is not None:
+        # measured on the data directory's file system; without one there is none
+        out["disk_free"] = res.disk_free
+        out["disk_free_limit"] = res.disk_free_limit
+    out["disk_free_alarm"] = res.disk_alarm
+    out.update(
+        {
+            "uptime": int((time.time() - m.stats.started) * 1000),
+            "processors": os.cpu_count() or 1,
+            "rates_mode": "basic",
+            "exchange_types": views.EXCHANGE_TYPES,
+            "partitions": [],
+            "applications": [],
+            "contexts": [],
+            "enabled_plugins": ["rabbitmq_management", "rabbitmq_prometheus"],
+        }
+    )
+    return out
 
 
 async def nodes(request: web.Request) -> web.Response:
@@ -83,18 +92,35 @@ async def extensions(request: web.Request) -> web.Response:
     return json_response([])
 
 
-async def alarms(request: web.Request) -> web.Response:
+# rabbit_alarm:format_as_map's names of the resources
+_ALARM_RESOURCES = (("disk", "disk space"), ("memory", "memory"))
+
+
+def _alarms_check(request: web.Request, reason: str) -> web.Response:
     m = mgmt(request)
-    if m.server.memory_alarm:
-        return json_response(
-            {
-                "status": "failed",
-                "reason": "resource alarm(s) in effect in the cluster",
-                "alarms": [{"node": m.broker.node_name, "resource": "memory"}],
-            },
-            503,
-        )
-    return json_response({"status": "ok"})
+    in_effect = m.server.state.alarms
+    if not in_effect:
+        return json_response({"status": "ok"})
+    return json_response(
+        {
+            "alarms": [
+                {"node": m.broker.node_name, "resource": name}
+                for key, name in _ALARM_RESOURCES
+                if key in in_effect
+            ],
+            "reason": reason,
+            "status": "failed",
+        },
+        503,
+    )
+
+
+async def alarms(request: web.Request) -> web.Response:
+    return _alarms_check(request, "There are alarms in effect in the cluster")
+
+
+async def local_alarms(request: web.Request) -> web.Response:
+    return _alarms_check(request, "There are alarms in effect on the node")
 
 
 async def aliveness(request: web.Request) -> web.Response:
@@ -185,7 +211,7 @@ def routes(app: web.Application) -> None:
     r.add_get("/api/cluster-name", cluster_name)
     r.add_get("/api/extensions", extensions)
     r.add_get("/api/health/checks/alarms", alarms)
-    r.add_get("/api/health/checks/local-alarms", alarms)
+    r.add_get("/api/health/checks/local-alarms", local_alarms)
     r.add_get("/api/aliveness-test/{vhost}", aliveness)
     r.add_get("/api/connections", connections)
     r.add_get("/api/connections/{name}", connection_one)

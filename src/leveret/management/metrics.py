@@ -5,7 +5,6 @@
 
 from __future__ import annotations
 
-import resource
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
@@ -136,20 +135,37 @@ class BrokerCollector(Collector):
         yield from families.values()
         yield published
 
+        res = m.server.resources
         yield GaugeMetricFamily(
             "rabbitmq_process_resident_memory_bytes",
             "Memory used in bytes",
-            value=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+            value=res.mem_used,
         )
         yield GaugeMetricFamily(
             "rabbitmq_resident_memory_limit_bytes",
             "Memory high watermark in bytes",
-            value=m.server.config.memory_high_watermark,
+            value=res.mem_limit,
+        )
+        if res.disk_free is not None:
+            yield GaugeMetricFamily(
+                "rabbitmq_disk_space_available_bytes",
+                "Disk space available in bytes",
+                value=res.disk_free,
+            )
+            yield GaugeMetricFamily(
+                "rabbitmq_disk_space_available_limit_bytes",
+                "Free disk space low watermark in bytes",
+                value=res.disk_free_limit,
+            )
+        yield UnknownMetricFamily(
+            "rabbitmq_alarms_free_disk_space_watermark",
+            "is 1 if free disk space watermark alarm is in effect",
+            value=1 if res.disk_alarm else 0,
         )
         yield UnknownMetricFamily(
             "rabbitmq_alarms_memory_used_watermark",
             "is 1 if VM memory watermark alarm is in effect",
-            value=1 if m.server.memory_alarm else 0,
+            value=1 if res.mem_alarm else 0,
         )
 
 

@@ -142,6 +142,7 @@ def queue(q: Queue, broker: Broker, stats: Stats, age: Any = None) -> dict[str, 
     lengths = queue_lengths(q)
     ready_bytes = q.ready_bytes
     persistent, persistent_bytes = q.persistent_figures()
+    ram, ram_bytes = q.ram_figures()
     owner = q.exclusive_owner
     exclusive_tag = next((c.tag for c in q.consumers if c.exclusive), None)
     sac = q.active_consumer if q.single_active_consumer_on else None
@@ -156,17 +157,17 @@ def queue(q: Queue, broker: Broker, stats: Stats, age: Any = None) -> dict[str, 
         "exclusive": owner is not None,
         "exclusive_consumer_tag": exclusive_tag,
         "head_message_timestamp": None,
-        "memory": ready_bytes + 200 * q.message_count + 1000,
+        "memory": ram_bytes + 200 * ram + 1000,
         "message_bytes": ready_bytes,
-        "message_bytes_paged_out": 0,
+        "message_bytes_paged_out": ready_bytes - ram_bytes,
         "message_bytes_persistent": persistent_bytes,
-        "message_bytes_ram": ready_bytes,
+        "message_bytes_ram": ram_bytes,
         "message_bytes_ready": ready_bytes,
         "message_bytes_unacknowledged": 0,
-        "messages_paged_out": 0,
+        "messages_paged_out": lengths["messages_ready"] - ram,
         "messages_persistent": persistent,
-        "messages_ram": lengths["messages"],
-        "messages_ready_ram": lengths["messages_ready"],
+        "messages_ram": ram + lengths["messages_unacknowledged"],
+        "messages_ready_ram": ram,
         "messages_unacknowledged_ram": lengths["messages_unacknowledged"],
         "name": q.name,
         "node": broker.node_name,

@@ -50,6 +50,12 @@ from leveret.server.tls import connection_details, login_name, peer_certificate
 
 log = logging.getLogger(__name__)
 
+# Deliveries buffered in one turn of the loop are written out once they reach this many
+# body bytes, so that a consumer draining a large backlog meets the transport's
+# high-water mark (pause_writing: no credit) instead of the whole backlog being
+# serialized in memory before the first write.
+FLUSH_BYTES = 1024 * 1024
+
 
 class AMQPProtocol(asyncio.Protocol):
     def __init__(self, state: ServerState, listener: Listener = PLAIN_LISTENER) -> None:
@@ -61,6 +67,7 @@ class AMQPProtocol(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.session: Session | None = None
         self._flush_scheduled = False
+        self._unflushed = 0  # body bytes of deliveries not yet written
         self._last_recv = time.monotonic()
         self._last_send = time.monotonic()
         self._heartbeat_handle: asyncio.TimerHandle | None = None
@@ -100,7 +107,10 @@ class AMQPProtocol(asyncio.Protocol):
         self.conn.send_deliver(
             channel, consumer_tag, delivery_tag, redelivered, exchange_and_key, properties, body
         )
-        if not self._flush_scheduled:
+        self._unflushed += len(body)
+        if self._unflushed >= FLUSH_BYTES:
+            self._flush()
+        elif not self._flush_scheduled:
             self._flush_scheduled = True
             self.loop.call_soon(self._flush)
 
@@ -186,6 +196,7 @@ class AMQPProtocol(asyncio.Protocol):
 
     def _flush(self) -> None:
         self._flush_scheduled = False
+        self._unflushed = 0
         data = self.conn.data_to_send()
         transport = self.transport
         if transport is None:

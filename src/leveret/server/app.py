@@ -15,6 +15,7 @@ from leveret.broker.events import Observers
 from leveret.server.amqp import AMQPProtocol
 from leveret.server.config import Config, ConfigError
 from leveret.server.log_exchange import LogExchangeHandler
+from leveret.server.resources import ResourceMonitor
 from leveret.server.state import Limits, Listener, ServerState, Slots
 from leveret.server.tls import server_context
 from leveret.store.setup import Persistence
@@ -51,6 +52,7 @@ class Server:
             mechanisms=config.auth_mechanisms,
             cert_login_from=config.ssl_cert_login_from,
         )
+        self.resources = ResourceMonitor(config, self.state, self.broker)
         self._servers: list[asyncio.base_events.Server] = []
         # (protocol, host, port) of each listener, as the management API lists them
         self.listeners: list[tuple[str, str, int]] = []
@@ -99,6 +101,8 @@ class Server:
             for server in self._servers:
                 server.close()
             raise
+        self.resources.log_limits()
+        self.resources.check()
         self._alarm_handle = self.loop.call_later(ALARM_CHECK_INTERVAL, self._tick)
         if config.log_exchange:
             self._log_handler = LogExchangeHandler.install(
@@ -130,7 +134,11 @@ class Server:
 
     @property
     def memory_alarm(self) -> bool:
-        return "memory" in self.state.alarms
+        return self.resources.mem_alarm
+
+    @property
+    def disk_alarm(self) -> bool:
+        return self.resources.disk_alarm
 
     @property
     def url(self) -> str:
@@ -147,31 +155,13 @@ class Server:
             self.persistence.sync()
 
     def _tick(self) -> None:
-        """Periodic housekeeping: message and queue expiry, the memory alarm, and making
-        buffered store writes durable."""
+        """Periodic housekeeping: message and queue expiry, memory and disk (alarms,
+        paging), and making buffered store writes durable."""
         self._alarm_handle = self.loop.call_later(ALARM_CHECK_INTERVAL, self._tick)
         for vhost in self.broker.vhosts.values():
             vhost.expire()
-        self._check_alarms()
+        self.resources.check()
         self.after_batch()
-
-    def _check_alarms(self) -> None:
-        used = 0
-        for vhost in self.broker.vhosts.values():
-            for q in vhost.queues.values():
-                used += q.ready_bytes + 200 * q.message_count
-        high = self.config.memory_high_watermark
-        alarm = used > high if not self.memory_alarm else used > high * 0.8
-        if alarm != self.memory_alarm:
-            log.warning("memory alarm %s (%d bytes queued)", "set" if alarm else "cleared", used)
-            if alarm:
-                # publishers are blocked at their next publish, as RabbitMQ does
-                self.state.alarms.add("memory")
-            else:
-                self.state.alarms.discard("memory")
-                if not self.state.alarms:
-                    for p in list(self.state.connections):
-                        p.set_blocked(False, "")
 
     async def stop(self, reason: str = "shutdown") -> None:
         if self._log_handler is not None:
@@ -192,6 +182,7 @@ class Server:
             p.abort()
         if self.persistence is not None:
             self.persistence.close()
+        self.resources.close()
         for server in self._servers:
             await server.wait_closed()
 

@@ -1,10 +1,16 @@
 """The broker's storage on disk: durable definitions, persistent messages of durable
-classic queues, and stream logs, under one data directory. :class:`Persistence` is the
-:class:`~leveret.broker.ports.Storage` the broker is built with, and an observer of its
-events; it restores everything at start-up and keeps it up to date after."""
+classic queues, the paging area of classic queues, and stream logs, under one data
+directory. :class:`Persistence` is the :class:`~leveret.broker.ports.Storage` the
+broker is built with, and an observer of its events; it restores everything at start-up
+and keeps it up to date after.
+
+Layout: ``definitions.json``, ``msg_store/`` (:mod:`leveret.store.messages`),
+``msg_store_transient/`` (page files, :mod:`leveret.store.paging`; emptied at every
+start), ``streams/`` (:mod:`leveret.store.streams`)."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -13,11 +19,11 @@ from leveret.broker.arguments import text
 from leveret.broker.definitions import export_definitions, import_definitions
 from leveret.broker.entry import Entry
 from leveret.broker.events import Event
-from leveret.broker.message import Message
 from leveret.broker.queues import Queue
 from leveret.broker.queues.stream import interval_ms
 from leveret.store.definitions import FileDefinitionStore
-from leveret.store.messages import FileMessageStore
+from leveret.store.messages import MessageLog, Recovered
+from leveret.store.paging import PageFiles
 from leveret.store.quorum import QuorumLog
 from leveret.store.streams import SegmentLog
 
@@ -38,56 +44,51 @@ _DEFINITION_EVENTS = frozenset(
 class QueueMessages:
     """The persistent messages of one durable classic queue, in the shared message log."""
 
-    def __init__(
-        self,
-        log: FileMessageStore,
-        vhost: str,
-        queue: str,
-        recovered: list[tuple[Message, int]],
-    ) -> None:
+    def __init__(self, log: MessageLog, qid: int, recovered: Recovered | None) -> None:
         self._log = log
-        self._vhost = vhost
-        self._queue = queue
-        self._recovered = recovered
-
-    def recover(self) -> list[tuple[Message, int]]:
-        recovered, self._recovered = self._recovered, []
-        return recovered
+        self._qid = qid
+        self.recovered = recovered  # taken by the queue's pager
 
     def add(self, entry: Entry) -> None:
         m = entry.message
-        mid = self._log.next_id
-        self._log.next_id = mid + 1
-        entry.store_id = mid
-        self._log.add(
-            self._vhost, self._queue, mid, m.exchange, m.routing_key, m.properties, m.body
-        )
+        entry.store_id = self._log.add(self._qid, m.exchange_and_key, m.properties, m.body)
 
-    def remove(self, entry: Entry) -> None:
-        self._log.remove(self._vhost, self._queue, entry.store_id)
+    def remove(self, store_id: int) -> None:
+        self._log.remove(self._qid, store_id)
 
     def drop(self) -> None:
-        self._log.drop_queue(self._vhost, self._queue)
+        self._log.drop_queue(self._qid)
 
 
 class Persistence:
-    """Keeps the definitions file, the message log and the stream logs."""
+    """Keeps the definitions file, the message log, the paging area and the stream logs."""
 
     def __init__(self, data_dir: Path) -> None:
         self.definitions = FileDefinitionStore(Path(data_dir) / "definitions.json")
-        self.messages = FileMessageStore(Path(data_dir) / "msg_store")
+        self.messages = MessageLog(Path(data_dir) / "msg_store")
+        self.transient_dir = Path(data_dir) / "msg_store_transient"
+        # pages of a previous run are of messages that did not survive it
+        shutil.rmtree(self.transient_dir, ignore_errors=True)
         self.streams_dir = Path(data_dir) / "streams"
         self.quorum_dir = Path(data_dir) / "quorum"
-        # queues that keep a log of their own, synced with every batch
+        # queues that keep a log of their own (streams, quorum queues), synced with every batch
         self.logs: dict[tuple[str, str], Queue] = {}
-        self._recovered: dict[tuple[str, str], list[tuple[Message, int]]] = {}
+        self._recovered: dict[int, Recovered] = {}
+        self._pagers = 0
         self._definitions_dirty = False
         self._broker: Any = None
 
     # ---------------------------------------------------------------- Storage
     def queue_store(self, vhost: str, queue: str) -> QueueMessages:
-        recovered = self._recovered.pop((vhost, queue), [])
-        return QueueMessages(self.messages, vhost, queue, recovered)
+        qid = self.messages.queue_id(vhost, queue)
+        return QueueMessages(self.messages, qid, self._recovered.pop(qid, None))
+
+    def pager(self, vhost: str, queue: str, store: Any) -> PageFiles:
+        self._pagers += 1
+        recovered = None
+        if isinstance(store, QueueMessages):
+            recovered, store.recovered = store.recovered, None
+        return PageFiles(self.transient_dir, f"{self._pagers:08d}", self.messages, recovered)
 
     def open_stream(self, vhost: str, queue: str, arguments: dict[str, Any]) -> SegmentLog:
         age = arguments.get("x-max-age")
@@ -106,16 +107,17 @@ class Persistence:
         """Persistent messages first (each durable queue takes its own as it is
         declared), then the definitions that declare the queues."""
         self._broker = broker
-        for vhost, queue, mid, exchange, rk, props, body in self.messages.load():
-            message = Message.from_parts(exchange, rk, props, body)
-            self._recovered.setdefault((vhost, queue), []).append((message, mid))
+        self._recovered = self.messages.recover()
         data = self.definitions.load()
         if data is not None:
             import_definitions(broker, data)
         # messages of queues that no longer exist
-        for vhost, queue in list(self._recovered):
-            self.messages.drop_queue(vhost, queue)
+        declared = {(v.name, q.name) for v in broker.vhosts.values() for q in v.queues.values()}
+        for qid, key in list(self.messages.queues.items()):
+            if key not in declared:
+                self.messages.drop_queue(qid)
         self._recovered.clear()
+        self.messages.sync()
         self._definitions_dirty = False
 
     def observe(self, event: Event, subject: Any) -> None:

@@ -14,6 +14,7 @@ from leveret.broker.entry import Entry, now_ms
 from leveret.broker.message import Message
 
 if TYPE_CHECKING:
+    from leveret.broker.memory import MemoryBudget
     from leveret.broker.ports import ConnectionInfo, FlowHolder, Storage
 
 
@@ -130,6 +131,7 @@ class Queue:
         arguments: dict[str, Any],
         dead_letters: DeadLetters,
         storage: Storage | None,
+        memory: MemoryBudget | None = None,
     ) -> Queue:
         """A new queue of this type, with what it keeps on disk if ``storage`` keeps it."""
         raise NotImplementedError
@@ -240,6 +242,21 @@ class Queue:
     def persistent_figures(self) -> tuple[int, int]:
         """How many ready messages are persistent, and their body bytes."""
         return 0, 0
+
+    def ram_figures(self) -> tuple[int, int]:
+        """How many ready messages are held in memory, and their body bytes (the rest
+        is paged out to disk)."""
+        return self.message_count, self.ready_bytes
+
+    # ---------------------------------------------------------------- memory
+    @property
+    def ram_bytes(self) -> int:
+        """Bytes of ready message bodies held in memory that paging could release."""
+        return 0
+
+    def page_out(self) -> int:
+        """Memory is short: page ready messages to disk; the bytes released."""
+        return 0
 
     @property
     def dead_lettered_figures(self) -> tuple[int, int]:

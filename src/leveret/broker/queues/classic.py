@@ -1,9 +1,11 @@
 """Classic queues: ready messages, consumers with round-robin dispatch, requeue in
 original order, and the RabbitMQ queue arguments Leveret implements (TTL, length limits,
-dead-lettering, expiry, priorities)."""
+dead-lettering, expiry, priorities, lazy mode). Ready messages beyond memory are paged
+to disk (:mod:`leveret.broker.queues.paging`)."""
 
 from __future__ import annotations
 
+import sys
 from collections import deque
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -16,11 +18,13 @@ from leveret.broker.arguments import (
     text,
 )
 from leveret.broker.entry import Entry, now_ms
+from leveret.broker.memory import MemoryBudget
 from leveret.broker.message import Message
 from leveret.broker.queues.base import Accepted, DeadLetters, Queue, Subscriber
+from leveret.broker.queues.paging import Paging
 
 if TYPE_CHECKING:
-    from leveret.broker.ports import ConnectionInfo, FlowHolder, QueueStore, Storage
+    from leveret.broker.ports import ConnectionInfo, FlowHolder, Pager, QueueStore, Storage
 
 # The consumer arguments a classic queue takes (rabbit_classic_queue:capabilities()).
 CONSUMER_ARGS = frozenset(("x-cancel-on-ha-failover", "x-priority", "x-credit"))
@@ -61,11 +65,14 @@ class ClassicQueue(Queue):
         arguments: dict[str, Any] | None = None,
         dead_letters: DeadLetters | None = None,
         store: QueueStore | None = None,
+        pager: Pager | None = None,
+        memory: MemoryBudget | None = None,
     ) -> None:
         super().__init__(
             name, vhost, durable, exclusive_owner, auto_delete, arguments, dead_letters
         )
         self._store = store
+        # The head of the ready messages; with a pager, the rest may be on disk.
         self.ready: deque[Entry] = deque()
         self._ready_bytes = 0
         self._rr = 0
@@ -95,10 +102,21 @@ class ClassicQueue(Queue):
             and self.max_priority is None
             and store is None
         )
-        if store is not None:
-            for message, store_id in store.recover():
-                entry = self._restore(message)
-                entry.store_id = store_id
+        self._paging: Paging | None = None
+        if pager is not None:
+            # messages kept from before a restart wait in the pager, numbered 1..count
+            self._seq = pager.count
+            if self.max_priority is not None:
+                # priority queues keep their messages in memory, ordered by priority
+                for entry in pager.read(sys.maxsize):
+                    entry.priority = self._priority_of(entry.message)
+                    self._append(entry)
+                    self._ready_bytes += len(entry.message.body)
+                pager.close()
+            else:
+                mode = optional_text(a.get("x-queue-mode"))
+                self._paging = Paging(pager, memory or MemoryBudget(), self.ready, mode == "lazy")
+                self._ready_bytes = self._paging.head_bytes + self._paging.bytes_paged
 
     @classmethod
     def validate(
@@ -123,8 +141,13 @@ class ClassicQueue(Queue):
         arguments: dict[str, Any],
         dead_letters: DeadLetters,
         storage: Storage | None,
+        memory: MemoryBudget | None = None,
     ) -> ClassicQueue:
-        store = storage.queue_store(vhost, name) if durable and storage is not None else None
+        store = pager = None
+        if storage is not None:
+            if durable:
+                store = storage.queue_store(vhost, name)
+            pager = storage.pager(vhost, name, store)
         return cls(
             name,
             vhost,
@@ -134,6 +157,8 @@ class ClassicQueue(Queue):
             arguments=arguments,
             dead_letters=dead_letters,
             store=store,
+            pager=pager,
+            memory=memory,
         )
 
     @property
@@ -148,7 +173,7 @@ class ClassicQueue(Queue):
 
     # ---------------------------------------------------------------- publishing
     def is_full(self, extra_bytes: int = 0) -> bool:
-        if self.max_length is not None and len(self.ready) >= self.max_length:
+        if self.max_length is not None and self.message_count >= self.max_length:
             return True
         return (
             self.max_length_bytes is not None
@@ -174,13 +199,22 @@ class ClassicQueue(Queue):
                         return _YES
                 # No dispatch here: a consumer with credit would have drained the backlog
                 # already (every credit change dispatches), so none can take it now.
-                self.ready.append(entry)
-                self._ready_bytes += len(message.body)
+                self._keep(entry)
                 return _BACKLOG
-            self.ready.append(entry)
-            self._ready_bytes += len(message.body)
+            self._keep(entry)
             return _YES
         return self._enqueue_checked(message)
+
+    def _keep(self, entry: Entry) -> None:
+        """A ready message at the end of the queue (the hot path's): in memory, or
+        behind what is paged."""
+        size = len(entry.message.body)
+        self._ready_bytes += size
+        paging = self._paging
+        if paging is None:
+            self.ready.append(entry)
+        else:
+            paging.add(entry, size)
 
     def _hand(self, consumer: Subscriber, entry: Entry) -> None:
         """Account for a delivery, then give the message to the consumer."""
@@ -224,8 +258,8 @@ class ClassicQueue(Queue):
             if consumer is not None:
                 self._hand(consumer, entry)
                 return _YES
-        self._append(entry)
         self._ready_bytes += len(message.body)
+        self._append(entry)
         if self.max_length is not None or self.max_length_bytes is not None:
             self._drop_head_overflow()
         if self.consumers:
@@ -251,6 +285,9 @@ class ClassicQueue(Queue):
 
     def _append(self, entry: Entry) -> None:
         """Add to ``ready`` behind every entry of the same or a higher priority."""
+        if self._paging is not None:  # no priorities: at the end, maybe paged
+            self._paging.add(entry, len(entry.message.body))
+            return
         ready = self.ready
         if not ready or ready[-1].priority >= entry.priority:
             ready.append(entry)
@@ -262,7 +299,7 @@ class ClassicQueue(Queue):
 
     def _drop_head_overflow(self) -> None:
         while self.ready and (
-            (self.max_length is not None and len(self.ready) > self.max_length)
+            (self.max_length is not None and self.message_count > self.max_length)
             or (self.max_length_bytes is not None and self._ready_bytes > self.max_length_bytes)
         ):
             entry = self._pop()
@@ -271,13 +308,18 @@ class ClassicQueue(Queue):
 
     def _pop(self) -> Entry:
         entry = self.ready.popleft()
-        self._ready_bytes -= len(entry.message.body)
+        size = len(entry.message.body)
+        self._ready_bytes -= size
+        paging = self._paging
+        if paging is not None:
+            # the head emptied: the next messages come back from disk
+            self._ready_bytes -= paging.removed(size)
         return entry
 
     def _forget(self, entry: Entry) -> None:
         """The message has left the queue for good."""
         if entry.store_id and self._store is not None:
-            self._store.remove(entry)
+            self._store.remove(entry.store_id)
             entry.store_id = 0
 
     def _dead_letter(self, message: Message, reason: str) -> None:
@@ -399,64 +441,106 @@ class ClassicQueue(Queue):
         back = list(entries)
         if not back:
             return
+        size = 0
         for e in back:
             e.redelivered = True
             self.unacked -= 1
-            self._ready_bytes += len(e.message.body)
+            size += len(e.message.body)
+        self._ready_bytes += size
         self.redelivered_count += len(back)
         if self.deleted:
             return
         back.sort(key=_order)
-        if not self.ready or _order(back[-1]) < _order(self.ready[0]):
-            self.ready.extendleft(reversed(back))
+        ready = self.ready
+        if not ready or _order(back[-1]) < _order(ready[0]):
+            ready.extendleft(reversed(back))
         else:
-            self.ready = deque(sorted([*back, *self.ready], key=_order))
+            # Only the head can hold messages older than a delivered one: whatever is
+            # paged or in the tail came after everything delivered so far.
+            merged = sorted([*back, *ready], key=_order)
+            ready.clear()
+            ready.extend(merged)
+        if self._paging is not None:
+            self._paging.returned(size)
         self.dispatch()
 
     def purge(self) -> int:
-        count = len(self.ready)
+        count = self.message_count
         for entry in self.ready:
             self._forget(entry)
         self.ready.clear()
         self._ready_bytes = 0
+        if self._paging is not None:
+            store = self._store
+            for store_id in self._paging.clear():
+                if store is not None:
+                    store.remove(store_id)
         return count
 
     def delete(self) -> int:
         self.deleted = True
-        count = len(self.ready)
+        count = self.message_count
         self.ready.clear()
         self._ready_bytes = 0
+        if self._paging is not None:
+            self._paging.close()
         if self._store is not None:
             self._store.drop()
         return count
 
+    # ---------------------------------------------------------------- paging
+    def set_queue_mode(self, mode: str | None) -> None:
+        """``default`` or ``lazy`` (None: default), from x-queue-mode or a policy, on a
+        live queue: lazy keeps only a read-ahead's worth of bodies in memory."""
+        if self._paging is not None:
+            self._paging.set_lazy(mode == "lazy")
+
+    @property
+    def queue_mode(self) -> str:
+        return "lazy" if self._paging is not None and self._paging.lazy else "default"
+
+    @property
+    def ram_bytes(self) -> int:
+        if self._paging is None:
+            return self._ready_bytes
+        return self._paging.ram_bytes
+
+    def page_out(self) -> int:
+        """Memory is short: page what is held beyond the head."""
+        if self._paging is None:
+            return 0
+        return self._paging.page_out()
+
     # ---------------------------------------------------------------- figures
     @property
     def message_count(self) -> int:
-        return len(self.ready)
+        if self._paging is None:
+            return len(self.ready)
+        return len(self.ready) + self._paging.count
 
     @property
     def ready_bytes(self) -> int:
         return self._ready_bytes
 
+    def ram_figures(self) -> tuple[int, int]:
+        """Ready messages held in memory, and their body bytes."""
+        if self._paging is None:
+            return len(self.ready), self._ready_bytes
+        return len(self.ready) + len(self._paging.tail), self._paging.ram_bytes
+
     def persistent_figures(self) -> tuple[int, int]:
+        """Persistent messages kept by a durable queue (as RabbitMQ counts
+        messages_persistent: those its store holds), and their body bytes."""
         count = size = 0
         for e in self.ready:
-            if e.message.persistent:
+            if e.store_id:
                 count += 1
                 size += len(e.message.body)
+        if self._paging is not None:
+            more, more_size = self._paging.persistent_figures()
+            count += more
+            size += more_size
         return count, size
-
-    def _restore(self, message: Message) -> Entry:
-        """A message kept from before a restart: ready again, marked redelivered."""
-        self._seq += 1
-        entry = Entry(message, self._seq)
-        entry.redelivered = True
-        if self.max_priority is not None:
-            entry.priority = self._priority_of(message)
-        self._append(entry)
-        self._ready_bytes += len(message.body)
-        return entry
 
 
 def _per_message_ttl(message: Message) -> int | None:

@@ -46,6 +46,7 @@ from leveret.broker.queues.base import Accepted, DeadLetters, Queue, Subscriber
 from leveret.protocol import errors, table
 
 if TYPE_CHECKING:
+    from leveret.broker.memory import MemoryBudget
     from leveret.broker.ports import ConnectionInfo, FlowHolder, QuorumStore, Storage
 
 log = logging.getLogger(__name__)
@@ -219,6 +220,7 @@ class QuorumQueue(Queue):
         arguments: dict[str, Any],
         dead_letters: DeadLetters,
         storage: Storage | None,
+        memory: MemoryBudget | None = None,
     ) -> QuorumQueue:
         store = storage.quorum_store(vhost, name) if storage is not None else None
         return cls(name, vhost, arguments, dead_letters, store)

@@ -22,6 +22,7 @@ from leveret.protocol import errors
 from leveret.protocol.spec import add_header
 
 if TYPE_CHECKING:
+    from leveret.broker.memory import MemoryBudget
     from leveret.broker.ports import ConnectionInfo, Storage, StreamLog
     from leveret.broker.queues.base import DeadLetters
 
@@ -113,6 +114,7 @@ class StreamQueue(Queue):
         arguments: dict[str, Any],
         dead_letters: DeadLetters,
         storage: Storage | None,
+        memory: MemoryBudget | None = None,
     ) -> StreamQueue:
         if storage is None:
             raise errors.not_implemented("stream queues need a data directory")
