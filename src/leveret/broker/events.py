@@ -17,6 +17,9 @@ class Event(Enum):
     VHOST_DELETED = auto()  # VirtualHost
     USER_CHANGED = auto()  # user name: added, changed or deleted
     PERMISSION_CHANGED = auto()  # (user, vhost): set or cleared
+    TOPIC_PERMISSION_CHANGED = auto()  # (user, vhost): set or cleared
+    POLICY_CHANGED = auto()  # VirtualHost: a policy or operator policy set or cleared
+    LIMITS_CHANGED = auto()  # VirtualHost (vhost limits) or user name (user limits)
     DEFINITIONS_IMPORTED = auto()  # None
     QUEUE_CREATED = auto()  # Queue
     QUEUE_DELETED = auto()  # Queue

@@ -60,6 +60,11 @@ class ConnectionInfo(Protocol):
     @property
     def vhost(self) -> str: ...
 
+    @property
+    def channel_count(self) -> int:
+        """Channels open on it (users' channel limits count them)."""
+        ...
+
     def force_close(self, reason: str) -> None: ...
 
 
@@ -125,6 +130,12 @@ class StreamLog(Protocol):
     def close(self) -> None: ...
 
     def delete(self) -> None: ...
+
+    def set_retention(
+        self, max_bytes: int | None, max_age_ms: int | None, max_segment_bytes: int
+    ) -> None:
+        """New retention limits and segment size, applied from now on."""
+        ...
 
 
 class Storage(Protocol):

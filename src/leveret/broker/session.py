@@ -164,10 +164,24 @@ class Session:
 
     def open_vhost(self, vhost: str) -> AMQPError | None:
         assert self.user is not None
-        obj = self.broker.vhosts.get(vhost)
+        broker = self.broker
+        obj = broker.vhosts.get(vhost)
         if obj is None:
             return errors.not_allowed(f"vhost {vhost} not found")
-        perm = self.broker.users.permission(self.user.name, vhost)
+        # As rabbit_reader: the vhost's connection limit, the user's, then access.
+        limit = obj.limit("max-connections")
+        if limit is not None and broker.open_connections(vhost=vhost) >= limit:
+            return errors.not_allowed(
+                f"access to vhost '{vhost}' refused for user '{self.user.name}': "
+                f"connection limit ({limit}) is reached"
+            )
+        limit = broker.user_limit(self.user.name, "max-connections")
+        if limit is not None and broker.open_connections(user=self.user.name) >= limit:
+            return errors.not_allowed(
+                f"connection refused for user '{self.user.name}': "
+                f"user connection limit ({limit}) is reached"
+            )
+        perm = broker.users.permission(self.user.name, vhost)
         if perm is None:
             return errors.not_allowed(
                 f"access to vhost '{vhost}' refused for user '{self.user.name}'"
@@ -189,8 +203,21 @@ class Session:
         return f"{peer[0]}:{peer[1]} -> {local[0]}:{local[1]}"
 
     # -------------------------------------------------------------- channels
-    def channel_opened(self, number: int) -> None:
+    @property
+    def channel_count(self) -> int:
+        return len(self.channels)
+
+    def channel_opened(self, number: int) -> AMQPError | None:
+        """A channel opens, unless its user has as many as its limit allows: then the
+        connection is refused the channel (rabbit_reader:create_channel). None if open."""
+        limit = self.broker.user_limit(self._username, "max-channels")
+        if limit is not None and self.broker.user_channels(self._username) >= limit:
+            return errors.not_allowed(
+                f"number of channels opened for user '{self._username}' has reached the "
+                f"maximum allowed user limit of ({limit})"
+            )
         self.channels[number] = Channel(self, number)
+        return None
 
     def channel_closed(self, number: int) -> None:
         ch = self.channels.pop(number, None)
@@ -348,6 +375,9 @@ class Session:
             self._not_default(dest_name)
         self._not_default(source)
         self.check("read", "exchange", source)
+        topic = vhost.exchanges.get(source)
+        if topic is not None and vhost.topic_permissions:
+            vhost.authorize_topic(topic, self.username, routing_key, "read")
         if not bind and (
             source not in vhost.exchanges
             or dest_name not in (vhost.queues if dest_kind == "queue" else vhost.exchanges)
@@ -403,6 +433,8 @@ class Session:
             durable = m.durable and not m.exclusive
             args = _arguments(m)
             existing = vhost.queues.get(name)
+            if existing is None:
+                vhost.check_queue_limit(name)  # for new queues only, as rabbit_channel
             if existing is None and "x-dead-letter-exchange" in args:
                 dlx = args["x-dead-letter-exchange"]
                 if isinstance(dlx, (str, bytes)):

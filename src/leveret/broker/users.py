@@ -38,6 +38,8 @@ class User:
     name: str
     password_hash: str
     tags: list[str] = field(default_factory=list)
+    # max-connections / max-channels, newest first as RabbitMQ keeps them
+    limits: dict[str, int] = field(default_factory=dict)
 
     @property
     def is_administrator(self) -> bool:
@@ -69,6 +71,34 @@ class Permission:
             self._seen.clear()
         self._seen[key] = ok
         return ok
+
+
+@dataclass
+class TopicPermission:
+    """What routing keys a user may publish with (write) and bind with (read) on one
+    topic exchange of a vhost (rabbit_auth_backend_internal:check_topic_access)."""
+
+    user: str
+    vhost: str
+    exchange: str
+    write: str = ".*"
+    read: str = ".*"
+    _compiled: dict[str, re.Pattern[str] | None] = field(
+        default_factory=dict, repr=False, compare=False
+    )
+
+    def allows(self, what: str, routing_key: str) -> bool:
+        """An unanchored search of the pattern, {username} and {vhost} filled in; an
+        empty pattern allows only the empty routing key ("^$")."""
+        if what not in self._compiled:
+            pattern = getattr(self, what) or "^$"
+            pattern = pattern.replace("{username}", self.user).replace("{vhost}", self.vhost)
+            try:
+                self._compiled[what] = re.compile(pattern)
+            except re.error:
+                self._compiled[what] = None
+        regex = self._compiled[what]
+        return regex is not None and regex.search(routing_key) is not None
 
 
 def is_loopback(address: str | None) -> bool:

@@ -344,9 +344,13 @@ class AMQPProtocol(asyncio.Protocol):
         conn = self.conn
         session = self.session
         if isinstance(event, ChannelOpenReceived):
-            if session is not None:
-                session.channel_opened(event.channel)
-            conn.send_channel_open_ok(event.channel)
+            refused = session.channel_opened(event.channel) if session is not None else None
+            if refused is not None:
+                # a user's channel limit: the connection goes, as rabbit_reader ends it
+                session.close()  # type: ignore[union-attr]
+                self.close_connection(refused)
+            else:
+                conn.send_channel_open_ok(event.channel)
         elif isinstance(event, ChannelCloseReceived):
             if session is not None:
                 session.channel_closed(event.channel)

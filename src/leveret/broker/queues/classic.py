@@ -11,7 +11,9 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from leveret.broker.arguments import check_queue_arguments, optional_text, text
 from leveret.broker.entry import Entry, now_ms
 from leveret.broker.message import Message
+from leveret.broker.policies import Rule, smaller
 from leveret.broker.queues.base import Accepted, DeadLetters, Queue, Subscriber
+from leveret.broker.queues.utilisation import ConsumerUse
 from leveret.protocol import errors
 
 if TYPE_CHECKING:
@@ -43,6 +45,24 @@ def _int(value: Any) -> int | None:
 class ClassicQueue(Queue):
     type_name: ClassVar[str] = "classic"
     rabbit_type: ClassVar[str] = "rabbit_classic_queue"
+    # rabbit_amqqueue_process:process_args_policy: the smaller of argument and policy for
+    # these, the argument for the others.
+    POLICY_RULES: ClassVar[dict[str, Rule]] = {
+        "expires": smaller,
+        "message-ttl": smaller,
+        "max-length": smaller,
+        "max-length-bytes": smaller,
+    }
+    UNSUPPORTED_POLICIES: ClassVar[frozenset[str]] = frozenset(
+        (
+            "max-age",
+            "stream-max-segment-size-bytes",
+            "queue-leader-locator",
+            "initial-cluster-size",
+            "delivery-limit",
+            "dead-letter-strategy",
+        )
+    )
 
     def __init__(
         self,
@@ -63,29 +83,24 @@ class ClassicQueue(Queue):
         self._ready_bytes = 0
         self._rr = 0
         self._seq = 0
-        a = self.arguments
-        self.message_ttl: int | None = _int(a.get("x-message-ttl"))
-        self.max_length: int | None = _int(a.get("x-max-length"))
-        self.max_length_bytes: int | None = _int(a.get("x-max-length-bytes"))
-        self.overflow = text(a.get("x-overflow", "drop-head"))
-        self._expires: int | None = _int(a.get("x-expires"))
-        self.dead_letter_exchange = optional_text(a.get("x-dead-letter-exchange"))
-        self.dead_letter_routing_key = optional_text(a.get("x-dead-letter-routing-key"))
+        # whether consumers could take messages at once, over time (consumer_capacity)
+        self._use = ConsumerUse()
         # x-max-priority: ready is kept highest priority first, FIFO within a priority,
         # as RabbitMQ's priority queue (one sub-queue per priority 0..max).
-        max_priority = _int(a.get("x-max-priority"))
+        max_priority = _int(self.arguments.get("x-max-priority"))
         self.max_priority: int | None = (
             min(max_priority, 255) if max_priority is not None and max_priority >= 0 else None
         )
-        # No length limit, no TTL, no priorities, nothing to persist: enqueue can take
-        # its short path.
-        self._plain = (
-            self.max_length is None
-            and self.max_length_bytes is None
-            and self.message_ttl is None
-            and self.max_priority is None
-            and store is None
-        )
+        self.message_ttl: int | None = None
+        self.max_length: int | None = None
+        self.max_length_bytes: int | None = None
+        self.overflow = "drop-head"
+        self._expires: int | None = None
+        self.dead_letter_exchange: str | None = None
+        self.dead_letter_routing_key: str | None = None
+        self.queue_mode = "default"
+        self._plain = False
+        self.configure()
         if store is not None:
             for message, store_id in store.recover():
                 entry = self._restore(message)
@@ -106,6 +121,47 @@ class ClassicQueue(Queue):
     @property
     def expires(self) -> int | None:
         return self._expires
+
+    def configure(self) -> None:
+        """Settings from arguments and policies, as rabbit_amqqueue_process's
+        process_args_policy takes them, also on a live queue: a lower length limit drops
+        from the head at once (with drop-head), a new TTL applies to messages published
+        from now on, a new expiry restarts the queue's idle time."""
+        setting = self.setting
+        self.message_ttl = _int(setting("message-ttl"))
+        self.max_length = _int(setting("max-length"))
+        self.max_length_bytes = _int(setting("max-length-bytes"))
+        self.overflow = text(setting("overflow") or "drop-head")
+        expires = _int(setting("expires"))
+        if expires != self._expires:
+            self._expires = expires
+            self.last_used = now_ms()
+        self.dead_letter_exchange = optional_text(setting("dead-letter-exchange"))
+        self.dead_letter_routing_key = optional_text(setting("dead-letter-routing-key"))
+        mode = optional_text(setting("queue-mode"))
+        if mode is not None:  # RabbitMQ's init_queue_mode keeps the mode when none is set
+            self.set_queue_mode(mode)
+        # No length limit, no TTL, no priorities, nothing to persist: enqueue can take
+        # its short path.
+        self._plain = (
+            self.max_length is None
+            and self.max_length_bytes is None
+            and self.message_ttl is None
+            and self.max_priority is None
+            and self._store is None
+            and not self.durable
+        )
+        if self.ready:
+            if self.overflow == "drop-head" and (
+                self.max_length is not None or self.max_length_bytes is not None
+            ):
+                self._drop_head_overflow()
+            self.expire()
+
+    def set_queue_mode(self, mode: str) -> None:
+        """``default`` or ``lazy``, from x-queue-mode or a policy. This queue keeps every
+        ready message in memory either way; the mode is kept as chosen."""
+        self.queue_mode = mode
 
     def consumer_start(self, no_ack: bool, prefetch: int, arguments: dict[str, Any]) -> None:
         if "x-stream-offset" in arguments:
@@ -134,16 +190,20 @@ class ClassicQueue(Queue):
                 if not self.ready:
                     consumer = consumers[0] if len(consumers) == 1 else self._next_consumer()
                     if consumer is not None and consumer.has_credit():
-                        self.delivered += 1
                         entry.delivery_count = 1
-                        if not consumer.no_ack:
+                        if consumer.no_ack:
+                            self.delivered_no_ack += 1
+                        else:
+                            self.delivered += 1
                             self.unacked += 1
+                            self.unacked_bytes += len(message.body)
                         consumer.deliver(self, entry)
                         return _YES
                 # No dispatch here: a consumer with credit would have drained the backlog
                 # already (every credit change dispatches), so none can take it now.
                 self.ready.append(entry)
                 self._ready_bytes += len(message.body)
+                self._use.inactive()
                 return _BACKLOG
             self.ready.append(entry)
             self._ready_bytes += len(message.body)
@@ -152,13 +212,34 @@ class ClassicQueue(Queue):
 
     def _hand(self, consumer: Subscriber, entry: Entry) -> None:
         """Account for a delivery, then give the message to the consumer."""
-        self.delivered += 1
         entry.delivery_count += 1
+        if entry.redelivered:
+            self.redelivered_count += 1
         if consumer.no_ack:
+            self.delivered_no_ack += 1
             self._forget(entry)
         else:
-            self.unacked += 1
+            self.delivered += 1
+            self._out(entry)
         consumer.deliver(self, entry)
+
+    def _out(self, entry: Entry) -> None:
+        """A message goes out to be acked: counted as unacknowledged until it is."""
+        self.unacked += 1
+        size = len(entry.message.body)
+        self.unacked_bytes += size
+        if self.durable and entry.message.persistent:
+            self.unacked_persistent += 1
+            self.unacked_persistent_bytes += size
+
+    def _back(self, entry: Entry) -> None:
+        """An unacknowledged message is settled (acked, rejected or returned)."""
+        self.unacked -= 1
+        size = len(entry.message.body)
+        self.unacked_bytes -= size
+        if self.durable and entry.message.persistent:
+            self.unacked_persistent -= 1
+            self.unacked_persistent_bytes -= size
 
     def _enqueue_checked(self, message: Message) -> Accepted:
         if (
@@ -276,6 +357,9 @@ class ClassicQueue(Queue):
 
     def dispatch(self) -> None:
         ready = self.ready
+        use = self._use
+        if not use.is_active and self.consumers and any(c.has_credit() for c in self.consumers):
+            use.active()  # a consumer can take messages again (RabbitMQ's unblock)
         while ready and self.consumers:
             entry = ready[0]
             if entry.expires_at and entry.expires_at <= now_ms():
@@ -283,6 +367,7 @@ class ClassicQueue(Queue):
                 continue
             consumer = self._next_consumer()
             if consumer is None:
+                use.inactive()
                 return
             self._pop()
             self._hand(consumer, entry)
@@ -301,15 +386,19 @@ class ClassicQueue(Queue):
     def get(self, no_ack: bool) -> Entry | None:
         self.expire()
         if not self.ready:
+            self.got_empty += 1
             return None
         self.last_used = now_ms()
         entry = self._pop()
-        self.delivered += 1
         entry.delivery_count += 1
+        if entry.redelivered:
+            self.redelivered_count += 1
         if no_ack:
+            self.got_no_ack += 1
             self._forget(entry)
         else:
-            self.unacked += 1
+            self.got += 1
+            self._out(entry)
         return entry
 
     def add_consumer(self, consumer: Subscriber, start: Any = None) -> None:
@@ -317,12 +406,13 @@ class ClassicQueue(Queue):
         self.last_used = now_ms()
         self.consumers.append(consumer)
         self.consumers.sort(key=lambda c: -c.priority)
+        self._use.active()
         self.dispatch()
 
     # ---------------------------------------------------------------- settling
     def ack(self, entries: Iterable[Entry]) -> None:
         for entry in entries:
-            self.unacked -= 1
+            self._back(entry)
             self.acked += 1
             self._forget(entry)
 
@@ -331,7 +421,7 @@ class ClassicQueue(Queue):
             self.requeue(entries)
             return
         for entry in entries:
-            self.unacked -= 1
+            self._back(entry)
             self._forget(entry)
             self._dead_letter(entry.message, "rejected")
 
@@ -342,9 +432,8 @@ class ClassicQueue(Queue):
             return
         for e in back:
             e.redelivered = True
-            self.unacked -= 1
+            self._back(e)
             self._ready_bytes += len(e.message.body)
-        self.redelivered_count += len(back)
         if self.deleted:
             return
         back.sort(key=_order)
@@ -381,12 +470,27 @@ class ClassicQueue(Queue):
         return self._ready_bytes
 
     def persistent_figures(self) -> tuple[int, int]:
+        """Ready messages a durable queue keeps on disk (RabbitMQ persists a persistent
+        message only in a durable queue), and their body bytes."""
         count = size = 0
+        if not self.durable:
+            return 0, 0
         for e in self.ready:
             if e.message.persistent:
                 count += 1
                 size += len(e.message.body)
         return count, size
+
+    def head_timestamp(self) -> int | None:
+        """The timestamp property of the first ready message. (RabbitMQ also looks at the
+        oldest unacknowledged one; this queue does not keep those.)"""
+        if not self.ready:
+            return None
+        stamp = self.ready[0].message.props.timestamp
+        return None if stamp is None else int(stamp.timestamp())
+
+    def consumer_capacity(self) -> float | None:
+        return self._use.capacity() if self.consumers else 0.0
 
     def _restore(self, message: Message) -> Entry:
         """A message kept from before a restart: ready again, marked redelivered."""
