@@ -57,6 +57,7 @@ class Channel:
         self.confirm = False
         self.publish_seq = 0
         self.confirm_upto = 0  # highest seq waiting to be acked (coalesced per batch)
+        self.settled_upto = 0  # highest seq acked or nacked to the client
         self.tx = False
         self.tx_publishes: list[tuple[Exchange, Message, bool]] = []
         self.tx_settles: list[tuple[str, int, bool, bool]] = []
@@ -65,6 +66,15 @@ class Channel:
         # counters for management
         self.published = 0
         self.confirmed = 0
+        self.returned_unroutable = 0  # mandatory and unroutable: basic.return
+        self.dropped_unroutable = 0  # unroutable, not mandatory: dropped
+        self.delivered = 0  # to consumers that ack
+        self.delivered_no_ack = 0
+        self.got = 0  # basic.get that must be acked
+        self.got_no_ack = 0
+        self.got_empty = 0
+        self.redelivered = 0  # deliveries and gets marked redelivered
+        self.acked = 0
 
     # ---------------------------------------------------------------- delivery
     @property
@@ -94,9 +104,14 @@ class Channel:
     def deliver(self, consumer: Consumer, queue: Queue, entry: Entry) -> None:
         tag = self.next_tag
         self.next_tag = tag + 1
-        if not consumer.no_ack:
+        if consumer.no_ack:
+            self.delivered_no_ack += 1
+        else:
+            self.delivered += 1
             consumer.unacked += 1
             self.unacked[tag] = Delivery(queue, entry, consumer)
+        if entry.redelivered:
+            self.redelivered += 1
         m = entry.message
         self.out.send_deliver(
             self.number,
@@ -159,12 +174,18 @@ class Channel:
     def get(self, queue: Queue, no_ack: bool) -> bool:
         entry = queue.get(no_ack)
         if entry is None:
+            self.got_empty += 1
             self.out.send_method(self.number, commands.Basic.GetEmpty())
             return False
         tag = self.next_tag
         self.next_tag = tag + 1
-        if not no_ack:
+        if no_ack:
+            self.got_no_ack += 1
+        else:
+            self.got += 1
             self.unacked[tag] = Delivery(queue, entry, None)
+        if entry.redelivered:
+            self.redelivered += 1
         m = entry.message
         self.out.send_content(
             self.number,
@@ -225,6 +246,8 @@ class Channel:
             if d.consumer is not None:
                 d.consumer.unacked -= 1
             by_queue.setdefault(d.queue, []).append(d.entry)
+        if kind == "ack":
+            self.acked += len(deliveries)
         for queue, entries in by_queue.items():
             if kind == "ack":
                 queue.ack(entries)
@@ -294,12 +317,20 @@ class Channel:
     def confirmed_fail(self, seq: int) -> None:
         self.flush_confirms(upto=seq - 1)
         self.out.send_method(self.number, commands.Basic.Nack(delivery_tag=seq, multiple=False))
+        self.settled_upto = max(self.settled_upto, seq)
+
+    @property
+    def unconfirmed(self) -> int:
+        """Publishes in confirm mode not yet acked or nacked to the client (confirms go
+        out in order, coalesced once per batch)."""
+        return self.publish_seq - self.settled_upto
 
     def flush_confirms(self, upto: int | None = None) -> None:
         """Send one basic.ack(multiple) for every confirm gathered since the last flush."""
         target = self.confirm_upto if upto is None else min(upto, self.confirm_upto)
         if target and not self.closed:
             self.out.send_basic_ack(self.number, target, True)
+            self.settled_upto = max(self.settled_upto, target)
         if upto is None or target == self.confirm_upto:
             self.confirm_upto = 0
             self.host.pending_confirms.discard(self)

@@ -86,7 +86,7 @@ VALIDATORS: dict[str, tuple[Callable[[Any], bool], str]] = {
 }
 
 
-class PolicyError(Exception):
+class PolicyError(ValueError):
     """A policy RabbitMQ would refuse: ``errors`` are its lines, in its order."""
 
     def __init__(self, errors: list[str]) -> None:

@@ -87,6 +87,8 @@ class Session:
         self.recv_publish = 0
         self.send_deliver = 0
         self.closed_channel_confirms = 0  # confirms sent on channels since closed
+        self.returned_unroutable = 0
+        self.dropped_unroutable = 0
         broker.register(self)
         self._handlers: dict[type[Method], Callable[[Channel, Any], None]] = {
             C.Exchange.Declare: self._exchange_declare,
@@ -618,6 +620,13 @@ class Session:
         for holder in result.congested:
             if holder is not self:
                 holder.hold(self)
+        if not result.routed:
+            if result.returned:
+                ch.returned_unroutable += 1
+                self.returned_unroutable += 1
+            else:
+                ch.dropped_unroutable += 1
+                self.dropped_unroutable += 1
         if result.unstorable:
             # RabbitMQ 3.10 delivers to the other queues, then its channel crashes
             # converting the decimal header for the stream: the connection goes with 541

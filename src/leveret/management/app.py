@@ -7,7 +7,7 @@ from importlib import resources
 
 from aiohttp import web
 
-from leveret.management import admin, api, dashboard, objects
+from leveret.management import admin, api, dashboard, objects, operate
 from leveret.management.context import MANAGEMENT, Management, mgmt
 from leveret.management.httputil import (
     MANAGEMENT_TAGS,
@@ -20,8 +20,10 @@ from leveret.management.httputil import (
 )
 from leveret.protocol.errors import AMQPError
 
-
 # ------------------------------------------------------------------- middleware
+CHALLENGE = {"WWW-Authenticate": 'Basic realm="RabbitMQ Management"'}
+
+
 @web.middleware
 async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     path = request.path
@@ -32,11 +34,15 @@ async def middleware(request: web.Request, handler: Handler) -> web.StreamRespon
             m = mgmt(request)
             creds = credentials(request)
             if creds is None:
-                raise ApiError(401, "not_authorized", "Login failed")
+                # RabbitMQ's challenge: no body, and the header that makes HTTP clients
+                # (and browsers) send credentials
+                return web.Response(status=401, headers=CHALLENGE)
             peer = request.remote
             user = m.broker.users.authenticate(creds[0], creds[1], peer)
             if user is None:
-                raise ApiError(401, "not_authorized", "Login failed")
+                response = json_response({"error": "not_authorized", "reason": "Login failed"}, 401)
+                response.headers.update(CHALLENGE)
+                return response
             if not MANAGEMENT_TAGS.intersection(user.tags):
                 raise ApiError(401, "not_authorised", "Not management user")
             request[USER] = user
@@ -91,6 +97,7 @@ def routes(app: web.Application) -> None:
     api.routes(app)
     objects.routes(app)
     admin.routes(app)
+    operate.routes(app)
 
 
 def make_app(management: Management) -> web.Application:

@@ -17,6 +17,7 @@ from leveret.broker.session import Session
 if TYPE_CHECKING:
     from leveret.broker.broker import Broker
     from leveret.broker.channel import Channel
+    from leveret.broker.exchanges import Exchange
     from leveret.broker.queues import Queue
 
 # How often the window takes a sample, and how long it keeps them (RabbitMQ's "basic"
@@ -26,9 +27,36 @@ KEEP_SECONDS = 600
 # Rates are measured over the last few seconds of samples, as RabbitMQ's 5 s increment.
 RATE_SPAN = 5.0
 
-MESSAGE_STATS = ("publish", "confirm", "deliver", "deliver_get", "ack", "redeliver", "get")
-QUEUE_STATS = ("publish", "deliver", "deliver_get", "ack", "redeliver")
-CHANNEL_STATS = ("publish", "confirm")
+# What RabbitMQ 3.10's overview and vhosts show, in its order.
+MESSAGE_STATS = (
+    "publish",
+    "confirm",
+    "return_unroutable",
+    "drop_unroutable",
+    "get",
+    "get_no_ack",
+    "deliver",
+    "deliver_no_ack",
+    "redeliver",
+    "ack",
+    "deliver_get",
+    "get_empty",
+)
+# A queue's and a channel's delivery figures, shown once something went out.
+DELIVERY_STATS = (
+    "ack",
+    "deliver",
+    "deliver_get",
+    "deliver_no_ack",
+    "get",
+    "get_empty",
+    "get_no_ack",
+    "redeliver",
+)
+QUEUE_STATS = ("publish", *DELIVERY_STATS)
+# A channel's publishing figures, shown once it published.
+CHANNEL_PUBLISH_STATS = ("confirm", "drop_unroutable", "publish", "return_unroutable")
+EXCHANGE_STATS = ("publish_in", "publish_out")
 LENGTHS = ("messages", "messages_ready", "messages_unacknowledged")
 
 
@@ -111,10 +139,45 @@ class Windows:
 def queue_counters(q: Queue) -> dict[str, float]:
     return {
         "publish": q.published,
-        "deliver": q.delivered,
-        "deliver_get": q.delivered,
         "ack": q.acked,
+        "deliver": q.delivered,
+        "deliver_get": q.delivered + q.delivered_no_ack + q.got + q.got_no_ack,
+        "deliver_no_ack": q.delivered_no_ack,
+        "get": q.got,
+        "get_empty": q.got_empty,
+        "get_no_ack": q.got_no_ack,
         "redeliver": q.redelivered_count,
+    }
+
+
+def channel_counters(ch: Channel) -> dict[str, float]:
+    return {
+        "publish": ch.published,
+        "confirm": ch.confirmed,
+        "return_unroutable": ch.returned_unroutable,
+        "drop_unroutable": ch.dropped_unroutable,
+        "ack": ch.acked,
+        "deliver": ch.delivered,
+        "deliver_get": ch.delivered + ch.delivered_no_ack + ch.got + ch.got_no_ack,
+        "deliver_no_ack": ch.delivered_no_ack,
+        "get": ch.got,
+        "get_empty": ch.got_empty,
+        "get_no_ack": ch.got_no_ack,
+        "redeliver": ch.redelivered,
+    }
+
+
+def exchange_counters(x: Exchange) -> dict[str, float]:
+    return {"publish_in": x.published_in, "publish_out": x.published_out}
+
+
+def session_counters(s: Session) -> dict[str, float]:
+    """What a connection's publishers did, counted where they publish."""
+    return {
+        "publish": s.recv_publish,
+        "confirm": session_confirms(s),
+        "return_unroutable": s.returned_unroutable,
+        "drop_unroutable": s.dropped_unroutable,
     }
 
 
@@ -146,6 +209,7 @@ class Stats:
         self.vhosts: dict[str, Windows] = {}
         self.queues: dict[Queue, Windows] = {}
         self.channels: dict[Channel, Windows] = {}
+        self.exchanges: dict[Exchange, Windows] = {}
         # Churn, for the Prometheus counters.
         self.churn: Counter[str] = Counter()
         self.started = time.time()
@@ -171,10 +235,7 @@ class Stats:
         elif event is Event.CONNECTION_CLOSED:
             self.churn["connections_closed"] += 1
             if isinstance(subject, Session) and subject.vhost:
-                self._retire(
-                    subject.vhost,
-                    {"publish": subject.recv_publish, "confirm": session_confirms(subject)},
-                )
+                self._retire(subject.vhost, session_counters(subject))
 
     def count_publish(self, vhost: str) -> None:
         """A message published through the API (no AMQP session counts it)."""
@@ -203,8 +264,7 @@ class Stats:
         out.update(self.retired if vhost is None else self.vhost_retired.get(vhost, Counter()))
         for s in self.sessions():
             if vhost is None or s.vhost == vhost:
-                out["publish"] += s.recv_publish
-                out["confirm"] += session_confirms(s)
+                out.update(session_counters(s))
         vhosts = self.broker.vhosts.values() if vhost is None else [self.broker.vhosts[vhost]]
         for v in vhosts:
             for q in v.queues.values():
@@ -242,17 +302,24 @@ class Stats:
         for s in self.sessions():
             figures = per_vhost.get(s.vhost)
             if figures is not None:
-                figures["publish"] += s.recv_publish
-                figures["confirm"] += session_confirms(s)
+                figures.update(session_counters(s))
             for ch in s.channels.values():
                 live_channels.add(ch)
                 cw = self.channels.get(ch)
                 if cw is None:
                     cw = self.channels[ch] = self._new_windows(min(self.keep, 120))
-                cw.add(t, {"publish": ch.published, "confirm": ch.confirmed})
+                cw.add(t, channel_counters(ch))
         live_queues: set[Queue] = set()
+        live_exchanges: set[Exchange] = set()
         for name, v in self.broker.vhosts.items():
             figures = per_vhost[name]
+            for x in v.exchanges.values():
+                if x.published_in:
+                    live_exchanges.add(x)
+                    xw = self.exchanges.get(x)
+                    if xw is None:
+                        xw = self.exchanges[x] = self._new_windows(min(self.keep, 120))
+                    xw.add(t, exchange_counters(x))
             for q in v.queues.values():
                 live_queues.add(q)
                 counters = queue_counters(q)
@@ -283,6 +350,8 @@ class Stats:
             del self.queues[q]
         for ch in [c for c in self.channels if c not in live_channels]:
             del self.channels[ch]
+        for x in [x for x in self.exchanges if x not in live_exchanges]:
+            del self.exchanges[x]
         self._last_sample = t
 
     # ------------------------------------------------------------------ shapes

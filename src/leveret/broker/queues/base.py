@@ -242,6 +242,11 @@ class Queue:
         """How many ready messages are persistent, and their body bytes."""
         return 0, 0
 
+    def ram_figures(self) -> tuple[int, int]:
+        """How many ready messages are held in memory, and their body bytes (the rest
+        would be paged out to disk; every queue type here holds all of them)."""
+        return self.message_count, self.ready_bytes
+
     @property
     def unacked_figures(self) -> tuple[int, int, int]:
         """Delivered and not settled: body bytes, persistent messages, their bytes."""
