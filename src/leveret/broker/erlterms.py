@@ -56,7 +56,7 @@ def tuple_term(prefix: str, items: list[str]) -> str:
     """``prefix`` then a tuple of already-printed items, broken as io_lib breaks a tuple
     that does not fit on the line: one item a line, under the first."""
     flat = "{" + ",".join(items) + "}"
-    if len(prefix) + len(flat) <= LINE_WIDTH:
+    if len(prefix) + len(flat) < LINE_WIDTH:
         return prefix + flat
     indent = "\n" + " " * (len(prefix) + 1)
     return prefix + "{" + ("," + indent).join(items) + "}"

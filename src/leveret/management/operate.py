@@ -9,7 +9,7 @@ from typing import Any
 
 from aiohttp import web
 
-from leveret.broker.erlterms import pairs, term
+from leveret.broker.limits import USER_LIMITS, VHOST_LIMITS, limit_error
 from leveret.broker.policies import PolicyError, by_priority, make_policy, regex_error
 from leveret.broker.vhost import VirtualHost
 from leveret.management.context import mgmt
@@ -27,9 +27,6 @@ from leveret.management.httputil import (
     require_admin,
     require_keys,
 )
-
-VHOST_LIMITS = ("max-connections", "max-queues")
-USER_LIMITS = ("max-connections", "max-channels")
 
 
 def _vhost_or_404(request: web.Request) -> VirtualHost:
@@ -140,15 +137,6 @@ async def vhost_limits(request: web.Request) -> web.Response:
     return listing(
         request, [{"vhost": v.name, "value": dict(v.limits)} for v in vhosts if v.limits]
     )
-
-
-def limit_error(name: str, value: Any, known: tuple[str, ...], what: str) -> str | None:
-    """rabbit_parameter_validation:proplist's word on one limit, or None."""
-    if name not in known:
-        return f"Unrecognised terms {pairs([(name, value)])} in {what}"
-    if isinstance(value, bool) or not isinstance(value, int):
-        return f"{name} should be a number, actually was {term(value)}"
-    return None
 
 
 async def vhost_limit_put(request: web.Request) -> web.Response:
