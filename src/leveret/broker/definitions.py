@@ -158,15 +158,22 @@ def export_definitions(broker: Broker, durable_only: bool = True) -> dict[str, A
     }
 
 
-def import_definitions(broker: Broker, data: dict[str, Any]) -> None:
-    """Create what the definitions describe; existing objects are kept (as RabbitMQ)."""
+def import_definitions(
+    broker: Broker, data: dict[str, Any], acting_user: str | None = None
+) -> None:
+    """Create what the definitions describe; existing objects are kept (as RabbitMQ).
+    ``acting_user`` (who imports them through the API) gets full permissions in the
+    vhosts the import creates, as rabbit_vhost:put_vhost grants them."""
     for v in data.get("vhosts", []):
         meta = v.get("metadata") or {}
+        new = v["name"] not in broker.vhosts
         broker.add_vhost(
             v["name"],
             v.get("description", meta.get("description", "")),
             v.get("tags", meta.get("tags", [])),
         )
+        if new and acting_user is not None and acting_user in broker.users.users:
+            broker.set_permissions(acting_user, v["name"], ".*", ".*", ".*")
     for u in data.get("users", []):
         tags = u.get("tags", [])
         if isinstance(tags, str):

@@ -247,7 +247,7 @@ async def definitions_post(request: web.Request) -> web.Response:
             for section in (*KEEP_VHOST_SECTIONS, *VHOST_SECTIONS)
         }
     try:
-        import_definitions(m.broker, body)
+        import_definitions(m.broker, body, current_user(request).name)
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise bad_request(f"invalid definitions: {exc}") from exc
     except ApiError:
