@@ -35,6 +35,12 @@ class ChannelHost(FlowHolder, ConnectionInfo, Protocol):
     def capability(self, name: str) -> bool: ...
 
 
+# The per-queue counters of a channel
+DELIVER_ACK, DELIVER, GET_ACK, GET, GET_EMPTY, REDELIVER, ACK = range(7)
+# and its per-exchange ones
+PUBLISHED, CONFIRMED, RETURNED, DROPPED = range(4)
+
+
 class Delivery:
     __slots__ = ("consumer", "entry", "queue")
 
@@ -66,15 +72,11 @@ class Channel:
         # counters for management
         self.published = 0
         self.confirmed = 0
-        self.returned_unroutable = 0  # mandatory and unroutable: basic.return
-        self.dropped_unroutable = 0  # unroutable, not mandatory: dropped
-        self.delivered = 0  # to consumers that ack
-        self.delivered_no_ack = 0
-        self.got = 0  # basic.get that must be acked
-        self.got_no_ack = 0
-        self.got_empty = 0
-        self.redelivered = 0  # deliveries and gets marked redelivered
-        self.acked = 0
+        # per queue: [DELIVER_ACK, DELIVER, GET_ACK, GET, GET_EMPTY, REDELIVER, ACK];
+        # per exchange: [PUBLISHED, CONFIRMED, RETURNED, DROPPED] (rabbitmq_prometheus's
+        # per-object series are by channel and queue, and by channel and exchange)
+        self.by_queue: dict[Queue, list[int]] = {}
+        self.by_exchange: dict[str, list[int]] = {}
 
     # ---------------------------------------------------------------- delivery
     @property
@@ -104,14 +106,17 @@ class Channel:
     def deliver(self, consumer: Consumer, queue: Queue, entry: Entry) -> None:
         tag = self.next_tag
         self.next_tag = tag + 1
+        counts = self.by_queue.get(queue)
+        if counts is None:
+            counts = self.by_queue[queue] = [0, 0, 0, 0, 0, 0, 0]
         if consumer.no_ack:
-            self.delivered_no_ack += 1
+            counts[DELIVER] += 1
         else:
-            self.delivered += 1
+            counts[DELIVER_ACK] += 1
             consumer.unacked += 1
             self.unacked[tag] = Delivery(queue, entry, consumer)
         if entry.redelivered:
-            self.redelivered += 1
+            counts[REDELIVER] += 1
         m = entry.message
         self.out.send_deliver(
             self.number,
@@ -173,19 +178,22 @@ class Channel:
 
     def get(self, queue: Queue, no_ack: bool) -> bool:
         entry = queue.get(no_ack)
+        counts = self.by_queue.get(queue)
+        if counts is None:
+            counts = self.by_queue[queue] = [0, 0, 0, 0, 0, 0, 0]
         if entry is None:
-            self.got_empty += 1
+            counts[GET_EMPTY] += 1
             self.out.send_method(self.number, commands.Basic.GetEmpty())
             return False
         tag = self.next_tag
         self.next_tag = tag + 1
         if no_ack:
-            self.got_no_ack += 1
+            counts[GET] += 1
         else:
-            self.got += 1
+            counts[GET_ACK] += 1
             self.unacked[tag] = Delivery(queue, entry, None)
         if entry.redelivered:
-            self.redelivered += 1
+            counts[REDELIVER] += 1
         m = entry.message
         self.out.send_content(
             self.number,
@@ -246,10 +254,11 @@ class Channel:
             if d.consumer is not None:
                 d.consumer.unacked -= 1
             by_queue.setdefault(d.queue, []).append(d.entry)
-        if kind == "ack":
-            self.acked += len(deliveries)
         for queue, entries in by_queue.items():
             if kind == "ack":
+                counts = self.by_queue.get(queue)
+                if counts is not None:
+                    counts[ACK] += len(entries)
                 queue.ack(entries)
             else:
                 queue.reject(entries, requeue)
@@ -318,6 +327,20 @@ class Channel:
         self.flush_confirms(upto=seq - 1)
         self.out.send_method(self.number, commands.Basic.Nack(delivery_tag=seq, multiple=False))
         self.settled_upto = max(self.settled_upto, seq)
+
+    def exchange_counts(self, exchange: str) -> list[int]:
+        """The counters of publishes to ``exchange`` on this channel."""
+        counts = self.by_exchange.get(exchange)
+        if counts is None:
+            counts = self.by_exchange[exchange] = [0, 0, 0, 0]
+        return counts
+
+    def total(self, index: int) -> int:
+        """One per-queue counter summed over the queues."""
+        return sum(c[index] for c in self.by_queue.values())
+
+    def exchange_total(self, index: int) -> int:
+        return sum(c[index] for c in self.by_exchange.values())
 
     @property
     def unconfirmed(self) -> int:

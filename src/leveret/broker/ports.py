@@ -4,6 +4,7 @@ restart. (What a queue sees of its consumers is in :mod:`leveret.broker.queues.b
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from leveret.protocol.errors import AMQPError
@@ -66,6 +67,21 @@ class ConnectionInfo(Protocol):
         ...
 
     def force_close(self, reason: str) -> None: ...
+
+
+class Traffic:
+    """What went over one connection's socket, as the server counted it: bytes and
+    reads received, bytes and writes sent, and the bytes still waiting to be sent
+    (RabbitMQ's recv_oct, recv_cnt, send_oct, send_cnt, send_pend)."""
+
+    __slots__ = ("pending", "recv_cnt", "recv_oct", "send_cnt", "send_oct")
+
+    def __init__(self, pending: Callable[[], int] | None = None) -> None:
+        self.recv_oct = 0
+        self.recv_cnt = 0
+        self.send_oct = 0
+        self.send_cnt = 0
+        self.pending: Callable[[], int] = pending or (lambda: 0)
 
 
 class FlowHolder(Protocol):

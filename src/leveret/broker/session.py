@@ -15,7 +15,7 @@ from leveret.broker import errors as rabbit
 from leveret.broker import names
 from leveret.broker.arguments import text
 from leveret.broker.broker import Broker
-from leveret.broker.channel import Channel
+from leveret.broker.channel import CONFIRMED, DROPPED, PUBLISHED, RETURNED, Channel
 from leveret.broker.message import Message
 from leveret.broker.queues import Queue, queue_type_name
 from leveret.broker.users import Permission, User
@@ -26,7 +26,7 @@ from leveret.protocol.spec import Method
 
 if TYPE_CHECKING:
     from leveret.broker.exchanges import Exchange
-    from leveret.broker.ports import FlowHolder, Output
+    from leveret.broker.ports import FlowHolder, Output, Traffic
 
 log = logging.getLogger(__name__)
 
@@ -53,8 +53,10 @@ class Session:
         output: Output,
         peer: tuple[str, int] | None = None,
         local: tuple[str, int] | None = None,
+        traffic: Traffic | None = None,
     ) -> None:
         self.broker = broker
+        self.traffic = traffic  # the socket's figures, when there is a socket
         self.output = output
         self.peer = peer
         self.local = local
@@ -600,6 +602,10 @@ class Session:
             return
         self.recv_publish += 1
         ch.published += 1
+        counts = ch.by_exchange.get(exchange_name)
+        if counts is None:
+            counts = ch.by_exchange[exchange_name] = [0, 0, 0, 0]
+        counts[PUBLISHED] += 1
         seq = 0
         if ch.confirm:
             ch.publish_seq += 1
@@ -611,6 +617,7 @@ class Session:
         if result is ROUTED:  # the common answer, taken without a call
             if seq:
                 ch.confirmed_ok(seq)
+                counts[CONFIRMED] += 1
         else:
             self._published(ch, message, result, seq)
 
@@ -621,11 +628,12 @@ class Session:
             if holder is not self:
                 holder.hold(self)
         if not result.routed:
+            counts = ch.exchange_counts(message.exchange)
             if result.returned:
-                ch.returned_unroutable += 1
+                counts[RETURNED] += 1
                 self.returned_unroutable += 1
             else:
-                ch.dropped_unroutable += 1
+                counts[DROPPED] += 1
                 self.dropped_unroutable += 1
         if result.unstorable:
             # RabbitMQ 3.10 delivers to the other queues, then its channel crashes
@@ -649,4 +657,5 @@ class Session:
                 ch.confirmed_fail(seq)
             else:
                 ch.confirmed_ok(seq)
+                ch.exchange_counts(message.exchange)[CONFIRMED] += 1
         return True

@@ -146,13 +146,17 @@ async def connections(request: web.Request) -> web.Response:
         m.vhost(request)
     return listing(
         request,
-        [views.connection(s) for s in m.sessions(request) if vhost is None or s.vhost == vhost],
+        [
+            views.connection(s, m.stats)
+            for s in m.sessions(request)
+            if vhost is None or s.vhost == vhost
+        ],
     )
 
 
 async def connection_one(request: web.Request) -> web.Response:
     m = mgmt(request)
-    return json_response(views.connection(m.session_named(request)))
+    return json_response(views.connection(m.session_named(request), m.stats))
 
 
 async def connection_delete(request: web.Request) -> web.Response:

@@ -11,6 +11,17 @@ from collections import Counter, deque
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
+from leveret.broker.channel import (
+    ACK,
+    DELIVER,
+    DELIVER_ACK,
+    DROPPED,
+    GET,
+    GET_ACK,
+    GET_EMPTY,
+    REDELIVER,
+    RETURNED,
+)
 from leveret.broker.events import Event
 from leveret.broker.session import Session
 
@@ -151,19 +162,21 @@ def queue_counters(q: Queue) -> dict[str, float]:
 
 
 def channel_counters(ch: Channel) -> dict[str, float]:
+    deliver, deliver_no_ack = ch.total(DELIVER_ACK), ch.total(DELIVER)
+    get, get_no_ack = ch.total(GET_ACK), ch.total(GET)
     return {
         "publish": ch.published,
         "confirm": ch.confirmed,
-        "return_unroutable": ch.returned_unroutable,
-        "drop_unroutable": ch.dropped_unroutable,
-        "ack": ch.acked,
-        "deliver": ch.delivered,
-        "deliver_get": ch.delivered + ch.delivered_no_ack + ch.got + ch.got_no_ack,
-        "deliver_no_ack": ch.delivered_no_ack,
-        "get": ch.got,
-        "get_empty": ch.got_empty,
-        "get_no_ack": ch.got_no_ack,
-        "redeliver": ch.redelivered,
+        "return_unroutable": ch.exchange_total(RETURNED),
+        "drop_unroutable": ch.exchange_total(DROPPED),
+        "ack": ch.total(ACK),
+        "deliver": deliver,
+        "deliver_get": deliver + deliver_no_ack + get + get_no_ack,
+        "deliver_no_ack": deliver_no_ack,
+        "get": get,
+        "get_empty": ch.total(GET_EMPTY),
+        "get_no_ack": get_no_ack,
+        "redeliver": ch.total(REDELIVER),
     }
 
 
@@ -210,6 +223,7 @@ class Stats:
         self.queues: dict[Queue, Windows] = {}
         self.channels: dict[Channel, Windows] = {}
         self.exchanges: dict[Exchange, Windows] = {}
+        self.connections: dict[Session, Windows] = {}
         # Churn, for the Prometheus counters.
         self.churn: Counter[str] = Counter()
         self.started = time.time()
@@ -299,7 +313,14 @@ class Stats:
             name: Counter(self.vhost_retired.get(name, Counter())) for name in self.broker.vhosts
         }
         live_channels: set[Channel] = set()
+        live_sessions: set[Session] = set()
         for s in self.sessions():
+            if s.traffic is not None:
+                live_sessions.add(s)
+                sw = self.connections.get(s)
+                if sw is None:
+                    sw = self.connections[s] = self._new_windows(min(self.keep, 120))
+                sw.add(t, {"recv_oct": s.traffic.recv_oct, "send_oct": s.traffic.send_oct})
             figures = per_vhost.get(s.vhost)
             if figures is not None:
                 figures.update(session_counters(s))
@@ -352,6 +373,8 @@ class Stats:
             del self.channels[ch]
         for x in [x for x in self.exchanges if x not in live_exchanges]:
             del self.exchanges[x]
+        for s in [s for s in self.connections if s not in live_sessions]:
+            del self.connections[s]
         self._last_sample = t
 
     # ------------------------------------------------------------------ shapes

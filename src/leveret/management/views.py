@@ -210,7 +210,7 @@ def owner_details(q: Queue) -> dict[str, Any] | None:
     return {"name": owner.name, "peer_host": peer[0], "peer_port": peer[1]}
 
 
-def connection(s: Session) -> dict[str, Any]:
+def connection(s: Session, stats: Stats | None = None) -> dict[str, Any]:
     peer = s.peer or ("", 0)
     local = s.local or ("", 0)
     props = jsonable(s.client_properties)
@@ -246,7 +246,18 @@ def connection(s: Session) -> dict[str, Any]:
     }
     if name is not None:
         out["user_provided_name"] = name
-    return out
+    traffic = s.traffic
+    if traffic is not None:
+        # what the server counted on the socket (RabbitMQ's inet statistics)
+        windows = stats.connections.get(s) if stats is not None else None
+        out["recv_cnt"] = traffic.recv_cnt
+        out["recv_oct"] = traffic.recv_oct
+        out["send_cnt"] = traffic.send_cnt
+        out["send_oct"] = traffic.send_oct
+        out["send_pend"] = traffic.pending()
+        for key in ("recv_oct", "send_oct"):
+            out[f"{key}_details"] = windows.details(key) if windows is not None else {"rate": 0.0}
+    return dict(sorted(out.items()))
 
 
 def channel(ch: Channel, stats: Stats, node: str) -> dict[str, Any]:

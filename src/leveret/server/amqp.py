@@ -23,6 +23,7 @@ from typing import Any
 
 from pamqp import commands
 
+from leveret.broker.ports import Traffic
 from leveret.broker.session import Session
 from leveret.protocol import errors, spec
 from leveret.protocol.connection import ServerConnection, State
@@ -60,6 +61,7 @@ class AMQPProtocol(asyncio.Protocol):
         self.conn = ServerConnection(limits.frame_max, limits.channel_max, limits.heartbeat)
         self.transport: asyncio.Transport | None = None
         self.session: Session | None = None
+        self.traffic = Traffic()
         self._flush_scheduled = False
         self._last_recv = time.monotonic()
         self._last_send = time.monotonic()
@@ -140,6 +142,7 @@ class AMQPProtocol(asyncio.Protocol):
         transport.set_write_buffer_limits(  # type: ignore[attr-defined]
             high=4 * 1024 * 1024, low=1024 * 1024
         )
+        self.traffic.pending = transport.get_write_buffer_size  # type: ignore[attr-defined]
         slots = self.listener.slots
         if slots.full():
             # As RabbitMQ's listener at connection_max: not served until a place frees;
@@ -193,6 +196,9 @@ class AMQPProtocol(asyncio.Protocol):
         if data:
             transport.write(data)
             self._last_send = time.monotonic()
+            traffic = self.traffic
+            traffic.send_oct += len(data)
+            traffic.send_cnt += 1
 
     def pause_writing(self) -> None:
         if self.session is not None:
@@ -271,6 +277,9 @@ class AMQPProtocol(asyncio.Protocol):
     # -------------------------------------------------------------------- input
     def data_received(self, data: bytes) -> None:
         self._last_recv = time.monotonic()
+        traffic = self.traffic
+        traffic.recv_oct += len(data)
+        traffic.recv_cnt += 1
         # While the connection drains after a close, input is still read: a further
         # connection.close gets its close-ok; everything else is dropped.
         self.conn.receive_data(data)
@@ -409,7 +418,7 @@ class AMQPProtocol(asyncio.Protocol):
         peer = self.transport.get_extra_info("peername")
         local = self.transport.get_extra_info("sockname")
         broker = self.state.broker
-        session = Session(broker, self, peer, local)
+        session = Session(broker, self, peer, local, self.traffic)
         external = None
         if event.mechanism == "EXTERNAL":
             cert = peer_certificate(self.transport)

@@ -112,10 +112,6 @@ class Queue:
         self.got_empty = 0  # basic.get on an empty queue
         self.acked = 0
         self.redelivered_count = 0
-        # what is delivered and not yet settled: body bytes, and how much of it persists
-        self.unacked_bytes = 0
-        self.unacked_persistent = 0
-        self.unacked_persistent_bytes = 0
 
     # ------------------------------------------------------------ declaration
     @classmethod
@@ -249,8 +245,9 @@ class Queue:
 
     @property
     def unacked_figures(self) -> tuple[int, int, int]:
-        """Delivered and not settled: body bytes, persistent messages, their bytes."""
-        return self.unacked_bytes, self.unacked_persistent, self.unacked_persistent_bytes
+        """Delivered and not settled: body bytes, persistent messages, their bytes (a
+        type that does not keep what it delivered has none to count)."""
+        return 0, 0, 0
 
     def head_timestamp(self) -> int | None:
         """The timestamp property (seconds) of the message at the head, if it has one."""

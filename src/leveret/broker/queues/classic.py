@@ -85,6 +85,8 @@ class ClassicQueue(Queue):
         self._seq = 0
         # whether consumers could take messages at once, over time (consumer_capacity)
         self._use = ConsumerUse()
+        # delivered and not yet settled, by sequence number (RabbitMQ's pending acks)
+        self._outstanding: dict[int, Entry] = {}
         # x-max-priority: ready is kept highest priority first, FIFO within a priority,
         # as RabbitMQ's priority queue (one sub-queue per priority 0..max).
         max_priority = _int(self.arguments.get("x-max-priority"))
@@ -196,7 +198,7 @@ class ClassicQueue(Queue):
                         else:
                             self.delivered += 1
                             self.unacked += 1
-                            self.unacked_bytes += len(message.body)
+                            self._outstanding[entry.seq] = entry
                         consumer.deliver(self, entry)
                         return _YES
                 # No dispatch here: a consumer with credit would have drained the backlog
@@ -224,22 +226,14 @@ class ClassicQueue(Queue):
         consumer.deliver(self, entry)
 
     def _out(self, entry: Entry) -> None:
-        """A message goes out to be acked: counted as unacknowledged until it is."""
+        """A message goes out to be acked: outstanding until it is settled."""
         self.unacked += 1
-        size = len(entry.message.body)
-        self.unacked_bytes += size
-        if self.durable and entry.message.persistent:
-            self.unacked_persistent += 1
-            self.unacked_persistent_bytes += size
+        self._outstanding[entry.seq] = entry
 
     def _back(self, entry: Entry) -> None:
-        """An unacknowledged message is settled (acked, rejected or returned)."""
+        """An outstanding message is settled (acked, rejected or returned)."""
         self.unacked -= 1
-        size = len(entry.message.body)
-        self.unacked_bytes -= size
-        if self.durable and entry.message.persistent:
-            self.unacked_persistent -= 1
-            self.unacked_persistent_bytes -= size
+        self._outstanding.pop(entry.seq, None)
 
     def _enqueue_checked(self, message: Message) -> Accepted:
         if (
@@ -481,13 +475,29 @@ class ClassicQueue(Queue):
                 size += len(e.message.body)
         return count, size
 
+    @property
+    def unacked_figures(self) -> tuple[int, int, int]:
+        size = count = persistent_size = 0
+        for e in self._outstanding.values():
+            n = len(e.message.body)
+            size += n
+            if self.durable and e.message.persistent:
+                count += 1
+                persistent_size += n
+        return size, count, persistent_size
+
     def head_timestamp(self) -> int | None:
-        """The timestamp property of the first ready message. (RabbitMQ also looks at the
-        oldest unacknowledged one; this queue does not keep those.)"""
-        if not self.ready:
-            return None
-        stamp = self.ready[0].message.props.timestamp
-        return None if stamp is None else int(stamp.timestamp())
+        """As rabbit_variable_queue's head_message_timestamp: the earliest timestamp
+        property of the first ready message and the oldest outstanding one."""
+        heads = [self.ready[0]] if self.ready else []
+        if self._outstanding:
+            heads.append(self._outstanding[min(self._outstanding)])
+        stamps = [
+            int(e.message.props.timestamp.timestamp())
+            for e in heads
+            if e.message.props.timestamp is not None
+        ]
+        return min(stamps) if stamps else None
 
     def consumer_capacity(self) -> float | None:
         return self._use.capacity() if self.consumers else 0.0
