@@ -140,12 +140,17 @@ class UserDatabase:
         return True
 
     def authenticate(self, name: str, password: str, address: str | None) -> User | None:
+        user = self.check_credentials(name, password)
+        if user is None or self.loopback_only(name, address):
+            return None
+        return user
+
+    def check_credentials(self, name: str, password: str) -> User | None:
+        """The user, if the password is right (wherever it connects from)."""
         user = self.users.get(name)
         if user is None or not user.password_hash:
             return None
         if not check_password(password, user.password_hash):
-            return None
-        if name in self.loopback_users and not is_loopback(address):
             return None
         return user
 
@@ -155,9 +160,13 @@ class UserDatabase:
         user = self.users.get(name)
         if user is None:
             return None
-        if name in self.loopback_users and not is_loopback(address):
+        if self.loopback_only(name, address):
             return None
         return user
+
+    def loopback_only(self, name: str, address: str | None) -> bool:
+        """A loopback user (loopback_users) connecting from elsewhere: refused."""
+        return name in self.loopback_users and not is_loopback(address)
 
     def set_permissions(self, user: str, vhost: str, configure: str, write: str, read: str) -> None:
         self.permissions[(user, vhost)] = Permission(user, vhost, configure, write, read)

@@ -38,7 +38,9 @@ async def middleware(request: web.Request, handler: Handler) -> web.StreamRespon
                 # (and browsers) send credentials
                 return web.Response(status=401, headers=CHALLENGE)
             peer = request.remote
-            user = m.broker.users.authenticate(creds[0], creds[1], peer)
+            user = m.broker.users.check_credentials(creds[0], creds[1])
+            if user is not None and m.broker.users.loopback_only(user.name, peer):
+                raise ApiError(401, "not_authorised", "User can only log in via localhost")
             if user is None:
                 response = json_response({"error": "not_authorized", "reason": "Login failed"}, 401)
                 response.headers.update(CHALLENGE)
