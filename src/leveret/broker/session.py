@@ -84,6 +84,7 @@ class Session:
         # publishers this session holds back; on_released resumes reading.
         self.held_by: set[FlowHolder] = set()
         self.holding: set[FlowHolder] = set()
+        self.blocked = False  # a resource alarm stopped reading its publishes
         self.on_released: Callable[[], None] | None = None
         # counters for management
         self.recv_publish = 0

@@ -401,19 +401,19 @@ def _user_and_vhost(ctl: Ctl, user: str, vhost: str) -> None:
 
 
 @verb("topic permissions")
-def set_topic_permissions(ctl: Ctl, username: str, exchange: str, write: str, read: str) -> None:
+def set_topic_permissions(ctl: Ctl, user: str, exchange: str, write: str, read: str) -> None:
     """Sets what routing keys a user may publish with (WRITE) and bind with (READ) on a
     topic exchange of the virtual host given by -p (regular expressions; {username} and
     {vhost} are filled in)."""
     vhost = ctl.opts.vhost
     ctl.banner(
-        f'Setting topic permissions on "{exchange}" for user "{username}" in vhost "{vhost}" ...'
+        f'Setting topic permissions on "{exchange}" for user "{user}" in vhost "{vhost}" ...'
     )
-    _user_and_vhost(ctl, username, vhost)
+    _user_and_vhost(ctl, user, vhost)
     try:
         ctl.client.request(
             "PUT",
-            f"/api/topic-permissions/{q(vhost)}/{q(username)}",
+            f"/api/topic-permissions/{q(vhost)}/{q(user)}",
             {"exchange": exchange, "write": write, "read": read},
         )
     except HttpError as exc:

@@ -147,7 +147,7 @@ async def connections(request: web.Request) -> web.Response:
     return listing(
         request,
         [
-            views.connection(s, m.stats)
+            views.connection(s, m.stats, bool(m.server.state.alarms))
             for s in m.sessions(request)
             if vhost is None or s.vhost == vhost
         ],
@@ -156,7 +156,9 @@ async def connections(request: web.Request) -> web.Response:
 
 async def connection_one(request: web.Request) -> web.Response:
     m = mgmt(request)
-    return json_response(views.connection(m.session_named(request), m.stats))
+    return json_response(
+        views.connection(m.session_named(request), m.stats, bool(m.server.state.alarms))
+    )
 
 
 async def connection_delete(request: web.Request) -> web.Response:

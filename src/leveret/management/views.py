@@ -210,7 +210,20 @@ def owner_details(q: Queue) -> dict[str, Any] | None:
     return {"name": owner.name, "peer_host": peer[0], "peer_port": peer[1]}
 
 
-def connection(s: Session, stats: Stats | None = None) -> dict[str, Any]:
+def flow_state(s: Session, alarm: bool) -> str:
+    """A connection's state as RabbitMQ names it: blocked (a publisher stopped by a
+    resource alarm), blocking (an alarm is in effect and it has not published since),
+    flow (held back by credit flow), running; closed once it is gone."""
+    if s.closed:
+        return "closed"
+    if s.blocked:
+        return "blocked"
+    if alarm:
+        return "blocking"
+    return "flow" if s.held_by else "running"
+
+
+def connection(s: Session, stats: Stats | None = None, alarm: bool = False) -> dict[str, Any]:
     peer = s.peer or ("", 0)
     local = s.local or ("", 0)
     props = jsonable(s.client_properties)
@@ -237,7 +250,7 @@ def connection(s: Session, stats: Stats | None = None) -> dict[str, Any]:
         "ssl_hash": s.transport_details.get("ssl_hash"),
         "ssl_key_exchange": s.transport_details.get("ssl_key_exchange"),
         "ssl_protocol": s.transport_details.get("ssl_protocol"),
-        "state": "running" if not s.closed else "closed",
+        "state": flow_state(s, alarm),
         "timeout": s.heartbeat,
         "type": "network",
         "user": s.username,
@@ -283,7 +296,8 @@ def channel(ch: Channel, stats: Stats, node: str) -> dict[str, Any]:
         "number": ch.number,
         "pending_raft_commands": 0,
         "prefetch_count": ch.consumer_prefetch,
-        "state": "running",
+        # credit flow holds a channel back with its connection
+        "state": "flow" if s.held_by else "running",
         "transactional": ch.tx,
         "user": s.username,
         "user_who_performed_action": s.username,
@@ -381,7 +395,6 @@ def overview(broker: Broker, stats: Stats, listeners: list[dict[str, Any]], age:
             "exchanges": exchanges,
             "queues": queues,
         },
-        "statistics_db_event_queue": 0,
         "node": broker.node_name,
         "listeners": listeners,
         "contexts": [],

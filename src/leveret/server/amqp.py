@@ -516,6 +516,8 @@ class AMQPProtocol(asyncio.Protocol):
         if blocked == self.blocked or self.transport is None or self._ending:
             return
         self.blocked = blocked
+        if self.session is not None:
+            self.session.blocked = blocked  # shown as the connection's state
         if self.session is not None and self.session.capability("connection.blocked"):
             if blocked:
                 self.send_method(0, commands.Connection.Blocked(reason=reason))
