@@ -64,7 +64,8 @@ export async function request(method, path, body, headers = {}) {
       (data && data.reason) || (typeof data === "string" ? data : resp.statusText),
     );
     const reason = data && data.reason;
-    if (resp.status === 401 && (reason === "Login failed" || reason === "Not management user")) {
+    const refused = ["Login failed", "Not management user", "User can only log in via localhost"];
+    if (resp.status === 401 && refused.includes(reason)) {
       for (const fn of listeners) fn(err);
     }
     throw err;
