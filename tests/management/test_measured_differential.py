@@ -305,3 +305,16 @@ def test_prometheus_channel_and_connection_series(sites: tuple[Site, Site]) -> N
         assert aggregated["rabbitmq_global_publishers"] >= 1
     finally:
         conn.close()
+
+
+def test_dashboard_requests_get_no_challenge(leveret_site: Site) -> None:
+    """The dashboard asks with X-Requested-With and shows its own login form: its 401s
+    carry no WWW-Authenticate, so the browser does not prompt over it."""
+    req = urllib.request.Request(leveret_site.broker.http_url + "/api/overview")
+    req.add_header("X-Requested-With", "XMLHttpRequest")
+    req.add_header("Authorization", "Basic " + base64.b64encode(b"guest:wrong").decode())
+    with pytest.raises(urllib.error.HTTPError) as info:
+        urllib.request.urlopen(req, timeout=10)
+    assert info.value.code == 401
+    assert info.value.headers.get("WWW-Authenticate") is None
+    assert info.value.read() == b'{"error":"not_authorized","reason":"Login failed"}'

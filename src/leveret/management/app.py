@@ -33,17 +33,19 @@ async def middleware(request: web.Request, handler: Handler) -> web.StreamRespon
         if path != "/api/index.html":
             m = mgmt(request)
             creds = credentials(request)
+            # RabbitMQ's challenge makes HTTP clients (and browsers) send credentials; a
+            # script that asks with X-Requested-With (the dashboard) shows its own login
+            # form instead of the browser's prompt, so it gets no challenge
+            challenge = {} if request.headers.get("X-Requested-With") else CHALLENGE
             if creds is None:
-                # RabbitMQ's challenge: no body, and the header that makes HTTP clients
-                # (and browsers) send credentials
-                return web.Response(status=401, headers=CHALLENGE)
+                return web.Response(status=401, headers=challenge)
             peer = request.remote
             user = m.broker.users.check_credentials(creds[0], creds[1])
             if user is not None and m.broker.users.loopback_only(user.name, peer):
                 raise ApiError(401, "not_authorised", "User can only log in via localhost")
             if user is None:
                 response = json_response({"error": "not_authorized", "reason": "Login failed"}, 401)
-                response.headers.update(CHALLENGE)
+                response.headers.update(challenge)
                 return response
             if not MANAGEMENT_TAGS.intersection(user.tags):
                 raise ApiError(401, "not_authorised", "Not management user")
