@@ -577,3 +577,40 @@ def test_definitions_round_trip(sites: tuple[Site, Site]) -> None:
             site.api.delete(f"/api/users/{q(user)}")
     lev, rmq = (norm(site, scenario(site)) for site in sites)
     assert lev == rmq
+
+
+def test_policies_limits_and_topic_permissions_survive_a_restart(tmp_path: Any) -> None:
+    """Kept in the data directory: after a restart the policies apply again to the
+    durable queue they applied to, and limits and topic permissions are in force."""
+    from tests.brokers import start_leveret
+    from tests.mgmt import Api, make_site
+
+    broker = start_leveret(tmp_path)
+    try:
+        sites = make_site(broker, "r")  # kept: closing it would delete the vhost
+        site = next(sites)
+        v, u = q(site.vhost), q(site.user)
+        api = site.api
+        assert api.put(f"/api/queues/{v}/t-kept", {"durable": True}) == 201
+        assert api.put(f"/api/policies/{v}/p", {"pattern": "^t-", "apply-to": "queues",
+                                                "definition": {"max-length": 2}}) == 201
+        assert api.put(f"/api/operator-policies/{v}/o", {"pattern": ".*", "definition": {
+            "message-ttl": 1000}}) == 201
+        assert api.put(f"/api/vhost-limits/{v}/max-queues", {"value": 5}) == 204
+        assert api.put(f"/api/user-limits/{u}/max-channels", {"value": 3}) == 204
+        assert api.put(f"/api/topic-permissions/{v}/{u}", {"exchange": "amq.topic",
+                                                           "write": "^a", "read": "^b"}) == 201
+    finally:
+        broker.stop()
+    broker = start_leveret(tmp_path)
+    try:
+        api = Api(broker.http_url)
+        queue = api.get(f"/api/queues/{v}/t-kept")
+        assert (queue["policy"], queue["operator_policy"]) == ("p", "o")
+        assert queue["effective_policy_definition"] == {"max-length": 2, "message-ttl": 1000}
+        assert api.get(f"/api/vhost-limits/{v}") == [{"vhost": site.vhost,
+                                                      "value": {"max-queues": 5}}]
+        assert api.get(f"/api/users/{u}")["limits"] == {"max-channels": 3}
+        assert api.get(f"/api/topic-permissions/{v}/{u}")[0]["write"] == "^a"
+    finally:
+        broker.stop()
