@@ -318,3 +318,23 @@ def test_dashboard_requests_get_no_challenge(leveret_site: Site) -> None:
     assert info.value.code == 401
     assert info.value.headers.get("WWW-Authenticate") is None
     assert info.value.read() == b'{"error":"not_authorized","reason":"Login failed"}'
+
+
+def test_churn_rates(sites: tuple[Site, Site]) -> None:
+    """The overview's churn_rates: RabbitMQ's keys, each with its *_details; opening a
+    connection and a channel and declaring a queue (new, then again) count on Leveret."""
+    lev = sites[0]
+    keys = [set(site.api.get("/api/overview")["churn_rates"]) for site in sites]
+    assert keys[0] == keys[1]
+    before = lev.api.get("/api/overview")["churn_rates"]
+    conn = connect(lev)
+    ch = conn.channel()
+    ch.queue_declare("t-churn")
+    ch.queue_declare("t-churn")
+    ch.close()
+    conn.close()
+    after = lev.api.get("/api/overview")["churn_rates"]
+    grew = {k: after[k] - before[k] for k in after if not k.endswith("_details")}
+    assert {k: v for k, v in grew.items() if k != "connection_closed"} == {
+        "channel_created": 1, "channel_closed": 1, "connection_created": 1,
+        "queue_created": 1, "queue_declared": 2, "queue_deleted": 0}

@@ -26,6 +26,9 @@ class Event(Enum):
     DEFINITION_CHANGED = auto()  # a durable Exchange, Queue or Binding: added or removed
     CONNECTION_OPENED = auto()  # the connection (broker.ports.ConnectionInfo)
     CONNECTION_CLOSED = auto()  # the connection
+    CHANNEL_OPENED = auto()  # the channel
+    CHANNEL_CLOSED = auto()  # the channel
+    QUEUE_DECLARED = auto()  # (vhost, queue name): a declaration (new queue or not)
 
 
 Observer = Callable[[Event, Any], None]

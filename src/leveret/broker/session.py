@@ -16,6 +16,7 @@ from leveret.broker import names
 from leveret.broker.arguments import text
 from leveret.broker.broker import Broker
 from leveret.broker.channel import CONFIRMED, DROPPED, PUBLISHED, RETURNED, Channel
+from leveret.broker.events import Event
 from leveret.broker.message import Message
 from leveret.broker.queues import Queue, queue_type_name
 from leveret.broker.users import Permission, User
@@ -221,7 +222,8 @@ class Session:
                 f"number of channels opened for user '{self._username}' has reached the "
                 f"maximum allowed user limit of ({limit})"
             )
-        self.channels[number] = Channel(self, number)
+        ch = self.channels[number] = Channel(self, number)
+        self.broker.observers.emit(Event.CHANNEL_OPENED, ch)
         return None
 
     def channel_closed(self, number: int) -> None:
@@ -229,6 +231,7 @@ class Session:
         if ch is not None:
             self.closed_channel_confirms += ch.confirmed
             ch.close()
+            self.broker.observers.emit(Event.CHANNEL_CLOSED, ch)
 
     def handle(self, number: int, method: Method) -> None:
         ch = self.channels.get(number)
@@ -434,6 +437,7 @@ class Session:
             elif name.startswith("amq."):
                 raise rabbit.reserved_name("queue", name)
             self.check("configure", "queue", name)
+            self.broker.observers.emit(Event.QUEUE_DECLARED, (vhost.name, name))
             owner = self if m.exclusive else None
             durable = m.durable and not m.exclusive
             args = _arguments(m)

@@ -229,6 +229,21 @@ class BrokerCollector(Collector):
                 "Total number of connections closed or terminated",
                 "connections_closed",
             ),
+            (
+                "rabbitmq_channels_opened_total",
+                "Total number of channels opened",
+                "channels_opened",
+            ),
+            (
+                "rabbitmq_channels_closed_total",
+                "Total number of channels closed",
+                "channels_closed",
+            ),
+            (
+                "rabbitmq_queues_declared_total",
+                "Total number of queues declared",
+                "queues_declared",
+            ),
             ("rabbitmq_queues_created_total", "Total number of queues created", "queues_created"),
             ("rabbitmq_queues_deleted_total", "Total number of queues deleted", "queues_deleted"),
         ):

@@ -13,6 +13,7 @@ from pamqp import commands
 
 from leveret.broker import errors as rabbit
 from leveret.broker.consumer import Consumer
+from leveret.broker.events import Event
 from leveret.broker.message import Message
 from leveret.broker.queues import Queue
 from leveret.broker.vhost import VirtualHost
@@ -216,6 +217,7 @@ async def queue_put(request: web.Request) -> web.Response:
     if name.startswith("amq."):
         raise rabbit.reserved_name("queue", name)
     m.check(request, v.name, "configure", name)
+    m.broker.observers.emit(Event.QUEUE_DECLARED, (v.name, name))
     args = body.get("arguments") or {}
     if not isinstance(args, dict):
         raise bad_request("arguments must be an object")

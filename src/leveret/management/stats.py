@@ -69,6 +69,17 @@ QUEUE_STATS = ("publish", *DELIVERY_STATS)
 CHANNEL_PUBLISH_STATS = ("confirm", "drop_unroutable", "publish", "return_unroutable")
 EXCHANGE_STATS = ("publish_in", "publish_out")
 LENGTHS = ("messages", "messages_ready", "messages_unacknowledged")
+# What the overview's churn_rates count: RabbitMQ's name -> the counter's here
+CHURN_RATES = {
+    "channel_closed": "channels_closed",
+    "channel_created": "channels_opened",
+    "connection_closed": "connections_closed",
+    "connection_created": "connections_opened",
+    "queue_created": "queues_created",
+    "queue_declared": "queues_declared",
+    "queue_deleted": "queues_deleted",
+}
+CHURN = tuple(CHURN_RATES.values())
 
 
 class Window:
@@ -226,6 +237,7 @@ class Stats:
         self.connections: dict[Session, Windows] = {}
         # Churn, for the Prometheus counters.
         self.churn: Counter[str] = Counter()
+        self.churn_windows = Windows(keep)
         self.started = time.time()
         self._last_sample: float | None = None
         broker.observers.subscribe(self._event)
@@ -244,6 +256,12 @@ class Stats:
             del counters["publish"]  # publishes are counted where they arrive
             self._retire(subject.vhost, counters)
             self.queues.pop(subject, None)
+        elif event is Event.CHANNEL_OPENED:
+            self.churn["channels_opened"] += 1
+        elif event is Event.CHANNEL_CLOSED:
+            self.churn["channels_closed"] += 1
+        elif event is Event.QUEUE_DECLARED:
+            self.churn["queues_declared"] += 1
         elif event is Event.CONNECTION_OPENED:
             self.churn["connections_opened"] += 1
         elif event is Event.CONNECTION_CLOSED:
@@ -365,6 +383,7 @@ class Stats:
                 w = self.vhosts[name] = self._new_windows(self.keep)
             w.add(t, {key: figures.get(key, 0) for key in (*MESSAGE_STATS, *LENGTHS)})
         self.overview.add(t, {key: overview.get(key, 0) for key in (*MESSAGE_STATS, *LENGTHS)})
+        self.churn_windows.add(t, {key: self.churn[key] for key in CHURN})
         for gone_vhost in [n for n in self.vhosts if n not in self.broker.vhosts]:
             del self.vhosts[gone_vhost]
         for q in [q for q in self.queues if q not in live_queues]:
@@ -392,6 +411,14 @@ class Stats:
             out[f"{key}_details"] = (
                 windows.details(key, age, incr) if windows is not None else {"rate": 0.0}
             )
+        return out
+
+    def churn_rates(self) -> dict[str, Any]:
+        """The overview's churn_rates: each count, and its rate as *_details."""
+        out: dict[str, Any] = {}
+        for name, key in sorted(CHURN_RATES.items()):
+            out[name] = self.churn[key]
+            out[f"{name}_details"] = self.churn_windows.details(key)
         return out
 
     def length_details(

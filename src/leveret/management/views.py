@@ -381,12 +381,7 @@ def overview(broker: Broker, stats: Stats, listeners: list[dict[str, Any]], age:
         "message_stats": stats.message_stats(
             stats.totals(), stats.overview, age=age_m, incr=incr_m
         ),
-        "churn_rates": {
-            "connection_created": stats.churn["connections_opened"],
-            "connection_closed": stats.churn["connections_closed"],
-            "queue_created": stats.churn["queues_created"],
-            "queue_deleted": stats.churn["queues_deleted"],
-        },
+        "churn_rates": stats.churn_rates(),
         "queue_totals": stats.length_details(stats.lengths(), stats.overview, age_l, incr_l),
         "object_totals": {
             "channels": channels,
