@@ -11,7 +11,7 @@ import leveret
 from leveret.broker.events import Event, Observers
 from leveret.broker.memory import MemoryBudget, release
 from leveret.broker.reply_to import DirectReplyTo
-from leveret.broker.users import UserDatabase
+from leveret.broker.users import TopicPermission, UserDatabase
 from leveret.broker.vhost import VirtualHost
 from leveret.protocol import spec
 
@@ -40,6 +40,12 @@ CAPABILITIES: dict[str, Any] = {
 }
 
 
+def default_node_name() -> str:
+    """RabbitMQ's default node name: rabbit@ and the short host name (tools build
+    /api/nodes/rabbit@<host> paths from it)."""
+    return f"rabbit@{socket.gethostname().split('.')[0]}"
+
+
 class Broker:
     def __init__(
         self,
@@ -48,7 +54,7 @@ class Broker:
         storage: Storage | None = None,
         max_message_size: int = spec.DEFAULT_MAX_MESSAGE_SIZE,
     ) -> None:
-        self.node_name = node_name or f"leveret@{socket.gethostname().split('.')[0]}"
+        self.node_name = node_name or default_node_name()
         self.observers = observers or Observers()
         self.storage = storage
         self.max_message_size = max_message_size
@@ -134,6 +140,7 @@ class Broker:
             vhost.remove_queue(queue)
         for key in [k for k in self.users.permissions if k[1] == name]:
             del self.users.permissions[key]
+        vhost.topic_permissions.clear()
         self.observers.emit(Event.VHOST_DELETED, vhost)
         return True
 
@@ -157,8 +164,17 @@ class Broker:
     def delete_user(self, name: str) -> bool:
         if not self.users.delete_user(name):
             return False
+        for vhost in self.vhosts.values():
+            for key in [k for k in vhost.topic_permissions if k[0] == name]:
+                del vhost.topic_permissions[key]
         self.observers.emit(Event.USER_CHANGED, name)
         return True
+
+    def set_user_limits(self, name: str, limits: dict[str, int]) -> None:
+        user = self.users.users.get(name)
+        if user is not None:
+            user.limits = dict(limits)
+            self.observers.emit(Event.LIMITS_CHANGED, name)
 
     def set_permissions(self, user: str, vhost: str, configure: str, write: str, read: str) -> None:
         self.users.set_permissions(user, vhost, configure, write, read)
@@ -169,6 +185,61 @@ class Broker:
             return False
         self.observers.emit(Event.PERMISSION_CHANGED, (user, vhost))
         return True
+
+    # ---------------------------------------------------------- topic permissions
+    def set_topic_permissions(
+        self, user: str, vhost: str, exchange: str, write: str, read: str
+    ) -> None:
+        v = self.vhosts[vhost]
+        v.topic_permissions[(user, exchange)] = TopicPermission(user, vhost, exchange, write, read)
+        self.observers.emit(Event.TOPIC_PERMISSION_CHANGED, (user, vhost))
+
+    def clear_topic_permissions(self, user: str, vhost: str, exchange: str | None = None) -> bool:
+        """One exchange's topic permission of a user in a vhost, or all of them."""
+        v = self.vhosts.get(vhost)
+        if v is None:
+            return False
+        keys = [
+            k
+            for k in v.topic_permissions
+            if k[0] == user and (exchange is None or k[1] == exchange)
+        ]
+        for key in keys:
+            del v.topic_permissions[key]
+        if keys:
+            self.observers.emit(Event.TOPIC_PERMISSION_CHANGED, (user, vhost))
+        return bool(keys)
+
+    def topic_permissions(
+        self, user: str | None = None, vhost: str | None = None
+    ) -> list[TopicPermission]:
+        out: list[TopicPermission] = []
+        for v in self.vhosts.values():
+            if vhost is None or v.name == vhost:
+                out.extend(
+                    p for p in v.topic_permissions.values() if user is None or p.user == user
+                )
+        return out
+
+    # ------------------------------------------------------------------ limits
+    def open_connections(self, vhost: str | None = None, user: str | None = None) -> int:
+        """Connections past connection.open, in a vhost or of a user."""
+        return sum(
+            1
+            for c in self.connections.values()
+            if c.vhost
+            and (vhost is None or c.vhost == vhost)
+            and (user is None or c.username == user)
+        )
+
+    def user_channels(self, user: str) -> int:
+        return sum(c.channel_count for c in self.connections.values() if c.username == user)
+
+    def user_limit(self, user: str, name: str) -> int | None:
+        """A user's limit in force (a negative one is none)."""
+        u = self.users.users.get(user)
+        value = u.limits.get(name) if u is not None else None
+        return value if value is not None and value >= 0 else None
 
     # ------------------------------------------------------------- connections
     def server_properties(self) -> dict[str, Any]:

@@ -36,6 +36,12 @@ class ChannelHost(FlowHolder, ConnectionInfo, Protocol):
     def capability(self, name: str) -> bool: ...
 
 
+# The per-queue counters of a channel
+DELIVER_ACK, DELIVER, GET_ACK, GET, GET_EMPTY, REDELIVER, ACK = range(7)
+# and its per-exchange ones
+PUBLISHED, CONFIRMED, RETURNED, DROPPED = range(4)
+
+
 class Delivery:
     __slots__ = ("consumer", "entry", "queue")
 
@@ -58,6 +64,7 @@ class Channel:
         self.confirm = False
         self.publish_seq = 0
         self.confirm_upto = 0  # highest seq waiting to be acked (coalesced per batch)
+        self.settled_upto = 0  # highest seq acked or nacked to the client
         self.tx = False
         self.tx_publishes: list[tuple[Exchange, Message, bool]] = []
         self.tx_settles: list[tuple[str, int, bool, bool]] = []
@@ -68,6 +75,11 @@ class Channel:
         # counters for management
         self.published = 0
         self.confirmed = 0
+        # per queue: [DELIVER_ACK, DELIVER, GET_ACK, GET, GET_EMPTY, REDELIVER, ACK];
+        # per exchange: [PUBLISHED, CONFIRMED, RETURNED, DROPPED] (rabbitmq_prometheus's
+        # per-object series are by channel and queue, and by channel and exchange)
+        self.by_queue: dict[Queue, list[int]] = {}
+        self.by_exchange: dict[str, list[int]] = {}
 
     # ---------------------------------------------------------------- delivery
     @property
@@ -97,9 +109,17 @@ class Channel:
     def deliver(self, consumer: Consumer, queue: Queue, entry: Entry) -> None:
         tag = self.next_tag
         self.next_tag = tag + 1
-        if not consumer.no_ack:
+        counts = self.by_queue.get(queue)
+        if counts is None:
+            counts = self.by_queue[queue] = [0, 0, 0, 0, 0, 0, 0]
+        if consumer.no_ack:
+            counts[DELIVER] += 1
+        else:
+            counts[DELIVER_ACK] += 1
             consumer.unacked += 1
             self.unacked[tag] = Delivery(queue, entry, consumer)
+        if entry.redelivered:
+            counts[REDELIVER] += 1
         m = entry.message
         self.out.send_deliver(
             self.number,
@@ -187,13 +207,22 @@ class Channel:
 
     def get(self, queue: Queue, no_ack: bool) -> bool:
         entry = queue.get(no_ack)
+        counts = self.by_queue.get(queue)
+        if counts is None:
+            counts = self.by_queue[queue] = [0, 0, 0, 0, 0, 0, 0]
         if entry is None:
+            counts[GET_EMPTY] += 1
             self.out.send_method(self.number, commands.Basic.GetEmpty())
             return False
         tag = self.next_tag
         self.next_tag = tag + 1
-        if not no_ack:
+        if no_ack:
+            counts[GET] += 1
+        else:
+            counts[GET_ACK] += 1
             self.unacked[tag] = Delivery(queue, entry, None)
+        if entry.redelivered:
+            counts[REDELIVER] += 1
         m = entry.message
         self.out.send_content(
             self.number,
@@ -266,6 +295,9 @@ class Channel:
             by_queue.setdefault(d.queue, []).append(d.entry)
         for queue, entries in by_queue.items():
             if kind == "ack":
+                counts = self.by_queue.get(queue)
+                if counts is not None:
+                    counts[ACK] += len(entries)
                 queue.ack(entries)
             else:
                 queue.reject(entries, requeue)
@@ -336,12 +368,34 @@ class Channel:
     def confirmed_fail(self, seq: int) -> None:
         self.flush_confirms(upto=seq - 1)
         self.out.send_method(self.number, commands.Basic.Nack(delivery_tag=seq, multiple=False))
+        self.settled_upto = max(self.settled_upto, seq)
+
+    def exchange_counts(self, exchange: str) -> list[int]:
+        """The counters of publishes to ``exchange`` on this channel."""
+        counts = self.by_exchange.get(exchange)
+        if counts is None:
+            counts = self.by_exchange[exchange] = [0, 0, 0, 0]
+        return counts
+
+    def total(self, index: int) -> int:
+        """One per-queue counter summed over the queues."""
+        return sum(c[index] for c in self.by_queue.values())
+
+    def exchange_total(self, index: int) -> int:
+        return sum(c[index] for c in self.by_exchange.values())
+
+    @property
+    def unconfirmed(self) -> int:
+        """Publishes in confirm mode not yet acked or nacked to the client (confirms go
+        out in order, coalesced once per batch)."""
+        return self.publish_seq - self.settled_upto
 
     def flush_confirms(self, upto: int | None = None) -> None:
         """Send one basic.ack(multiple) for every confirm gathered since the last flush."""
         target = self.confirm_upto if upto is None else min(upto, self.confirm_upto)
         if target and not self.closed:
             self.out.send_basic_ack(self.number, target, True)
+            self.settled_upto = max(self.settled_upto, target)
         if upto is None or target == self.confirm_upto:
             self.confirm_upto = 0
             self.host.pending_confirms.discard(self)

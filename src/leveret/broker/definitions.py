@@ -1,6 +1,7 @@
 """Export and import of definitions in RabbitMQ's JSON shape (``rabbitmqctl
-export_definitions``): users, vhosts, permissions, and the durable queues, exchanges and
-bindings."""
+export_definitions``): users (with their limits), vhosts, permissions, topic permissions,
+vhost limits and operator policies (as runtime parameters), policies, and the durable
+queues, exchanges and bindings."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import Any
 
 from leveret.broker.broker import COMPATIBLE_VERSION, Broker
 from leveret.broker.events import Event
+from leveret.broker.policies import make_policy
 from leveret.broker.users import HASHING_ALGORITHM
 
 
@@ -28,7 +30,7 @@ def export_definitions(broker: Broker, durable_only: bool = True) -> dict[str, A
             "password_hash": u.password_hash,
             "hashing_algorithm": HASHING_ALGORITHM,
             "tags": list(u.tags),
-            "limits": {},
+            "limits": dict(u.limits),
         }
         for u in broker.users.users.values()
     ]
@@ -51,6 +53,46 @@ def export_definitions(broker: Broker, durable_only: bool = True) -> dict[str, A
         }
         for p in broker.users.permissions.values()
     ]
+    topic_permissions = [
+        {
+            "user": p.user,
+            "vhost": p.vhost,
+            "exchange": p.exchange,
+            "write": p.write,
+            "read": p.read,
+        }
+        for p in broker.topic_permissions()
+    ]
+    parameters: list[dict[str, Any]] = []
+    policies: list[dict[str, Any]] = []
+    for vhost in broker.vhosts.values():
+        if vhost.limits:
+            parameters.append(
+                {
+                    "value": dict(vhost.limits),
+                    "vhost": vhost.name,
+                    "component": "vhost-limits",
+                    "name": "limits",
+                }
+            )
+        for op in sorted(vhost.policies.operator_policies.values(), key=lambda p: p.name):
+            shown = op.as_json()
+            parameters.append(
+                {
+                    "value": {
+                        "pattern": shown["pattern"],
+                        "definition": shown["definition"],
+                        "priority": shown["priority"],
+                        "apply-to": shown["apply-to"],
+                    },
+                    "vhost": vhost.name,
+                    "component": "operator_policy",
+                    "name": op.name,
+                }
+            )
+        policies.extend(
+            p.as_json() for p in sorted(vhost.policies.policies.values(), key=lambda p: p.name)
+        )
     queues, exchanges, bindings = [], [], []
     for vhost in broker.vhosts.values():
         for q in vhost.queues.values():
@@ -106,25 +148,32 @@ def export_definitions(broker: Broker, durable_only: bool = True) -> dict[str, A
         "users": users,
         "vhosts": vhosts,
         "permissions": permissions,
-        "topic_permissions": [],
-        "parameters": [],
+        "topic_permissions": topic_permissions,
+        "parameters": parameters,
         "global_parameters": [],
-        "policies": [],
+        "policies": policies,
         "queues": queues,
         "exchanges": exchanges,
         "bindings": bindings,
     }
 
 
-def import_definitions(broker: Broker, data: dict[str, Any]) -> None:
-    """Create what the definitions describe; existing objects are kept (as RabbitMQ)."""
+def import_definitions(
+    broker: Broker, data: dict[str, Any], acting_user: str | None = None
+) -> None:
+    """Create what the definitions describe; existing objects are kept (as RabbitMQ).
+    ``acting_user`` (who imports them through the API) gets full permissions in the
+    vhosts the import creates, as rabbit_vhost:put_vhost grants them."""
     for v in data.get("vhosts", []):
         meta = v.get("metadata") or {}
+        new = v["name"] not in broker.vhosts
         broker.add_vhost(
             v["name"],
             v.get("description", meta.get("description", "")),
             v.get("tags", meta.get("tags", [])),
         )
+        if new and acting_user is not None and acting_user in broker.users.users:
+            broker.set_permissions(acting_user, v["name"], ".*", ".*", ".*")
     for u in data.get("users", []):
         tags = u.get("tags", [])
         if isinstance(tags, str):
@@ -132,9 +181,50 @@ def import_definitions(broker: Broker, data: dict[str, Any]) -> None:
         broker.add_user(
             u["name"], password=u.get("password"), tags=tags, password_hash=u.get("password_hash")
         )
+    for u in data.get("users", []):
+        limits = u.get("limits")
+        if isinstance(limits, dict) and limits:
+            broker.set_user_limits(u["name"], _limits(limits))
     for p in data.get("permissions", []):
         broker.set_permissions(
             p["user"], p["vhost"], p.get("configure", ""), p.get("write", ""), p.get("read", "")
+        )
+    for t in data.get("topic_permissions", []):
+        if t["user"] in broker.users.users and t["vhost"] in broker.vhosts:
+            broker.set_topic_permissions(
+                t["user"], t["vhost"], t["exchange"], t.get("write", ""), t.get("read", "")
+            )
+    for param in data.get("parameters", []):
+        vhost = broker.add_vhost(param.get("vhost", "/"))
+        component = param.get("component")
+        value = param.get("value") or {}
+        if component == "vhost-limits":
+            vhost.set_limits(_limits(value))
+        elif component == "operator_policy":
+            vhost.set_policy(
+                make_policy(
+                    vhost.name,
+                    param["name"],
+                    value.get("pattern"),
+                    value.get("definition"),
+                    value.get("priority"),
+                    value.get("apply-to"),
+                    operator=True,
+                )
+            )
+        else:
+            raise ValueError(f"runtime parameter component {component!r} is not supported")
+    for pol in data.get("policies", []):
+        vhost = broker.add_vhost(pol.get("vhost", "/"))
+        vhost.set_policy(
+            make_policy(
+                vhost.name,
+                pol["name"],
+                pol.get("pattern"),
+                pol.get("definition"),
+                pol.get("priority"),
+                pol.get("apply-to"),
+            )
         )
     for x in data.get("exchanges", []):
         vhost = broker.add_vhost(x.get("vhost", "/"))
@@ -165,3 +255,12 @@ def import_definitions(broker: Broker, data: dict[str, Any]) -> None:
         if src is not None and dest is not None and src.name != "":
             vhost.bind(src, dest, b.get("routing_key", ""), b.get("arguments") or {})
     broker.observers.emit(Event.DEFINITIONS_IMPORTED)
+
+
+def _limits(value: dict[str, Any]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for key, limit in value.items():
+        if isinstance(limit, bool) or not isinstance(limit, int):
+            raise ValueError(f"{key} should be a number, actually was {limit!r}")
+        out[str(key)] = limit
+    return out

@@ -17,12 +17,18 @@ class Event(Enum):
     VHOST_DELETED = auto()  # VirtualHost
     USER_CHANGED = auto()  # user name: added, changed or deleted
     PERMISSION_CHANGED = auto()  # (user, vhost): set or cleared
+    TOPIC_PERMISSION_CHANGED = auto()  # (user, vhost): set or cleared
+    POLICY_CHANGED = auto()  # VirtualHost: a policy or operator policy set or cleared
+    LIMITS_CHANGED = auto()  # VirtualHost (vhost limits) or user name (user limits)
     DEFINITIONS_IMPORTED = auto()  # None
     QUEUE_CREATED = auto()  # Queue
     QUEUE_DELETED = auto()  # Queue
     DEFINITION_CHANGED = auto()  # a durable Exchange, Queue or Binding: added or removed
     CONNECTION_OPENED = auto()  # the connection (broker.ports.ConnectionInfo)
     CONNECTION_CLOSED = auto()  # the connection
+    CHANNEL_OPENED = auto()  # the channel
+    CHANNEL_CLOSED = auto()  # the channel
+    QUEUE_DECLARED = auto()  # (vhost, queue name): a declaration (new queue or not)
 
 
 Observer = Callable[[Event, Any], None]

@@ -4,7 +4,7 @@ restart. (What a queue sees of its consumers is in :mod:`leveret.broker.queues.b
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from leveret.protocol.errors import AMQPError
@@ -61,7 +61,27 @@ class ConnectionInfo(Protocol):
     @property
     def vhost(self) -> str: ...
 
+    @property
+    def channel_count(self) -> int:
+        """Channels open on it (users' channel limits count them)."""
+        ...
+
     def force_close(self, reason: str) -> None: ...
+
+
+class Traffic:
+    """What went over one connection's socket, as the server counted it: bytes and
+    reads received, bytes and writes sent, and the bytes still waiting to be sent
+    (RabbitMQ's recv_oct, recv_cnt, send_oct, send_cnt, send_pend)."""
+
+    __slots__ = ("pending", "recv_cnt", "recv_oct", "send_cnt", "send_oct")
+
+    def __init__(self, pending: Callable[[], int] | None = None) -> None:
+        self.recv_oct = 0
+        self.recv_cnt = 0
+        self.send_oct = 0
+        self.send_cnt = 0
+        self.pending: Callable[[], int] = pending or (lambda: 0)
 
 
 class FlowHolder(Protocol):
@@ -230,6 +250,12 @@ class StreamLog(Protocol):
     def close(self) -> None: ...
 
     def delete(self) -> None: ...
+
+    def set_retention(
+        self, max_bytes: int | None, max_age_ms: int | None, max_segment_bytes: int
+    ) -> None:
+        """New retention limits and segment size, applied from now on."""
+        ...
 
 
 class Storage(Protocol):

@@ -15,7 +15,8 @@ from leveret.broker import errors as rabbit
 from leveret.broker import names
 from leveret.broker.arguments import text
 from leveret.broker.broker import Broker
-from leveret.broker.channel import Channel
+from leveret.broker.channel import CONFIRMED, DROPPED, PUBLISHED, RETURNED, Channel
+from leveret.broker.events import Event
 from leveret.broker.message import Message
 from leveret.broker.queues import Queue, queue_type_name
 from leveret.broker.reply_to import REPLY_PREFIX, REPLY_QUEUE
@@ -27,7 +28,7 @@ from leveret.protocol.spec import Method
 
 if TYPE_CHECKING:
     from leveret.broker.exchanges import Exchange
-    from leveret.broker.ports import FlowHolder, Output
+    from leveret.broker.ports import FlowHolder, Output, Traffic
 
 log = logging.getLogger(__name__)
 
@@ -54,8 +55,10 @@ class Session:
         output: Output,
         peer: tuple[str, int] | None = None,
         local: tuple[str, int] | None = None,
+        traffic: Traffic | None = None,
     ) -> None:
         self.broker = broker
+        self.traffic = traffic  # the socket's figures, when there is a socket
         self.output = output
         self.peer = peer
         self.local = local
@@ -83,11 +86,14 @@ class Session:
         # publishers this session holds back; on_released resumes reading.
         self.held_by: set[FlowHolder] = set()
         self.holding: set[FlowHolder] = set()
+        self.blocked = False  # a resource alarm stopped reading its publishes
         self.on_released: Callable[[], None] | None = None
         # counters for management
         self.recv_publish = 0
         self.send_deliver = 0
         self.closed_channel_confirms = 0  # confirms sent on channels since closed
+        self.returned_unroutable = 0
+        self.dropped_unroutable = 0
         broker.register(self)
         self._handlers: dict[type[Method], Callable[[Channel, Any], None]] = {
             C.Exchange.Declare: self._exchange_declare,
@@ -172,10 +178,24 @@ class Session:
 
     def open_vhost(self, vhost: str) -> AMQPError | None:
         assert self.user is not None
-        obj = self.broker.vhosts.get(vhost)
+        broker = self.broker
+        obj = broker.vhosts.get(vhost)
         if obj is None:
             return errors.not_allowed(f"vhost {vhost} not found")
-        perm = self.broker.users.permission(self.user.name, vhost)
+        # As rabbit_reader: the vhost's connection limit, the user's, then access.
+        limit = obj.limit("max-connections")
+        if limit is not None and broker.open_connections(vhost=vhost) >= limit:
+            return errors.not_allowed(
+                f"access to vhost '{vhost}' refused for user '{self.user.name}': "
+                f"connection limit ({limit}) is reached"
+            )
+        limit = broker.user_limit(self.user.name, "max-connections")
+        if limit is not None and broker.open_connections(user=self.user.name) >= limit:
+            return errors.not_allowed(
+                f"connection refused for user '{self.user.name}': "
+                f"user connection limit ({limit}) is reached"
+            )
+        perm = broker.users.permission(self.user.name, vhost)
         if perm is None:
             return errors.not_allowed(
                 f"access to vhost '{vhost}' refused for user '{self.user.name}'"
@@ -197,8 +217,22 @@ class Session:
         return f"{peer[0]}:{peer[1]} -> {local[0]}:{local[1]}"
 
     # -------------------------------------------------------------- channels
-    def channel_opened(self, number: int) -> None:
-        self.channels[number] = Channel(self, number)
+    @property
+    def channel_count(self) -> int:
+        return len(self.channels)
+
+    def channel_opened(self, number: int) -> AMQPError | None:
+        """A channel opens, unless its user has as many as its limit allows: then the
+        connection is refused the channel (rabbit_reader:create_channel). None if open."""
+        limit = self.broker.user_limit(self._username, "max-channels")
+        if limit is not None and self.broker.user_channels(self._username) >= limit:
+            return errors.not_allowed(
+                f"number of channels opened for user '{self._username}' has reached the "
+                f"maximum allowed user limit of ({limit})"
+            )
+        ch = self.channels[number] = Channel(self, number)
+        self.broker.observers.emit(Event.CHANNEL_OPENED, ch)
+        return None
 
     def channel_closed(self, number: int) -> None:
         ch = self.channels.pop(number, None)
@@ -207,6 +241,7 @@ class Session:
             if ch.reply is not None:
                 self.broker.replies.unregister(ch.cancel_replies())
             ch.close()
+            self.broker.observers.emit(Event.CHANNEL_CLOSED, ch)
 
     def handle(self, number: int, method: Method) -> None:
         ch = self.channels.get(number)
@@ -358,6 +393,9 @@ class Session:
             self._not_default(dest_name)
         self._not_default(source)
         self.check("read", "exchange", source)
+        topic = vhost.exchanges.get(source)
+        if topic is not None and vhost.topic_permissions:
+            vhost.authorize_topic(topic, self.username, routing_key, "read")
         if not bind and (
             source not in vhost.exchanges
             or dest_name not in (vhost.queues if dest_kind == "queue" else vhost.exchanges)
@@ -412,10 +450,13 @@ class Session:
             elif name.startswith("amq."):
                 raise rabbit.reserved_name("queue", name)
             self.check("configure", "queue", name)
+            self.broker.observers.emit(Event.QUEUE_DECLARED, (vhost.name, name))
             owner = self if m.exclusive else None
             durable = m.durable and not m.exclusive
             args = _arguments(m)
             existing = vhost.queues.get(name)
+            if existing is None:
+                vhost.check_queue_limit(name)  # for new queues only, as rabbit_channel
             if existing is None and "x-dead-letter-exchange" in args:
                 dlx = args["x-dead-letter-exchange"]
                 if isinstance(dlx, (str, bytes)):
@@ -619,6 +660,10 @@ class Session:
             return
         self.recv_publish += 1
         ch.published += 1
+        counts = ch.by_exchange.get(exchange_name)
+        if counts is None:
+            counts = ch.by_exchange[exchange_name] = [0, 0, 0, 0]
+        counts[PUBLISHED] += 1
         seq = 0
         if ch.confirm:
             ch.publish_seq += 1
@@ -636,6 +681,7 @@ class Session:
         if result is ROUTED:  # the common answer, taken without a call
             if seq:
                 ch.confirmed_ok(seq)
+                counts[CONFIRMED] += 1
         else:
             self._published(ch, message, result, seq)
 
@@ -645,6 +691,14 @@ class Session:
         for holder in result.congested:
             if holder is not self:
                 holder.hold(self)
+        if not result.routed:
+            counts = ch.exchange_counts(message.exchange)
+            if result.returned:
+                counts[RETURNED] += 1
+                self.returned_unroutable += 1
+            else:
+                counts[DROPPED] += 1
+                self.dropped_unroutable += 1
         if result.unstorable:
             # RabbitMQ 3.10 delivers to the other queues, then its channel crashes
             # converting the decimal header for the stream: the connection goes with 541
@@ -667,4 +721,5 @@ class Session:
                 ch.confirmed_fail(seq)
             else:
                 ch.confirmed_ok(seq)
+                ch.exchange_counts(message.exchange)[CONFIRMED] += 1
         return True

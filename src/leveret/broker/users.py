@@ -38,6 +38,8 @@ class User:
     name: str
     password_hash: str
     tags: list[str] = field(default_factory=list)
+    # max-connections / max-channels, newest first as RabbitMQ keeps them
+    limits: dict[str, int] = field(default_factory=dict)
 
     @property
     def is_administrator(self) -> bool:
@@ -69,6 +71,34 @@ class Permission:
             self._seen.clear()
         self._seen[key] = ok
         return ok
+
+
+@dataclass
+class TopicPermission:
+    """What routing keys a user may publish with (write) and bind with (read) on one
+    topic exchange of a vhost (rabbit_auth_backend_internal:check_topic_access)."""
+
+    user: str
+    vhost: str
+    exchange: str
+    write: str = ".*"
+    read: str = ".*"
+    _compiled: dict[str, re.Pattern[str] | None] = field(
+        default_factory=dict, repr=False, compare=False
+    )
+
+    def allows(self, what: str, routing_key: str) -> bool:
+        """An unanchored search of the pattern, {username} and {vhost} filled in; an
+        empty pattern allows only the empty routing key ("^$")."""
+        if what not in self._compiled:
+            pattern = getattr(self, what) or "^$"
+            pattern = pattern.replace("{username}", self.user).replace("{vhost}", self.vhost)
+            try:
+                self._compiled[what] = re.compile(pattern)
+            except re.error:
+                self._compiled[what] = None
+        regex = self._compiled[what]
+        return regex is not None and regex.search(routing_key) is not None
 
 
 def is_loopback(address: str | None) -> bool:
@@ -110,12 +140,17 @@ class UserDatabase:
         return True
 
     def authenticate(self, name: str, password: str, address: str | None) -> User | None:
+        user = self.check_credentials(name, password)
+        if user is None or self.loopback_only(name, address):
+            return None
+        return user
+
+    def check_credentials(self, name: str, password: str) -> User | None:
+        """The user, if the password is right (wherever it connects from)."""
         user = self.users.get(name)
         if user is None or not user.password_hash:
             return None
         if not check_password(password, user.password_hash):
-            return None
-        if name in self.loopback_users and not is_loopback(address):
             return None
         return user
 
@@ -125,9 +160,13 @@ class UserDatabase:
         user = self.users.get(name)
         if user is None:
             return None
-        if name in self.loopback_users and not is_loopback(address):
+        if self.loopback_only(name, address):
             return None
         return user
+
+    def loopback_only(self, name: str, address: str | None) -> bool:
+        """A loopback user (loopback_users) connecting from elsewhere: refused."""
+        return name in self.loopback_users and not is_loopback(address)
 
     def set_permissions(self, user: str, vhost: str, configure: str, write: str, read: str) -> None:
         self.permissions[(user, vhost)] = Permission(user, vhost, configure, write, read)

@@ -15,7 +15,6 @@ from leveret.broker.arguments import (
     EXCHANGE_EQUIVALENCE_KEYS,
     QUEUE_EQUIVALENCE_KEYS,
     assert_args_equivalence,
-    text,
     wire_type,
 )
 from leveret.broker.deadletter import dead_lettered, death_queues, deaths, is_cycle
@@ -24,6 +23,7 @@ from leveret.broker.events import Event, Observers
 from leveret.broker.exchanges import EXCHANGE_TYPES, Binding, DefaultExchange, Exchange
 from leveret.broker.memory import MemoryBudget
 from leveret.broker.message import Message
+from leveret.broker.policies import Policies, Policy
 from leveret.broker.queues import (
     QUEUE_TYPES,
     Accepted,
@@ -44,7 +44,7 @@ from leveret.protocol import errors, spec, table
 
 if TYPE_CHECKING:
     from leveret.broker.ports import ConnectionInfo, FlowHolder, Storage
-    from leveret.broker.users import Permission
+    from leveret.broker.users import Permission, TopicPermission
 
 log = logging.getLogger(__name__)
 
@@ -145,6 +145,67 @@ class VirtualHost:
         # (kind, name) of destination -> bindings pointing at it, for cascading deletes
         self._incoming: dict[tuple[str, str], dict[tuple[Any, ...], Binding]] = {}
         self._cycles_logged: set[tuple[str, ...]] = set()
+        self.policies = Policies()
+        # max-connections / max-queues (rabbit_vhost_limit), newest first as RabbitMQ
+        self.limits: dict[str, int] = {}
+        # (user, exchange) -> what routing keys the user may use on that topic exchange
+        self.topic_permissions: dict[tuple[str, str], TopicPermission] = {}
+
+    # ----------------------------------------------------------------- policies
+    def set_policy(self, policy: Policy) -> None:
+        """Add or replace a policy (or operator policy): it applies to what exists now."""
+        if self.policies.set(policy):
+            self.apply_policies()
+            self.observers.emit(Event.POLICY_CHANGED, self)
+
+    def clear_policy(self, name: str, operator: bool = False) -> bool:
+        if self.policies.delete(name, operator) is None:
+            return False
+        self.apply_policies()
+        self.observers.emit(Event.POLICY_CHANGED, self)
+        return True
+
+    def apply_policies(self) -> None:
+        """Match every exchange and queue again; those whose policies changed take the
+        new settings at once (rabbit_policy:update_matched_objects)."""
+        for x in list(self.exchanges.values()):
+            x.apply_policies(*self.policies.match("exchange", x.name))
+        for q in list(self.queues.values()):
+            q.apply_policies(*self.policies.match("queue", q.name, q.UNSUPPORTED_POLICIES))
+
+    # ------------------------------------------------------------------- limits
+    def limit(self, name: str) -> int | None:
+        """A limit in force (rabbit_vhost_limit:get_limit: a negative one is none)."""
+        value = self.limits.get(name)
+        return value if value is not None and value >= 0 else None
+
+    def set_limits(self, limits: dict[str, int]) -> None:
+        self.limits = dict(limits)
+        self.observers.emit(Event.LIMITS_CHANGED, self)
+
+    def check_queue_limit(self, name: str) -> None:
+        """Refuse a new queue beyond max-queues, as rabbit_channel does."""
+        limit = self.limit("max-queues")
+        if limit is not None and len(self.queues) + 1 > limit:
+            raise errors.precondition_failed(
+                f"cannot declare queue '{name}': queue limit in vhost '{self.name}' "
+                f"({limit}) is reached"
+            )
+
+    # ------------------------------------------------------ topic permissions
+    def authorize_topic(
+        self, exchange: Exchange, username: str, routing_key: str, what: str
+    ) -> None:
+        """A topic exchange's topic permission for ``what`` (write: publish, read: bind)
+        on ``routing_key``; no topic permission for the exchange allows everything."""
+        if exchange.type_name != "topic":
+            return
+        perm = self.topic_permissions.get((username, exchange.name))
+        if perm is not None and not perm.allows(what, routing_key):
+            raise errors.access_refused(
+                f"access to topic '{routing_key}' in exchange '{exchange.name}' in vhost "
+                f"'{self.name}' refused for user '{username}'"
+            )
 
     # ---------------------------------------------------------------- exchanges
     def add_builtin_exchange(self, name: str, type_name: str, internal: bool) -> Exchange:
@@ -192,6 +253,8 @@ class VirtualHost:
                 internal=internal,
                 arguments=arguments,
             )
+            if self.policies:
+                x.apply_policies(*self.policies.match("exchange", name))
             self.exchanges[name] = x
             if durable:
                 self.observers.emit(Event.DEFINITION_CHANGED, x)
@@ -290,6 +353,8 @@ class VirtualHost:
             self.storage,
             self.memory,
         )
+        if self.policies:
+            q.apply_policies(*self.policies.match("queue", name, q.UNSUPPORTED_POLICIES))
         self.queues[name] = q
         self.observers.emit(Event.QUEUE_CREATED, q)
         if q.durable:
@@ -421,7 +486,7 @@ class VirtualHost:
     def _route_key(self, exchange: Exchange, message: Message) -> list[Queue]:
         if not exchange.exchange_bindings:
             dests = exchange.route(message)
-            if dests or "alternate-exchange" not in exchange.arguments:
+            if dests or exchange.alternate is None:
                 return dests  # type: ignore[return-value]
         out: dict[Queue, None] = {}
         self._route_into(exchange, message, out, {exchange.name})
@@ -438,8 +503,7 @@ class VirtualHost:
                 seen.add(d.name)
                 self._route_into(d, message, out, seen)  # type: ignore[arg-type]
         if len(out) == before:
-            ae = exchange.arguments.get("alternate-exchange")
-            ae_name = text(ae) if isinstance(ae, (str, bytes)) else None
+            ae_name = exchange.alternate
             if ae_name is not None and ae_name not in seen:
                 ae = self.exchanges.get(ae_name)
                 if ae is not None:
@@ -503,6 +567,8 @@ class VirtualHost:
             raise errors.access_refused(
                 f"cannot publish to internal exchange '{exchange_name}' in vhost '{self.name}'"
             )
+        if self.topic_permissions:
+            self.authorize_topic(exchange, username, message.routing_key, "write")
         props = message.properties
         if props[0] & _REPLY_TO_FLAG and _REPLY_TO_PSEUDO_QUEUE in props:
             message = _with_reply_address(message, reply_suffix)
@@ -543,10 +609,16 @@ class VirtualHost:
             queues = self.route(exchange, message)
         else:
             queues = self.route(exchange, message)
+        exchange.published_in += 1
         if self.tracing and tap is not None:
             self._trace_publish(exchange, message, queues, tap)
         if not queues:
+            if exchange is self.default_exchange:
+                # RabbitMQ counts a publish to the default exchange out to the queue
+                # its routing key names, whether or not it exists
+                exchange.published_out += 1
             return RETURNED if mandatory else UNROUTED
+        exchange.published_out += len(queues)
         uneven: list[tuple[Queue, Accepted]] | None = None
         for q in queues:
             accepted = q.enqueue(message)

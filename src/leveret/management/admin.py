@@ -224,6 +224,7 @@ async def permission_delete(request: web.Request) -> web.Response:
 
 # ------------------------------------------------------------------ definitions
 VHOST_SECTIONS = ("queues", "exchanges", "bindings")
+KEEP_VHOST_SECTIONS = ("parameters", "policies")
 
 
 async def definitions_get(request: web.Request) -> web.Response:
@@ -235,11 +236,10 @@ async def definitions_get(request: web.Request) -> web.Response:
     if vhost is None:
         return json_response(data)
     m.vhost(request)
-    out: dict[str, Any] = {
-        "rabbit_version": data["rabbit_version"],
-        "parameters": [],
-        "policies": [],
-    }
+    out: dict[str, Any] = {"rabbit_version": data["rabbit_version"]}
+    # a vhost's parameters and policies keep their vhost key, as RabbitMQ's
+    for section in KEEP_VHOST_SECTIONS:
+        out[section] = [item for item in data[section] if item.get("vhost") == vhost]
     for section in VHOST_SECTIONS:
         out[section] = [
             {k: v for k, v in item.items() if k != "vhost"}
@@ -258,10 +258,10 @@ async def definitions_post(request: web.Request) -> web.Response:
         m.vhost(request)
         body = {
             section: [dict(item, vhost=vhost) for item in body.get(section) or []]
-            for section in VHOST_SECTIONS
+            for section in (*KEEP_VHOST_SECTIONS, *VHOST_SECTIONS)
         }
     try:
-        import_definitions(m.broker, body)
+        import_definitions(m.broker, body, current_user(request).name)
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise bad_request(f"invalid definitions: {exc}") from exc
     except ApiError:

@@ -11,10 +11,14 @@ from typing import Any
 
 from aiohttp import web
 
+from leveret.broker import errors as rabbit
 from leveret.broker.consumer import Consumer
+from leveret.broker.message import Message
 from leveret.management import views
 from leveret.management.context import Management, mgmt
 from leveret.management.httputil import (
+    ApiError,
+    bad_request,
     current_user,
     json_response,
     listing,
@@ -22,6 +26,8 @@ from leveret.management.httputil import (
     not_found,
     rate_ages,
 )
+from leveret.protocol import spec
+from leveret.protocol.errors import AMQPError
 
 log = logging.getLogger(__name__)
 
@@ -123,8 +129,38 @@ async def local_alarms(request: web.Request) -> web.Response:
     return _alarms_check(request, "There are alarms in effect on the node")
 
 
+ALIVENESS_QUEUE = "aliveness-test"
+
+
 async def aliveness(request: web.Request) -> web.Response:
-    mgmt(request).vhost(request)
+    """RabbitMQ's round trip, as the user asking: declare the aliveness-test queue (kept
+    for the next test), publish test_message to it through the default exchange, and
+    get it back."""
+    m = mgmt(request)
+    v = m.vhost(request)
+    user = current_user(request).name
+    perm = m.broker.users.permission(user, v.name)
+    try:
+        if perm is None or not perm.allows("configure", ALIVENESS_QUEUE):
+            raise rabbit.access_refused("queue", ALIVENESS_QUEUE, v.name, user)
+        if ALIVENESS_QUEUE not in v.queues:
+            v.check_queue_limit(ALIVENESS_QUEUE)
+        queue, _ = v.declare_queue(ALIVENESS_QUEUE)
+        message = Message.build("", ALIVENESS_QUEUE, b"test_message", None)
+        v.publish("", message, False, user, perm)
+        m.stats.count_publish(v.name)
+        if not perm.allows("read", ALIVENESS_QUEUE):
+            raise rabbit.access_refused("queue", ALIVENESS_QUEUE, v.name, user)
+        entry = queue.get(no_ack=True)
+    except AMQPError as exc:
+        # as rabbit_mgmt_util:with_channel answers a channel the broker closed
+        if exc.code == spec.ACCESS_REFUSED:
+            raise ApiError(401, "not_authorised", exc.reply_text) from exc
+        if exc.code == spec.NOT_FOUND:
+            raise ApiError(404, "not_found", exc.reply_text) from exc
+        raise bad_request(f"{exc.code} {exc.reply_text}") from exc
+    if entry is None:
+        return json_response({"status": "failed", "reason": "aliveness-test queue is empty"}, 503)
     return json_response({"status": "ok"})
 
 
@@ -136,13 +172,19 @@ async def connections(request: web.Request) -> web.Response:
         m.vhost(request)
     return listing(
         request,
-        [views.connection(s) for s in m.sessions(request) if vhost is None or s.vhost == vhost],
+        [
+            views.connection(s, m.stats, bool(m.server.state.alarms))
+            for s in m.sessions(request)
+            if vhost is None or s.vhost == vhost
+        ],
     )
 
 
 async def connection_one(request: web.Request) -> web.Response:
     m = mgmt(request)
-    return json_response(views.connection(m.session_named(request)))
+    return json_response(
+        views.connection(m.session_named(request), m.stats, bool(m.server.state.alarms))
+    )
 
 
 async def connection_delete(request: web.Request) -> web.Response:

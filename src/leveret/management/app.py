@@ -7,7 +7,7 @@ from importlib import resources
 
 from aiohttp import web
 
-from leveret.management import admin, api, dashboard, objects
+from leveret.management import admin, api, dashboard, objects, operate
 from leveret.management.context import MANAGEMENT, Management, mgmt
 from leveret.management.httputil import (
     MANAGEMENT_TAGS,
@@ -20,8 +20,10 @@ from leveret.management.httputil import (
 )
 from leveret.protocol.errors import AMQPError
 
-
 # ------------------------------------------------------------------- middleware
+CHALLENGE = {"WWW-Authenticate": 'Basic realm="RabbitMQ Management"'}
+
+
 @web.middleware
 async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     path = request.path
@@ -31,12 +33,20 @@ async def middleware(request: web.Request, handler: Handler) -> web.StreamRespon
         if path != "/api/index.html":
             m = mgmt(request)
             creds = credentials(request)
+            # RabbitMQ's challenge makes HTTP clients (and browsers) send credentials; a
+            # script that asks with X-Requested-With (the dashboard) shows its own login
+            # form instead of the browser's prompt, so it gets no challenge
+            challenge = {} if request.headers.get("X-Requested-With") else CHALLENGE
             if creds is None:
-                raise ApiError(401, "not_authorized", "Login failed")
+                return web.Response(status=401, headers=challenge)
             peer = request.remote
-            user = m.broker.users.authenticate(creds[0], creds[1], peer)
+            user = m.broker.users.check_credentials(creds[0], creds[1])
+            if user is not None and m.broker.users.loopback_only(user.name, peer):
+                raise ApiError(401, "not_authorised", "User can only log in via localhost")
             if user is None:
-                raise ApiError(401, "not_authorized", "Login failed")
+                response = json_response({"error": "not_authorized", "reason": "Login failed"}, 401)
+                response.headers.update(challenge)
+                return response
             if not MANAGEMENT_TAGS.intersection(user.tags):
                 raise ApiError(401, "not_authorised", "Not management user")
             request[USER] = user
@@ -91,6 +101,7 @@ def routes(app: web.Application) -> None:
     api.routes(app)
     objects.routes(app)
     admin.routes(app)
+    operate.routes(app)
 
 
 def make_app(management: Management) -> web.Application:

@@ -19,8 +19,22 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from leveret.broker.broker import COMPATIBLE_VERSION
+from leveret.broker.channel import (
+    ACK,
+    CONFIRMED,
+    DELIVER,
+    DELIVER_ACK,
+    DROPPED,
+    GET,
+    GET_ACK,
+    GET_EMPTY,
+    PUBLISHED,
+    REDELIVER,
+    RETURNED,
+)
 
 if TYPE_CHECKING:
+    from leveret.broker.session import Session
     from leveret.management.context import Management
 
 QUEUE_GAUGES = (
@@ -45,6 +59,121 @@ class BrokerCollector(Collector):
     def __init__(self, management: Management, per_object: bool = False) -> None:
         self.m = management
         self.per_object = per_object
+
+    def channel_families(self, sessions: list[Session]) -> Iterator[Metric]:
+        """rabbitmq_prometheus's channel series: per channel (and per exchange or queue
+        it used) with ``/metrics/per-object``, summed otherwise."""
+        per = self.per_object
+        gauges = [
+            GaugeMetricFamily(name, doc, labels=["channel"] if per else [])
+            for name, doc in CHANNEL_GAUGES
+        ]
+        by_exchange = [
+            (
+                i,
+                CounterMetricFamily(
+                    name, doc, labels=["channel", "vhost", "exchange"] if per else []
+                ),
+            )
+            for i, name, doc in CHANNEL_EXCHANGE_COUNTERS
+        ]
+        by_queue = [
+            (i, CounterMetricFamily(name, doc, labels=["channel", "vhost", "queue"] if per else []))
+            for i, name, doc in CHANNEL_QUEUE_COUNTERS
+        ]
+        gauge_sums = [0] * len(gauges)
+        exchange_sums = [0] * len(by_exchange)
+        queue_sums = [0] * len(by_queue)
+        for s in sessions:
+            for number, ch in sorted(s.channels.items()):
+                label = pid(s, number)
+                values = [
+                    len(ch.consumers),
+                    len(ch.unacked),
+                    ch.unconfirmed,
+                    len(ch.tx_publishes),
+                    len(ch.tx_settles),
+                    ch.global_prefetch,
+                ]
+                for k, (gauge, value) in enumerate(zip(gauges, values, strict=True)):
+                    if per:
+                        gauge.add_metric([label], value)
+                    gauge_sums[k] += value
+                for exchange, counts in ch.by_exchange.items():
+                    for k, (i, xc) in enumerate(by_exchange):
+                        if per:
+                            xc.add_metric([label, s.vhost, exchange], counts[i])
+                        exchange_sums[k] += counts[i]
+                for queue, counts in ch.by_queue.items():
+                    if queue.deleted:
+                        continue
+                    for k, (i, qc) in enumerate(by_queue):
+                        if per:
+                            qc.add_metric([label, queue.vhost, queue.name], counts[i])
+                        queue_sums[k] += counts[i]
+        if not per:
+            for gauge, value in zip(gauges, gauge_sums, strict=True):
+                gauge.add_metric([], value)
+            for (_, xc), value in zip(by_exchange, exchange_sums, strict=True):
+                xc.add_metric([], value)
+            for (_, qc), value in zip(by_queue, queue_sums, strict=True):
+                qc.add_metric([], value)
+        yield from gauges
+        yield from (f for _, f in by_exchange)
+        yield from (f for _, f in by_queue)
+
+    def connection_families(self, sessions: list[Session]) -> Iterator[Metric]:
+        """rabbitmq_prometheus's connection series (labelled "channel" with the
+        connection's pid, as RabbitMQ labels them), from what the server counted on each
+        socket."""
+        per = self.per_object
+        labels = ["channel"] if per else []
+        counters = [
+            CounterMetricFamily(name, doc, labels=labels)
+            for name, doc in (
+                (
+                    "rabbitmq_connection_incoming_bytes_total",
+                    "Total number of bytes received on a connection",
+                ),
+                (
+                    "rabbitmq_connection_outgoing_bytes_total",
+                    "Total number of bytes sent on a connection",
+                ),
+                (
+                    "rabbitmq_connection_incoming_packets_total",
+                    "Total number of packets received on a connection",
+                ),
+                (
+                    "rabbitmq_connection_outgoing_packets_total",
+                    "Total number of packets sent on a connection",
+                ),
+            )
+        ]
+        gauges = [
+            GaugeMetricFamily(name, doc, labels=labels)
+            for name, doc in (
+                (
+                    "rabbitmq_connection_pending_packets",
+                    "Number of packets waiting to be sent on a connection",
+                ),
+                ("rabbitmq_connection_channels", "Channels on a connection"),
+            )
+        ]
+        families: list[CounterMetricFamily | GaugeMetricFamily] = [*counters, *gauges]
+        sums = [0] * len(families)
+        for s in sessions:
+            t = s.traffic
+            if t is None:
+                continue
+            values = [t.recv_oct, t.send_oct, t.recv_cnt, t.send_cnt, t.pending(), len(s.channels)]
+            for k, (family, value) in enumerate(zip(families, values, strict=True)):
+                if per:
+                    family.add_metric([pid(s)], value)
+                sums[k] += value
+        if not per:
+            for family, value in zip(families, sums, strict=True):
+                family.add_metric([], value)
+        yield from families
 
     def collect(self) -> Iterator[Metric]:
         m = self.m
@@ -80,9 +209,10 @@ class BrokerCollector(Collector):
             ("rabbitmq_queues", "Queues available", len(queues)),
             ("rabbitmq_global_consumers", "Current number of consumers", consumers),
             (
+                # as rabbit_global_counters: channels that have published, while open
                 "rabbitmq_global_publishers",
                 "Current number of publishers",
-                sum(1 for s in sessions if s.recv_publish),
+                sum(1 for s in sessions for ch in s.channels.values() if ch.published),
             ),
         ):
             yield GaugeMetricFamily(name, doc, value=value)
@@ -97,6 +227,21 @@ class BrokerCollector(Collector):
                 "rabbitmq_connections_closed_total",
                 "Total number of connections closed or terminated",
                 "connections_closed",
+            ),
+            (
+                "rabbitmq_channels_opened_total",
+                "Total number of channels opened",
+                "channels_opened",
+            ),
+            (
+                "rabbitmq_channels_closed_total",
+                "Total number of channels closed",
+                "channels_closed",
+            ),
+            (
+                "rabbitmq_queues_declared_total",
+                "Total number of queues declared",
+                "queues_declared",
             ),
             ("rabbitmq_queues_created_total", "Total number of queues created", "queues_created"),
             ("rabbitmq_queues_deleted_total", "Total number of queues deleted", "queues_deleted"),
@@ -134,6 +279,8 @@ class BrokerCollector(Collector):
             published.add_metric([], sums[4])
         yield from families.values()
         yield published
+        yield from self.channel_families(sessions)
+        yield from self.connection_families(sessions)
 
         res = m.server.resources
         yield GaugeMetricFamily(
@@ -167,6 +314,92 @@ class BrokerCollector(Collector):
             "is 1 if VM memory watermark alarm is in effect",
             value=1 if res.mem_alarm else 0,
         )
+
+
+def pid(session: Session, number: int = 0) -> str:
+    """The label naming a channel (or, number 0, a connection), shaped as the Erlang pid
+    RabbitMQ labels them with."""
+    return f"<0.{session.id}.{number}>"
+
+
+CHANNEL_GAUGES = (
+    ("rabbitmq_channel_consumers", "Consumers on a channel"),
+    ("rabbitmq_channel_messages_unacked", "Delivered but not yet acknowledged messages"),
+    ("rabbitmq_channel_messages_unconfirmed", "Published but not yet confirmed messages"),
+    (
+        "rabbitmq_channel_messages_uncommitted",
+        "Messages received in a transaction but not yet committed",
+    ),
+    (
+        "rabbitmq_channel_acks_uncommitted",
+        "Message acknowledgements in a transaction not yet committed",
+    ),
+    (
+        "rabbitmq_channel_prefetch",
+        "Total limit of unacknowledged messages for all consumers on a channel",
+    ),
+)
+CHANNEL_EXCHANGE_COUNTERS = (
+    (
+        PUBLISHED,
+        "rabbitmq_channel_messages_published_total",
+        "Total number of messages published into an exchange on a channel",
+    ),
+    (
+        CONFIRMED,
+        "rabbitmq_channel_messages_confirmed_total",
+        "Total number of messages published into an exchange and confirmed on the channel",
+    ),
+    (
+        RETURNED,
+        "rabbitmq_channel_messages_unroutable_returned_total",
+        "Total number of messages published as mandatory into an exchange and returned to "
+        "the publisher as unroutable",
+    ),
+    (
+        DROPPED,
+        "rabbitmq_channel_messages_unroutable_dropped_total",
+        "Total number of messages published as non-mandatory into an exchange and dropped "
+        "as unroutable",
+    ),
+)
+CHANNEL_QUEUE_COUNTERS = (
+    (
+        GET_ACK,
+        "rabbitmq_channel_get_ack_total",
+        "Total number of messages fetched with basic.get in manual acknowledgement mode",
+    ),
+    (
+        GET,
+        "rabbitmq_channel_get_total",
+        "Total number of messages fetched with basic.get in automatic acknowledgement mode",
+    ),
+    (
+        DELIVER_ACK,
+        "rabbitmq_channel_messages_delivered_ack_total",
+        "Total number of messages delivered to consumers in manual acknowledgement mode",
+    ),
+    (
+        DELIVER,
+        "rabbitmq_channel_messages_delivered_total",
+        "Total number of messages delivered to consumers in automatic acknowledgement mode",
+    ),
+    (
+        REDELIVER,
+        "rabbitmq_channel_messages_redelivered_total",
+        "Total number of messages redelivered to consumers",
+    ),
+    (
+        ACK,
+        "rabbitmq_channel_messages_acked_total",
+        "Total number of messages acknowledged by consumers",
+    ),
+    (
+        GET_EMPTY,
+        "rabbitmq_channel_get_empty_total",
+        "Total number of times basic.get operations fetched no message",
+    ),
+)
 
 
 def make_metrics_app(management: Management) -> web.Application:

@@ -13,6 +13,7 @@ from pamqp import commands
 
 from leveret.broker import errors as rabbit
 from leveret.broker.consumer import Consumer
+from leveret.broker.events import Event
 from leveret.broker.message import Message
 from leveret.broker.queues import Queue
 from leveret.broker.vhost import VirtualHost
@@ -63,8 +64,9 @@ def exchange_name(request: web.Request) -> str:
 async def exchanges(request: web.Request) -> web.Response:
     m = mgmt(request)
     vhosts = [m.vhost(request)] if "vhost" in request.match_info else m.visible_vhosts(request)
+    ages = rate_ages(request)
     out = [
-        views.exchange(x)
+        views.exchange(x, m.stats, ages)
         for v in vhosts
         for x in sorted(v.exchanges.values(), key=lambda x: x.name)
     ]
@@ -76,7 +78,7 @@ async def exchange_get(request: web.Request) -> web.Response:
     x = v.exchanges.get(exchange_name(request))
     if x is None:
         raise not_found()
-    data = views.exchange(x)
+    data = views.exchange(x, mgmt(request).stats, rate_ages(request))
     data["incoming"] = []
     data["outgoing"] = []
     return json_response(dict(sorted(data.items())))
@@ -215,12 +217,15 @@ async def queue_put(request: web.Request) -> web.Response:
     if name.startswith("amq."):
         raise rabbit.reserved_name("queue", name)
     m.check(request, v.name, "configure", name)
+    m.broker.observers.emit(Event.QUEUE_DECLARED, (v.name, name))
     args = body.get("arguments") or {}
     if not isinstance(args, dict):
         raise bad_request("arguments must be an object")
     existing = v.queues.get(name)
     if existing is not None and existing.exclusive_owner is not None:
         raise rabbit.exclusive_locked(name, v.name)
+    if existing is None:
+        v.check_queue_limit(name)
     _, created = v.declare_queue(
         name, as_bool(body.get("durable")), None, as_bool(body.get("auto_delete")), args
     )
@@ -395,6 +400,7 @@ async def binding_create(request: web.Request) -> web.Response:
     m.check(request, v.name, "write", target.name)
     m.check(request, v.name, "read", src.name)
     key = str(body.get("routing_key", ""))
+    v.authorize_topic(src, current_user(request).name, key, "read")
     args = body.get("arguments") or {}
     if not isinstance(args, dict):
         raise bad_request("arguments must be an object")
@@ -414,6 +420,7 @@ async def binding_one(request: web.Request) -> web.Response:
                     raise access_refused()
                 m.check(request, v.name, "write", target.name)
                 m.check(request, v.name, "read", src.name)
+                v.authorize_topic(src, current_user(request).name, b["routing_key"], "read")
                 v.unbind(src, target, b["routing_key"], b["arguments"])
                 return no_content()
             return json_response(b)

@@ -11,12 +11,24 @@ from collections import Counter, deque
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
+from leveret.broker.channel import (
+    ACK,
+    DELIVER,
+    DELIVER_ACK,
+    DROPPED,
+    GET,
+    GET_ACK,
+    GET_EMPTY,
+    REDELIVER,
+    RETURNED,
+)
 from leveret.broker.events import Event
 from leveret.broker.session import Session
 
 if TYPE_CHECKING:
     from leveret.broker.broker import Broker
     from leveret.broker.channel import Channel
+    from leveret.broker.exchanges import Exchange
     from leveret.broker.queues import Queue
 
 # How often the window takes a sample, and how long it keeps them (RabbitMQ's "basic"
@@ -26,10 +38,48 @@ KEEP_SECONDS = 600
 # Rates are measured over the last few seconds of samples, as RabbitMQ's 5 s increment.
 RATE_SPAN = 5.0
 
-MESSAGE_STATS = ("publish", "confirm", "deliver", "deliver_get", "ack", "redeliver", "get")
-QUEUE_STATS = ("publish", "deliver", "deliver_get", "ack", "redeliver")
-CHANNEL_STATS = ("publish", "confirm")
+# What RabbitMQ 3.10's overview and vhosts show, in its order.
+MESSAGE_STATS = (
+    "publish",
+    "confirm",
+    "return_unroutable",
+    "drop_unroutable",
+    "get",
+    "get_no_ack",
+    "deliver",
+    "deliver_no_ack",
+    "redeliver",
+    "ack",
+    "deliver_get",
+    "get_empty",
+)
+# A queue's and a channel's delivery figures, shown once something went out.
+DELIVERY_STATS = (
+    "ack",
+    "deliver",
+    "deliver_get",
+    "deliver_no_ack",
+    "get",
+    "get_empty",
+    "get_no_ack",
+    "redeliver",
+)
+QUEUE_STATS = ("publish", *DELIVERY_STATS)
+# A channel's publishing figures, shown once it published.
+CHANNEL_PUBLISH_STATS = ("confirm", "drop_unroutable", "publish", "return_unroutable")
+EXCHANGE_STATS = ("publish_in", "publish_out")
 LENGTHS = ("messages", "messages_ready", "messages_unacknowledged")
+# What the overview's churn_rates count: RabbitMQ's name -> the counter's here
+CHURN_RATES = {
+    "channel_closed": "channels_closed",
+    "channel_created": "channels_opened",
+    "connection_closed": "connections_closed",
+    "connection_created": "connections_opened",
+    "queue_created": "queues_created",
+    "queue_declared": "queues_declared",
+    "queue_deleted": "queues_deleted",
+}
+CHURN = tuple(CHURN_RATES.values())
 
 
 class Window:
@@ -111,10 +161,47 @@ class Windows:
 def queue_counters(q: Queue) -> dict[str, float]:
     return {
         "publish": q.published,
-        "deliver": q.delivered,
-        "deliver_get": q.delivered,
         "ack": q.acked,
+        "deliver": q.delivered,
+        "deliver_get": q.delivered + q.delivered_no_ack + q.got + q.got_no_ack,
+        "deliver_no_ack": q.delivered_no_ack,
+        "get": q.got,
+        "get_empty": q.got_empty,
+        "get_no_ack": q.got_no_ack,
         "redeliver": q.redelivered_count,
+    }
+
+
+def channel_counters(ch: Channel) -> dict[str, float]:
+    deliver, deliver_no_ack = ch.total(DELIVER_ACK), ch.total(DELIVER)
+    get, get_no_ack = ch.total(GET_ACK), ch.total(GET)
+    return {
+        "publish": ch.published,
+        "confirm": ch.confirmed,
+        "return_unroutable": ch.exchange_total(RETURNED),
+        "drop_unroutable": ch.exchange_total(DROPPED),
+        "ack": ch.total(ACK),
+        "deliver": deliver,
+        "deliver_get": deliver + deliver_no_ack + get + get_no_ack,
+        "deliver_no_ack": deliver_no_ack,
+        "get": get,
+        "get_empty": ch.total(GET_EMPTY),
+        "get_no_ack": get_no_ack,
+        "redeliver": ch.total(REDELIVER),
+    }
+
+
+def exchange_counters(x: Exchange) -> dict[str, float]:
+    return {"publish_in": x.published_in, "publish_out": x.published_out}
+
+
+def session_counters(s: Session) -> dict[str, float]:
+    """What a connection's publishers did, counted where they publish."""
+    return {
+        "publish": s.recv_publish,
+        "confirm": session_confirms(s),
+        "return_unroutable": s.returned_unroutable,
+        "drop_unroutable": s.dropped_unroutable,
     }
 
 
@@ -147,8 +234,11 @@ class Stats:
         self.vhosts: dict[str, Windows] = {}
         self.queues: dict[Queue, Windows] = {}
         self.channels: dict[Channel, Windows] = {}
+        self.exchanges: dict[Exchange, Windows] = {}
+        self.connections: dict[Session, Windows] = {}
         # Churn, for the Prometheus counters.
         self.churn: Counter[str] = Counter()
+        self.churn_windows = Windows(keep)
         self.started = time.time()
         self._last_sample: float | None = None
         broker.observers.subscribe(self._event)
@@ -167,15 +257,18 @@ class Stats:
             del counters["publish"]  # publishes are counted where they arrive
             self._retire(subject.vhost, counters)
             self.queues.pop(subject, None)
+        elif event is Event.CHANNEL_OPENED:
+            self.churn["channels_opened"] += 1
+        elif event is Event.CHANNEL_CLOSED:
+            self.churn["channels_closed"] += 1
+        elif event is Event.QUEUE_DECLARED:
+            self.churn["queues_declared"] += 1
         elif event is Event.CONNECTION_OPENED:
             self.churn["connections_opened"] += 1
         elif event is Event.CONNECTION_CLOSED:
             self.churn["connections_closed"] += 1
             if isinstance(subject, Session) and subject.vhost:
-                self._retire(
-                    subject.vhost,
-                    {"publish": subject.recv_publish, "confirm": session_confirms(subject)},
-                )
+                self._retire(subject.vhost, session_counters(subject))
 
     def count_publish(self, vhost: str) -> None:
         """A message published through the API (no AMQP session counts it)."""
@@ -204,8 +297,7 @@ class Stats:
         out.update(self.retired if vhost is None else self.vhost_retired.get(vhost, Counter()))
         for s in self.sessions():
             if vhost is None or s.vhost == vhost:
-                out["publish"] += s.recv_publish
-                out["confirm"] += session_confirms(s)
+                out.update(session_counters(s))
         vhosts = self.broker.vhosts.values() if vhost is None else [self.broker.vhosts[vhost]]
         for v in vhosts:
             for q in v.queues.values():
@@ -240,20 +332,34 @@ class Stats:
             name: Counter(self.vhost_retired.get(name, Counter())) for name in self.broker.vhosts
         }
         live_channels: set[Channel] = set()
+        live_sessions: set[Session] = set()
         for s in self.sessions():
+            if s.traffic is not None:
+                live_sessions.add(s)
+                sw = self.connections.get(s)
+                if sw is None:
+                    sw = self.connections[s] = self._new_windows(min(self.keep, 120))
+                sw.add(t, {"recv_oct": s.traffic.recv_oct, "send_oct": s.traffic.send_oct})
             figures = per_vhost.get(s.vhost)
             if figures is not None:
-                figures["publish"] += s.recv_publish
-                figures["confirm"] += session_confirms(s)
+                figures.update(session_counters(s))
             for ch in s.channels.values():
                 live_channels.add(ch)
                 cw = self.channels.get(ch)
                 if cw is None:
                     cw = self.channels[ch] = self._new_windows(min(self.keep, 120))
-                cw.add(t, {"publish": ch.published, "confirm": ch.confirmed})
+                cw.add(t, channel_counters(ch))
         live_queues: set[Queue] = set()
+        live_exchanges: set[Exchange] = set()
         for name, v in self.broker.vhosts.items():
             figures = per_vhost[name]
+            for x in v.exchanges.values():
+                if x.published_in:
+                    live_exchanges.add(x)
+                    xw = self.exchanges.get(x)
+                    if xw is None:
+                        xw = self.exchanges[x] = self._new_windows(min(self.keep, 120))
+                    xw.add(t, exchange_counters(x))
             for q in v.queues.values():
                 live_queues.add(q)
                 counters = queue_counters(q)
@@ -278,12 +384,17 @@ class Stats:
                 w = self.vhosts[name] = self._new_windows(self.keep)
             w.add(t, {key: figures.get(key, 0) for key in (*MESSAGE_STATS, *LENGTHS)})
         self.overview.add(t, {key: overview.get(key, 0) for key in (*MESSAGE_STATS, *LENGTHS)})
+        self.churn_windows.add(t, {key: self.churn[key] for key in CHURN})
         for gone_vhost in [n for n in self.vhosts if n not in self.broker.vhosts]:
             del self.vhosts[gone_vhost]
         for q in [q for q in self.queues if q not in live_queues]:
             del self.queues[q]
         for ch in [c for c in self.channels if c not in live_channels]:
             del self.channels[ch]
+        for x in [x for x in self.exchanges if x not in live_exchanges]:
+            del self.exchanges[x]
+        for s in [s for s in self.connections if s not in live_sessions]:
+            del self.connections[s]
         self._last_sample = t
 
     # ------------------------------------------------------------------ shapes
@@ -301,6 +412,14 @@ class Stats:
             out[f"{key}_details"] = (
                 windows.details(key, age, incr) if windows is not None else {"rate": 0.0}
             )
+        return out
+
+    def churn_rates(self) -> dict[str, Any]:
+        """The overview's churn_rates: each count, and its rate as *_details."""
+        out: dict[str, Any] = {}
+        for name, key in sorted(CHURN_RATES.items()):
+            out[name] = self.churn[key]
+            out[f"{name}_details"] = self.churn_windows.details(key)
         return out
 
     def length_details(

@@ -51,8 +51,10 @@ def channel_name(ch: Channel) -> str:
     return f"{ch.host.name} ({ch.number})"
 
 
-def exchange(x: Exchange) -> dict[str, Any]:
-    return {
+def exchange(x: Exchange, stats: Stats | None = None, age: Any = None) -> dict[str, Any]:
+    from leveret.management.stats import exchange_counters
+
+    out: dict[str, Any] = {
         "arguments": jsonable(x.arguments),
         "auto_delete": x.auto_delete,
         "durable": x.durable,
@@ -62,6 +64,17 @@ def exchange(x: Exchange) -> dict[str, Any]:
         "user_who_performed_action": x.user_who_performed_action or "rmq-internal",
         "vhost": x.vhost,
     }
+    if x.policy is not None:  # RabbitMQ names an exchange's policy only when it has one
+        out["policy"] = x.policy.name
+    if stats is not None and x.published_in:
+        # as RabbitMQ: publish_in once something was published to it, publish_out once
+        # it routed something on to a queue
+        keys = ("publish_in", "publish_out") if x.published_out else ("publish_in",)
+        _, _, age_m, incr_m = age or (None, None, None, None)
+        out["message_stats"] = stats.message_stats(
+            exchange_counters(x), stats.exchanges.get(x), keys, age_m, incr_m
+        )
+    return dict(sorted(out.items()))
 
 
 def properties_key(routing_key: str, arguments: dict[str, Any]) -> str:
@@ -136,56 +149,58 @@ def consumer(c: Consumer, node: str) -> dict[str, Any]:
 
 
 def queue(q: Queue, broker: Broker, stats: Stats, age: Any = None) -> dict[str, Any]:
-    from leveret.management.stats import QUEUE_STATS, queue_counters, queue_lengths
+    from leveret.management.stats import DELIVERY_STATS, queue_counters, queue_lengths
 
     windows = stats.queues.get(q)
     lengths = queue_lengths(q)
     ready_bytes = q.ready_bytes
     persistent, persistent_bytes = q.persistent_figures()
     ram, ram_bytes = q.ram_figures()
+    unacked_bytes, unacked_persistent, unacked_persistent_bytes = q.unacked_figures
     owner = q.exclusive_owner
     exclusive_tag = next((c.tag for c in q.consumers if c.exclusive), None)
     sac = q.active_consumer if q.single_active_consumer_on else None
     out: dict[str, Any] = {
         "arguments": jsonable(q.arguments),
         "auto_delete": q.auto_delete,
-        "consumer_capacity": 1.0 if q.consumers else 0,
-        "consumer_utilisation": 1.0 if q.consumers else 0,
         "consumers": q.consumer_count,
         "durable": q.durable,
-        "effective_policy_definition": {},
+        "effective_policy_definition": jsonable(q.effective_policy_definition),
         "exclusive": owner is not None,
         "exclusive_consumer_tag": exclusive_tag,
-        "head_message_timestamp": None,
-        "memory": ram_bytes + 200 * ram + 1000,
-        "message_bytes": ready_bytes,
+        "head_message_timestamp": q.head_timestamp(),
+        "message_bytes": ready_bytes + unacked_bytes,
         "message_bytes_paged_out": ready_bytes - ram_bytes,
-        "message_bytes_persistent": persistent_bytes,
-        "message_bytes_ram": ram_bytes,
+        "message_bytes_persistent": persistent_bytes + unacked_persistent_bytes,
+        "message_bytes_ram": ram_bytes + unacked_bytes,
         "message_bytes_ready": ready_bytes,
-        "message_bytes_unacknowledged": 0,
+        "message_bytes_unacknowledged": unacked_bytes,
         "messages_paged_out": lengths["messages_ready"] - ram,
-        "messages_persistent": persistent,
+        "messages_persistent": persistent + unacked_persistent,
         "messages_ram": ram + lengths["messages_unacknowledged"],
         "messages_ready_ram": ram,
         "messages_unacknowledged_ram": lengths["messages_unacknowledged"],
         "name": q.name,
         "node": broker.node_name,
-        "operator_policy": None,
-        "policy": None,
+        "operator_policy": q.operator_policy.name if q.operator_policy else None,
+        "policy": q.policy.name if q.policy else None,
         "recoverable_slaves": None,
         "single_active_consumer_tag": sac.tag if sac is not None else None,
         "state": "running",
         "type": q.type_name,
         "vhost": q.vhost,
     }
+    capacity = q.consumer_capacity()
+    if capacity is not None:  # classic queues measure it; RabbitMQ's others show none
+        out["consumer_capacity"] = capacity if q.consumers else 0
+        out["consumer_utilisation"] = capacity if q.consumers else 0
     age_l, incr_l, age_m, incr_m = age or (None, None, None, None)
     out.update(stats.length_details(lengths, windows, age_l, incr_l))
     counters = queue_counters(q)
     # As RabbitMQ: the publish figures once something was published, the delivery
-    # figures once something was delivered.
+    # figures once something was delivered or asked for.
     keys = (("publish",) if counters["publish"] else ()) + (
-        QUEUE_STATS[1:] if counters["deliver_get"] else ()
+        DELIVERY_STATS if counters["deliver_get"] or counters["get_empty"] else ()
     )
     if keys:
         out["message_stats"] = stats.message_stats(counters, windows, keys, age_m, incr_m)
@@ -242,7 +257,20 @@ def owner_details(q: Queue) -> dict[str, Any] | None:
     return {"name": owner.name, "peer_host": peer[0], "peer_port": peer[1]}
 
 
-def connection(s: Session) -> dict[str, Any]:
+def flow_state(s: Session, alarm: bool) -> str:
+    """A connection's state as RabbitMQ names it: blocked (a publisher stopped by a
+    resource alarm), blocking (an alarm is in effect and it has not published since),
+    flow (held back by credit flow), running; closed once it is gone."""
+    if s.closed:
+        return "closed"
+    if s.blocked:
+        return "blocked"
+    if alarm:
+        return "blocking"
+    return "flow" if s.held_by else "running"
+
+
+def connection(s: Session, stats: Stats | None = None, alarm: bool = False) -> dict[str, Any]:
     peer = s.peer or ("", 0)
     local = s.local or ("", 0)
     props = jsonable(s.client_properties)
@@ -269,7 +297,7 @@ def connection(s: Session) -> dict[str, Any]:
         "ssl_hash": s.transport_details.get("ssl_hash"),
         "ssl_key_exchange": s.transport_details.get("ssl_key_exchange"),
         "ssl_protocol": s.transport_details.get("ssl_protocol"),
-        "state": "running" if not s.closed else "closed",
+        "state": flow_state(s, alarm),
         "timeout": s.heartbeat,
         "type": "network",
         "user": s.username,
@@ -278,11 +306,22 @@ def connection(s: Session) -> dict[str, Any]:
     }
     if name is not None:
         out["user_provided_name"] = name
-    return out
+    traffic = s.traffic
+    if traffic is not None:
+        # what the server counted on the socket (RabbitMQ's inet statistics)
+        windows = stats.connections.get(s) if stats is not None else None
+        out["recv_cnt"] = traffic.recv_cnt
+        out["recv_oct"] = traffic.recv_oct
+        out["send_cnt"] = traffic.send_cnt
+        out["send_oct"] = traffic.send_oct
+        out["send_pend"] = traffic.pending()
+        for key in ("recv_oct", "send_oct"):
+            out[f"{key}_details"] = windows.details(key) if windows is not None else {"rate": 0.0}
+    return dict(sorted(out.items()))
 
 
 def channel(ch: Channel, stats: Stats, node: str) -> dict[str, Any]:
-    from leveret.management.stats import CHANNEL_STATS
+    from leveret.management.stats import CHANNEL_PUBLISH_STATS, DELIVERY_STATS, channel_counters
 
     s = ch.host
     peer = s.peer or ("", 0)
@@ -298,21 +337,29 @@ def channel(ch: Channel, stats: Stats, node: str) -> dict[str, Any]:
         "global_prefetch_count": ch.global_prefetch,
         "messages_unacknowledged": len(ch.unacked),
         "messages_uncommitted": len(ch.tx_publishes),
-        "messages_unconfirmed": 0,
+        "messages_unconfirmed": ch.unconfirmed,
         "name": channel_name(ch),
         "node": node,
         "number": ch.number,
         "pending_raft_commands": 0,
         "prefetch_count": ch.consumer_prefetch,
-        "state": "running",
+        # credit flow holds a channel back with its connection
+        "state": "flow" if s.held_by else "running",
         "transactional": ch.tx,
         "user": s.username,
         "user_who_performed_action": s.username,
         "vhost": s.vhost,
     }
-    counters = {"publish": ch.published, "confirm": ch.confirmed}
-    if any(counters.values()):
-        out["message_stats"] = stats.message_stats(counters, stats.channels.get(ch), CHANNEL_STATS)
+    counters = channel_counters(ch)
+    # as RabbitMQ: the publishing figures once it published, the delivery figures once
+    # something was delivered to it or asked for
+    keys = (CHANNEL_PUBLISH_STATS if counters["publish"] else ()) + (
+        DELIVERY_STATS if counters["deliver_get"] or counters["get_empty"] else ()
+    )
+    if keys:
+        out["message_stats"] = stats.message_stats(
+            counters, stats.channels.get(ch), tuple(sorted(keys))
+        )
     return out
 
 
@@ -339,7 +386,7 @@ def user(u: User, with_hash: bool = True) -> dict[str, Any]:
         out["password_hash"] = u.password_hash
         out["hashing_algorithm"] = "rabbit_password_hashing_sha256"
     out["tags"] = list(u.tags)
-    out["limits"] = {}
+    out["limits"] = dict(u.limits)
     return out
 
 
@@ -381,12 +428,7 @@ def overview(broker: Broker, stats: Stats, listeners: list[dict[str, Any]], age:
         "message_stats": stats.message_stats(
             stats.totals(), stats.overview, age=age_m, incr=incr_m
         ),
-        "churn_rates": {
-            "connection_created": stats.churn["connections_opened"],
-            "connection_closed": stats.churn["connections_closed"],
-            "queue_created": stats.churn["queues_created"],
-            "queue_deleted": stats.churn["queues_deleted"],
-        },
+        "churn_rates": stats.churn_rates(),
         "queue_totals": stats.length_details(stats.lengths(), stats.overview, age_l, incr_l),
         "object_totals": {
             "channels": channels,
@@ -395,7 +437,6 @@ def overview(broker: Broker, stats: Stats, listeners: list[dict[str, Any]], age:
             "exchanges": exchanges,
             "queues": queues,
         },
-        "statistics_db_event_queue": 0,
         "node": broker.node_name,
         "listeners": listeners,
         "contexts": [],

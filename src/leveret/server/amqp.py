@@ -23,6 +23,7 @@ from typing import Any
 
 from pamqp import commands
 
+from leveret.broker.ports import Traffic
 from leveret.broker.session import Session
 from leveret.protocol import errors, spec
 from leveret.protocol.connection import ServerConnection, State
@@ -66,6 +67,7 @@ class AMQPProtocol(asyncio.Protocol):
         self.conn = ServerConnection(limits.frame_max, limits.channel_max, limits.heartbeat)
         self.transport: asyncio.Transport | None = None
         self.session: Session | None = None
+        self.traffic = Traffic()
         self._flush_scheduled = False
         self._unflushed = 0  # body bytes of deliveries not yet written
         self._last_recv = time.monotonic()
@@ -150,6 +152,7 @@ class AMQPProtocol(asyncio.Protocol):
         transport.set_write_buffer_limits(  # type: ignore[attr-defined]
             high=4 * 1024 * 1024, low=1024 * 1024
         )
+        self.traffic.pending = transport.get_write_buffer_size  # type: ignore[attr-defined]
         slots = self.listener.slots
         if slots.full():
             # As RabbitMQ's listener at connection_max: not served until a place frees;
@@ -204,6 +207,9 @@ class AMQPProtocol(asyncio.Protocol):
         if data:
             transport.write(data)
             self._last_send = time.monotonic()
+            traffic = self.traffic
+            traffic.send_oct += len(data)
+            traffic.send_cnt += 1
 
     def pause_writing(self) -> None:
         if self.session is not None:
@@ -282,6 +288,9 @@ class AMQPProtocol(asyncio.Protocol):
     # -------------------------------------------------------------------- input
     def data_received(self, data: bytes) -> None:
         self._last_recv = time.monotonic()
+        traffic = self.traffic
+        traffic.recv_oct += len(data)
+        traffic.recv_cnt += 1
         # While the connection drains after a close, input is still read: a further
         # connection.close gets its close-ok; everything else is dropped.
         self.conn.receive_data(data)
@@ -355,9 +364,13 @@ class AMQPProtocol(asyncio.Protocol):
         conn = self.conn
         session = self.session
         if isinstance(event, ChannelOpenReceived):
-            if session is not None:
-                session.channel_opened(event.channel)
-            conn.send_channel_open_ok(event.channel)
+            refused = session.channel_opened(event.channel) if session is not None else None
+            if refused is not None:
+                # a user's channel limit: the connection goes, as rabbit_reader ends it
+                session.close()  # type: ignore[union-attr]
+                self.close_connection(refused)
+            else:
+                conn.send_channel_open_ok(event.channel)
         elif isinstance(event, ChannelCloseReceived):
             if session is not None:
                 session.channel_closed(event.channel)
@@ -416,7 +429,7 @@ class AMQPProtocol(asyncio.Protocol):
         peer = self.transport.get_extra_info("peername")
         local = self.transport.get_extra_info("sockname")
         broker = self.state.broker
-        session = Session(broker, self, peer, local)
+        session = Session(broker, self, peer, local, self.traffic)
         external = None
         if event.mechanism == "EXTERNAL":
             cert = peer_certificate(self.transport)
@@ -519,6 +532,8 @@ class AMQPProtocol(asyncio.Protocol):
         if blocked == self.blocked or self.transport is None or self._ending:
             return
         self.blocked = blocked
+        if self.session is not None:
+            self.session.blocked = blocked  # shown as the connection's state
         if self.session is not None and self.session.capability("connection.blocked"):
             if blocked:
                 self.send_method(0, commands.Connection.Blocked(reason=reason))

@@ -33,12 +33,14 @@ class Server:
         if self.persistence is not None:
             self.observers.subscribe(self.persistence.observe)
         self.broker = Broker(
+            node_name=config.node_name or None,
             observers=self.observers,
             storage=self.persistence,
             max_message_size=config.max_message_size,
         )
         self.broker.log_exchange = config.log_exchange
         self._log_handler: LogExchangeHandler | None = None
+        self.broker.users.loopback_users = set(config.loopback_users)
         self.loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]
         self.state = ServerState(
             self.broker,

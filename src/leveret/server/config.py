@@ -236,6 +236,13 @@ class Config:
     # this level up (log.exchange.level)
     log_exchange: bool = False
     log_exchange_level: str = "info"
+    # RabbitMQ's node name (RABBITMQ_NODENAME); empty: rabbit@<short host name>
+    node_name: str = ""
+    # Users who may connect only from the local host (RabbitMQ's loopback_users: guest
+    # by default). In a file: a list of names, "none", or a table of name = true/false
+    # (as rabbitmq.conf's loopback_users.<name>); in LEVERET_LOOPBACK_USERS: names
+    # separated by commas, or none.
+    loopback_users: tuple[str, ...] = ("guest",)
 
     ENV_PREFIX = "LEVERET_"
     _TABLES = ("users", "permissions", "vhosts", "tls", "management_tls")
@@ -273,6 +280,9 @@ class Config:
             return
         if key == "connection_max":
             self.connection_max = _connection_max(value)
+            return
+        if key == "loopback_users":
+            self.loopback_users = _loopback_users(value)
             return
         current = getattr(self, key)
         try:
@@ -385,6 +395,24 @@ class Config:
                 self.set(key.replace("-", "_"), value)
         except ConfigError as exc:
             raise ConfigError(f"config file {path}: {exc}") from exc
+
+
+def _loopback_users(value: Any) -> tuple[str, ...]:
+    """RabbitMQ's loopback_users, as a list, "none", a comma-separated string or a table
+    of name = true/false (only the names set true are loopback users, as rabbitmq.conf's
+    loopback_users.<name> entries make the list)."""
+    if isinstance(value, str):
+        if value.strip() == "none":
+            return ()
+        return tuple(n.strip() for n in value.split(",") if n.strip())
+    if isinstance(value, list) and all(isinstance(n, str) for n in value):
+        return tuple(value)
+    if isinstance(value, dict) and all(isinstance(v, bool) for v in value.values()):
+        return tuple(name for name, on in value.items() if on)
+    raise ConfigError(
+        "invalid value for 'loopback_users': a list of user names, \"none\", or a table "
+        f"of name = true/false, not {value!r}"
+    )
 
 
 def _entries(items: Any, table: str, parse: Any) -> list[Any]:

@@ -36,6 +36,9 @@ _DEFINITION_EVENTS = frozenset(
         Event.VHOST_DELETED,
         Event.USER_CHANGED,
         Event.PERMISSION_CHANGED,
+        Event.TOPIC_PERMISSION_CHANGED,
+        Event.POLICY_CHANGED,
+        Event.LIMITS_CHANGED,
         Event.DEFINITIONS_IMPORTED,
     )
 )

@@ -223,6 +223,15 @@ class SegmentLog:
         seg.path.touch()
         self.segments.append(seg)
 
+    def set_retention(
+        self, max_bytes: int | None, max_age_ms: int | None, max_segment_bytes: int
+    ) -> None:
+        """New limits (a policy changed): applied now and at every chunk from now on."""
+        self.max_bytes = max_bytes
+        self.max_age_ms = max_age_ms
+        self.max_segment_bytes = max_segment_bytes
+        self.apply_retention()
+
     def apply_retention(self, now_ms: int | None = None) -> int:
         """Drop whole old segments beyond the length or age limit; how many went."""
         dropped = 0

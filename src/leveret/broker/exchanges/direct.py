@@ -56,6 +56,11 @@ class DefaultExchange(Exchange):
         super().__init__("", vhost, durable=True)
         self._lookup = lookup
 
+    def _configure(self) -> None:
+        # A policy shows on it, but RabbitMQ's default exchange routes by queue name
+        # only: never to an alternate exchange.
+        self.alternate = None
+
     def route(self, message: Message) -> list[Destination]:
         queue = self._lookup(message.routing_key)
         return [queue] if queue is not None else _NONE

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from leveret.broker.entry import Entry, now_ms
 from leveret.broker.message import Message
+from leveret.broker.policies import Policy, Rule, arg_wins, effective_definition, resolve
 
 if TYPE_CHECKING:
     from leveret.broker.memory import MemoryBudget
@@ -75,6 +76,13 @@ class Queue:
     rabbit_type: ClassVar[str] = ""  # RabbitMQ's module name, in its error texts
     # The queue keeps a log of its own, which sync() makes durable with every batch.
     keeps_log: ClassVar[bool] = False
+    # How the type settles a key both its x- argument and a policy set (the Resolve of
+    # rabbit_queue_type_util:args_policy_lookup in each type's module); unnamed keys:
+    # the argument wins.
+    POLICY_RULES: ClassVar[dict[str, Rule]] = {}
+    # Policy keys the type does not take: a policy holding one never applies to it
+    # (unsupported_policies of the type's capabilities()).
+    UNSUPPORTED_POLICIES: ClassVar[frozenset[str]] = frozenset()
 
     def __init__(
         self,
@@ -101,9 +109,16 @@ class Queue:
         self.deleted = False
         self.had_consumers = False
         self.last_used = now_ms()
+        # the policy and operator policy that apply (VirtualHost.apply_policies sets them)
+        self.policy: Policy | None = None
+        self.operator_policy: Policy | None = None
         # counters for management and metrics
         self.published = 0
-        self.delivered = 0
+        self.delivered = 0  # to consumers that ack
+        self.delivered_no_ack = 0  # to consumers that do not
+        self.got = 0  # basic.get that must be acked
+        self.got_no_ack = 0
+        self.got_empty = 0  # basic.get on an empty queue
         self.acked = 0
         self.redelivered_count = 0
 
@@ -140,6 +155,36 @@ class Queue:
     def expires(self) -> int | None:
         """x-expires: milliseconds unused before the queue goes."""
         return None
+
+    # --------------------------------------------------------------- settings
+    def setting(self, key: str) -> Any:
+        """What the queue acts on for a policy key (``max-length``...): its ``x-``
+        argument, its policies' value, or, when both are there, its type's rule."""
+        return resolve(
+            key,
+            self.arguments,
+            self.policy,
+            self.operator_policy,
+            self.POLICY_RULES.get(key, arg_wins),
+        )
+
+    def apply_policies(self, policy: Policy | None, operator_policy: Policy | None) -> bool:
+        """The policies that apply to the queue now: when they changed, it takes the
+        settings they give at once (rabbit_amqqueue:policy_changed). Whether they did."""
+        if policy == self.policy and operator_policy == self.operator_policy:
+            return False
+        self.policy = policy
+        self.operator_policy = operator_policy
+        self.configure()
+        return True
+
+    def configure(self) -> None:
+        """Take the settings (:meth:`setting`) from arguments and policies: when the
+        queue is made, and again whenever its policies change."""
+
+    @property
+    def effective_policy_definition(self) -> dict[str, Any]:
+        return effective_definition(self.policy, self.operator_policy)
 
     def declare_ok_count(self, arguments: dict[str, Any]) -> int:
         """The message count of queue.declare-ok."""
@@ -262,6 +307,21 @@ class Queue:
     def dead_lettered_figures(self) -> tuple[int, int]:
         """Messages (and their body bytes) waiting to be dead-lettered (at-least-once)."""
         return 0, 0
+
+    @property
+    def unacked_figures(self) -> tuple[int, int, int]:
+        """Delivered and not settled: body bytes, persistent messages, their bytes (a
+        type that does not keep what it delivered has none to count)."""
+        return 0, 0, 0
+
+    def head_timestamp(self) -> int | None:
+        """The timestamp property (seconds) of the message at the head, if it has one."""
+        return None
+
+    def consumer_capacity(self) -> float | None:
+        """The share of recent time the queue could hand messages to its consumers at
+        once (None: the type does not measure it)."""
+        return None
 
     @property
     def consumer_count(self) -> int:

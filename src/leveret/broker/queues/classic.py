@@ -20,8 +20,10 @@ from leveret.broker.arguments import (
 from leveret.broker.entry import Entry, now_ms
 from leveret.broker.memory import MemoryBudget
 from leveret.broker.message import Message
+from leveret.broker.policies import Rule, smaller
 from leveret.broker.queues.base import Accepted, DeadLetters, Queue, Subscriber
 from leveret.broker.queues.paging import Paging
+from leveret.broker.queues.utilisation import ConsumerUse
 
 if TYPE_CHECKING:
     from leveret.broker.ports import ConnectionInfo, FlowHolder, Pager, QueueStore, Storage
@@ -54,6 +56,24 @@ def _int(value: Any) -> int | None:
 class ClassicQueue(Queue):
     type_name: ClassVar[str] = "classic"
     rabbit_type: ClassVar[str] = "rabbit_classic_queue"
+    # rabbit_amqqueue_process:process_args_policy: the smaller of argument and policy for
+    # these, the argument for the others.
+    POLICY_RULES: ClassVar[dict[str, Rule]] = {
+        "expires": smaller,
+        "message-ttl": smaller,
+        "max-length": smaller,
+        "max-length-bytes": smaller,
+    }
+    UNSUPPORTED_POLICIES: ClassVar[frozenset[str]] = frozenset(
+        (
+            "max-age",
+            "stream-max-segment-size-bytes",
+            "queue-leader-locator",
+            "initial-cluster-size",
+            "delivery-limit",
+            "dead-letter-strategy",
+        )
+    )
 
     def __init__(
         self,
@@ -77,31 +97,26 @@ class ClassicQueue(Queue):
         self._ready_bytes = 0
         self._rr = 0
         self._seq = 0
-        a = self.arguments
-        self.message_ttl: int | None = _int(a.get("x-message-ttl"))
-        self.max_length: int | None = _int(a.get("x-max-length"))
-        self.max_length_bytes: int | None = _int(a.get("x-max-length-bytes"))
-        self.overflow = text(a.get("x-overflow", "drop-head"))
-        self._expires: int | None = _int(a.get("x-expires"))
-        self._single_active = a.get("x-single-active-consumer") is True
+        self._single_active = self.arguments.get("x-single-active-consumer") is True
         self._active: Subscriber | None = None
-        self.dead_letter_exchange = optional_text(a.get("x-dead-letter-exchange"))
-        self.dead_letter_routing_key = optional_text(a.get("x-dead-letter-routing-key"))
+        # whether consumers could take messages at once, over time (consumer_capacity)
+        self._use = ConsumerUse()
+        # delivered and not yet settled, by sequence number (RabbitMQ's pending acks)
+        self._outstanding: dict[int, Entry] = {}
         # x-max-priority: ready is kept highest priority first, FIFO within a priority,
         # as RabbitMQ's priority queue (one sub-queue per priority 0..max).
-        max_priority = _int(a.get("x-max-priority"))
+        max_priority = _int(self.arguments.get("x-max-priority"))
         self.max_priority: int | None = (
             min(max_priority, 255) if max_priority is not None and max_priority >= 0 else None
         )
-        # No length limit, no TTL, no priorities, nothing to persist: enqueue can take
-        # its short path.
-        self._plain = (
-            self.max_length is None
-            and self.max_length_bytes is None
-            and self.message_ttl is None
-            and self.max_priority is None
-            and store is None
-        )
+        self.message_ttl: int | None = None
+        self.max_length: int | None = None
+        self.max_length_bytes: int | None = None
+        self.overflow = "drop-head"
+        self._expires: int | None = None
+        self.dead_letter_exchange: str | None = None
+        self.dead_letter_routing_key: str | None = None
+        self._plain = False
         self._paging: Paging | None = None
         if pager is not None:
             # messages kept from before a restart wait in the pager, numbered 1..count
@@ -114,9 +129,9 @@ class ClassicQueue(Queue):
                     self._ready_bytes += len(entry.message.body)
                 pager.close()
             else:
-                mode = optional_text(a.get("x-queue-mode"))
-                self._paging = Paging(pager, memory or MemoryBudget(), self.ready, mode == "lazy")
+                self._paging = Paging(pager, memory or MemoryBudget(), self.ready, False)
                 self._ready_bytes = self._paging.head_bytes + self._paging.bytes_paged
+        self.configure()
 
     @classmethod
     def validate(
@@ -165,6 +180,42 @@ class ClassicQueue(Queue):
     def expires(self) -> int | None:
         return self._expires
 
+    def configure(self) -> None:
+        """Settings from arguments and policies, as rabbit_amqqueue_process's
+        process_args_policy takes them, also on a live queue: a lower length limit drops
+        from the head at once (with drop-head), a new TTL applies to messages published
+        from now on, a new expiry restarts the queue's idle time."""
+        setting = self.setting
+        self.message_ttl = _int(setting("message-ttl"))
+        self.max_length = _int(setting("max-length"))
+        self.max_length_bytes = _int(setting("max-length-bytes"))
+        self.overflow = text(setting("overflow") or "drop-head")
+        expires = _int(setting("expires"))
+        if expires != self._expires:
+            self._expires = expires
+            self.last_used = now_ms()
+        self.dead_letter_exchange = optional_text(setting("dead-letter-exchange"))
+        self.dead_letter_routing_key = optional_text(setting("dead-letter-routing-key"))
+        mode = optional_text(setting("queue-mode"))
+        if mode is not None:  # RabbitMQ's init_queue_mode keeps the mode when none is set
+            self.set_queue_mode(mode)
+        # No length limit, no TTL, no priorities, nothing to persist: enqueue can take
+        # its short path.
+        self._plain = (
+            self.max_length is None
+            and self.max_length_bytes is None
+            and self.message_ttl is None
+            and self.max_priority is None
+            and self._store is None
+            and not self.durable
+        )
+        if self.ready:
+            if self.overflow == "drop-head" and (
+                self.max_length is not None or self.max_length_bytes is not None
+            ):
+                self._drop_head_overflow()
+            self.expire()
+
     def consumer_start(
         self, no_ack: bool, prefetch: int, arguments: dict[str, Any], global_prefetch: int = 0
     ) -> None:
@@ -191,15 +242,19 @@ class ClassicQueue(Queue):
                 if not self.ready:
                     consumer = consumers[0] if len(consumers) == 1 else self._next_consumer()
                     if consumer is not None and consumer.has_credit():
-                        self.delivered += 1
                         entry.delivery_count = 1
-                        if not consumer.no_ack:
+                        if consumer.no_ack:
+                            self.delivered_no_ack += 1
+                        else:
+                            self.delivered += 1
                             self.unacked += 1
+                            self._outstanding[entry.seq] = entry
                         consumer.deliver(self, entry)
                         return _YES
                 # No dispatch here: a consumer with credit would have drained the backlog
                 # already (every credit change dispatches), so none can take it now.
                 self._keep(entry)
+                self._use.inactive()
                 return _BACKLOG
             self._keep(entry)
             return _YES
@@ -218,13 +273,26 @@ class ClassicQueue(Queue):
 
     def _hand(self, consumer: Subscriber, entry: Entry) -> None:
         """Account for a delivery, then give the message to the consumer."""
-        self.delivered += 1
         entry.delivery_count += 1
+        if entry.redelivered:
+            self.redelivered_count += 1
         if consumer.no_ack:
+            self.delivered_no_ack += 1
             self._forget(entry)
         else:
-            self.unacked += 1
+            self.delivered += 1
+            self._out(entry)
         consumer.deliver(self, entry)
+
+    def _out(self, entry: Entry) -> None:
+        """A message goes out to be acked: outstanding until it is settled."""
+        self.unacked += 1
+        self._outstanding[entry.seq] = entry
+
+    def _back(self, entry: Entry) -> None:
+        """An outstanding message is settled (acked, rejected or returned)."""
+        self.unacked -= 1
+        self._outstanding.pop(entry.seq, None)
 
     def _enqueue_checked(self, message: Message) -> Accepted:
         if (
@@ -368,6 +436,9 @@ class ClassicQueue(Queue):
 
     def dispatch(self) -> None:
         ready = self.ready
+        use = self._use
+        if not use.is_active and self.consumers and any(c.has_credit() for c in self.consumers):
+            use.active()  # a consumer can take messages again (RabbitMQ's unblock)
         while ready and self.consumers:
             entry = ready[0]
             if entry.expires_at and entry.expires_at <= now_ms():
@@ -375,6 +446,7 @@ class ClassicQueue(Queue):
                 continue
             consumer = self._next_consumer()
             if consumer is None:
+                use.inactive()
                 return
             self._pop()
             self._hand(consumer, entry)
@@ -393,15 +465,19 @@ class ClassicQueue(Queue):
     def get(self, no_ack: bool) -> Entry | None:
         self.expire()
         if not self.ready:
+            self.got_empty += 1
             return None
         self.last_used = now_ms()
         entry = self._pop()
-        self.delivered += 1
         entry.delivery_count += 1
+        if entry.redelivered:
+            self.redelivered_count += 1
         if no_ack:
+            self.got_no_ack += 1
             self._forget(entry)
         else:
-            self.unacked += 1
+            self.got += 1
+            self._out(entry)
         return entry
 
     def add_consumer(self, consumer: Subscriber, start: Any = None) -> None:
@@ -411,6 +487,7 @@ class ClassicQueue(Queue):
         self.consumers.sort(key=lambda c: -c.priority)
         if self._single_active and self._active is None:
             self._active = consumer  # the first to subscribe
+        self._use.active()
         self.dispatch()
 
     def remove_consumer(self, consumer: Subscriber) -> None:
@@ -423,7 +500,7 @@ class ClassicQueue(Queue):
     # ---------------------------------------------------------------- settling
     def ack(self, entries: Iterable[Entry]) -> None:
         for entry in entries:
-            self.unacked -= 1
+            self._back(entry)
             self.acked += 1
             self._forget(entry)
 
@@ -432,7 +509,7 @@ class ClassicQueue(Queue):
             self.requeue(entries)
             return
         for entry in entries:
-            self.unacked -= 1
+            self._back(entry)
             self._forget(entry)
             self._dead_letter(entry.message, "rejected")
 
@@ -444,10 +521,9 @@ class ClassicQueue(Queue):
         size = 0
         for e in back:
             e.redelivered = True
-            self.unacked -= 1
+            self._back(e)
             size += len(e.message.body)
         self._ready_bytes += size
-        self.redelivered_count += len(back)
         if self.deleted:
             return
         back.sort(key=_order)
@@ -532,6 +608,8 @@ class ClassicQueue(Queue):
         """Persistent messages kept by a durable queue (as RabbitMQ counts
         messages_persistent: those its store holds), and their body bytes."""
         count = size = 0
+        if not self.durable:
+            return 0, 0
         for e in self.ready:
             if e.store_id:
                 count += 1
@@ -541,6 +619,33 @@ class ClassicQueue(Queue):
             count += more
             size += more_size
         return count, size
+
+    @property
+    def unacked_figures(self) -> tuple[int, int, int]:
+        size = count = persistent_size = 0
+        for e in self._outstanding.values():
+            n = len(e.message.body)
+            size += n
+            if self.durable and e.message.persistent:
+                count += 1
+                persistent_size += n
+        return size, count, persistent_size
+
+    def head_timestamp(self) -> int | None:
+        """As rabbit_variable_queue's head_message_timestamp: the earliest timestamp
+        property of the first ready message and the oldest outstanding one."""
+        heads = [self.ready[0]] if self.ready else []
+        if self._outstanding:
+            heads.append(self._outstanding[min(self._outstanding)])
+        stamps = [
+            int(e.message.props.timestamp.timestamp())
+            for e in heads
+            if e.message.props.timestamp is not None
+        ]
+        return min(stamps) if stamps else None
+
+    def consumer_capacity(self) -> float | None:
+        return self._use.capacity() if self.consumers else 0.0
 
 
 def _per_message_ttl(message: Message) -> int | None:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from leveret.broker.arguments import check_consume_arguments, check_typed_arguments, text
 from leveret.broker.entry import Entry
 from leveret.broker.message import Message
+from leveret.broker.policies import Rule, policy_wins
 from leveret.broker.queues.base import Accepted, Queue, Subscriber
 from leveret.broker.queues.stream_properties import as_stored_in_a_stream, refused_by_a_stream
 from leveret.broker.spec_texts import stream_not_supported
@@ -81,15 +82,62 @@ def check_stream_declaration(
         raise errors.precondition_failed(f"invalid property 'non-durable' for {where}")
 
 
+DEFAULT_SEGMENT_BYTES = 500_000_000  # osiris's default max_segment_size_bytes
+
+
 class StreamQueue(Queue):
     keeps_log: ClassVar[bool] = True
     type_name: ClassVar[str] = "stream"
     rabbit_type: ClassVar[str] = "rabbit_stream_queue"
+    # rabbit_stream_queue:update_stream_conf: a policy's value wins over the argument.
+    POLICY_RULES: ClassVar[dict[str, Rule]] = {
+        "max-length-bytes": policy_wins,
+        "max-age": policy_wins,
+        "stream-max-segment-size-bytes": policy_wins,
+    }
+    UNSUPPORTED_POLICIES: ClassVar[frozenset[str]] = frozenset(
+        (
+            "expires",
+            "message-ttl",
+            "dead-letter-exchange",
+            "dead-letter-routing-key",
+            "max-length",
+            "max-in-memory-length",
+            "max-in-memory-bytes",
+            "max-priority",
+            "overflow",
+            "queue-mode",
+            "single-active-consumer",
+            "delivery-limit",
+            "ha-mode",
+            "ha-params",
+            "ha-sync-mode",
+            "ha-promote-on-shutdown",
+            "ha-promote-on-failure",
+            "queue-master-locator",
+            "dead-letter-strategy",
+        )
+    )
 
     def __init__(self, name: str, vhost: str, arguments: dict[str, Any], log: StreamLog) -> None:
         super().__init__(name, vhost, durable=True, arguments=arguments)
         self.log = log
         self._offsets: dict[Subscriber, int] = {}  # each consumer's next offset
+        self.configure()
+
+    def configure(self) -> None:
+        """Retention and segment size from arguments and policies, applied to the log
+        at once (RabbitMQ's stream coordinator updates a live stream's configuration)."""
+        max_bytes = self.setting("max-length-bytes")
+        age = self.setting("max-age")
+        segment = self.setting("stream-max-segment-size-bytes")
+        self.log.set_retention(
+            max_bytes if isinstance(max_bytes, int) and not isinstance(max_bytes, bool) else None,
+            interval_ms(text(age)) if isinstance(age, (str, bytes)) else None,
+            segment
+            if isinstance(segment, int) and not isinstance(segment, bool)
+            else DEFAULT_SEGMENT_BYTES,
+        )
 
     @classmethod
     def validate(
@@ -218,7 +266,7 @@ class StreamQueue(Queue):
                     body,
                 )
                 offsets[consumer] = offset + 1
-                self.delivered += 1
+                self.delivered += 1  # a stream consumer always acks
                 self.unacked += 1  # a stream consumer always acks, to return credit
                 consumer.deliver(self, Entry(message, offset))
                 if consumer not in offsets:

@@ -42,7 +42,9 @@ export function onUnauthorised(fn) {
 export const enc = (s) => encodeURIComponent(s);
 
 export async function request(method, path, body, headers = {}) {
-  const init = { method, headers: { Accept: "application/json", ...authHeader(), ...headers } };
+  // X-Requested-With: a 401 then brings no WWW-Authenticate challenge, so the browser
+  // shows no login prompt of its own over the dashboard's
+  const init = { method, headers: { Accept: "application/json", "X-Requested-With": "XMLHttpRequest", ...authHeader(), ...headers } };
   if (body !== undefined) {
     init.headers["Content-Type"] = "application/json";
     init.body = JSON.stringify(body);
@@ -64,7 +66,8 @@ export async function request(method, path, body, headers = {}) {
       (data && data.reason) || (typeof data === "string" ? data : resp.statusText),
     );
     const reason = data && data.reason;
-    if (resp.status === 401 && (reason === "Login failed" || reason === "Not management user")) {
+    const refused = ["Login failed", "Not management user", "User can only log in via localhost"];
+    if (resp.status === 401 && refused.includes(reason)) {
       for (const fn of listeners) fn(err);
     }
     throw err;

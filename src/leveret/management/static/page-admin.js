@@ -1,10 +1,10 @@
-// Admin: users, virtual hosts and permissions. Each tab is one entry of ADMIN_TABS (id,
-// title, make); more (policies, limits) are added the same way.
+// Admin: users, virtual hosts, permissions, topic permissions, policies and limits. Each tab
+// is one entry of ADMIN_TABS (id, title, make).
 "use strict";
 
 import * as api from "./api.js";
 import { enc } from "./api.js";
-import { Table, act, card, confirmDialog, field, fmtInt, h, input, link, select, setOptions } from "./ui.js";
+import { Table, act, card, confirmDialog, field, fmtInt, h, input, link, parseArguments, select, setOptions } from "./ui.js";
 
 const TAGS = ["administrator", "monitoring", "policymaker", "management", "impersonator"];
 
@@ -12,6 +12,9 @@ export const ADMIN_TABS = [
   { id: "users", title: "Users", make: usersTab },
   { id: "vhosts", title: "Virtual hosts", make: vhostsTab },
   { id: "permissions", title: "Permissions", make: permissionsTab },
+  { id: "topic-permissions", title: "Topic permissions", make: topicPermissionsTab },
+  { id: "policies", title: "Policies", make: policiesTab },
+  { id: "limits", title: "Limits", make: limitsTab },
 ];
 
 export function adminPage(tabId, whoami) {
@@ -22,7 +25,7 @@ export function adminPage(tabId, whoami) {
     ADMIN_TABS.map((t) => link(`/admin/${t.id}`, t.title, { class: t === tab ? "tab active" : "tab", "aria-current": t === tab ? "page" : null })),
   );
   if (whoami && !(whoami.tags || []).includes("administrator")) {
-    return { title: "Admin", el: h("div.page", card(null, h("p", "Only administrators manage users, virtual hosts and permissions."))) };
+    return { title: "Admin", el: h("div.page", card(null, h("p", "Only administrators manage users, virtual hosts, permissions, policies and limits."))) };
   }
   const body = tab.make();
   return { title: `Admin · ${tab.title}`, crumbs: [["/admin", "Admin"]], el: h("div.page", tabs, body.el), refresh: body.refresh };
@@ -181,4 +184,231 @@ function permissionsTab() {
     setOptions(vhostSel, vhosts.map((v) => v.name));
   }
   return { el: h("div.page", card("Permissions", table.el), card("Set a permission", form)), refresh };
+}
+
+// ---------------------------------------------------------- topic permissions
+function topicPermissionsTab() {
+  const table = new Table(
+    [
+      { key: "user", title: "User" },
+      { key: "vhost", title: "Virtual host" },
+      { key: "exchange", title: "Exchange" },
+      { key: "write", title: "Write (publish) regexp" },
+      { key: "read", title: "Read (bind) regexp" },
+      { title: "", render: (p) => h("button.small", { type: "button", onclick: () => clear(p) }, "Clear") },
+    ],
+    { empty: "No topic permissions: every routing key is allowed.", id: "topic-permissions-table", rowKey: (p) => `${p.user}\u0000${p.vhost}\u0000${p.exchange}` },
+  );
+  const userSel = select("user", [], { id: "topic-user" });
+  const vhostSel = select("vhost", [], { id: "topic-vhost" });
+  const form = h(
+    "form#set-topic-permission.form-grid",
+    {
+      onsubmit: async (e) => {
+        e.preventDefault();
+        const fd = new FormData(form);
+        const body = { exchange: fd.get("exchange"), write: fd.get("write"), read: fd.get("read") };
+        const ok = await act(form, () => api.put(`/topic-permissions/${enc(fd.get("vhost"))}/${enc(fd.get("user"))}`, body), "Topic permission set");
+        if (ok !== undefined) refresh();
+      },
+    },
+    field("User", userSel),
+    field("Virtual host", vhostSel),
+    field("Topic exchange", input("exchange", { value: "amq.topic", required: true, id: "topic-exchange" })),
+    field("Write regexp", input("write", { value: ".*", id: "topic-write" }), "routing keys the user may publish with; {username} and {vhost} are filled in"),
+    field("Read regexp", input("read", { value: ".*", id: "topic-read" }), "routing keys the user may bind with"),
+    h("div.form-actions", h("button.primary#topic-submit", { type: "submit" }, "Set topic permission")),
+  );
+  async function clear(p) {
+    if (!(await confirmDialog("Clear topic permissions", `Remove ${p.user}'s topic permissions in ${p.vhost}?`, { okLabel: "Clear" }))) return;
+    const ok = await act(null, () => api.del(`/topic-permissions/${enc(p.vhost)}/${enc(p.user)}`), "Topic permissions cleared");
+    if (ok !== undefined) refresh();
+  }
+  async function refresh() {
+    const [perms, users, vhosts] = await Promise.all([api.get("/topic-permissions"), api.get("/users"), api.get("/vhosts?columns=name")]);
+    table.set(perms);
+    setOptions(userSel, users.map((u) => u.name));
+    setOptions(vhostSel, vhosts.map((v) => v.name));
+  }
+  return { el: h("div.page", card("Topic permissions", table.el), card("Set a topic permission", form)), refresh };
+}
+
+// ------------------------------------------------------------------- policies
+const POLICY_KEYS = [
+  "max-length", "max-length-bytes", "overflow", "message-ttl", "expires", "dead-letter-exchange",
+  "dead-letter-routing-key", "queue-mode", "delivery-limit", "max-age",
+  "stream-max-segment-size-bytes", "alternate-exchange",
+];
+const OPERATOR_KEYS = ["max-length", "max-length-bytes", "message-ttl", "expires", "delivery-limit"];
+
+function definitionText(def) {
+  return Object.entries(def || {}).map(([k, v]) => `${k} = ${v}`).join("\n");
+}
+
+function keyPicker(textarea, keys) {
+  return h(
+    "div.tag-picker",
+    keys.map((k) =>
+      h("button.chip.small", {
+        type: "button",
+        onclick: () => {
+          const lines = textarea.value.split("\n").filter((l) => l.trim());
+          if (!lines.some((l) => l.split("=")[0].trim() === k)) lines.push(`${k} = `);
+          textarea.value = lines.join("\n");
+          textarea.focus();
+        },
+      }, k),
+    ),
+  );
+}
+
+/** One kind of policy (policies, or operator policies): its table and its form. */
+function policySection(kind) {
+  const operator = kind === "operator";
+  const path = operator ? "/operator-policies" : "/policies";
+  const prefix = operator ? "op-policy" : "policy";
+  const table = new Table(
+    [
+      { key: "vhost", title: "Virtual host" },
+      { key: "name", title: "Name" },
+      { key: "pattern", title: "Pattern" },
+      { key: "apply-to", title: "Apply to" },
+      { title: "Definition", sort: (p) => JSON.stringify(p.definition), render: (p) => h("span", Object.entries(p.definition || {}).map(([k, v]) => h("span.badge", { title: `${k}: ${JSON.stringify(v)}` }, `${k}: ${v}`))) },
+      { key: "priority", title: "Priority", num: true },
+      {
+        title: "",
+        render: (p) => h("span", h("button.small", { type: "button", onclick: () => edit(p) }, "Edit"), " ", h("button.small", { type: "button", onclick: () => remove(p) }, "Delete")),
+      },
+    ],
+    { empty: operator ? "No operator policies." : "No policies.", id: `${prefix}-table`, rowKey: (p) => `${p.vhost}\u0000${p.name}` },
+  );
+  const vhostSel = select("vhost", [], { id: `${prefix}-vhost` });
+  const applySel = select("apply-to", [["all", "Exchanges and queues"], ["queues", "Queues"], ["exchanges", "Exchanges"]], { id: `${prefix}-apply-to` });
+  const definition = h("textarea", { name: "definition", rows: 4, id: `${prefix}-definition`, placeholder: "max-length = 1000\noverflow = reject-publish" });
+  const form = h(
+    `form#set-${prefix}.form-grid`,
+    {
+      onsubmit: async (e) => {
+        e.preventDefault();
+        const fd = new FormData(form);
+        const name = String(fd.get("name")).trim();
+        const vhost = String(fd.get("vhost"));
+        const ok = await act(
+          form,
+          () => {
+            const body = {
+              pattern: fd.get("pattern"),
+              definition: parseArguments(fd.get("definition")),
+              priority: Number(fd.get("priority") || 0),
+              "apply-to": fd.get("apply-to"),
+            };
+            return api.put(`${path}/${enc(vhost)}/${enc(name)}`, body);
+          },
+          `${operator ? "Operator policy" : "Policy"} ${name} saved`,
+        );
+        if (ok !== undefined) refresh();
+      },
+    },
+    field("Virtual host", vhostSel),
+    field("Name", input("name", { required: true, id: `${prefix}-name` })),
+    field("Pattern", input("pattern", { required: true, id: `${prefix}-pattern`, placeholder: "^orders\\." }), "a regular expression: the names it finds take the policy"),
+    field("Apply to", applySel),
+    field("Priority", input("priority", { type: "number", value: "0", id: `${prefix}-priority` }), "the highest matching priority applies"),
+    field("Definition", h("div", definition, keyPicker(definition, operator ? OPERATOR_KEYS : POLICY_KEYS)), "key = value, one a line"),
+    h("div.form-actions", h(`button.primary#${prefix}-submit`, { type: "submit" }, operator ? "Add or update operator policy" : "Add or update policy")),
+  );
+  function edit(p) {
+    vhostSel.value = p.vhost;
+    form.elements.name.value = p.name;
+    form.elements.pattern.value = p.pattern;
+    applySel.value = p["apply-to"];
+    form.elements.priority.value = String(p.priority);
+    definition.value = definitionText(p.definition);
+    form.scrollIntoView({ block: "nearest" });
+  }
+  async function remove(p) {
+    if (!(await confirmDialog(operator ? "Delete operator policy" : "Delete policy", `Delete ${p.name} in ${p.vhost}?`, { okLabel: "Delete" }))) return;
+    const ok = await act(null, () => api.del(`${path}/${enc(p.vhost)}/${enc(p.name)}`), `${p.name} deleted`);
+    if (ok !== undefined) refresh();
+  }
+  async function refresh() {
+    const [policies, vhosts] = await Promise.all([api.get(path), api.get("/vhosts?columns=name")]);
+    table.set(policies);
+    setOptions(vhostSel, vhosts.map((v) => v.name));
+  }
+  const title = operator ? "Operator policies" : "Policies";
+  const note = operator
+    ? "Operator policies cap what policies and queue arguments allow: where both set a limit, the smaller applies."
+    : "A queue or exchange takes the matching policy of the highest priority; a queue's own arguments win where RabbitMQ lets them.";
+  return {
+    els: [card(title, h("p.muted", note), table.el), card(`Add or update ${operator ? "an operator policy" : "a policy"}`, form)],
+    refresh,
+  };
+}
+
+function policiesTab() {
+  const sections = [policySection("policy"), policySection("operator")];
+  return {
+    el: h("div.page", ...sections.flatMap((s) => s.els)),
+    refresh: () => Promise.all(sections.map((s) => s.refresh())),
+  };
+}
+
+// --------------------------------------------------------------------- limits
+function limitsSection(kind) {
+  const vhostKind = kind === "vhost";
+  const names = vhostKind ? ["max-connections", "max-queues"] : ["max-connections", "max-channels"];
+  const path = vhostKind ? "/vhost-limits" : "/user-limits";
+  const who = vhostKind ? "vhost" : "user";
+  const prefix = `${kind}-limit`;
+  const table = new Table(
+    [
+      { key: who, title: vhostKind ? "Virtual host" : "User" },
+      ...names.map((n) => ({ title: n, num: true, sort: (row) => row.value[n] ?? -1, render: (row) => (n in row.value ? String(row.value[n]) : h("span.muted", "—")) })),
+      {
+        title: "",
+        render: (row) => h("span", Object.keys(row.value).map((n) => h("button.small", { type: "button", onclick: () => clear(row[who], n) }, `Clear ${n}`))),
+      },
+    ],
+    { empty: vhostKind ? "No virtual host has limits." : "No user has limits.", id: `${prefix}s-table`, rowKey: (row) => row[who] },
+  );
+  const ownerSel = select(who, [], { id: `${prefix}-${who}` });
+  const nameSel = select("name", names, { id: `${prefix}-name` });
+  const form = h(
+    `form#set-${prefix}.form-grid`,
+    {
+      onsubmit: async (e) => {
+        e.preventDefault();
+        const fd = new FormData(form);
+        const owner = String(fd.get(who));
+        const name = String(fd.get("name"));
+        const value = Number(fd.get("value"));
+        const ok = await act(form, () => api.put(`${path}/${enc(owner)}/${enc(name)}`, { value }), `${name} of ${owner} set to ${value}`);
+        if (ok !== undefined) refresh();
+      },
+    },
+    field(vhostKind ? "Virtual host" : "User", ownerSel),
+    field("Limit", nameSel),
+    field("Value", input("value", { type: "number", step: "1", required: true, id: `${prefix}-value` }), "a negative value is no limit"),
+    h("div.form-actions", h(`button.primary#${prefix}-submit`, { type: "submit" }, "Set limit")),
+  );
+  async function clear(owner, name) {
+    const ok = await act(null, () => api.del(`${path}/${enc(owner)}/${enc(name)}`), `${name} of ${owner} cleared`);
+    if (ok !== undefined) refresh();
+  }
+  async function refresh() {
+    const [rows, owners] = await Promise.all([api.get(path), api.get(vhostKind ? "/vhosts?columns=name" : "/users")]);
+    table.set(rows);
+    setOptions(ownerSel, owners.map((o) => o.name));
+  }
+  const title = vhostKind ? "Virtual host limits" : "User limits";
+  return { els: [card(title, table.el), card(`Set a ${vhostKind ? "virtual host" : "user"} limit`, form)], refresh };
+}
+
+function limitsTab() {
+  const sections = [limitsSection("vhost"), limitsSection("user")];
+  return {
+    el: h("div.page", ...sections.flatMap((s) => s.els)),
+    refresh: () => Promise.all(sections.map((s) => s.refresh())),
+  };
 }

@@ -317,7 +317,7 @@ export function logsPage() {
     abort = new AbortController();
     const qs = new URLSearchParams({ vhost: state.vhost, exchange: state.exchange });
     try {
-      const resp = await fetch(`/api/logs/stream?${qs}`, { headers: { Accept: "text/event-stream", ...api.authHeader() }, signal: abort.signal });
+      const resp = await fetch(`/api/logs/stream?${qs}`, { headers: { Accept: "text/event-stream", "X-Requested-With": "XMLHttpRequest", ...api.authHeader() }, signal: abort.signal });
       if (!resp.ok) {
         let reason = resp.statusText;
         try {

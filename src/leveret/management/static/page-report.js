@@ -6,7 +6,7 @@ import * as api from "./api.js";
 import { card, fmtTime, h } from "./ui.js";
 
 async function asDataUrl(path) {
-  const resp = await fetch(path, { headers: api.authHeader() });
+  const resp = await fetch(path, { headers: { "X-Requested-With": "XMLHttpRequest", ...api.authHeader() } });
   if (!resp.ok) return "";
   const blob = await resp.blob();
   return new Promise((resolve) => {
@@ -36,7 +36,7 @@ export function reportPage() {
     if (shown === info.modified) return;
     shown = info.modified;
     head.replaceChildren(h("h2", "Leveret log report"), h("p.muted", `Made ${fmtTime(info.modified)} · ${info.path}/${info.document}`));
-    const resp = await fetch(`/api/logs/report/${info.document}`, { headers: api.authHeader() });
+    const resp = await fetch(`/api/logs/report/${info.document}`, { headers: { "X-Requested-With": "XMLHttpRequest", ...api.authHeader() } });
     const text = await resp.text();
     if (info.document.endsWith(".md")) {
       frame.srcdoc = `<pre style="white-space:pre-wrap;font:13px ui-monospace,monospace">${text.replace(/[&<]/g, (c) => (c === "&" ? "&amp;" : "&lt;"))}</pre>`;

@@ -106,6 +106,9 @@ export function features(item) {
     if (k === "x-queue-type") continue;
     out.push(badge(shortArg(k), `${k}: ${JSON.stringify(v)}`));
   }
+  // the policies that apply, as RabbitMQ's UI shows them beside the features
+  if (item.policy) out.push(h("span.badge.policy", { title: `policy ${item.policy}` }, item.policy));
+  if (item.operator_policy) out.push(h("span.badge.policy", { title: `operator policy ${item.operator_policy}` }, item.operator_policy));
   return out;
 }
 

@@ -1,0 +1,62 @@
+"""JSON values as RabbitMQ prints them in its messages (Erlang's ``~p`` of what
+``rabbit_json`` decoded): strings are binaries (``<<"x">>``), objects are maps, ``null``
+is the atom ``null``. RabbitMQ's validation errors quote the values they refuse this way."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+# Where io_lib's pretty printer breaks a line.
+LINE_WIDTH = 80
+
+
+def term(value: Any) -> str:
+    """``~p`` of a JSON value."""
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    if value is None:
+        return "null"
+    if isinstance(value, str):
+        if value.isascii():
+            return '<<"' + value.replace("\\", "\\\\").replace('"', '\\"') + '">>'
+        return '<<"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"/utf8>>'
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return erlang_float(value)
+    if isinstance(value, dict):
+        return "#{" + ",".join(f"{term(k)} => {term(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(term(v) for v in value) + "]"
+    return str(value)
+
+
+def pairs(items: list[tuple[str, Any]]) -> str:
+    """``~p`` of a proplist: ``[{<<"key">>,value}]``."""
+    return "[" + ",".join(f"{{{term(k)},{term(v)}}}" for k, v in items) + "]"
+
+
+def erlang_float(value: float) -> str:
+    """A float as Erlang prints it: always a fraction, exponents without '+'."""
+    if math.isinf(value) or math.isnan(value):
+        return repr(value)
+    text = repr(value)
+    mantissa, _, exponent = text.partition("e")
+    if "." not in mantissa:
+        mantissa += ".0"
+    if exponent:
+        return f"{mantissa}e{int(exponent)}"
+    return mantissa
+
+
+def tuple_term(prefix: str, items: list[str]) -> str:
+    """``prefix`` then a tuple of already-printed items, broken as io_lib breaks a tuple
+    that does not fit on the line: one item a line, under the first."""
+    flat = "{" + ",".join(items) + "}"
+    if len(prefix) + len(flat) < LINE_WIDTH:
+        return prefix + flat
+    indent = "\n" + " " * (len(prefix) + 1)
+    return prefix + "{" + ("," + indent).join(items) + "}"

@@ -1,0 +1,500 @@
+"""``leveret ctl``'s operator verbs, as rabbitmqctl 3.10.8 prints them: policies and
+operator policies, vhost and user limits, topic permissions. Each is a client of the
+management API (``/api/policies``, ``/api/operator-policies``, ``/api/vhost-limits``,
+``/api/user-limits``, ``/api/topic-permissions``)."""
+
+from __future__ import annotations
+
+import html
+import json
+import sys
+from typing import Annotated, Any
+
+import typer
+
+from leveret.broker.limits import USER_LIMITS, VHOST_LIMITS, limit_error
+from leveret.cli import ctlformat as fmt
+from leveret.cli.ctlapp import verb
+from leveret.cli.ctlclient import (
+    EX_DATAERR,
+    EX_NOUSER,
+    EX_USAGE,
+    Ctl,
+    CtlError,
+    HttpError,
+    q,
+)
+from leveret.cli.ctllist import node_name
+
+EX_UNAVAILABLE = 69
+
+POLICY_COLUMNS = ("vhost", "name", "pattern", "apply-to", "definition", "priority")
+
+
+def _error(text: str, code: int = EX_UNAVAILABLE) -> CtlError:
+    """rabbitmqctl's "Error:" and the broker's text on the next line."""
+    return CtlError(f"Error:\n{text}", code, plain=True)
+
+
+def _no_vhost(vhost: str) -> CtlError:
+    return CtlError(f"Virtual host '{vhost}' does not exist", EX_DATAERR, plain=True)
+
+
+def _json(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        raise _error("JSON decoding error. Reason: badarg") from None
+
+
+def _compact(value: Any) -> str:
+    """A definition or limits as rabbitmqctl prints them: compact JSON, keys in order."""
+    return json.dumps(value, separators=(",", ":"), sort_keys=True, ensure_ascii=False)
+
+
+def _priority(value: str) -> int:
+    try:
+        return int(value)
+    except ValueError:
+        raise CtlError("(argument validation): priority must be an integer", EX_USAGE) from None
+
+
+def _apply_to(value: str) -> str:
+    return value
+
+
+def _rows(ctl: Ctl, header: tuple[str, ...] | None, rows: list[list[str]]) -> None:
+    """A table as rabbitmqctl prints these listings: the header unless asked not to, and
+    an empty line when there is nothing."""
+    out = sys.stdout
+    if not rows:
+        out.write("\n")
+        return
+    if header is not None and ctl.opts.table_headers:
+        out.write("\t".join(header) + "\n")
+    for row in rows:
+        out.write("\t".join(row) + "\n")
+
+
+def _json_rows(rows: list[dict[str, Any]]) -> None:
+    sys.stdout.write(fmt.json_rows(rows) if rows else "[]\n")
+
+
+# --------------------------------------------------------------------- policies
+Priority = Annotated[
+    int,
+    typer.Option("--priority", parser=_priority, metavar="N", help="Higher wins (default 0)."),
+]
+ApplyTo = Annotated[
+    str,
+    typer.Option("--apply-to", parser=_apply_to, metavar="WHAT", help="queues, exchanges or all."),
+]
+
+
+def _set_policy(
+    ctl: Ctl,
+    operator: bool,
+    name: str,
+    pattern: str,
+    definition: str,
+    priority: int,
+    apply_to: str,
+) -> None:
+    vhost = ctl.opts.vhost
+    what = "operator policy override" if operator else "policy"
+    ctl.banner(
+        f'Setting {what} "{name}" for pattern "{pattern}" to "{definition}" with priority '
+        f'"{priority}" for vhost "{vhost}" ...'
+    )
+    body = {
+        "pattern": pattern,
+        "definition": _json(definition),
+        "priority": priority,
+        "apply-to": apply_to,
+    }
+    path = "operator-policies" if operator else "policies"
+    try:
+        ctl.client.request("PUT", f"/api/{path}/{q(vhost)}/{q(name)}", body)
+    except HttpError as exc:
+        if exc.status == 404:
+            raise _no_vhost(vhost) from exc
+        # the policy endpoint escapes its answer for HTML; rabbitmqctl's is plain
+        raise _error(html.unescape(exc.reason).rstrip("\n") + "\n") from exc
+
+
+def _clear_policy(ctl: Ctl, operator: bool, name: str) -> None:
+    vhost = ctl.opts.vhost
+    what = "operator policy" if operator else "policy"
+    ctl.banner(f'Clearing {what} "{name}" on vhost "{vhost}" ...')
+    path = "operator-policies" if operator else "policies"
+    try:
+        ctl.client.request("DELETE", f"/api/{path}/{q(vhost)}/{q(name)}")
+    except HttpError as exc:
+        if exc.status == 404:
+            raise _error("Parameter does not exist") from exc
+        raise
+
+
+def _list_policies(ctl: Ctl, operator: bool) -> None:
+    vhost = ctl.opts.vhost
+    what = "operator policy overrides" if operator else "policies"
+    path = "operator-policies" if operator else "policies"
+    json_out = ctl.opts.formatter == "json"
+    if not json_out:
+        ctl.banner(f'Listing {what} for vhost "{vhost}" ...')
+    try:
+        items = ctl.client.get(f"/api/{path}/{q(vhost)}")
+    except HttpError as exc:
+        if exc.status == 404:
+            raise _no_vhost(vhost) from exc
+        raise
+    items = sorted(items, key=lambda p: p["priority"])  # lowest priority first
+    if json_out:
+        _json_rows(
+            [
+                {**{k: p[k] for k in POLICY_COLUMNS}, "definition": _compact(p["definition"])}
+                for p in items
+            ]
+        )
+        return
+    rows = [
+        [
+            p["vhost"],
+            p["name"],
+            p["pattern"],
+            p["apply-to"],
+            _compact(p["definition"]),
+            fmt.cell(p["priority"]),
+        ]
+        for p in items
+    ]
+    _rows(ctl, POLICY_COLUMNS, rows)
+
+
+@verb("policies")
+def set_policy(
+    ctl: Ctl,
+    name: str,
+    pattern: str,
+    definition: str,
+    priority: Priority = 0,
+    apply_to: ApplyTo = "all",
+) -> None:
+    """Sets a policy in the virtual host given by -p: queues and exchanges whose names
+    match PATTERN (a regular expression) take DEFINITION (a JSON object of keys such as
+    max-length, message-ttl, dead-letter-exchange)."""
+    _set_policy(ctl, False, name, pattern, definition, priority, apply_to)
+
+
+@verb("policies")
+def clear_policy(ctl: Ctl, name: str) -> None:
+    """Clears a policy in the virtual host given by -p."""
+    _clear_policy(ctl, False, name)
+
+
+@verb("policies")
+def list_policies(ctl: Ctl) -> None:
+    """The policies of the virtual host given by -p, lowest priority first."""
+    _list_policies(ctl, False)
+
+
+@verb("policies")
+def set_operator_policy(
+    ctl: Ctl,
+    name: str,
+    pattern: str,
+    definition: str,
+    priority: Priority = 0,
+    apply_to: ApplyTo = "all",
+) -> None:
+    """Sets an operator policy in the virtual host given by -p: its limits (expires,
+    message-ttl, max-length, max-length-bytes, delivery-limit) win over a policy's where
+    they are stricter."""
+    _set_policy(ctl, True, name, pattern, definition, priority, apply_to)
+
+
+@verb("policies")
+def clear_operator_policy(ctl: Ctl, name: str) -> None:
+    """Clears an operator policy in the virtual host given by -p."""
+    _clear_policy(ctl, True, name)
+
+
+@verb("policies")
+def list_operator_policies(ctl: Ctl) -> None:
+    """The operator policies of the virtual host given by -p."""
+    _list_policies(ctl, True)
+
+
+# ------------------------------------------------------------------ vhost limits
+def _vhost_limits(ctl: Ctl, vhost: str) -> dict[str, Any] | None:
+    try:
+        items = ctl.client.get(f"/api/vhost-limits/{q(vhost)}")
+    except HttpError as exc:
+        if exc.status == 404:
+            return None
+        raise
+    return dict(items[0]["value"]) if items else {}
+
+
+@verb("limits")
+def set_vhost_limits(ctl: Ctl, definition: str) -> None:
+    """Sets the limits of the virtual host given by -p (a JSON object of max-connections
+    and max-queues; a negative value is no limit), replacing the ones it has."""
+    vhost = ctl.opts.vhost
+    ctl.banner(f'Setting vhost limits to "{definition}" for vhost "{vhost}" ...')
+    limits = _json(definition)
+    if not isinstance(limits, dict):
+        raise _error("Validation failed\n\nlimits must be a JSON object\n")
+    current = _vhost_limits(ctl, vhost)
+    if current is None:
+        raise _no_vhost(vhost)
+    for key, value in sorted(limits.items()):
+        err = limit_error(key, value, VHOST_LIMITS, "limits")
+        if err is not None:
+            raise _error(f"Validation failed\n\n{err}\n")
+    base = f"/api/vhost-limits/{q(vhost)}"
+    for key in current:
+        if key not in limits:
+            ctl.client.request("DELETE", f"{base}/{q(key)}")
+    # each PUT puts its limit first: the last one set is listed first
+    for key, value in sorted(limits.items(), reverse=True):
+        ctl.client.request("PUT", f"{base}/{q(key)}", {"value": value})
+
+
+@verb("limits")
+def clear_vhost_limits(ctl: Ctl) -> None:
+    """Clears every limit of the virtual host given by -p."""
+    vhost = ctl.opts.vhost
+    ctl.banner(f'Clearing vhost "{vhost}" limits ...')
+    current = _vhost_limits(ctl, vhost)
+    if not current:
+        raise _error("Parameter does not exist")
+    for key in current:
+        ctl.client.request("DELETE", f"/api/vhost-limits/{q(vhost)}/{q(key)}")
+
+
+@verb("limits")
+def list_vhost_limits(
+    ctl: Ctl,
+    all_vhosts: Annotated[
+        bool, typer.Option("--global", help="Every virtual host's limits.")
+    ] = False,
+) -> None:
+    """The limits of the virtual host given by -p, or of every one (--global)."""
+    json_out = ctl.opts.formatter == "json"
+    if all_vhosts:
+        if not json_out:
+            ctl.banner("Listing limits for all vhosts ...")
+        items = ctl.client.get("/api/vhost-limits")
+        if json_out:
+            _json_rows([{"vhost": i["vhost"], "limits": _compact(i["value"])} for i in items])
+            return
+        _rows(ctl, ("vhost", "limits"), [[i["vhost"], _compact(i["value"])] for i in items])
+        return
+    vhost = ctl.opts.vhost
+    if not json_out:
+        ctl.banner(f'Listing limits for vhost "{vhost}" ...')
+    limits = _vhost_limits(ctl, vhost)
+    if limits is None:
+        raise _no_vhost(vhost)
+    if json_out:
+        if not limits:
+            sys.stdout.write("[]\n")
+            return
+        node = node_name(ctl.client)
+        answer = {"node": node, "result": "ok", "value": _compact(limits)}
+        sys.stdout.write(json.dumps(answer, separators=(",", ":")) + "\n")
+        return
+    sys.stdout.write((_compact(limits) if limits else "") + "\n")
+
+
+# ------------------------------------------------------------------- user limits
+def _no_user(user: str) -> CtlError:
+    return _error(f'{{:no_such_user, "{user}"}}')
+
+
+def _user_limits(ctl: Ctl, user: str) -> dict[str, Any]:
+    try:
+        items = ctl.client.get(f"/api/user-limits/{q(user)}")
+    except HttpError as exc:
+        if exc.status == 404:
+            raise _no_user(user) from exc
+        raise
+    return dict(items[0]["value"]) if items else {}
+
+
+@verb("limits")
+def set_user_limits(ctl: Ctl, username: str, definition: str) -> None:
+    """Sets limits of a user (a JSON object of max-connections and max-channels; a
+    negative value is no limit); the limits it does not name stay."""
+    ctl.banner(f'Setting user limits to "{definition}" for user "{username}" ...')
+    limits = _json(definition)
+    if not isinstance(limits, dict):
+        raise _error("limits must be a JSON object")
+    for key, value in sorted(limits.items()):
+        err = limit_error(key, value, USER_LIMITS, "user-limits")
+        if err is not None:
+            raise _error(err)
+    _user_limits(ctl, username)  # the user must exist
+    for key, value in sorted(limits.items()):
+        ctl.client.request("PUT", f"/api/user-limits/{q(username)}/{q(key)}", {"value": value})
+
+
+@verb("limits")
+def clear_user_limits(ctl: Ctl, username: str, limit_name: str) -> None:
+    """Clears a limit of a user (max-connections, max-channels), or all of them (all)."""
+    if limit_name == "all":
+        ctl.banner(f'Clearing all limits for user "{username}" ...')
+    else:
+        ctl.banner(f'Clearing "{limit_name}" limit for user "{username}" ...')
+    current = _user_limits(ctl, username)
+    names = list(current) if limit_name == "all" else [limit_name]
+    for key in names:
+        if key in current:
+            ctl.client.request("DELETE", f"/api/user-limits/{q(username)}/{q(key)}")
+
+
+@verb("limits")
+def list_user_limits(
+    ctl: Ctl,
+    user: Annotated[
+        str | None, typer.Option("--user", metavar="USER", help="Whose limits.")
+    ] = None,
+    all_users: Annotated[bool, typer.Option("--global", help="Every user's limits.")] = False,
+) -> None:
+    """The limits of a user (--user, default the one ctl logs in as), or of every user
+    that has some (--global)."""
+    json_out = ctl.opts.formatter == "json"
+    if all_users:
+        if not json_out:
+            ctl.banner("Listing limits for all users ...")
+        items = ctl.client.get("/api/user-limits")
+        if json_out:
+            _json_rows([{"user": i["user"], "limits": _compact(i["value"])} for i in items])
+            return
+        _rows(ctl, ("user", "limits"), [[i["user"], _compact(i["value"])] for i in items])
+        return
+    name = user or ctl.opts.username
+    if not json_out:
+        ctl.banner(f'Listing limits for user "{name}" ...')
+    limits = _user_limits(ctl, name)
+    if json_out:
+        sys.stdout.write(json.dumps({"message": _compact(limits)}, separators=(",", ":")) + "\n")
+        return
+    sys.stdout.write(_compact(limits) + "\n")
+
+
+# ------------------------------------------------------------- topic permissions
+def _user_and_vhost(ctl: Ctl, user: str, vhost: str) -> None:
+    try:
+        ctl.client.get(f"/api/users/{q(user)}")
+    except HttpError as exc:
+        if exc.status == 404:
+            raise _error(f"User {user} does not exist", EX_NOUSER) from exc
+        raise
+    try:
+        ctl.client.get(f"/api/vhosts/{q(vhost)}")
+    except HttpError as exc:
+        if exc.status == 404:
+            raise _error(f"Virtual host {vhost} does not exist") from exc
+        raise
+
+
+@verb("topic permissions")
+def set_topic_permissions(ctl: Ctl, user: str, exchange: str, write: str, read: str) -> None:
+    """Sets what routing keys a user may publish with (WRITE) and bind with (READ) on a
+    topic exchange of the virtual host given by -p (regular expressions; {username} and
+    {vhost} are filled in)."""
+    vhost = ctl.opts.vhost
+    ctl.banner(
+        f'Setting topic permissions on "{exchange}" for user "{user}" in vhost "{vhost}" ...'
+    )
+    _user_and_vhost(ctl, user, vhost)
+    try:
+        ctl.client.request(
+            "PUT",
+            f"/api/topic-permissions/{q(vhost)}/{q(user)}",
+            {"exchange": exchange, "write": write, "read": read},
+        )
+    except HttpError as exc:
+        reason = exc.body.get("reason") if isinstance(exc.body, dict) else None
+        if isinstance(reason, list) and reason and reason[0] == "invalid_regexp":
+            codes, at = reason[2]
+            message = "".join(map(chr, codes))
+            raise _error(f"{{:invalid_regexp, \"{reason[1]}\", {{'{message}', {at}}}}}") from exc
+        raise _error(exc.reason) from exc
+
+
+@verb("topic permissions")
+def clear_topic_permissions(
+    ctl: Ctl, username: str, exchange: Annotated[str | None, typer.Argument()] = None
+) -> None:
+    """Clears a user's topic permissions in the virtual host given by -p: on EXCHANGE, or
+    on every exchange."""
+    vhost = ctl.opts.vhost
+    if exchange is None:
+        ctl.banner(f'Clearing topic permissions for user "{username}" in vhost "{vhost}" ...')
+    else:
+        ctl.banner(
+            f'Clearing topic permissions on "{exchange}" for user "{username}" in vhost '
+            f'"{vhost}" ...'
+        )
+    _user_and_vhost(ctl, username, vhost)
+    path = f"/api/topic-permissions/{q(vhost)}/{q(username)}"
+    try:
+        current = ctl.client.get(path)
+    except HttpError as exc:
+        if exc.status == 404:
+            return  # nothing to clear: rabbitmqctl says nothing either
+        raise
+    if exchange is None:
+        ctl.client.request("DELETE", path)
+        return
+    keep = [p for p in current if p["exchange"] != exchange]
+    if len(keep) == len(current):
+        return
+    # the API clears a user's topic permissions in a vhost together: set back the others
+    ctl.client.request("DELETE", path)
+    for p in keep:
+        ctl.client.request(
+            "PUT", path, {"exchange": p["exchange"], "write": p["write"], "read": p["read"]}
+        )
+
+
+@verb("topic permissions")
+def list_topic_permissions(ctl: Ctl) -> None:
+    """The topic permissions of the virtual host given by -p."""
+    vhost = ctl.opts.vhost
+    json_out = ctl.opts.formatter == "json"
+    if not json_out:
+        ctl.banner(f'Listing topic permissions for vhost "{vhost}" ...')
+    try:
+        items = ctl.client.get(f"/api/vhosts/{q(vhost)}/topic-permissions")
+    except HttpError as exc:
+        if exc.status == 404:
+            raise _no_vhost(vhost) from exc
+        raise
+    keys = ("user", "exchange", "write", "read")
+    if json_out:
+        _json_rows([{k: p[k] for k in keys} for p in items])
+        return
+    _rows(ctl, keys, [[p[k] for k in keys] for p in items])
+
+
+@verb("topic permissions")
+def list_user_topic_permissions(ctl: Ctl, username: str) -> None:
+    """A user's topic permissions in every virtual host."""
+    json_out = ctl.opts.formatter == "json"
+    if not json_out:
+        ctl.banner(f'Listing topic permissions for user "{username}" ...')
+    try:
+        items = ctl.client.get(f"/api/users/{q(username)}/topic-permissions")
+    except HttpError as exc:
+        if exc.status == 404:
+            raise _no_user(username) from exc
+        raise
+    keys = ("vhost", "exchange", "write", "read")
+    if json_out:
+        _json_rows([{k: p[k] for k in keys} for p in items])
+        return
+    _rows(ctl, None, [[p[k] for k in keys] for p in items])
