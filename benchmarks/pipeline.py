@@ -44,13 +44,9 @@ import pyarrow.parquet as pq  # noqa: E402
 from tests.brokers import BrokerUnderTest, ensure_rabbitmq, start_leveret  # noqa: E402
 
 from leveret.spark.client import Outgoing, publish  # noqa: E402
-from leveret.spark.pipeline import (  # noqa: E402
-    LAKE_PARTITIONS,
-    IngestConfig,
-    spark_session,
-    start_ingest,
-)
+from leveret.spark.pipeline import LAKE_PARTITIONS, IngestConfig, start_ingest  # noqa: E402
 from leveret.spark.records import parse_log_records  # noqa: E402
+from leveret.spark.session import spark_session  # noqa: E402
 
 
 def _body(i: int, ts: float) -> bytes:

@@ -38,6 +38,17 @@ Master = Annotated[
         help="Spark master URL: local[*], local[2], spark://host:7077, …",
     ),
 ]
+Conf = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--conf",
+        "-c",
+        help="A Spark setting KEY=VALUE, as spark-submit takes it (repeatable), e.g. "
+        "spark.executor.memory=2g or spark.pyspark.python=/opt/venv/bin/python. The "
+        "executors' Python: this setting, else PYSPARK_PYTHON, else (local masters) this "
+        "interpreter.",
+    ),
+]
 LogLevel = Annotated[
     str, typer.Option("--log-level", envvar="LEVERET_LOG_LEVEL", help="Logging level.")
 ]
@@ -60,6 +71,15 @@ def _logging(level: str) -> None:
     if level.upper() != "DEBUG":
         # pika logs every close and a traceback per refused connection; our errors say it
         logging.getLogger("pika").setLevel(logging.CRITICAL)
+
+
+def _conf(pairs: list[str] | None) -> dict[str, str]:
+    from leveret.spark.session import parse_conf
+
+    try:
+        return parse_conf(pairs or [])
+    except ValueError as exc:
+        fail(str(exc))
 
 
 def _spark_level(level: str) -> str:
@@ -140,6 +160,7 @@ def ingest(
             help="Restart a failed query from its checkpoint this many times in a row.",
         ),
     ] = 5,
+    conf: Conf = None,
     log_level: LogLevel = "info",
 ) -> None:
     """Stream the log records of the logs stream into a Parquet lake partitioned by date and
@@ -153,6 +174,7 @@ def ingest(
         parse_trigger(trigger)
     except ValueError as exc:
         fail(str(exc))
+    settings = _conf(conf)
     cfg = IngestConfig(
         url=url,
         lake=lake.resolve(),
@@ -167,7 +189,11 @@ def ingest(
     _interrupt_on_sigterm()
     try:
         restarts = run_ingest(
-            cfg, master=master, max_restarts=max_restarts, log_level=_spark_level(log_level)
+            cfg,
+            master=master,
+            max_restarts=max_restarts,
+            log_level=_spark_level(log_level),
+            conf=settings,
         )
     except AmqpSourceError as exc:
         fail(str(exc))
@@ -186,6 +212,7 @@ def report(
     fmt: Annotated[str, typer.Option("--format", help="Report format: html or md.")] = "html",
     top: Annotated[int, typer.Option("--top", min=1, help="Rows of the top-N tables.")] = 10,
     master: Master = "local[*]",
+    conf: Conf = None,
     log_level: LogLevel = "warning",
 ) -> None:
     """A Spark batch job over the lake: counts by severity per minute, error rate, top
@@ -193,14 +220,15 @@ def report(
     tables."""
     _need_spark()
     _logging(log_level)
-    from leveret.spark.pipeline import spark_session
     from leveret.spark.report import ReportError, make_report
+    from leveret.spark.session import spark_session
 
     if fmt not in ("html", "md"):
         fail(f"unknown report format {fmt!r}: use html or md")
     if not lake.is_dir():
         fail(f"no log lake at {lake} (run `leveret pipeline ingest` first)")
-    spark = spark_session(master, "leveret-report", log_level=_spark_level(log_level))
+    settings = _conf(conf)
+    spark = spark_session(master, "leveret-report", settings, log_level=_spark_level(log_level))
     try:
         result = make_report(spark, lake.resolve(), out.resolve(), fmt, top)
     except ReportError as exc:

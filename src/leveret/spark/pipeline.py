@@ -16,15 +16,15 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import re
-import tempfile
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from leveret.spark.client import AmqpSourceError, close_quietly, connect, error_from
+from leveret.spark.session import spark_session
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -39,61 +39,6 @@ LAKE_PARTITIONS = ("date", "severity")
 #: exchange whatever its type: ``#`` for topic (and fanout, which ignores keys), the
 #: severities for direct. A queue gets a message once however many bindings match.
 BIND_KEYS = ("#", "debug", "info", "warning", "error", "critical")
-
-
-_LOG4J2 = """\
-rootLogger.level = {level}
-rootLogger.appenderRef.console.ref = console
-appender.console.type = Console
-appender.console.name = console
-appender.console.target = SYSTEM_ERR
-appender.console.layout.type = PatternLayout
-appender.console.layout.pattern = %d{{yy/MM/dd HH:mm:ss}} %p %c{{1}}: %m%n%ex
-"""
-
-
-def _log4j2_file(level: str) -> Path:
-    """A log4j2 configuration for the driver's JVM at ``level``, from its first line on
-    (``setLogLevel`` comes too late for what Spark logs while it starts)."""
-    path = Path(tempfile.gettempdir()) / f"leveret-log4j2-{level.lower()}.properties"
-    text = _LOG4J2.format(level=level.lower())
-    if not path.exists() or path.read_text() != text:
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(text)
-        tmp.replace(path)
-    return path
-
-
-def spark_session(
-    master: str = "local[*]",
-    app_name: str = "leveret-pipeline",
-    conf: dict[str, str] | None = None,
-    log_level: str = "WARN",
-) -> SparkSession:
-    """A session for the pipeline jobs: UTC, a few shuffle partitions, ``amqp`` registered.
-    ``log_level`` is the JVM's (log4j: ``OFF`` leaves the command's own one-line errors
-    alone on stderr, ``WARN`` is Spark's usual)."""
-    from pyspark.sql import SparkSession
-
-    from leveret.spark import register
-
-    builder = (
-        SparkSession.builder.master(master)
-        .appName(app_name)
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.sql.shuffle.partitions", "4")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config(
-            "spark.driver.extraJavaOptions",
-            f"-Dlog4j2.configurationFile=file:{_log4j2_file(log_level)}",
-        )
-    )
-    for key, value in (conf or {}).items():
-        builder = builder.config(key, value)
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel(log_level.upper())
-    register(spark)
-    return spark
 
 
 def ensure_log_stream(
@@ -236,11 +181,16 @@ def _java_causes(exc: BaseException) -> str:
 
 
 def run_ingest(
-    cfg: IngestConfig, master: str = "local[*]", max_restarts: int = 5, log_level: str = "WARN"
+    cfg: IngestConfig,
+    master: str = "local[*]",
+    max_restarts: int = 5,
+    log_level: str = "WARN",
+    conf: Mapping[str, str] | None = None,
 ) -> int:
     """Run the ingest until it ends (availableNow) or is interrupted; a query that fails is
     restarted from its checkpoint (a broker restart, a lost connection) up to
-    ``max_restarts`` times in a row. Returns the number of restarts."""
+    ``max_restarts`` times in a row. ``conf``: Spark settings (spark-submit's ``--conf``).
+    Returns the number of restarts."""
     if cfg.declare:
         if cfg.queue:
             conn = connect(cfg.url)
@@ -250,7 +200,7 @@ def run_ingest(
             ensure_log_stream(cfg.url, cfg.stream, cfg.exchange)
     cfg.lake.mkdir(parents=True, exist_ok=True)
     cfg.checkpoint.mkdir(parents=True, exist_ok=True)
-    spark = spark_session(master, "leveret-ingest", log_level=log_level)
+    spark = spark_session(master, "leveret-ingest", conf, log_level=log_level)
     restarts = 0
     failures = 0
     try:

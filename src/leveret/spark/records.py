@@ -9,7 +9,8 @@ ts         timestamp   the record's ``ts`` (RFC 3339); else the message's timest
                        property; else the time it was parsed
 date       date        ``ts`` in UTC (the lake is partitioned by it)
 severity   string      the record's, normalised (``WARN`` -> ``warning``); for plain text,
-                       from the routing key (``error`` or ``kern.error``), else ``info``
+                       from the routing key (``error`` or ``kern.error``), else from a
+                       ``severity: message`` prefix of the text, else ``info``
 facility   string      the record's; for plain text, from a ``facility.severity`` key
 host, app  string
 pid        bigint
@@ -77,6 +78,9 @@ RECORD_COLUMNS = (
 
 DEFAULT_KEEP = ("offset", "routing_key", "redelivered", "message_id")
 
+#: A plain text's ``severity: message`` prefix (Java regex; group 1 is the word).
+PREFIX_PATTERN = r"^\s*(?i:(debug|info|warning|warn|error|err|critical|crit|fatal))\s*:"
+
 
 def _severity(word: Column) -> Column:
     """A severity word normalised: lower case, aliases resolved; NULL if unknown."""
@@ -98,7 +102,10 @@ def parse_log_records(df: DataFrame, keep: Sequence[str] = DEFAULT_KEEP) -> Data
         {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": "_json_corrupt"},
     )
     key = F.coalesce(F.col("routing_key"), F.lit(""))
-    key_severity = F.coalesce(_severity(F.substring_index(key, ".", -1)), F.lit("info"))
+    prefix = F.regexp_extract(text, PREFIX_PATTERN, 1)
+    key_severity = F.coalesce(
+        _severity(F.substring_index(key, ".", -1)), _severity(prefix), F.lit("info")
+    )
     key_facility = F.when(
         F.instr(key, ".") > 0,
         F.expr(

@@ -1,0 +1,323 @@
+"""The ingest's stages one by one, in µs of CPU (and of wall time) per record.
+
+Used by ``benchmarks/pipeline.py --profile``; each function measures one stage with the
+others taken out of the way:
+
+- **broker delivery**: a raw consumer reads the stream from offset 0 and only counts
+  frames; the broker's CPU (from ``/proc/PID/stat``) over the read, per record. The raw
+  bytes are kept for the reader stages.
+- **reader**: the executor's Python over those bytes, from memory: walking the frames and
+  building the Arrow batch Spark gets (messages for the generic reader, typed log records
+  for the ingest's reader).
+- **hand-off**: a Python data source that yields ready-made Arrow batches from memory to a
+  ``noop`` write: Spark's Python worker to the JVM, and the JVM turning them into rows.
+- **parse (JVM)**: the generic path's ``parse_log_records`` (Spark's ``from_json``) over
+  message rows cached in Spark, to a ``noop`` write.
+- **Parquet write**: the parsed records, cached in Spark, written as the lake (partitioned
+  by date and severity).
+
+CPU is summed over this process and its descendants (the driver's JVM and Spark's Python
+workers) or, for the broker, over the broker's process; dividing by the records gives the
+cost per record whatever the parallelism. Wall time per record is given beside it.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import struct
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+# ----------------------------------------------------------------------------- CPU time
+def process_cpu(pid: int, children: bool = True) -> float:
+    """utime + stime (and the reaped children's) of a process, in seconds."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    ticks = int(fields[11]) + int(fields[12])
+    if children:
+        ticks += int(fields[13]) + int(fields[14])
+    return ticks / CLK_TCK
+
+
+def _parents() -> dict[int, int]:
+    out: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    out[int(entry)] = int(f.read().rsplit(")", 1)[1].split()[1])
+            except OSError:
+                continue
+    return out
+
+
+def tree_cpu(root: int) -> float:
+    """CPU seconds of ``root`` and every live descendant (reaped ones count in their
+    parent's children time)."""
+    parents = _parents()
+    tree = {root}
+    grew = True
+    while grew:
+        grew = False
+        for pid, ppid in parents.items():
+            if ppid in tree and pid not in tree:
+                tree.add(pid)
+                grew = True
+    return sum(process_cpu(pid) for pid in tree)
+
+
+def machine_cpu() -> float:
+    """CPU seconds spent not idle on the whole machine."""
+    with open("/proc/stat") as f:
+        values = [int(v) for v in f.readline().split()[1:]]
+    idle = values[3] + values[4]
+    return (sum(values[:8]) - idle) / CLK_TCK
+
+
+class Meter:
+    """Wall time, CPU of a process tree and of the whole machine over a ``with`` block."""
+
+    def __init__(self, records: int, pid: int | None = None, tree: bool = True) -> None:
+        self.records = records
+        self.pid = os.getpid() if pid is None else pid
+        self.tree = tree
+        self.result: dict[str, float] = {}
+
+    def _cpu(self) -> float:
+        return tree_cpu(self.pid) if self.tree else process_cpu(self.pid, children=False)
+
+    def __enter__(self) -> Meter:
+        self._t = time.perf_counter()
+        self._cpu0 = self._cpu()
+        self._m0 = machine_cpu()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        wall = time.perf_counter() - self._t
+        cpu = self._cpu() - self._cpu0
+        machine = machine_cpu() - self._m0
+        n = self.records
+        self.result = {
+            "wall_us": 1e6 * wall / n,
+            "cpu_us": 1e6 * cpu / n,
+            "per_s": n / wall,
+            # what everything else on the machine used meanwhile, in cores
+            "others_cores": max(0.0, machine - cpu) / wall,
+        }
+
+
+# ----------------------------------------------------------------------------- broker
+_HEAD = struct.Struct(">BHI")
+
+
+def raw_read(
+    host: str, port: int, stream: str, n: int, prefetch: int = 5000
+) -> tuple[list[bytes], float]:
+    """Read ``n`` deliveries of ``stream`` from offset 0 as raw bytes, doing nothing but
+    count ``basic.deliver`` frames and ack; returns the bytes and the seconds it took."""
+    from leveret.spark.wire import StreamConsumer
+
+    consumer = StreamConsumer(host, port, "/", "guest", "guest", prefetch)
+    chunks: list[bytes] = []
+    try:
+        consumer.consume(stream, 0)
+        sock: socket.socket = consumer._sock
+        sock.settimeout(30)
+        buf = bytes(consumer._buf[consumer._pos :])  # what came with consume-ok
+        if buf:
+            chunks.append(buf)
+        t = time.perf_counter()
+        count = acked = pos = 0
+        while True:
+            end = len(buf)
+            while end - pos >= 7:
+                ftype, _ch, size = _HEAD.unpack_from(buf, pos)
+                if pos + 8 + size > end:
+                    break
+                if ftype == 1:
+                    count += 1
+                pos += 8 + size
+            if count - acked >= prefetch // 2 or count >= n:
+                consumer.ack(count)  # delivery tags count from 1 on the channel
+                acked = count
+            if count >= n:
+                break
+            try:
+                data = sock.recv(1 << 20)
+            except TimeoutError:
+                raise TimeoutError(f"read {count} of {n} deliveries, acked {acked}") from None
+            if not data:
+                raise EOFError("the broker closed the connection")
+            chunks.append(data)
+            buf = buf[pos:] + data
+            pos = 0
+        return chunks, time.perf_counter() - t
+    finally:
+        consumer.close()
+
+
+class ChunkSocket:
+    """A socket stand-in that hands out captured chunks, then times out."""
+
+    def __init__(self, chunks: list[bytes]) -> None:
+        self._chunks = iter(chunks)
+
+    def settimeout(self, _t: float | None) -> None:
+        pass
+
+    def recv(self, _n: int) -> bytes:
+        try:
+            return next(self._chunks)
+        except StopIteration:
+            raise TimeoutError from None
+
+    def recv_into(self, buf: Any, nbytes: int = 0) -> int:
+        data = self.recv(nbytes)
+        buf[: len(data)] = data
+        return len(data)
+
+
+def time_cpu(fn: Callable[[], Any], records: int) -> tuple[Any, dict[str, float]]:
+    """Run ``fn`` once in this process: its result and its CPU µs per record."""
+    t, c = time.perf_counter(), time.process_time()
+    out = fn()
+    wall, cpu = time.perf_counter() - t, time.process_time() - c
+    return out, {"cpu_us": 1e6 * cpu / records, "wall_us": 1e6 * wall / records}
+
+
+# ----------------------------------------------------------------------------- Spark
+def arrow_files(batches: list[Any], where: Path, parts: int = 2) -> list[str]:
+    """Batches written as ``parts`` Arrow IPC files of near-equal size."""
+    import pyarrow as pa
+
+    table = pa.Table.from_batches(batches)
+    step = -(-table.num_rows // parts)
+    paths = []
+    for i in range(parts):
+        path = where / f"part-{i}.arrow"
+        piece = table.slice(i * step, step)
+        with pa.OSFile(str(path), "wb") as f, pa.ipc.new_file(f, table.schema) as w:
+            for b in piece.to_batches(max_chunksize=10_000):
+                w.write_batch(b)
+        paths.append(str(path))
+    return paths
+
+
+def memory_source() -> type:
+    """``format("bench-arrow")``: yields the batches of Arrow IPC files (option ``paths``,
+    comma-separated; one partition per file) with the schema in option ``schema`` (JSON)."""
+    from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+    class _Reader(DataSourceReader):
+        def __init__(self, paths: list[str]) -> None:
+            self.paths = paths
+
+        def partitions(self) -> list[InputPartition]:
+            return [InputPartition(p) for p in self.paths]
+
+        def read(self, partition: InputPartition) -> Iterator[Any]:
+            import pyarrow as pa
+
+            with pa.memory_map(partition.value) as f:
+                reader = pa.ipc.open_file(f)
+                for i in range(reader.num_record_batches):
+                    yield reader.get_batch(i)
+
+    class BenchArrow(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "bench-arrow"
+
+        def schema(self) -> Any:
+            import json
+
+            from pyspark.sql.types import StructType
+
+            return StructType.fromJson(json.loads(self.options["schema"]))
+
+        def reader(self, schema: Any) -> DataSourceReader:
+            return _Reader(str(self.options["paths"]).split(","))
+
+    return BenchArrow
+
+
+def spark_stage(spark: Any, records: int, run: Callable[[], Any]) -> dict[str, float]:
+    """Wall and CPU (driver, JVM, Python workers) per record of one Spark job, after one
+    unmeasured run of the same job (the JIT, Python workers and imports warm up)."""
+    run()
+    with Meter(records) as m:
+        run()
+    return m.result
+
+
+def handoff(spark: Any, batches: list[Any], schema_json: str, records: int) -> dict[str, float]:
+    """Arrow batches from Python to the JVM and into rows: a ``noop`` write."""
+    with tempfile.TemporaryDirectory() as tmp:
+        paths = arrow_files(batches, Path(tmp))
+        df = (
+            spark.read.format("bench-arrow")
+            .option("paths", ",".join(paths))
+            .option("schema", schema_json)
+            .load()
+        )
+        return spark_stage(
+            spark, records, lambda: df.write.format("noop").mode("overwrite").save()
+        )
+
+
+def cached_arrow(
+    spark: Any, batches: list[Any], schema_json: str
+) -> tuple[Any, Callable[[], None]]:
+    """The batches as a DataFrame cached in Spark's memory (and a way to drop it)."""
+    tmp = tempfile.TemporaryDirectory()
+    paths = arrow_files(batches, Path(tmp.name))
+    df = (
+        spark.read.format("bench-arrow")
+        .option("paths", ",".join(paths))
+        .option("schema", schema_json)
+        .load()
+        .cache()
+    )
+    df.count()
+
+    def drop() -> None:
+        df.unpersist()
+        tmp.cleanup()
+
+    return df, drop
+
+
+def parse_in_jvm(spark: Any, messages: Any, records: int) -> dict[str, float]:
+    """The generic path's parsing: ``parse_log_records`` (Spark's from_json) to noop."""
+    from leveret.spark.records import parse_log_records
+
+    return spark_stage(
+        spark,
+        records,
+        lambda: parse_log_records(messages).write.format("noop").mode("overwrite").save(),
+    )
+
+
+def parquet_write(spark: Any, records_df: Any, records: int) -> dict[str, float]:
+    """Parsed records, cached, written as the lake: Parquet partitioned by date, severity."""
+    out = tempfile.mkdtemp(prefix="bench-lake-")
+
+    def run() -> None:
+        records_df.write.mode("overwrite").partitionBy("date", "severity").parquet(out)
+
+    try:
+        return spark_stage(spark, records, run)
+    finally:
+        import shutil
+
+        shutil.rmtree(out, ignore_errors=True)
