@@ -321,3 +321,62 @@ def parquet_write(spark: Any, records_df: Any, records: int) -> dict[str, float]
         import shutil
 
         shutil.rmtree(out, ignore_errors=True)
+
+
+# ----------------------------------------------------------------------------- reader
+def walk_blocks(chunks: list[bytes]) -> list[Any]:
+    """The blocks of deliveries the executor's reader makes of the captured bytes."""
+    from leveret.spark.wire import StreamConsumer
+
+    consumer = StreamConsumer.__new__(StreamConsumer)
+    consumer._sock = ChunkSocket(chunks)  # type: ignore[assignment]
+    consumer._buf = bytearray(8 << 20)
+    consumer._view = memoryview(consumer._buf)
+    consumer._start = consumer._end = 0
+    blocks = []
+    while True:
+        block = consumer.read(0)
+        if block is None:
+            return blocks
+        blocks.append(block)
+
+
+def reader_stages(chunks: list[bytes], n: int) -> tuple[dict[str, Any], list[Any], list[Any]]:
+    """CPU µs per record of each step of the executor's reader over captured bytes:
+    walking the frames, the fields and offsets, parsing the JSON bodies alone, the
+    typed log-record batches (what the ingest hands Spark) and, for comparison, the
+    message batches of the generic ``format("amqp")``."""
+    import numpy as np
+
+    from leveret.spark.frames import Fields
+    from leveret.spark.logparse import Bodies, parse_json_blocks
+    from leveret.spark.reader import message_batch, record_batch
+
+    out: dict[str, Any] = {}
+    blocks, out["walk"] = time_cpu(lambda: walk_blocks(chunks), n)
+    out["blocks"] = len(blocks)
+    got = sum(len(b) for b in blocks)
+    assert got >= n, (got, n)
+
+    def fields() -> list[Any]:
+        res = []
+        for b in blocks:
+            f = Fields(b)
+            res.append((f, f.offsets()))
+        return res
+
+    parsed, out["fields_offsets"] = time_cpu(fields, n)
+
+    def json_only() -> None:
+        for f, _off in parsed:
+            data, offsets = f.bodies()
+            parse_json_blocks(Bodies(data, offsets))
+
+    _, out["json_parse"] = time_cpu(json_only, n)
+    records, out["records"] = time_cpu(
+        lambda: [record_batch(f, off, np.arange(f.n)) for f, off in parsed], n
+    )
+    messages, out["messages"] = time_cpu(
+        lambda: [message_batch(f, off, np.arange(f.n)) for f, off in parsed], n
+    )
+    return out, records, messages

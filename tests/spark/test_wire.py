@@ -8,14 +8,18 @@ import struct
 import threading
 import uuid
 from datetime import UTC, datetime
+from typing import Any
 
+import numpy as np
 import pika
 import pika.exceptions
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from leveret.spark.wire import Properties, StreamConsumer
+from leveret.spark.frames import Fields
+from leveret.spark.reader import message_batch
+from leveret.spark.wire import StreamConsumer
 from tests.brokers import BrokerUnderTest
 from tests.spark.conftest import declare_stream, delete_queue
 
@@ -24,14 +28,19 @@ def _consumer(broker: BrokerUnderTest, password: str = "guest") -> StreamConsume
     return StreamConsumer(broker.host, broker.port, "/", "guest", password, 100)
 
 
-def _read(consumer: StreamConsumer, n: int) -> list[tuple[int, str, str, bool, Properties, bytes]]:
-    got: list[tuple[int, str, str, bool, Properties, bytes]] = []
+def _read(consumer: StreamConsumer, n: int) -> list[dict[str, Any]]:
+    """``n`` deliveries as message rows (``format("amqp")``'s columns)."""
+    got: list[dict[str, Any]] = []
     for _ in range(200):
-        for d in consumer.deliveries(0.1):
-            got.append(d)
-            consumer.ack(d[0])
-            if len(got) == n:
-                return got
+        block = consumer.read(0.1)
+        if block is None:
+            continue
+        consumer.ack(block.last_tag)
+        fields = Fields(block)
+        offsets = fields.offsets()
+        got += message_batch(fields, offsets, np.arange(len(block))).to_pylist()
+        if len(got) >= n:
+            return got
     return got
 
 
@@ -61,21 +70,21 @@ def test_properties_headers_and_multi_frame_bodies(broker: BrokerUnderTest) -> N
     finally:
         consumer.close()
         delete_queue(broker, stream)
-    tag, exchange, key, redelivered, p, body = first
-    assert (tag, exchange, key, redelivered, body) == (1, "", stream, False, big)
-    assert p.headers is not None and p.headers["x-stream-offset"] == 0
-    assert {k: v for k, v in p.headers.items() if k != "x-stream-offset"} == {
-        "s": "text", "i": 7, "b": True, "big": 2**40}  # fmt: skip
-    assert (p.content_type, p.content_encoding, p.delivery_mode, p.priority) == (
-        "application/json", "utf-8", 2, 3)  # fmt: skip
-    assert (p.correlation_id, p.reply_to, p.expiration, p.message_id) == (
-        "c-1", "r", "60000", "m-1")  # fmt: skip
-    assert (p.timestamp, p.type, p.user_id, p.app_id) == (
-        int(when.timestamp()), "log", "guest", "app")  # fmt: skip
-    assert empty[5] == b"" and empty[4].content_type is None
-    assert empty[4].headers == {"x-stream-offset": 1}
-    assert third[5] == b"third" and third[4].headers is not None
-    assert third[4].headers["k"] in (b"v", "v")
+    assert (first["offset"], first["exchange"], first["routing_key"]) == (0, "", stream)
+    assert (first["redelivered"], first["body"]) == (False, big)
+    headers = dict(first["headers"])
+    assert headers.pop("x-stream-offset") == "0"
+    assert headers == {"s": "text", "i": "7", "b": "true", "big": str(2**40)}
+    assert (first["content_type"], first["content_encoding"]) == ("application/json", "utf-8")
+    assert (first["delivery_mode"], first["priority"]) == (2, 3)
+    assert (first["correlation_id"], first["reply_to"], first["expiration"]) == (
+        "c-1", "r", "60000")  # fmt: skip
+    assert (first["message_id"], first["type"], first["user_id"], first["app_id"]) == (
+        "m-1", "log", "guest", "app")  # fmt: skip
+    assert first["timestamp"] == when
+    assert empty["body"] == b"" and empty["content_type"] is None
+    assert empty["headers"] == [("x-stream-offset", "1")]
+    assert third["body"] == b"third" and dict(third["headers"])["k"] == "v"
 
 
 def test_a_missing_stream_and_a_refused_login_fail_as_pika_would(
@@ -119,11 +128,12 @@ def test_the_frame_walker_loses_nothing_however_the_bytes_arrive(
     bodies: list[bytes], cuts: list[int]
 ) -> None:
     # the byte stream is written in pieces of arbitrary sizes, with quiet spells between
-    # them: deliveries() returns on each and must resume mid-message without loss
+    # them: read() returns on each and must resume mid-message without loss
     data = b"".join(_delivery(i + 1, b, frame_max=100) for i, b in enumerate(bodies))
     ours, theirs = socket.socketpair()
     consumer = StreamConsumer.__new__(StreamConsumer)
-    consumer._sock, consumer._buf, consumer._pos = ours, bytearray(), 0
+    consumer._sock, consumer._buf = ours, bytearray(1 << 12)
+    consumer._view, consumer._start, consumer._end = memoryview(consumer._buf), 0, 0
     pieces: list[bytes] = []
     i = 0
     while i < len(data):
@@ -140,18 +150,26 @@ def test_the_frame_walker_loses_nothing_however_the_bytes_arrive(
     t = threading.Thread(target=writer, daemon=True)
     t.start()
     got: list[tuple[int, bytes, int]] = []
+
+    def take(wait: float) -> bool:
+        block = consumer.read(wait)
+        if block is None:
+            return False
+        fields = Fields(block)
+        rows = message_batch(fields, fields.offsets(), np.arange(len(block))).to_pylist()
+        assert block.last_tag == len(got) + len(rows)
+        for row in rows:
+            assert (row["exchange"], row["routing_key"]) == ("ex", "key")
+            got.append((len(got) + 1, row["body"], row["offset"]))
+        return True
+
     try:
         for _ in pieces:
             gate.release()
-            for tag, exchange, key, _red, props, body in consumer.deliveries(0.005):
-                assert (exchange, key) == ("ex", "key")
-                assert props.headers is not None
-                got.append((tag, body, props.headers["x-stream-offset"]))
-        while len(got) < len(bodies):
-            batch = list(consumer.deliveries(0.05))
-            if not batch:
-                break
-            got.extend((d[0], d[5], d[4].headers["x-stream-offset"]) for d in batch)  # type: ignore[index]
+            while take(0.005):
+                pass
+        while len(got) < len(bodies) and take(0.05):
+            pass
     finally:
         t.join(5)
         ours.close()

@@ -23,8 +23,15 @@ app = typer.Typer(
 )
 
 Url = Annotated[
-    str,
-    typer.Option("--url", envvar="LEVERET_URL", help="Broker URL (amqp:// or amqps://)."),
+    list[str] | None,
+    typer.Option(
+        "--url",
+        envvar="LEVERET_URL",
+        help="Broker URL (amqp:// or amqps://). Repeat it (or separate URLs with commas) "
+        "for the nodes of a cluster: a lost connection moves on to the next. Default: "
+        "amqp://guest:guest@localhost:5672/",
+        show_default=False,
+    ),
 ]
 Lake = Annotated[
     Path,
@@ -97,7 +104,7 @@ def _interrupt_on_sigterm() -> None:
 
 @app.command()
 def ingest(
-    url: Url = "amqp://guest:guest@localhost:5672/",
+    url: Url = None,
     stream: Annotated[
         str | None,
         typer.Option(
@@ -152,6 +159,15 @@ def ingest(
             help="Where a new query starts: earliest, latest, an offset or a time.",
         ),
     ] = "earliest",
+    stream_replicas: Annotated[
+        int | None,
+        typer.Option(
+            "--stream-replicas",
+            min=1,
+            help="On a cluster: the nodes that keep a copy of the stream when it is "
+            "declared (x-initial-cluster-size).",
+        ),
+    ] = None,
     max_restarts: Annotated[
         int,
         typer.Option(
@@ -175,8 +191,14 @@ def ingest(
     except ValueError as exc:
         fail(str(exc))
     settings = _conf(conf)
+    from leveret.logs.amqp import LogsError, split_urls
+
+    try:
+        urls = split_urls(url or ["amqp://guest:guest@localhost:5672/"])
+    except LogsError as exc:
+        fail(str(exc))
     cfg = IngestConfig(
-        url=url,
+        url=",".join(urls),
         lake=lake.resolve(),
         checkpoint=checkpoint.resolve(),
         stream=None if queue else stream,
@@ -185,6 +207,7 @@ def ingest(
         trigger=trigger,
         max_records_per_trigger=max_records_per_trigger,
         starting_offsets=starting_offsets,
+        stream_replicas=stream_replicas,
     )
     _interrupt_on_sigterm()
     try:

@@ -111,6 +111,7 @@ class ReadOptions:
     stall_timeout: float
     wal_location: str | None
     checkpoint_location: str | None
+    records: bool = False  # rows are parsed log records, not messages
 
     @property
     def source(self) -> str:
@@ -125,6 +126,12 @@ class ReadOptions:
             raise AmqpSourceError(
                 "format('amqp') needs exactly one of the options stream (a stream queue, "
                 "replayable: exactly-once) or queue (a classic queue: at-least-once)"
+            )
+        records = (_get(options, "records") or "").strip().lower()
+        if records not in ("", "log", "messages"):
+            raise AmqpSourceError(
+                f"option records: {records!r} is not log (rows are parsed log records) or "
+                "messages (the default: one row per message)"
             )
         return cls(
             url=url,
@@ -144,6 +151,7 @@ class ReadOptions:
             stall_timeout=_float(options, "stallTimeout", 60.0),
             wal_location=_get(options, "walLocation") or None,
             checkpoint_location=_get(options, "checkpointLocation") or None,
+            records=records == "log",
         )
 
 

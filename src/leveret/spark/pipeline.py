@@ -3,7 +3,8 @@
 ``leveret pipeline ingest`` (see :func:`run_ingest`) makes sure the stream exists and is
 bound to the logs exchange, then runs one query::
 
-    format("amqp") stream  ->  parse_log_records  ->  Parquet, partitioned by date, severity
+    format("amqp") stream, log records parsed by the executors  ->  Parquet, partitioned
+    by date and severity
 
 The Parquet file sink commits each micro-batch in its ``_spark_metadata`` log, and the
 source's offsets are replayable, so a batch is in the lake exactly once however often the
@@ -42,18 +43,25 @@ BIND_KEYS = ("#", "debug", "info", "warning", "error", "critical")
 
 
 def ensure_log_stream(
-    url: str, stream: str = DEFAULT_STREAM, exchange: str = DEFAULT_EXCHANGE
+    url: str,
+    stream: str = DEFAULT_STREAM,
+    exchange: str = DEFAULT_EXCHANGE,
+    replicas: int | None = None,
 ) -> None:
     """Declare the stream queue (durable) and bind it to ``exchange``. An exchange that
     does not exist yet is declared as ``leveret emit-log`` declares it (fanout, transient);
-    one that exists keeps its type. AmqpSourceError when the broker refuses."""
+    one that exists keeps its type. ``replicas``: on a cluster, how many nodes keep a copy
+    of a new stream (``x-initial-cluster-size``). AmqpSourceError when the broker refuses."""
     import pika.exceptions
 
+    arguments: dict[str, object] = {"x-queue-type": "stream"}
+    if replicas is not None:
+        arguments["x-initial-cluster-size"] = replicas
     conn = connect(url)
     try:
         ch = conn.channel()
         try:
-            ch.queue_declare(stream, durable=True, arguments={"x-queue-type": "stream"})
+            ch.queue_declare(stream, durable=True, arguments=arguments)
         except pika.exceptions.ChannelClosedByBroker as exc:
             raise AmqpSourceError(f"cannot declare stream {stream!r}: {exc.reply_text}") from None
         if exchange:
@@ -113,13 +121,13 @@ class IngestConfig:
     max_records_per_trigger: int | None = None
     starting_offsets: str = "earliest"
     declare: bool = True
+    stream_replicas: int | None = None
 
 
 def start_ingest(spark: SparkSession, cfg: IngestConfig) -> StreamingQuery:
     """Start the ingest query (the stream must exist)."""
-    from leveret.spark.records import parse_log_records
-
-    reader = spark.readStream.format("amqp").option("url", cfg.url)
+    # the executors parse the records as they read: Spark gets typed Arrow batches
+    reader = spark.readStream.format("amqp").option("url", cfg.url).option("records", "log")
     if cfg.queue:
         reader = (
             reader.option("queue", cfg.queue)
@@ -131,9 +139,9 @@ def start_ingest(spark: SparkSession, cfg: IngestConfig) -> StreamingQuery:
         reader = reader.option("stream", cfg.stream).option("startingOffsets", cfg.starting_offsets)
     if cfg.max_records_per_trigger:
         reader = reader.option("maxRecordsPerTrigger", str(cfg.max_records_per_trigger))
-    records = parse_log_records(reader.load())
     return (
-        records.writeStream.format("parquet")
+        reader.load()
+        .writeStream.format("parquet")
         .queryName("leveret-ingest")
         .option("path", str(cfg.lake))
         .option("checkpointLocation", str(cfg.checkpoint))
@@ -159,6 +167,11 @@ def query_error(exc: BaseException) -> str:
     m = re.search(r"AmqpSourceError: (.*)", text)
     if m:
         return m.group(1).strip()
+    if "Traceback (most recent call last)" in text:
+        # a Python worker's traceback: its last exception line says what happened
+        raised: list[str] = re.findall(r"^(\w+(?:\.\w+)*(?:Error|Exception|Exit)\b.*)$", text, re.M)
+        if raised:
+            return raised[-1].strip()
     cause = _IO_CAUSE.search(text) or _IO_CAUSE.search(_java_causes(exc))
     if cause:
         where = _WRITING_TO.search(text)
@@ -197,7 +210,7 @@ def run_ingest(
             close_quietly(conn)
         else:
             assert cfg.stream is not None
-            ensure_log_stream(cfg.url, cfg.stream, cfg.exchange)
+            ensure_log_stream(cfg.url, cfg.stream, cfg.exchange, cfg.stream_replicas)
     cfg.lake.mkdir(parents=True, exist_ok=True)
     cfg.checkpoint.mkdir(parents=True, exist_ok=True)
     spark = spark_session(master, "leveret-ingest", conf, log_level=log_level)
