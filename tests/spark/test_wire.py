@@ -175,3 +175,41 @@ def test_the_frame_walker_loses_nothing_however_the_bytes_arrive(
         ours.close()
         theirs.close()
     assert got == [(i + 1, b, i) for i, b in enumerate(bodies)]
+
+
+def test_the_offset_is_found_wherever_the_headers_table_has_it() -> None:
+    """Alone (the usual case), among headers sorted by name (RabbitMQ) or after them
+    (Leveret): every way gives the offset, and the other headers are kept."""
+    from pamqp import encode
+
+    def delivery(tag: int, table: bytes, body: bytes) -> bytes:
+        deliver = struct.pack(">HH", 60, 60) + b"\x03ctg" + struct.pack(">QB", tag, 1)
+        deliver += b"\x00" + b"\x04logs"
+        props = struct.pack(">H", 0x2000 | 0x0080) + table + b"\x02m" + str(tag).encode()[:1]
+        header = struct.pack(">HHQ", 60, 0, len(body)) + props
+        return _frame(1, deliver) + _frame(2, header) + _frame(3, body)
+
+    def table(*items: tuple[str, Any]) -> bytes:
+        out: bytes = encode.field_table(dict(items))
+        return out
+
+    raw = b"".join([
+        delivery(1, table(("x-stream-offset", 40)), b"a"),
+        delivery(2, table(("aa", "x"), ("x-stream-offset", 41), ("zz", 1)), b"b"),
+        delivery(3, table(("k", "x-stream-offsetl"), ("x-stream-offset", 42)), b"c"),
+    ])  # fmt: skip
+    from leveret.spark.wire import Deliveries, walk
+
+    pos, starts, bodies, multi = walk(memoryview(raw), 0, len(raw), 100)
+    assert pos == len(raw) and not multi
+    block = Deliveries(raw, np.array(starts, np.int64), b"\n".join([*map(bytes, bodies), b""]))
+    fields = Fields(block)
+    offsets = fields.offsets()
+    assert list(offsets) == [40, 41, 42]
+    assert block.last_tag == 3
+    rows = message_batch(fields, offsets, np.arange(3)).to_pylist()
+    assert [r["redelivered"] for r in rows] == [True] * 3
+    assert [r["body"] for r in rows] == [b"a", b"b", b"c"]
+    assert [r["routing_key"] for r in rows] == ["logs"] * 3
+    assert dict(rows[1]["headers"]) == {"aa": "x", "x-stream-offset": "41", "zz": "1"}
+    assert dict(rows[2]["headers"]) == {"k": "x-stream-offsetl", "x-stream-offset": "42"}

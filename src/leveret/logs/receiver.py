@@ -4,9 +4,11 @@ a sink, acking only what the sink has flushed.
 Acks are batched: ``basic_ack(tag, multiple=True)`` after each flush, which happens every
 ``prefetch // 2`` records and whenever the queue goes quiet. With ``queue`` and ``durable``
 a named durable queue keeps records while the receiver is away, and a lost connection is
-retried with backoff. A record written whose ack did not reach the broker before a
-connection died comes back redelivered; its copy is recognised by message id (the ids of the
-latest records written are remembered) and is not written twice.
+retried with backoff (on the next node, given a cluster's URLs). A record written whose
+ack did not reach the broker before a connection died comes back redelivered, and a log
+handler whose node died before confirming a record publishes it again; such a copy is
+recognised by its message id (the ids of the latest records written are remembered) and is
+not written twice.
 """
 
 from __future__ import annotations
@@ -194,7 +196,9 @@ class _State:
                         return
                     continue
                 message_id = props.message_id
-                if not (method.redelivered and message_id in self.recent_ids):
+                # a copy of a record already written: redelivered after a lost ack, or
+                # published again by a handler whose node went away before confirming it
+                if message_id is None or message_id not in self.recent_ids:
                     self.sink.write(
                         Record.from_body(
                             body, props.content_type, method.routing_key, props.timestamp

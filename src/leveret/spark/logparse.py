@@ -263,7 +263,11 @@ def parse(
     is_json = np.asarray(pc.equal(msgs.content_type, JSON_CONTENT_TYPE).fill_null(False))
     is_json = (is_json | (first == _BRACE)) & utf8
 
-    json_rows = np.flatnonzero(is_json)
+    # a JSON body of nothing but spaces yields no row at all: malformed without parsing,
+    # so that every body parsed yields at least one row (and a block that yields as many
+    # rows as it has bodies yields one per body)
+    blank = is_json & (first == 0)
+    json_rows = np.flatnonzero(is_json & ~blank)
     plain_rows = np.flatnonzero(~is_json & utf8)
     binary_rows = np.flatnonzero(~utf8)
 
@@ -280,7 +284,7 @@ def parse(
     message = table.column("message").combine_chunks()
     ok = ~(unknown | np.asarray(message.is_null()))
     good_rows = parsed_rows[ok]
-    bad_json = np.concatenate([json_rows[~parsed], parsed_rows[~ok]])
+    bad_json = np.concatenate([np.flatnonzero(blank), json_rows[~parsed], parsed_rows[~ok]])
     table = table.filter(pa.array(ok))
     severity = severity.filter(pa.array(ok))
 
