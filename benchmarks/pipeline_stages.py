@@ -133,7 +133,7 @@ def raw_read(
         consumer.consume(stream, 0)
         sock: socket.socket = consumer._sock
         sock.settimeout(30)
-        buf = bytes(consumer._buf[consumer._pos :])  # what came with consume-ok
+        buf = bytes(consumer._buf[consumer._start : consumer._end])  # came with consume-ok
         if buf:
             chunks.append(buf)
         t = time.perf_counter()
@@ -333,6 +333,7 @@ def walk_blocks(chunks: list[bytes]) -> list[Any]:
     consumer._buf = bytearray(8 << 20)
     consumer._view = memoryview(consumer._buf)
     consumer._start = consumer._end = 0
+    consumer._frame_max = 131072
     blocks = []
     while True:
         block = consumer.read(0)

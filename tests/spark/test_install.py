@@ -27,6 +27,9 @@ from tests.spark.test_ingest import _finish, _ingest, _kill_after_batches
 
 ROOT = Path(__file__).resolve().parents[2]
 
+# slow by nature (JVMs, clusters); bounded so a hang still ends
+pytestmark = pytest.mark.timeout(1800)
+
 
 @pytest.fixture(scope="session")
 def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:

@@ -43,6 +43,9 @@ from tests.spark.test_ingest import _committed_batches
 CLI = [sys.executable, "-m", "leveret.cli.main"]
 RECORDS = int(os.environ.get("LEVERET_CLUSTER_RECORDS", "20000"))  # per emitter
 
+# slow by nature (JVMs, clusters); bounded so a hang still ends
+pytestmark = pytest.mark.timeout(1800)
+
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RabbitCluster]:

@@ -31,6 +31,9 @@ from tests.spark.test_ingest import _committed_batches
 RECORDS = 30_000
 SOURCE = Path(leveret.__file__).resolve().parents[1]
 
+# slow by nature (JVMs, clusters); bounded so a hang still ends
+pytestmark = pytest.mark.timeout(1800)
+
 
 @pytest.fixture(scope="module")
 def executor_python() -> Path:

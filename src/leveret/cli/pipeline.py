@@ -45,6 +45,15 @@ Master = Annotated[
         help="Spark master URL: local[*], local[2], spark://host:7077, …",
     ),
 ]
+Remote = Annotated[
+    str | None,
+    typer.Option(
+        "--remote",
+        envvar="LEVERET_SPARK_REMOTE",
+        help="A Spark Connect server (sc://host:15002) to run on instead of --master. Needs "
+        "pip install 'pyspark[connect]'; an ingest also needs Leveret in the server's Python.",
+    ),
+]
 Conf = Annotated[
     list[str] | None,
     typer.Option(
@@ -176,6 +185,7 @@ def ingest(
             help="Restart a failed query from its checkpoint this many times in a row.",
         ),
     ] = 5,
+    remote: Remote = None,
     conf: Conf = None,
     log_level: LogLevel = "info",
 ) -> None:
@@ -185,6 +195,7 @@ def ingest(
     _logging(log_level)
     from leveret.spark.client import AmqpSourceError
     from leveret.spark.pipeline import IngestConfig, parse_trigger, run_ingest
+    from leveret.spark.session import SessionError
 
     try:
         parse_trigger(trigger)
@@ -217,8 +228,9 @@ def ingest(
             max_restarts=max_restarts,
             log_level=_spark_level(log_level),
             conf=settings,
+            remote=remote,
         )
-    except AmqpSourceError as exc:
+    except (AmqpSourceError, SessionError) as exc:
         fail(str(exc))
     except KeyboardInterrupt:
         return
@@ -235,6 +247,7 @@ def report(
     fmt: Annotated[str, typer.Option("--format", help="Report format: html or md.")] = "html",
     top: Annotated[int, typer.Option("--top", min=1, help="Rows of the top-N tables.")] = 10,
     master: Master = "local[*]",
+    remote: Remote = None,
     conf: Conf = None,
     log_level: LogLevel = "warning",
 ) -> None:
@@ -244,14 +257,19 @@ def report(
     _need_spark()
     _logging(log_level)
     from leveret.spark.report import ReportError, make_report
-    from leveret.spark.session import spark_session
+    from leveret.spark.session import SessionError, spark_session
 
     if fmt not in ("html", "md"):
         fail(f"unknown report format {fmt!r}: use html or md")
     if not lake.is_dir():
         fail(f"no log lake at {lake} (run `leveret pipeline ingest` first)")
     settings = _conf(conf)
-    spark = spark_session(master, "leveret-report", settings, log_level=_spark_level(log_level))
+    try:
+        spark = spark_session(
+            master, "leveret-report", settings, log_level=_spark_level(log_level), remote=remote
+        )
+    except SessionError as exc:
+        fail(str(exc))
     try:
         result = make_report(spark, lake.resolve(), out.resolve(), fmt, top)
     except ReportError as exc:

@@ -27,8 +27,9 @@ import base64
 import json
 import re
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -67,6 +68,7 @@ _NEWLINE = 10
 _BRACE = ord("{")
 _SPACES = np.array([9, 10, 13, 32], np.uint8)
 _TS = pa.timestamp("us", tz="UTC")
+_EMPTY = RECORD_JSON.empty_table()
 
 
 def severity_word(word: str | None) -> str | None:
@@ -209,8 +211,12 @@ def _normalise(severity: pa.Array) -> tuple[pa.Array, Mask]:
     """Severities normalised, and where a given one is not a severity."""
     encoded = pc.dictionary_encode(severity)
     words = encoded.dictionary.to_pylist()
-    normal = pa.array([severity_word(w) for w in words], pa.string())
-    out = normal.take(encoded.indices)
+    normalised = [severity_word(w) for w in words]
+    if normalised == words:  # already as they should be: nothing to map
+        return severity, np.zeros(len(severity), np.bool_)
+    out = pa.array(normalised, pa.string()).take(encoded.indices)
+    if out.null_count == severity.null_count:
+        return out, np.zeros(len(severity), np.bool_)
     unknown = np.asarray(pc.and_(out.is_null(), severity.is_valid()).fill_null(False))
     return out, unknown
 
@@ -277,22 +283,25 @@ def parse(
     # JSON records, parsed in bulk
     json_bodies = bodies.subset(json_rows)
     tables, parsed = parse_json_blocks(json_bodies)
-    table = pa.concat_tables(tables) if tables else RECORD_JSON.empty_table()
+    table = tables[0] if len(tables) == 1 else pa.concat_tables(tables or [_EMPTY])
     table = table.combine_chunks()
     parsed_rows = json_rows[parsed]
     severity, unknown = _normalise(table.column("severity").combine_chunks())
     message = table.column("message").combine_chunks()
-    ok = ~(unknown | np.asarray(message.is_null()))
+    ok = ~unknown
+    if message.null_count:
+        ok &= np.asarray(message.is_valid())
     good_rows = parsed_rows[ok]
     bad_json = np.concatenate([np.flatnonzero(blank), json_rows[~parsed], parsed_rows[~ok]])
-    table = table.filter(pa.array(ok))
-    severity = severity.filter(pa.array(ok))
+    if not ok.all():
+        table = table.filter(pa.array(ok))
+        severity = severity.filter(pa.array(ok))
 
     groups: list[dict[str, pa.Array]] = []
     g = len(good_rows)
     if g:
         col = {name: table.column(name).combine_chunks() for name in RECORD_JSON.names}
-        ts = pc.coalesce(col["ts"], pa.array(fallback[good_rows], _TS))
+        ts = _or(col["ts"], lambda: pa.array(fallback[good_rows], _TS))
         extra = _nulls(g)
         good_json = np.flatnonzero(parsed)[ok]  # the good ones among the JSON bodies
         if _contains(json_bodies.data, b'"extra"'):
@@ -307,11 +316,14 @@ def parse(
         groups.append(
             {
                 "ts": ts,
-                "severity": pc.coalesce(severity, key_severity.take(good_rows), pa.scalar("info")),
-                "facility": pc.coalesce(col["facility"], key_facility.take(good_rows)),
-                "host": pc.coalesce(col["host"], pa.scalar("")),
-                "app": pc.coalesce(col["app"], pa.scalar("")),
-                "pid": pc.coalesce(col["pid"], pa.scalar(0, pa.int64())),
+                "severity": _or(
+                    severity,
+                    lambda: pc.coalesce(key_severity.take(good_rows), pa.scalar("info")),
+                ),
+                "facility": _or(col["facility"], lambda: key_facility.take(good_rows)),
+                "host": _or(col["host"], lambda: pa.scalar("")),
+                "app": _or(col["app"], lambda: pa.scalar("")),
+                "pid": _or(col["pid"], lambda: pa.scalar(0, pa.int64())),
                 "message": col["message"],
                 "logger": col["logger"],
                 "exc": col["exc"],
@@ -357,22 +369,34 @@ def parse(
             }
         )
     order = np.concatenate([good_rows, plain_rows, corrupt_rows]).astype(np.int64)
+    in_order = g == n  # every body a good record: the rows are in message order
     columns: dict[str, pa.Array] = {}
     for name in RECORD_COLUMNS:
         if name == "date":
             continue
         parts = [grp[name] for grp in groups]
         kind = schema.field(name).type
-        columns[name] = pa.concat_arrays(parts).cast(kind) if parts else pa.nulls(0, kind)
+        column = parts[0] if len(parts) == 1 else pa.concat_arrays(parts) if parts else None
+        if column is None:
+            column = pa.nulls(0, kind)
+        columns[name] = column if column.type == kind else column.cast(kind)
     columns["date"] = pc.cast(columns["ts"], pa.date32())
-    indices = pa.array(order)
+    indices = None if in_order else pa.array(order)
     arrays = []
     for field in schema:
         if field.name in columns:
             arrays.append(columns[field.name])
         else:
-            arrays.append(keep[field.name].take(indices).cast(field.type))
+            column = keep[field.name]
+            if indices is not None:
+                column = column.take(indices)
+            arrays.append(column if column.type == field.type else column.cast(field.type))
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def _or(values: pa.Array, fallback: Callable[[], Any]) -> pa.Array:
+    """``values`` with its NULLs filled from ``fallback()`` (called only when needed)."""
+    return values if values.null_count == 0 else pc.coalesce(values, fallback())
 
 
 def _contains(data: U8, needle: bytes) -> bool:

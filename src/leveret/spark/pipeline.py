@@ -167,11 +167,12 @@ def query_error(exc: BaseException) -> str:
     m = re.search(r"AmqpSourceError: (.*)", text)
     if m:
         return m.group(1).strip()
-    if "Traceback (most recent call last)" in text:
-        # a Python worker's traceback: its last exception line says what happened
-        raised: list[str] = re.findall(r"^(\w+(?:\.\w+)*(?:Error|Exception|Exit)\b.*)$", text, re.M)
-        if raised:
-            return raised[-1].strip()
+    at = text.rfind("Traceback (most recent call last)")
+    if at >= 0:
+        # a Python process's traceback: the exception line that ends it says what happened
+        m = re.search(r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt)\b.*)$", text[at:], re.M)
+        if m:
+            return m.group(1).strip()
     cause = _IO_CAUSE.search(text) or _IO_CAUSE.search(_java_causes(exc))
     if cause:
         where = _WRITING_TO.search(text)
@@ -199,10 +200,12 @@ def run_ingest(
     max_restarts: int = 5,
     log_level: str = "WARN",
     conf: Mapping[str, str] | None = None,
+    remote: str | None = None,
 ) -> int:
     """Run the ingest until it ends (availableNow) or is interrupted; a query that fails is
     restarted from its checkpoint (a broker restart, a lost connection) up to
-    ``max_restarts`` times in a row. ``conf``: Spark settings (spark-submit's ``--conf``).
+    ``max_restarts`` times in a row. ``conf``: Spark settings (spark-submit's ``--conf``);
+    ``remote``: a Spark Connect server (``sc://host:port``) instead of ``master``.
     Returns the number of restarts."""
     if cfg.declare:
         if cfg.queue:
@@ -213,7 +216,7 @@ def run_ingest(
             ensure_log_stream(cfg.url, cfg.stream, cfg.exchange, cfg.stream_replicas)
     cfg.lake.mkdir(parents=True, exist_ok=True)
     cfg.checkpoint.mkdir(parents=True, exist_ok=True)
-    spark = spark_session(master, "leveret-ingest", conf, log_level=log_level)
+    spark = spark_session(master, "leveret-ingest", conf, log_level=log_level, remote=remote)
     restarts = 0
     failures = 0
     try:

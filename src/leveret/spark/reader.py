@@ -160,7 +160,7 @@ def read_stream_range(
     start: int,
     end: int,
     *,
-    prefetch: int = 5000,
+    prefetch: int = 20_000,
     stall_timeout: float = 60.0,
     fail_on_data_loss: bool = True,
     records: bool = False,
@@ -195,7 +195,7 @@ def read_stream_range(
                 last_progress = time.monotonic()
                 attempt = 0
                 unacked += len(block)
-                if unacked >= prefetch // 2:
+                if unacked >= prefetch // 4:
                     consumer.ack(block.last_tag)  # acks on a stream return credit
                     unacked = 0
                 batch, next_offset, first = _take(
