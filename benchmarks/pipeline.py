@@ -199,6 +199,14 @@ def bench_latency(
             "max_s": latencies[-1]}  # fmt: skip
 
 
+#: Parquet write settings tried beside the session's own (``--profile``).
+WRITE_VARIANTS = {
+    "no_sort": {"spark.sql.maxConcurrentOutputFileWriters": "64"},
+    "uncompressed": {"spark.sql.parquet.compression.codec": "uncompressed"},
+    "no_dictionary": {"parquet.enable.dictionary": "false"},
+}
+
+
 def broker_pid(broker: BrokerUnderTest) -> int | None:
     """The broker's OS process: Leveret's server, RabbitMQ's Erlang VM (asked of the node)."""
     if broker.process is not None:
@@ -253,6 +261,11 @@ def profile(broker: BrokerUnderTest, spark: Any, n: int) -> dict[str, Any]:
         recs, drop = stages.cached_arrow(spark, records, records_json)
         try:
             out["parquet_write"] = stages.parquet_write(spark, recs, n)
+            out["cached_scan"] = stages.spark_stage(
+                spark, n, lambda: recs.write.format("noop").mode("overwrite").save()
+            )
+            for name, conf in WRITE_VARIANTS.items():
+                out[f"parquet_write_{name}"] = stages.parquet_write(spark, recs, n, conf)
         finally:
             drop()
         del records, messages

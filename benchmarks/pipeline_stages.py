@@ -308,16 +308,27 @@ def parse_in_jvm(spark: Any, messages: Any, records: int) -> dict[str, float]:
     )
 
 
-def parquet_write(spark: Any, records_df: Any, records: int) -> dict[str, float]:
-    """Parsed records, cached, written as the lake: Parquet partitioned by date, severity."""
+def parquet_write(
+    spark: Any, records_df: Any, records: int, conf: dict[str, str] | None = None
+) -> dict[str, float]:
+    """Parsed records, cached, written as the lake: Parquet partitioned by date, severity
+    (with the session settings ``conf`` for the while)."""
     out = tempfile.mkdtemp(prefix="bench-lake-")
+    before = {k: spark.conf.get(k, None) for k in conf or {}}
 
     def run() -> None:
         records_df.write.mode("overwrite").partitionBy("date", "severity").parquet(out)
 
     try:
+        for k, v in (conf or {}).items():
+            spark.conf.set(k, v)
         return spark_stage(spark, records, run)
     finally:
+        for k, v in before.items():
+            if v is None:
+                spark.conf.unset(k)
+            else:
+                spark.conf.set(k, v)
         import shutil
 
         shutil.rmtree(out, ignore_errors=True)

@@ -90,6 +90,7 @@ class Emitter:
             self.fed = stop
             time.sleep(0.05)  # about 5,000 records/s: long enough to be cut by a kill
         self.proc.stdin.close()
+        self.proc.stdin = None  # communicate() leaves it alone
 
     def finish(self) -> tuple[int, str]:
         self.thread.join(300)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import signal
 import sys
+import threading
 from pathlib import Path
 from types import FrameType
 from typing import Annotated
@@ -104,11 +105,19 @@ def _spark_level(level: str) -> str:
     return "WARN" if level.upper() == "DEBUG" else "OFF"
 
 
-def _interrupt_on_sigterm() -> None:
+def _stop_on_signals() -> threading.Event:
+    """SIGTERM or Ctrl-C sets the event (the ingest then stops its query and returns); a
+    second one interrupts at once."""
+    stop = threading.Event()
+
     def handler(signum: int, frame: FrameType | None) -> None:
-        raise KeyboardInterrupt
+        if stop.is_set():
+            raise KeyboardInterrupt
+        stop.set()
 
     signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)
+    return stop
 
 
 @app.command()
@@ -220,7 +229,7 @@ def ingest(
         starting_offsets=starting_offsets,
         stream_replicas=stream_replicas,
     )
-    _interrupt_on_sigterm()
+    stop = _stop_on_signals()
     try:
         restarts = run_ingest(
             cfg,
@@ -229,6 +238,7 @@ def ingest(
             log_level=_spark_level(log_level),
             conf=settings,
             remote=remote,
+            stop=stop,
         )
     except (AmqpSourceError, SessionError) as exc:
         fail(str(exc))

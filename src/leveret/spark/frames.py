@@ -152,6 +152,7 @@ class Fields:
             else:
                 self.start[name], self.length[name] = p, np.where(there, 8, 0)
                 p = p + np.where(there, 8, 0)
+        self.offset_only: Mask = np.zeros(n, np.bool_)  # set by offsets()
         # the bodies: in ``block.bodies``, each followed by a newline
         self.body_offsets = np.zeros(n + 1, np.int64)
         np.cumsum(self.body_size + 1, out=self.body_offsets[1:])
@@ -171,6 +172,8 @@ class Fields:
                 out[first] = be64(a, start[first] + len(OFFSET_ENTRY))
         else:
             first = candidates
+        # the table is that one entry and nothing else
+        self.offset_only = first & (size == 25)
         for i in np.flatnonzero(self.present["headers"] & ~first):
             table = self._table(int(i))
             value = table.get("x-stream-offset")

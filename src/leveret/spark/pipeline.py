@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import re
-import time
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -201,12 +201,17 @@ def run_ingest(
     log_level: str = "WARN",
     conf: Mapping[str, str] | None = None,
     remote: str | None = None,
+    stop: threading.Event | None = None,
 ) -> int:
-    """Run the ingest until it ends (availableNow) or is interrupted; a query that fails is
+    """Run the ingest until it ends (availableNow) or ``stop`` is set; a query that fails is
     restarted from its checkpoint (a broker restart, a lost connection) up to
     ``max_restarts`` times in a row. ``conf``: Spark settings (spark-submit's ``--conf``);
     ``remote``: a Spark Connect server (``sc://host:port``) instead of ``master``.
-    Returns the number of restarts."""
+    Returns the number of restarts.
+
+    ``stop`` is how a signal ends the ingest cleanly: a thread stops the query when it is
+    set (an exception raised into the py4j call the main thread waits in would break the
+    connection to the JVM instead)."""
     if cfg.declare:
         if cfg.queue:
             conn = connect(cfg.url)
@@ -219,9 +224,22 @@ def run_ingest(
     spark = spark_session(master, "leveret-ingest", conf, log_level=log_level, remote=remote)
     restarts = 0
     failures = 0
+    stop = stop or threading.Event()
+    current: list[StreamingQuery] = []
+
+    def stopper() -> None:
+        stop.wait()
+        for q in current:
+            with contextlib.suppress(Exception):
+                q.stop()
+
+    threading.Thread(target=stopper, name="leveret-ingest-stop", daemon=True).start()
     try:
-        while True:
+        while not stop.is_set():
             query = start_ingest(spark, cfg)
+            current[:] = [query]
+            if stop.is_set():  # set while the query was starting
+                query.stop()
             log.info(
                 "ingest %s -> %s (checkpoint %s)", cfg.stream or cfg.queue, cfg.lake, cfg.checkpoint
             )
@@ -229,6 +247,8 @@ def run_ingest(
                 query.awaitTermination()
                 return restarts
             except Exception as exc:
+                if stop.is_set():
+                    return restarts
                 failures += 1
                 reason = query_error(exc)
                 progressed = bool(query.recentProgress)
@@ -238,7 +258,10 @@ def run_ingest(
                     raise AmqpSourceError(f"ingest failed: {reason}") from None
                 log.warning("ingest query failed (%s); restarting from the checkpoint", reason)
                 restarts += 1
-                time.sleep(min(2.0 * failures, 10.0))
+                stop.wait(min(2.0 * failures, 10.0))
+        return restarts
     finally:
-        for q in spark.streams.active:
-            q.stop()
+        stop.set()
+        with contextlib.suppress(Exception):  # a JVM already gone has nothing to stop
+            for q in spark.streams.active:
+                q.stop()

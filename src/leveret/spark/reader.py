@@ -112,8 +112,7 @@ def _headers(fields: Fields, offsets: Positions, rows: Positions) -> pa.Array:
     offset (the usual case) the map is built from the offsets alone."""
     kind = ARROW_SCHEMA.field("headers").type
     there = fields.present["headers"][rows]
-    only_offset = fields.length["headers"][rows] == 25
-    if bool(there.all()) and bool(only_offset.all()):
+    if bool(fields.offset_only[rows].all()):
         n = len(rows)
         return pa.MapArray.from_arrays(
             pa.array(np.arange(n + 1, dtype=np.int32)),
