@@ -104,6 +104,17 @@ def make_report(
 
 
 # ----------------------------------------------------------------------------- charts
+def time_limits(minutes: Any) -> tuple[Any, Any]:
+    """The time axis of a per-minute chart: the data's own range, padded by a minute (and
+    5 %), so that a minute of data reads as clock times; matplotlib's default for a single
+    point spans years."""
+    import pandas as pd
+
+    lo, hi = pd.Timestamp(minutes.min()), pd.Timestamp(minutes.max())
+    pad = max((hi - lo) * 0.05, pd.Timedelta(minutes=1))
+    return lo - pad, hi + pd.Timedelta(minutes=1) + pad
+
+
 def draw_charts(t: dict[str, pd.DataFrame], where: Path) -> dict[str, Path]:
     """PNG charts of the tables; a chart whose table is empty is not drawn."""
     import matplotlib
@@ -115,14 +126,9 @@ def draw_charts(t: dict[str, pd.DataFrame], where: Path) -> dict[str, Path]:
     charts: dict[str, Path] = {}
 
     def time_axis(ax: Any, minutes: Any) -> None:
-        # matplotlib's default limits for a single day's worth of points (or one point)
-        # span years; the data's own range, padded by a minute, reads as clock times
         import matplotlib.dates as mdates
-        import pandas as pd
 
-        lo, hi = pd.Timestamp(minutes.min()), pd.Timestamp(minutes.max())
-        pad = max((hi - lo) * 0.05, pd.Timedelta(minutes=1))
-        ax.set_xlim(lo - pad, hi + pd.Timedelta(minutes=1) + pad)
+        ax.set_xlim(*time_limits(minutes))
         locator = mdates.AutoDateLocator(minticks=3, maxticks=8)  # type: ignore[no-untyped-call]
         ax.xaxis.set_major_locator(locator)
         ax.xaxis.set_major_formatter(mdates.ConciseDateFormatter(locator))  # type: ignore[no-untyped-call]
