@@ -394,6 +394,10 @@ def main() -> None:
                 result = profile(brokers[name], spark, args.profile_records)
                 profiles.append(result)
                 print(json.dumps(result), flush=True)
+            now = time.time()
+            splice = stages.splice_estimate([_body(i, now) for i in range(100_000)])
+            profiles.append({"broker_stream_path_estimate": splice})
+            print(json.dumps(profiles[-1]), flush=True)
     finally:
         if leveret is not None:
             leveret.stop()

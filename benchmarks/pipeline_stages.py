@@ -392,3 +392,100 @@ def reader_stages(chunks: list[bytes], n: int) -> tuple[dict[str, Any], list[Any
         lambda: [message_batch(f, off, np.arange(f.n)) for f, off in parsed], n
     )
     return out, records, messages
+
+
+# ----------------------------------------------------------------------------- what would
+def splice_estimate(bodies: list[bytes], repeat: int = 3) -> dict[str, float]:
+    """CPU µs per record of a *hypothetical* broker stream path, in pure Python, for the
+    broker-side change the README describes: records stored as Leveret's segment log stores
+    them (24-byte head, exchange and key, properties, body), a whole chunk read at once, and
+    each delivery spliced from the stored bytes: ``basic.deliver`` (a consumer-tag prefix
+    cached per consumer, the delivery tag, the stored exchange and key), the content header
+    (stored properties, ``x-stream-offset`` inserted into the headers table: ``splice``; or
+    already stored with it at append time, when the offset is known: ``prespliced``) and
+    the body, then one ``b"".join`` per chunk. Not the broker's code: a measure of what
+    such a path would cost here."""
+    import zlib
+
+    rec = struct.Struct(">QqII")
+    u32 = struct.Struct(">I")
+    u64 = struct.Struct(">Q").pack
+    head = struct.Struct(">BHI").pack
+    content = struct.Struct(">HHQ").pack
+    ek = b"\x04logs\x04info"
+    ctype = b"application/json"
+    entry = b"\x0fx-stream-offsetl"
+    deliver = struct.pack(">HH", 60, 60) + b"\x1famq.ctag-ddrw88mPI0AqEG53tLf_gA"
+
+    def props(i: int, offset: bool) -> bytes:
+        mid = str(i).encode()
+        flags = 0x8000 | 0x0080 | (0x2000 if offset else 0)
+        table = u32.pack(25) + entry + u64(i) if offset else b""
+        return struct.pack(">H", flags) + bytes([len(ctype)]) + ctype + table + bytes(
+            [len(mid)]) + mid  # fmt: skip
+
+    def chunk(offset: bool) -> bytes:
+        parts = []
+        for i, body in enumerate(bodies):
+            p = props(i, offset)
+            payload = ek + u32.pack(len(p)) + p + body
+            parts.append(rec.pack(i, 0, len(payload), zlib.crc32(payload)) + payload)
+        return b"".join(parts)
+
+    def deliveries(data: bytes, splice: bool) -> bytes:
+        out: list[bytes] = []
+        add = out.append
+        pos, end, tag = 0, len(data), 1
+        unpack = rec.unpack_from
+        while pos < end:
+            offset, _ts, length, _crc = unpack(data, pos)
+            p = pos + 24
+            k = p + 2 + data[p] + data[p + 1 + data[p]]
+            ps = k + 4
+            bs = ps + u32.unpack_from(data, k)[0]
+            be = p + length
+            method = b"".join((deliver, u64(tag), b"\x00", data[p:k]))
+            if splice:  # insert the headers table after content type (and encoding)
+                flags = data[ps] << 8 | data[ps + 1]
+                at = ps + 2 + (1 + data[ps + 2] if flags & 0x8000 else 0)
+                if flags & 0x4000:
+                    at += 1 + data[at]
+                fl = flags | 0x2000
+                prop = b"".join((bytes((fl >> 8, fl & 0xFF)), data[ps + 2 : at], u32.pack(25),
+                                 entry, u64(offset), data[at:bs]))  # fmt: skip
+            else:
+                prop = data[ps:bs]
+            size = be - bs
+            add(b"".join((head(1, 1, len(method)), method, b"\xce",
+                          head(2, 1, 12 + len(prop)), content(60, 0, size), prop, b"\xce",
+                          head(3, 1, size), data[bs:be], b"\xce")))  # fmt: skip
+            pos, tag = be, tag + 1
+        return b"".join(out)
+
+    n = len(bodies)
+    out: dict[str, float] = {}
+    for name, stored_with_offset in (("splice", False), ("prespliced", True)):
+        data = chunk(stored_with_offset)
+        _check_deliveries(deliveries(data, not stored_with_offset), bodies)
+        splice = not stored_with_offset
+        runs = [
+            time_cpu(lambda d=data, s=splice: deliveries(d, s), n)[1]["cpu_us"]  # type: ignore[misc]
+            for _ in range(repeat)
+        ]
+        out[name] = min(runs)
+    return out
+
+
+def _check_deliveries(wire: bytes, bodies: list[bytes]) -> None:
+    """The spliced frames are deliveries the executor's reader takes apart correctly."""
+    import numpy as np
+
+    from leveret.spark.frames import Fields
+    from leveret.spark.wire import Deliveries, walk
+
+    pos, starts, parts, multi = walk(memoryview(wire), 0, len(wire), len(bodies) + 1, 131064)
+    assert pos == len(wire) and not multi
+    block = Deliveries(wire, np.array(starts, np.int64), b"\n".join([*map(bytes, parts), b""]))
+    fields = Fields(block)
+    assert list(fields.offsets()) == list(range(len(bodies)))
+    assert [bytes(p) for p in parts] == bodies

@@ -70,6 +70,8 @@ class Node:
 class RabbitCluster:
     root: Path
     size: int = 3
+    plugins: tuple[str, ...] = ()
+    conf: tuple[str, ...] = ()  # more rabbitmq.conf lines
     nodes: list[Node] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -83,8 +85,8 @@ class RabbitCluster:
         for i in range(1, self.size + 1):
             base = self.root / f"node{i}"
             base.mkdir()
-            (base / "enabled_plugins").write_text("[].\n")
-            (base / "rabbitmq.conf").write_text("loopback_users = none\n")
+            (base / "enabled_plugins").write_text(f"[{','.join(self.plugins)}].\n")
+            (base / "rabbitmq.conf").write_text("\n".join(["loopback_users = none", *self.conf]))
             (base / "rabbitmq-env.conf").write_text("")
             name = f"lvt{tag}{i}@{host}"
             port, dist = free_port(), free_port()
