@@ -8,6 +8,7 @@ import struct
 import threading
 import uuid
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -217,3 +218,67 @@ def test_the_offset_is_found_wherever_the_headers_table_has_it() -> None:
     assert [r["routing_key"] for r in rows] == ["logs"] * 3
     assert dict(rows[1]["headers"]) == {"aa": "x", "x-stream-offset": "41", "zz": "1"}
     assert dict(rows[2]["headers"]) == {"k": "x-stream-offsetl", "x-stream-offset": "42"}
+
+
+def test_a_stream_is_read_over_tls(leveret: BrokerUnderTest, tmp_path: Path) -> None:
+    """``amqps://``: the lean consumer speaks TLS (through a TLS-terminating proxy here,
+    since neither test broker listens for TLS), verifying the server as pika would."""
+    import selectors
+    import ssl
+    import subprocess
+    from urllib.parse import quote
+
+    from leveret.spark.reader import read_stream_range
+
+    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=localhost",
+         "-addext", "subjectAltName=DNS:localhost", "-days", "1", "-keyout", str(key),
+         "-out", str(cert)],
+        check=True, capture_output=True, timeout=60,
+    )  # fmt: skip
+    server_ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server_ctx.load_cert_chain(cert, key)
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+
+    def relay(raw: socket.socket) -> None:
+        with server_ctx.wrap_socket(raw, server_side=True) as tls, socket.create_connection(
+            (leveret.host, leveret.port)
+        ) as up:
+            sel = selectors.DefaultSelector()
+            sel.register(tls, selectors.EVENT_READ, up)
+            sel.register(up, selectors.EVENT_READ, tls)
+            while True:
+                for key_, _ in sel.select():
+                    src, dst = key_.fileobj, key_.data
+                    data = src.recv(1 << 16)  # type: ignore[union-attr]
+                    while isinstance(src, ssl.SSLSocket) and src.pending():
+                        data += src.recv(src.pending())
+                    if not data:
+                        return
+                    dst.sendall(data)
+
+    def serve() -> None:
+        while True:
+            try:
+                raw, _ = listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=relay, args=(raw,), daemon=True).start()
+
+    threading.Thread(target=serve, daemon=True).start()
+    stream = f"wire-tls-{uuid.uuid4().hex[:8]}"
+    declare_stream(leveret, stream)
+    try:
+        from tests.spark.conftest import emit_records
+
+        emit_records(leveret.url, stream, range(500))
+        options = quote(repr({"ca_certs": str(cert), "server_hostname": "localhost"}))
+        url = f"amqps://guest:guest@localhost:{port}/?ssl_options={options}"
+        rows = [r for b in read_stream_range(url, stream, 0, 500) for r in b.to_pylist()]
+        assert [r["offset"] for r in rows] == list(range(500))
+        assert [r["message_id"] for r in rows] == [str(i) for i in range(500)]
+    finally:
+        listener.close()
+        delete_queue(leveret, stream)
