@@ -40,10 +40,14 @@ def executor_python() -> Path:
     if not WANTED:
         pytest.skip("cluster tests run under CI, or with LEVERET_CLUSTER_TESTS=1")
     python = worker_python()
-    probe = subprocess.run([str(python), "-c", "import leveret"], capture_output=True)
-    assert probe.returncode != 0, "the workers' Python must not have Leveret"
-    probe = subprocess.run([str(python), "-c", "import pika"], capture_output=True)
-    assert probe.returncode != 0, "the workers' Python must not have pika"
+    env = spark_env()
+    env.pop("PYTHONPATH", None)
+    for module in ("leveret", "pika", "pamqp"):
+        probe = subprocess.run([str(python), "-c", f"import {module}"], capture_output=True,
+                               env=env)  # fmt: skip
+        assert probe.returncode != 0, f"the workers' Python must not have {module}"
+    for module in ("pyspark", "pyarrow", "pandas"):
+        subprocess.run([str(python), "-c", f"import {module}"], check=True, env=env)
     return python
 
 
