@@ -1,21 +1,29 @@
-"""The Spark log pipeline: ingest throughput and emit->lake latency, per broker.
+"""The Spark log pipeline: ingest throughput, emit->lake latency, and what each stage of the
+ingest costs, per broker.
 
-1. **read**: ``spark.read.format("amqp")`` of a pre-filled stream, counted (the source alone).
-2. **ingest**: the ingest query (``leveret.spark.pipeline.start_ingest``: parse records,
-   Parquet partitioned by date and severity) with ``availableNow`` over the same stream,
-   from an empty checkpoint: records/s from query start to termination.
-3. **sink alone**: the ingest's Spark half without the broker: the same records, read once
-   and cached in Spark's memory, parsed and written as the partitioned Parquet lake (a batch
-   write): how fast the JVM side goes on this machine.
+1. **read**: ``spark.read.format("amqp").option("records", "log")`` of a pre-filled stream,
+   counted: the source alone (reading and parsing on the executors, to Spark).
+2. **ingest**: the ingest query (``leveret.spark.pipeline.start_ingest``: log records
+   parsed by the source, Parquet partitioned by date and severity) with ``availableNow``
+   over the same stream, from an empty checkpoint, as one micro-batch. Two rates: from
+   query start to termination (``wall``), and the batch's own (Spark's
+   ``processedRowsPerSecond``: the planning of the query and its start-up left out).
+3. **write alone**: the ingest's Spark half without the broker: the same records, parsed
+   and cached in Spark's memory, written as the partitioned Parquet lake.
 4. **latency**: the ingest query with a 1 s trigger while a publisher emits records at a
    steady rate; a record's latency is from its publish to the moment the batch holding it is
    committed in the lake's ``_spark_metadata`` log (when readers of the lake can see it).
+5. **profile** (``--profile``): each stage alone, in µs of CPU per record (see
+   ``pipeline_stages.py``): the broker's stream delivery (its own CPU while a raw consumer
+   reads), the executor's reader (frame walking, fields, JSON parsing, the batches), the
+   Python-to-JVM hand-off, and the Parquet write; and the CPU of broker and Spark over a
+   whole ingest.
 
 Everything runs on one ``local[2]`` session (the JVM started once, excluded from the
 numbers). Leveret is started here on free ports; RabbitMQ is used where reachable.
 
     python benchmarks/pipeline.py [--records N] [--rate R] [--seconds S] [--repeat K]
-                                  [--brokers leveret,rabbitmq] [--json out.json]
+                                  [--brokers leveret,rabbitmq] [--profile] [--json out.json]
 
 Each round measures every broker once; the order alternates between rounds and the report
 gives each measure's median over the rounds (one round is not enough: the broker measured
@@ -27,7 +35,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -38,19 +48,20 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+# Spark's Python workers import the in-memory source of pipeline_stages
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    p for p in (str(ROOT / "src"), str(ROOT / "benchmarks"), os.environ.get("PYTHONPATH")) if p
+)
 
 import pika  # noqa: E402
+import pipeline_stages as stages  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 from tests.brokers import BrokerUnderTest, ensure_rabbitmq, start_leveret  # noqa: E402
 
 from leveret.spark.client import Outgoing, publish  # noqa: E402
-from leveret.spark.pipeline import (  # noqa: E402
-    LAKE_PARTITIONS,
-    IngestConfig,
-    spark_session,
-    start_ingest,
-)
-from leveret.spark.records import parse_log_records  # noqa: E402
+from leveret.spark.pipeline import LAKE_PARTITIONS, IngestConfig, start_ingest  # noqa: E402
+from leveret.spark.session import spark_session  # noqa: E402
 
 
 def _body(i: int, ts: float) -> bytes:
@@ -85,9 +96,39 @@ def fill(url: str, stream: str, n: int) -> float:
     return n / (time.perf_counter() - t)
 
 
+#: Failures of a loaded machine, not of the pipeline: Spark gives a Python process it
+#: starts on the driver 10 seconds (fixed) to connect back. A measure that hits one is run
+#: again, and the retry is counted in the results.
+_TRANSIENT = ("Python worker failed to connect back",)
+RETRIES: dict[str, int] = {}
+
+
+def retrying(name: str, fn: Any, *args: Any, attempts: int = 3) -> Any:
+    for attempt in range(attempts):
+        try:
+            return fn(*args)
+        except Exception as exc:
+            if attempt + 1 == attempts or not any(t in str(exc) for t in _TRANSIENT):
+                raise
+            RETRIES[name] = RETRIES.get(name, 0) + 1
+            print(f"{name}: {exc.__class__.__name__} (Python worker start-up timed out); "
+                  "again", file=sys.stderr, flush=True)  # fmt: skip
+    raise AssertionError("unreachable")
+
+
+def _records(spark: Any, url: str, stream: str) -> Any:
+    return (
+        spark.read.format("amqp")
+        .option("url", url)
+        .option("stream", stream)
+        .option("records", "log")
+        .load()
+    )
+
+
 def bench_read(spark: Any, url: str, stream: str, n: int) -> float:
     t = time.perf_counter()
-    got = spark.read.format("amqp").option("url", url).option("stream", stream).load().count()
+    got = _records(spark, url, stream).count()
     assert got == n, (got, n)
     return n / (time.perf_counter() - t)
 
@@ -101,16 +142,23 @@ def bench_ingest(spark: Any, url: str, stream: str, n: int, tmp: Path) -> dict[s
     elapsed = time.perf_counter() - t
     got = spark.read.parquet(str(cfg.lake)).count()
     assert got == n, (got, n)
-    return {"records_per_s": n / elapsed, "seconds": elapsed,
-            "batches": len(query.recentProgress)}  # fmt: skip
+    batches = [p for p in query.recentProgress if p["numInputRows"]]
+    batch_rate = (
+        sum(p["numInputRows"] for p in batches)
+        / sum(p["durationMs"]["triggerExecution"] / 1000 for p in batches)
+        if batches
+        else None
+    )
+    return {"records_per_s": n / elapsed, "seconds": elapsed, "batch_per_s": batch_rate,
+            "batches": len(batches)}  # fmt: skip
 
 
 def bench_sink(spark: Any, url: str, stream: str, n: int, tmp: Path) -> float:
-    df = spark.read.format("amqp").option("url", url).option("stream", stream).load().cache()
+    df = _records(spark, url, stream).cache()
     assert df.count() == n
     try:
         t = time.perf_counter()
-        parse_log_records(df).write.partitionBy(*LAKE_PARTITIONS).parquet(str(tmp / "lake"))
+        df.write.partitionBy(*LAKE_PARTITIONS).parquet(str(tmp / "lake"))
         return n / (time.perf_counter() - t)
     finally:
         df.unpersist()
@@ -171,6 +219,101 @@ def bench_latency(
             "max_s": latencies[-1]}  # fmt: skip
 
 
+#: Parquet write settings tried beside the session's own (``--profile``).
+WRITE_VARIANTS = {
+    "no_sort": {"spark.sql.maxConcurrentOutputFileWriters": "64"},
+    "uncompressed": {"spark.sql.parquet.compression.codec": "uncompressed"},
+    "no_dictionary": {"parquet.enable.dictionary": "false"},
+}
+
+
+def broker_pid(broker: BrokerUnderTest) -> int | None:
+    """The broker's OS process: Leveret's server, RabbitMQ's Erlang VM (asked of the node)."""
+    if broker.process is not None:
+        return broker.process.pid
+    ctl = shutil.which("rabbitmqctl") or "/usr/sbin/rabbitmqctl"
+    try:
+        out = subprocess.run([ctl, "eval", "os:getpid()."], capture_output=True, text=True,
+                             timeout=60).stdout  # fmt: skip
+        return int(out.strip().strip('"'))
+    except (OSError, ValueError, subprocess.TimeoutExpired):
+        return None
+
+
+def profile(broker: BrokerUnderTest, spark: Any, n: int) -> dict[str, Any]:
+    """Each stage of the ingest alone, in µs per record (see pipeline_stages.py)."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    from leveret.spark.records import parse_log_records
+    from leveret.spark.schema import LOG_SCHEMA, MESSAGE_SCHEMA
+
+    url = broker.url
+    pid = broker_pid(broker)
+    out: dict[str, Any] = {"broker": broker.name, "records": n}
+    stream = f"bench-{uuid.uuid4().hex[:8]}"
+    _declare(url, stream)
+    try:
+        fill(url, stream, n)
+        time.sleep(1)
+        if pid is not None:
+            with stages.Meter(n, pid=pid, tree=False) as m:
+                chunks, seconds = stages.raw_read(broker.host, broker.port, stream, n)
+            out["broker_delivery"] = {**m.result, "raw_read_per_s": n / seconds}
+        else:
+            chunks, seconds = stages.raw_read(broker.host, broker.port, stream, n)
+            out["broker_delivery"] = {"raw_read_per_s": n / seconds}
+        out["wire_bytes_per_record"] = sum(map(len, chunks)) / n
+        out["reader"], records, messages = stages.reader_stages(chunks, n)
+        del chunks
+        records_json = from_arrow_schema(records[0].schema).json()
+        messages_json = MESSAGE_SCHEMA.json()
+        assert from_arrow_schema(records[0].schema) == LOG_SCHEMA
+        out["handoff_records"] = retrying(
+            "handoff", stages.handoff, spark, records, records_json, n
+        )
+        out["handoff_messages"] = retrying(
+            "handoff", stages.handoff, spark, messages, messages_json, n
+        )
+        msgs, drop = stages.cached_arrow(spark, messages, messages_json)
+        try:
+            out["parse_mapinarrow"] = stages.spark_stage(
+                spark, n, lambda: parse_log_records(msgs).write.format("noop")
+                .mode("overwrite").save()
+            )  # fmt: skip
+        finally:
+            drop()
+        recs, drop = stages.cached_arrow(spark, records, records_json)
+        try:
+            out["parquet_write"] = stages.parquet_write(spark, recs, n)
+            out["cached_scan"] = stages.spark_stage(
+                spark, n, lambda: recs.write.format("noop").mode("overwrite").save()
+            )
+            for name, conf in WRITE_VARIANTS.items():
+                out[f"parquet_write_{name}"] = stages.parquet_write(spark, recs, n, conf)
+        finally:
+            drop()
+        del records, messages
+        # a whole ingest: the CPU of Spark (driver, JVM, Python workers) and of the broker
+        retrying("ingest", _ingest_in_tmp, spark, url, stream, n)  # warm-up
+
+        def measured() -> None:
+            with stages.Meter(n) as spark_cpu:
+                if pid is not None:
+                    with stages.Meter(n, pid=pid, tree=False) as broker_cpu:
+                        out["ingest"] = _ingest_in_tmp(spark, url, stream, n)
+                    out["ingest_broker"] = broker_cpu.result
+                else:
+                    out["ingest"] = _ingest_in_tmp(spark, url, stream, n)
+            out["ingest_spark"] = spark_cpu.result
+
+        retrying("ingest", measured)
+        out["retries"] = dict(RETRIES)
+        RETRIES.clear()
+    finally:
+        _delete(url, stream)
+    return out
+
+
 def run(broker: BrokerUnderTest, spark: Any, args: argparse.Namespace) -> dict[str, Any]:
     url = broker.url
     out: dict[str, Any] = {"broker": broker.name}
@@ -180,26 +323,42 @@ def run(broker: BrokerUnderTest, spark: Any, args: argparse.Namespace) -> dict[s
         out["publish_per_s"] = fill(url, stream, args.records)
         # warm up, unmeasured: the first jobs pay for Python workers, imports and the JVM's
         # JIT (measured: without this, whichever broker runs first ingests at half speed)
-        bench_read(spark, url, stream, args.records)
-        with tempfile.TemporaryDirectory() as tmp:
-            bench_ingest(spark, url, stream, args.records, Path(tmp))
-        out["read_per_s"] = bench_read(spark, url, stream, args.records)
-        with tempfile.TemporaryDirectory() as tmp:
-            out["ingest"] = bench_ingest(spark, url, stream, args.records, Path(tmp))
-        with tempfile.TemporaryDirectory() as tmp:
-            bench_sink(spark, url, stream, args.records, Path(tmp))  # warm-up
-        with tempfile.TemporaryDirectory() as tmp:
-            out["sink_alone_per_s"] = bench_sink(spark, url, stream, args.records, Path(tmp))
+        retrying("read", bench_read, spark, url, stream, args.records)
+        retrying("ingest", _ingest_in_tmp, spark, url, stream, args.records)
+        out["read_per_s"] = retrying("read", bench_read, spark, url, stream, args.records)
+        out["ingest"] = retrying("ingest", _ingest_in_tmp, spark, url, stream, args.records)
+        retrying("sink", _sink_in_tmp, spark, url, stream, args.records)  # warm-up
+        out["sink_alone_per_s"] = retrying("sink", _sink_in_tmp, spark, url, stream, args.records)
     finally:
         _delete(url, stream)
-    stream = f"bench-{uuid.uuid4().hex[:8]}"
-    _declare(url, stream)
-    try:
-        with tempfile.TemporaryDirectory() as tmp:
-            out["latency"] = bench_latency(spark, url, stream, args.rate, args.seconds, Path(tmp))
-    finally:
-        _delete(url, stream)
+    if args.seconds > 0:
+        stream = f"bench-{uuid.uuid4().hex[:8]}"
+        _declare(url, stream)
+        try:
+            out["latency"] = retrying(
+                "latency", _latency_in_tmp, spark, url, stream, args.rate, args.seconds
+            )
+        finally:
+            _delete(url, stream)
+    out["load_average"] = os.getloadavg()[0]
+    out["retries"] = dict(RETRIES)
+    RETRIES.clear()
     return out
+
+
+def _ingest_in_tmp(spark: Any, url: str, stream: str, n: int) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory() as tmp:
+        return bench_ingest(spark, url, stream, n, Path(tmp))
+
+
+def _sink_in_tmp(spark: Any, url: str, stream: str, n: int) -> float:
+    with tempfile.TemporaryDirectory() as tmp:
+        return bench_sink(spark, url, stream, n, Path(tmp))
+
+
+def _latency_in_tmp(spark: Any, url: str, stream: str, rate: int, s: float) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory() as tmp:
+        return bench_latency(spark, url, stream, rate, s, Path(tmp))
 
 
 def _median(runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -208,14 +367,17 @@ def _median(runs: list[dict[str, Any]]) -> dict[str, Any]:
     def pick(r: dict[str, Any], key: str) -> float | None:
         if key == "ingest_per_s":
             return float(r["ingest"]["records_per_s"])
+        if key == "ingest_batch_per_s":
+            value = r["ingest"].get("batch_per_s")
+            return None if value is None else float(value)
         if key in ("latency_p50_s", "latency_p95_s"):
-            value = r["latency"].get(key.removeprefix("latency_"))
+            value = r.get("latency", {}).get(key.removeprefix("latency_"))
             return None if value is None else float(value)
         return float(r[key])
 
     out: dict[str, Any] = {"broker": runs[0]["broker"], "runs": len(runs)}
-    for key in ("publish_per_s", "read_per_s", "ingest_per_s", "sink_alone_per_s",
-                "latency_p50_s", "latency_p95_s"):  # fmt: skip
+    for key in ("publish_per_s", "read_per_s", "ingest_per_s", "ingest_batch_per_s",
+                "sink_alone_per_s", "latency_p50_s", "latency_p95_s"):  # fmt: skip
         values = [v for v in (pick(r, key) for r in runs) if v is not None]
         out[key] = statistics.median(values) if values else None
         out[key + "_all"] = [round(v, 3) for v in values]
@@ -224,9 +386,13 @@ def _median(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--records", type=int, default=100_000)
+    ap.add_argument("--records", type=int, default=300_000)
+    ap.add_argument("--profile", action="store_true", help="profile each stage (once a broker)")
+    ap.add_argument("--profile-records", type=int, default=200_000)
     ap.add_argument("--rate", type=int, default=1000, help="records/s during the latency run")
-    ap.add_argument("--seconds", type=float, default=20.0, help="length of the latency run")
+    ap.add_argument(
+        "--seconds", type=float, default=20.0, help="length of the latency run (0: none)"
+    )
     ap.add_argument("--brokers", default="leveret,rabbitmq")
     ap.add_argument(
         "--repeat",
@@ -239,6 +405,7 @@ def main() -> None:
     args = ap.parse_args()
     spark = spark_session(args.master, "leveret-bench")
     spark.sparkContext.setLogLevel("ERROR")
+    spark.dataSource.register(stages.memory_source())
     brokers: dict[str, BrokerUnderTest] = {}
     leveret = None
     for name in args.brokers.split(","):
@@ -252,6 +419,7 @@ def main() -> None:
             brokers["rabbitmq"] = rabbit
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in brokers}
     order = list(brokers)
+    profiles: list[dict[str, Any]] = []
     try:
         for round_ in range(args.repeat):
             # whichever broker goes second in a round gets a JVM warmed by more jobs (measured:
@@ -261,6 +429,15 @@ def main() -> None:
                 result["round"] = round_ + 1
                 runs[name].append(result)
                 print(json.dumps(result), flush=True)
+        if args.profile:
+            for name in order:
+                result = profile(brokers[name], spark, args.profile_records)
+                profiles.append(result)
+                print(json.dumps(result), flush=True)
+            now = time.time()
+            splice = stages.splice_estimate([_body(i, now) for i in range(100_000)])
+            profiles.append({"broker_stream_path_estimate": splice})
+            print(json.dumps(profiles[-1]), flush=True)
     finally:
         if leveret is not None:
             leveret.stop()
@@ -268,7 +445,7 @@ def main() -> None:
     for m in medians:
         print(json.dumps(m, indent=2), flush=True)
     summary = {"master": args.master, "cpus": os.cpu_count(), "records": args.records,
-               "repeat": args.repeat, "medians": medians,
+               "repeat": args.repeat, "medians": medians, "profiles": profiles,
                "runs": [r for rs in runs.values() for r in rs]}  # fmt: skip
     if args.json:
         args.json.write_text(json.dumps(summary, indent=2))

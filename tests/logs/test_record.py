@@ -80,6 +80,18 @@ def test_plain_text_body_is_a_message_with_severity_from_the_routing_key() -> No
     assert Record.from_body(b"\xff", None).message == "\ufffd"
 
 
+def test_a_plain_text_body_takes_its_severity_from_a_severity_prefix() -> None:
+    # the tutorial's emit_log.py sends "severity: message" texts through a fanout exchange
+    r = Record.from_body(b"error: disk full on /var", "text/plain", "")
+    assert (r.message, r.severity, r.facility) == ("error: disk full on /var", "error", "user")
+    assert Record.from_body(b"  WARN : low memory", None, "").severity == "warning"
+    assert Record.from_body(b"Critical: fire", None, "kern.x").severity == "critical"
+    assert Record.from_body(b"errors: none", None, "").severity == "info"
+    assert Record.from_body(b"note: error: x", None, "").severity == "info"
+    # a routing key that names a severity says more than the text
+    assert Record.from_body(b"info: Hello World!", None, "auth.error").severity == "error"
+
+
 def test_severities_and_facilities() -> None:
     assert normalize_severity("WARN") == "warning"
     assert normalize_severity("Error") == "error"

@@ -4,6 +4,8 @@ helpers that make streams and publish log records on the broker under test."""
 from __future__ import annotations
 
 import json
+import os
+import sys
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -21,6 +23,8 @@ from tests.brokers import BrokerUnderTest  # noqa: E402
 def spark() -> Iterator[SparkSession]:
     from leveret.spark import register
 
+    # the workers run this interpreter, as the pipeline's own sessions do
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     session = (
         SparkSession.builder.master("local[2]")
         .appName("leveret-tests")

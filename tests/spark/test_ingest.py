@@ -37,15 +37,12 @@ RESTART_RABBITMQ = os.environ.get("LEVERET_TEST_RESTART_RABBITMQ", "1") != "0"
 
 
 def _ingest(
-    url: str,
-    tmp: Path,
-    *source: str,
-    trigger: str,
-    per_trigger: int,
-    lake: Path | None = None,
+    url: str, tmp: Path, *source: str, trigger: str, per_trigger: int,
+    lake: Path | None = None, cli: list[str] | None = None,
+    env: dict[str, str] | None = None,
 ) -> subprocess.Popen[str]:
     cmd = [
-        sys.executable, "-m", "leveret.cli.main", "pipeline", "ingest",
+        *(cli or [sys.executable, "-m", "leveret.cli.main"]), "pipeline", "ingest",
         "--url", url, *source, "--exchange", "",
         "--lake", str(lake or tmp / "lake"), "--checkpoint", str(tmp / "checkpoint"),
         "--master", "local[2]", "--trigger", trigger,
@@ -54,7 +51,7 @@ def _ingest(
     # a session of its own, so that SIGKILL takes the whole driver: Python and its JVM
     return subprocess.Popen(
         cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        start_new_session=True,
+        start_new_session=True, env=env,
     )  # fmt: skip
 
 

@@ -42,6 +42,8 @@ def test_records_become_typed_columns_and_malformed_bodies_go_to_corrupt(
         _row(8, b"info: Hello World!", "auth.error",
              timestamp=datetime(2024, 5, 2, 1, 0, tzinfo=UTC)),
         _row(9, b"plain text", "warning"),
+        _row(10, b"error: disk full on /var", ""),  # the tutorial's "severity: message"
+        _row(11, b"Warn : low memory", "logs"),
     ]  # fmt: skip
     out = {r.offset: r for r in parse_log_records(spark.createDataFrame(rows, MESSAGE_SCHEMA))
            .collect()}  # fmt: skip
@@ -61,6 +63,8 @@ def test_records_become_typed_columns_and_malformed_bodies_go_to_corrupt(
         "error", "auth", "info: Hello World!")  # fmt: skip
     assert out[8].date == date(2024, 5, 2)
     assert (out[9].severity, out[9].facility, out[9]._corrupt) == ("warning", "user", None)
+    assert (out[10].severity, out[10].message) == ("error", "error: disk full on /var")
+    assert (out[11].severity, out[11].facility) == ("warning", "user")
 
 
 def test_a_malformed_body_in_the_stream_lands_in_corrupt_in_the_lake(

@@ -75,6 +75,9 @@ def test_the_report_command(spark: SparkSession, tmp_path: Path) -> None:
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert "Report:" in result.stdout and "301 records, 5 charts" in result.stdout
+    # Spark's start-up chatter stays out of a user's terminal
+    for chatter in ("Using incubator modules", "Setting default log level", "sc.setLogLevel"):
+        assert chatter not in result.stderr, result.stderr
     assert (out / "report.md").exists() and (out / "charts" / "error_rate.png").exists()
 
 
@@ -89,3 +92,14 @@ def test_the_report_without_a_lake_is_one_clear_line(tmp_path: Path) -> None:
         result.stderr.strip() == f"Error: no log lake at {tmp_path / 'nothing'} (run "
         "`leveret pipeline ingest` first)"
     )
+
+
+def test_a_minute_of_data_gets_a_time_axis_of_minutes() -> None:
+    from leveret.spark.report import time_limits
+
+    one = pd.Series(pd.to_datetime(["2026-11-22 10:00:00"]))
+    lo, hi = time_limits(one)
+    assert (lo, hi) == (pd.Timestamp("2026-11-22 09:59"), pd.Timestamp("2026-11-22 10:02"))
+    day = pd.Series(pd.date_range("2026-11-22 00:00", periods=1440, freq="min"))
+    lo, hi = time_limits(day)
+    assert hi - lo < pd.Timedelta(hours=27)

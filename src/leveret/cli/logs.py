@@ -19,16 +19,39 @@ from typing import Annotated
 import typer
 
 from leveret.cli.common import fail
-from leveret.logs.amqp import DEFAULT_EXCHANGE, DEFAULT_URL, ExchangeType, LogsError, redact
+from leveret.logs.amqp import (
+    DEFAULT_EXCHANGE,
+    DEFAULT_URL,
+    ExchangeType,
+    LogsError,
+    redact,
+    split_urls,
+)
 from leveret.logs.emitter import Emitter
 from leveret.logs.receiver import Subscription, receive
 from leveret.logs.record import DEFAULT_FACILITY
 from leveret.logs.sinks import FileSink, Sink, TerminalSink
 
 Url = Annotated[
-    str,
-    typer.Option("--url", envvar="LEVERET_URL", help="Broker URL (amqp:// or amqps://)."),
+    list[str] | None,
+    typer.Option(
+        "--url",
+        envvar="LEVERET_URL",
+        help="Broker URL (amqp:// or amqps://). Repeat it (or separate URLs with commas) "
+        "for the nodes of a cluster: when a connection is lost the next one is used. "
+        f"Default: {DEFAULT_URL}",
+        show_default=False,
+    ),
 ]
+
+
+def _urls(given: list[str] | None) -> list[str]:
+    try:
+        return split_urls(given or [DEFAULT_URL])
+    except LogsError as exc:
+        fail(str(exc))
+
+
 Exchange = Annotated[
     str,
     typer.Option("--exchange", "-x", envvar="LEVERET_LOG_EXCHANGE", help="Exchange name."),
@@ -72,7 +95,7 @@ def emit_log(
             help="Messages, one record each. Without any, lines from stdin.", show_default=False
         ),
     ] = None,
-    url: Url = DEFAULT_URL,
+    url: Url = None,
     exchange: Exchange = DEFAULT_EXCHANGE,
     exchange_type: Type = ExchangeType.fanout,
     severity: Annotated[
@@ -92,12 +115,15 @@ def emit_log(
     """Send log records: each MESSAGE, or each line of stdin.
 
     Streams stdin (tail -f app.log | leveret emit-log) with publisher confirms, and exits 0
-    only when the broker confirmed every record.
+    only when the broker confirmed every record. With several --url (one cluster's nodes) a
+    lost connection moves on to the next node; records in flight then are not sent again
+    (the node may have stored them) and count as not confirmed.
     """
     _interrupt_on_sigterm()
+    urls = _urls(url)
     try:
         emitter = Emitter(
-            url,
+            urls,
             exchange,
             exchange_type,
             severity=severity,
@@ -122,6 +148,12 @@ def emit_log(
         result = emitter.close(0)
     if emitter.error is not None:
         fail(f"{emitter.error} ({result.confirmed} of {result.sent} records confirmed)")
+    if result.unconfirmed:
+        fail(
+            f"{result.unconfirmed} records were in flight when a connection was lost and "
+            f"are not confirmed (the broker may or may not have them); the brokers confirmed "
+            f"{result.confirmed} of {result.sent} records"
+        )
     if not result.ok:
         fail(
             f"the broker confirmed {result.confirmed} of {result.sent} records"
@@ -151,7 +183,7 @@ def receive_logs(
             show_default=False,
         ),
     ] = None,
-    url: Url = DEFAULT_URL,
+    url: Url = None,
     exchange: Exchange = DEFAULT_EXCHANGE,
     exchange_type: Type = ExchangeType.fanout,
     to: Annotated[
@@ -176,6 +208,14 @@ def receive_logs(
             "receiver is away and across broker restarts.",
         ),
     ] = False,
+    queue_type: Annotated[
+        str | None,
+        typer.Option(
+            "--queue-type",
+            help="x-queue-type of --queue: quorum replicates it over a cluster's nodes "
+            "(it must then be --durable).",
+        ),
+    ] = None,
     durable_exchange: DurableExchange = False,
     prefetch: Annotated[
         int, typer.Option("--prefetch", min=1, max=65535, help="Unacked records in flight.")
@@ -190,11 +230,14 @@ def receive_logs(
     keys = tuple(binding_keys or ())
     if durable and not queue:
         fail("--durable needs --queue NAME")
+    if queue_type and not queue:
+        fail("--queue-type needs --queue NAME")
+    urls = _urls(url)
     if exchange_type == ExchangeType.fanout and keys:
         fail("binding keys are for --type direct or topic; a fanout exchange ignores them")
     limit = _size(max_bytes)
     sub = Subscription(
-        url=url,
+        url=tuple(urls),
         exchange=exchange,
         exchange_type=exchange_type,
         binding_keys=keys,
@@ -202,6 +245,7 @@ def receive_logs(
         durable=durable,
         durable_exchange=durable_exchange,
         prefetch=prefetch,
+        queue_type=queue_type,
     )
     sink: Sink
     if to is not None:
@@ -223,7 +267,8 @@ def receive_logs(
         )
 
     def lost(err: LogsError, delay: float) -> None:
-        print(f" [!] {err}; reconnecting in {delay:.1f}s", file=sys.stderr, flush=True)
+        then = f"reconnecting in {delay:.1f}s" if delay else "trying the next node"
+        print(f" [!] {err}; {then}", file=sys.stderr, flush=True)
 
     try:
         receive(sub, sink, on_ready=ready, on_lost=lost)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import signal
 import sys
+import threading
 from pathlib import Path
 from types import FrameType
 from typing import Annotated
@@ -23,8 +24,15 @@ app = typer.Typer(
 )
 
 Url = Annotated[
-    str,
-    typer.Option("--url", envvar="LEVERET_URL", help="Broker URL (amqp:// or amqps://)."),
+    list[str] | None,
+    typer.Option(
+        "--url",
+        envvar="LEVERET_URL",
+        help="Broker URL (amqp:// or amqps://). Repeat it (or separate URLs with commas) "
+        "for the nodes of a cluster: a lost connection moves on to the next. Default: "
+        "amqp://guest:guest@localhost:5672/",
+        show_default=False,
+    ),
 ]
 Lake = Annotated[
     Path,
@@ -36,6 +44,26 @@ Master = Annotated[
         "--master",
         envvar="LEVERET_SPARK_MASTER",
         help="Spark master URL: local[*], local[2], spark://host:7077, …",
+    ),
+]
+Remote = Annotated[
+    str | None,
+    typer.Option(
+        "--remote",
+        envvar="LEVERET_SPARK_REMOTE",
+        help="A Spark Connect server (sc://host:15002) to run on instead of --master. Needs "
+        "pip install 'pyspark[connect]'; an ingest also needs Leveret in the server's Python.",
+    ),
+]
+Conf = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--conf",
+        "-c",
+        help="A Spark setting KEY=VALUE, as spark-submit takes it (repeatable), e.g. "
+        "spark.executor.memory=2g or spark.pyspark.python=/opt/venv/bin/python. The "
+        "executors' Python: this setting, else PYSPARK_PYTHON, else (local masters) this "
+        "interpreter.",
     ),
 ]
 LogLevel = Annotated[
@@ -62,22 +90,39 @@ def _logging(level: str) -> None:
         logging.getLogger("pika").setLevel(logging.CRITICAL)
 
 
+def _conf(pairs: list[str] | None) -> dict[str, str]:
+    from leveret.spark.session import parse_conf
+
+    try:
+        return parse_conf(pairs or [])
+    except ValueError as exc:
+        fail(str(exc))
+
+
 def _spark_level(level: str) -> str:
     """The JVM's log level: Spark's own warnings and stack traces only with ``debug``;
     otherwise a failure is the command's one plain line (its cause included)."""
     return "WARN" if level.upper() == "DEBUG" else "OFF"
 
 
-def _interrupt_on_sigterm() -> None:
+def _stop_on_signals() -> threading.Event:
+    """SIGTERM or Ctrl-C sets the event (the ingest then stops its query and returns); a
+    second one interrupts at once."""
+    stop = threading.Event()
+
     def handler(signum: int, frame: FrameType | None) -> None:
-        raise KeyboardInterrupt
+        if stop.is_set():
+            raise KeyboardInterrupt
+        stop.set()
 
     signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)
+    return stop
 
 
 @app.command()
 def ingest(
-    url: Url = "amqp://guest:guest@localhost:5672/",
+    url: Url = None,
     stream: Annotated[
         str | None,
         typer.Option(
@@ -132,6 +177,15 @@ def ingest(
             help="Where a new query starts: earliest, latest, an offset or a time.",
         ),
     ] = "earliest",
+    stream_replicas: Annotated[
+        int | None,
+        typer.Option(
+            "--stream-replicas",
+            min=1,
+            help="On a cluster: the nodes that keep a copy of the stream when it is "
+            "declared (x-initial-cluster-size).",
+        ),
+    ] = None,
     max_restarts: Annotated[
         int,
         typer.Option(
@@ -140,6 +194,8 @@ def ingest(
             help="Restart a failed query from its checkpoint this many times in a row.",
         ),
     ] = 5,
+    remote: Remote = None,
+    conf: Conf = None,
     log_level: LogLevel = "info",
 ) -> None:
     """Stream the log records of the logs stream into a Parquet lake partitioned by date and
@@ -148,13 +204,21 @@ def ingest(
     _logging(log_level)
     from leveret.spark.client import AmqpSourceError
     from leveret.spark.pipeline import IngestConfig, parse_trigger, run_ingest
+    from leveret.spark.session import SessionError
 
     try:
         parse_trigger(trigger)
     except ValueError as exc:
         fail(str(exc))
+    settings = _conf(conf)
+    from leveret.logs.amqp import LogsError, split_urls
+
+    try:
+        urls = split_urls(url or ["amqp://guest:guest@localhost:5672/"])
+    except LogsError as exc:
+        fail(str(exc))
     cfg = IngestConfig(
-        url=url,
+        url=",".join(urls),
         lake=lake.resolve(),
         checkpoint=checkpoint.resolve(),
         stream=None if queue else stream,
@@ -163,13 +227,20 @@ def ingest(
         trigger=trigger,
         max_records_per_trigger=max_records_per_trigger,
         starting_offsets=starting_offsets,
+        stream_replicas=stream_replicas,
     )
-    _interrupt_on_sigterm()
+    stop = _stop_on_signals()
     try:
         restarts = run_ingest(
-            cfg, master=master, max_restarts=max_restarts, log_level=_spark_level(log_level)
+            cfg,
+            master=master,
+            max_restarts=max_restarts,
+            log_level=_spark_level(log_level),
+            conf=settings,
+            remote=remote,
+            stop=stop,
         )
-    except AmqpSourceError as exc:
+    except (AmqpSourceError, SessionError) as exc:
         fail(str(exc))
     except KeyboardInterrupt:
         return
@@ -186,6 +257,8 @@ def report(
     fmt: Annotated[str, typer.Option("--format", help="Report format: html or md.")] = "html",
     top: Annotated[int, typer.Option("--top", min=1, help="Rows of the top-N tables.")] = 10,
     master: Master = "local[*]",
+    remote: Remote = None,
+    conf: Conf = None,
     log_level: LogLevel = "warning",
 ) -> None:
     """A Spark batch job over the lake: counts by severity per minute, error rate, top
@@ -193,14 +266,20 @@ def report(
     tables."""
     _need_spark()
     _logging(log_level)
-    from leveret.spark.pipeline import spark_session
     from leveret.spark.report import ReportError, make_report
+    from leveret.spark.session import SessionError, spark_session
 
     if fmt not in ("html", "md"):
         fail(f"unknown report format {fmt!r}: use html or md")
     if not lake.is_dir():
         fail(f"no log lake at {lake} (run `leveret pipeline ingest` first)")
-    spark = spark_session(master, "leveret-report", log_level=_spark_level(log_level))
+    settings = _conf(conf)
+    try:
+        spark = spark_session(
+            master, "leveret-report", settings, log_level=_spark_level(log_level), remote=remote
+        )
+    except SessionError as exc:
+        fail(str(exc))
     try:
         result = make_report(spark, lake.resolve(), out.resolve(), fmt, top)
     except ReportError as exc:

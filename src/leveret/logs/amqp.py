@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import socket
+from collections.abc import Sequence
 from enum import StrEnum
 from urllib.parse import urlsplit, urlunsplit
 
@@ -41,7 +42,10 @@ def routing_key(exchange_type: str, severity: str, facility: str) -> str:
 
 
 def redact(url: str) -> str:
-    """The URL with its password replaced by ``***``, fit to print."""
+    """The URL with its password replaced by ``***``, fit to print (each of several
+    separated by commas)."""
+    if "," in url:
+        return ", ".join(redact(part.strip()) for part in url.split(",") if part.strip())
     try:
         parts = urlsplit(url)
         if parts.password is None:
@@ -72,6 +76,27 @@ def parameters(url: str, **overrides: object) -> pika.URLParameters:
     for name, value in overrides.items():
         setattr(params, name, value)
     return params
+
+
+Urls = str | Sequence[str]
+
+
+def split_urls(urls: Urls) -> list[str]:
+    """Broker URLs, from a list or one string (separated by commas or whitespace, as an
+    environment variable holds them): the nodes of one cluster, tried in order, the next
+    one when a connection is lost. LogsError for none, or for any that is not valid."""
+    items = [urls] if isinstance(urls, str) else list(urls)
+    out = [u for item in items for u in re.split(r"[\s,]+", item.strip()) if u]
+    if not out:
+        raise LogsError("no broker URL given")
+    for url in out:
+        parameters(url)
+    return out
+
+
+def shown(urls: Sequence[str]) -> str:
+    """URLs fit to print (passwords replaced), one or a list."""
+    return ", ".join(redact(u) for u in urls)
 
 
 # ConnectionClosedByBroker: (403) 'ACCESS_REFUSED - Login was refused ...'

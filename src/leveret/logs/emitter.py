@@ -5,7 +5,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from leveret.logs.amqp import DEFAULT_EXCHANGE, DEFAULT_URL, ExchangeType, LogsError, routing_key
+from leveret.logs.amqp import (
+    DEFAULT_EXCHANGE,
+    DEFAULT_URL,
+    ExchangeType,
+    LogsError,
+    Urls,
+    routing_key,
+)
 from leveret.logs.publisher import Publisher
 from leveret.logs.record import (
     DEFAULT_FACILITY,
@@ -25,6 +32,7 @@ class EmitResult:
     sent: int
     confirmed: int
     nacked: int
+    unconfirmed: int = 0  # in flight on a node that went away (see Publisher)
 
     @property
     def ok(self) -> bool:
@@ -33,11 +41,13 @@ class EmitResult:
 
 class Emitter:
     """Sends messages as records of one severity and facility. Connects on creation
-    (LogsError if it cannot); ``close()`` waits for every confirm."""
+    (LogsError if it cannot); ``close()`` waits for every confirm. Given several URLs (one
+    cluster's nodes) it moves on to the next when a connection is lost; what was in flight
+    then is not sent again but counted as unconfirmed."""
 
     def __init__(
         self,
-        url: str = DEFAULT_URL,
+        url: Urls = DEFAULT_URL,
         exchange: str = DEFAULT_EXCHANGE,
         exchange_type: str = ExchangeType.fanout,
         *,
@@ -88,7 +98,9 @@ class Emitter:
         if self._result is None:
             self._publisher.close(timeout)
             stats = self._publisher.stats
-            self._result = EmitResult(stats.accepted, stats.confirmed, stats.nacked)
+            self._result = EmitResult(
+                stats.accepted, stats.confirmed, stats.nacked, stats.unconfirmed
+            )
         return self._result
 
     @property

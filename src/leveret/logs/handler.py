@@ -23,7 +23,7 @@ import sys
 import threading
 import traceback
 
-from leveret.logs.amqp import DEFAULT_EXCHANGE, DEFAULT_URL, ExchangeType, routing_key
+from leveret.logs.amqp import DEFAULT_EXCHANGE, DEFAULT_URL, ExchangeType, Urls, routing_key
 from leveret.logs.publisher import Publisher, PublisherStats
 from leveret.logs.record import (
     DEFAULT_FACILITY,
@@ -42,11 +42,13 @@ _STANDARD = frozenset(logging.makeLogRecord({}).__dict__) | {"message", "asctime
 class AMQPHandler(logging.Handler):
     """A ``logging.Handler`` that publishes records to an exchange, never blocking the
     application. ``flush()`` and ``close()`` wait for the broker's confirms up to
-    ``timeout`` seconds."""
+    ``timeout`` seconds. ``url`` may be several (a list, or one string separated by commas):
+    the nodes of a cluster, the next one tried whenever a connection is lost (records in
+    flight then are sent again: receivers drop such a copy by its message id)."""
 
     def __init__(
         self,
-        url: str = DEFAULT_URL,
+        url: Urls = DEFAULT_URL,
         exchange: str = DEFAULT_EXCHANGE,
         exchange_type: str = ExchangeType.fanout,
         *,

@@ -10,6 +10,12 @@ a window of unconfirmed records in flight. The same engine serves both producers
   dropped and counted, and a lost connection is retried with exponential backoff. Records
   in flight when a connection dies go back to the front of the buffer and are sent again.
 
+Given several URLs (the nodes of a cluster), a lost connection moves on to the next one.
+The handler sends its records in flight again there (at-least-once: a receiver drops the
+copy by message id). ``emit-log`` does not: the node that went away may or may not have
+stored them, so they are counted as ``unconfirmed`` and the rest of the input goes on
+through the next node; every record it reports confirmed is in the broker exactly once.
+
 Threading: the buffer and the counters are guarded by ``_lock``; everything pika touches
 runs on the I/O thread, which callers reach only through ``add_callback_threadsafe``.
 """
@@ -30,7 +36,15 @@ import pika
 import pika.spec
 from pika.adapters.select_connection import IOLoop
 
-from leveret.logs.amqp import ExchangeType, LogsError, describe, parameters, redact
+from leveret.logs.amqp import (
+    ExchangeType,
+    LogsError,
+    Urls,
+    describe,
+    parameters,
+    shown,
+    split_urls,
+)
 from leveret.logs.record import CONTENT_TYPE
 
 Overflow = Literal["block", "drop-oldest"]
@@ -56,6 +70,7 @@ class PublisherStats:
     connected: bool
     reconnects: int
     last_error: str | None
+    unconfirmed: int = 0  # in flight on a node that went away, not sent again
 
 
 class Publisher:
@@ -63,7 +78,7 @@ class Publisher:
 
     def __init__(
         self,
-        url: str,
+        url: Urls,
         exchange: str,
         exchange_type: str = ExchangeType.fanout,
         *,
@@ -78,11 +93,13 @@ class Publisher:
     ) -> None:
         if capacity < 1 or max_in_flight < 1 or chunk < 1:
             raise ValueError("capacity, max_in_flight and chunk must be positive")
-        self.url = url
+        self.urls = split_urls(url)  # LogsError for a bad URL, before any thread starts
+        self.url = self.urls[0]  # the node in use
         self.exchange = exchange
         self.exchange_type = str(exchange_type)
         self.durable_exchange = durable_exchange
-        self._params = parameters(url)  # LogsError for a bad URL, before any thread starts
+        self._params = [parameters(u) for u in self.urls]
+        self._index = 0
         self._capacity = capacity
         self._overflow = overflow
         self._reconnect = reconnect
@@ -99,6 +116,7 @@ class Publisher:
         self._confirmed = 0
         self._nacked = 0
         self._dropped = 0
+        self._unconfirmed = 0
         self._error: LogsError | None = None  # fatal: the publisher has stopped
         self._last_error: LogsError | None = None
         self._stopped = False
@@ -176,7 +194,7 @@ class Publisher:
             return self._settled.wait_for(
                 lambda: (
                     self._error is not None
-                    or self._confirmed + self._nacked + self._dropped >= target
+                    or self._confirmed + self._nacked + self._dropped + self._unconfirmed >= target
                 ),
                 timeout,
             ) and (self._error is None)
@@ -213,10 +231,11 @@ class Publisher:
                 connected=self._connected,
                 reconnects=self._reconnects,
                 last_error=str(self._last_error) if self._last_error else None,
+                unconfirmed=self._unconfirmed,
             )
 
     def _shown(self) -> str:
-        return redact(self.url)
+        return shown(self.urls)
 
     # ------------------------------------------------------------------ I/O thread
 
@@ -237,8 +256,9 @@ class Publisher:
             self._ioloop.stop()
             return
         self._channel_error = None
+        self.url = self.urls[self._index]
         self._conn = pika.SelectConnection(
-            self._params,
+            self._params[self._index],
             on_open_callback=self._on_open,
             on_open_error_callback=self._on_open_error,
             on_close_callback=self._on_closed,
@@ -290,11 +310,12 @@ class Publisher:
         self._conn = None
         self._channel = None
         self._connected = False
+        failover = len(self._params) > 1
         with self._lock:
             if not self._closing:
                 self._last_error = err
-            # what was in flight goes back to the front, in order, to be sent again
-            if self._in_flight:
+            if self._in_flight and self._reconnect:
+                # what was in flight goes back to the front, in order, to be sent again
                 self._buf.extendleft(reversed(self._in_flight.values()))
                 self._in_flight.clear()
                 if self._overflow == "drop-oldest":
@@ -302,14 +323,25 @@ class Publisher:
                         self._buf.popleft()
                         self._dropped += 1
                     self._settled.notify_all()
+            elif self._in_flight and failover:
+                # whether the node that went away stored them is unknown: not sent again
+                # (that could store them twice), counted as unconfirmed
+                self._unconfirmed += len(self._in_flight)
+                self._in_flight.clear()
+                self._settled.notify_all()
         if self._closing:
             self._ioloop.stop()
             return
-        if not self._reconnect:
-            self._fail(err)
+        if not self._reconnect and (not failover or self._attempts + 1 >= 2 * len(self._params)):
+            # one broker, or every node of the list failed twice in a row
+            self._fail(err if not failover else LogsError(f"{err} (and every other node)"))
             self._ioloop.stop()
             return
-        delay = min(self._backoff_max, 0.1 * 2 ** min(self._attempts, 20))
+        self._index = (self._index + 1) % len(self._params)
+        if self._reconnect:
+            delay = min(self._backoff_max, 0.1 * 2 ** min(self._attempts // len(self._params), 20))
+        else:
+            delay = 0.0 if self._attempts < len(self._params) else 0.5
         self._attempts += 1
         self._retry_timer = self._ioloop.call_later(delay, self._connect)
 

@@ -4,9 +4,11 @@ a sink, acking only what the sink has flushed.
 Acks are batched: ``basic_ack(tag, multiple=True)`` after each flush, which happens every
 ``prefetch // 2`` records and whenever the queue goes quiet. With ``queue`` and ``durable``
 a named durable queue keeps records while the receiver is away, and a lost connection is
-retried with backoff. A record written whose ack did not reach the broker before a
-connection died comes back redelivered; its copy is recognised by message id (the ids of the
-latest records written are remembered) and is not written twice.
+retried with backoff (on the next node, given a cluster's URLs). A record written whose
+ack did not reach the broker before a connection died comes back redelivered, and a log
+handler whose node died before confirming a record publishes it again; such a copy is
+recognised by its message id (the ids of the latest records written are remembered) and is
+not written twice.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from typing import Any
 import pika
 import pika.exceptions
 
-from leveret.logs.amqp import ExchangeType, LogsError, describe, parameters
+from leveret.logs.amqp import ExchangeType, LogsError, describe, parameters, split_urls
 from leveret.logs.record import SEVERITIES, Record
 from leveret.logs.sinks import Sink
 
@@ -34,9 +36,10 @@ _MAX_DELAY = 0.25
 
 @dataclass(frozen=True, slots=True)
 class Subscription:
-    """What to receive and through which queue."""
+    """What to receive and through which queue. ``url`` may name several brokers (the
+    nodes of a cluster): a lost connection is retried on the next one."""
 
-    url: str
+    url: str | tuple[str, ...]
     exchange: str
     exchange_type: str = ExchangeType.fanout
     binding_keys: tuple[str, ...] = ()
@@ -44,6 +47,11 @@ class Subscription:
     durable: bool = False
     durable_exchange: bool = False
     prefetch: int = 1000
+    queue_type: str | None = None  # x-queue-type of a named queue: classic, quorum
+
+    @property
+    def urls(self) -> list[str]:
+        return split_urls(self.url)
 
     def bindings(self) -> tuple[str, ...]:
         """The binding keys to use: given ones, or everything the exchange type routes."""
@@ -74,24 +82,31 @@ def receive(
     written. The first connection failing raises LogsError; later transient failures are
     retried with backoff (reported through ``on_lost``). OSError from the sink propagates:
     what it could not write is not acked."""
-    params = parameters(sub.url)
+    urls = sub.urls
+    params = [parameters(u) for u in urls]
+    nodes = len(urls)
     state = _State(sub, sink)
     attempts = 0
+    index = 0
     while True:
+        url = urls[index]
         try:
-            conn = pika.BlockingConnection(params)
+            conn = pika.BlockingConnection(params[index])
         except Exception as exc:
-            err = describe(exc, sub.url)
-            if not state.connected_once or not err.transient:
+            err = describe(exc, url)
+            if not err.transient or (not state.connected_once and attempts + 1 >= nodes):
                 raise err from None
-            delay = _backoff(attempts)
+            index = (index + 1) % nodes
+            # the other nodes at once, then the whole list again with backoff
+            delay = 0.0 if attempts + 1 < nodes else _backoff(attempts // nodes)
             attempts += 1
-            if on_lost is not None:
+            if on_lost is not None and delay:
                 on_lost(err, delay)
             _sleep(delay, stop)
             if stop is not None and stop.is_set():
                 return state.written
             continue
+        state.url = url
         try:
             queue = state.subscribe(conn)
             attempts = 0
@@ -112,12 +127,13 @@ def receive(
         except Exception as exc:
             state.lost()
             _close(conn)
-            err = describe(exc, sub.url)
+            err = describe(exc, url)
             if not err.transient:
                 raise err from None
         if not err.transient:
             raise err
-        delay = _backoff(attempts)
+        index = (index + 1) % nodes  # another node of the cluster, if there is one
+        delay = 0.0 if nodes > 1 and attempts < nodes else _backoff(attempts // nodes)
         attempts += 1
         if on_lost is not None:
             on_lost(err, delay)
@@ -132,6 +148,7 @@ class _State:
     def __init__(self, sub: Subscription, sink: Sink) -> None:
         self.sub = sub
         self.sink = sink
+        self.url = sub.urls[0]  # the node in use
         self.written = 0
         self.connected_once = False
         self.channel: Any = None
@@ -153,7 +170,8 @@ class _State:
         )  # fmt: skip
         if sub.queue:
             queue = sub.queue
-            ch.queue_declare(queue=queue, durable=sub.durable)
+            arguments = {"x-queue-type": sub.queue_type} if sub.queue_type else None
+            ch.queue_declare(queue=queue, durable=sub.durable, arguments=arguments)
         else:
             queue = ch.queue_declare(queue="", exclusive=True).method.queue
         for key in sub.bindings():
@@ -178,7 +196,9 @@ class _State:
                         return
                     continue
                 message_id = props.message_id
-                if not (method.redelivered and message_id in self.recent_ids):
+                # a copy of a record already written: redelivered after a lost ack, or
+                # published again by a handler whose node went away before confirming it
+                if message_id is None or message_id not in self.recent_ids:
                     self.sink.write(
                         Record.from_body(
                             body, props.content_type, method.routing_key, props.timestamp
@@ -196,7 +216,7 @@ class _State:
                     self.flush_and_ack()
                     last_flush = time.monotonic()
         except pika.exceptions.AMQPConnectionError as exc:
-            raise _Lost(describe(exc, self.sub.url)) from None
+            raise _Lost(describe(exc, self.url)) from None
         except pika.exceptions.ChannelClosedByBroker as exc:
             raise LogsError(exc.reply_text, transient=exc.reply_code == 320) from None
         # the generator ends when the broker cancels the consumer (the queue was deleted)

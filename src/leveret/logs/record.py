@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import time
 from collections.abc import Mapping
@@ -138,9 +139,11 @@ class Record:
         timestamp: int | None = None,
     ) -> Record:
         """The record a delivery carries. A JSON object with a ``message`` is a record; any
-        other body is plain text from another producer: its text is the message, and the
-        severity (and, for ``facility.severity`` keys, the facility) come from the routing
-        key."""
+        other body is plain text from another producer: its text is the message; the
+        severity comes from the routing key when it names one (``error``, ``kern.error``),
+        else from the text's ``severity: message`` prefix (the tutorial's convention,
+        ``error: disk full on /var``), else it is ``info``; a ``facility.severity`` key
+        gives the facility."""
         if content_type == CONTENT_TYPE or body[:1] == b"{":
             try:
                 doc = json.loads(body)
@@ -148,7 +151,10 @@ class Record:
                 doc = None
             if isinstance(doc, dict) and "message" in doc:
                 return cls.from_dict(doc, routing_key)
+        text = body.decode("utf-8", "replace")
         severity, facility = _from_routing_key(routing_key)
+        if not _names_severity(routing_key):
+            severity = severity_prefix(text) or severity
         return cls(
             ts=rfc3339(float(timestamp)) if timestamp is not None else rfc3339(),
             severity=severity,
@@ -156,7 +162,7 @@ class Record:
             host="",
             app="",
             pid=0,
-            message=body.decode("utf-8", "replace"),
+            message=text,
         )
 
 
@@ -166,6 +172,26 @@ def _str(value: object) -> str:
 
 def _opt_str(value: object) -> str | None:
     return value if isinstance(value, str) else None
+
+
+#: ``error: disk full``: a severity word (or alias) and a colon at the start of a text.
+_PREFIX = re.compile(
+    r"\s*(debug|info|warning|warn|error|err|critical|crit|fatal)\s*:", re.IGNORECASE
+)
+
+
+def severity_prefix(text: str) -> str | None:
+    """The severity a plain-text message names in its ``severity: message`` prefix."""
+    m = _PREFIX.match(text)
+    if m is None:
+        return None
+    word = m.group(1).lower()
+    return _ALIASES.get(word, word)
+
+
+def _names_severity(key: str) -> bool:
+    word = key.rpartition(".")[2].lower()
+    return _ALIASES.get(word, word) in SEVERITIES
 
 
 def _from_routing_key(key: str) -> tuple[str, str]:

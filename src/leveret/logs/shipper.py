@@ -43,7 +43,7 @@ from collections import deque
 from dataclasses import asdict
 from typing import Any
 
-from leveret.logs.amqp import LogsError, parameters
+from leveret.logs.amqp import LogsError, Urls, split_urls
 from leveret.logs.publisher import Publisher, PublisherStats
 
 _HEAD = struct.Struct(">cBHI")
@@ -63,7 +63,7 @@ class ShipperClient:
 
     def __init__(
         self,
-        url: str,
+        url: Urls,
         exchange: str,
         exchange_type: str,
         *,
@@ -73,11 +73,11 @@ class ShipperClient:
     ) -> None:
         if capacity < 1:
             raise ValueError("capacity must be positive")
-        parameters(url)  # LogsError for a bad URL, here rather than in the shipper
-        self.url = url
+        urls = split_urls(url)  # LogsError for a bad URL, here rather than in the shipper
+        self.url = urls[0]
         self.exchange = exchange
         self._config = {
-            "url": url,
+            "url": urls,
             "exchange": exchange,
             "exchange_type": exchange_type,
             "durable_exchange": durable_exchange,
@@ -299,6 +299,7 @@ class ShipperClient:
             connected=s["connected"],
             reconnects=s["reconnects"],
             last_error=s["last_error"],
+            unconfirmed=s.get("unconfirmed", 0),
         )
 
     @property

@@ -1,7 +1,7 @@
 """The AMQP side of ``format("amqp")``: connecting with plain errors, finding a stream's
-ends, reading an offset range, and publishing with confirms. pika throughout, except the
-read of a stream's offset range, which goes through the lean consumer in ``wire`` (pika
-was measured as that read's bound).
+ends, and publishing with confirms, with pika. The read of a stream's offset range, the hot
+path, is :mod:`leveret.spark.reader` on a consumer of its own (pika was measured as that
+read's bound).
 
 Every function opens its own connection and closes it before returning: nothing here is
 kept in an object Spark pickles.
@@ -42,11 +42,8 @@ from typing import Any
 
 import pika
 import pika.exceptions
-import pyarrow as pa
 
-from leveret.logs.amqp import LogsError, describe, parameters, redact
-from leveret.spark.schema import BatchBuilder
-from leveret.spark.wire import StreamConsumer
+from leveret.logs.amqp import LogsError, describe, parameters, redact, split_urls
 
 log = logging.getLogger(__name__)
 
@@ -81,8 +78,29 @@ def error_from(exc: BaseException, url: str, what: str = "") -> AmqpSourceError:
     return AmqpSourceError(text, transient=err.transient)
 
 
+def urls_of(url: str) -> list[str]:
+    """The broker URLs of an option (several separated by commas: one cluster's nodes)."""
+    try:
+        return split_urls(url)
+    except LogsError as exc:
+        raise AmqpSourceError(str(exc)) from None
+
+
 def connect(url: str, *, heartbeat: int | None = None) -> Any:
-    """A ``pika.BlockingConnection`` or AmqpSourceError."""
+    """A ``pika.BlockingConnection`` to the first of the URLs that answers, or
+    AmqpSourceError (the last node's failure)."""
+    urls = urls_of(url)
+    for i, one in enumerate(urls):
+        try:
+            return _connect(one, heartbeat)
+        except AmqpSourceError as exc:
+            if not exc.transient or i == len(urls) - 1:
+                raise
+            log.info("%s; trying the next node", exc)
+    raise AssertionError("unreachable")
+
+
+def _connect(url: str, heartbeat: int | None) -> Any:
     try:
         overrides: dict[str, object] = {
             "connection_attempts": 1,
@@ -234,165 +252,6 @@ def offset_at(url: str, stream: str, when: datetime, *, wait: float = 1.0) -> in
     return offsets[0] if offsets else None
 
 
-class _PikaStreamConsumer:
-    """``wire.StreamConsumer``'s interface on pika, for what the lean consumer does not
-    speak (TLS)."""
-
-    def __init__(self, url: str, stream: str, offset: int, prefetch: int) -> None:
-        self._conn = connect(url)
-        self._inbox: list[Any] = []
-        try:
-            self._ch = self._conn.channel()
-            self._ch.basic_qos(prefetch_count=prefetch)
-            self._ch.basic_consume(
-                stream,
-                lambda _c, m, p, b: self._inbox.append(
-                    (m.delivery_tag, m.exchange, m.routing_key, m.redelivered, p, b)
-                ),
-                arguments={"x-stream-offset": offset},
-            )
-        except BaseException:
-            self.close()
-            raise
-
-    def deliveries(self, wait: float) -> Iterator[Any]:
-        self._conn.process_data_events(wait)
-        batch, self._inbox = self._inbox, []
-        yield from batch
-
-    def ack(self, delivery_tag: int) -> None:
-        self._ch.basic_ack(delivery_tag, multiple=True)
-
-    def close(self) -> None:
-        close_quietly(self._conn)
-
-
-def open_stream_consumer(url: str, stream: str, offset: int, prefetch: int) -> Any:
-    """A consumer of ``stream`` from ``offset``: the lean one of ``wire`` (pika's frame
-    handling was measured as the read's bound), or pika's for ``amqps://``."""
-    try:
-        params = parameters(url)
-    except LogsError as exc:
-        raise AmqpSourceError(str(exc)) from None
-    if params.ssl_options is not None:
-        return _PikaStreamConsumer(url, stream, offset, prefetch)
-    creds = params.credentials
-    try:
-        consumer = StreamConsumer(
-            params.host,
-            params.port,
-            params.virtual_host,
-            creds.username,
-            creds.password,
-            prefetch,
-            timeout=_CONNECT_TIMEOUT,
-        )
-    except (pika.exceptions.AMQPError, OSError) as exc:
-        raise error_from(exc, url) from None
-    try:
-        consumer.consume(stream, offset)
-    except BaseException:
-        consumer.close()
-        raise
-    return consumer
-
-
-def read_stream_range(
-    url: str,
-    stream: str,
-    start: int,
-    end: int,
-    *,
-    prefetch: int = 2000,
-    batch_rows: int = 10_000,
-    stall_timeout: float = 60.0,
-    fail_on_data_loss: bool = True,
-) -> Iterator[pa.RecordBatch]:
-    """Every message of ``stream`` with ``start <= offset < end``, as Arrow batches.
-
-    A lost connection is retried from the next offset until nothing has been read for
-    ``stall_timeout`` seconds, so a broker restart during a read costs time, not data.
-    Offsets below the head (dropped by retention) are data loss: an error, or a warning
-    with ``fail_on_data_loss=False``."""
-    next_offset = start
-    builder = BatchBuilder()
-    last_progress = time.monotonic()
-    attempt = 0
-    shown = redact(url)
-    while next_offset < end:
-        consumer = None
-        try:
-            consumer = open_stream_consumer(url, stream, next_offset, prefetch)
-            unacked = 0
-            first = True
-            while next_offset < end:
-                got = 0
-                for tag, exchange, key, redelivered, props, body in consumer.deliveries(0.05):
-                    got += 1
-                    headers = props.headers or {}
-                    offset = headers.get("x-stream-offset")
-                    if offset is None:
-                        raise AmqpSourceError(
-                            f"queue {stream!r} on {shown} is not a stream "
-                            "(its deliveries carry no x-stream-offset)"
-                        )
-                    offset = int(offset)
-                    unacked += 1
-                    if unacked >= prefetch // 2:
-                        consumer.ack(tag)  # acks on a stream return credit
-                        unacked = 0
-                    if offset < next_offset:
-                        continue  # a consumer starts at the chunk holding the offset
-                    if first and offset > next_offset:
-                        _data_loss(stream, next_offset, offset, fail_on_data_loss)
-                    first = False
-                    if offset >= end:
-                        next_offset = end
-                        break
-                    builder.add(offset, exchange, key, redelivered, props, body)
-                    next_offset = offset + 1
-                    if len(builder) >= batch_rows:
-                        yield builder.build()
-                    if next_offset >= end:
-                        break
-                if got:
-                    last_progress = time.monotonic()
-                    attempt = 0
-                elif time.monotonic() - last_progress > stall_timeout:
-                    raise AmqpSourceError(
-                        f"stream {stream!r} on {shown}: no message at offset "
-                        f"{next_offset} within {stall_timeout:g}s (range {start}..{end})"
-                    )
-        except AmqpSourceError as exc:
-            if not exc.transient or time.monotonic() - last_progress > stall_timeout:
-                raise
-            attempt += 1
-            log.warning("stream %r: %s; retrying from offset %d", stream, exc, next_offset)
-            time.sleep(min(0.2 * 2**attempt, 5.0))
-        except (pika.exceptions.AMQPError, OSError) as exc:
-            err = error_from(exc, url, f"reading stream {stream!r}")
-            if not err.transient or time.monotonic() - last_progress > stall_timeout:
-                raise err from None
-            attempt += 1
-            log.warning("stream %r: %s; retrying from offset %d", stream, err, next_offset)
-            time.sleep(min(0.2 * 2**attempt, 5.0))
-        finally:
-            if consumer is not None:
-                consumer.close()
-    if len(builder):
-        yield builder.build()
-
-
-def _data_loss(stream: str, wanted: int, got: int, fail: bool) -> None:
-    text = (
-        f"stream {stream!r}: offsets {wanted}..{got - 1} are no longer stored (retention "
-        "dropped them before they were read)"
-    )
-    if fail:
-        raise AmqpSourceError(text + "; set failOnDataLoss=false to skip them")
-    log.warning("%s; skipping them", text)
-
-
 # ------------------------------------------------------------------------- publishing
 @dataclass(frozen=True, slots=True)
 class Outgoing:
@@ -430,12 +289,26 @@ def publish(
     """Publish every item with publisher confirms, keeping up to ``window`` unconfirmed;
     returns how many the broker confirmed. AmqpSourceError on a nack, a returned message
     (``mandatory``), or a lost connection: the caller (a Spark task) fails, and Spark's
-    retry publishes the partition again (at-least-once)."""
+    retry publishes the partition again (at-least-once). Of several URLs, the first that
+    accepts a connection is used."""
+    urls = urls_of(url)
+    stream = iter(items)
+    for i, one in enumerate(urls):
+        state = _PublishState(stream, window, mandatory)
+        try:
+            return _publish(one, state, on_ready)
+        except AmqpSourceError as exc:
+            if not exc.transient or state.sent or i == len(urls) - 1:
+                raise
+            log.info("%s; trying the next node", exc)
+    raise AssertionError("unreachable")
+
+
+def _publish(url: str, state: _PublishState, on_ready: Callable[[], None] | None) -> int:
     try:
         params = parameters(url, connection_attempts=1, socket_timeout=_CONNECT_TIMEOUT)
     except LogsError as exc:
         raise AmqpSourceError(str(exc)) from None
-    state = _PublishState(iter(items), window, mandatory)
 
     def fail(err: AmqpSourceError) -> None:
         if state.error is None:

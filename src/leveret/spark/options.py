@@ -11,6 +11,9 @@ from datetime import UTC, datetime
 from leveret.spark.client import AmqpSourceError
 
 DEFAULT_URL = "amqp://guest:guest@localhost:5672/"
+#: Deliveries in flight to a stream reader: large, so that the broker never waits for
+#: credit and a block read off the socket holds thousands (65535 is AMQP's limit).
+DEFAULT_PREFETCH = 20_000
 
 
 def _get(options: Mapping[str, str], key: str) -> str | None:
@@ -111,6 +114,7 @@ class ReadOptions:
     stall_timeout: float
     wal_location: str | None
     checkpoint_location: str | None
+    records: bool = False  # rows are parsed log records, not messages
 
     @property
     def source(self) -> str:
@@ -126,6 +130,12 @@ class ReadOptions:
                 "format('amqp') needs exactly one of the options stream (a stream queue, "
                 "replayable: exactly-once) or queue (a classic queue: at-least-once)"
             )
+        records = (_get(options, "records") or "").strip().lower()
+        if records not in ("", "log", "messages"):
+            raise AmqpSourceError(
+                f"option records: {records!r} is not log (rows are parsed log records) or "
+                "messages (the default: one row per message)"
+            )
         return cls(
             url=url,
             stream=stream,
@@ -138,12 +148,13 @@ class ReadOptions:
             min_partitions=_int(options, "minPartitions", 2, 1) or 2,
             max_records_per_partition=_int(options, "maxRecordsPerPartition", 100_000, 1)
             or 100_000,
-            prefetch=_int(options, "prefetch", 5000, 1) or 5000,
+            prefetch=_int(options, "prefetch", DEFAULT_PREFETCH, 1) or DEFAULT_PREFETCH,
             fail_on_data_loss=_bool(options, "failOnDataLoss", True),
             probe_timeout=_float(options, "probeTimeout", 1.0),
             stall_timeout=_float(options, "stallTimeout", 60.0),
             wal_location=_get(options, "walLocation") or None,
             checkpoint_location=_get(options, "checkpointLocation") or None,
+            records=records == "log",
         )
 
 

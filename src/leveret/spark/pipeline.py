@@ -3,7 +3,8 @@
 ``leveret pipeline ingest`` (see :func:`run_ingest`) makes sure the stream exists and is
 bound to the logs exchange, then runs one query::
 
-    format("amqp") stream  ->  parse_log_records  ->  Parquet, partitioned by date, severity
+    format("amqp") stream, log records parsed by the executors  ->  Parquet, partitioned
+    by date and severity
 
 The Parquet file sink commits each micro-batch in its ``_spark_metadata`` log, and the
 source's offsets are replayable, so a batch is in the lake exactly once however often the
@@ -16,15 +17,15 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import re
-import tempfile
-import time
+import threading
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from leveret.spark.client import AmqpSourceError, close_quietly, connect, error_from
+from leveret.spark.session import spark_session
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -41,74 +42,26 @@ LAKE_PARTITIONS = ("date", "severity")
 BIND_KEYS = ("#", "debug", "info", "warning", "error", "critical")
 
 
-_LOG4J2 = """\
-rootLogger.level = {level}
-rootLogger.appenderRef.console.ref = console
-appender.console.type = Console
-appender.console.name = console
-appender.console.target = SYSTEM_ERR
-appender.console.layout.type = PatternLayout
-appender.console.layout.pattern = %d{{yy/MM/dd HH:mm:ss}} %p %c{{1}}: %m%n%ex
-"""
-
-
-def _log4j2_file(level: str) -> Path:
-    """A log4j2 configuration for the driver's JVM at ``level``, from its first line on
-    (``setLogLevel`` comes too late for what Spark logs while it starts)."""
-    path = Path(tempfile.gettempdir()) / f"leveret-log4j2-{level.lower()}.properties"
-    text = _LOG4J2.format(level=level.lower())
-    if not path.exists() or path.read_text() != text:
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(text)
-        tmp.replace(path)
-    return path
-
-
-def spark_session(
-    master: str = "local[*]",
-    app_name: str = "leveret-pipeline",
-    conf: dict[str, str] | None = None,
-    log_level: str = "WARN",
-) -> SparkSession:
-    """A session for the pipeline jobs: UTC, a few shuffle partitions, ``amqp`` registered.
-    ``log_level`` is the JVM's (log4j: ``OFF`` leaves the command's own one-line errors
-    alone on stderr, ``WARN`` is Spark's usual)."""
-    from pyspark.sql import SparkSession
-
-    from leveret.spark import register
-
-    builder = (
-        SparkSession.builder.master(master)
-        .appName(app_name)
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.sql.shuffle.partitions", "4")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config(
-            "spark.driver.extraJavaOptions",
-            f"-Dlog4j2.configurationFile=file:{_log4j2_file(log_level)}",
-        )
-    )
-    for key, value in (conf or {}).items():
-        builder = builder.config(key, value)
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel(log_level.upper())
-    register(spark)
-    return spark
-
-
 def ensure_log_stream(
-    url: str, stream: str = DEFAULT_STREAM, exchange: str = DEFAULT_EXCHANGE
+    url: str,
+    stream: str = DEFAULT_STREAM,
+    exchange: str = DEFAULT_EXCHANGE,
+    replicas: int | None = None,
 ) -> None:
     """Declare the stream queue (durable) and bind it to ``exchange``. An exchange that
     does not exist yet is declared as ``leveret emit-log`` declares it (fanout, transient);
-    one that exists keeps its type. AmqpSourceError when the broker refuses."""
+    one that exists keeps its type. ``replicas``: on a cluster, how many nodes keep a copy
+    of a new stream (``x-initial-cluster-size``). AmqpSourceError when the broker refuses."""
     import pika.exceptions
 
+    arguments: dict[str, object] = {"x-queue-type": "stream"}
+    if replicas is not None:
+        arguments["x-initial-cluster-size"] = replicas
     conn = connect(url)
     try:
         ch = conn.channel()
         try:
-            ch.queue_declare(stream, durable=True, arguments={"x-queue-type": "stream"})
+            ch.queue_declare(stream, durable=True, arguments=arguments)
         except pika.exceptions.ChannelClosedByBroker as exc:
             raise AmqpSourceError(f"cannot declare stream {stream!r}: {exc.reply_text}") from None
         if exchange:
@@ -168,13 +121,13 @@ class IngestConfig:
     max_records_per_trigger: int | None = None
     starting_offsets: str = "earliest"
     declare: bool = True
+    stream_replicas: int | None = None
 
 
 def start_ingest(spark: SparkSession, cfg: IngestConfig) -> StreamingQuery:
     """Start the ingest query (the stream must exist)."""
-    from leveret.spark.records import parse_log_records
-
-    reader = spark.readStream.format("amqp").option("url", cfg.url)
+    # the executors parse the records as they read: Spark gets typed Arrow batches
+    reader = spark.readStream.format("amqp").option("url", cfg.url).option("records", "log")
     if cfg.queue:
         reader = (
             reader.option("queue", cfg.queue)
@@ -186,9 +139,9 @@ def start_ingest(spark: SparkSession, cfg: IngestConfig) -> StreamingQuery:
         reader = reader.option("stream", cfg.stream).option("startingOffsets", cfg.starting_offsets)
     if cfg.max_records_per_trigger:
         reader = reader.option("maxRecordsPerTrigger", str(cfg.max_records_per_trigger))
-    records = parse_log_records(reader.load())
     return (
-        records.writeStream.format("parquet")
+        reader.load()
+        .writeStream.format("parquet")
         .queryName("leveret-ingest")
         .option("path", str(cfg.lake))
         .option("checkpointLocation", str(cfg.checkpoint))
@@ -214,6 +167,12 @@ def query_error(exc: BaseException) -> str:
     m = re.search(r"AmqpSourceError: (.*)", text)
     if m:
         return m.group(1).strip()
+    at = text.rfind("Traceback (most recent call last)")
+    if at >= 0:
+        # a Python process's traceback: the exception line that ends it says what happened
+        m = re.search(r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt)\b.*)$", text[at:], re.M)
+        if m:
+            return m.group(1).strip()
     cause = _IO_CAUSE.search(text) or _IO_CAUSE.search(_java_causes(exc))
     if cause:
         where = _WRITING_TO.search(text)
@@ -236,26 +195,51 @@ def _java_causes(exc: BaseException) -> str:
 
 
 def run_ingest(
-    cfg: IngestConfig, master: str = "local[*]", max_restarts: int = 5, log_level: str = "WARN"
+    cfg: IngestConfig,
+    master: str = "local[*]",
+    max_restarts: int = 5,
+    log_level: str = "WARN",
+    conf: Mapping[str, str] | None = None,
+    remote: str | None = None,
+    stop: threading.Event | None = None,
 ) -> int:
-    """Run the ingest until it ends (availableNow) or is interrupted; a query that fails is
+    """Run the ingest until it ends (availableNow) or ``stop`` is set; a query that fails is
     restarted from its checkpoint (a broker restart, a lost connection) up to
-    ``max_restarts`` times in a row. Returns the number of restarts."""
+    ``max_restarts`` times in a row. ``conf``: Spark settings (spark-submit's ``--conf``);
+    ``remote``: a Spark Connect server (``sc://host:port``) instead of ``master``.
+    Returns the number of restarts.
+
+    ``stop`` is how a signal ends the ingest cleanly: a thread stops the query when it is
+    set (an exception raised into the py4j call the main thread waits in would break the
+    connection to the JVM instead)."""
     if cfg.declare:
         if cfg.queue:
             conn = connect(cfg.url)
             close_quietly(conn)
         else:
             assert cfg.stream is not None
-            ensure_log_stream(cfg.url, cfg.stream, cfg.exchange)
+            ensure_log_stream(cfg.url, cfg.stream, cfg.exchange, cfg.stream_replicas)
     cfg.lake.mkdir(parents=True, exist_ok=True)
     cfg.checkpoint.mkdir(parents=True, exist_ok=True)
-    spark = spark_session(master, "leveret-ingest", log_level=log_level)
+    spark = spark_session(master, "leveret-ingest", conf, log_level=log_level, remote=remote)
     restarts = 0
     failures = 0
+    stop = stop or threading.Event()
+    current: list[StreamingQuery] = []
+
+    def stopper() -> None:
+        stop.wait()
+        for q in current:
+            with contextlib.suppress(Exception):
+                q.stop()
+
+    threading.Thread(target=stopper, name="leveret-ingest-stop", daemon=True).start()
     try:
-        while True:
+        while not stop.is_set():
             query = start_ingest(spark, cfg)
+            current[:] = [query]
+            if stop.is_set():  # set while the query was starting
+                query.stop()
             log.info(
                 "ingest %s -> %s (checkpoint %s)", cfg.stream or cfg.queue, cfg.lake, cfg.checkpoint
             )
@@ -263,6 +247,8 @@ def run_ingest(
                 query.awaitTermination()
                 return restarts
             except Exception as exc:
+                if stop.is_set():
+                    return restarts
                 failures += 1
                 reason = query_error(exc)
                 progressed = bool(query.recentProgress)
@@ -272,7 +258,10 @@ def run_ingest(
                     raise AmqpSourceError(f"ingest failed: {reason}") from None
                 log.warning("ingest query failed (%s); restarting from the checkpoint", reason)
                 restarts += 1
-                time.sleep(min(2.0 * failures, 10.0))
+                stop.wait(min(2.0 * failures, 10.0))
+        return restarts
     finally:
-        for q in spark.streams.active:
-            q.stop()
+        stop.set()
+        with contextlib.suppress(Exception):  # a JVM already gone has nothing to stop
+            for q in spark.streams.active:
+                q.stop()

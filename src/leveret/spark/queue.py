@@ -58,8 +58,9 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from leveret.spark.client import AmqpSourceError, check_queue, close_quietly, connect, error_from
+from leveret.spark.logparse import records_from_messages
 from leveret.spark.options import ReadOptions
-from leveret.spark.schema import ARROW_SCHEMA, BatchBuilder
+from leveret.spark.schema import ARROW_SCHEMA, DEFAULT_KEEP, LOG_ARROW_SCHEMA, BatchBuilder
 
 log = logging.getLogger(__name__)
 
@@ -306,7 +307,10 @@ class ClassicQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, WalPartition)
         with pa.ipc.open_stream(partition.payload) as reader:
-            yield from reader
+            if self.opts.records:
+                yield from records_from_messages(iter(reader), DEFAULT_KEEP, LOG_ARROW_SCHEMA)
+            else:
+                yield from reader
 
     def commit(self, end: dict[str, Any]) -> None:
         seq = self._seq(end)

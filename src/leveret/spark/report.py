@@ -104,6 +104,17 @@ def make_report(
 
 
 # ----------------------------------------------------------------------------- charts
+def time_limits(minutes: Any) -> tuple[Any, Any]:
+    """The time axis of a per-minute chart: the data's own range, padded by a minute (and
+    5 %), so that a minute of data reads as clock times; matplotlib's default for a single
+    point spans years."""
+    import pandas as pd
+
+    lo, hi = pd.Timestamp(minutes.min()), pd.Timestamp(minutes.max())
+    pad = max((hi - lo) * 0.05, pd.Timedelta(minutes=1))
+    return lo - pad, hi + pd.Timedelta(minutes=1) + pad
+
+
 def draw_charts(t: dict[str, pd.DataFrame], where: Path) -> dict[str, Path]:
     """PNG charts of the tables; a chart whose table is empty is not drawn."""
     import matplotlib
@@ -113,6 +124,15 @@ def draw_charts(t: dict[str, pd.DataFrame], where: Path) -> dict[str, Path]:
 
     where.mkdir(parents=True, exist_ok=True)
     charts: dict[str, Path] = {}
+
+    def time_axis(ax: Any, minutes: Any) -> None:
+        import matplotlib.dates as mdates
+
+        ax.set_xlim(*time_limits(minutes))
+        locator = mdates.AutoDateLocator(minticks=3, maxticks=8)  # type: ignore[no-untyped-call]
+        ax.xaxis.set_major_locator(locator)
+        ax.xaxis.set_major_formatter(mdates.ConciseDateFormatter(locator))  # type: ignore[no-untyped-call]
+        ax.set_xlabel("time (UTC)")
 
     def save(fig: Any, name: str) -> None:
         path = where / f"{name}.png"
@@ -146,7 +166,7 @@ def draw_charts(t: dict[str, pd.DataFrame], where: Path) -> dict[str, Path]:
         ax.set_title("Records per minute by severity")
         ax.set_ylabel("records")
         ax.legend(loc="upper left", fontsize="small")
-        fig.autofmt_xdate()
+        time_axis(ax, pivot.index)
         save(fig, "severity_per_minute")
 
     er = t["error_rate"]
@@ -156,7 +176,7 @@ def draw_charts(t: dict[str, pd.DataFrame], where: Path) -> dict[str, Path]:
         ax.set_title("Error rate (error + critical) per minute")
         ax.set_ylabel("% of records")
         ax.set_ylim(bottom=0)
-        fig.autofmt_xdate()
+        time_axis(ax, er["minute"])
         save(fig, "error_rate")
 
     for name, col in (("top_apps", "app"), ("top_hosts", "host"), ("top_facilities", "facility")):

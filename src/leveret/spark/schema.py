@@ -16,6 +16,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import (
     BinaryType,
     BooleanType,
+    DateType,
     IntegerType,
     LongType,
     MapType,
@@ -76,8 +77,8 @@ def header_text(value: Any) -> str | None:
     """A header value as a string: bytes as UTF-8, nested tables and arrays as their repr."""
     if value is None:
         return None
-    if isinstance(value, bytes):
-        return value.decode("utf-8", "replace")
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value).decode("utf-8", "replace")
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, datetime):
@@ -141,3 +142,40 @@ class BatchBuilder:
 
 def _headers(headers: Mapping[str, Any]) -> list[tuple[str, str | None]]:
     return [(str(k), header_text(v)) for k, v in headers.items()]
+
+
+# ----------------------------------------------------------------------- log records
+#: The columns of a log record in the lake (see :mod:`leveret.spark.records`).
+RECORD_FIELDS: tuple[StructField, ...] = (
+    StructField("ts", TimestampType(), True),
+    StructField("date", DateType(), True),
+    StructField("severity", StringType(), True),
+    StructField("facility", StringType(), True),
+    StructField("host", StringType(), True),
+    StructField("app", StringType(), True),
+    StructField("pid", LongType(), True),
+    StructField("message", StringType(), True),
+    StructField("logger", StringType(), True),
+    StructField("exc", StringType(), True),
+    StructField("extra", StringType(), True),
+    StructField("_corrupt", StringType(), True),
+)
+RECORD_COLUMNS: tuple[str, ...] = tuple(f.name for f in RECORD_FIELDS)
+
+#: The message columns the lake keeps beside each record.
+DEFAULT_KEEP: tuple[str, ...] = ("offset", "routing_key", "redelivered", "message_id")
+
+
+def log_schema(
+    keep: Sequence[str] = DEFAULT_KEEP, source: StructType = MESSAGE_SCHEMA
+) -> StructType:
+    """Rows of parsed log records: the ``keep`` columns of ``source``, then the record's."""
+    kept = [source[name] for name in keep]
+    clash = [name for name in keep if name in RECORD_COLUMNS]
+    if clash:
+        raise ValueError(f"cannot keep {clash[0]!r}: a log record has a column of that name")
+    return StructType([*kept, *RECORD_FIELDS])
+
+
+LOG_SCHEMA = log_schema()
+LOG_ARROW_SCHEMA: pa.Schema = to_arrow_schema(LOG_SCHEMA, timezone="UTC")

@@ -14,7 +14,7 @@ from pyspark.sql.types import StructType
 from leveret.spark.client import AmqpSourceError
 from leveret.spark.options import ReadOptions, WriteOptions
 from leveret.spark.queue import ClassicQueueStreamReader
-from leveret.spark.schema import MESSAGE_SCHEMA
+from leveret.spark.schema import LOG_SCHEMA, MESSAGE_SCHEMA
 from leveret.spark.stream import StreamQueueBatchReader, StreamQueueStreamReader
 from leveret.spark.writer import AmqpStreamWriter, AmqpWriter
 
@@ -26,7 +26,10 @@ class AmqpDataSource(DataSource):
     ``queue`` (a classic queue: at-least-once, needs ``walLocation``); ``startingOffsets``
     and, for batch reads, ``endingOffsets`` (``earliest``, ``latest``, an offset or an
     ISO-8601 time); ``maxRecordsPerTrigger``; ``minPartitions``; ``maxRecordsPerPartition``;
-    ``prefetch``; ``failOnDataLoss``; ``probeTimeout``; ``stallTimeout``.
+    ``prefetch``; ``failOnDataLoss``; ``probeTimeout``; ``stallTimeout``; ``records``:
+    ``messages`` (the default: one row per message, ``schema.MESSAGE_SCHEMA``) or ``log``
+    (log records parsed on the executors, ``schema.LOG_SCHEMA``: see
+    :mod:`leveret.spark.logparse`).
     Write options: see :mod:`leveret.spark.writer`.
     """
 
@@ -35,7 +38,8 @@ class AmqpDataSource(DataSource):
         return "amqp"
 
     def schema(self) -> StructType:
-        return MESSAGE_SCHEMA
+        records = {k.lower(): str(v) for k, v in self.options.items()}.get("records", "")
+        return LOG_SCHEMA if records.strip().lower() == "log" else MESSAGE_SCHEMA
 
     def reader(self, schema: StructType) -> DataSourceReader:
         opts = ReadOptions.parse(self.options)

@@ -26,14 +26,9 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from leveret.spark.client import (
-    AmqpSourceError,
-    offset_at,
-    read_stream_range,
-    stream_head,
-    stream_tail,
-)
+from leveret.spark.client import AmqpSourceError, offset_at, stream_head, stream_tail
 from leveret.spark.options import Position, ReadOptions
+from leveret.spark.reader import read_stream_range
 
 #: Ranges smaller than this are not split further: a task costs a connection.
 MIN_RECORDS_PER_PARTITION = 1000
@@ -100,6 +95,7 @@ def _read(opts: ReadOptions, partition: InputPartition) -> Iterator[pa.RecordBat
         prefetch=opts.prefetch,
         stall_timeout=opts.stall_timeout,
         fail_on_data_loss=opts.fail_on_data_loss,
+        records=opts.records,
     )
 
 
