@@ -39,6 +39,12 @@ def _arguments(method: Method) -> dict[str, Any]:
     return args.copy() if args else {}
 
 
+def _strip_cr_lf(name: str) -> str:
+    """RabbitMQ drops CR and LF from the names exchange.declare, exchange.delete,
+    queue.declare, queue.delete and the bind methods carry (rabbit_channel:strip_cr_lf)."""
+    return name.replace("\r", "").replace("\n", "") if "\r" in name or "\n" in name else name
+
+
 def _login_refused(mechanism: str) -> AMQPError:
     return errors.access_refused(
         f"Login was refused using authentication mechanism {mechanism}. "
@@ -251,6 +257,8 @@ class Session:
 
     # ------------------------------------------------------------ permissions
     def check(self, what: str, kind: str, name: str) -> None:
+        if kind == "exchange" and name == "":
+            name = "amq.default"  # as rabbit_access_control names the default exchange
         perm = self.permission
         if perm is None or not perm.allows(what, name):
             raise rabbit.access_refused(kind, name, self.vhost, self.username)
@@ -277,7 +285,7 @@ class Session:
             raise errors.access_refused("operation not permitted on the default exchange")
 
     def _exchange_declare(self, ch: Channel, m: C.Exchange.Declare) -> None:
-        name = m.exchange
+        name = _strip_cr_lf(m.exchange)
         vhost = self.vhost_obj
         if m.passive:
             self._not_default(name)
@@ -300,7 +308,7 @@ class Session:
         self._reply(ch, m.nowait, C.Exchange.DeclareOk())
 
     def _exchange_delete(self, ch: Channel, m: C.Exchange.Delete) -> None:
-        name = m.exchange
+        name = _strip_cr_lf(m.exchange)
         self._not_default(name)
         if name.startswith("amq."):
             raise errors.access_refused(
@@ -321,6 +329,7 @@ class Session:
         arguments: dict[str, Any],
     ) -> None:
         vhost = self.vhost_obj
+        source, dest_name = _strip_cr_lf(source), _strip_cr_lf(dest_name)
         self.check("write", dest_kind, dest_name)
         if dest_kind == "exchange":
             self._not_default(dest_name)
@@ -360,7 +369,7 @@ class Session:
     # ----------------------------------------------------------------- queue
     def _queue_declare(self, ch: Channel, m: C.Queue.Declare) -> None:
         vhost = self.vhost_obj
-        name = m.queue.replace("\r", "").replace("\n", "")
+        name = _strip_cr_lf(m.queue)
         message_count = None
         if m.passive:
             q = vhost.get_queue(name)  # no last-declared shortcut here, as RabbitMQ
@@ -421,7 +430,7 @@ class Session:
         self._reply(ch, m.nowait, C.Queue.PurgeOk(message_count=count))
 
     def _queue_delete(self, ch: Channel, m: C.Queue.Delete) -> None:
-        name = self._queue_for(ch, m.queue)
+        name = _strip_cr_lf(self._queue_for(ch, m.queue))
         self.check("configure", "queue", name)
         q = self.vhost_obj.queues.get(name)
         if q is None:
