@@ -2,19 +2,12 @@
 3.10.8 makes (rabbit_channel, rabbit_access_control), in its order, against users whose
 permission patterns allow or refuse each resource. The same table runs on Leveret and on
 RabbitMQ and the replies (method, or close code, text and failing method) are compared.
-
-Resource names say which permissions the matrix's users have on them: ``e.cw.T`` is an
-exchange the main user may configure and write but not read, ``q.n.T`` a queue it may do
-nothing with (T: the case's own token). ``x(...)``/``q(...)`` exist when the case starts
-(declared by guest; each queue holds one message), ``X(...)``/``Q(...)`` do not, ``xq(...)``
-is an exclusive queue of guest's connection."""
+How resources are named after the permissions they get: tests/permissions.py."""
 
 from __future__ import annotations
 
-import re
-import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -22,23 +15,12 @@ from pamqp import body, commands, frame, header
 from pamqp.base import Frame
 
 from tests.brokers import BrokerUnderTest, ensure_rabbitmq_management
-from tests.mgmt import Api, q
+from tests.permissions import PASSWORD, Names, Site, make_site
 from tests.rawclient import PROTOCOL_HEADER, RawClient, marshal_unchecked
 
 pytestmark = pytest.mark.rabbitmq
 
 C = commands
-
-# user -> (configure, write, read); the letters c/w/r after "e." or "q." grant each one.
-USERS: dict[str, tuple[str, str, str]] = {
-    "main": (r"^[eq]\.c", r"^[eq]\.c?w|^amq\.default$", r"^[eq]\.c?w?r|^amq\.direct$"),
-    "nodefault": (r"^[eq]\.c", r"^[eq]\.c?w", r"^[eq]\.c?w?r"),
-    "empty": ("", "", ""),
-    # RabbitMQ matches bytes (re:run without unicode): "." is one byte of "é"
-    "bytes": (r"^e\.u\..$", r"^e\.u\..$", r"^e\.u\..$"),
-    "none": ("", "", ""),  # not given permissions in the vhost at all
-}
-
 
 @dataclass
 class Publish:
@@ -48,37 +30,6 @@ class Publish:
 
 
 Step = Frame | Publish
-
-
-@dataclass
-class Names:
-    """The resources one case uses; existing ones are declared before it runs."""
-
-    token: str
-    exchanges: dict[str, bool] = field(default_factory=dict)  # name -> internal
-    queues: dict[str, None] = field(default_factory=dict)
-    exclusive: dict[str, None] = field(default_factory=dict)
-
-    def x(self, perms: str, internal: bool = False) -> str:
-        name = f"e.{perms}.{self.token}"
-        self.exchanges[name] = internal
-        return name
-
-    def X(self, perms: str) -> str:
-        return f"e.{perms}.{self.token}.new"
-
-    def q(self, perms: str) -> str:
-        name = f"q.{perms}.{self.token}"
-        self.queues[name] = None
-        return name
-
-    def Q(self, perms: str) -> str:
-        return f"q.{perms}.{self.token}.new"
-
-    def xq(self, perms: str) -> str:
-        name = f"q.{perms}.{self.token}"
-        self.exclusive[name] = None
-        return name
 
 
 def m(cls: type[Frame], **fields: Any) -> Frame:
@@ -301,28 +252,11 @@ CASES: list[Case] = [
     ("bytes-one-byte", "bytes", lambda r: [xdecl("e.u.z")]),
     # ---- a user with no permissions in the vhost cannot open it
     ("vhost-refused", "none", lambda r: []),
+    ("vhost-refused-administrator", "admin", lambda r: []),
 ]
 
 
 # ------------------------------------------------------------------ running a case
-@dataclass
-class Site:
-    broker: BrokerUnderTest
-    api: Api
-    vhost: str
-    users: dict[str, str]  # role -> user name
-    admin: RawClient
-    clients: dict[str, RawClient] = field(default_factory=dict)
-    channel: int = 0
-
-    def next_channel(self) -> int:
-        self.channel += 1
-        return self.channel
-
-
-PASSWORD = "pw-matrix"
-
-
 def open_connection(site: Site, user: str) -> tuple[RawClient | None, str | None]:
     """A connection of ``user`` to the site's vhost, or the close that refused it."""
     c = RawClient(site.broker.host, site.broker.port)
@@ -406,34 +340,11 @@ def connection_for(site: Site, role: str) -> tuple[RawClient | None, str | None]
     return c, refused
 
 
-def prepare(site: Site, names: Names) -> None:
-    """Guest declares what the case expects to exist, one message in each queue."""
-    a = site.admin
-    for name, internal in names.exchanges.items():
-        a.send_method(1, C.Exchange.Declare(exchange=name, exchange_type="direct",
-                                            internal=internal))
-        a.expect(C.Exchange.DeclareOk)
-    for name in names.queues:
-        a.send_method(1, C.Queue.Declare(queue=name))
-        a.expect(C.Queue.DeclareOk)
-        a.send(frame.marshal(C.Basic.Publish(exchange="", routing_key=name), 1)
-               + frame.marshal(header.ContentHeader(0, 1, C.Basic.Properties()), 1)
-               + frame.marshal(body.ContentBody(b"m"), 1))
-    for name in names.exclusive:
-        a.send_method(1, C.Queue.Declare(queue=name, exclusive=True))
-        a.expect(C.Queue.DeclareOk)
-    a.send_method(1, C.Basic.Qos())  # the publishes are in before the case starts
-    a.expect(C.Basic.QosOk)
-
-
-GEN_NAME = re.compile(r"amq\.gen-[A-Za-z0-9_-]{22}")
-
-
 def run_case(site: Site, case: Case) -> list[str]:
     _, role, build = case
-    names = Names(uuid.uuid4().hex[:8])
+    names = Names()
     steps = build(names)
-    prepare(site, names)
+    site.prepare(names)
     c, refused = connection_for(site, role)
     if c is None:
         out = [str(refused)]
@@ -456,35 +367,7 @@ def run_case(site: Site, case: Case) -> list[str]:
         if out and out[-1].startswith(("connection.close", "eof")):
             site.clients.pop(role, None)
             c.close()
-    user = site.users[role]
-    return [GEN_NAME.sub("amq.gen-X", o.replace(names.token, "T").replace(user, "U")
-                         .replace(site.vhost, "V")) for o in out]
-
-
-def make_site(broker: BrokerUnderTest) -> Iterator[Site]:
-    api = Api(broker.http_url)
-    tag = uuid.uuid4().hex[:8]
-    vhost = f"perm-{tag}"
-    assert api.put(f"/api/vhosts/{q(vhost)}") == 201
-    api.put(f"/api/permissions/{q(vhost)}/guest", {"configure": ".*", "write": ".*", "read": ".*"})
-    users = {role: f"perm-{tag}-{role}" for role in USERS}
-    for role, (configure, write, read) in USERS.items():
-        assert api.put(f"/api/users/{q(users[role])}", {"password": PASSWORD, "tags": ""}) == 201
-        if role != "none":
-            assert api.put(f"/api/permissions/{q(vhost)}/{q(users[role])}",
-                           {"configure": configure, "write": write, "read": read}) == 201
-    admin = RawClient(broker.host, broker.port)
-    admin.handshake(vhost=vhost)
-    admin.open_channel(1)
-    site = Site(broker, api, vhost, users, admin)
-    try:
-        yield site
-    finally:
-        for c in [admin, *site.clients.values()]:
-            c.close()
-        api.delete(f"/api/vhosts/{q(vhost)}")
-        for user in users.values():
-            api.delete(f"/api/users/{q(user)}")
+    return [site.normalize(o, names, role) for o in out]
 
 
 def outcomes(broker: BrokerUnderTest) -> Iterator[dict[str, list[str]]]:

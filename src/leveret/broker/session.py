@@ -13,13 +13,12 @@ from pamqp import commands
 
 from leveret.broker import errors as rabbit
 from leveret.broker import names
-from leveret.broker.arguments import text
 from leveret.broker.broker import Broker
 from leveret.broker.channel import Channel
 from leveret.broker.message import Message
 from leveret.broker.queues import Queue, queue_type_name
 from leveret.broker.users import Permission, User
-from leveret.broker.vhost import ROUTED, PublishResult, VirtualHost, exchange_type
+from leveret.broker.vhost import ROUTED, PublishResult, VirtualHost, not_default
 from leveret.protocol import errors, sasl, spec
 from leveret.protocol.errors import AMQPError
 from leveret.protocol.spec import Method
@@ -257,11 +256,7 @@ class Session:
 
     # ------------------------------------------------------------ permissions
     def check(self, what: str, kind: str, name: str) -> None:
-        if kind == "exchange" and name == "":
-            name = "amq.default"  # as rabbit_access_control names the default exchange
-        perm = self.permission
-        if perm is None or not perm.allows(what, name):
-            raise rabbit.access_refused(kind, name, self.vhost, self.username)
+        self.vhost_obj.check_access(self.permission, self.username, what, kind, name)
 
     def _queue_for(self, ch: Channel, name: str) -> str:
         if name == "":
@@ -280,26 +275,17 @@ class Session:
             self.output.send_method(ch.number, method)
 
     # -------------------------------------------------------------- exchange
-    def _not_default(self, name: str) -> None:
-        if name == "":
-            raise errors.access_refused("operation not permitted on the default exchange")
-
     def _exchange_declare(self, ch: Channel, m: C.Exchange.Declare) -> None:
         name = _strip_cr_lf(m.exchange)
         vhost = self.vhost_obj
         if m.passive:
-            self._not_default(name)
+            not_default(name)
             vhost.get_exchange(name)
         else:
-            exchange_type(m.exchange_type)
-            self._not_default(name)
-            self.check("configure", "exchange", name)
             args = _arguments(m)
-            if name not in vhost.exchanges and "alternate-exchange" in args:
-                ae = args["alternate-exchange"]
-                if isinstance(ae, (str, bytes)):
-                    self.check("read", "exchange", name)
-                    self.check("write", "exchange", text(ae))
+            vhost.authorize_exchange_declare(
+                name, m.exchange_type, args, self.username, self.permission
+            )
             x, new = vhost.declare_exchange(
                 name, m.exchange_type, m.durable, m.auto_delete, m.internal, args
             )
@@ -309,7 +295,7 @@ class Session:
 
     def _exchange_delete(self, ch: Channel, m: C.Exchange.Delete) -> None:
         name = _strip_cr_lf(m.exchange)
-        self._not_default(name)
+        not_default(name)
         if name.startswith("amq."):
             raise errors.access_refused(
                 f"deletion of system exchange '{name}' in vhost '{self.vhost}' not allowed"
@@ -330,11 +316,7 @@ class Session:
     ) -> None:
         vhost = self.vhost_obj
         source, dest_name = _strip_cr_lf(source), _strip_cr_lf(dest_name)
-        self.check("write", dest_kind, dest_name)
-        if dest_kind == "exchange":
-            self._not_default(dest_name)
-        self._not_default(source)
-        self.check("read", "exchange", source)
+        vhost.authorize_binding(source, dest_kind, dest_name, self.username, self.permission)
         if not bind and (
             source not in vhost.exchanges
             or dest_name not in (vhost.queues if dest_kind == "queue" else vhost.exchanges)
@@ -376,25 +358,18 @@ class Session:
             self._exclusive_check(q)
             message_count = q.declare_ok_count(m.arguments or {})
         else:
-            if name == "":
+            server_named = name == ""
+            if server_named:
                 qtype = queue_type_name(m.arguments or {})
                 if qtype in ("stream", "quorum"):
                     raise errors.precondition_failed(
                         f"Cannot declare a server-named queue for type rabbit_{qtype}_queue"
                     )
                 name = names.queue_name()
-            elif name.startswith("amq."):
-                raise rabbit.reserved_name("queue", name)
-            self.check("configure", "queue", name)
             owner = self if m.exclusive else None
             durable = m.durable and not m.exclusive
             args = _arguments(m)
-            existing = vhost.queues.get(name)
-            if existing is None and "x-dead-letter-exchange" in args:
-                dlx = args["x-dead-letter-exchange"]
-                if isinstance(dlx, (str, bytes)):
-                    self.check("read", "queue", name)
-                    self.check("write", "exchange", text(dlx))
+            vhost.authorize_queue_declare(name, args, self.username, self.permission, server_named)
             q, new = vhost.declare_queue(name, durable, owner, m.auto_delete, args)
             if new and owner is not None:
                 self.exclusive_queues.append(q)
