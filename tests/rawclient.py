@@ -32,6 +32,11 @@ class RawClient:
     def send_method(self, channel: int, method: Frame) -> None:
         self.send(frame.marshal(method, channel))
 
+    def send_unchecked(self, channel: int, method: Frame) -> None:
+        """Send ``method`` without pamqp's validation (names with CR/LF or non-ASCII
+        characters, which pamqp refuses and brokers accept)."""
+        self.send(marshal_unchecked(method, channel))
+
     def recv_frame(self) -> tuple[int, Any] | None:
         """The next frame, or None when the peer closed the socket."""
         while True:
@@ -135,3 +140,17 @@ class RawClient:
                     value.class_id,
                     value.method_id,
                 )
+
+
+def marshal_unchecked(method: Frame, channel: int) -> bytes:
+    """A method frame as pamqp marshals it, its field validation skipped."""
+    cls = type(method)
+    saved = cls.__dict__.get("validate")
+    cls.validate = lambda self: None  # type: ignore[method-assign]
+    try:
+        return frame.marshal(method, channel)
+    finally:
+        if saved is None:
+            del cls.validate
+        else:
+            cls.validate = saved  # type: ignore[method-assign]

@@ -73,7 +73,9 @@ def _is_int(v: Any) -> bool:
 
 
 def _is_str(v: Any) -> bool:
-    return isinstance(v, (str, bytes, bytearray))
+    """A long string ('S'; bytes when it is not UTF-8). RabbitMQ refuses a byte array
+    ('x', a bytearray) wherever it wants a string."""
+    return isinstance(v, (str, bytes))
 
 
 def text(value: Any) -> str:

@@ -13,7 +13,6 @@ from pamqp import commands
 
 from leveret.broker import errors as rabbit
 from leveret.broker import names
-from leveret.broker.arguments import text
 from leveret.broker.broker import Broker
 from leveret.broker.channel import CONFIRMED, DROPPED, PUBLISHED, RETURNED, Channel
 from leveret.broker.events import Event
@@ -21,7 +20,7 @@ from leveret.broker.message import Message
 from leveret.broker.queues import Queue, queue_type_name
 from leveret.broker.reply_to import REPLY_PREFIX, REPLY_QUEUE
 from leveret.broker.users import Permission, User
-from leveret.broker.vhost import ROUTED, PublishResult, VirtualHost, exchange_type
+from leveret.broker.vhost import ROUTED, PublishResult, VirtualHost, not_default
 from leveret.protocol import errors, sasl, spec
 from leveret.protocol.errors import AMQPError
 from leveret.protocol.spec import Method
@@ -39,6 +38,12 @@ def _arguments(method: Method) -> dict[str, Any]:
     """A method's arguments table, keeping the wire types it came with."""
     args: dict[str, Any] | None = getattr(method, "arguments", None)
     return args.copy() if args else {}
+
+
+def _strip_cr_lf(name: str) -> str:
+    """RabbitMQ drops CR and LF from the names exchange.declare, exchange.delete,
+    queue.declare, queue.delete and the bind methods carry (rabbit_channel:strip_cr_lf)."""
+    return name.replace("\r", "").replace("\n", "") if "\r" in name or "\n" in name else name
 
 
 def _login_refused(mechanism: str) -> AMQPError:
@@ -318,9 +323,7 @@ class Session:
 
     # ------------------------------------------------------------ permissions
     def check(self, what: str, kind: str, name: str) -> None:
-        perm = self.permission
-        if perm is None or not perm.allows(what, name):
-            raise rabbit.access_refused(kind, name, self.vhost, self.username)
+        self.vhost_obj.check_access(self.permission, self.username, what, kind, name)
 
     def _queue_for(self, ch: Channel, name: str) -> str:
         if name == "":
@@ -339,26 +342,17 @@ class Session:
             self.output.send_method(ch.number, method)
 
     # -------------------------------------------------------------- exchange
-    def _not_default(self, name: str) -> None:
-        if name == "":
-            raise errors.access_refused("operation not permitted on the default exchange")
-
     def _exchange_declare(self, ch: Channel, m: C.Exchange.Declare) -> None:
-        name = m.exchange
+        name = _strip_cr_lf(m.exchange)
         vhost = self.vhost_obj
         if m.passive:
-            self._not_default(name)
+            not_default(name)
             vhost.get_exchange(name)
         else:
-            exchange_type(m.exchange_type)
-            self._not_default(name)
-            self.check("configure", "exchange", name)
             args = _arguments(m)
-            if name not in vhost.exchanges and "alternate-exchange" in args:
-                ae = args["alternate-exchange"]
-                if isinstance(ae, (str, bytes)):
-                    self.check("read", "exchange", name)
-                    self.check("write", "exchange", text(ae))
+            vhost.authorize_exchange_declare(
+                name, m.exchange_type, args, self.username, self.permission
+            )
             x, new = vhost.declare_exchange(
                 name, m.exchange_type, m.durable, m.auto_delete, m.internal, args
             )
@@ -367,8 +361,8 @@ class Session:
         self._reply(ch, m.nowait, C.Exchange.DeclareOk())
 
     def _exchange_delete(self, ch: Channel, m: C.Exchange.Delete) -> None:
-        name = m.exchange
-        self._not_default(name)
+        name = _strip_cr_lf(m.exchange)
+        not_default(name)
         if name.startswith("amq."):
             raise errors.access_refused(
                 f"deletion of system exchange '{name}' in vhost '{self.vhost}' not allowed"
@@ -388,11 +382,8 @@ class Session:
         arguments: dict[str, Any],
     ) -> None:
         vhost = self.vhost_obj
-        self.check("write", dest_kind, dest_name)
-        if dest_kind == "exchange":
-            self._not_default(dest_name)
-        self._not_default(source)
-        self.check("read", "exchange", source)
+        source, dest_name = _strip_cr_lf(source), _strip_cr_lf(dest_name)
+        vhost.authorize_binding(source, dest_kind, dest_name, self.username, self.permission)
         topic = vhost.exchanges.get(source)
         if topic is not None and vhost.topic_permissions:
             vhost.authorize_topic(topic, self.username, routing_key, "read")
@@ -430,7 +421,7 @@ class Session:
     # ----------------------------------------------------------------- queue
     def _queue_declare(self, ch: Channel, m: C.Queue.Declare) -> None:
         vhost = self.vhost_obj
-        name = m.queue.replace("\r", "").replace("\n", "")
+        name = _strip_cr_lf(m.queue)
         if name.startswith(REPLY_QUEUE):
             self._declare_reply_queue(ch, m, name)
             return
@@ -440,28 +431,19 @@ class Session:
             self._exclusive_check(q)
             message_count = q.declare_ok_count(m.arguments or {})
         else:
-            if name == "":
+            server_named = name == ""
+            if server_named:
                 qtype = queue_type_name(m.arguments or {})
                 if qtype in ("stream", "quorum"):
                     raise errors.precondition_failed(
                         f"Cannot declare a server-named queue for type rabbit_{qtype}_queue"
                     )
                 name = names.queue_name()
-            elif name.startswith("amq."):
-                raise rabbit.reserved_name("queue", name)
-            self.check("configure", "queue", name)
-            self.broker.observers.emit(Event.QUEUE_DECLARED, (vhost.name, name))
             owner = self if m.exclusive else None
             durable = m.durable and not m.exclusive
             args = _arguments(m)
-            existing = vhost.queues.get(name)
-            if existing is None:
-                vhost.check_queue_limit(name)  # for new queues only, as rabbit_channel
-            if existing is None and "x-dead-letter-exchange" in args:
-                dlx = args["x-dead-letter-exchange"]
-                if isinstance(dlx, (str, bytes)):
-                    self.check("read", "queue", name)
-                    self.check("write", "exchange", text(dlx))
+            vhost.authorize_queue_declare(name, args, self.username, self.permission, server_named)
+            self.broker.observers.emit(Event.QUEUE_DECLARED, (vhost.name, name))
             q, new = vhost.declare_queue(name, durable, owner, m.auto_delete, args)
             if new and owner is not None:
                 self.exclusive_queues.append(q)
@@ -497,7 +479,7 @@ class Session:
         self._reply(ch, m.nowait, C.Queue.PurgeOk(message_count=count))
 
     def _queue_delete(self, ch: Channel, m: C.Queue.Delete) -> None:
-        name = self._queue_for(ch, m.queue)
+        name = _strip_cr_lf(self._queue_for(ch, m.queue))
         self.check("configure", "queue", name)
         q = self.vhost_obj.queues.get(name)
         if q is None:

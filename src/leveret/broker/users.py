@@ -61,10 +61,11 @@ class Permission:
         seen = self._seen.get(key)
         if seen is not None:
             return seen
-        pattern = getattr(self, what)
-        # RabbitMQ matches with re:run, an unanchored search; "" allows nothing.
+        pattern = getattr(self, what) or "^$"
+        # RabbitMQ (rabbit_auth_backend_internal) matches with re:run: an unanchored
+        # search over the name's UTF-8 bytes ("." is one byte), and "" means "^$".
         try:
-            ok = pattern != "" and re.search(pattern, name) is not None
+            ok = re.search(pattern.encode(), name.encode()) is not None
         except re.error:
             ok = False
         if len(self._seen) > 10000:

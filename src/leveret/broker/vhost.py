@@ -15,6 +15,7 @@ from leveret.broker.arguments import (
     EXCHANGE_EQUIVALENCE_KEYS,
     QUEUE_EQUIVALENCE_KEYS,
     assert_args_equivalence,
+    text,
     wire_type,
 )
 from leveret.broker.deadletter import dead_lettered, death_queues, deaths, is_cycle
@@ -102,6 +103,12 @@ _YES = Accepted.YES
 ROUTED = PublishResult(routed=True)
 UNROUTED = PublishResult()
 RETURNED = PublishResult(returned=True)
+
+
+def not_default(exchange_name: str) -> None:
+    """rabbit_channel:check_not_default_exchange."""
+    if exchange_name == "":
+        raise errors.access_refused("operation not permitted on the default exchange")
 
 
 def exchange_type(type_name: str) -> type[Exchange]:
@@ -537,6 +544,94 @@ class VirtualHost:
             ):
                 self.remove_queue(q)
 
+    # ------------------------------------------------------------ authorisation
+    # The checks rabbit_channel makes before it declares, deletes or binds, in its order;
+    # AMQP's session and the management API (which RabbitMQ runs through the same
+    # channel code) both call them.
+    def check_access(
+        self, permission: Permission | None, username: str, what: str, kind: str, name: str
+    ) -> None:
+        """rabbit_access_control:check_resource_access: ``what`` (configure, write, read)
+        on a resource; the default exchange is checked under the name 'amq.default'."""
+        if kind == "exchange" and name == "":
+            name = "amq.default"
+        if permission is None or not permission.allows(what, name):
+            raise rabbit.access_refused(kind, name, self.name, username)
+
+    def authorize_exchange_declare(
+        self,
+        name: str,
+        type_name: str,
+        arguments: dict[str, Any],
+        username: str,
+        permission: Permission | None,
+    ) -> None:
+        """exchange.declare (not passive): the type, the default exchange, configure; for
+        a new exchange, its name and its alternate exchange (read on the exchange being
+        declared, write on the alternate)."""
+        exchange_type(type_name)
+        not_default(name)
+        self.check_access(permission, username, "configure", "exchange", name)
+        if name in self.exchanges:
+            return
+        if name.startswith("amq."):
+            raise rabbit.reserved_name("exchange", name)
+        ae = arguments.get("alternate-exchange")
+        if ae is None:
+            return
+        if not isinstance(ae, (str, bytes)):
+            raise errors.precondition_failed(
+                f"invalid type '{wire_type(arguments, 'alternate-exchange')}' for arg "
+                f"'alternate-exchange' in exchange '{name}' in vhost '{self.name}'"
+            )
+        self.check_access(permission, username, "read", "exchange", name)
+        self.check_access(permission, username, "write", "exchange", text(ae))
+
+    def authorize_queue_declare(
+        self,
+        name: str,
+        arguments: dict[str, Any],
+        username: str,
+        permission: Permission | None,
+        server_named: bool = False,
+    ) -> None:
+        """queue.declare (not passive): the reserved prefix (unless the server named
+        it), configure; for a new queue, the vhost's max-queues, then its dead-letter
+        exchange (read on the queue, write on the exchange) before any other argument is
+        looked at."""
+        if not server_named and name.startswith("amq."):
+            raise rabbit.reserved_name("queue", name)
+        self.check_access(permission, username, "configure", "queue", name)
+        if name in self.queues:
+            return
+        self.check_queue_limit(name)  # for new queues only, as rabbit_channel
+        dlx = arguments.get("x-dead-letter-exchange")
+        if dlx is None:
+            return
+        if not isinstance(dlx, (str, bytes)):
+            raise errors.precondition_failed(
+                f"invalid type '{wire_type(arguments, 'x-dead-letter-exchange')}' for arg "
+                f"'x-dead-letter-exchange' in queue '{name}' in vhost '{self.name}'"
+            )
+        self.check_access(permission, username, "read", "queue", name)
+        self.check_access(permission, username, "write", "exchange", text(dlx))
+
+    def authorize_binding(
+        self,
+        source: str,
+        dest_kind: str,
+        destination: str,
+        username: str,
+        permission: Permission | None,
+    ) -> None:
+        """Binding and unbinding (rabbit_channel:binding_action): write on the
+        destination, neither end the default exchange, read on the source."""
+        self.check_access(permission, username, "write", dest_kind, destination)
+        if dest_kind == "exchange":
+            not_default(destination)
+        not_default(source)
+        self.check_access(permission, username, "read", "exchange", source)
+
     # ------------------------------------------------------------------ publish
     def authorize_publish(
         self,
@@ -555,11 +650,7 @@ class VirtualHost:
                 f"message size {len(message.body)} is larger than configured max size "
                 f"{self.max_message_size}"
             )
-        # As rabbit_access_control: the default exchange's permissions are those of
-        # the name 'amq.default'.
-        checked = exchange_name or "amq.default"
-        if permission is None or not permission.allows("write", checked):
-            raise rabbit.access_refused("exchange", checked, self.name, username)
+        self.check_access(permission, username, "write", "exchange", exchange_name)
         exchange = self.exchanges.get(exchange_name)
         if exchange is None:
             raise rabbit.no_exchange(exchange_name, self.name)

@@ -118,6 +118,7 @@ async def vhosts(request: web.Request) -> web.Response:
 
 
 async def vhost_get(request: web.Request) -> web.Response:
+    require_admin(request)
     m = mgmt(request)
     v = m.vhost(request)
     return json_response(views.vhost(v, m.broker, m.stats, rate_ages(request)))

@@ -233,7 +233,9 @@ async def channel_one(request: web.Request) -> web.Response:
 
 async def consumers(request: web.Request) -> web.Response:
     m = mgmt(request)
-    vhosts = [m.vhost(request)] if "vhost" in request.match_info else m.visible_vhosts(request)
+    vhosts = (
+        [m.visible_vhost(request)] if "vhost" in request.match_info else m.visible_vhosts(request)
+    )
     out = [
         views.consumer(c, m.broker.node_name)
         for v in vhosts

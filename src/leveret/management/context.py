@@ -7,12 +7,19 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from leveret.management.httputil import access_refused, current_user, is_admin, not_found
+from leveret.management.httputil import (
+    ApiError,
+    access_refused,
+    current_user,
+    is_admin,
+    not_found,
+)
 
 if TYPE_CHECKING:
     from leveret.broker.broker import Broker
     from leveret.broker.channel import Channel
     from leveret.broker.session import Session
+    from leveret.broker.users import Permission
     from leveret.broker.vhost import VirtualHost
     from leveret.management.stats import Stats
     from leveret.server.app import Server
@@ -29,11 +36,36 @@ class Management:
 
     # --------------------------------------------------------------- lookups
     def vhost(self, request: web.Request, name: str | None = None) -> VirtualHost:
+        """The request's vhost as rabbit_mgmt_util:is_authorized_vhost lets a user at it:
+        an administrator, or a user with permissions in it (401 for anyone else, a
+        monitoring user too); 404 when there is no such vhost."""
         name = request.match_info["vhost"] if name is None else name
+        v = self.broker.vhosts.get(name)
+        if v is None:
+            raise not_found()
+        if not is_admin(request) and self.permission(request, name) is None:
+            raise ApiError(401, "not_authorised", "User not authorised to access virtual host")
+        return v
+
+    def visible_vhost(self, request: web.Request) -> VirtualHost:
+        """The request's vhost for the listings every management user may ask about,
+        when the user can see it (404 otherwise)."""
+        name = request.match_info["vhost"]
         v = self.broker.vhosts.get(name)
         if v is None or not self.can_see(request, name):
             raise not_found()
         return v
+
+    def permission(self, request: web.Request, vhost: str) -> Permission | None:
+        return self.broker.users.permission(current_user(request).name, vhost)
+
+    def open_vhost(self, request: web.Request, v: VirtualHost) -> Permission:
+        """What RabbitMQ's API checks when it opens a channel for the user (publish,
+        get): access to the vhost, which an administrator without permissions lacks."""
+        perm = self.permission(request, v.name)
+        if perm is None:
+            raise access_refused()
+        return perm
 
     def can_see(self, request: web.Request, vhost: str) -> bool:
         if is_admin(request) or "monitoring" in current_user(request).tags:
@@ -43,11 +75,11 @@ class Management:
     def visible_vhosts(self, request: web.Request) -> list[VirtualHost]:
         return [v for name, v in sorted(self.broker.vhosts.items()) if self.can_see(request, name)]
 
-    def check(self, request: web.Request, vhost: str, what: str, name: str) -> None:
-        """The user's vhost permission for ``what`` (configure, write, read) on ``name``."""
-        perm = self.broker.users.permission(current_user(request).name, vhost)
-        if perm is None or not perm.allows(what, name):
-            raise access_refused()
+    def check(self, request: web.Request, v: VirtualHost, what: str, kind: str, name: str) -> None:
+        """The user's permission for ``what`` (configure, write, read) on a resource, as
+        AMQP checks it (an AMQPError; the middleware answers it as RabbitMQ's API does)."""
+        user = current_user(request).name
+        v.check_access(self.permission(request, v.name), user, what, kind, name)
 
     def sessions(self, request: web.Request) -> list[Session]:
         user = current_user(request)

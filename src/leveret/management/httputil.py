@@ -14,6 +14,7 @@ from aiohttp import web
 from leveret.broker.users import User
 from leveret.protocol import spec
 from leveret.protocol.errors import AMQPError
+from leveret.protocol.spec import TypedTable
 
 MANAGEMENT_TAGS = frozenset({"administrator", "management", "monitoring", "policymaker"})
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -86,6 +87,36 @@ async def json_body(request: web.Request) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise bad_request("not_json")
     return data
+
+
+def _json_type(value: Any) -> str:
+    """The AMQP type RabbitMQ gives a JSON value (rabbit_misc:type_val)."""
+    if value is None:
+        raise bad_request("null_not_allowed")
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int):
+        return "long"
+    if isinstance(value, float):
+        return "double"
+    if isinstance(value, dict):
+        for item in value.values():
+            _json_type(item)
+        return "table"
+    if isinstance(value, list):
+        for item in value:
+            _json_type(item)
+        return "array"
+    return "longstr"
+
+
+def arguments(body: dict[str, Any]) -> TypedTable:
+    """A body's ``arguments`` as the AMQP table RabbitMQ makes of JSON: integers are
+    longs, other numbers doubles, strings long strings; a null anywhere is refused."""
+    args = body.get("arguments") or {}
+    if not isinstance(args, dict):
+        raise bad_request("arguments must be an object")
+    return TypedTable(args, {key: _json_type(value) for key, value in args.items()})
 
 
 def require_keys(body: dict[str, Any], *keys: str) -> None:

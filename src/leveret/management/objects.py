@@ -16,12 +16,13 @@ from leveret.broker.consumer import Consumer
 from leveret.broker.events import Event
 from leveret.broker.message import Message
 from leveret.broker.queues import Queue
-from leveret.broker.vhost import VirtualHost
+from leveret.broker.vhost import VirtualHost, not_default
 from leveret.management import views
 from leveret.management.context import mgmt
 from leveret.management.httputil import (
     ApiError,
     access_refused,
+    arguments,
     as_bool,
     bad_request,
     created_or_updated,
@@ -85,19 +86,18 @@ async def exchange_get(request: web.Request) -> web.Response:
 
 
 async def exchange_put(request: web.Request) -> web.Response:
+    """As RabbitMQ's API: exchange.declare with AMQP's checks, for the user."""
     m = mgmt(request)
     v = m.vhost(request)
     name = exchange_name(request)
     body = await json_body(request)
-    if name == "" or name.startswith("amq."):
-        raise access_refused()
-    m.check(request, v.name, "configure", name)
-    args = body.get("arguments") or {}
-    if not isinstance(args, dict):
-        raise bad_request("arguments must be an object")
+    args = arguments(body)
+    type_name = str(body.get("type", "direct"))
+    user = current_user(request).name
+    v.authorize_exchange_declare(name, type_name, args, user, m.permission(request, v.name))
     x, created = v.declare_exchange(
         name,
-        str(body.get("type", "direct")),
+        type_name,
         as_bool(body.get("durable")),
         as_bool(body.get("auto_delete")),
         as_bool(body.get("internal")),
@@ -112,11 +112,12 @@ async def exchange_delete(request: web.Request) -> web.Response:
     m = mgmt(request)
     v = m.vhost(request)
     name = exchange_name(request)
-    if name == "" or name.startswith("amq."):
-        raise access_refused()
     if name not in v.exchanges:
         raise not_found()
-    m.check(request, v.name, "configure", name)
+    not_default(name)
+    if name.startswith("amq."):
+        raise access_refused()
+    m.check(request, v, "configure", "exchange", name)
     v.delete_exchange(name, as_bool(request.query.get("if-unused")))
     return no_content()
 
@@ -129,6 +130,7 @@ async def exchange_publish(request: web.Request) -> web.Response:
     name = exchange_name(request)
     body = await json_body(request)
     require_keys(body, "routing_key", "properties", "payload", "payload_encoding")
+    perm = m.open_vhost(request, v)
     encoding = body["payload_encoding"]
     if encoding == "string":
         payload = str(body["payload"]).encode()
@@ -156,7 +158,7 @@ async def exchange_publish(request: web.Request) -> web.Response:
         raise bad_request(str(exc)) from exc
     user = current_user(request).name
     try:
-        result = v.publish(name, message, True, user, m.broker.users.permission(user, v.name))
+        result = v.publish(name, message, True, user, perm)
     except AMQPError as exc:
         raise channel_closed(exc) from exc
     m.stats.count_publish(v.name)
@@ -165,6 +167,22 @@ async def exchange_publish(request: web.Request) -> web.Response:
     if result.refused:
         raise bad_request("rejected Unable to publish message. Check queue limits.")
     return json_response({"routed": not result.returned})
+
+
+def on_channel(exc: AMQPError) -> ApiError:
+    """What RabbitMQ's API answers when a call on its channel fails: the AMQP reply
+    text, under 404 or 401 for those codes, and as a 400 naming the code otherwise."""
+    if exc.code == spec.NOT_FOUND:
+        return ApiError(404, "not_found", exc.reply_text)
+    if exc.code == spec.ACCESS_REFUSED:
+        return ApiError(401, "not_authorised", exc.reply_text)
+    return channel_closed(exc)
+
+
+def exclusive_check(v: VirtualHost, q: Queue) -> None:
+    """The API acts on no connection of its own: another's exclusive queue is locked."""
+    if q.exclusive_owner is not None:
+        raise rabbit.exclusive_locked(q.name, v.name)
 
 
 def channel_closed(exc: AMQPError) -> ApiError:
@@ -214,18 +232,13 @@ async def queue_put(request: web.Request) -> web.Response:
     v = m.vhost(request)
     name = request.match_info["name"]
     body = await json_body(request)
-    if name.startswith("amq."):
-        raise rabbit.reserved_name("queue", name)
-    m.check(request, v.name, "configure", name)
+    args = arguments(body)
+    user = current_user(request).name
+    v.authorize_queue_declare(name, args, user, m.permission(request, v.name))
     m.broker.observers.emit(Event.QUEUE_DECLARED, (v.name, name))
-    args = body.get("arguments") or {}
-    if not isinstance(args, dict):
-        raise bad_request("arguments must be an object")
     existing = v.queues.get(name)
     if existing is not None and existing.exclusive_owner is not None:
         raise rabbit.exclusive_locked(name, v.name)
-    if existing is None:
-        v.check_queue_limit(name)
     _, created = v.declare_queue(
         name, as_bool(body.get("durable")), None, as_bool(body.get("auto_delete")), args
     )
@@ -235,7 +248,8 @@ async def queue_put(request: web.Request) -> web.Response:
 async def queue_delete(request: web.Request) -> web.Response:
     m = mgmt(request)
     v, q = queue_named(request)
-    m.check(request, v.name, "configure", q.name)
+    m.check(request, v, "configure", "queue", q.name)
+    exclusive_check(v, q)
     v.delete_queue(
         q, as_bool(request.query.get("if-unused")), as_bool(request.query.get("if-empty"))
     )
@@ -245,7 +259,8 @@ async def queue_delete(request: web.Request) -> web.Response:
 async def queue_purge(request: web.Request) -> web.Response:
     m = mgmt(request)
     v, q = queue_named(request)
-    m.check(request, v.name, "read", q.name)
+    m.check(request, v, "read", "queue", q.name)
+    exclusive_check(v, q)
     q.purge()
     return no_content()
 
@@ -264,11 +279,13 @@ def message_properties(message: Message) -> Any:
 
 
 async def queue_get_messages(request: web.Request) -> web.Response:
+    """As RabbitMQ's API: basic.get on a channel of the user's own, so what the channel
+    refuses is answered with its AMQP text."""
     m = mgmt(request)
-    v, q = queue_named(request)
+    v = m.vhost(request)
     body = await json_body(request)
     require_keys(body, "ackmode", "count", "encoding")
-    m.check(request, v.name, "read", q.name)
+    perm = m.open_vhost(request, v)
     ackmode = body["ackmode"]
     if ackmode not in (
         "ack_requeue_true",
@@ -285,6 +302,13 @@ async def queue_get_messages(request: web.Request) -> web.Response:
         truncate = int(body["truncate"]) if body.get("truncate") is not None else None
     except (TypeError, ValueError) as exc:
         raise bad_request("count and truncate must be integers") from exc
+    name = request.match_info["name"]
+    try:
+        v.check_access(perm, current_user(request).name, "read", "queue", name)
+        q = v.get_queue(name)
+        exclusive_check(v, q)
+    except AMQPError as exc:
+        raise on_channel(exc) from exc
     entries = []
     out = []
     for _ in range(max(0, count)):
@@ -362,12 +386,21 @@ async def exchange_bindings(request: web.Request) -> web.Response:
     return json_response(out)
 
 
-def binding_ends(request: web.Request) -> tuple[VirtualHost, Any, Any]:
-    v = mgmt(request).vhost(request)
+def binding_names(request: web.Request) -> tuple[str, str, str]:
+    """Source, destination kind and destination; 'amq.default' names the default
+    exchange at either end, as rabbit_mgmt_util:id does."""
     source = request.match_info["source"]
     dest = request.match_info["dest"]
     kind = "queue" if request.match_info["kind"] == "q" else "exchange"
-    src = v.exchanges.get("" if source == "amq.default" else source)
+    if kind == "exchange" and dest == "amq.default":
+        dest = ""
+    return ("" if source == "amq.default" else source), kind, dest
+
+
+def binding_ends(request: web.Request) -> tuple[VirtualHost, Any, Any]:
+    v = mgmt(request).vhost(request)
+    source, kind, dest = binding_names(request)
+    src = v.exchanges.get(source)
     if src is None:
         raise rabbit.no_exchange(source, v.name)
     target = v.queues.get(dest) if kind == "queue" else v.exchanges.get(dest)
@@ -392,18 +425,19 @@ async def bindings_between(request: web.Request) -> web.Response:
 
 
 async def binding_create(request: web.Request) -> web.Response:
+    """As RabbitMQ's API: queue.bind or exchange.bind with AMQP's checks, for the user."""
     m = mgmt(request)
-    v, src, target = binding_ends(request)
+    v = m.vhost(request)
     body = await json_body(request)
-    if src.name == "" or (target.kind == "exchange" and target.name == ""):
-        raise access_refused()
-    m.check(request, v.name, "write", target.name)
-    m.check(request, v.name, "read", src.name)
     key = str(body.get("routing_key", ""))
-    v.authorize_topic(src, current_user(request).name, key, "read")
-    args = body.get("arguments") or {}
-    if not isinstance(args, dict):
-        raise bad_request("arguments must be an object")
+    args = arguments(body)
+    source, kind, dest = binding_names(request)
+    user = current_user(request).name
+    v.authorize_binding(source, kind, dest, user, m.permission(request, v.name))
+    _, src, target = binding_ends(request)
+    if isinstance(target, Queue):
+        exclusive_check(v, target)
+    v.authorize_topic(src, user, key, "read")
     v.bind(src, target, key, args)
     location = views.properties_key(key, args)
     return web.Response(status=201, headers={"Location": location})
@@ -416,11 +450,12 @@ async def binding_one(request: web.Request) -> web.Response:
         if unquote(b["properties_key"]) == props or b["properties_key"] == props:
             if request.method == "DELETE":
                 m = mgmt(request)
-                if src.name == "":
-                    raise access_refused()
-                m.check(request, v.name, "write", target.name)
-                m.check(request, v.name, "read", src.name)
-                v.authorize_topic(src, current_user(request).name, b["routing_key"], "read")
+                user = current_user(request).name
+                perm = m.permission(request, v.name)
+                v.authorize_binding(src.name, target.kind, target.name, user, perm)
+                if isinstance(target, Queue):
+                    exclusive_check(v, target)
+                v.authorize_topic(src, user, b["routing_key"], "read")
                 v.unbind(src, target, b["routing_key"], b["arguments"])
                 return no_content()
             return json_response(b)
