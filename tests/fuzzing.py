@@ -513,8 +513,14 @@ class LogWatch:
         error inside the broker (none otherwise)."""
         lines = self.broker.log[self.seen:]
         self.seen += len(lines)
-        bad = any("Traceback" in line or "[ERROR]" in line or "[CRITICAL]" in line
-                  for line in lines)
+        bad = any(
+            "Traceback" in line
+            or "[CRITICAL]" in line
+            # RabbitMQ logs a client's fault at error too ("Error on AMQP connection ...":
+            # a refused login); any other error line is the broker's own
+            or ("[ERROR]" in line and "Error on AMQP connection" not in line)
+            for line in lines
+        )
         return lines if bad else []
 
 

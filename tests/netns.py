@@ -182,13 +182,19 @@ class RabbitMQNode:
         started = time.monotonic()
         # epmd first, and listening: a node that starts it itself in a fresh namespace can
         # race it and fail with 'nodistribution'
-        self.netns.run(
-            ["epmd", "-daemon", "-relaxed_command_check"], capture_output=True, timeout=30
-        )
-        while not self.netns.port_open(4369):
-            if time.monotonic() > started + 30:
-                raise RuntimeError("epmd did not start in the namespace")
-            time.sleep(0.05)
+        said = []
+        for _ in range(3):  # started again if it is not listening within 15 s
+            ran = self.netns.run(
+                ["epmd", "-daemon", "-relaxed_command_check"], capture_output=True, timeout=30
+            )
+            said.append(f"exit {ran.returncode}: {ran.stdout.strip()} {ran.stderr.strip()}")
+            tried = time.monotonic()
+            while not self.netns.port_open(4369) and time.monotonic() < tried + 15:
+                time.sleep(0.1)
+            if self.netns.port_open(4369):
+                break
+        else:
+            raise RuntimeError(f"epmd did not start in the namespace ({'; '.join(said)})")
         self.process = subprocess.Popen(
             [*self.netns.prefix, "env", *env, server], stdout=log, stderr=subprocess.STDOUT
         )

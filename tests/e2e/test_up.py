@@ -133,7 +133,7 @@ def test_up_runs_the_whole_stack(tmp_path: Path) -> None:
                 continue
             from_broker = [r for r in records if r["facility"] == "broker"]
         assert [r for r in from_broker if "login refused" in str(r["message"])], from_broker
-        assert all(str(r["host"]).startswith("leveret@") for r in from_broker)
+        assert all(str(r["host"]).startswith("rabbit@") for r in from_broker)
     finally:
         up.send_signal(signal.SIGINT)
         try:

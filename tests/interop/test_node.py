@@ -167,7 +167,7 @@ def test_connection_tuning_and_server_properties(
             "product": "Leveret",
             "copyright": "Copyright (c) the Leveret authors",
             "platform": "Python",
-            "cluster_name": "leveret",
+            "cluster_name": "rabbit",  # RabbitMQ's default node name, rabbit@<host>
         },
         "rabbitmq": {
             "product": "RabbitMQ",

@@ -1,14 +1,19 @@
-"""A publisher blocked by a memory alarm keeps its connection: the broker stops reading it
-and pauses its heartbeat monitor (rabbit_reader), so it is not closed for missed
+"""A publisher blocked by a resource alarm keeps its connection: the broker stops reading
+it and pauses its heartbeat monitor (rabbit_reader), so it is not closed for missed
 heartbeats however long the alarm lasts, and nothing it sent is lost. The same scenario on
 Leveret and on a RabbitMQ node of the test's own."""
 
 from __future__ import annotations
 
 import contextlib
+import os
+import shutil
+import subprocess
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import pika
 import pytest
@@ -23,24 +28,49 @@ BODY = b"x" * 4096
 @dataclass
 class AlarmBroker:
     broker: BrokerUnderTest
-    raise_alarm: Callable[[], None]  # make the next publishes hit a memory alarm
+    raise_alarm: Callable[[], None]  # make the next publishes hit an alarm
     clear_alarm: Callable[[], None]  # called after the queue was emptied
 
 
 @contextlib.contextmanager
 def memory_alarm_broker(kind: str) -> Iterator[AlarmBroker]:
-    """A broker of the test's own whose memory alarm the test can bring about and end.
+    """A broker of the test's own whose alarm the test can bring about and end.
 
-    The configuration lives here only, so it can follow the alarm's implementation:
-    Leveret's alarm is set by what its queues hold (a 1 MB watermark: a few hundred
-    4 KiB messages) and clears when they are drained; RabbitMQ's is moved with
-    ``rabbitmqctl set_vm_memory_high_watermark``."""
+    The configuration lives here only, so it can follow the alarms' implementation.
+    RabbitMQ's memory alarm is moved live with ``rabbitmqctl set_vm_memory_high_watermark``.
+    Leveret's memory watermark is set at start (and its queues page rather than grow), so
+    the alarm here is its disk alarm: the data directory on a 96 MiB tmpfs, the default
+    50 MB disk_free_limit, and a file that leaves 30 MB free raises it."""
     if kind == "leveret":
-        broker = start_leveret(env={"LEVERET_MEMORY_HIGH_WATERMARK": "1000000"})
+        if os.geteuid() != 0:
+            pytest.skip("mounting a tmpfs needs root")
+        disk = Path(tempfile.mkdtemp(prefix="small-disk-"))
+        mounted = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "size=96m", "tmpfs", str(disk)],
+            capture_output=True, text=True,
+        )  # fmt: skip
+        if mounted.returncode != 0:
+            disk.rmdir()
+            pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+        filler = disk / "filler"
+
+        def fill() -> None:
+            with open(filler, "wb") as f:
+                f.write(b"\0" * (shutil.disk_usage(disk).free - 30_000_000))
+
+        broker = start_leveret(data_dir=disk / "data")
         try:
-            yield AlarmBroker(broker, lambda: None, lambda: None)
+            yield AlarmBroker(broker, fill, lambda: filler.unlink())
         finally:
             broker.stop()
+            for _ in range(20):
+                if subprocess.run(["umount", str(disk)], capture_output=True).returncode == 0:
+                    break
+                time.sleep(0.5)
+            else:
+                subprocess.run(["umount", "-l", str(disk)], capture_output=True)
+            with contextlib.suppress(OSError):
+                disk.rmdir()
         return
     if not rabbitnode.installed():
         pytest.skip("RabbitMQ is not installed here")

@@ -426,23 +426,27 @@ def _is_utf8(raw: bytes) -> bool:
 
 
 # ----------------------------------------------------------------------------- Spark
-def _broker_nodes(exchange: pa.Array | None, headers: pa.Array | None) -> pa.Array | None:
-    """Per message, the ``node`` header of those published to the broker's log exchange
-    (``amq.rabbitmq.log``; "" when it has none), NULL for the others."""
-    if exchange is None:
-        return None
+def broker_nodes(exchange: pa.Array, node_of: Callable[[int], str | None]) -> pa.Array | None:
+    """Per message, the ``node`` header (``node_of(i)``; "" when it has none) of those
+    published to the broker's log exchange (``amq.rabbitmq.log``), NULL for the others;
+    None when no message was."""
     from_broker = pc.equal(exchange, BROKER_LOG_EXCHANGE).fill_null(False)
     if not pc.any(from_broker).as_py():
         return None
-    nodes: list[str | None] = []
+    flags = from_broker.to_pylist()
+    return pa.array([(node_of(i) or "") if f else None for i, f in enumerate(flags)], pa.string())
+
+
+def _broker_nodes(exchange: pa.Array | None, headers: pa.Array | None) -> pa.Array | None:
+    if exchange is None:
+        return None
     rows = headers.to_pylist() if headers is not None else [None] * len(exchange)
-    for flag, row in zip(from_broker.to_pylist(), rows, strict=True):
-        if not flag:
-            nodes.append(None)
-            continue
-        node = dict(row).get("node") if row else None
-        nodes.append(node or "")
-    return pa.array(nodes, pa.string())
+
+    def node_of(i: int) -> str | None:
+        row = rows[i]
+        return dict(row).get("node") if row else None
+
+    return broker_nodes(exchange, node_of)
 
 
 def records_from_messages(
@@ -476,6 +480,7 @@ __all__ = [
     "RECORD_JSON",
     "Bodies",
     "Messages",
+    "broker_nodes",
     "parse",
     "records_from_messages",
 ]

@@ -17,7 +17,7 @@ import pyarrow as pa
 from leveret.logs.amqp import LogsError, parameters, redact
 from leveret.spark.client import AmqpSourceError, error_from, urls_of
 from leveret.spark.frames import NO_OFFSET, Fields
-from leveret.spark.logparse import Bodies, Messages, parse
+from leveret.spark.logparse import Bodies, Messages, broker_nodes, parse
 from leveret.spark.schema import (
     ARROW_SCHEMA,
     DEFAULT_KEEP,
@@ -135,7 +135,16 @@ def record_batch(fields: Fields, offsets: Positions, rows: Positions) -> pa.Reco
         bodies = bodies.subset(rows)
     seconds, there = fields.timestamp()
     routing_keys = fields.routing_keys(rows)
+
+    def node_of(j: int) -> str | None:
+        i = int(rows[j])
+        if not fields.present["headers"][i]:
+            return None
+        node = fields.headers(i).get("node")
+        return None if node is None else header_text(node)
+
     msgs = Messages(
+        broker_node=broker_nodes(fields.exchanges(rows), node_of),
         routing_key=routing_keys,
         content_type=fields.prop_string("content_type", rows),
         timestamp=seconds[rows],
