@@ -576,16 +576,26 @@ class VirtualHost:
             return
         if name.startswith("amq."):
             raise rabbit.reserved_name("exchange", name)
-        ae = arguments.get("alternate-exchange")
+        ae = self._exchange_named_by(arguments, "alternate-exchange", "exchange", name)
         if ae is None:
             return
-        if not isinstance(ae, (str, bytes)):
-            raise errors.precondition_failed(
-                f"invalid type '{wire_type(arguments, 'alternate-exchange')}' for arg "
-                f"'alternate-exchange' in exchange '{name}' in vhost '{self.name}'"
-            )
         self.check_access(permission, username, "read", "exchange", name)
-        self.check_access(permission, username, "write", "exchange", text(ae))
+        self.check_access(permission, username, "write", "exchange", ae)
+
+    def _exchange_named_by(
+        self, arguments: dict[str, Any], key: str, kind: str, name: str
+    ) -> str | None:
+        """The exchange an argument names (alternate-exchange, x-dead-letter-exchange),
+        None when absent; a value that is no string is refused as RabbitMQ does."""
+        value = arguments.get(key)
+        if value is None:
+            return None
+        if not isinstance(value, (str, bytes)):
+            raise errors.precondition_failed(
+                f"invalid type '{wire_type(arguments, key)}' for arg '{key}' in {kind} "
+                f"'{name}' in vhost '{self.name}'"
+            )
+        return text(value)
 
     def authorize_queue_declare(
         self,
@@ -605,16 +615,11 @@ class VirtualHost:
         if name in self.queues:
             return
         self.check_queue_limit(name)  # for new queues only, as rabbit_channel
-        dlx = arguments.get("x-dead-letter-exchange")
+        dlx = self._exchange_named_by(arguments, "x-dead-letter-exchange", "queue", name)
         if dlx is None:
             return
-        if not isinstance(dlx, (str, bytes)):
-            raise errors.precondition_failed(
-                f"invalid type '{wire_type(arguments, 'x-dead-letter-exchange')}' for arg "
-                f"'x-dead-letter-exchange' in queue '{name}' in vhost '{self.name}'"
-            )
         self.check_access(permission, username, "read", "queue", name)
-        self.check_access(permission, username, "write", "exchange", text(dlx))
+        self.check_access(permission, username, "write", "exchange", dlx)
 
     def authorize_binding(
         self,
