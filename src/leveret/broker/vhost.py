@@ -41,7 +41,7 @@ from leveret.broker.reply_to import (
 )
 from leveret.broker.sender_routes import might_name_routes, with_sender_routes
 from leveret.broker.trace import TRACE_EXCHANGE, deliver_trace, publish_trace
-from leveret.protocol import errors, spec, table
+from leveret.protocol import errors, properties, spec, table
 
 if TYPE_CHECKING:
     from leveret.broker.ports import ConnectionInfo, FlowHolder, Storage
@@ -666,11 +666,20 @@ class VirtualHost:
         if self.topic_permissions:
             self.authorize_topic(exchange, username, message.routing_key, "write")
         props = message.properties
+        # rabbit_binary_parser:ensure_content_decoded: properties it cannot decode crash
+        # the channel (541, connection closed)
+        unknown_mode = None if props in properties.ACCEPTED else properties.verdict(props)
+        if unknown_mode == properties.MALFORMED:
+            raise errors.Crash()
         if props[0] & _REPLY_TO_FLAG and _REPLY_TO_PSEUDO_QUEUE in props:
             message = _with_reply_address(message, reply_suffix)
             props = message.properties
         if props[0] & _EXPIRATION_FLAG or (len(props) > 2 and props[1] & _USER_ID_FLAG):
             _check_properties(message, username)
+        if unknown_mode is not None:  # rabbit_basic:message -> is_message_persistent
+            raise errors.precondition_failed(
+                f"invalid message: {{delivery_mode_unknown,{unknown_mode}}}"
+            )
         if might_name_routes(props):
             message = with_sender_routes(message)
         return exchange, message

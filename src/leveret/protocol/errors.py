@@ -46,7 +46,7 @@ class AMQPError(Exception):
 def truncate(text: str) -> str:
     """A reply text fits a short string: RabbitMQ cuts a longer one to 252 bytes and
     appends '...'."""
-    raw = text.encode()
+    raw = text.encode("utf-8", "surrogateescape")
     if len(raw) <= 255:
         return text
     return raw[:252].decode("utf-8", "ignore") + "..."

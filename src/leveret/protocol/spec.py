@@ -13,6 +13,8 @@ from typing import Any
 from pamqp import commands, encode
 from pamqp.base import Frame as Method
 
+from leveret.protocol import properties
+
 __all__ = ["Method", "commands"]
 
 PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
@@ -155,11 +157,12 @@ def encode_method_payload(method: Method) -> bytes:
         if nbits:
             out.append(bytes((bits,)))
             bits = nbits = 0
+        # surrogateescape: bytes a client sent that are not UTF-8 go back as they came
         if kind == "shortstr":
-            raw = value.encode() if isinstance(value, str) else bytes(value or b"")
+            raw = _utf8(value)
             out.append(bytes((len(raw),)) + raw)
         elif kind == "longstr":
-            raw = value.encode() if isinstance(value, str) else bytes(value or b"")
+            raw = _utf8(value)
             out.append(struct.pack(">I", len(raw)) + raw)
         elif kind == "table":
             out.append(encode_table(value or {}))
@@ -168,6 +171,12 @@ def encode_method_payload(method: Method) -> bytes:
     if nbits:
         out.append(bytes((bits,)))
     return b"".join(out)
+
+
+def _utf8(value: Any) -> bytes:
+    if isinstance(value, str):
+        return value.encode("utf-8", "surrogateescape")
+    return bytes(value or b"")
 
 
 def encode_table(table: dict[str, Any]) -> bytes:
@@ -321,20 +330,9 @@ def _table_offset(method: Method) -> int:
 
 
 def decode_properties(raw: bytes) -> commands.Basic.Properties:
-    """Decode a content header's property flags and list (everything after body size)."""
-    props = commands.Basic.Properties()
-    flags = 0
-    pos = 0
-    word = 0
-    while True:
-        part = int.from_bytes(raw[pos : pos + 2], "big")
-        pos += 2
-        flags |= part << (16 * word)
-        word += 1
-        if not part & 1:
-            break
-    props.unmarshal(flags, raw[pos:])
-    return props
+    """Decode a content header's property flags and list (everything after body size),
+    as RabbitMQ reads them (see :mod:`leveret.protocol.properties`)."""
+    return properties.decode(raw)
 
 
 def add_header(raw: bytes, key: str, encoded_value: bytes) -> bytes:
@@ -408,4 +406,4 @@ def decode_field(encoded_value: bytes) -> Any:
 
 
 def encode_properties(props: commands.Basic.Properties) -> bytes:
-    return bytes(props.marshal())
+    return properties.encode_properties(props)
