@@ -624,3 +624,34 @@ def test_policies_limits_and_topic_permissions_survive_a_restart(tmp_path: Any) 
         assert api.get(f"/api/topic-permissions/{v}/{u}")[0]["write"] == "^a"
     finally:
         broker.stop()
+
+
+def test_users_bulk_delete(sites: tuple[Site, Site]) -> None:
+    """Users deleted one by one: the first name that is no user ends it with RabbitMQ's 400
+    (naming the value as it was sent), the ones before it gone. Found by fuzzing
+    (tests/management/test_fuzz_api.py), which also sends ``users`` that are not a list:
+    RabbitMQ's handler crashes on those (500, no body), Leveret refuses them with a 400."""
+    steps: list[tuple[str, str, Any]] = [
+        ("PUT", "/api/users/{u}-bulk1", {"password": "pw", "tags": ""}),
+        ("PUT", "/api/users/{u}-bulk2", {"password": "pw", "tags": ""}),
+        ("POST", "/api/users/bulk-delete", {"users": ["{U}-bulk1", "{U}-none", "{U}-bulk2"]}),
+        ("GET", "/api/users/{u}-bulk1", None),
+        ("GET", "/api/users/{u}-bulk2", None),
+        ("POST", "/api/users/bulk-delete", {"users": [1]}),
+        ("POST", "/api/users/bulk-delete", {"users": [True, "x"]}),
+        ("POST", "/api/users/bulk-delete", {"users": ["{U}-bulk2"]}),
+        ("GET", "/api/users/{u}-bulk2", None),
+        ("POST", "/api/users/bulk-delete", {"users": []}),
+        ("POST", "/api/users/bulk-delete", {"nobody": []}),
+    ]
+    answers = []
+    for site in sites:
+        concrete = [(m, p, json.loads(json.dumps(b).replace("{U}", site.user)) if b else b)
+                    for m, p, b in steps]
+        got = calls(site, concrete)
+        answers.append([(m, p, s, d if s != 200 else None) for m, p, s, d in got])
+    assert answers[0] == answers[1]
+    leveret, _ = sites
+    status, body = leveret.api.call("POST", "/api/users/bulk-delete", {"users": 100})
+    assert (status, body) == (400, {"error": "bad_request",
+                                    "reason": "users must be a list of user names"})

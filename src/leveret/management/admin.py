@@ -92,8 +92,15 @@ async def users_bulk_delete(request: web.Request) -> web.Response:
     b = mgmt(request).broker
     body = await json_body(request)
     require_keys(body, "users")
-    for name in body["users"] or []:
-        b.delete_user(str(name))
+    names = body["users"]
+    if not isinstance(names, list):
+        # RabbitMQ's handler crashes on this (500, no body): a plain refusal instead
+        raise bad_request("users must be a list of user names")
+    # one by one, as RabbitMQ: the first name that is no user ends it with a 400, the users
+    # named before it deleted
+    for name in names:
+        if not isinstance(name, str) or not b.delete_user(name):
+            raise bad_request(["no_such_user", name])
     return no_content()
 
 
