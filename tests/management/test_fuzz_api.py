@@ -338,6 +338,7 @@ def test_the_witness_messages_are_all_deliverable(target: Target) -> None:
 
 # ------------------------------------------------------------------------ the campaign
 @pytest.mark.skipif(CAMPAIGN_EXAMPLES == 0, reason="LEVERET_FUZZ_EXAMPLES runs a campaign")
+@pytest.mark.timeout(0)  # it runs for LEVERET_FUZZ_SECONDS, past the suite's per-test limit
 def test_campaign() -> None:
     campaign = Campaign("api")
     t = Target()

@@ -136,6 +136,7 @@ def minimize(t: Target, chunks: list[bytes], sig: str, budget: int = 400) -> lis
 
 
 @pytest.mark.skipif(CAMPAIGN_EXAMPLES == 0, reason="LEVERET_FUZZ_EXAMPLES runs a campaign")
+@pytest.mark.timeout(0)  # it runs for LEVERET_FUZZ_SECONDS, past the suite's per-test limit
 def test_campaign() -> None:
     campaign = Campaign("amqp")
     t = Target()
