@@ -326,6 +326,82 @@ def test_queue_argument_and_policy_precedence(sites: tuple[Site, Site]) -> None:
     on_both(sites, scenario)
 
 
+def test_policies_apply_to_quorum_queues(sites: tuple[Site, Site]) -> None:
+    """rabbit_quorum_queue:ra_machine_config on a live queue: the smaller max-length and
+    delivery-limit of argument and policy, the policy's overflow and expires, the
+    argument's dead-letter exchange; a policy holding a key quorum queues do not take
+    (queue-mode) does not apply to them at all; removing the policy gives the arguments
+    back."""
+    def scenario(site: Site) -> Any:
+        conn = connect(site)
+        v = q(site.vhost)
+        out: dict[str, Any] = {}
+        try:
+            ch = conn.channel()
+            ch.exchange_declare("qdlx-arg", "fanout")
+            ch.queue_declare("t-qdlx-arg")
+            ch.queue_bind("t-qdlx-arg", "qdlx-arg")
+            quorum = {"x-queue-type": "quorum"}
+            ch.queue_declare("qq-len", durable=True, arguments={**quorum, "x-max-length": 10})
+            ch.queue_declare("qq-dl", durable=True, arguments={
+                **quorum, "x-delivery-limit": 5, "x-dead-letter-exchange": "qdlx-arg"})
+            ch.queue_declare("qq-lazy", durable=True, arguments=quorum)
+            for i in range(6):
+                ch.basic_publish("", "qq-len", b"m%d" % i)
+            ch.basic_publish("", "qq-dl", b"d")
+            site.api.put(f"/api/policies/{v}/pqq", {
+                "pattern": "^qq-(len|dl)", "definition": {
+                    "max-length": 3, "delivery-limit": 1, "overflow": "drop-head",
+                    "dead-letter-exchange": "nowhere"}})
+            site.api.put(f"/api/policies/{v}/plazy", {
+                "pattern": "^qq-lazy", "definition": {"queue-mode": "lazy"}})
+            time.sleep(0.5)
+            # the head went at once: m3..m5 left
+            got = [ch.basic_get("qq-len", auto_ack=True)[2] for _ in range(4)]
+            got = [b.decode() if b is not None else None for b in got]
+            out["qq-len"] = got
+            # delivered twice, returned twice: over the policy's limit of 1, dead-lettered
+            # to the argument's exchange
+            for _ in range(2):
+                m = ch.basic_get("qq-dl")
+                if m[0] is not None:
+                    ch.basic_nack(m[0].delivery_tag, requeue=True)
+            time.sleep(0.5)
+            out["qq-dl"] = ch.queue_declare("qq-dl", durable=True, passive=True
+                                            ).method.message_count
+            out["dead"] = ch.queue_declare("t-qdlx-arg", passive=True).method.message_count
+            site.api.delete(f"/api/policies/{v}/pqq")
+            time.sleep(0.3)
+            for i in range(9):
+                ch.basic_publish("", "qq-len", b"n%d" % i)
+            time.sleep(0.5)
+            out["qq-len after"] = ch.queue_declare("qq-len", durable=True, passive=True
+                                                   ).method.message_count
+            for name in ("qq-len", "qq-dl", "qq-lazy"):
+                ch.queue_delete(name)
+            return out
+        finally:
+            conn.close()
+    on_both(sites, scenario)
+
+    def policies(site: Site) -> Any:
+        conn = connect(site)
+        try:
+            conn.channel().queue_declare("qq-shown", durable=True,
+                                         arguments={"x-queue-type": "quorum"})
+        finally:
+            conn.close()
+        site.api.put(f"/api/policies/{q(site.vhost)}/pshown", {
+            "pattern": "^qq-shown", "definition": {"max-length": 7}})
+        site.api.put(f"/api/policies/{q(site.vhost)}/plazy2", {
+            "pattern": "^qq-shown", "priority": 5, "definition": {"queue-mode": "lazy"}})
+        return None
+
+    for site in sites:
+        policies(site)
+    settle(sites, lambda site: queue_fields(site, "qq-shown"))
+
+
 # ------------------------------------------------------------------------ limits
 VHOST_LIMITS_API = [
     ("GET", "/api/vhost-limits/{v}", None),

@@ -41,6 +41,7 @@ from leveret.broker.arguments import (
 )
 from leveret.broker.entry import Entry, now_ms
 from leveret.broker.message import Message
+from leveret.broker.policies import Rule, policy_wins, smaller
 from leveret.broker.ports import DEAD_LETTERED, OUT, RETURNED
 from leveret.broker.queues.base import Accepted, DeadLetters, Queue, Subscriber
 from leveret.protocol import errors, table
@@ -116,6 +117,36 @@ class QuorumQueue(Queue):
     keeps_log: ClassVar[bool] = True
     type_name: ClassVar[str] = "quorum"
     rabbit_type: ClassVar[str] = "rabbit_quorum_queue"
+    # rabbit_quorum_queue:ra_machine_config: the smaller of argument and policy for the
+    # limits and the TTL, the policy for overflow and expires, the argument for the
+    # dead-letter settings.
+    POLICY_RULES: ClassVar[dict[str, Rule]] = {
+        "max-length": smaller,
+        "max-length-bytes": smaller,
+        "max-in-memory-length": smaller,
+        "max-in-memory-bytes": smaller,
+        "delivery-limit": smaller,
+        "message-ttl": smaller,
+        "overflow": policy_wins,
+        "expires": policy_wins,
+    }
+    # rabbit_quorum_queue:capabilities(): a policy holding one of these never applies
+    UNSUPPORTED_POLICIES: ClassVar[frozenset[str]] = frozenset(
+        (
+            "max-priority",
+            "queue-mode",
+            "single-active-consumer",
+            "ha-mode",
+            "ha-params",
+            "ha-sync-mode",
+            "ha-promote-on-shutdown",
+            "ha-promote-on-failure",
+            "queue-master-locator",
+            "max-age",
+            "stream-max-segment-size-bytes",
+            "initial-cluster-size",
+        )
+    )
 
     def __init__(
         self,
@@ -128,30 +159,8 @@ class QuorumQueue(Queue):
         super().__init__(name, vhost, durable=True, arguments=arguments, dead_letters=dead_letters)
         a = self.arguments
         self._store = store
-        self.max_length = _int(a.get("x-max-length"))
-        self.max_bytes = _int(a.get("x-max-length-bytes"))
-        overflow = text(a.get("x-overflow", "drop-head"))
-        if overflow == "reject-publish-dlx":
-            log.warning(
-                "Invalid overflow strategy <<\"%s\">> for quorum queue: queue '%s' in vhost '%s'",
-                overflow,
-                name,
-                vhost,
-            )
-            overflow = "drop-head"
-        self.overflow = overflow
-        # Any value is taken, as RabbitMQ takes it; one that is not an integer never
-        # limits (Erlang orders every number below every binary), but still makes
-        # returns go to the front.
-        self._limited = "x-delivery-limit" in a
-        self.delivery_limit = _int(a.get("x-delivery-limit"))
-        self.message_ttl = _int(a.get("x-message-ttl"))
-        self._expires = _int(a.get("x-expires"))
         self._single_active = a.get("x-single-active-consumer") is True
         self._active: Subscriber | None = None
-        self.dead_letter_exchange = optional_text(a.get("x-dead-letter-exchange"))
-        self.dead_letter_routing_key = optional_text(a.get("x-dead-letter-routing-key"))
-        self.strategy = self._dead_letter_strategy(a)
         self._messages: deque[_Msg] = deque()  # enqueued and requeued, in order
         self._returns: deque[_Msg] = deque()  # returned: served first
         self._pending: list[_Msg] = []  # enqueued, visible once synced
@@ -165,18 +174,50 @@ class QuorumQueue(Queue):
         self._next_id = 0  # ids when there is no store
         self._released_at = 0
         self._rr = 0
+        self._expires: int | None = None
+        self.configure()
         if store is not None:
             self._recover(store)
 
-    @staticmethod
-    def _dead_letter_strategy(a: dict[str, Any]) -> str | None:
+    def configure(self) -> None:
+        """rabbit_quorum_queue:ra_machine_config: the settings from arguments and policies
+        (:attr:`POLICY_RULES`), when the queue is made and again when its policies change
+        (policy_changed updates the live queue: a lower limit drops from the head, or
+        blocks publishers, at once)."""
+        setting = self.setting
+        self.max_length = _int(setting("max-length"))
+        self.max_bytes = _int(setting("max-length-bytes"))
+        overflow = text(setting("overflow") or "drop-head")
+        if overflow == "reject-publish-dlx":
+            log.warning(
+                "Invalid overflow strategy <<\"%s\">> for quorum queue: queue '%s' in vhost '%s'",
+                overflow,
+                self.name,
+                self.vhost,
+            )
+            overflow = "drop-head"
+        self.overflow = overflow
+        # Any value is taken, as RabbitMQ takes it; one that is not an integer never
+        # limits (Erlang orders every number below every binary), but still makes
+        # returns go to the front.
+        limit = setting("delivery-limit")
+        self._limited = limit is not None
+        self.delivery_limit = _int(limit)
+        self.message_ttl = _int(setting("message-ttl"))
+        self._expires = _int(setting("expires"))
+        self.dead_letter_exchange = optional_text(setting("dead-letter-exchange"))
+        self.dead_letter_routing_key = optional_text(setting("dead-letter-routing-key"))
+        self.strategy = self._dead_letter_strategy()
+        self._evaluate_limit()
+
+    def _dead_letter_strategy(self) -> str | None:
         """rabbit_quorum_queue:dead_letter_handler: None (no dead-lettering),
         'at-most-once' or 'at-least-once'."""
-        exchange = a.get("x-dead-letter-exchange")
-        strategy = optional_text(a.get("x-dead-letter-strategy"))
+        exchange = self.setting("dead-letter-exchange")
+        strategy = optional_text(self.setting("dead-letter-strategy"))
         if exchange is None:
             return None
-        overflow = text(a.get("x-overflow", "drop-head"))
+        overflow = self.overflow
         if strategy == "at-least-once":
             if overflow == "reject-publish":
                 return "at-least-once"
