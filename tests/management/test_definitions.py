@@ -190,3 +190,18 @@ def test_per_vhost_definitions_round_trip(
         for s in sites:
             for _ in s:
                 pass
+
+
+@pytest.mark.parametrize("body", [{"queues": True}, {"queues": [1]}, {"bindings": 4},
+                                  {"queues": [["a"]]}])
+@pytest.mark.parametrize("where", ["", "/{v}"])
+def test_malformed_definitions_are_refused(leveret_site: Site, body: dict[str, Any],
+                                           where: str) -> None:
+    """Sections that are not lists of objects: RabbitMQ's import crashes on them (500, no
+    body); Leveret refuses them with a 400 and RabbitMQ's error object, the whole broker's
+    definitions and a vhost's alike (the vhost's raised a traceback and a 500, found by
+    the API fuzzing campaign)."""
+    path = "/api/definitions" + where.format(v=q(leveret_site.vhost))
+    status, answer = leveret_site.api.call("POST", path, body)
+    assert status == 400 and answer["error"] == "bad_request", answer
+    assert answer["reason"].startswith("invalid definitions:")

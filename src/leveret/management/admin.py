@@ -264,11 +264,14 @@ async def definitions_post(request: web.Request) -> web.Response:
     vhost = request.match_info.get("vhost")
     if vhost is not None:
         m.vhost(request)
-        body = {
-            section: [dict(item, vhost=vhost) for item in body.get(section) or []]
-            for section in (*KEEP_VHOST_SECTIONS, *VHOST_SECTIONS)
-        }
+    # RabbitMQ's import crashes on sections that are not lists of objects (500, no body):
+    # a plain refusal here, for the whole broker's definitions and a vhost's alike
     try:
+        if vhost is not None:
+            body = {
+                section: [dict(item, vhost=vhost) for item in body.get(section) or []]
+                for section in (*KEEP_VHOST_SECTIONS, *VHOST_SECTIONS)
+            }
         import_definitions(m.broker, body, current_user(request).name)
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise bad_request(f"invalid definitions: {exc}") from exc
