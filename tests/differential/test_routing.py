@@ -211,3 +211,29 @@ def test_auto_delete_queue_goes_with_last_consumer(broker: BrokerUnderTest, name
         with pytest.raises(pika.exceptions.ChannelClosedByBroker) as info:
             ch.queue_declare(name, passive=True)
         assert info.value.reply_code == 404
+
+
+@pytest.mark.parametrize("suffix", ["café", "a*b", "日本", "x!y"])
+def test_names_any_utf8(broker: BrokerUnderTest, name: str, suffix: str) -> None:
+    """Queue and exchange names may be any UTF-8, as RabbitMQ takes them: declare-ok, a
+    get-ok and a mandatory return name them (building those replies with pamqp's checks
+    dropped the connection; found by the fuzzing campaign)."""
+    queue, exchange = f"{name}-q-{suffix}", f"{name}-x-{suffix}"
+    returned: list[tuple[str, str]] = []
+    with connect(broker) as conn:
+        ch = conn.channel()
+        ok = ch.queue_declare(queue, auto_delete=True)
+        assert ok.method.queue == queue
+        ch.exchange_declare(exchange, "direct", auto_delete=True)
+        ch.queue_bind(queue, exchange, routing_key=suffix)
+        ch.add_on_return_callback(
+            lambda _ch, method, _props, _body: returned.append((method.exchange,
+                                                                 method.routing_key)))
+        ch.basic_publish(exchange, suffix, b"routed")
+        ch.basic_publish(exchange, "nowhere", b"returned", mandatory=True)
+        method, _, body = ch.basic_get(queue, auto_ack=True)
+        assert (method.exchange, method.routing_key, body) == (exchange, suffix, b"routed")
+        conn.process_data_events(time_limit=0.3)
+        assert returned == [(exchange, "nowhere")]
+        ch.exchange_delete(exchange)
+        ch.queue_delete(queue)

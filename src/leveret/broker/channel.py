@@ -16,7 +16,7 @@ from leveret.broker.message import Message
 from leveret.broker.ports import ConnectionInfo, FlowHolder
 from leveret.broker.queues.base import Queue
 from leveret.broker.vhost import Tap
-from leveret.protocol import errors
+from leveret.protocol import errors, spec
 
 if TYPE_CHECKING:
     from leveret.broker.exchanges import Exchange
@@ -226,7 +226,8 @@ class Channel:
         m = entry.message
         self.out.send_content(
             self.number,
-            commands.Basic.GetOk(
+            spec.reply(
+                commands.Basic.GetOk,
                 delivery_tag=tag,
                 redelivered=entry.redelivered,
                 exchange=m.exchange,

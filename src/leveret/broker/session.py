@@ -451,7 +451,8 @@ class Session:
         self._reply(
             ch,
             m.nowait,
-            C.Queue.DeclareOk(
+            spec.reply(
+                C.Queue.DeclareOk,
                 queue=q.name,
                 message_count=q.message_count if message_count is None else message_count,
                 consumer_count=q.consumer_count,
@@ -689,7 +690,8 @@ class Session:
         if result.returned:
             self.output.send_content(
                 ch.number,
-                C.Basic.Return(
+                spec.reply(
+                    C.Basic.Return,
                     reply_code=spec.NO_ROUTE,
                     reply_text="NO_ROUTE",
                     exchange=message.exchange,

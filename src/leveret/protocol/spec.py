@@ -8,7 +8,7 @@ any UTF-8 name up to 255 bytes, so the server must be able to echo one back).
 from __future__ import annotations
 
 import struct
-from typing import Any
+from typing import Any, TypeVar
 
 from pamqp import commands, encode
 from pamqp.base import Frame as Method
@@ -195,6 +195,20 @@ def encode_table(table: dict[str, Any]) -> bytes:
 
 
 _frame_head = struct.Struct(">BHI").pack
+
+
+M = TypeVar("M", bound=Method)
+
+
+def reply(cls: type[M], **fields: Any) -> M:
+    """A method the broker sends, built without pamqp's checks: its name patterns are
+    narrower than what RabbitMQ takes (a queue or exchange may have any UTF-8 name, 'café'
+    or 'a*b'), and building a declare-ok or get-ok for such a name raised. Every field of
+    the method must be given."""
+    method = cls.__new__(cls)
+    for name in cls.__slots__:
+        setattr(method, name, fields[name])
+    return method
 
 
 def method_frame(channel: int, method: Method) -> bytes:
