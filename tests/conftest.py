@@ -4,12 +4,20 @@
 from __future__ import annotations
 
 import os
+import signal
 import uuid
 from collections.abc import Iterator
 
 import pytest
 
 from tests.brokers import BrokerUnderTest, ensure_rabbitmq, start_leveret
+
+# Tests stop subprocesses with SIGINT and check the Ctrl-C path. A suite started as a
+# background job of a non-interactive shell inherits SIGINT ignored, and every process it
+# starts would ignore it too (measured: receivers and `leveret up` were killed after their
+# timeouts). The handler is reset to the default in each child at exec.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 

@@ -190,6 +190,8 @@ def test_lake_panel_lag_and_report_over_http_and_in_chromium(chromium: Any, tmp_
             "charts/../../secret.txt",
             "%2e%2e/secret.txt",
             "nothing.html",
+            "a%00b.html",  # a NUL byte: a traceback and a 500 before (fuzzing campaign)
+            "a" * 5000 + ".html",  # a name too long for the system
         ):
             assert api.call("GET", f"/api/logs/report/{bad}")[0] == 404, bad
         req = urllib.request.Request(broker.http_url + "/api/logs/report/report.html")

@@ -4,6 +4,7 @@ the broker's own errors (its log exchange, facility ``broker``)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -44,6 +45,9 @@ def test_up_runs_the_whole_stack(tmp_path: Path) -> None:
         stdout=subprocess.DEVNULL,
         text=True,
         env=env,
+        # a session of its own: if it does not stop, it is killed with everything it
+        # started (broker, ingest, Spark's JVM), by the id it was started with
+        start_new_session=True,
     )
     try:
         assert up.stderr is not None
@@ -139,6 +143,39 @@ def test_up_runs_the_whole_stack(tmp_path: Path) -> None:
         try:
             up.wait(60)
         except subprocess.TimeoutExpired:
-            up.kill()
+            os.killpg(up.pid, signal.SIGKILL)
+            up.wait()
             raise
     assert up.returncode in (0, 130, -signal.SIGINT)
+
+
+def test_sigterm_stops_up_and_everything_it_started(tmp_path: Path) -> None:
+    """A service manager stops ``leveret up`` with SIGTERM: it stops its broker too (before,
+    SIGTERM ended ``up`` alone and the broker ran on)."""
+    import socket
+
+    up = subprocess.Popen(
+        _cli("up", "--amqp-port", "0", "--http-port", "0", "--prometheus-port", "0",
+             "--no-receiver", "--no-ingest"),
+        cwd=tmp_path, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
+        env={**os.environ, "COLUMNS": "200"}, start_new_session=True,
+    )
+    try:
+        assert up.stderr is not None
+        banner = ""
+        deadline = time.monotonic() + 60
+        while "Report" not in banner and time.monotonic() < deadline:
+            banner += up.stderr.readline()
+        found = re.search(r"AMQP\s+amqp://\S+@127\.0\.0\.1:(\d+)/", banner)
+        assert found, banner
+        port = int(found.group(1))
+        socket.create_connection(("127.0.0.1", port), timeout=5).close()
+        up.send_signal(signal.SIGTERM)
+        assert up.wait(60) == 0
+        with pytest.raises(OSError):  # the broker is gone with it
+            socket.create_connection(("127.0.0.1", port), timeout=5).close()
+    finally:
+        # its session: whatever is left of what it started (all of it, on the old code)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(up.pid, signal.SIGKILL)
+        up.wait()

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import signal
 import sys
+from types import FrameType
 from typing import NoReturn
 
 import typer
@@ -12,3 +14,13 @@ def fail(message: str, code: int = 1) -> NoReturn:
     """One plain line on stderr and a non-zero exit: no traceback for user errors."""
     print(f"Error: {message}", file=sys.stderr)
     raise typer.Exit(code)
+
+
+def interrupt_on_sigterm() -> None:
+    """SIGTERM (a service manager's stop, ``kill``) ends a command the way Ctrl-C does:
+    cleanly, through KeyboardInterrupt."""
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, handler)

@@ -9,16 +9,14 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from types import FrameType
 from typing import Annotated
 
 import typer
 
-from leveret.cli.common import fail
+from leveret.cli.common import fail, interrupt_on_sigterm
 from leveret.logs.amqp import (
     DEFAULT_EXCHANGE,
     DEFAULT_URL,
@@ -74,15 +72,6 @@ DurableExchange = Annotated[
 ]
 
 
-def _interrupt_on_sigterm() -> None:
-    """SIGTERM ends a command the way Ctrl-C does: cleanly."""
-
-    def handler(signum: int, frame: FrameType | None) -> None:
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, handler)
-
-
 def _stdin_lines() -> Iterator[str]:
     for raw in sys.stdin.buffer:
         yield raw.decode("utf-8", "replace").rstrip("\r\n")
@@ -119,7 +108,7 @@ def emit_log(
     lost connection moves on to the next node; records in flight then are not sent again
     (the node may have stored them) and count as not confirmed.
     """
-    _interrupt_on_sigterm()
+    interrupt_on_sigterm()
     urls = _urls(url)
     try:
         emitter = Emitter(
@@ -226,7 +215,7 @@ def receive_logs(
     On a terminal records are coloured by severity; with --to FILE each is one JSON line,
     acked only once written. Ctrl-C exits cleanly.
     """
-    _interrupt_on_sigterm()
+    interrupt_on_sigterm()
     keys = tuple(binding_keys or ())
     if durable and not queue:
         fail("--durable needs --queue NAME")

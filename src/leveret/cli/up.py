@@ -18,6 +18,8 @@ from typing import IO, Annotated
 import typer
 from rich.console import Console
 
+from leveret.cli.common import interrupt_on_sigterm
+
 console = Console(stderr=True)
 
 
@@ -118,6 +120,9 @@ def up(
     trigger: Annotated[str, typer.Option("--trigger", help="Ingest trigger interval.")] = "1s",
 ) -> None:
     """Run the broker, dashboard, a terminal receiver and the lake ingest together."""
+    # stopped by a service manager or kill as by Ctrl-C: its children stop with it (a
+    # SIGTERM ended it alone before, and the broker, ingest and Spark ran on)
+    interrupt_on_sigterm()
     data_dir.mkdir(parents=True, exist_ok=True)
     logs_dir = data_dir / "logs"
     logs_dir.mkdir(exist_ok=True)

@@ -124,8 +124,12 @@ async def report_file(request: web.Request) -> web.StreamResponse:
     if report is None:
         raise not_found()
     root = report.resolve()
-    wanted = (root / request.match_info["path"]).resolve()
-    if not wanted.is_relative_to(root) or not wanted.is_file():
+    try:
+        wanted = (root / request.match_info["path"]).resolve()
+        found = wanted.is_relative_to(root) and wanted.is_file()
+    except (ValueError, OSError) as exc:  # a NUL byte, a name too long for the system
+        raise not_found() from exc
+    if not found:
         raise not_found()
     kind = REPORT_TYPES.get(wanted.suffix)
     if kind is None:
