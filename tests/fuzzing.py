@@ -20,10 +20,12 @@ import socket
 import struct
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
 from pamqp import commands
 
@@ -734,6 +736,26 @@ class Campaign:
             if size < _size(old.example):  # keep the smallest example seen
                 old.example = example
                 old.detail = detail
+
+    def drive(self, cases: st.SearchStrategy[Any], check: Callable[[Any], None]) -> None:
+        """Draw cases from ``cases`` (5,000 a round, each round with a seed of its own) and
+        ``check`` each, until the campaign is over; the record is saved every 5,000 cases."""
+
+        def one(case: Any) -> None:
+            if self.over():
+                return
+            self.cases += 1
+            check(case)
+            if self.cases % 5000 == 0:
+                self.save()
+
+        for round_ in itertools.count():
+            if self.over():
+                break
+            run: Any = settings(max_examples=5000, deadline=None, database=None,
+                                phases=[Phase.generate],
+                                suppress_health_check=list(HealthCheck))(given(cases)(one))
+            seed(round_)(run)()
 
     def save(self) -> None:
         CAMPAIGN_DIR.mkdir(parents=True, exist_ok=True)

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import base64
 import http.client
-import itertools
 import json
 import re
 from collections.abc import Iterator
@@ -28,7 +27,7 @@ from urllib.parse import quote, urlencode
 
 import pytest
 from aiohttp import web
-from hypothesis import HealthCheck, Phase, given, seed, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from leveret.management.app import routes as api_routes
@@ -343,10 +342,7 @@ def test_campaign() -> None:
     campaign = Campaign("api")
     t = Target()
 
-    def one(case: ApiCase) -> None:
-        if campaign.over():
-            return
-        campaign.cases += 1
+    def check(case: ApiCase) -> None:
         got = t.failure(case)
         if got is not None:
             sig, detail = got
@@ -354,17 +350,9 @@ def test_campaign() -> None:
             if sig.startswith(("witness", "http")) or (
                     t.broker.process is not None and t.broker.process.poll() is not None):
                 t.restart()
-        if campaign.cases % 5000 == 0:
-            campaign.save()
 
     try:
-        for round_ in itertools.count():
-            if campaign.over():
-                break
-            run: Any = settings(max_examples=5000, deadline=None, database=None,
-                                phases=[Phase.generate],
-                                suppress_health_check=list(HealthCheck))(given(api_cases())(one))
-            seed(round_)(run)()
+        campaign.drive(api_cases(), check)
         campaign.save()
     finally:
         t.stop()

@@ -15,12 +15,10 @@ distinct failure with the smallest example it saw, minimizes each, and writes th
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, Phase, given, seed, settings
+from hypothesis import HealthCheck, given, settings
 
 from tests.fuzzing import (
     CAMPAIGN_EXAMPLES,
@@ -141,10 +139,7 @@ def test_campaign() -> None:
     campaign = Campaign("amqp")
     t = Target()
 
-    def one(case: list[bytes]) -> None:
-        if campaign.over():
-            return
-        campaign.cases += 1
+    def check(case: list[bytes]) -> None:
         got = t.failure(case)
         if got is not None:
             sig, detail = got
@@ -152,17 +147,9 @@ def test_campaign() -> None:
             if sig.startswith(("witness", "connection: socket")) or (
                     t.broker.process is not None and t.broker.process.poll() is not None):
                 t.restart()
-        if campaign.cases % 5000 == 0:
-            campaign.save()
 
     try:
-        for round_ in itertools.count():
-            if campaign.over():
-                break
-            run: Any = settings(max_examples=5000, deadline=None, database=None,
-                                phases=[Phase.generate],
-                                suppress_health_check=list(HealthCheck))(given(fuzz_cases())(one))
-            seed(round_)(run)()
+        campaign.drive(fuzz_cases(), check)
         for failure in campaign.failures.values():
             failure.example = {"smallest seen": failure.example,
                                "minimized": minimize(t, failure.example, failure.signature)}
