@@ -40,20 +40,26 @@ class NetNamespace:
         self.prefix = ["nsenter", f"--net=/proc/{self.holder.pid}/ns/net", "--"]
         self.inode = 0
         deadline = time.monotonic() + 10
+        said = "the holder never left the namespace it was started in"
         while True:
-            # the namespace exists once the holder has exec'd past unshare
-            proc = subprocess.run(
-                [*self.prefix, "ip", "link", "set", "lo", "up"],
-                capture_output=True,
-                text=True,
-                check=False,
-            )
-            if proc.returncode == 0 and self._own():
+            # The namespace is ours once the holder has got past unshare. Only then is its
+            # loopback brought up: a 'set lo up' that ran a moment before went to the host's
+            # namespace and succeeded there, and this one's loopback stayed down (an epmd then
+            # bound, but nothing could reach it: CI, dramatiq).
+            if self._own():
                 self.inode = os.stat(f"/proc/{self.holder.pid}/ns/net").st_ino
-                break
+                proc = subprocess.run(
+                    [*self.prefix, "ip", "link", "set", "lo", "up"],
+                    capture_output=True,
+                    text=True,
+                    check=False,
+                )
+                said = proc.stderr.strip()
+                if proc.returncode == 0 and self._loopback_up():
+                    break
             if time.monotonic() > deadline:
                 self.close()
-                raise RuntimeError(f"cannot make a network namespace: {proc.stderr.strip()}")
+                raise RuntimeError(f"cannot make a network namespace: {said}")
             time.sleep(0.05)
 
     def _own(self) -> bool:
@@ -62,6 +68,15 @@ class NetNamespace:
             return mine != Path("/proc/self/ns/net").readlink()
         except OSError:
             return False
+
+    def _loopback_up(self) -> bool:
+        """The namespace's own loopback is up (asked inside it)."""
+        shown = subprocess.run(
+            [*self.prefix, "ip", "-o", "link", "show", "lo"],
+            capture_output=True, text=True, check=False,
+        )
+        flags = shown.stdout.partition("<")[2].partition(">")[0].split(",")
+        return shown.returncode == 0 and "UP" in flags
 
     def run(self, cmd: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
         return subprocess.run([*self.prefix, *cmd], text=True, check=False, **kwargs)  # type: ignore[call-overload, no-any-return]
