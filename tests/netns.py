@@ -48,12 +48,7 @@ class NetNamespace:
             # bound, but nothing could reach it: CI, dramatiq).
             if self._own():
                 self.inode = os.stat(f"/proc/{self.holder.pid}/ns/net").st_ino
-                proc = subprocess.run(
-                    [*self.prefix, "ip", "link", "set", "lo", "up"],
-                    capture_output=True,
-                    text=True,
-                    check=False,
-                )
+                proc = self.run(["ip", "link", "set", "lo", "up"], capture_output=True)
                 said = proc.stderr.strip()
                 if proc.returncode == 0 and self._loopback_up():
                     break
@@ -71,10 +66,7 @@ class NetNamespace:
 
     def _loopback_up(self) -> bool:
         """The namespace's own loopback is up (asked inside it)."""
-        shown = subprocess.run(
-            [*self.prefix, "ip", "-o", "link", "show", "lo"],
-            capture_output=True, text=True, check=False,
-        )
+        shown = self.run(["ip", "-o", "link", "show", "lo"], capture_output=True)
         flags = shown.stdout.partition("<")[2].partition(">")[0].split(",")
         return shown.returncode == 0 and "UP" in flags
 
