@@ -21,6 +21,75 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
+# The fast tier (``scripts/test --fast``, or ``-m "not slow"``): the codec, the domain
+# through its ports, the stores and the in-process broker. Everything else is marked slow
+# here: whatever needs RabbitMQ, Spark, a browser, a virtualenv or a broker subprocess.
+FAST_DIRS = ("tests/protocol/", "tests/broker/", "tests/store/", "tests/embedded/")
+FAST_MODULES = (
+    "tests/logs/test_record.py",
+    "tests/spark/test_logparse.py",
+    "tests/spark/test_wire.py",
+    "tests/cli/test_ctl_verbs.py",
+)
+# Fixtures that make a test slow wherever it is: the reference broker, a broker subprocess
+# (``broker`` runs one for its Leveret side), a virtualenv of its own.
+SLOW_FIXTURES = frozenset({"rabbitmq", "leveret", "fresh_leveret", "broker", "venv"})
+
+# Tests measured at a minute or more (the last full run's --durations), started first so
+# that the longest ones do not begin when the others are nearly done. Prefixes of node ids.
+LONG_FIRST = (
+    "tests/conformance/",
+    "tests/spark/test_rabbitmq_cluster.py",
+    "tests/spark/test_ingest.py::test_stream_ingest_is_exactly_once",
+    "tests/spark/test_install.py",
+    "tests/e2e/test_up.py",
+    "tests/spark/test_report.py",
+    "tests/spark/test_spark_cluster.py",
+    "tests/spark/test_ingest.py",
+    "tests/server/test_limits.py::test_failed_logins",
+    "tests/logs/test_backlog.py",
+    "tests/spark/test_spark_connect.py",
+    "tests/test_checks.py",
+    "tests/embedded/test_sample_project.py",
+)
+
+
+def _is_fast(item: pytest.Item) -> bool:
+    path = item.nodeid.split("::", 1)[0]
+    if not path.startswith(FAST_DIRS) and path not in FAST_MODULES:
+        return False
+    return not SLOW_FIXTURES.intersection(getattr(item, "fixturenames", ()))
+
+
+def _module_scoped(item: pytest.Item) -> bool:
+    """Whether the test uses a fixture set up once per module (a node, a cluster, a
+    browser): such a module's tests run on one xdist worker (``--dist loadgroup``), so the
+    fixture is set up once, not once per worker."""
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return False
+    return any(
+        defs[-1].scope == "module" for defs in info.name2fixturedefs.values() if defs
+    )
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    slow = pytest.mark.slow
+    for item in items:
+        if not _is_fast(item):
+            item.add_marker(slow)
+        if _module_scoped(item):
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
+
+    def rank(item: pytest.Item) -> int:
+        for i, prefix in enumerate(LONG_FIRST):
+            if item.nodeid.startswith(prefix):
+                return i
+        return len(LONG_FIRST)
+
+    items.sort(key=rank)  # stable: the rest keep pytest's order
+
 
 @pytest.fixture(scope="session")
 def leveret() -> Iterator[BrokerUnderTest]:

@@ -1,16 +1,15 @@
-"""The client libraries' own test suites (aiormq, py-amqp, kombu) and two frameworks'
-RabbitMQ tests (FastStream, Dramatiq) against Leveret and RabbitMQ, through
+"""The client libraries' own test suites (aiormq, py-amqp, kombu, aio-pika) and two
+frameworks' RabbitMQ tests (FastStream, Dramatiq) against Leveret and RabbitMQ, through
 scripts/conformance: every test that passes on RabbitMQ passes on Leveret, or is a known gap
 (conformance/known-gaps.txt).
 
-The first run fetches the sdists and test dependencies from PyPI into .cache/conformance
-(FastStream's virtualenv, with every broker client its test modules import, takes a few
-minutes). A run then takes about ten minutes on this 2-core machine: two for the client
-libraries (most of it aiormq's suite, which traces memory around every test), five to six for
-FastStream (its 289 known gaps, direct reply-to, each wait out a timeout on Leveret; about one
-minute when they pass) and one for Dramatiq, each suite against both brokers side by side.
-FastStream and Dramatiq need network namespaces (root); without them they are left out,
-except under CI, where that fails the run."""
+One test per suite, so that the suites run side by side on the suite's workers. Each run
+gets a Leveret and a RabbitMQ node of its own (in network namespaces of its own, root), so
+runs share nothing but the cache of sdists and virtualenvs (~/.cache/leveret/conformance,
+made on the first run: FastStream's virtualenv takes a few minutes). The longest is
+aio-pika's, about ten minutes against each broker, both at once. FastStream, Dramatiq and
+the TLS variants need network namespaces; without them they are left out, except under CI,
+where that fails the run."""
 
 from __future__ import annotations
 
@@ -24,13 +23,18 @@ from tests.brokers import BrokerUnderTest
 
 ROOT = Path(__file__).resolve().parents[2]
 
+# scripts/conformance's suites, longest first (the order the workers pick them up in)
+SUITES = ("aio-pika", "aiormq", "faststream", "py-amqp", "dramatiq", "kombu")
 
-@pytest.mark.slow
+
 @pytest.mark.rabbitmq
 @pytest.mark.timeout(1800)
-def test_client_suites_pass_on_leveret_as_on_rabbitmq(rabbitmq: BrokerUnderTest) -> None:
+@pytest.mark.parametrize("suite", SUITES)
+def test_client_suite_passes_on_leveret_as_on_rabbitmq(
+    suite: str, rabbitmq: BrokerUnderTest
+) -> None:
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "conformance")],
+        [sys.executable, str(ROOT / "scripts" / "conformance"), suite],
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -398,15 +398,17 @@ def test_concurrent_closes_end_cleanly(go_client: Path, broker: BrokerUnderTest,
     """Eight goroutines close one connection at once while another publishes: the client
     sees a clean close every time, never "connection reset by peer" (which Leveret used
     to cause in about a quarter of the runs by closing its socket under unread input)."""
+    # A Close that loses the race to another goroutine's finished close handshake writes
+    # to the socket the client itself has just closed: Go reports "use of closed network
+    # connection" (net.ErrClosed, a local close, seen on both brokers under load). It says
+    # nothing of the broker, so it is allowed on both.
+    local = "use of closed network connection"
     for i in range(8):
         out = run_go(go_client, "concurrent_close", broker, f"{name}-{i}")
-        if broker.name == "rabbitmq":
-            # RabbitMQ closes with SO_LINGER {true, 0} (tcp_listen_options): its socket
-            # resets once the close handshake is done, and a goroutine still writing sees
-            # the reset or the closed connection (measured: 1 run in 8 under load).
-            # Leveret ends every connection with a FIN, so its runs must be clean.
-            resets = ("use of closed network connection", "connection reset by peer")
-            errors = [e for e in out["close_errors"] if not any(r in e for r in resets)]
-            assert (errors, out["notified"]) == ([], None), (broker.name, i, out)
-            continue
-        assert out == {"close_errors": [], "notified": None}, (broker.name, i, out)
+        # RabbitMQ closes with SO_LINGER {true, 0} (tcp_listen_options): its socket resets
+        # once the close handshake is done, and a goroutine still writing sees the reset
+        # (measured: 1 run in 8 under load). Leveret ends every connection with a FIN, so
+        # its runs must never see a reset.
+        allowed = (local, "connection reset by peer") if broker.name == "rabbitmq" else (local,)
+        errors = [e for e in out["close_errors"] if not any(r in e for r in allowed)]
+        assert (errors, out["notified"]) == ([], None), (broker.name, i, out)

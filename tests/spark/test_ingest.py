@@ -4,14 +4,13 @@ second run): every record lands in the lake exactly once (stream queue), or at l
 with only redelivered duplicates (classic queue).
 
 The stream run emits LEVERET_SPARK_EO_RECORDS records (200,000 by default, the issue's full
-run) and restarts the broker under the second ingest, RabbitMQ too (stop_app/start_app;
-LEVERET_TEST_RESTART_RABBITMQ=0 leaves a shared RabbitMQ alone). The classic-queue run
-emits LEVERET_SPARK_CLASSIC_RECORDS (5,000)."""
+run) and restarts the broker under the second ingest: a Leveret of the test's own, and a
+RabbitMQ node of the test's own (never the shared reference node, which other tests use at
+the same time). The classic-queue run emits LEVERET_SPARK_CLASSIC_RECORDS (5,000)."""
 
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -29,11 +28,11 @@ import pytest
 from pyspark.sql import SparkSession
 
 from tests.brokers import BrokerUnderTest, start_leveret
+from tests.rabbitnode import RabbitNode
 from tests.spark.conftest import declare_stream, delete_queue, emit_records
 
 RECORDS = int(os.environ.get("LEVERET_SPARK_EO_RECORDS", "200000"))
 CLASSIC_RECORDS = int(os.environ.get("LEVERET_SPARK_CLASSIC_RECORDS", "5000"))
-RESTART_RABBITMQ = os.environ.get("LEVERET_TEST_RESTART_RABBITMQ", "1") != "0"
 
 
 def _ingest(
@@ -83,12 +82,20 @@ def _finish(proc: subprocess.Popen[str]) -> None:
 @pytest.fixture
 def restartable(
     broker: BrokerUnderTest, tmp_path: Path
-) -> Iterator[tuple[BrokerUnderTest, Callable[[], None] | None]]:
-    """The broker under test and a way to restart it. Leveret: an instance of the test's own
-    on a fixed port. RabbitMQ: the reference broker, restarted with stop_app/start_app
-    unless LEVERET_TEST_RESTART_RABBITMQ=0 (when something else is using it)."""
+) -> Iterator[tuple[BrokerUnderTest, Callable[[], None]]]:
+    """A broker of the test's own, of the kind under test, and a way to restart it on the
+    same port and data: a Leveret, or a RabbitMQ node."""
     if broker.name != "leveret":
-        yield broker, (_restart_rabbitmq if RESTART_RABBITMQ else None)
+        node = RabbitNode().start()
+
+        def restart_node() -> None:
+            node.stop()
+            node.start()
+
+        try:
+            yield BrokerUnderTest("rabbitmq", node.host, node.port), restart_node
+        finally:
+            node.close()
         return
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -107,15 +114,9 @@ def restartable(
         current[0].stop()
 
 
-def _restart_rabbitmq() -> None:
-    ctl = shutil.which("rabbitmqctl") or "/usr/sbin/rabbitmqctl"
-    for verb in ("stop_app", "start_app", "await_startup"):
-        subprocess.run([ctl, verb], check=True, capture_output=True, timeout=120)
-
-
 def test_stream_ingest_is_exactly_once_across_a_driver_kill_and_a_broker_restart(
     spark: SparkSession,
-    restartable: tuple[BrokerUnderTest, Callable[[], None] | None],
+    restartable: tuple[BrokerUnderTest, Callable[[], None]],
     tmp_path: Path,
 ) -> None:
     broker, restart = restartable
@@ -141,12 +142,11 @@ def test_stream_ingest_is_exactly_once_across_a_driver_kill_and_a_broker_restart
     proc = _ingest(
         broker.url, tmp_path, "--stream", stream, trigger="availableNow", per_trigger=per_trigger
     )
-    if restart is not None:
-        deadline = time.monotonic() + 300
-        while _committed_batches(lake) <= killed_at and proc.poll() is None:
-            assert time.monotonic() < deadline, "the restarted ingest made no progress"
-            time.sleep(0.05)
-        restart()
+    deadline = time.monotonic() + 300
+    while _committed_batches(lake) <= killed_at and proc.poll() is None:
+        assert time.monotonic() < deadline, "the restarted ingest made no progress"
+        time.sleep(0.05)
+    restart()
     _finish(proc)
 
     rows = spark.read.parquet(str(lake)).select("message_id", "_corrupt").collect()

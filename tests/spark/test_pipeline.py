@@ -75,3 +75,29 @@ def test_triggers() -> None:
     assert parse_trigger("2 minutes") == {"processingTime": "120000 milliseconds"}
     with pytest.raises(ValueError, match="invalid trigger 'soon'"):
         parse_trigger("soon")
+
+
+def test_a_full_disk_is_named_by_the_directory_the_query_wrote() -> None:
+    """A full disk met by a task's writer names the file; met anywhere else (the sink's
+    metadata log, a commit) it names the query's output directory that the error names."""
+    from pathlib import Path
+
+    from leveret.spark.pipeline import query_error
+
+    lake, checkpoint = Path("/data/lake"), Path("/data/checkpoint")
+    writer = OSError(
+        "Task failed while writing rows to file:/data/lake/date=x/part-1.parquet."
+        "\nCaused by: java.io.IOException: No space left on device"
+    )
+    assert query_error(writer, (lake, checkpoint)) == (
+        "cannot write /data/lake/date=x/part-1.parquet: No space left on device"
+    )
+    log = OSError(
+        "java.io.IOException: failed to write /data/lake/_spark_metadata/3.tmp"
+        "\nCaused by: No space left on device"
+    )
+    assert query_error(log, (lake, checkpoint)) == (
+        "cannot write /data/lake: No space left on device"
+    )
+    bare = OSError("No space left on device")
+    assert query_error(bare, (lake, checkpoint)) == "No space left on device"

@@ -19,7 +19,7 @@ import contextlib
 import logging
 import re
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -160,9 +160,11 @@ _IO_CAUSE = re.compile(
 _WRITING_TO = re.compile(r"writing rows to (?:file:)?(\S+?)\.?(?:\s|$)")
 
 
-def query_error(exc: BaseException) -> str:
+def query_error(exc: BaseException, places: Sequence[Path] = ()) -> str:
     """The useful line of a failed query: our own error's text when it is in there, else
-    an I/O cause (a full disk) with the path being written, else the first line."""
+    an I/O cause (a full disk) with the path being written (or, when the error names no
+    file being written, the first of ``places``, the query's output directories, that it
+    names), else the first line."""
     text = str(exc)
     m = re.search(r"AmqpSourceError: (.*)", text)
     if m:
@@ -173,10 +175,16 @@ def query_error(exc: BaseException) -> str:
         m = re.search(r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt)\b.*)$", text[at:], re.M)
         if m:
             return m.group(1).strip()
-    cause = _IO_CAUSE.search(text) or _IO_CAUSE.search(_java_causes(exc))
+    causes = _java_causes(exc)
+    cause = _IO_CAUSE.search(text) or _IO_CAUSE.search(causes)
     if cause:
         where = _WRITING_TO.search(text)
-        return f"cannot write {where.group(1)}: {cause.group(1)}" if where else cause.group(1)
+        if where:
+            return f"cannot write {where.group(1)}: {cause.group(1)}"
+        # a failure outside the tasks' writers (the sink's metadata log, a commit) names
+        # the directory it was writing in, not "writing rows to"
+        named = [str(p) for p in places if str(p) in text or str(p) in causes]
+        return f"cannot write {named[0]}: {cause.group(1)}" if named else cause.group(1)
     for line in text.splitlines():
         if line.strip():
             return line.strip()
@@ -250,7 +258,7 @@ def run_ingest(
                 if stop.is_set():
                     return restarts
                 failures += 1
-                reason = query_error(exc)
+                reason = query_error(exc, (cfg.lake, cfg.checkpoint))
                 progressed = bool(query.recentProgress)
                 if progressed:
                     failures = 1
