@@ -1,0 +1,24 @@
+"""Fixtures for the domain tests: a broker of the test's own (nothing shared between
+tests, so they run in any order and in parallel), a client connection and a channel."""
+
+from __future__ import annotations
+
+import pytest
+
+from leveret.broker.broker import Broker
+from tests.broker.fakes import Client, ClientChannel, new_broker
+
+
+@pytest.fixture
+def domain() -> Broker:
+    return new_broker()
+
+
+@pytest.fixture
+def client(domain: Broker) -> Client:
+    return Client(domain)
+
+
+@pytest.fixture
+def ch(client: Client) -> ClientChannel:
+    return client.channel()
