@@ -36,7 +36,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.netns import NetNamespace, RabbitMQNode, free_port, netns_available  # noqa: E402
+from tests.support.netns import NetNamespace, RabbitMQNode, free_port, netns_available  # noqa: E402
 
 HEADER = b"AMQP\x00\x00\x09\x01"
 # Children import from cached bytecode, as an installed package does (this machine sets

@@ -12,8 +12,8 @@ import sys
 import pika
 import pytest
 
-from tests.brokers import BrokerUnderTest
-from tests.mgmt import Site
+from tests.support.brokers import BrokerUnderTest
+from tests.support.mgmt import Site
 
 
 def ctl(

@@ -1,4 +1,4 @@
-"""TLS on Leveret and on a RabbitMQ 3.10.8 node configured the same way (tests/tlsnode.py:
+"""TLS on Leveret and on a RabbitMQ 3.10.8 node configured the same way (tests/support/tlsnode.py:
 the same private CA and server certificate, verify_peer without fail_if_no_peer_cert,
 TLS 1.3 and 1.2, SASL EXTERNAL with ssl_cert_login_from = common_name, the management
 API over HTTPS): handshakes, refusals, EXTERNAL logins and what connection.start offers,
@@ -23,10 +23,10 @@ import pika
 import pytest
 from pamqp import commands
 
-from tests.brokers import BrokerUnderTest, start_leveret
-from tests.rawclient import RawClient
-from tests.tlscerts import Pki, make_pki
-from tests.tlsnode import LIMITS, TlsRabbitMQ, available
+from tests.support.brokers import BrokerUnderTest, start_leveret
+from tests.support.rawclient import RawClient
+from tests.support.tlscerts import Pki, make_pki
+from tests.support.tlsnode import LIMITS, TlsRabbitMQ, available
 
 pytestmark = pytest.mark.rabbitmq
 
@@ -325,7 +325,7 @@ def test_the_tls_listener_can_stand_alone(pki: Pki, tmp_path: Path) -> None:
 
 
 # --------------------------------------------------------------------- limits
-# Both brokers run with tests/tlsnode.py's LIMITS.
+# Both brokers run with tests/support/tlsnode.py's LIMITS.
 def test_max_message_size(tls_broker: BrokerUnderTest) -> None:
     conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", tls_broker.port))
     ch = conn.channel()

@@ -11,7 +11,7 @@ from typing import Any
 import pika
 
 from tests.e2e.browser import Page, chromium
-from tests.mgmt import Site, q, wait_for
+from tests.support.mgmt import Site, q, wait_for
 
 __all__ = ["chromium"]
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from leveret.logs import AMQPHandler
-from tests.brokers import BrokerUnderTest, start_leveret
 from tests.logs.conftest import Receiver, start_receiver, wait_records
+from tests.support.brokers import BrokerUnderTest, start_leveret
 
 BURST = 100_000
 

@@ -11,7 +11,6 @@ import pika
 import pika.exceptions
 import pytest
 
-from tests.brokers import BrokerUnderTest
 from tests.logs.conftest import (
     WAIT,
     Receiver,
@@ -21,6 +20,7 @@ from tests.logs.conftest import (
     start_receiver,
     wait_records,
 )
+from tests.support.brokers import BrokerUnderTest
 
 N = 100_000
 

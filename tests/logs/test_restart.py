@@ -7,8 +7,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from tests.brokers import start_leveret
 from tests.logs.conftest import Receiver, emit, read_records, start_receiver, wait_records
+from tests.support.brokers import start_leveret
 
 N = 30_000
 

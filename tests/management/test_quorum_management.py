@@ -9,7 +9,7 @@ from typing import Any
 import pika
 import pytest
 
-from tests.mgmt import Site, q, wait_for
+from tests.support.mgmt import Site, q, wait_for
 
 pytestmark = pytest.mark.rabbitmq
 

@@ -22,7 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.backlog import (
+from tests.server.conftest import need_rabbitmq
+from tests.support.backlog import (
     LeveretNode,
     MiB,
     Node,
@@ -32,8 +33,7 @@ from tests.backlog import (
     node_figures,
     queue_depth,
 )
-from tests.mgmt import Api
-from tests.server.conftest import need_rabbitmq
+from tests.support.mgmt import Api
 
 HEADROOM = 32 * MiB
 BACKLOG = 4 * HEADROOM

@@ -18,8 +18,8 @@ from pathlib import Path
 import pika
 import pytest
 
-from tests import rabbitnode
-from tests.brokers import BrokerUnderTest, start_leveret
+from tests.support import rabbitnode
+from tests.support.brokers import BrokerUnderTest, start_leveret
 
 HEARTBEAT = 2  # seconds: the monitor would close a silent connection after 2 of them
 BODY = b"x" * 4096

@@ -15,8 +15,8 @@ from typing import Any
 import pika
 import pytest
 
-from tests import rabbitnode
-from tests.brokers import BrokerUnderTest, ensure_rabbitmq, start_leveret
+from tests.support import rabbitnode
+from tests.support.brokers import BrokerUnderTest, ensure_rabbitmq, start_leveret
 
 LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{6}\+00:00 \[(\w+)\] <[^>]+> ")
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pika
 import pytest
 
-from tests.brokers import BrokerUnderTest, start_leveret
+from tests.support.brokers import BrokerUnderTest, start_leveret
 
 QUORUM = {"x-queue-type": "quorum"}
 

@@ -19,8 +19,8 @@ from leveret.broker.message import Message
 from leveret.server.config import Config, ConfigError, DiskFreeLimit, MemoryWatermark
 from leveret.server.resources import ResourceMonitor
 from leveret.server.state import Limits, ServerState
-from tests.backlog import LeveretNode, Node, Publisher, RabbitMQNode, node_figures
-from tests.mgmt import Api
+from tests.support.backlog import LeveretNode, Node, Publisher, RabbitMQNode, node_figures
+from tests.support.mgmt import Api
 
 MiB = 1024 * 1024
 GB = 10**9

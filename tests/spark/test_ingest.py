@@ -28,8 +28,8 @@ import pika
 import pytest
 from pyspark.sql import SparkSession
 
-from tests.brokers import BrokerUnderTest, start_leveret
 from tests.spark.conftest import declare_stream, delete_queue, emit_records
+from tests.support.brokers import BrokerUnderTest, start_leveret
 
 RECORDS = int(os.environ.get("LEVERET_SPARK_EO_RECORDS", "200000"))
 CLASSIC_RECORDS = int(os.environ.get("LEVERET_SPARK_CLASSIC_RECORDS", "5000"))

@@ -14,8 +14,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from tests.brokers import BrokerUnderTest, port_open
-from tests.tlscerts import Pki
+from tests.support.brokers import BrokerUnderTest, port_open
+from tests.support.tlscerts import Pki
 
 # Limits the node is configured with, and a Leveret beside it the same way.
 LIMITS = {

@@ -18,7 +18,7 @@ from urllib.parse import quote
 
 import pytest
 
-from tests.brokers import BrokerUnderTest, ensure_rabbitmq_management
+from tests.support.brokers import BrokerUnderTest, ensure_rabbitmq_management
 
 
 def q(name: str) -> str:

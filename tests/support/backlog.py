@@ -20,10 +20,10 @@ from typing import Any
 from pamqp import body as pbody
 from pamqp import commands, frame, header
 
-from tests.brokers import BrokerUnderTest, start_leveret
-from tests.mgmt import Api
-from tests.rabbitnode import RabbitNode, rss_of
-from tests.rawclient import PROTOCOL_HEADER
+from tests.support.brokers import BrokerUnderTest, start_leveret
+from tests.support.mgmt import Api
+from tests.support.rabbitnode import RabbitNode, rss_of
+from tests.support.rawclient import PROTOCOL_HEADER
 
 MiB = 1024 * 1024
 
