@@ -38,7 +38,8 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import pipeline_stages as stages  # noqa: E402
 from pipeline import _declare, fill  # noqa: E402
-from tests.support.rabbitmq_cluster import RabbitCluster, free_port  # noqa: E402
+from tests.support.ports import free_port  # noqa: E402
+from tests.support.rabbitmq_cluster import RabbitCluster  # noqa: E402
 
 _U16 = struct.Struct(">H")
 _U32 = struct.Struct(">I")

@@ -19,7 +19,8 @@ from pika.exceptions import (
     ProbableAccessDeniedError,
 )
 
-from tests.support.mgmt import Site, q, wait_for
+from tests.support.mgmt import Site, q
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.rabbitmq
 

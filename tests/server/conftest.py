@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.support.backlog import RabbitMQNode
-from tests.support.rabbitnode import installed
+from tests.support.rabbitmq import installed
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 

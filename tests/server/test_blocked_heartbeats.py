@@ -18,7 +18,7 @@ from pathlib import Path
 import pika
 import pytest
 
-from tests.support import rabbitnode
+from tests.support import rabbitmq
 from tests.support.brokers import BrokerUnderTest, start_leveret
 
 HEARTBEAT = 2  # seconds: the monitor would close a silent connection after 2 of them
@@ -72,9 +72,9 @@ def memory_alarm_broker(kind: str) -> Iterator[AlarmBroker]:
             with contextlib.suppress(OSError):
                 disk.rmdir()
         return
-    if not rabbitnode.installed():
+    if not rabbitmq.installed():
         pytest.skip("RabbitMQ is not installed here")
-    node = rabbitnode.RabbitNode().start()
+    node = rabbitmq.RabbitNode().start()
     try:
         yield AlarmBroker(
             BrokerUnderTest("rabbitmq", node.host, node.port),

@@ -15,7 +15,7 @@ from typing import Any
 import pika
 import pytest
 
-from tests.support import rabbitnode
+from tests.support import rabbitmq
 from tests.support.brokers import BrokerUnderTest, ensure_rabbitmq, start_leveret
 
 LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{6}\+00:00 \[(\w+)\] <[^>]+> ")
@@ -37,9 +37,9 @@ def logging_broker(request: pytest.FixtureRequest) -> Iterator[tuple[str, Broker
         finally:
             broker.stop()
         return
-    if not rabbitnode.installed():
+    if not rabbitmq.installed():
         pytest.skip("RabbitMQ is not installed here")
-    node = rabbitnode.RabbitNode(config={"log.exchange": "true"}).start()
+    node = rabbitmq.RabbitNode(config={"log.exchange": "true"}).start()
     try:
         def rctl(*args: str) -> str:
             return node.ctl(*args).stdout

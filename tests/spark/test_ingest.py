@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -30,6 +29,7 @@ from pyspark.sql import SparkSession
 
 from tests.spark.conftest import declare_stream, delete_queue, emit_records
 from tests.support.brokers import BrokerUnderTest, start_leveret
+from tests.support.ports import free_port
 
 RECORDS = int(os.environ.get("LEVERET_SPARK_EO_RECORDS", "200000"))
 CLASSIC_RECORDS = int(os.environ.get("LEVERET_SPARK_CLASSIC_RECORDS", "5000"))
@@ -90,9 +90,7 @@ def restartable(
     if broker.name != "leveret":
         yield broker, (_restart_rabbitmq if RESTART_RABBITMQ else None)
         return
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     data = tmp_path / "leveret-data"
     extra = ["--amqp-port", str(port)]
     current = [start_leveret(data, extra=extra)]

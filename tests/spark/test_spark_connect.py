@@ -27,8 +27,9 @@ from pyspark.sql import SparkSession
 import leveret
 from tests.spark.conftest import declare_stream, delete_queue, emit_records
 from tests.spark.spark_cluster import ROOT, SPARK_HOME, Process, spark_env, worker_python
-from tests.support.brokers import BrokerUnderTest, port_open
-from tests.support.rabbitmq_cluster import WANTED, free_port
+from tests.support.brokers import BrokerUnderTest
+from tests.support.ports import free_port, port_open
+from tests.support.rabbitmq_cluster import WANTED
 
 SOURCE = Path(leveret.__file__).resolve().parents[1]
 RECORDS = 5000

@@ -22,7 +22,7 @@ from pamqp import commands, frame, header
 
 from tests.support.brokers import BrokerUnderTest, start_leveret
 from tests.support.mgmt import Api
-from tests.support.rabbitnode import RabbitNode, rss_of
+from tests.support.rabbitmq import RabbitNode, rss_of
 from tests.support.rawclient import PROTOCOL_HEADER
 
 MiB = 1024 * 1024
