@@ -27,6 +27,7 @@ from tests.support.brokers import BrokerUnderTest, start_leveret
 from tests.support.rawclient import RawClient
 from tests.support.tlscerts import Pki, make_pki
 from tests.support.tlsnode import LIMITS, TlsRabbitMQ, available
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.rabbitmq
 
@@ -262,11 +263,11 @@ def test_pika_logs_in_with_its_certificate(tls_broker: BrokerUnderTest, pki: Pki
     conn = pika.BlockingConnection(params)
     conn.channel().queue_declare(name, auto_delete=True)
     # the connection as the management API shows it
-    deadline = time.monotonic() + 30
-    mine: list[dict[str, Any]] = []
-    while not mine and time.monotonic() < deadline:
-        mine = [c for c in api("GET", tls_broker, pki, "/api/connections") if c["user"] == USER]
-        time.sleep(0.5)
+    mine: list[dict[str, Any]] = wait_for(
+        lambda: [c for c in api("GET", tls_broker, pki, "/api/connections") if c["user"] == USER],
+        30,
+        0.5,
+    )
     conn.close()
     assert len(mine) == 1
     shown = mine[0]

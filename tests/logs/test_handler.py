@@ -15,6 +15,7 @@ from leveret.logs import AMQPHandler
 from tests.logs.conftest import Receiver, start_receiver, wait_records
 from tests.support.brokers import BrokerUnderTest, start_leveret
 from tests.support.ports import free_port
+from tests.support.waiting import wait_for
 
 BURST = 100_000
 
@@ -90,9 +91,7 @@ def test_a_full_buffer_drops_the_oldest_and_counts(logger: logging.Logger) -> No
         logger.error("r%d", i)
     stats = handler.stats
     assert (stats.accepted, stats.dropped, stats.buffered, stats.confirmed) == (25, 15, 10, 0)
-    deadline = time.monotonic() + 30
-    while handler.stats.last_error is None and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_for(lambda: handler.stats.last_error is not None, 30, 0.01)
     stats = handler.stats
     assert not stats.connected and stats.last_error and "cannot connect" in stats.last_error
 

@@ -82,7 +82,7 @@ def memory_alarm_broker(kind: str) -> Iterator[AlarmBroker]:
             lambda: node.ctl("set_vm_memory_high_watermark", "0.4"),
         )
     finally:
-        node.stop()
+        node.close()
 
 
 @pytest.mark.parametrize("kind", ["leveret", "rabbitmq"])

@@ -40,6 +40,7 @@ from leveret.spark.pipeline import ensure_log_stream
 from tests.logs.conftest import Receiver, read_records
 from tests.spark.test_ingest import _committed_batches
 from tests.support.rabbitmq_cluster import RabbitCluster, require_cluster_tests
+from tests.support.waiting import wait_for
 
 CLI = [sys.executable, "-m", "leveret.cli.main"]
 RECORDS = int(os.environ.get("LEVERET_CLUSTER_RECORDS", "20000"))  # per emitter
@@ -253,9 +254,7 @@ print("stats", h.stats.confirmed, h.stats.dropped, h.stats.reconnects, flush=Tru
         _, confirmed, dropped, reconnects = out.split()
         assert (int(confirmed), int(dropped)) == (4000, 0), out
         assert int(reconnects) >= 1, out
-        deadline = time.monotonic() + 120
-        while len(read_records(tmp_path / "r.jsonl")) < 4000 and time.monotonic() < deadline:
-            time.sleep(0.2)
+        wait_for(lambda: len(read_records(tmp_path / "r.jsonl")) >= 4000, 120, 0.2)
         assert receiver.stop() == 0
     finally:
         if receiver.proc.poll() is None:
