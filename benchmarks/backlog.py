@@ -11,7 +11,7 @@ blocked (connection.blocked), and with ``--restart`` the time a restart takes af
 kill -9 with the backlog in place (persistent messages, durable queue), until the queue
 answers with the whole backlog.
 
-RabbitMQ runs as a node of the benchmark's own (tests/rabbitnode.py: its own node name,
+RabbitMQ runs as a node of the benchmark's own (tests/support/rabbitmq.py: its own node name,
 ports and directories), never the shared one on 5672. Everything started is stopped on
 exit.
 
@@ -48,7 +48,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
 import loadgen  # noqa: E402
-from tests.rabbitnode import RabbitNode, rss_of  # noqa: E402
+from tests.support.rabbitmq import RabbitNode, rss_of  # noqa: E402
 
 CTX = mp.get_context("fork")
 MiB = 1024 * 1024

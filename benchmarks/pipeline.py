@@ -57,7 +57,7 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
 import pika  # noqa: E402
 import pipeline_stages as stages  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
-from tests.brokers import BrokerUnderTest, ensure_rabbitmq, start_leveret  # noqa: E402
+from tests.support.brokers import BrokerUnderTest, ensure_rabbitmq, start_leveret  # noqa: E402
 
 from leveret.spark.client import Outgoing, publish  # noqa: E402
 from leveret.spark.pipeline import LAKE_PARTITIONS, IngestConfig, start_ingest  # noqa: E402

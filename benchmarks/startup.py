@@ -36,7 +36,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.netns import NetNamespace, RabbitMQNode, free_port, netns_available  # noqa: E402
+from tests.support.netns import NetNamespace, RabbitMQNode, netns_available  # noqa: E402
+from tests.support.ports import free_port  # noqa: E402
 
 HEADER = b"AMQP\x00\x00\x09\x01"
 # Children import from cached bytecode, as an installed package does (this machine sets
@@ -173,7 +174,7 @@ def main() -> int:
             samples.setdefault(f"in-process: {key}", []).append(value)
         samples.setdefault("subprocess: leveret server to first connection", []).append(
             subprocess_sample())
-    if shutil.which("rabbitmq-server") is None and not Path("/usr/sbin/rabbitmq-server").exists():
+    if not RabbitMQNode.available():
         print("RabbitMQ: rabbitmq-server is not installed; left out")
     elif not netns_available():
         print("RabbitMQ: no network namespaces here (needs root); left out")

@@ -7,7 +7,7 @@ the body): work per message on both sides. The stream protocol sends the stored 
 themselves (osiris chunks of AMQP 1.0-encoded messages, thousands per ``Deliver`` frame),
 so the broker's cost per message nearly vanishes and the client walks the chunk.
 
-This starts a RabbitMQ 3.10.8 node of its own (``tests/logs/rabbitmq_cluster``: its own
+This starts a RabbitMQ 3.10.8 node of its own (``tests/support/rabbitmq_cluster``: its own
 name, ports, cookie and data; the stream plugin enabled on it only), fills a stream with
 the pipeline benchmark's records, then reads it both ways and reports per record: the
 broker's CPU (its Erlang VM, ``/proc``), and this client's CPU to walk the chunks and take
@@ -38,7 +38,8 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import pipeline_stages as stages  # noqa: E402
 from pipeline import _declare, fill  # noqa: E402
-from tests.logs.rabbitmq_cluster import RabbitCluster, free_port  # noqa: E402
+from tests.support.ports import free_port  # noqa: E402
+from tests.support.rabbitmq_cluster import RabbitCluster  # noqa: E402
 
 _U16 = struct.Struct(">H")
 _U32 = struct.Struct(">I")

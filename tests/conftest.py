@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.brokers import BrokerUnderTest, ensure_rabbitmq, start_leveret
+from tests.support.brokers import BrokerUnderTest, ensure_rabbitmq, start_leveret
 
 # Tests stop subprocesses with SIGINT and check the Ctrl-C path. A suite started as a
 # background job of a non-interactive shell inherits SIGINT ignored, and every process it

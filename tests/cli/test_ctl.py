@@ -12,8 +12,9 @@ import sys
 import pika
 import pytest
 
-from tests.brokers import BrokerUnderTest
-from tests.mgmt import Site
+from tests.support.brokers import BrokerUnderTest
+from tests.support.mgmt import Site
+from tests.support.ports import free_port
 
 
 def ctl(
@@ -143,11 +144,7 @@ def test_wrong_credentials(leveret: BrokerUnderTest) -> None:
 
 
 def test_broker_not_running() -> None:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     result = ctl("list_queues", url=f"http://127.0.0.1:{port}")
     assert result.returncode == 69
     lines = result.stderr.splitlines()

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.mgmt import Site, declare_scenario, normalize
+from tests.support.mgmt import Site, declare_scenario, normalize
 
 pytestmark = pytest.mark.rabbitmq
 

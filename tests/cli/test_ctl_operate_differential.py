@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from leveret.cli.ctl import main as ctl_main
-from tests.mgmt import Site
+from tests.support.mgmt import Site
 
 pytestmark = pytest.mark.rabbitmq
 

@@ -18,8 +18,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.brokers import BrokerUnderTest
-from tests.mgmt import Site
+from tests.support.brokers import BrokerUnderTest
+from tests.support.mgmt import Site
 
 pytestmark = pytest.mark.rabbitmq
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.brokers import BrokerUnderTest
+from tests.support.brokers import BrokerUnderTest
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -9,7 +9,7 @@ from typing import Any
 import pika
 from pika.adapters.blocking_connection import BlockingChannel
 
-from tests.brokers import BrokerUnderTest
+from tests.support.brokers import BrokerUnderTest
 
 
 def settle(conn: pika.BlockingConnection, seconds: float) -> None:

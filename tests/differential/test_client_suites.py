@@ -10,9 +10,9 @@ import pika
 import pytest
 from pamqp import commands, frame
 
-from tests.brokers import BrokerUnderTest
 from tests.differential.helpers import connect
-from tests.rawclient import RawClient
+from tests.support.brokers import BrokerUnderTest
+from tests.support.rawclient import RawClient
 
 
 def names_of(client: RawClient, count: int) -> list[str]:

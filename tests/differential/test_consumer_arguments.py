@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from tests.brokers import BrokerUnderTest
 from tests.differential.helpers import connect, settle
+from tests.support.brokers import BrokerUnderTest
 
 TYPES = {
     "classic": {},

@@ -9,8 +9,8 @@ import pika
 import pytest
 from pika.adapters.blocking_connection import BlockingChannel
 
-from tests.brokers import BrokerUnderTest
 from tests.differential.helpers import connect, settle
+from tests.support.brokers import BrokerUnderTest
 
 
 def collect(

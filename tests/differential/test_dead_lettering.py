@@ -10,8 +10,8 @@ from typing import Any
 import pika
 import pytest
 
-from tests.brokers import BrokerUnderTest
 from tests.differential.helpers import connect, death_times_checked, settle
+from tests.support.brokers import BrokerUnderTest
 
 
 def get(ch: Any, queue: str, ack: str = "ack") -> tuple[Any, ...] | None:

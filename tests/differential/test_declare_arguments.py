@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from tests.brokers import BrokerUnderTest
 from tests.differential.helpers import channel_error, connect, connection_error
+from tests.support.brokers import BrokerUnderTest
 
 W = "for queue '{q}' in vhost '/'"
 

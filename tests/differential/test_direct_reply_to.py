@@ -8,8 +8,8 @@ from typing import Any
 import pika
 import pytest
 
-from tests.brokers import BrokerUnderTest
 from tests.differential.helpers import channel_error, connect, connection_error, settle
+from tests.support.brokers import BrokerUnderTest
 
 REPLY_TO = "amq.rabbitmq.reply-to"
 

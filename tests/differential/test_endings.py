@@ -29,9 +29,9 @@ from pamqp import commands, frame
 from pamqp.body import ContentBody
 from pamqp.header import ContentHeader
 
-from tests.brokers import BrokerUnderTest, start_leveret
-from tests.mgmt import Api
-from tests.rawclient import RawClient
+from tests.support.brokers import BrokerUnderTest, start_leveret
+from tests.support.mgmt import Api
+from tests.support.rawclient import RawClient
 
 pytestmark = pytest.mark.rabbitmq
 

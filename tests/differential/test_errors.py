@@ -6,8 +6,8 @@ from __future__ import annotations
 import pika
 import pytest
 
-from tests.brokers import BrokerUnderTest
 from tests.differential.helpers import channel_error, connect, connection_error
+from tests.support.brokers import BrokerUnderTest
 
 
 def test_publish_to_missing_exchange(broker: BrokerUnderTest, name: str) -> None:
@@ -354,7 +354,7 @@ def _raw_declare(
     wire types RabbitMQ names in its texts are under the test's control."""
     from pamqp import commands
 
-    from tests.rawclient import RawClient
+    from tests.support.rawclient import RawClient
 
     with RawClient(broker.host, broker.port) as c:
         c.handshake()

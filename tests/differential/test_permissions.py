@@ -2,7 +2,7 @@
 3.10.8 makes (rabbit_channel, rabbit_access_control), in its order, against users whose
 permission patterns allow or refuse each resource. The same table runs on Leveret and on
 RabbitMQ and the replies (method, or close code, text and failing method) are compared.
-How resources are named after the permissions they get: tests/permissions.py."""
+How resources are named after the permissions they get: tests/support/permissions.py."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ import pytest
 from pamqp import body, commands, frame, header
 from pamqp.base import Frame
 
-from tests.brokers import BrokerUnderTest, ensure_rabbitmq_management
-from tests.permissions import PASSWORD, Names, Site, make_site
-from tests.rawclient import PROTOCOL_HEADER, RawClient, marshal_unchecked
+from tests.support.brokers import BrokerUnderTest, ensure_rabbitmq_management
+from tests.support.permissions import PASSWORD, Names, Site, make_site
+from tests.support.rawclient import PROTOCOL_HEADER, RawClient, marshal_unchecked
 
 pytestmark = pytest.mark.rabbitmq
 

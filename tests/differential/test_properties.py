@@ -13,8 +13,8 @@ import time
 import pytest
 from pamqp import commands, frame
 
-from tests.brokers import BrokerUnderTest
-from tests.rawclient import RawClient
+from tests.support.brokers import BrokerUnderTest
+from tests.support.rawclient import RawClient
 
 
 def raw_frame(kind: int, channel: int, payload: bytes) -> bytes:

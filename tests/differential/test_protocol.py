@@ -9,8 +9,8 @@ import pika
 import pytest
 from pamqp import commands
 
-from tests.brokers import BrokerUnderTest
-from tests.rawclient import PROTOCOL_HEADER, RawClient
+from tests.support.brokers import BrokerUnderTest
+from tests.support.rawclient import PROTOCOL_HEADER, RawClient
 
 FRAME_END = b"\xce"
 

@@ -8,7 +8,6 @@ from typing import Any
 import pika
 import pytest
 
-from tests.brokers import BrokerUnderTest
 from tests.differential.helpers import (
     channel_error,
     connect,
@@ -16,6 +15,7 @@ from tests.differential.helpers import (
     death_times_checked,
     settle,
 )
+from tests.support.brokers import BrokerUnderTest
 
 QUORUM = {"x-queue-type": "quorum"}
 

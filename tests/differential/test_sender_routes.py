@@ -7,8 +7,8 @@ from typing import Any
 import pika
 import pytest
 
-from tests.brokers import BrokerUnderTest
 from tests.differential.helpers import channel_error, connect, settle
+from tests.support.brokers import BrokerUnderTest
 
 
 def drain(ch: Any, queue: str) -> list[tuple[str, str, bytes, list[tuple[str, Any]]]]:

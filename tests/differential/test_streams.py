@@ -12,8 +12,8 @@ import pika
 import pytest
 from pika.adapters.blocking_connection import BlockingChannel
 
-from tests.brokers import BrokerUnderTest
 from tests.differential.helpers import channel_error, connect, connection_error
+from tests.support.brokers import BrokerUnderTest
 
 STREAM = {"x-queue-type": "stream"}
 

@@ -1,4 +1,4 @@
-"""TLS on Leveret and on a RabbitMQ 3.10.8 node configured the same way (tests/tlsnode.py:
+"""TLS on Leveret and on a RabbitMQ 3.10.8 node configured the same way (tests/support/tlsnode.py:
 the same private CA and server certificate, verify_peer without fail_if_no_peer_cert,
 TLS 1.3 and 1.2, SASL EXTERNAL with ssl_cert_login_from = common_name, the management
 API over HTTPS): handshakes, refusals, EXTERNAL logins and what connection.start offers,
@@ -23,10 +23,11 @@ import pika
 import pytest
 from pamqp import commands
 
-from tests.brokers import BrokerUnderTest, start_leveret
-from tests.rawclient import RawClient
-from tests.tlscerts import Pki, make_pki
-from tests.tlsnode import LIMITS, TlsRabbitMQ, available
+from tests.support.brokers import BrokerUnderTest, start_leveret
+from tests.support.rawclient import RawClient
+from tests.support.tlscerts import Pki, make_pki
+from tests.support.tlsnode import LIMITS, TlsRabbitMQ, available
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.rabbitmq
 
@@ -262,11 +263,11 @@ def test_pika_logs_in_with_its_certificate(tls_broker: BrokerUnderTest, pki: Pki
     conn = pika.BlockingConnection(params)
     conn.channel().queue_declare(name, auto_delete=True)
     # the connection as the management API shows it
-    deadline = time.monotonic() + 30
-    mine: list[dict[str, Any]] = []
-    while not mine and time.monotonic() < deadline:
-        mine = [c for c in api("GET", tls_broker, pki, "/api/connections") if c["user"] == USER]
-        time.sleep(0.5)
+    mine: list[dict[str, Any]] = wait_for(
+        lambda: [c for c in api("GET", tls_broker, pki, "/api/connections") if c["user"] == USER],
+        30,
+        0.5,
+    )
     conn.close()
     assert len(mine) == 1
     shown = mine[0]
@@ -325,7 +326,7 @@ def test_the_tls_listener_can_stand_alone(pki: Pki, tmp_path: Path) -> None:
 
 
 # --------------------------------------------------------------------- limits
-# Both brokers run with tests/tlsnode.py's LIMITS.
+# Both brokers run with tests/support/tlsnode.py's LIMITS.
 def test_max_message_size(tls_broker: BrokerUnderTest) -> None:
     conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", tls_broker.port))
     ch = conn.channel()

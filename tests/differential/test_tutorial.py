@@ -6,7 +6,7 @@ import threading
 
 import pika
 
-from tests.brokers import BrokerUnderTest
+from tests.support.brokers import BrokerUnderTest
 
 
 def _receiver(

@@ -16,7 +16,8 @@ import pika
 import pytest
 
 from tests.e2e.browser import Page, chromium
-from tests.mgmt import Site, q, wait_for
+from tests.support.mgmt import Site, q
+from tests.support.waiting import wait_for
 
 __all__ = ["chromium"]
 

@@ -11,7 +11,8 @@ from typing import Any
 import pika
 
 from tests.e2e.browser import Page, chromium
-from tests.mgmt import Site, q, wait_for
+from tests.support.mgmt import Site, q
+from tests.support.waiting import wait_for
 
 __all__ = ["chromium"]
 

@@ -18,10 +18,11 @@ from typing import Any
 import pika
 
 from leveret.management.lakeview import Lake
-from tests.brokers import start_leveret
 from tests.e2e.browser import Page, chromium
 from tests.e2e.lakes import SyntheticLake, minute
-from tests.mgmt import Api, wait_for
+from tests.support.brokers import start_leveret
+from tests.support.mgmt import Api
+from tests.support.waiting import wait_for
 
 __all__ = ["chromium"]
 

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.mgmt import Api, wait_for
+from tests.support.mgmt import Api
+from tests.support.waiting import wait_for
 
 pytest.importorskip("pyspark")
 pq = pytest.importorskip("pyarrow.parquet")

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from leveret.testing.remote import RemoteBroker
-from tests.brokers import BrokerUnderTest, ensure_rabbitmq_management
+from tests.support.brokers import BrokerUnderTest, ensure_rabbitmq_management
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = Path(__file__).resolve().parent / "sample_project"

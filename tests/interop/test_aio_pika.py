@@ -37,7 +37,7 @@ from aiormq.exceptions import (
 )
 from pamqp import commands as spec
 
-from tests.brokers import BrokerUnderTest
+from tests.support.brokers import BrokerUnderTest
 
 P = ParamSpec("P")
 

@@ -18,7 +18,7 @@ from typing import Any, NoReturn
 
 import pytest
 
-from tests.brokers import BrokerUnderTest
+from tests.support.brokers import BrokerUnderTest
 
 pytestmark = pytest.mark.go
 

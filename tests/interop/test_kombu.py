@@ -27,7 +27,7 @@ from amqp.exceptions import (
 )
 from kombu.transport.pyamqp import Channel
 
-from tests.brokers import BrokerUnderTest
+from tests.support.brokers import BrokerUnderTest
 
 RABBITMQ_CAPABILITIES = {
     "publisher_confirms": True,

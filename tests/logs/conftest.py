@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.brokers import BrokerUnderTest
+from tests.support.brokers import BrokerUnderTest
 
 CLI = [sys.executable, "-m", "leveret.cli.main"]
 # Generous: these bound a hang, they do not measure speed (that is benchmarks/logs.py).

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from leveret.logs import AMQPHandler
-from tests.backlog import LeveretNode, MiB
 from tests.logs.conftest import Receiver, emit, read_records, start_receiver
+from tests.support.backlog import LeveretNode, MiB
 
 HOUR = 180_000  # an hour at 50 records a second
 HEADROOM = 16 * MiB

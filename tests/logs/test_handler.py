@@ -5,7 +5,6 @@ Its per-call latency is measured in benchmarks/logs.py, not asserted here."""
 from __future__ import annotations
 
 import logging
-import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,8 +12,10 @@ from pathlib import Path
 import pytest
 
 from leveret.logs import AMQPHandler
-from tests.brokers import BrokerUnderTest, start_leveret
 from tests.logs.conftest import Receiver, start_receiver, wait_records
+from tests.support.brokers import BrokerUnderTest, start_leveret
+from tests.support.ports import free_port
+from tests.support.waiting import wait_for
 
 BURST = 100_000
 
@@ -28,12 +29,6 @@ def logger(name: str) -> Iterator[logging.Logger]:
     for h in list(log.handlers):
         log.removeHandler(h)
         h.close()
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def test_every_record_of_a_burst_arrives(
@@ -90,15 +85,13 @@ def test_records_carry_logger_exception_and_extra_fields(
 
 
 def test_a_full_buffer_drops_the_oldest_and_counts(logger: logging.Logger) -> None:
-    handler = AMQPHandler(f"amqp://guest:guest@127.0.0.1:{_free_port()}/", capacity=10, timeout=0.1)
+    handler = AMQPHandler(f"amqp://guest:guest@127.0.0.1:{free_port()}/", capacity=10, timeout=0.1)
     logger.addHandler(handler)
     for i in range(25):
         logger.error("r%d", i)
     stats = handler.stats
     assert (stats.accepted, stats.dropped, stats.buffered, stats.confirmed) == (25, 15, 10, 0)
-    deadline = time.monotonic() + 30
-    while handler.stats.last_error is None and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_for(lambda: handler.stats.last_error is not None, 30, 0.01)
     stats = handler.stats
     assert not stats.connected and stats.last_error and "cannot connect" in stats.last_error
 
@@ -110,7 +103,7 @@ def test_the_handler_ignores_what_its_own_machinery_logs(name: str, process: boo
     root = logging.getLogger()
     old = root.level
     handler = AMQPHandler(
-        f"amqp://guest:guest@127.0.0.1:{_free_port()}/", exchange=name, timeout=0.1, process=process
+        f"amqp://guest:guest@127.0.0.1:{free_port()}/", exchange=name, timeout=0.1, process=process
     )
     root.addHandler(handler)
     root.setLevel(logging.DEBUG)

@@ -11,7 +11,6 @@ import pika
 import pika.exceptions
 import pytest
 
-from tests.brokers import BrokerUnderTest
 from tests.logs.conftest import (
     WAIT,
     Receiver,
@@ -21,6 +20,8 @@ from tests.logs.conftest import (
     start_receiver,
     wait_records,
 )
+from tests.support.brokers import BrokerUnderTest
+from tests.support.ports import free_port
 
 N = 100_000
 
@@ -250,11 +251,7 @@ def test_durable_queue_keeps_records_while_the_receiver_is_away(
 
 
 def test_refused_connection_is_one_line(name: str, receivers: list[Receiver]) -> None:
-    import socket
-
-    with socket.socket() as s:  # a port nobody listens on
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()  # a port nobody listens on
     url = f"amqp://guest:secret@127.0.0.1:{port}/"
     line = one_error_line(emit(url, name, "x"))
     assert "cannot connect" in line and "secret" not in line

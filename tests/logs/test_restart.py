@@ -4,11 +4,11 @@ record it acked, nor any persistent record still queued, is lost or written twic
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
-from tests.brokers import start_leveret
 from tests.logs.conftest import Receiver, emit, read_records, start_receiver, wait_records
+from tests.support.brokers import start_leveret
+from tests.support.waiting import wait_for
 
 N = 30_000
 
@@ -34,9 +34,7 @@ def test_durable_receiver_resumes_across_a_broker_restart(
         assert result.returncode == 0, result.stderr
 
         again = start_receiver(receivers, broker, name, *args)
-        deadline = time.monotonic() + 60
-        while len(read_records(path)) < 500 and time.monotonic() < deadline:
-            time.sleep(0.01)
+        wait_for(lambda: len(read_records(path)) >= 500, 60, 0.01)
         broker.stop()  # SIGTERM: connection.close 320 to every client
         broker = start_leveret(data, extra=["--amqp-port", str(broker.port)])
         again.wait_ready(count=2)  # reconnected, queue declared and bound again

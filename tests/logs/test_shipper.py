@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from leveret.logs import AMQPHandler
-from tests.brokers import BrokerUnderTest
 from tests.logs.conftest import Receiver, start_receiver, wait_records
+from tests.support.brokers import BrokerUnderTest
 
 HANG = 120.0  # bounds a hang; speed is benchmarks/logs.py's business
 

@@ -8,8 +8,9 @@ from typing import Any
 import pika
 import pytest
 
-from tests.brokers import BrokerUnderTest, start_leveret
-from tests.mgmt import Api, Site, make_site, q, wait_for
+from tests.support.brokers import BrokerUnderTest, start_leveret
+from tests.support.mgmt import Api, Site, make_site, q
+from tests.support.waiting import wait_for
 
 
 def connect(site: Site, name: str = "test-conn") -> pika.BlockingConnection:

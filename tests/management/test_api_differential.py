@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from tests.mgmt import EXPECTED_DEPTHS, Site, declare_scenario, normalize, q, wait_for
+from tests.support.mgmt import EXPECTED_DEPTHS, Site, declare_scenario, normalize, q
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.rabbitmq
 

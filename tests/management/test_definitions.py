@@ -13,8 +13,8 @@ from typing import Any
 import pika
 import pytest
 
-from tests.brokers import BrokerUnderTest
-from tests.mgmt import Api, Site, declare_scenario, make_site, normalize, q
+from tests.support.brokers import BrokerUnderTest
+from tests.support.mgmt import Api, Site, declare_scenario, make_site, normalize, q
 
 pytestmark = pytest.mark.rabbitmq
 
@@ -99,7 +99,7 @@ def leveret_ctl(broker: BrokerUnderTest, *args: str, stdin: str | None = None) -
 def test_leveret_export_imports_into_rabbitmq(
     leveret_site: Site, rabbitmq: BrokerUnderTest, tmp_path: Path
 ) -> None:
-    from tests.mgmt import rabbitmq_with_management
+    from tests.support.mgmt import rabbitmq_with_management
 
     rabbitmq_with_management(rabbitmq)
     lev = leveret_site
@@ -169,7 +169,7 @@ def test_per_vhost_definitions_round_trip(
     leveret: BrokerUnderTest, rabbitmq: BrokerUnderTest
 ) -> None:
     """/api/definitions/{vhost} from either broker loads into a vhost of the other."""
-    from tests.mgmt import rabbitmq_with_management
+    from tests.support.mgmt import rabbitmq_with_management
 
     rabbitmq_with_management(rabbitmq)
     sites = [make_site(leveret, "d"), make_site(rabbitmq, "d")]

@@ -12,7 +12,7 @@ messages, in a vhost the fuzzing never names) has noticed nothing.
 
 In the suite: 300 derandomized cases. ``LEVERET_FUZZ_EXAMPLES=N`` (with
 ``LEVERET_FUZZ_SECONDS``) runs a campaign instead that records every distinct failure and
-writes them to ``$LEVERET_FUZZ_DIR/api.json`` (see tests/fuzzing.py)."""
+writes them to ``$LEVERET_FUZZ_DIR/api.json`` (see tests/support/fuzzing.py)."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from leveret.management.app import routes as api_routes
-from tests.fuzzing import (
+from tests.support.fuzzing import (
     CAMPAIGN_EXAMPLES,
     WITNESS_USER,
     WITNESS_VHOST,

@@ -18,7 +18,8 @@ from typing import Any
 import pika
 import pytest
 
-from tests.mgmt import Site, q, wait_for
+from tests.support.mgmt import Site, q
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.rabbitmq
 

@@ -8,8 +8,8 @@ import pika
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.brokers import BrokerUnderTest, ensure_rabbitmq_plugin
-from tests.mgmt import Site
+from tests.support.brokers import BrokerUnderTest, ensure_rabbitmq_plugin
+from tests.support.mgmt import Site
 
 
 def scrape(url: str) -> dict[str, list[tuple[dict[str, str], float]]]:

@@ -19,7 +19,8 @@ from pika.exceptions import (
     ProbableAccessDeniedError,
 )
 
-from tests.mgmt import Site, q, wait_for
+from tests.support.mgmt import Site, q
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.rabbitmq
 
@@ -668,8 +669,8 @@ def test_definitions_round_trip(sites: tuple[Site, Site]) -> None:
 def test_policies_limits_and_topic_permissions_survive_a_restart(tmp_path: Any) -> None:
     """Kept in the data directory: after a restart the policies apply again to the
     durable queue they applied to, and limits and topic permissions are in force."""
-    from tests.brokers import start_leveret
-    from tests.mgmt import Api, make_site
+    from tests.support.brokers import start_leveret
+    from tests.support.mgmt import Api, make_site
 
     broker = start_leveret(tmp_path)
     try:

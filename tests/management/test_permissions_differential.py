@@ -1,7 +1,7 @@
 """The authorisation matrix over the management API: every endpoint that acts for a user
 (declare and delete exchanges and queues, bind and unbind, publish, get, purge) and the
 listings, for users whose permission patterns allow or refuse each resource (see
-tests/permissions.py), on Leveret and on RabbitMQ 3.10.8: the same status and body for
+tests/support/permissions.py), on Leveret and on RabbitMQ 3.10.8: the same status and body for
 each request, and the same resulting state.
 
 RabbitMQ's API runs these through rabbit_channel:handle_method (declare, delete, bind,
@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from tests.brokers import BrokerUnderTest, ensure_rabbitmq_management
-from tests.mgmt import q
-from tests.permissions import Names, Site, make_site
+from tests.support.brokers import BrokerUnderTest, ensure_rabbitmq_management
+from tests.support.mgmt import q
+from tests.support.permissions import Names, Site, make_site
 
 pytestmark = pytest.mark.rabbitmq
 

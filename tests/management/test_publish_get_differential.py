@@ -13,7 +13,7 @@ import pika
 import pytest
 
 from tests.differential.helpers import death_times_checked
-from tests.mgmt import Site, q
+from tests.support.mgmt import Site, q
 
 pytestmark = pytest.mark.rabbitmq
 

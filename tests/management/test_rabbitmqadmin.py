@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.brokers import BrokerUnderTest
-from tests.mgmt import Site, rabbitmq_with_management
+from tests.support.brokers import BrokerUnderTest
+from tests.support.mgmt import Site, rabbitmq_with_management
 
 pytestmark = pytest.mark.rabbitmq
 

@@ -10,9 +10,10 @@ from typing import Any
 import pika
 import pytest
 
-from tests.brokers import BrokerUnderTest
 from tests.differential.helpers import settle
-from tests.mgmt import Site, make_site, q, rabbitmq_with_management, wait_for
+from tests.support.brokers import BrokerUnderTest
+from tests.support.mgmt import Site, make_site, q, rabbitmq_with_management
+from tests.support.waiting import wait_for
 
 
 @pytest.fixture(params=["leveret", "rabbitmq"])

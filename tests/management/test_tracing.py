@@ -11,8 +11,8 @@ from typing import Any
 import pika
 import pytest
 
-from tests.brokers import BrokerUnderTest
-from tests.mgmt import Site, make_site, q, rabbitmq_with_management
+from tests.support.brokers import BrokerUnderTest
+from tests.support.mgmt import Site, make_site, q, rabbitmq_with_management
 
 pytestmark = pytest.mark.rabbitmq
 

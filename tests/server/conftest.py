@@ -8,8 +8,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.backlog import RabbitMQNode
-from tests.rabbitnode import installed
+from tests.support.backlog import RabbitMQNode
+from tests.support.rabbitmq import installed
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 

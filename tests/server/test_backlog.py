@@ -22,7 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.backlog import (
+from tests.server.conftest import need_rabbitmq
+from tests.support.backlog import (
     LeveretNode,
     MiB,
     Node,
@@ -32,8 +33,8 @@ from tests.backlog import (
     node_figures,
     queue_depth,
 )
-from tests.mgmt import Api
-from tests.server.conftest import need_rabbitmq
+from tests.support.mgmt import Api
+from tests.support.waiting import wait_for
 
 HEADROOM = 32 * MiB
 BACKLOG = 4 * HEADROOM
@@ -75,9 +76,7 @@ def test_backlog_of_four_times_the_memory_fills_and_drains_in_order(node: Node) 
     pub = Publisher(node, "backlog", confirms=False)
     pub.declare(durable=False)
     res = pub.publish(COUNT, SIZE, persistent=False, sample=node.rss)
-    deadline = time.monotonic() + 300
-    while queue_depth(node, "backlog") < COUNT and time.monotonic() < deadline:
-        time.sleep(0.2)
+    wait_for(lambda: queue_depth(node, "backlog") >= COUNT, 300, 0.2)
     assert queue_depth(node, "backlog") == COUNT
     seen, drain_peak, intact = drain(node, "backlog", COUNT, SIZE, PREFETCH, node.rss)
     pub.delete_queue()
@@ -206,9 +205,7 @@ def test_disk_alarm_blocks_publishers_until_space_returns(kind: str, small_disk:
         assert node_figures(api, lambda n: n["disk_free_alarm"] is False)
         # what the blocked publisher sent meanwhile was not lost
         pub.publish(1, 1000, persistent=True, start=sent)
-        deadline = time.monotonic() + 30
-        while queue_depth(node, "q") < sent + 1 and time.monotonic() < deadline:
-            time.sleep(0.2)
+        wait_for(lambda: queue_depth(node, "q") >= sent + 1, 30, 0.2)
         assert queue_depth(node, "q") == sent + 1
         pub.close()
 

@@ -18,8 +18,8 @@ from pathlib import Path
 import pika
 import pytest
 
-from tests import rabbitnode
-from tests.brokers import BrokerUnderTest, start_leveret
+from tests.support import rabbitmq
+from tests.support.brokers import BrokerUnderTest, start_leveret
 
 HEARTBEAT = 2  # seconds: the monitor would close a silent connection after 2 of them
 BODY = b"x" * 4096
@@ -72,9 +72,9 @@ def memory_alarm_broker(kind: str) -> Iterator[AlarmBroker]:
             with contextlib.suppress(OSError):
                 disk.rmdir()
         return
-    if not rabbitnode.installed():
+    if not rabbitmq.installed():
         pytest.skip("RabbitMQ is not installed here")
-    node = rabbitnode.RabbitNode().start()
+    node = rabbitmq.RabbitNode().start()
     try:
         yield AlarmBroker(
             BrokerUnderTest("rabbitmq", node.host, node.port),
@@ -82,7 +82,7 @@ def memory_alarm_broker(kind: str) -> Iterator[AlarmBroker]:
             lambda: node.ctl("set_vm_memory_high_watermark", "0.4"),
         )
     finally:
-        node.stop()
+        node.close()
 
 
 @pytest.mark.parametrize("kind", ["leveret", "rabbitmq"])

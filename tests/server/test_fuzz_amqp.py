@@ -20,7 +20,7 @@ from collections.abc import Iterator
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from tests.fuzzing import (
+from tests.support.fuzzing import (
     CAMPAIGN_EXAMPLES,
     Campaign,
     LogWatch,

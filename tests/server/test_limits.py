@@ -10,8 +10,8 @@ from pathlib import Path
 
 from pamqp import commands
 
-from tests.brokers import BrokerUnderTest, start_leveret
-from tests.rawclient import RawClient
+from tests.support.brokers import BrokerUnderTest, start_leveret
+from tests.support.rawclient import RawClient
 
 
 def fds(broker: BrokerUnderTest) -> int:

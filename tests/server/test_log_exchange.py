@@ -15,8 +15,9 @@ from typing import Any
 import pika
 import pytest
 
-from tests import rabbitnode
-from tests.brokers import BrokerUnderTest, ensure_rabbitmq, start_leveret
+from tests.support import rabbitmq
+from tests.support.brokers import BrokerUnderTest, ensure_rabbitmq, start_leveret
+from tests.support.waiting import wait_for
 
 LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{6}\+00:00 \[(\w+)\] <[^>]+> ")
 
@@ -37,27 +38,25 @@ def logging_broker(request: pytest.FixtureRequest) -> Iterator[tuple[str, Broker
         finally:
             broker.stop()
         return
-    if not rabbitnode.installed():
+    if not rabbitmq.installed():
         pytest.skip("RabbitMQ is not installed here")
-    node = rabbitnode.RabbitNode(config={"log.exchange": "true"}).start()
+    node = rabbitmq.RabbitNode(config={"log.exchange": "true"}).start()
     try:
         def rctl(*args: str) -> str:
             return node.ctl(*args).stdout
 
         yield "rabbitmq", BrokerUnderTest("rabbitmq", node.host, node.port), rctl
     finally:
-        node.stop()
+        node.close()
 
 
 def test_the_log_exchange(logging_broker: tuple[str, BrokerUnderTest, Any]) -> None:
     _kind, broker, ctl = logging_broker
     row = "amq.rabbitmq.log\ttopic\ttrue\ttrue\tfalse\t[]"
-    deadline = time.monotonic() + 30  # RabbitMQ declares it a moment after boot
-    while row not in ctl("list_exchanges", "name", "type", "durable", "internal",
-                         "auto_delete", "arguments") and time.monotonic() < deadline:
-        time.sleep(0.5)
-    assert row in ctl("list_exchanges", "name", "type", "durable", "internal", "auto_delete",
-                      "arguments")
+    columns = ("name", "type", "durable", "internal", "auto_delete", "arguments")
+    # RabbitMQ declares it a moment after boot
+    wait_for(lambda: row in ctl("list_exchanges", *columns), 30, 0.5)
+    assert row in ctl("list_exchanges", *columns)
     conn = pika.BlockingConnection(broker.pika_params())
     try:
         ch = conn.channel()

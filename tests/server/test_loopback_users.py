@@ -19,7 +19,7 @@ import pytest
 from pika.exceptions import ProbableAuthenticationError
 
 from leveret.server.config import Config, ConfigError
-from tests.brokers import BrokerUnderTest, start_leveret
+from tests.support.brokers import BrokerUnderTest, start_leveret
 
 
 def external_address() -> str | None:

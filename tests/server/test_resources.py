@@ -19,8 +19,9 @@ from leveret.broker.message import Message
 from leveret.server.config import Config, ConfigError, DiskFreeLimit, MemoryWatermark
 from leveret.server.resources import ResourceMonitor
 from leveret.server.state import Limits, ServerState
-from tests.backlog import LeveretNode, Node, Publisher, RabbitMQNode, node_figures
-from tests.mgmt import Api
+from tests.support.backlog import LeveretNode, Node, Publisher, RabbitMQNode, node_figures
+from tests.support.mgmt import Api
+from tests.support.waiting import wait_for
 
 MiB = 1024 * 1024
 GB = 10**9
@@ -195,10 +196,7 @@ def test_memory_alarm_blocks_a_publisher_at_its_first_publish(
     node = _node(kind, request)
     try:
         api = Api(node.http_url)
-        deadline = time.monotonic() + 30
-        while api.call("GET", "/api/health/checks/alarms")[0] != 503:
-            assert time.monotonic() < deadline
-            time.sleep(0.2)
+        assert wait_for(lambda: api.call("GET", "/api/health/checks/alarms")[0] == 503, 30, 0.2)
         name = api.get("/api/overview")["node"]
         assert api.call("GET", "/api/health/checks/alarms") == (503, {
             "status": "failed", "reason": "There are alarms in effect in the cluster",

@@ -13,7 +13,7 @@ from pathlib import Path
 import pika
 import pytest
 
-from tests.brokers import BrokerUnderTest, ensure_rabbitmq, start_leveret
+from tests.support.brokers import BrokerUnderTest, ensure_rabbitmq, start_leveret
 
 
 def _non_loopback_address() -> str | None:
@@ -202,7 +202,7 @@ def test_port_in_use_is_one_line(leveret: BrokerUnderTest) -> None:
 
 
 def test_silent_peer_is_dropped(leveret: BrokerUnderTest) -> None:
-    from tests.rawclient import RawClient
+    from tests.support.rawclient import RawClient
 
     with RawClient(leveret.host, leveret.port, timeout=10) as c:
         c.handshake(heartbeat=1)
@@ -219,7 +219,7 @@ def test_congested_consumer_holds_back_its_publisher(leveret: BrokerUnderTest, n
     from pamqp import body as pbody
     from pamqp import commands, frame, header
 
-    from tests.rawclient import RawClient
+    from tests.support.rawclient import RawClient
 
     consumer = RawClient(leveret.host, leveret.port)
     consumer.handshake()

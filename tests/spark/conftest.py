@@ -16,7 +16,7 @@ pyspark = pytest.importorskip("pyspark", reason="the spark extra is not installe
 
 from pyspark.sql import SparkSession  # noqa: E402
 
-from tests.brokers import BrokerUnderTest  # noqa: E402
+from tests.support.brokers import BrokerUnderTest  # noqa: E402
 
 
 @pytest.fixture(scope="session")

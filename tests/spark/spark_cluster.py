@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pyspark
 
-from tests.logs.rabbitmq_cluster import free_port
+from tests.support.ports import free_port
 
 SPARK_HOME = Path(pyspark.__file__).resolve().parent
 ROOT = Path(__file__).resolve().parents[2]

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -27,9 +26,10 @@ import pika
 import pytest
 from pyspark.sql import SparkSession
 
-from tests.brokers import BrokerUnderTest, start_leveret
-from tests.rabbitnode import RabbitNode
 from tests.spark.conftest import declare_stream, delete_queue, emit_records
+from tests.support.brokers import BrokerUnderTest, start_leveret
+from tests.support.ports import free_port
+from tests.support.rabbitmq import RabbitNode
 
 RECORDS = int(os.environ.get("LEVERET_SPARK_EO_RECORDS", "200000"))
 CLASSIC_RECORDS = int(os.environ.get("LEVERET_SPARK_CLASSIC_RECORDS", "5000"))
@@ -97,9 +97,7 @@ def restartable(
         finally:
             node.close()
         return
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     data = tmp_path / "leveret-data"
     extra = ["--amqp-port", str(port)]
     current = [start_leveret(data, extra=extra)]

@@ -21,9 +21,9 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from tests.brokers import BrokerUnderTest
 from tests.spark.conftest import declare_stream, delete_queue, emit_records
 from tests.spark.test_ingest import _finish, _ingest, _kill_after_batches
+from tests.support.brokers import BrokerUnderTest
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -9,8 +9,8 @@ import pytest
 
 from leveret.spark.client import AmqpSourceError, stream_tail
 from leveret.spark.pipeline import ensure_log_stream, parse_trigger
-from tests.brokers import BrokerUnderTest
 from tests.spark.conftest import delete_queue
+from tests.support.brokers import BrokerUnderTest
 
 
 @pytest.mark.parametrize("kind", ["fanout", "direct", "topic"])

@@ -14,7 +14,8 @@ that were in flight on node 1 unconfirmed, and says how many. Every record confi
 the lake, and nothing is there twice; each receiver's file holds every record confirmed,
 once (R1's quorum queue keeps what it had not acked; R2's node stays).
 
-These tests run under CI and locally with LEVERET_CLUSTER_TESTS=1 (see rabbitmq_cluster).
+These tests run under CI and locally with LEVERET_CLUSTER_TESTS=1 (see
+tests/support/rabbitmq_cluster.py).
 """
 
 from __future__ import annotations
@@ -37,8 +38,9 @@ from pyspark.sql import SparkSession
 
 from leveret.spark.pipeline import ensure_log_stream
 from tests.logs.conftest import Receiver, read_records
-from tests.logs.rabbitmq_cluster import RabbitCluster, require_cluster_tests
 from tests.spark.test_ingest import _committed_batches
+from tests.support.rabbitmq_cluster import RabbitCluster, require_cluster_tests
+from tests.support.waiting import wait_for
 
 CLI = [sys.executable, "-m", "leveret.cli.main"]
 RECORDS = int(os.environ.get("LEVERET_CLUSTER_RECORDS", "20000"))  # per emitter
@@ -252,9 +254,7 @@ print("stats", h.stats.confirmed, h.stats.dropped, h.stats.reconnects, flush=Tru
         _, confirmed, dropped, reconnects = out.split()
         assert (int(confirmed), int(dropped)) == (4000, 0), out
         assert int(reconnects) >= 1, out
-        deadline = time.monotonic() + 120
-        while len(read_records(tmp_path / "r.jsonl")) < 4000 and time.monotonic() < deadline:
-            time.sleep(0.2)
+        wait_for(lambda: len(read_records(tmp_path / "r.jsonl")) >= 4000, 120, 0.2)
         assert receiver.stop() == 0
     finally:
         if receiver.proc.poll() is None:

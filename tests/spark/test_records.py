@@ -13,7 +13,7 @@ from pyspark.sql import SparkSession
 from leveret.logs.record import Record
 from leveret.spark.records import parse_log_records
 from leveret.spark.schema import MESSAGE_SCHEMA
-from tests.brokers import BrokerUnderTest
+from tests.support.brokers import BrokerUnderTest
 
 
 def _row(offset: int, body: bytes, routing_key: str = "", **props: Any) -> tuple[Any, ...]:

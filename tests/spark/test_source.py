@@ -12,8 +12,8 @@ import pytest
 from pyspark.errors import PySparkException
 from pyspark.sql import SparkSession
 
-from tests.brokers import BrokerUnderTest
 from tests.spark.conftest import delete_queue, emit_records
+from tests.support.brokers import BrokerUnderTest
 
 
 def test_batch_read_of_an_offset_range(

@@ -3,7 +3,7 @@
 PySpark, pyarrow and pandas only: the job ships Leveret's code itself. One worker is killed
 (``kill -9``, with its executor) mid-run; the lake still holds every record exactly once.
 
-Runs under CI and locally with LEVERET_CLUSTER_TESTS=1 (see tests/logs/rabbitmq_cluster).
+Runs under CI and locally with LEVERET_CLUSTER_TESTS=1 (see tests/support/rabbitmq_cluster).
 """
 
 from __future__ import annotations
@@ -22,11 +22,11 @@ import pytest
 from pyspark.sql import SparkSession
 
 import leveret
-from tests.brokers import BrokerUnderTest
-from tests.logs.rabbitmq_cluster import WANTED
 from tests.spark.conftest import declare_stream, delete_queue, emit_records
 from tests.spark.spark_cluster import Standalone, spark_env, worker_python
 from tests.spark.test_ingest import _committed_batches
+from tests.support.brokers import BrokerUnderTest
+from tests.support.rabbitmq_cluster import WANTED
 
 RECORDS = 30_000
 SOURCE = Path(leveret.__file__).resolve().parents[1]

@@ -7,7 +7,7 @@ when the server's Python has Leveret; when it has not, the code the client ships
 artifact is enough for batch reads but not for a streaming one, whose planning on the
 server does not see the session's artifacts. The second test pins that error.
 
-Runs under CI and locally with LEVERET_CLUSTER_TESTS=1 (see tests/logs/rabbitmq_cluster).
+Runs under CI and locally with LEVERET_CLUSTER_TESTS=1 (see tests/support/rabbitmq_cluster).
 """
 
 from __future__ import annotations
@@ -25,10 +25,11 @@ import pytest
 from pyspark.sql import SparkSession
 
 import leveret
-from tests.brokers import BrokerUnderTest, port_open
-from tests.logs.rabbitmq_cluster import WANTED, free_port
 from tests.spark.conftest import declare_stream, delete_queue, emit_records
 from tests.spark.spark_cluster import ROOT, SPARK_HOME, Process, spark_env, worker_python
+from tests.support.brokers import BrokerUnderTest
+from tests.support.ports import free_port, port_open
+from tests.support.rabbitmq_cluster import WANTED
 
 SOURCE = Path(leveret.__file__).resolve().parents[1]
 RECORDS = 5000

@@ -21,8 +21,8 @@ from hypothesis import strategies as st
 from leveret.spark.frames import Fields
 from leveret.spark.reader import message_batch
 from leveret.spark.wire import StreamConsumer
-from tests.brokers import BrokerUnderTest
 from tests.spark.conftest import declare_stream, delete_queue
+from tests.support.brokers import BrokerUnderTest
 
 
 def _consumer(broker: BrokerUnderTest, password: str = "guest") -> StreamConsumer:

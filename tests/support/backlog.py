@@ -20,10 +20,10 @@ from typing import Any
 from pamqp import body as pbody
 from pamqp import commands, frame, header
 
-from tests.brokers import BrokerUnderTest, start_leveret
-from tests.mgmt import Api
-from tests.rabbitnode import RabbitNode, rss_of
-from tests.rawclient import PROTOCOL_HEADER
+from tests.support.brokers import BrokerUnderTest, start_leveret
+from tests.support.mgmt import Api
+from tests.support.rabbitmq import RabbitNode, rss_of
+from tests.support.rawclient import PROTOCOL_HEADER
 
 MiB = 1024 * 1024
 
@@ -180,33 +180,32 @@ class Publisher:
     def _send(self, channel: int, method: Any) -> None:
         self.sock.sendall(frame.marshal(method, channel))
 
+    def _recv(self) -> None:
+        chunk = self.sock.recv(1 << 20)
+        if not chunk:
+            raise ConnectionError("the broker closed the connection")
+        self.buf += chunk
+
+    def _buffered(self) -> Iterator[Any]:
+        """The whole frames in the buffer, each taken out of it as it is yielded."""
+        while len(self.buf) >= 7:
+            (size,) = struct.unpack_from(">I", self.buf, 3)
+            if len(self.buf) < size + 8:
+                return
+            used, _, value = frame.unmarshal(self.buf)
+            self.buf = self.buf[used:]
+            yield value
+
     def _frames(self) -> Iterator[Any]:
         while True:
-            while len(self.buf) >= 7:
-                (size,) = struct.unpack_from(">I", self.buf, 3)
-                if len(self.buf) < size + 8:
-                    break
-                used, _, value = frame.unmarshal(self.buf)
-                self.buf = self.buf[used:]
-                yield value
-            chunk = self.sock.recv(1 << 20)
-            if not chunk:
-                raise ConnectionError("the broker closed the connection")
-            self.buf += chunk
+            yield from self._buffered()
+            self._recv()
 
     def _poll(self) -> None:
         """Read and note whatever the broker has sent, without waiting."""
         while select.select([self.sock], [], [], 0)[0]:
-            chunk = self.sock.recv(1 << 20)
-            if not chunk:
-                raise ConnectionError("the broker closed the connection")
-            self.buf += chunk
-        while len(self.buf) >= 7:
-            (size,) = struct.unpack_from(">I", self.buf, 3)
-            if len(self.buf) < size + 8:
-                break
-            used, _, value = frame.unmarshal(self.buf)
-            self.buf = self.buf[used:]
+            self._recv()
+        for value in self._buffered():
             self._note(value)
 
     def _expect(self, cls: type) -> Any:

@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import time
@@ -28,7 +27,9 @@ from pathlib import Path
 
 import pytest
 
-BIN = Path("/usr/lib/rabbitmq/bin")
+from tests.support.ports import free_port
+from tests.support.rabbitmq import RabbitMQServer, installed
+
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 WANTED = IN_CI or os.environ.get("LEVERET_CLUSTER_TESTS", "") not in ("", "0")
 
@@ -37,7 +38,7 @@ def require_cluster_tests() -> None:
     """Skip unless cluster tests are wanted here; under CI, fail when RabbitMQ is missing."""
     if not WANTED:
         pytest.skip("cluster tests run under CI, or with LEVERET_CLUSTER_TESTS=1")
-    if not (BIN / "rabbitmq-server").exists():
+    if not installed():
         if IN_CI:
             pytest.fail("RabbitMQ (Debian's rabbitmq-server) is required under CI")
         pytest.skip("RabbitMQ is not installed here")
@@ -45,21 +46,38 @@ def require_cluster_tests() -> None:
         pytest.skip("RabbitMQ's scripts are run as root here")
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @dataclass
 class Node:
-    name: str
-    port: int
-    dist_port: int
-    base: Path
-    env: dict[str, str]
-    pid: int | None = None
+    """One node of the cluster: the launcher's core (tests/support/rabbitmq.py), started
+    ``-detached``."""
+
+    server: RabbitMQServer
     alive: bool = False
+
+    @property
+    def name(self) -> str:
+        return self.server.nodename
+
+    @property
+    def port(self) -> int:
+        return self.server.port
+
+    @property
+    def dist_port(self) -> int | None:
+        return self.server.dist_port
+
+    @property
+    def base(self) -> Path:
+        return self.server.dir
+
+    @property
+    def env(self) -> dict[str, str]:
+        return self.server.env
+
+    @property
+    def pid(self) -> int | None:
+        """The node's Erlang VM, once known."""
+        return self.server.pid or None
 
     @property
     def url(self) -> str:
@@ -83,49 +101,36 @@ class RabbitCluster:
         cookie.write_text(f"LEVERETTEST{tag.upper()}")
         cookie.chmod(0o400)
         for i in range(1, self.size + 1):
-            base = self.root / f"node{i}"
-            base.mkdir()
-            (base / "enabled_plugins").write_text(f"[{','.join(self.plugins)}].\n")
-            (base / "rabbitmq.conf").write_text("\n".join(["loopback_users = none", *self.conf]))
-            (base / "rabbitmq-env.conf").write_text("")
-            name = f"lvt{tag}{i}@{host}"
-            port, dist = free_port(), free_port()
-            env = {
-                **{k: v for k, v in os.environ.items() if not k.startswith("RABBITMQ_")},
-                "HOME": str(home),
-                "RABBITMQ_NODENAME": name,
-                "RABBITMQ_NODE_PORT": str(port),
-                "RABBITMQ_NODE_IP_ADDRESS": "127.0.0.1",
-                "RABBITMQ_DIST_PORT": str(dist),
-                "RABBITMQ_MNESIA_BASE": str(base / "mnesia"),
-                "RABBITMQ_LOG_BASE": str(base / "log"),
-                "RABBITMQ_PID_FILE": str(base / "pid"),
-                "RABBITMQ_ENABLED_PLUGINS_FILE": str(base / "enabled_plugins"),
-                "RABBITMQ_CONFIG_FILE": str(base / "rabbitmq"),
-                "RABBITMQ_ADVANCED_CONFIG_FILE": str(base / "advanced.config"),
-                "RABBITMQ_CONF_ENV_FILE": str(base / "rabbitmq-env.conf"),
-            }
-            self.nodes.append(Node(name, port, dist, base, env))
+            server = RabbitMQServer(
+                self.root / f"node{i}",
+                f"lvt{tag}{i}@{host}",
+                free_port(),
+                dist_port=free_port(),
+                conf=["loopback_users = none", *self.conf],
+                plugins=self.plugins,
+                home=home,
+                extra_env={"RABBITMQ_NODE_IP_ADDRESS": "127.0.0.1"},
+            )
+            self.nodes.append(Node(server))
 
     # ------------------------------------------------------------------ commands
     def ctl(self, node: Node, *args: str, timeout: float = 120) -> str:
         """``rabbitmqctl -n NODE ARGS`` as the node's own environment runs it."""
-        done = subprocess.run(
-            [str(BIN / "rabbitmqctl"), "-n", node.name, *args],
-            env=node.env, capture_output=True, text=True, timeout=timeout,
-        )  # fmt: skip
+        done = node.server.ctl(*args, timeout=timeout)
         if done.returncode != 0:
             raise RuntimeError(f"rabbitmqctl {' '.join(args)} on {node.name}: "
                                f"{done.stdout}{done.stderr}")  # fmt: skip
         return done.stdout
 
+    def _ask_pid(self, node: Node, timeout: float = 120) -> int:
+        return int(self.ctl(node, "eval", "os:getpid().", timeout=timeout).strip().strip('"'))
+
     def start_node(self, node: Node) -> None:
-        subprocess.run([str(BIN / "rabbitmq-server"), "-detached"], env=node.env,
-                       check=True, capture_output=True, timeout=60)  # fmt: skip
+        node.server.launch_detached()
         deadline = time.monotonic() + 120
         while True:  # await_startup needs the node to be reachable first
             try:
-                node.pid = int(self.ctl(node, "eval", "os:getpid().").strip().strip('"'))
+                node.server.pid = self._ask_pid(node)
                 break
             except RuntimeError:
                 if time.monotonic() > deadline:
@@ -155,29 +160,20 @@ class RabbitCluster:
     def kill(self, node: Node) -> None:
         """``kill -9`` the node's Erlang VM: as when its machine dies."""
         assert node.pid is not None
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(node.pid, signal.SIGKILL)
-        _wait_gone(node.pid)
+        node.server.kill()
         node.alive = False
 
     def restart(self, node: Node) -> None:
         """Start a killed node again: it rejoins the cluster it knows."""
-        (node.base / "pid").unlink(missing_ok=True)
-        node.pid = None
         self.start_node(node)
 
     def stop(self) -> None:
         for node in self.nodes:
             if node.pid is None:
-                with contextlib.suppress(OSError, ValueError):
-                    node.pid = int((node.base / "pid").read_text().strip())
+                node.server.pid = node.server.read_pid()
                 with contextlib.suppress(RuntimeError, subprocess.TimeoutExpired):
-                    text = self.ctl(node, "eval", "os:getpid().", timeout=20)
-                    node.pid = int(text.strip().strip('"'))
-            if node.pid is not None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(node.pid, signal.SIGKILL)
-                _wait_gone(node.pid)
+                    node.server.pid = self._ask_pid(node, timeout=20)
+            node.server.kill()
             node.alive = False
         shutil.rmtree(self.root, ignore_errors=True)
 
@@ -185,14 +181,3 @@ class RabbitCluster:
         """Every node's URL, starting with node ``first``."""
         order = self.nodes[first:] + self.nodes[:first]
         return [n.url for n in order]
-
-
-def _wait_gone(pid: int, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return
-        # a zombie of ours would linger; RabbitMQ's VM is not our child (it daemonizes)
-        time.sleep(0.1)

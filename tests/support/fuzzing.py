@@ -29,9 +29,9 @@ from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
 from pamqp import commands
 
-from tests.brokers import BrokerUnderTest, start_leveret
-from tests.mgmt import Api
-from tests.rawclient import PROTOCOL_HEADER, RawClient
+from tests.support.brokers import BrokerUnderTest, start_leveret
+from tests.support.mgmt import Api
+from tests.support.rawclient import PROTOCOL_HEADER, RawClient
 
 C = commands
 FRAME_END = 0xCE

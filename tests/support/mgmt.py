@@ -7,18 +7,17 @@ import json
 import re
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
 import pytest
 
-from tests.brokers import BrokerUnderTest, ensure_rabbitmq_management
+from tests.support.brokers import BrokerUnderTest, ensure_rabbitmq_management
 
 
 def q(name: str) -> str:
@@ -75,16 +74,6 @@ class Api:
 
     def delete(self, path: str) -> int:
         return self.call("DELETE", path)[0]
-
-
-def wait_for(probe: Callable[[], Any], timeout: float = 30, interval: float = 0.5) -> Any:
-    """Poll until probe() is truthy (RabbitMQ's stats lag behind by up to 5 s)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = probe()
-        if value or time.monotonic() >= deadline:
-            return value
-        time.sleep(interval)
 
 
 # ------------------------------------------------------------------ scenario

@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 
 from pamqp import body, commands, frame, header
 
-from tests.brokers import BrokerUnderTest
-from tests.mgmt import Api, q
-from tests.rawclient import RawClient
+from tests.support.brokers import BrokerUnderTest
+from tests.support.mgmt import Api, q
+from tests.support.rawclient import RawClient
 
 C = commands
 

@@ -124,22 +124,9 @@ class RawClient:
             if got is None:
                 return None
             _, value = got
-            if isinstance(value, commands.Connection.Close):
-                return (
-                    "connection",
-                    value.reply_code,
-                    value.reply_text,
-                    value.class_id,
-                    value.method_id,
-                )
-            if isinstance(value, commands.Channel.Close):
-                return (
-                    "channel",
-                    value.reply_code,
-                    value.reply_text,
-                    value.class_id,
-                    value.method_id,
-                )
+            if isinstance(value, commands.Connection.Close | commands.Channel.Close):
+                kind = "connection" if isinstance(value, commands.Connection.Close) else "channel"
+                return (kind, value.reply_code, value.reply_text, value.class_id, value.method_id)
 
 
 def marshal_unchecked(method: Frame, channel: int) -> bytes:

@@ -4,15 +4,17 @@ reference RabbitMQ on 5672."""
 from __future__ import annotations
 
 import os
-import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from tests.support.ports import port_open
+from tests.support.rabbitmq import debian_script
+from tests.support.waiting import wait_for
 
 RABBITMQ_PORT = int(os.environ.get("RABBITMQ_PORT", "5672"))
 
@@ -59,14 +61,6 @@ class BrokerUnderTest:
                 self.process.kill()
                 self.process.wait(5)
         return self.process.returncode
-
-
-def port_open(host: str, port: int, timeout: float = 0.5) -> bool:
-    try:
-        with socket.create_connection((host, port), timeout=timeout):
-            return True
-    except OSError:
-        return False
 
 
 def start_leveret(
@@ -157,20 +151,15 @@ def ensure_rabbitmq(timeout: float = 90) -> BrokerUnderTest | None:
     None when it cannot be had (then the caller decides: skip, or fail under CI)."""
     if port_open("127.0.0.1", RABBITMQ_PORT):
         return BrokerUnderTest("rabbitmq", "127.0.0.1", RABBITMQ_PORT)
-    server = shutil.which("rabbitmq-server") or (
-        "/usr/sbin/rabbitmq-server" if Path("/usr/sbin/rabbitmq-server").exists() else None
-    )
+    server = debian_script("rabbitmq-server")
     if server is None:
         return None
     subprocess.run([server, "-detached"], check=False, capture_output=True)
-    ctl = shutil.which("rabbitmqctl") or "/usr/sbin/rabbitmqctl"
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if port_open("127.0.0.1", RABBITMQ_PORT):
-            subprocess.run([ctl, "await_startup"], check=False, capture_output=True, timeout=60)
-            return BrokerUnderTest("rabbitmq", "127.0.0.1", RABBITMQ_PORT)
-        time.sleep(0.5)
-    return None
+    if not wait_for(lambda: port_open("127.0.0.1", RABBITMQ_PORT), timeout, 0.5):
+        return None
+    ctl = debian_script("rabbitmqctl") or "/usr/sbin/rabbitmqctl"
+    subprocess.run([ctl, "await_startup"], check=False, capture_output=True, timeout=60)
+    return BrokerUnderTest("rabbitmq", "127.0.0.1", RABBITMQ_PORT)
 
 
 RABBITMQ_HTTP_PORT = int(os.environ.get("RABBITMQ_HTTP_PORT", "15672"))
@@ -185,13 +174,8 @@ def ensure_rabbitmq_plugin(plugin: str, port: int, timeout: float = 60) -> bool:
     """A RabbitMQ plugin that listens on ``port``, enabled if need be."""
     if port_open("127.0.0.1", port):
         return True
-    plugins = shutil.which("rabbitmq-plugins") or "/usr/sbin/rabbitmq-plugins"
-    if not Path(plugins).exists():
+    plugins = debian_script("rabbitmq-plugins")
+    if plugins is None:
         return False
     subprocess.run([plugins, "enable", plugin], check=False, capture_output=True, timeout=120)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if port_open("127.0.0.1", port):
-            return True
-        time.sleep(0.5)
-    return False
+    return wait_for(lambda: port_open("127.0.0.1", port), timeout, 0.5)

@@ -9,14 +9,17 @@ node name, data and log directories, no plugins, stopped and its epmd ended on `
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
 from pathlib import Path
+
+from tests.support.rabbitmq import RabbitMQServer, debian_installed
+from tests.support.waiting import wait_for
 
 
 def netns_available() -> bool:
@@ -97,11 +100,7 @@ class NetNamespace:
             for pid in pids:
                 with contextlib.suppress(OSError):
                     os.kill(pid, sig)
-            deadline = time.monotonic() + 5
-            while pids and time.monotonic() < deadline:
-                pids = [p for p in pids if _alive(p)]
-                time.sleep(0.05)
-            if not pids:
+            if wait_for(functools.partial(_all_gone, pids), 5, 0.05):
                 return
 
     def close(self) -> None:
@@ -124,7 +123,8 @@ class NetNamespace:
 
 class RabbitMQNode:
     """``rabbitmq-server`` in ``netns`` on ``port``, with its own node name and directories
-    (owned by the rabbitmq user, as the Debian wrapper drops to it), no plugins."""
+    (owned by the rabbitmq user, as the Debian wrapper drops to it), no plugins: the
+    launcher's core (tests/support/rabbitmq.py) with the namespace's ``nsenter`` prefix."""
 
     def __init__(
         self,
@@ -140,52 +140,33 @@ class RabbitMQNode:
         self.port = port
         self.nodename = nodename
         self.base = Path(tempfile.mkdtemp(prefix="leveret-rabbitmq-"))
-        self.base.chmod(0o755)
-        for sub in ("mnesia", "log"):
-            (self.base / sub).mkdir()
-        (self.base / "enabled_plugins").write_text("[].\n")
+        conf = None  # no rabbitmq.conf without TLS: the defaults
         if tls is not None:
             certs = self.base / "certs"
             certs.mkdir()
             names = ("ca.pem", "server.pem", "server.key")
             for source, name in zip(tls, names, strict=True):
                 shutil.copy(source, certs / name)
-            (self.base / "rabbitmq.conf").write_text(
-                f"listeners.ssl.default = {tls_port}\n"
-                f"ssl_options.cacertfile = {certs / 'ca.pem'}\n"
-                f"ssl_options.certfile = {certs / 'server.pem'}\n"
-                f"ssl_options.keyfile = {certs / 'server.key'}\n"
-                "ssl_options.verify = verify_peer\n"
-                "ssl_options.fail_if_no_peer_cert = false\n"
-            )
-        shutil.chown(self.base, "rabbitmq", "rabbitmq")
-        for path in self.base.rglob("*"):
-            shutil.chown(path, "rabbitmq", "rabbitmq")
-        self.env = {
-            "RABBITMQ_NODENAME": nodename,
-            "RABBITMQ_NODE_PORT": str(port),
-            "RABBITMQ_MNESIA_BASE": str(self.base / "mnesia"),
-            "RABBITMQ_LOG_BASE": str(self.base / "log"),
-            "RABBITMQ_ENABLED_PLUGINS_FILE": str(self.base / "enabled_plugins"),
-            "RABBITMQ_PID_FILE": str(self.base / "pid"),
-            # rabbitmq.conf there only with TLS; else none: the defaults
-            "RABBITMQ_CONFIG_FILE": str(self.base / "rabbitmq"),
-        }
-        self.process: subprocess.Popen[bytes] | None = None
+            conf = [
+                f"listeners.ssl.default = {tls_port}",
+                f"ssl_options.cacertfile = {certs / 'ca.pem'}",
+                f"ssl_options.certfile = {certs / 'server.pem'}",
+                f"ssl_options.keyfile = {certs / 'server.key'}",
+                "ssl_options.verify = verify_peer",
+                "ssl_options.fail_if_no_peer_cert = false",
+            ]
+        self.server = RabbitMQServer(
+            self.base, nodename, port, conf=conf, as_rabbitmq_user=True, prefix=netns.prefix
+        )
+        self.env = self.server.env
 
     @staticmethod
     def available() -> bool:
-        return (
-            shutil.which("rabbitmq-server") is not None
-            or Path("/usr/sbin/rabbitmq-server").exists()
-        )
+        return debian_installed()
 
     def start(self) -> float:
         """Start it; returns the seconds until it answered an AMQP protocol header (epmd
         included)."""
-        server = shutil.which("rabbitmq-server") or "/usr/sbin/rabbitmq-server"
-        env = [f"{k}={v}" for k, v in self.env.items()]
-        log = (self.base / "stdout").open("wb")
         started = time.monotonic()
         # epmd first, and listening: a node that starts it itself in a fresh namespace can
         # race it and fail with 'nodistribution'
@@ -195,26 +176,13 @@ class RabbitMQNode:
                 ["epmd", "-daemon", "-relaxed_command_check"], capture_output=True, timeout=30
             )
             said.append(f"exit {ran.returncode}: {ran.stdout.strip()} {ran.stderr.strip()}")
-            tried = time.monotonic()
-            while not self.netns.port_open(4369) and time.monotonic() < tried + 15:
-                time.sleep(0.1)
-            if self.netns.port_open(4369):
+            if wait_for(lambda: self.netns.port_open(4369), 15, 0.1):
                 break
         else:
             raise RuntimeError(f"epmd did not start in the namespace ({'; '.join(said)})")
-        self.process = subprocess.Popen(
-            [*self.netns.prefix, "env", *env, server], stdout=log, stderr=subprocess.STDOUT
-        )
-        deadline = started + 120
-        while time.monotonic() < deadline:
-            if self._accepts():
-                return time.monotonic() - started
-            if self.process.poll() is not None:
-                break
-            time.sleep(0.05)
-        tail = (self.base / "stdout").read_text(errors="replace")[-2000:]
-        self.stop()
-        raise RuntimeError(f"RabbitMQ node {self.nodename} did not start: {tail}")
+        self.server.launch()
+        self.server.await_ready(self._accepts, started + 120 - time.monotonic(), 0.05)
+        return time.monotonic() - started
 
     def _accepts(self) -> bool:
         probe = (
@@ -226,26 +194,19 @@ class RabbitMQNode:
         return self.netns.run(["python3", "-c", probe], capture_output=True).returncode == 0
 
     def stop(self) -> None:
-        ctl = shutil.which("rabbitmqctl") or "/usr/sbin/rabbitmqctl"
-        if self.process is not None and self.process.poll() is None:
-            self.netns.run([ctl, "-n", self.nodename, "stop"], capture_output=True, timeout=60)
-            try:
-                self.process.wait(30)
-            except subprocess.TimeoutExpired:
-                pid_file = self.base / "pid"
-                if pid_file.exists():
-                    subprocess.run(["kill", "-9", pid_file.read_text().strip()], check=False)
-                self.process.kill()
-                self.process.wait(10)
+        self.server.stop(ctl_timeout=60, wait=30)
         # our epmd, inside the namespace (the shared node's is outside it); relaxed: it goes
         # even while a node is still registered
-        deadline = time.monotonic() + 15
-        while True:
+        def ended() -> bool:
             self.netns.run(["epmd", "-kill"], capture_output=True, timeout=30)
-            if not self.netns.port_open(4369) or time.monotonic() > deadline:
-                break
-            time.sleep(0.2)
+            return not self.netns.port_open(4369)
+
+        wait_for(ended, 15, 0.2)
         shutil.rmtree(self.base, ignore_errors=True)
+
+
+def _all_gone(pids: list[int]) -> bool:
+    return not any(_alive(p) for p in pids)
 
 
 def _alive(pid: int) -> bool:
@@ -256,8 +217,3 @@ def _alive(pid: int) -> bool:
         return False
     return state != "Z"
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])

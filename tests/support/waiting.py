@@ -1,0 +1,21 @@
+"""Waiting for something that happens a moment later: one polling loop for all."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+T = TypeVar("T")
+
+
+def wait_for(probe: Callable[[], T], timeout: float = 30, interval: float = 0.5) -> T:
+    """Call ``probe`` every ``interval`` seconds until it returns something truthy or
+    ``timeout`` seconds have passed; returns its last value (falsy on a timeout: the caller
+    asserts or raises). ``probe`` runs at least once, and once more at the deadline."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = probe()
+        if value or time.monotonic() >= deadline:
+            return value
+        time.sleep(interval)
