@@ -210,19 +210,54 @@ def test_a_closed_channel_sends_no_confirm(host: FakeHost, channel: Channel) -> 
     assert host.output.log == [] and host.pending_confirms == set()
 
 
-def test_tx_settles_apply_at_commit_and_go_at_rollback(
+def test_tx_settles_leave_unacked_at_once_and_rollback_puts_them_back(
+    vhost: VirtualHost, channel: Channel
+) -> None:
+    q, _ = vhost.declare_queue("q")
+    publish(vhost, "q", 3)
+    channel.tx_select()
+    consume(channel, q)
+    channel.settle("ack", 1, False, False)
+    channel.settle("reject", 3, False, True)
+    assert list(channel.unacked) == [2]
+    assert (channel.tx_held, channel.acks_uncommitted) == (2, 1)
+    with pytest.raises(AMQPError, match="unknown delivery tag 3"):
+        channel.settle("ack", 3, False, False)
+    channel.tx_rollback()
+    assert list(channel.unacked) == [1, 2, 3]
+    assert (channel.tx_held, channel.acks_uncommitted) == (0, 0)
+    channel.settle("ack", 2, False, False)
+    assert q.unacked == 3  # the queue hears of the ack at the commit
+    assert channel.tx_commit(lambda publish: True)
+    assert list(channel.unacked) == [1, 3] and q.unacked == 2
+    assert channel.tx_held == 0
+
+
+def test_tx_settles_hold_global_prefetch_until_commit(
+    vhost: VirtualHost, channel: Channel
+) -> None:
+    q, _ = vhost.declare_queue("q")
+    publish(vhost, "q", 2)
+    channel.global_prefetch = 1
+    channel.tx_select()
+    consume(channel, q)
+    channel.settle("ack", 1, False, False)
+    assert channel.unacked == {} and channel.credit() == 0 and not channel.can_deliver()
+    assert q.message_count == 1
+    channel.tx_commit(lambda publish: True)
+    assert list(channel.unacked) == [2] and q.message_count == 0
+
+
+def test_a_closed_channel_requeues_what_its_transaction_settled(
     vhost: VirtualHost, channel: Channel
 ) -> None:
     q, _ = vhost.declare_queue("q")
     publish(vhost, "q", 2)
     channel.tx_select()
     consume(channel, q)
-    channel.settle("ack", 1, False, False)
-    assert list(channel.unacked) == [1, 2]
-    channel.tx_rollback()
     channel.settle("ack", 2, False, False)
-    assert channel.tx_commit() == []
-    assert list(channel.unacked) == [1]
+    channel.close()
+    assert (q.message_count, q.unacked) == (2, 0)
 
 
 def test_tx_and_confirm_exclude_each_other(host: FakeHost) -> None:

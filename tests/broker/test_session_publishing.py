@@ -268,13 +268,6 @@ def test_tx_ack_of_an_unknown_tag_fails_at_once(ch: ClientChannel) -> None:
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="RabbitMQ 3.10.8 takes what an ack, nack or reject in a transaction settles off "
-    "the channel's unacked list at once (rabbit_channel:collect_acks), so settling the same "
-    "tag again before the commit is 406 unknown delivery tag; Leveret keeps the tag until "
-    "the commit and accepts the second settle",
-)
 @pytest.mark.parametrize("first", [C.Basic.Ack, C.Basic.Reject, C.Basic.Nack])
 def test_tx_settling_a_tag_twice_is_an_unknown_tag(ch: ClientChannel, first: type) -> None:
     ch.declare_queue("q")
@@ -288,13 +281,6 @@ def test_tx_settling_a_tag_twice_is_an_unknown_tag(ch: ClientChannel, first: typ
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="RabbitMQ 3.10.8 routes a transactional publish when it is published "
-    "(rabbit_channel, basic.publish: QNames = rabbit_exchange:route/2, kept in the tx) and "
-    "delivers to those queues at commit; Leveret routes at commit, so bindings changed in "
-    "between decide where the message goes",
-)
 def test_tx_publish_is_routed_when_published(ch: ClientChannel) -> None:
     ch.declare_exchange("x")
     ch.declare_queue("before")
@@ -306,6 +292,38 @@ def test_tx_publish_is_routed_when_published(ch: ClientChannel) -> None:
     ch.bind("after", "x", "k")
     ch.reply(C.Tx.Commit())
     assert (ch.drain("before"), ch.drain("after")) == ([b"m"], [])
+
+
+def test_tx_publish_reaches_the_queues_named_at_commit(ch: ClientChannel) -> None:
+    ch.declare_queue("deleted")
+    ch.reply(C.Tx.Select())
+    ch.publish("", "declared", b"1", mandatory=True)
+    ch.publish("", "deleted", b"2", mandatory=True)
+    ch.declare_queue("declared")
+    ch.reply(C.Queue.Delete(queue="deleted"))
+    got = ch.call(C.Tx.Commit())
+    assert [type(r) for r in got] == [Content, Sent]
+    assert got[0].body == b"2" and got[0].method.reply_code == 312
+    assert ch.drain("declared") == [b"1"]
+
+
+def test_tx_commit_delivers_the_publishes_before_the_settles(ch: ClientChannel) -> None:
+    ch.declare_queue("q", arguments={"x-max-length": 1, "x-overflow": "reject-publish"})
+    ch.publish("", "q", b"first")
+    ch.reply(C.Tx.Select())
+    tag = ch.get("q").method.delivery_tag
+    ch.call(C.Basic.Reject(delivery_tag=tag, requeue=True))
+    ch.publish("", "q", b"second")
+    assert isinstance(ch.reply(C.Tx.Commit()), C.Tx.CommitOk)
+    assert ch.drain("q") == [b"first", b"second"]
+
+
+def test_tx_commit_a_queue_refuses_is_a_partial_completion(ch: ClientChannel) -> None:
+    ch.declare_queue("full", arguments={"x-max-length": 1, "x-overflow": "reject-publish"})
+    ch.reply(C.Tx.Select())
+    ch.publish("", "full", b"fits")
+    ch.publish("", "full", b"refused")
+    assert ch.refused(C.Tx.Commit()) == (406, "PRECONDITION_FAILED - partial tx completion")
 
 
 def test_tx_mandatory_return_comes_at_commit(ch: ClientChannel) -> None:

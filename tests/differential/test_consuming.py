@@ -9,7 +9,7 @@ import pika
 import pytest
 from pika.adapters.blocking_connection import BlockingChannel
 
-from tests.differential.helpers import connect, settle
+from tests.differential.helpers import channel_error, connect, settle
 from tests.support.brokers import BrokerUnderTest
 
 
@@ -275,6 +275,217 @@ def test_tx_commit_and_rollback(broker: BrokerUnderTest, name: str) -> None:
         ch.basic_ack(m2.delivery_tag)
         ch.tx_commit()
         assert ch.queue_declare(name, passive=True).method.message_count == 0
+
+
+@pytest.mark.parametrize("first", ["ack", "reject", "nack"])
+def test_tx_settling_a_tag_twice_is_an_unknown_tag(broker: BrokerUnderTest, first: str) -> None:
+    """A transaction's ack, reject or nack takes the tag off the channel's unacked list
+    at once (rabbit_channel:collect_acks), though the queue hears of it at the commit."""
+
+    def action(ch: BlockingChannel) -> None:
+        q = ch.queue_declare("", exclusive=True).method.queue
+        ch.basic_publish("", q, b"a")
+        ch.tx_select()
+        m, _, _ = ch.basic_get(q)
+        getattr(ch, f"basic_{first}")(m.delivery_tag)
+        ch.basic_ack(m.delivery_tag)
+
+    assert channel_error(broker, action) == (406, "PRECONDITION_FAILED - unknown delivery tag 1")
+
+
+@pytest.mark.parametrize(
+    ("settles", "unknown"),
+    [
+        ([(1, False), (1, True)], 1),  # a multiple ack reaching up to a settled tag
+        ([(0, True), (1, False)], 1),  # ack-all in a transaction settled tag 1 too
+        ([(2, False), (2, True)], 2),
+    ],
+    ids=["single-then-multiple", "all-then-single", "tag-2-then-multiple"],
+)
+def test_tx_multiple_acks_meet_settled_tags(
+    broker: BrokerUnderTest, settles: list[tuple[int, bool]], unknown: int
+) -> None:
+    def action(ch: BlockingChannel) -> None:
+        q = ch.queue_declare("", exclusive=True).method.queue
+        fill(ch, q, 2)
+        ch.tx_select()
+        ch.basic_get(q)
+        ch.basic_get(q)
+        for tag, multiple in settles:
+            ch.basic_ack(tag, multiple=multiple)
+
+    assert channel_error(broker, action) == (
+        406,
+        f"PRECONDITION_FAILED - unknown delivery tag {unknown}",
+    )
+
+
+def test_tx_rollback_returns_settled_tags_in_order(broker: BrokerUnderTest, name: str) -> None:
+    with connect(broker) as conn:
+        ch = conn.channel()
+        ch.queue_declare(name, exclusive=True)
+        fill(ch, name, 3)
+        ch.tx_select()
+        for _ in range(3):
+            ch.basic_get(name)
+        ch.basic_reject(3)
+        ch.basic_nack(1, requeue=False)
+        ch.tx_rollback()
+        ch.basic_ack(2, multiple=True)  # 1 and 2 are back, in order
+        ch.basic_ack(3)
+        ch.tx_commit()
+        ok = ch.queue_declare(name, passive=True).method
+        assert ok.message_count == 0
+        with pytest.raises(pika.exceptions.ChannelClosedByBroker) as exc:
+            ch.basic_ack(1)
+            ch.queue_declare(name, passive=True)
+        assert (exc.value.reply_code, exc.value.reply_text) == (
+            406,
+            "PRECONDITION_FAILED - unknown delivery tag 1",
+        )
+
+
+@pytest.mark.parametrize("global_qos", [False, True], ids=["consumer", "channel"])
+def test_tx_acks_return_prefetch_credit_at_commit(
+    broker: BrokerUnderTest, name: str, global_qos: bool
+) -> None:
+    with connect(broker) as conn:
+        ch = conn.channel()
+        ch.queue_declare(name, exclusive=True)
+        fill(ch, name, 3)
+        ch.basic_qos(prefetch_count=1, global_qos=global_qos)
+        ch.tx_select()
+        got: list[tuple[int, bytes]] = []
+        ch.basic_consume(name, lambda c, m, p, b: got.append((m.delivery_tag, b)))
+        wait_for(conn, lambda: got)
+        ch.basic_ack(1)
+        settle(conn, 0.3)
+        assert got == [(1, b"m0")]
+        ch.tx_commit()
+        wait_for(conn, lambda: len(got) == 2)
+        settle(conn, 0.1)
+        assert got == [(1, b"m0"), (2, b"m1")]
+
+
+def test_tx_settles_of_a_closed_channel_are_requeued(broker: BrokerUnderTest, name: str) -> None:
+    with connect(broker) as conn:
+        ch = conn.channel()
+        ch.queue_declare(name, exclusive=True)
+        fill(ch, name, 2)
+        tx = conn.channel()
+        tx.tx_select()
+        tx.basic_get(name)
+        tx.basic_get(name)
+        tx.basic_ack(2)
+        tx.close()
+        settle(conn, 0.2)
+        bodies = [ch.basic_get(name, auto_ack=True) for _ in range(2)]
+        assert [(m.redelivered, b) for m, _, b in bodies] == [(True, b"m0"), (True, b"m1")]
+
+
+def test_tx_publish_is_routed_when_published(broker: BrokerUnderTest, name: str) -> None:
+    """RabbitMQ routes a transactional publish when it is published and delivers it at
+    the commit: bindings changed in between do not change where it goes, nor does the
+    exchange's deletion."""
+    with connect(broker) as conn:
+        ch = conn.channel()
+        ch.exchange_declare(name, "direct")
+        before, after = f"{name}-before", f"{name}-after"
+        for q in (before, after):
+            ch.queue_declare(q, exclusive=True)
+        ch.queue_bind(before, name, "k")
+        ch.tx_select()
+        ch.basic_publish(name, "k", b"first")
+        ch.queue_unbind(before, name, "k")
+        ch.queue_bind(after, name, "k")
+        ch.tx_commit()
+        ch.basic_publish(name, "k", b"second")
+        ch.exchange_delete(name)
+        ch.tx_commit()
+        counts = [ch.queue_declare(q, passive=True).method.message_count for q in (before, after)]
+        assert counts == [1, 1]
+        assert ch.basic_get(before, auto_ack=True)[2] == b"first"
+        assert ch.basic_get(after, auto_ack=True)[2] == b"second"
+
+
+def test_tx_publish_reaches_the_queues_named_at_commit(broker: BrokerUnderTest, name: str) -> None:
+    """What a transactional publish was routed to is a list of queue names, looked up at
+    the commit: the default exchange names a queue for the routing key whether or not it
+    exists, so a queue declared before the commit takes the message, a queue deleted
+    before it does not (mandatory: returned at the commit), and a queue deleted and
+    declared again takes it."""
+    with connect(broker) as conn:
+        ch = conn.channel()
+        returned: list[str] = []
+        ch.add_on_return_callback(lambda c, m, p, b: returned.append(b.decode()))
+        declared, deleted, again = f"{name}-declared", f"{name}-deleted", f"{name}-again"
+        ch.queue_declare(deleted)
+        ch.queue_declare(again, exclusive=True)
+        ch.tx_select()
+        for q in (declared, deleted, again):
+            ch.basic_publish("", q, q.encode(), mandatory=True)
+        ch.queue_declare(declared, exclusive=True)
+        ch.queue_delete(deleted)
+        ch.queue_delete(again)
+        ch.queue_declare(again, exclusive=True)
+        settle(conn, 0.1)
+        assert returned == []
+        ch.tx_commit()
+        wait_for(conn, lambda: returned)
+        assert returned == [deleted]
+        counts = [ch.queue_declare(q, passive=True).method.message_count for q in (declared, again)]
+        assert counts == [1, 1]
+
+
+def test_tx_commit_delivers_the_publishes_before_the_settles(
+    broker: BrokerUnderTest, name: str
+) -> None:
+    """At the commit RabbitMQ delivers the transaction's publishes, then settles its acks
+    and rejects: a publish into a full reject-publish queue goes in before a reject of
+    the same transaction requeues the message that filled it."""
+    with connect(broker) as conn:
+        ch = conn.channel()
+        ch.queue_declare(
+            name, exclusive=True, arguments={"x-max-length": 1, "x-overflow": "reject-publish"}
+        )
+        ch.basic_publish("", name, b"first")
+        ch.tx_select()
+        m, _, _ = ch.basic_get(name)
+        ch.basic_reject(m.delivery_tag, requeue=True)
+        ch.basic_publish("", name, b"second")
+        ch.tx_commit()
+        assert ch.queue_declare(name, passive=True).method.message_count == 2
+
+
+def test_tx_commit_a_queue_refuses_is_a_partial_completion(
+    broker: BrokerUnderTest, name: str
+) -> None:
+    """A queue that refuses a transaction's publish (x-overflow reject-publish) fails the
+    commit: the rest of the transaction was applied, and the channel closes."""
+    with connect(broker) as conn:
+        ch = conn.channel()
+        full, other = f"{name}-full", f"{name}-other"
+        ch.queue_declare(
+            full, exclusive=True, arguments={"x-max-length": 1, "x-overflow": "reject-publish"}
+        )
+        ch.queue_declare(other, exclusive=True)
+        ch.basic_publish("", other, b"acked")
+        tx = conn.channel()
+        tx.tx_select()
+        m, _, _ = tx.basic_get(other)
+        tx.basic_ack(m.delivery_tag)
+        for body in (b"fits", b"refused", b"after"):
+            tx.basic_publish("", full, body)
+        tx.basic_publish("", other, b"published")
+        with pytest.raises(pika.exceptions.ChannelClosedByBroker) as exc:
+            tx.tx_commit()
+        assert (exc.value.reply_code, exc.value.reply_text) == (
+            406,
+            "PRECONDITION_FAILED - partial tx completion",
+        )
+        counts = [ch.queue_declare(q, passive=True).method.message_count for q in (full, other)]
+        assert counts == [1, 1]
+        assert ch.basic_get(other, auto_ack=True)[2] == b"published"
 
 
 def test_get_empty_and_get_ok_fields(broker: BrokerUnderTest, name: str) -> None:

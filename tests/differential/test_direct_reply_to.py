@@ -213,3 +213,29 @@ def test_rpc_with_aio_pika(broker: BrokerUnderTest, name: str) -> None:
             return [await asyncio.wait_for(replies.get(), 5) for _ in range(3)]
 
     assert asyncio.run(run()) == [b"re: q0", b"re: q1", b"re: q2"]
+
+
+def test_a_transactional_reply_goes_out_when_published(
+    broker: BrokerUnderTest, name: str
+) -> None:
+    """RabbitMQ's default exchange hands a reply to its channel while routing, and a
+    transaction routes when it publishes: the reply is delivered at once, and a rollback
+    cannot take it back."""
+    with connect(broker) as client, connect(broker) as server:
+        ch = client.channel()
+        got: list[bytes] = []
+        ch.basic_consume(REPLY_TO, lambda c, m, p, b: got.append(b), auto_ack=True)
+        ch.queue_declare(name, exclusive=True)
+        address = request(ch, name)
+        sch = server.channel()
+        sch.tx_select()
+        sch.basic_publish("", address, b"rolled back")
+        settle(client, 0.3)
+        assert got == [b"rolled back"]
+        sch.tx_rollback()
+        sch.basic_publish("", address, b"committed")
+        settle(client, 0.3)
+        assert got == [b"rolled back", b"committed"]
+        sch.tx_commit()
+        settle(client, 0.2)
+        assert got == [b"rolled back", b"committed"]

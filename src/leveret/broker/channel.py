@@ -5,6 +5,8 @@ prefetch, publisher confirms and transactions. It sees its connection as a
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Callable
+from itertools import takewhile
 from typing import TYPE_CHECKING, Any, Protocol
 
 from pamqp import commands
@@ -42,6 +44,14 @@ DELIVER_ACK, DELIVER, GET_ACK, GET, GET_EMPTY, REDELIVER, ACK = range(7)
 PUBLISHED, CONFIRMED, RETURNED, DROPPED = range(4)
 
 
+# A transaction's publish: the exchange, the message, mandatory, and the names of the
+# queues it was routed to when it was published
+TxPublish = tuple["Exchange", Message, bool, list[str]]
+# A transaction's ack, nack or reject: its kind, requeue, and the (tag, delivery) pairs
+# it took off the unacked list
+TxSettle = tuple[str, bool, list[tuple[int, "Delivery"]]]
+
+
 class Delivery:
     __slots__ = ("consumer", "entry", "queue")
 
@@ -66,8 +76,9 @@ class Channel:
         self.confirm_upto = 0  # highest seq waiting to be acked (coalesced per batch)
         self.settled_upto = 0  # highest seq acked or nacked to the client
         self.tx = False
-        self.tx_publishes: list[tuple[Exchange, Message, bool]] = []
-        self.tx_settles: list[tuple[str, int, bool, bool]] = []
+        self.tx_publishes: list[TxPublish] = []
+        self.tx_settles: list[TxSettle] = []
+        self.tx_held = 0  # deliveries the transaction's settles took, not yet committed
         self.last_declared_queue = ""
         # direct reply-to: the consumer tag (and its wire form) and the address suffix
         self.reply: tuple[str, str, bytes] | None = None
@@ -97,14 +108,16 @@ class Channel:
     def can_deliver(self) -> bool:
         if not self.host.writable or self.closed:
             return False
-        return not self.global_prefetch or len(self.unacked) < self.global_prefetch
+        # what a transaction settled counts until it commits (RabbitMQ's limiter hears
+        # of the acks then)
+        return not self.global_prefetch or len(self.unacked) + self.tx_held < self.global_prefetch
 
     def credit(self) -> int:
         if not self.host.writable or self.closed:
             return 0
         if not self.global_prefetch:
             return UNLIMITED
-        return self.global_prefetch - len(self.unacked)
+        return self.global_prefetch - len(self.unacked) - self.tx_held
 
     def deliver(self, consumer: Consumer, queue: Queue, entry: Entry) -> None:
         tag = self.next_tag
@@ -251,6 +264,8 @@ class Channel:
 
     # ----------------------------------------------------------------- settling
     def _collect(self, tag: int, multiple: bool) -> list[Delivery]:
+        """Take what an ack/nack/reject of ``tag`` settles off the unacked list
+        (rabbit_channel:collect_acks)."""
         unacked = self.unacked
         if multiple and tag == 0:
             out = list(unacked.values())
@@ -268,6 +283,19 @@ class Channel:
             out.append(unacked.pop(first))
         return out
 
+    def _collect_tagged(self, tag: int, multiple: bool) -> list[tuple[int, Delivery]]:
+        """:meth:`_collect` for a transaction, keeping the tags for a rollback."""
+        unacked = self.unacked
+        if multiple and tag == 0:
+            tags = list(unacked)
+        elif tag not in unacked:
+            raise errors.precondition_failed(f"unknown delivery tag {tag}")
+        elif multiple:
+            tags = list(takewhile(tag.__ge__, unacked))
+        else:
+            tags = [tag]
+        return [(t, unacked.pop(t)) for t in tags]
+
     def _covered(self, tag: int, multiple: bool) -> list[Delivery]:
         """The deliveries an ack/nack/reject of ``tag`` would settle, left in place."""
         if multiple:
@@ -276,19 +304,21 @@ class Channel:
         return [d] if d is not None else []
 
     def settle(self, kind: str, tag: int, multiple: bool, requeue: bool) -> None:
-        """ack, nack or reject. In a transaction, validated now and applied on commit."""
+        """ack, nack or reject. In a transaction, what it settles leaves the unacked list
+        at once, as in RabbitMQ (settling a tag twice is an unknown tag), and the queues
+        hear of it at the commit; a rollback puts it back."""
         if kind != "ack":
             for d in self._covered(tag, multiple):
                 d.queue.check_reject()
         if self.tx:
-            if not (multiple and tag == 0) and tag not in self.unacked:
-                raise errors.precondition_failed(f"unknown delivery tag {tag}")
-            self.tx_settles.append((kind, tag, multiple, requeue))
+            taken = self._collect_tagged(tag, multiple)
+            self.tx_settles.append((kind, requeue, taken))
+            self.tx_held += len(taken)
             return
-        self._settle(kind, tag, multiple, requeue)
+        self._apply(kind, self._collect(tag, multiple), requeue)
 
-    def _settle(self, kind: str, tag: int, multiple: bool, requeue: bool) -> None:
-        deliveries = self._collect(tag, multiple)
+    def _apply(self, kind: str, deliveries: list[Delivery], requeue: bool) -> None:
+        """Settle ``deliveries`` with their queues."""
         by_queue: dict[Queue, list[Entry]] = {}
         for d in deliveries:
             if d.consumer is not None:
@@ -344,22 +374,46 @@ class Channel:
             raise errors.precondition_failed("cannot switch from confirm to tx mode")
         self.tx = True
 
-    def tx_commit(self) -> list[tuple[Exchange, Message, bool]]:
-        """Apply the transaction's settlements; its publishes, for the caller to route."""
+    def tx_commit(self, deliver: Callable[[TxPublish], bool]) -> bool:
+        """Commit as RabbitMQ does: the publishes first, each through ``deliver``, then
+        the settlements. ``deliver`` answers False when a publish ended the connection:
+        the commit stops there (and the settlements not applied are requeued with the
+        channel's other outstanding deliveries when it closes)."""
         if not self.tx:
             raise errors.precondition_failed("channel is not transactional")
-        settles, self.tx_settles = self.tx_settles, []
-        for kind, tag, multiple, requeue in settles:
-            if (multiple and tag == 0) or tag in self.unacked:
-                self._settle(kind, tag, multiple, requeue)
         publishes, self.tx_publishes = self.tx_publishes, []
-        return publishes
+        for publish in publishes:
+            if not deliver(publish):
+                return False
+        settles, self.tx_settles = self.tx_settles, []
+        self.tx_held = 0
+        for kind, requeue, taken in settles:
+            self._apply(kind, [d for _, d in taken], requeue)
+        return True
 
     def tx_rollback(self) -> None:
+        """Forget the publishes; what the settlements took goes back on the unacked
+        list, in delivery-tag order."""
         if not self.tx:
             raise errors.precondition_failed("channel is not transactional")
         self.tx_publishes.clear()
-        self.tx_settles.clear()
+        if self.tx_settles:
+            back = self._take_held()
+            unacked = self.unacked
+            merged = sorted([*unacked.items(), *back], key=_tag)
+            unacked.clear()
+            unacked.update(merged)
+
+    @property
+    def acks_uncommitted(self) -> int:
+        """The deliveries the transaction acked (RabbitMQ counts no nack or reject)."""
+        return sum(len(taken) for kind, _, taken in self.tx_settles if kind == "ack")
+
+    def _take_held(self) -> list[tuple[int, Delivery]]:
+        held = [pair for _, _, taken in self.tx_settles for pair in taken]
+        self.tx_settles = []
+        self.tx_held = 0
+        return held
 
     def confirmed_ok(self, seq: int) -> None:
         self.confirm_upto = seq
@@ -410,6 +464,14 @@ class Channel:
         self.host.pending_confirms.discard(self)
         for tag in list(self.consumers):
             self.cancel(tag)
-        deliveries = list(self.unacked.values())
+        if self.tx_settles:  # settled in a transaction never committed: back too
+            held = sorted([*self.unacked.items(), *self._take_held()], key=_tag)
+            deliveries = [d for _, d in held]
+        else:
+            deliveries = list(self.unacked.values())
         self.unacked.clear()
         self._requeue(deliveries)
+
+
+def _tag(pair: tuple[int, Delivery]) -> int:
+    return pair[0]

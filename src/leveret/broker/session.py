@@ -14,7 +14,7 @@ from pamqp import commands
 from leveret.broker import errors as rabbit
 from leveret.broker import names
 from leveret.broker.broker import Broker
-from leveret.broker.channel import CONFIRMED, DROPPED, PUBLISHED, RETURNED, Channel
+from leveret.broker.channel import CONFIRMED, DROPPED, PUBLISHED, RETURNED, Channel, TxPublish
 from leveret.broker.events import Event
 from leveret.broker.message import Message
 from leveret.broker.queues import Queue, queue_type_name
@@ -601,10 +601,24 @@ class Session:
         self.output.send_method(ch.number, C.Tx.SelectOk())
 
     def _tx_commit(self, ch: Channel, m: C.Tx.Commit) -> None:
-        for exchange, message, mandatory in ch.tx_commit():
-            result = self.vhost_obj.publish_to(exchange, message, mandatory)  # may raise Crash
-            if not self._published(ch, message, result, seq=0):
-                return
+        vhost = self.vhost_obj
+        refused = False
+
+        def deliver(publish: TxPublish) -> bool:
+            nonlocal refused
+            # to the queues it was routed to when published, those that still exist
+            exchange, message, mandatory, names = publish
+            routed = vhost.queues_named(names)
+            result = vhost.publish_to(exchange, message, mandatory, routed=routed)
+            refused = refused or result.refused
+            return self._published(ch, message, result, seq=0)
+
+        if not ch.tx_commit(deliver):
+            return
+        if refused:
+            # a queue refused a publish (x-overflow reject-publish): RabbitMQ's commit,
+            # which waits for the queues to confirm, fails once the rest is applied
+            raise errors.precondition_failed("partial tx completion")
         self.output.send_method(ch.number, C.Tx.CommitOk())
 
     def _tx_rollback(self, ch: Channel, m: C.Tx.Rollback) -> None:
@@ -631,13 +645,12 @@ class Session:
         try:
             if immediate:
                 raise errors.not_implemented("immediate=true")
-            # VirtualHost.publish's two halves, called apart: a transaction routes at commit
+            # VirtualHost.publish's two halves, called apart: a transaction routes now
+            # and delivers at the commit
             reply_suffix = ch.reply[1] if ch.reply is not None else None
             exchange, message = vhost.authorize_publish(
                 exchange_name, message, self._username, self.permission, reply_suffix
             )
-            if ch.tx:
-                vhost.trace_publish(exchange, message, ch.tap)  # traced now, as RabbitMQ
         except AMQPError as exc:
             self.fail(number, exc.with_method(*spec.method_ids(C.Basic.Publish)))
             return
@@ -651,10 +664,11 @@ class Session:
         if ch.confirm:
             ch.publish_seq += 1
             seq = ch.publish_seq
-        if ch.tx:
-            ch.tx_publishes.append((exchange, message, mandatory))
-            return
         try:
+            if ch.tx:
+                names = vhost.route_names(exchange, message, ch.tap)
+                ch.tx_publishes.append((exchange, message, mandatory, names))
+                return
             result = vhost.publish_to(
                 exchange, message, mandatory, ch.tap if vhost.tracing else None
             )

@@ -701,18 +701,26 @@ class VirtualHost:
         return self.publish_to(exchange, message, mandatory, tap)
 
     def publish_to(
-        self, exchange: Exchange, message: Message, mandatory: bool, tap: Tap | None = None
+        self,
+        exchange: Exchange,
+        message: Message,
+        mandatory: bool,
+        tap: Tap | None = None,
+        routed: list[Queue] | None = None,
     ) -> PublishResult:
-        """Route an authorized message and enqueue it (a transaction's commit routes
-        what it authorized earlier). With tracing on, the publish is traced as ``tap``."""
-        if exchange is self.default_exchange and (
-            message.cc or message.routing_key.startswith(REPLY_PREFIX)
-        ):
-            # reply addresses reach channels, never queues (no queue has such a name)
-            for target in self._reply_targets(exchange, message):
-                target.deliver_reply(message)
-            queues = self.route(exchange, message)
+        """Route an authorized message and enqueue it. With tracing on, the publish is
+        traced as ``tap``. A transaction's commit passes the queues it was ``routed`` to
+        when it was published (see :meth:`route_names`), and no ``tap``: it was traced
+        then."""
+        if routed is not None:
+            queues = routed
         else:
+            if exchange is self.default_exchange and (
+                message.cc or message.routing_key.startswith(REPLY_PREFIX)
+            ):
+                # reply addresses reach channels, never queues (no queue has such a name)
+                for target in self._reply_targets(exchange, message):
+                    target.deliver_reply(message)
             queues = self.route(exchange, message)
         exchange.published_in += 1
         if self.tracing and tap is not None:
@@ -748,12 +756,36 @@ class VirtualHost:
             return ROUTED
         return PublishResult(True, False, refused, unstorable, tuple(congested))
 
-    # --------------------------------------------------------------------- trace
-    def trace_publish(self, exchange: Exchange, message: Message, tap: Tap) -> None:
-        """Trace a publish routed later (a transaction's, traced when it is published)."""
+    def route_names(self, exchange: Exchange, message: Message, tap: Tap) -> list[str]:
+        """Route a transactional publish when it is published, as RabbitMQ 3.10 does
+        (rabbit_exchange:route in basic.publish; the commit only delivers): the names
+        of the queues it is to reach, looked up again at the commit with
+        :meth:`queues_named` (a queue deleted in between is skipped, and one declared in
+        between under a name the default exchange routes to is reached, as RabbitMQ's
+        default exchange routes to every key's name, existing or not). Replies to
+        direct reply-to addresses go out now, and the publish is traced now."""
+        queues: list[Queue]
+        if exchange is self.default_exchange:
+            if message.cc or message.routing_key.startswith(REPLY_PREFIX):
+                for target in self._reply_targets(exchange, message):
+                    target.deliver_reply(message)
+            names = list(
+                dict.fromkeys(k for k in message.routing_keys if not k.startswith(REPLY_PREFIX))
+            )
+            queues = []  # the trace names the keys
+        else:
+            queues = self.route(exchange, message)
+            names = [q.name for q in queues]
         if self.tracing:
-            self._trace_publish(exchange, message, self.route(exchange, message), tap)
+            self._trace_publish(exchange, message, queues, tap)
+        return names
 
+    def queues_named(self, names: list[str]) -> list[Queue]:
+        """The queues of ``names`` that exist now."""
+        queues = self.queues
+        return [q for name in names if (q := queues.get(name)) is not None]
+
+    # --------------------------------------------------------------------- trace
     def _trace_publish(
         self, exchange: Exchange, message: Message, queues: list[Queue], tap: Tap
     ) -> None:

@@ -92,7 +92,7 @@ class BrokerCollector(Collector):
                     len(ch.unacked),
                     ch.unconfirmed,
                     len(ch.tx_publishes),
-                    len(ch.tx_settles),
+                    ch.acks_uncommitted,
                     ch.global_prefetch,
                 ]
                 for k, (gauge, value) in enumerate(zip(gauges, values, strict=True)):

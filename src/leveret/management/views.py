@@ -326,7 +326,7 @@ def channel(ch: Channel, stats: Stats, node: str) -> dict[str, Any]:
     s = ch.host
     peer = s.peer or ("", 0)
     out: dict[str, Any] = {
-        "acks_uncommitted": len(ch.tx_settles),
+        "acks_uncommitted": ch.acks_uncommitted,
         "confirm": ch.confirm,
         "connection_details": {
             "name": s.name,
