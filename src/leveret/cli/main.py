@@ -118,6 +118,22 @@ def server(
             help="AMQP over TLS port, once a certificate is set (default 5671).",
         ),
     ] = None,
+    stream_port: Annotated[
+        int | None,
+        typer.Option(
+            "--stream-port",
+            envvar="LEVERET_STREAM_PORT",
+            help="RabbitMQ's stream protocol port (default 5552; 0 picks a free one).",
+        ),
+    ] = None,
+    stream_listener: Annotated[
+        bool | None,
+        typer.Option(
+            "--stream-listener/--no-stream-listener",
+            envvar="LEVERET_STREAM_LISTENER",
+            help="The stream protocol listener (on by default).",
+        ),
+    ] = None,
     tls_cert: Annotated[
         Path | None,
         typer.Option("--tls-cert", envvar="LEVERET_TLS_CERT", help="Server certificate (PEM)."),
@@ -188,6 +204,8 @@ def server(
             data_dir=data_dir,
             tcp_listener=tcp_listener,
             amqps_port=amqps_port,
+            stream_port=stream_port,
+            stream_listener=stream_listener,
             tls_cert=tls_cert,
             tls_key=tls_key,
             tls_ca=tls_ca,
@@ -206,6 +224,9 @@ def server(
         print(f"Prometheus metrics listening on {running.metrics_url}", flush=True)
         if running.tls_url is not None and running.server.config.tcp_listener:
             print(f"AMQP over TLS listening on {running.tls_url}", flush=True)
+        if running.server.stream_port:
+            host = running.server.stream_host
+            print(f"Stream protocol listening on {host}:{running.server.stream_port}", flush=True)
         print(f"Server startup complete; listening on {running.url}", flush=True)
 
     try:

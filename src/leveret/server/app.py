@@ -17,6 +17,7 @@ from leveret.server.config import Config, ConfigError
 from leveret.server.log_exchange import LogExchangeHandler
 from leveret.server.resources import ResourceMonitor
 from leveret.server.state import Limits, Listener, ServerState, Slots
+from leveret.server.stream import StreamProtocol
 from leveret.server.tls import server_context
 from leveret.store.setup import Persistence
 
@@ -62,6 +63,8 @@ class Server:
         self._alarm_handle: asyncio.TimerHandle | None = None
         self.port = 0
         self.host = config.bind
+        self.stream_port = 0
+        self.stream_host = config.bind
 
     def setup_broker(self) -> None:
         """Stored state, then the users, vhosts and permissions of the configuration."""
@@ -99,6 +102,8 @@ class Server:
                 host, self.tls_port = await self._listen(config.amqps_port, secure, tls_context)
                 if not config.tcp_listener:
                     self.host, self.port = host, self.tls_port
+            if config.stream_listener:
+                await self._listen_stream()
         except BaseException:
             for server in self._servers:
                 server.close()
@@ -133,6 +138,31 @@ class Server:
         bound_host, bound_port = server.sockets[0].getsockname()[:2]
         self.listeners.append((listener.protocol, str(bound_host), int(bound_port)))
         return str(bound_host), int(bound_port)
+
+    async def _listen_stream(self) -> None:
+        """RabbitMQ's stream protocol. Clients connect to the host and port a stream's
+        metadata advertises: the configured host, else this machine's name, as
+        RabbitMQ's plugin does, and the port actually bound."""
+        host: str | None = self.config.bind
+        if host in ("", "::"):
+            host = None
+        advertised_host = self.config.stream_advertised_host or socket.gethostname()
+        limits = self.state.limits
+        server = await self.loop.create_server(
+            lambda: StreamProtocol(
+                self.state, (advertised_host, self.stream_port), 1_048_576, limits.heartbeat
+            ),
+            host=host,
+            port=self.config.stream_port,
+            reuse_address=True,
+            backlog=1024,
+        )
+        self._servers.append(server)
+        for sock in server.sockets:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        bound_host, bound_port = server.sockets[0].getsockname()[:2]
+        self.stream_host, self.stream_port = str(bound_host), int(bound_port)
+        self.listeners.append(("stream", self.stream_host, self.stream_port))
 
     @property
     def memory_alarm(self) -> bool:

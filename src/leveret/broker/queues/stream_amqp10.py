@@ -1,0 +1,182 @@
+"""How a RabbitMQ 3.10 stream turns AMQP 0-9-1 messages into the AMQP 1.0 messages its
+stream protocol delivers, and back (rabbit_msg_record), as measured on RabbitMQ 3.10.8:
+
+- message annotations: ``x-routing-key``, ``x-exchange``, then ``x-basic-priority``,
+  ``x-basic-delivery-mode`` (ubyte) and ``x-basic-expiration`` when set;
+- properties (only when one of them is set): message-id, user-id (binary), reply-to,
+  correlation-id, content-type and content-encoding (symbols), creation-time (the
+  timestamp, in ms), the other fields null;
+- application properties: ``x-basic-type``, ``x-basic-app-id``, then the headers;
+- one data section, the body.
+
+Back to AMQP 0-9-1, a message published over the stream protocol has exchange ``""`` and
+the stream's name as routing key unless its annotations say otherwise; subject and
+group-id have no place and are dropped."""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+from pamqp import commands
+
+from leveret.protocol import properties as props091
+from leveret.protocol.stream import amqp10
+from leveret.protocol.stream.amqp10 import Value
+
+
+def _str(v: str) -> Value:
+    return ("string", v)
+
+
+def _sym(v: str) -> Value:
+    return ("symbol", v)
+
+
+def _header_value(v: Any) -> Value | None:
+    if isinstance(v, bool):
+        return ("bool", v)
+    if isinstance(v, int):
+        return ("int", v) if -(2**31) <= v < 2**31 else ("long", v)
+    if isinstance(v, float):
+        return ("double", v)
+    if isinstance(v, str):
+        return _str(v)
+    if isinstance(v, bytes):
+        return ("binary", v)
+    if isinstance(v, datetime.datetime):
+        return ("timestamp", int(v.timestamp() * 1000))
+    if v is None:
+        return ("null", None)
+    return None  # tables and arrays have no place in application properties
+
+
+def to_amqp10(exchange: str, routing_key: str, properties: bytes, body: bytes) -> bytes:
+    """An AMQP 0-9-1 message as a stream delivers it over the stream protocol."""
+    try:
+        p = props091.decode(properties)
+    except ValueError:
+        p = commands.Basic.Properties()
+    annotations: list[tuple[Value, Value]] = [
+        (_sym("x-routing-key"), _str(routing_key)),
+        (_sym("x-exchange"), _str(exchange)),
+    ]
+    if p.priority is not None:
+        annotations.append((_sym("x-basic-priority"), ("ubyte", p.priority)))
+    if p.delivery_mode is not None:
+        annotations.append((_sym("x-basic-delivery-mode"), ("ubyte", p.delivery_mode)))
+    if p.expiration:
+        annotations.append((_sym("x-basic-expiration"), _str(p.expiration)))
+    out = [amqp10.section(amqp10.MESSAGE_ANNOTATIONS, ("map", annotations))]
+    null: Value = ("null", None)
+    stamp = p.timestamp
+    fields: list[Value] = [
+        _str(p.message_id) if p.message_id else null,
+        ("binary", p.user_id.encode()) if p.user_id else null,
+        null,
+        null,
+        _str(p.reply_to) if p.reply_to else null,
+        _str(p.correlation_id) if p.correlation_id else null,
+        _sym(p.content_type) if p.content_type else null,
+        _sym(p.content_encoding) if p.content_encoding else null,
+        null,
+        (
+            ("timestamp", int(stamp.timestamp()) * 1000 if hasattr(stamp, "timestamp") else 0)
+            if stamp is not None
+            else null
+        ),
+        null,
+        null,
+        null,
+    ]
+    if any(f is not null for f in fields):
+        out.append(amqp10.section(amqp10.PROPERTIES, ("list", fields)))
+    app: list[tuple[Value, Value]] = []
+    if p.message_type:
+        app.append((_str("x-basic-type"), _str(p.message_type)))
+    if p.app_id:
+        app.append((_str("x-basic-app-id"), _str(p.app_id)))
+    for k, v in (p.headers or {}).items():
+        value = _header_value(v)
+        if value is not None:
+            app.append((_str(k), value))
+    if app:
+        out.append(amqp10.section(amqp10.APPLICATION_PROPERTIES, ("map", app)))
+    out.append(amqp10.section(amqp10.DATA, ("binary", body)))
+    return b"".join(out)
+
+
+def _plain(value: Value) -> Any:
+    kind, v = value
+    if kind == "timestamp":
+        return datetime.datetime.fromtimestamp(v / 1000, tz=datetime.UTC)
+    if kind in ("list", "array"):
+        return [_plain(i) for i in v]
+    if kind == "map":
+        return {str(_plain(k)): _plain(x) for k, x in v}
+    if kind == "described":
+        return _plain(v[1])
+    return v
+
+
+def from_amqp10(message: bytes, stream: str) -> tuple[str, str, bytes, bytes]:
+    """A message published over the stream protocol as AMQP 0-9-1 delivers it: exchange,
+    routing key, content-header property bytes, body. Raises ValueError for bytes that
+    are not an AMQP 1.0 message (RabbitMQ 3.10 fails the consuming connection then)."""
+    exchange, key = "", stream
+    p = commands.Basic.Properties()
+    headers: dict[str, Any] = {}
+    body_parts: list[bytes] = []
+    for code, value in amqp10.sections(message):
+        if code == amqp10.MESSAGE_ANNOTATIONS and value[0] == "map":
+            for k, v in value[1]:
+                name = _plain(k)
+                if name == "x-exchange":
+                    exchange = str(_plain(v))
+                elif name == "x-routing-key":
+                    key = str(_plain(v))
+                elif name == "x-basic-priority":
+                    p.priority = int(_plain(v))
+                elif name == "x-basic-delivery-mode":
+                    p.delivery_mode = int(_plain(v))
+                elif name == "x-basic-expiration":
+                    p.expiration = str(_plain(v))
+        elif code == amqp10.HEADER and value[0] == "list":
+            fields = value[1]
+            if fields and fields[0] == ("bool", True) and p.delivery_mode is None:
+                p.delivery_mode = 2
+            if len(fields) > 1 and fields[1][0] == "ubyte" and p.priority is None:
+                p.priority = fields[1][1]
+        elif code == amqp10.PROPERTIES and value[0] == "list":
+            f = [_plain(x) for x in value[1]] + [None] * 13
+            if f[0] is not None:
+                p.message_id = str(f[0])
+            if f[1] is not None:
+                p.user_id = f[1].decode() if isinstance(f[1], bytes) else str(f[1])
+            if f[4] is not None:
+                p.reply_to = str(f[4])
+            if f[5] is not None:
+                p.correlation_id = str(f[5])
+            if f[6] is not None:
+                p.content_type = str(f[6])
+            if f[7] is not None:
+                p.content_encoding = str(f[7])
+            if isinstance(f[9], datetime.datetime):
+                p.timestamp = f[9].replace(microsecond=0)
+        elif code == amqp10.APPLICATION_PROPERTIES and value[0] == "map":
+            for k, v in value[1]:
+                name = str(_plain(k))
+                if name == "x-basic-type":
+                    p.message_type = str(_plain(v))
+                elif name == "x-basic-app-id":
+                    p.app_id = str(_plain(v))
+                else:
+                    headers[name] = _plain(v)
+        elif code == amqp10.DATA and value[0] == "binary":
+            body_parts.append(value[1])
+        elif code == amqp10.AMQP_VALUE and value[0] in ("binary", "string"):
+            v = value[1]
+            body_parts.append(v if isinstance(v, bytes) else v.encode())
+    if headers:
+        p.headers = headers
+    return exchange, key, props091.encode_properties(p), b"".join(body_parts)
