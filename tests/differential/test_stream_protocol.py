@@ -306,7 +306,7 @@ def test_errors_for_missing_and_existing_streams(sbroker: BrokerUnderTest, sname
 AMQP091_PROPERTIES = pika.BasicProperties(
     content_type="text/plain",
     content_encoding="gzip",
-    headers={"a": 1, "s": "x", "b": True},
+    headers={"a": 1, "s": "x", "b": True, "by": b"raw"},
     delivery_mode=2,
     priority=3,
     correlation_id="c1",
@@ -368,8 +368,8 @@ def test_amqp091_and_stream_protocol_read_each_others_messages(
         b"\x00Sr\xc1" + bytes((len(annotations),)) + annotations
         + b"\x00Ss\xc05\r\xa1\x02m1\xa0\x05guest@@\xa1\x02r1\xa1\x02c1\xa3\ntext/plain"
         b"\xa3\x04gzip@\x83\x00\x00\x01\x8b\xcf\xe5h\x00@@@"
-        b"\x00St\xc19\n\xa1\x0cx-basic-type\xa1\x02t1\xa1\x0ex-basic-app-id\xa1\x04app1"
-        b"\xa1\x01aT\x01\xa1\x01s\xa1\x01x\xa1\x01bV\x01"
+        b"\x00St\xc1B\x0c\xa1\x0cx-basic-type\xa1\x02t1\xa1\x0ex-basic-app-id\xa1\x04app1"
+        b"\xa1\x01aT\x01\xa1\x01s\xa1\x01x\xa1\x01bV\x01\xa1\x02by\xa0\x03raw"
         b"\x00Su\xa0\x07from091"
     )  # fmt: skip
     assert raw[1][1] == bytes(message)  # as it was published
@@ -395,6 +395,7 @@ def test_amqp091_and_stream_protocol_read_each_others_messages(
         "a": 1,
         "s": "x",
         "b": True,
+        "by": b"raw",
     }
     assert (
         p1.message_id,

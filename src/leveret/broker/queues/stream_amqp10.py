@@ -42,8 +42,8 @@ def _header_value(v: Any) -> Value | None:
         return ("double", v)
     if isinstance(v, str):
         return _str(v)
-    if isinstance(v, bytes):
-        return ("binary", v)
+    if isinstance(v, (bytes, bytearray)):
+        return ("binary", bytes(v))
     if isinstance(v, datetime.datetime):
         return ("timestamp", int(v.timestamp() * 1000))
     if v is None:
