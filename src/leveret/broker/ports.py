@@ -247,6 +247,10 @@ class StreamLog(Protocol):
 
     def offset_at(self, ts_ms: int) -> int: ...
 
+    def chunk_end(self, offset: int) -> int:
+        """One past the last offset of the stored chunk that holds ``offset``."""
+        ...
+
     def store_offset(self, reference: str, offset: int) -> None:
         """A consumer's offset, kept by reference (made durable at the next sync)."""
         ...

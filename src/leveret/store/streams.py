@@ -209,6 +209,14 @@ class SegmentLog:
                 return seg.chunks[-1][0]
         return self.committed
 
+    def chunk_end(self, offset: int) -> int:
+        """One past the last offset of the chunk that holds ``offset`` (a reader that
+        hands out whole chunks stops there)."""
+        bases = [s.base for s in self.segments]
+        seg = self.segments[max(0, bisect.bisect_right(bases, offset) - 1)]
+        ci = bisect.bisect_right(seg.firsts, offset)
+        return seg.chunks[ci][0] if ci < len(seg.chunks) else seg.end
+
     def offset_at(self, ts_ms: int) -> int:
         """The first offset of the first chunk written at or after ``ts_ms``."""
         for seg in self.segments:

@@ -207,9 +207,12 @@ class StreamQueue(Queue):
     def read_amqp10(
         self, offset: int, max_count: int, max_bytes: int
     ) -> tuple[int, int, list[bytes]]:
-        """Committed records from ``offset`` on as AMQP 1.0 messages, as the stream
-        protocol delivers them: (first offset, timestamp of the first, messages)."""
-        records = self.log.read(offset, max_count, max_bytes)
+        """Committed records from ``offset`` to the end of its stored chunk at most, as
+        AMQP 1.0 messages, as the stream protocol delivers them: (first offset, timestamp
+        of the first, messages)."""
+        log = self.log
+        offset = max(offset, log.first)
+        records = log.read(offset, min(max_count, log.chunk_end(offset) - offset), max_bytes)
         if not records:
             return offset, 0, []
         out = []
