@@ -247,6 +247,11 @@ class StreamLog(Protocol):
 
     def offset_at(self, ts_ms: int) -> int: ...
 
+    def read_block(self, offset: int) -> tuple[int, int, memoryview]:
+        """Raw records from ``offset`` to the end of its stored chunk: (first offset,
+        timestamp, ``offset u64 | ts i64 | length u32 | crc u32 | payload`` each)."""
+        ...
+
     def chunk_end(self, offset: int) -> int:
         """One past the last offset of the stored chunk that holds ``offset``."""
         ...

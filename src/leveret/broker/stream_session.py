@@ -343,13 +343,11 @@ class StreamSession:
         out = self.output
         max_bytes = max(4096, (self.frame_max or 1_048_576) // 4)
         while sub.credit > 0 and out.writable() and self.subscriptions.get(sub.id) is sub:
-            first, ts, messages = sub.queue.read_amqp10(sub.offset, MAX_CHUNK_RECORDS, max_bytes)
-            if not messages:
+            first, ts, n, parts = sub.queue.read_amqp10(sub.offset, MAX_CHUNK_RECORDS, max_bytes)
+            if not n:
                 return
-            out.send_chunk(
-                sub.id, chunk.build(first, ts, chunk.simple_entries(messages), len(messages))
-            )
-            sub.offset = first + len(messages)
+            out.send_chunk(sub.id, chunk.build(first, ts, b"".join(parts), n))
+            sub.offset = first + n
             sub.credit -= 1
 
     def feed_all(self) -> None:

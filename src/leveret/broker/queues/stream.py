@@ -56,6 +56,10 @@ READ_BATCH = 256
 # AMQP 1.0 message as published (flags 0xFFFF never come from a valid AMQP 0-9-1 header).
 AMQP10_PROPERTIES = b"\xff\xff"
 _NO_ROUTE = b"\x00\x00"
+# How such a record's payload starts: no exchange, no key, properties of length 2, 0xFFFF.
+_AMQP10_HEAD = _NO_ROUTE + b"\x00\x00\x00\x02" + AMQP10_PROPERTIES
+_U32 = struct.Struct(">I")
+_REC_LEN = struct.Struct(">I")  # a stored record's payload length, at byte 16 of it
 # The consumer arguments a stream takes (rabbit_stream_queue:capabilities()).
 CONSUMER_ARGS = frozenset(("x-stream-offset", "x-credit"))
 
@@ -206,30 +210,41 @@ class StreamQueue(Queue):
 
     def read_amqp10(
         self, offset: int, max_count: int, max_bytes: int
-    ) -> tuple[int, int, list[bytes]]:
-        """Committed records from ``offset`` to the end of its stored chunk at most, as
-        AMQP 1.0 messages, as the stream protocol delivers them: (first offset, timestamp
-        of the first, messages)."""
-        log = self.log
-        offset = max(offset, log.first)
-        records = log.read(offset, min(max_count, log.chunk_end(offset) - offset), max_bytes)
-        if not records:
-            return offset, 0, []
-        out = []
-        for _offset, _ts, exchange_and_key, properties, body in records:
-            if properties == AMQP10_PROPERTIES:
-                out.append(body)
+    ) -> tuple[int, int, int, list[bytes | memoryview]]:
+        """Committed records from ``offset`` to the end of its stored chunk at most, as the
+        stream protocol delivers them: (first offset, timestamp of the chunk, how many,
+        the chunk's data entries as parts to join). Records published over the stream
+        protocol go out as the bytes stored; AMQP 0-9-1 ones are converted."""
+        first, ts, block = self.log.read_block(offset)
+        parts: list[bytes | memoryview] = []
+        n = size = at = 0
+        end = len(block)
+        unpack = _REC_LEN.unpack_from
+        pack = _U32.pack
+        marker = _AMQP10_HEAD
+        while at < end and n < max_count and size < max_bytes:
+            (length,) = unpack(block, at + 16)
+            start = at + 24
+            at = start + length
+            if block[start : start + 8] == marker:
+                parts.append(pack(length - 8))
+                parts.append(block[start + 8 : at])
             else:
-                elen = exchange_and_key[0]
-                out.append(
-                    to_amqp10(
-                        exchange_and_key[1 : 1 + elen].decode(),
-                        exchange_and_key[2 + elen :].decode(),
-                        properties,
-                        body,
-                    )
+                payload = bytes(block[start:at])
+                elen = payload[0]
+                kend = 2 + elen + payload[1 + elen]
+                (plen,) = _U32.unpack_from(payload, kend)
+                message = to_amqp10(
+                    payload[1 : 1 + elen].decode(),
+                    payload[2 + elen : kend].decode(),
+                    payload[kend + 4 : kend + 4 + plen],
+                    payload[kend + 4 + plen :],
                 )
-        return records[0][0], records[0][1], out
+                parts.append(pack(len(message)))
+                parts.append(message)
+            size += length
+            n += 1
+        return first, ts, n, parts
 
     def close(self) -> None:
         self.log.close()
