@@ -19,8 +19,7 @@ from typing import Any, TypeVar
 import pika
 import pytest
 
-from tests.brokers import RABBITMQ_STREAM_PORT, BrokerUnderTest, ensure_rabbitmq_stream
-from tests.conftest import IN_CI
+from tests.brokers import BrokerUnderTest
 
 rstream = pytest.importorskip("rstream")
 from rstream import (  # noqa: E402
@@ -41,19 +40,6 @@ CREDENTIALS: dict[str, Any] = {
     "password": "guest",
     "load_balancer_mode": True,
 }
-
-
-@pytest.fixture
-def sbroker(broker: BrokerUnderTest) -> BrokerUnderTest:
-    """The broker, with the port of its stream protocol listener."""
-    if broker.name == "rabbitmq":
-        if not ensure_rabbitmq_stream():
-            if IN_CI:
-                pytest.fail("RabbitMQ's stream plugin could not be enabled")
-            pytest.skip("RabbitMQ's stream plugin is not available")
-        broker.stream_port = RABBITMQ_STREAM_PORT
-    assert broker.stream_port, "the broker has no stream protocol listener"
-    return broker
 
 
 @pytest.fixture

@@ -156,9 +156,21 @@ def test_sigterm_stops_up_and_everything_it_started(tmp_path: Path) -> None:
     import socket
 
     up = subprocess.Popen(
-        _cli("up", "--amqp-port", "0", "--http-port", "0", "--prometheus-port", "0",
-             "--no-receiver", "--no-ingest"),
-        cwd=tmp_path, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
+        _cli(
+            "up",
+            "--amqp-port",
+            "0",
+            "--http-port",
+            "0",
+            "--prometheus-port",
+            "0",
+            "--no-receiver",
+            "--no-ingest",
+        ),
+        cwd=tmp_path,
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
         env={**os.environ, "COLUMNS": "200", "LEVERET_STREAM_PORT": "0"},
         start_new_session=True,
     )

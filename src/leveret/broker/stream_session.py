@@ -90,7 +90,9 @@ class StreamSession:
         self.publishers: dict[int, Publisher] = {}
         self.subscriptions: dict[int, Subscription] = {}
         self._confirms: dict[int, list[int]] = {}
-        self._watches: dict[int, Callable[[], None]] = {}  # by subscription id
+        # one watcher per stream this connection publishes to or reads: told of new
+        # records (feeds the subscriptions) and of the stream's deletion
+        self._watches: dict[StreamQueue, Callable[[], None]] = {}
         self.closed = False
 
     # ---------------------------------------------------------------- handshake
@@ -225,6 +227,7 @@ class StreamSession:
         if q is None:
             return self._respond(key, e.correlation_id, Code.STREAM_DOES_NOT_EXIST)
         self.publishers[e.publisher_id] = Publisher(e.publisher_id, e.stream, e.reference, q)
+        self._watch(q)
         self._respond(key, e.correlation_id, Code.OK)
 
     def publish(self, e: ev.Publish) -> None:
@@ -293,7 +296,10 @@ class StreamSession:
         self.output.send(encode.query_publisher_sequence(e.correlation_id, Code.OK, seq))
 
     def _delete_publisher(self, e: ev.DeletePublisher) -> None:
-        if self.publishers.pop(e.publisher_id, None) is None:
+        pub = self.publishers.pop(e.publisher_id, None)
+        if pub is not None:
+            self._unwatch(pub.queue)
+        if pub is None:
             return self._respond(
                 Key.DELETE_PUBLISHER, e.correlation_id, Code.PUBLISHER_DOES_NOT_EXIST
             )
@@ -324,19 +330,34 @@ class StreamSession:
             start = log_.committed
         sub = Subscription(e.subscription_id, e.stream, q, start, e.credit, dict(e.properties))
         self.subscriptions[e.subscription_id] = sub
-        q.watchers.add(self._watcher(sub))
+        self._watch(q)
         self._respond(key, e.correlation_id, Code.OK)
         self.feed(sub)
 
-    def _watcher(self, sub: Subscription) -> Callable[[], None]:
-        def watch() -> None:
-            if sub.queue.deleted:
-                self._stream_gone(sub.stream)
-            else:
-                self.feed(sub)
+    def _watch(self, q: StreamQueue) -> None:
+        if q in self._watches:
+            return
 
-        self._watches[sub.id] = watch
-        return watch
+        def watch() -> None:
+            if q.deleted:
+                self._stream_gone(q)
+                return
+            for sub in list(self.subscriptions.values()):
+                if sub.queue is q:
+                    self.feed(sub)
+
+        self._watches[q] = watch
+        q.watchers.add(watch)
+
+    def _unwatch(self, q: StreamQueue) -> None:
+        """Stop watching ``q`` once nothing of this connection uses it."""
+        if any(s.queue is q for s in self.subscriptions.values()) or any(
+            p.queue is q for p in self.publishers.values()
+        ):
+            return
+        watch = self._watches.pop(q, None)
+        if watch is not None:
+            q.watchers.discard(watch)
 
     def feed(self, sub: Subscription) -> None:
         """Chunks to ``sub`` while it has credit and the socket drains."""
@@ -375,18 +396,18 @@ class StreamSession:
 
     def _remove_subscription(self, subscription_id: int) -> None:
         sub = self.subscriptions.pop(subscription_id, None)
-        watch = self._watches.pop(subscription_id, None)
-        if sub is not None and watch is not None:
-            sub.queue.watchers.discard(watch)
+        if sub is not None:
+            self._unwatch(sub.queue)
 
-    def _stream_gone(self, stream: str) -> None:
+    def _stream_gone(self, q: StreamQueue) -> None:
         """A stream this connection used was deleted: its subscriptions and publishers go,
-        and the client hears of it (metadata update, stream not available)."""
-        for sub_id in [s.id for s in self.subscriptions.values() if s.stream == stream]:
-            self._remove_subscription(sub_id)
-        for pub_id in [p.id for p in self.publishers.values() if p.stream == stream]:
+        and the client hears of it once (metadata update, stream not available)."""
+        for sub_id in [s.id for s in self.subscriptions.values() if s.queue is q]:
+            del self.subscriptions[sub_id]
+        for pub_id in [p.id for p in self.publishers.values() if p.queue is q]:
             del self.publishers[pub_id]
-        self.output.send(encode.metadata_update(Code.STREAM_NOT_AVAILABLE, stream))
+        self._watches.pop(q, None)
+        self.output.send(encode.metadata_update(Code.STREAM_NOT_AVAILABLE, q.name))
 
     # -- offsets ----------------------------------------------------------------
     def _store_offset(self, e: ev.StoreOffset) -> None:
@@ -428,10 +449,12 @@ class StreamSession:
         if self.closed:
             return
         self.closed = True
-        for sub_id in list(self.subscriptions):
-            self._remove_subscription(sub_id)
+        self.subscriptions.clear()
         self.publishers.clear()
         self._confirms.clear()
+        for q, watch in self._watches.items():
+            q.watchers.discard(watch)
+        self._watches.clear()
 
 
 def _sub_batch_records(data: bytes, count: int) -> list[bytes]:

@@ -1,0 +1,140 @@
+"""RabbitMQ's stream protocol in raw frames, the same on Leveret and RabbitMQ 3.10.8:
+handshake failures, credit (a subscriber is sent only what its credit allows, whatever
+the stream holds), error codes and frames, and what a deleted stream's users are told."""
+
+from __future__ import annotations
+
+import struct
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from leveret.protocol.stream import events as ev
+from tests.brokers import BrokerUnderTest
+from tests.streamclient import RawStreamClient
+
+DELIVER = 0x0008
+PUBLISH_CONFIRM = 0x0003
+
+
+@pytest.fixture
+def client(sbroker: BrokerUnderTest) -> Iterator[RawStreamClient]:
+    c = RawStreamClient("127.0.0.1", sbroker.stream_port)
+    assert c.handshake() == 1
+    yield c
+    c.close()
+
+
+def new_stream(c: RawStreamClient) -> str:
+    name = f"s-{uuid.uuid4().hex[:10]}"
+    assert c.request(ev.Create(c.next_id(), name, {}), 0x0D)[0] == 1
+    return name
+
+
+def publish(c: RawStreamClient, stream: str, batches: int, per_batch: int = 1) -> None:
+    """``batches`` publish frames, each confirmed before the next (one chunk each)."""
+    assert c.request(ev.DeclarePublisher(c.next_id(), 9, "", stream), 0x01)[0] == 1
+    pid = 0
+    for _ in range(batches):
+        msgs = [(pid + i, f"m{pid + i}".encode()) for i in range(per_batch)]
+        pid += per_batch
+        c.send(ev.Publish(9, msgs, []))
+        confirmed = 0
+        while confirmed < per_batch:
+            got = c.frame(timeout=10)
+            assert got is not None
+            if got[0] == PUBLISH_CONFIRM:
+                confirmed += struct.unpack_from(">I", got[1], 1)[0]
+    assert c.request(ev.DeletePublisher(c.next_id(), 9), 0x06)[0] == 1
+
+
+def test_bad_password_and_unknown_vhost(sbroker: BrokerUnderTest) -> None:
+    c = RawStreamClient("127.0.0.1", sbroker.stream_port)
+    try:
+        assert c.handshake(password="wrong") == 8  # authentication failure
+    finally:
+        c.close()
+    c = RawStreamClient("127.0.0.1", sbroker.stream_port)
+    try:
+        assert c.handshake(vhost="no-such-vhost") == 12  # virtual host access failure
+    finally:
+        c.close()
+
+
+def test_credit_paces_deliveries(client: RawStreamClient) -> None:
+    """A subscriber with credit 2 gets two chunks however many the stream holds, and one
+    more for each credit it gives back: nothing piles up for a subscriber that stalls."""
+    stream = new_stream(client)
+    publish(client, stream, batches=20, per_batch=3)
+    sub = ev.Subscribe(client.next_id(), 1, stream, 1, 0, 2, {})
+    assert client.request(sub, 0x07)[0] == 1
+    chunks = []
+    while (got := client.frame(timeout=0.5)) is not None:
+        if got[0] == DELIVER:
+            chunks.append(got[1])
+    assert len(chunks) == 2
+    client.send(ev.Credit(1, 1))
+    got = client.frame(timeout=5)
+    assert got is not None and got[0] == DELIVER
+    assert client.frame(timeout=0.5) is None
+    # crediting an unknown subscription: a credit response, no correlation id
+    client.send(ev.Credit(7, 1))
+    got = client.frame(timeout=5)
+    assert got == (0x8009, b"\x00\x04\x07")
+
+
+def test_publish_errors(client: RawStreamClient) -> None:
+    client.send(ev.Publish(5, [(1, b"x"), (2, b"y")], []))
+    got = client.frame(timeout=5)
+    assert got is not None and got[0] == 0x0004  # publish error
+    assert got[1] == (
+        b"\x05\x00\x00\x00\x02"
+        + (1).to_bytes(8, "big") + b"\x00\x12"
+        + (2).to_bytes(8, "big") + b"\x00\x12"
+    )  # fmt: skip
+    code, _ = client.request(ev.DeclarePublisher(client.next_id(), 1, "", "missing-s"), 0x01)
+    assert code == 2
+    code, rest = client.request(ev.QueryPublisherSequence(client.next_id(), "w", "missing-s"), 0x05)
+    assert (code, rest) == (2, bytes(8))
+    client.send(ev.Metadata(client.next_id(), ("missing-s",)))
+    got = client.frame(timeout=5)
+    assert got is not None and got[0] == 0x800F
+    # no broker listed; the stream: code 2, leader 0xFFFF, no replicas
+    assert (
+        got[1][4:]
+        == b"\x00\x00\x00\x00\x00\x00\x00\x01\x00\tmissing-s\x00\x02\xff\xff\x00\x00\x00\x00"
+    )
+
+
+def test_unknown_command_closes_the_connection(client: RawStreamClient) -> None:
+    client.send_raw(0x007F, b"")
+    got = client.frame(timeout=5)
+    assert got is not None and got[0] == 0x0016  # close, from the server
+    assert got[1] == b"\x00\x00\x00\x01\x00\x0d\x00\x0dunknown frame"
+
+
+def test_deleting_a_stream_tells_its_users_once(sbroker: BrokerUnderTest) -> None:
+    """Subscribers and publishers on other connections hear of a deleted stream once, by a
+    metadata update (stream not available), however many they had on it."""
+    clients = [RawStreamClient("127.0.0.1", sbroker.stream_port) for _ in range(3)]
+    try:
+        for c in clients:
+            assert c.handshake() == 1
+        reader, writer, admin = clients
+        stream = new_stream(admin)
+        for sub_id in (1, 2):
+            sub = ev.Subscribe(reader.next_id(), sub_id, stream, 3, 0, 5, {})
+            assert reader.request(sub, 0x07)[0] == 1
+        declare = ev.DeclarePublisher(writer.next_id(), 4, "", stream)
+        assert writer.request(declare, 0x01)[0] == 1
+        assert admin.request(ev.Delete(admin.next_id(), stream), 0x0E)[0] == 1
+        update = (0x0010, b"\x00\x06" + len(stream).to_bytes(2, "big") + stream.encode())
+        for c in (reader, writer):
+            assert c.frame(timeout=5) == update
+            assert c.frame(timeout=0.5) is None
+        # the subscriptions are gone with it
+        assert reader.request(ev.Unsubscribe(reader.next_id(), 1), 0x0C)[0] == 4
+    finally:
+        for c in clients:
+            c.close()
