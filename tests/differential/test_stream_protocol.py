@@ -392,3 +392,28 @@ def test_amqp091_and_stream_protocol_read_each_others_messages(
         p1.timestamp,
     ) == ("pm1", "text/x", "pc1", "pr", "guest", 1700000000)
     assert {k: v for k, v in p1.headers.items() if k != "x-stream-offset"} == {"k": "v"}
+
+
+def test_sub_entry_batches(sbroker: BrokerUnderTest, stream: str) -> None:
+    """Sub-entry batches, plain and gzip: one confirm each, every record read once."""
+    from rstream import CompressionType
+
+    async def scenario() -> list[bool]:
+        done: asyncio.Queue[bool] = asyncio.Queue()
+
+        async def on_confirm(status: ConfirmationStatus) -> None:
+            await done.put(status.is_confirmed)
+
+        async with producer(sbroker) as p:
+            for kind, prefix in ((CompressionType.No, "n"), (CompressionType.Gzip, "g")):
+                await p.send_sub_entry(
+                    stream,
+                    [f"{prefix}{i}".encode() for i in range(3)],
+                    compression_type=kind,
+                    on_publish_confirm=on_confirm,
+                )
+            return [await done.get(), await done.get()]
+
+    assert run(scenario) == [True, True]
+    got = run(lambda: read(sbroker, stream, spec(OffsetType.FIRST), 6))
+    assert got == [(i, b) for i, b in enumerate([b"n0", b"n1", b"n2", b"g0", b"g1", b"g2"])]

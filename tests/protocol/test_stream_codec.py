@@ -143,7 +143,10 @@ client_events = st.one_of(
         ev.Publish,
         _u8,
         st.lists(st.tuples(_u64, st.binary(max_size=30)), max_size=5),
-        st.just([]),
+        st.lists(
+            st.builds(ev.SubBatch, _u64, st.integers(0, 7), _u16, _u32, st.binary(max_size=30)),
+            max_size=2,
+        ),
     ),
     st.builds(ev.QueryPublisherSequence, _u32, _str, _str),
     st.builds(ev.DeletePublisher, _u32, _u8),

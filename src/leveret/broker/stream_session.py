@@ -11,6 +11,7 @@ costs no memory."""
 from __future__ import annotations
 
 import logging
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -28,6 +29,7 @@ from leveret.protocol.stream.spec import Code, Key, OffsetType
 log = logging.getLogger(__name__)
 
 MAX_CHUNK_RECORDS = 4096
+GZIP = 1  # sub-entry compression types: 0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd
 NO_LEADER = 0xFFFF
 
 # Stream arguments of a Create command, and the queue argument each one is.
@@ -256,11 +258,12 @@ class StreamSession:
             confirms.append(publishing_id)
         errors = []
         for batch in e.batches:
-            if batch.compression:
-                errors.append(batch.publishing_id)  # compressed sub-entries: not stored
+            records = _sub_batch_records(batch)
+            if records is None:  # a compression this broker cannot open: not stored
+                errors.append(batch.publishing_id)
                 continue
             if last is None or batch.publishing_id > last:
-                for record in _sub_batch_records(batch.data, batch.records):
+                for record in records:
                     q.append_amqp10(record)
                 last = batch.publishing_id if ref else None
             confirms.append(batch.publishing_id)
@@ -457,12 +460,23 @@ class StreamSession:
         self._watches.clear()
 
 
-def _sub_batch_records(data: bytes, count: int) -> list[bytes]:
-    """The records of an uncompressed sub-entry batch: ``u32 size | bytes`` each."""
+def _sub_batch_records(batch: ev.SubBatch) -> list[bytes] | None:
+    """The records of a sub-entry batch (``u32 size | bytes`` each, uncompressed or
+    gzip), stored one by one; None for a compression it cannot open or bad bytes."""
+    data = batch.data
+    if batch.compression == GZIP:
+        try:
+            data = zlib.decompress(data, 16 + zlib.MAX_WBITS)
+        except zlib.error:
+            return None
+    elif batch.compression != 0:
+        return None
     out = []
     pos = 0
-    for _ in range(count):
+    for _ in range(batch.records):
         n = int.from_bytes(data[pos : pos + 4], "big")
+        if pos + 4 + n > len(data):
+            return None
         out.append(data[pos + 4 : pos + 4 + n])
         pos += 4 + n
     return out
