@@ -31,6 +31,7 @@ class BrokerUnderTest:
     prometheus_port: int = 15692
     tls_port: int = 0  # amqps, when the broker has a TLS listener
     stream_port: int = 0  # RabbitMQ's stream protocol, when the broker listens for it
+    stream_tls_port: int = 0  # the stream protocol over TLS
     https: bool = False  # the management API over HTTPS
 
     @property
@@ -97,6 +98,8 @@ def start_leveret(
         "0",
         "--stream-port",
         "0",
+        "--stream-tls-port",
+        "0",
         "--bind",
         "127.0.0.1",
         "--data-dir",
@@ -126,6 +129,8 @@ def start_leveret(
             ports["tls"] = int(line.strip().rsplit(":", 1)[1])
         elif line.startswith("Stream protocol listening on "):
             ports["stream"] = int(line.strip().rsplit(":", 1)[1])
+        elif line.startswith("Stream protocol over TLS listening on "):
+            ports["stream_tls"] = int(line.strip().rsplit(":", 1)[1])
         elif line.startswith("Prometheus metrics listening on "):
             ports["prometheus"] = int(line.strip().rsplit(":", 1)[1].split("/")[0])
         if "Server startup complete" in line:
@@ -141,6 +146,7 @@ def start_leveret(
                 prometheus_port=ports.get("prometheus", 0),
                 tls_port=ports.get("tls", 0),
                 stream_port=ports.get("stream", 0),
+                stream_tls_port=ports.get("stream_tls", 0),
                 https=bool(ports.get("https", 0)),
             )
             _drain(proc, broker.log)

@@ -4,6 +4,7 @@ they are, to check what unmodified clients would not show (codes, frame order, c
 from __future__ import annotations
 
 import socket
+import ssl
 import struct
 import time
 
@@ -15,10 +16,14 @@ _U32 = struct.Struct(">I")
 
 
 class RawStreamClient:
-    def __init__(self, host: str, port: int, timeout: float = 10) -> None:
-        self.sock = socket.create_connection((host, port), timeout=timeout)
+    def __init__(
+        self, host: str, port: int, timeout: float = 10, context: ssl.SSLContext | None = None
+    ) -> None:
+        sock = socket.create_connection((host, port), timeout=timeout)
+        self.sock = sock if context is None else context.wrap_socket(sock, server_hostname=host)
         self.buf = bytearray()
         self.correlation = 0
+        self.mechanisms: list[str] = []
 
     def next_id(self) -> int:
         self.correlation += 1
@@ -67,13 +72,25 @@ class RawStreamClient:
         self.send(event)
         return self.response(key)
 
-    def handshake(self, user: str = "guest", password: str = "guest", vhost: str = "/") -> int:
-        """Up to open; the first response code that is not OK, or 1."""
+    def handshake(
+        self,
+        user: str = "guest",
+        password: str = "guest",
+        vhost: str = "/",
+        mechanism: str = "PLAIN",
+    ) -> int:
+        """Up to open; the first response code that is not OK, or 1. The mechanisms the
+        server offered are kept in ``mechanisms``."""
         self.request(ev.PeerProperties(self.next_id(), {}), 0x11)
-        self.request(ev.SaslHandshake(self.next_id()), 0x12)
-        code, _ = self.request(
-            ev.SaslAuthenticate(self.next_id(), "PLAIN", f"\0{user}\0{password}".encode()), 0x13
-        )
+        code, rest = self.request(ev.SaslHandshake(self.next_id()), 0x12)
+        count = struct.unpack_from(">I", rest)[0]
+        self.mechanisms, pos = [], 4
+        for _ in range(count):
+            n = struct.unpack_from(">H", rest, pos)[0]
+            self.mechanisms.append(rest[pos + 2 : pos + 2 + n].decode())
+            pos += 2 + n
+        data = f"\0{user}\0{password}".encode() if mechanism == "PLAIN" else b""
+        code, _ = self.request(ev.SaslAuthenticate(self.next_id(), mechanism, data), 0x13)
         if code != 1:
             return code
         got = self.frame(timeout=10)

@@ -128,8 +128,11 @@ class Broker:
             else:
                 cfg.set(key, value)
         cfg.amqp_port = int(port)
+        # free ports for the stream protocol: in-process brokers run side by side
         if "stream_port" not in settings:
-            cfg.stream_port = 0  # a free port: in-process brokers run side by side
+            cfg.stream_port = 0
+        if "stream_tls_port" not in settings:
+            cfg.stream_tls_port = 0
         cfg.bind = host
         cfg.http_port = cfg.prometheus_port = int(management_port)
         if data_dir is not None:

@@ -107,20 +107,30 @@ class StreamSession:
             for k in ("product", "version", "cluster_name", "platform", "copyright", "information")
         }
 
-    def authenticate(self, mechanism: str, data: bytes) -> int:
-        """A SASL authenticate: the response code."""
-        if mechanism not in self.mechanisms or mechanism == "EXTERNAL":
+    def authenticate(self, mechanism: str, data: bytes, external_name: str | None = None) -> int:
+        """A SASL authenticate: the response code. ``external_name``: who the client's
+        TLS certificate says it is (EXTERNAL)."""
+        if mechanism not in self.mechanisms:
             return Code.SASL_MECHANISM_NOT_SUPPORTED
-        try:
-            name, password = sasl.plain(data) if mechanism == "PLAIN" else sasl.amqplain(data)
-        except sasl.BadResponse:
-            return Code.SASL_ERROR
         users = self.broker.users
-        user = users.check_credentials(name, password)
-        if user is None:
-            log.warning("stream login refused: user '%s' - invalid credentials", name)
-            return Code.AUTHENTICATION_FAILURE
-        if users.loopback_only(name, self.peer[0] if self.peer else None):
+        address = self.peer[0] if self.peer else None
+        if mechanism == "EXTERNAL":
+            user = None if external_name is None else users.users.get(external_name)
+            if user is None:
+                log.warning("stream EXTERNAL login refused for %r", external_name)
+                return Code.AUTHENTICATION_FAILURE
+            name = user.name
+        else:
+            try:
+                name, password = sasl.plain(data) if mechanism == "PLAIN" else sasl.amqplain(data)
+            except sasl.BadResponse:
+                return Code.SASL_ERROR
+            found = users.check_credentials(name, password)
+            if found is None:
+                log.warning("stream login refused: user '%s' - invalid credentials", name)
+                return Code.AUTHENTICATION_FAILURE
+            user = found
+        if users.loopback_only(name, address):
             log.warning("User '%s' can only connect via localhost", name)
             return Code.SASL_AUTHENTICATION_FAILURE_LOOPBACK
         self.user = user

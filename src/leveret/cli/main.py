@@ -126,6 +126,14 @@ def server(
             help="RabbitMQ's stream protocol port (default 5552; 0 picks a free one).",
         ),
     ] = None,
+    stream_tls_port: Annotated[
+        int | None,
+        typer.Option(
+            "--stream-tls-port",
+            envvar="LEVERET_STREAM_TLS_PORT",
+            help="The stream protocol over TLS, once a certificate is set (default 5551).",
+        ),
+    ] = None,
     stream_listener: Annotated[
         bool | None,
         typer.Option(
@@ -205,6 +213,7 @@ def server(
             tcp_listener=tcp_listener,
             amqps_port=amqps_port,
             stream_port=stream_port,
+            stream_tls_port=stream_tls_port,
             stream_listener=stream_listener,
             tls_cert=tls_cert,
             tls_key=tls_key,
@@ -224,9 +233,18 @@ def server(
         print(f"Prometheus metrics listening on {running.metrics_url}", flush=True)
         if running.tls_url is not None and running.server.config.tcp_listener:
             print(f"AMQP over TLS listening on {running.tls_url}", flush=True)
-        if running.server.stream_port:
-            host = running.server.stream_host
-            print(f"Stream protocol listening on {host}:{running.server.stream_port}", flush=True)
+        stream = running.server
+        if stream.stream_port:
+            print(
+                f"Stream protocol listening on {stream.stream_host}:{stream.stream_port}",
+                flush=True,
+            )
+        if stream.stream_tls_port:
+            print(
+                f"Stream protocol over TLS listening on {stream.stream_host}:"
+                f"{stream.stream_tls_port}",
+                flush=True,
+            )
         print(f"Server startup complete; listening on {running.url}", flush=True)
 
     try:

@@ -201,6 +201,8 @@ class Config:
     # RabbitMQ's stream protocol (its rabbitmq_stream plugin); 0 picks a free port.
     stream_port: int = 5552
     stream_listener: bool = True
+    # The stream protocol over TLS, once a certificate is configured (as amqps).
+    stream_tls_port: int = 5551
     # The host a stream's metadata names (RabbitMQ's stream.advertised_host); empty: this
     # machine's name, as RabbitMQ.
     stream_advertised_host: str = ""
@@ -342,6 +344,7 @@ class Config:
             "amqp_port",
             "amqps_port",
             "stream_port",
+            "stream_tls_port",
             "http_port",
             "prometheus_port",
         ) and not (0 <= getattr(self, key) <= 65535):

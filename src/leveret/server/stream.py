@@ -19,15 +19,24 @@ from leveret.protocol.stream import events as ev
 from leveret.protocol.stream.connection import Phase, ServerConnection
 from leveret.protocol.stream.spec import Code
 from leveret.server.state import ServerState
+from leveret.server.tls import login_name, peer_certificate
 
 log = logging.getLogger(__name__)
 
 
 class StreamProtocol(asyncio.Protocol):
     def __init__(
-        self, state: ServerState, advertised: tuple[str, int], frame_max: int, heartbeat: int
+        self,
+        state: ServerState,
+        advertised: tuple[str, int],
+        frame_max: int,
+        heartbeat: int,
+        tls: bool = False,
+        verify_peer: bool = False,
     ) -> None:
         self.state = state
+        self.tls = tls
+        self.verify_peer = verify_peer
         self.advertised = advertised
         self.loop = asyncio.get_running_loop()
         self.conn = ServerConnection(frame_max, heartbeat)
@@ -158,12 +167,14 @@ class StreamProtocol(asyncio.Protocol):
         conn = self.conn
         if isinstance(event, ev.PeerProperties):
             peer = self.transport.get_extra_info("peername") if self.transport else None
+            # EXTERNAL (the client certificate) only where the listener verifies peers
+            offered = sorted(
+                m
+                for m in self.state.mechanisms
+                if m != "EXTERNAL" or (self.tls and self.verify_peer)
+            )
             self.session = StreamSession(
-                self.state.broker,
-                self,
-                peer,
-                self.advertised,
-                tuple(m for m in self.state.mechanisms if m != "EXTERNAL"),
+                self.state.broker, self, peer, self.advertised, tuple(offered)
             )
             props = self.session.peer_properties(event.properties)
             conn.send(encode.peer_properties(event.correlation_id, Code.OK, props))
@@ -172,7 +183,12 @@ class StreamProtocol(asyncio.Protocol):
             conn.send(encode.sasl_handshake(event.correlation_id, Code.OK, mechanisms))
         elif isinstance(event, ev.SaslAuthenticate):
             assert self.session is not None
-            code = self.session.authenticate(event.mechanism, event.data)
+            external = None
+            if event.mechanism == "EXTERNAL" and self.transport is not None:
+                cert = peer_certificate(self.transport)
+                if cert is not None:
+                    external = login_name(cert, self.state.cert_login_from)
+            code = self.session.authenticate(event.mechanism, event.data, external)
             conn.send(encode.sasl_authenticate(event.correlation_id, code))
             if code == Code.OK:
                 conn.send_tune()
