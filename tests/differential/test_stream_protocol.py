@@ -417,3 +417,40 @@ def test_sub_entry_batches(sbroker: BrokerUnderTest, stream: str) -> None:
     assert run(scenario) == [True, True]
     got = run(lambda: read(sbroker, stream, spec(OffsetType.FIRST), 6))
     assert got == [(i, b) for i, b in enumerate([b"n0", b"n1", b"n2", b"g0", b"g1", b"g2"])]
+
+
+def test_amqp091_header_types_over_the_stream_protocol(
+    sbroker: BrokerUnderTest, stream: str
+) -> None:
+    """AMQP 0-9-1 header values as the stream protocol gives them: a 64-bit long, a
+    timestamp (in ms), a void, a small int, a UTF-8 string."""
+    import datetime
+
+    conn = pika.BlockingConnection(pika.ConnectionParameters(sbroker.host, sbroker.port))
+    try:
+        ch = conn.channel()
+        ch.confirm_delivery()
+        headers = {
+            "big": 2**40,
+            "t": datetime.datetime(2024, 1, 1),
+            "n": None,
+            "neg": -5,
+            "u": "é",
+        }
+        ch.basic_publish("", stream, b"b", pika.BasicProperties(headers=headers))
+    finally:
+        conn.close()
+    raw = run(lambda: read(sbroker, stream, spec(OffsetType.FIRST), 1))
+    annotations = (
+        b"\x04\xa3\rx-routing-key\xa1" + bytes((len(stream),)) + stream.encode()
+        + b"\xa3\nx-exchange\xa1\x00"
+    )  # fmt: skip
+    assert raw == [
+        (
+            0,
+            b"\x00Sr\xc1" + bytes((len(annotations),)) + annotations
+            + b"\x00St\xc1-\n\xa1\x03big\x81\x00\x00\x01\x00\x00\x00\x00\x00"
+            b"\xa1\x01t\x83\x00\x00\x01\x8c\xc2Q\xf4\x00\xa1\x01n@\xa1\x03negT\xfb"
+            b"\xa1\x01u\xa1\x02\xc3\xa9\x00Su\xa0\x01b",
+        )
+    ]  # fmt: skip

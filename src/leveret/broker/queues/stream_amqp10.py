@@ -16,6 +16,7 @@ group-id have no place and are dropped."""
 from __future__ import annotations
 
 import datetime
+import struct
 from typing import Any
 
 from pamqp import commands
@@ -52,7 +53,185 @@ def _header_value(v: Any) -> Value | None:
 
 
 def to_amqp10(exchange: str, routing_key: str, properties: bytes, body: bytes) -> bytes:
-    """An AMQP 0-9-1 message as a stream delivers it over the stream protocol."""
+    """An AMQP 0-9-1 message as a stream delivers it over the stream protocol, spliced
+    from the property bytes (a delivery converts every record read)."""
+    try:
+        return _splice(exchange.encode(), routing_key.encode(), properties, body)
+    except (_Unusual, IndexError, struct.error):
+        return _to_amqp10_decoded(exchange, routing_key, properties, body)
+
+
+class _Unusual(Exception):
+    """Property bytes the splicer leaves to the general conversion."""
+
+
+def _vbin(code8: int, raw: bytes) -> bytes:
+    n = len(raw)
+    if n < 256:
+        return bytes((code8, n)) + raw
+    return bytes((code8 | 0x10,)) + _U32.pack(n) + raw
+
+
+def _compound(code8: int, count: int, parts: list[bytes]) -> bytes:
+    """A list (0xC0) or map (0xC1) of already-encoded items."""
+    body = b"".join(parts)
+    if len(body) + 1 < 256 and count < 256:
+        return bytes((code8, len(body) + 1, count)) + body
+    return bytes((code8 | 0x10,)) + _LIST32.pack(len(body) + 4, count) + body
+
+
+_U32 = struct.Struct(">I")
+_LIST32 = struct.Struct(">II")
+_I8 = struct.Struct(">b")
+_I16 = struct.Struct(">h")
+_U16 = struct.Struct(">H")
+_I32 = struct.Struct(">i")
+_I64 = struct.Struct(">q")
+_U64 = struct.Struct(">Q")
+_F32 = struct.Struct(">f")
+_F64 = struct.Struct(">d")
+_SYM = {name: _vbin(0xA3, name.encode()) for name in (
+    "x-routing-key", "x-exchange", "x-basic-priority", "x-basic-delivery-mode",
+    "x-basic-expiration",
+)}  # fmt: skip
+_TYPE_KEY = _vbin(0xA1, b"x-basic-type")
+_APP_ID_KEY = _vbin(0xA1, b"x-basic-app-id")
+_NULL = b"\x40"
+_SECTION = {code: bytes((0x00, 0x53, code)) for code in (0x72, 0x73, 0x74, 0x75)}
+
+
+def _int(v: int) -> bytes:
+    return b"\x54" + _I8.pack(v) if -128 <= v <= 127 else b"\x71" + _I32.pack(v)
+
+
+def _long(v: int) -> bytes:
+    return b"\x55" + _I8.pack(v) if -128 <= v <= 127 else b"\x81" + _I64.pack(v)
+
+
+def _header(raw: bytes, pos: int) -> tuple[bytes | None, int]:
+    """One AMQP 0-9-1 field value at ``pos`` as AMQP 1.0 (None: no place for it)."""
+    tag = raw[pos]
+    pos += 1
+    if tag == 0x53:  # S
+        (n,) = _U32.unpack_from(raw, pos)
+        return _vbin(0xA1, raw[pos + 4 : pos + 4 + n]), pos + 4 + n
+    if tag == 0x49:  # I
+        return _int(_I32.unpack_from(raw, pos)[0]), pos + 4
+    if tag == 0x6C:  # l
+        return _long(_I64.unpack_from(raw, pos)[0]), pos + 8
+    if tag == 0x74:  # t
+        return (b"\x56\x01" if raw[pos] else b"\x56\x00"), pos + 1
+    if tag == 0x78:  # x
+        (n,) = _U32.unpack_from(raw, pos)
+        return _vbin(0xA0, raw[pos + 4 : pos + 4 + n]), pos + 4 + n
+    if tag == 0x54:  # T
+        return b"\x83" + _I64.pack(_U64.unpack_from(raw, pos)[0] * 1000), pos + 8
+    if tag == 0x56:  # V
+        return _NULL, pos
+    if tag in (0x46, 0x41):  # F, A: dropped, as RabbitMQ 3.10
+        (n,) = _U32.unpack_from(raw, pos)
+        return None, pos + 4 + n
+    raise _Unusual  # b B s u i f d D: the general conversion
+
+
+def _short(raw: bytes, pos: int) -> tuple[bytes, int]:
+    n = raw[pos]
+    return raw[pos + 1 : pos + 1 + n], pos + 1 + n
+
+
+def _splice(exchange: bytes, key: bytes, raw: bytes, body: bytes) -> bytes:
+    flags = raw[0] << 8 | raw[1]
+    if flags & 0x0005:  # continuation flags, or a cluster-id
+        raise _Unusual
+    pos = 2
+    content_type = content_encoding = correlation_id = reply_to = expiration = None
+    message_id = message_type = user_id = app_id = None
+    timestamp: int | None = None
+    headers: list[bytes] = []
+    pairs = 0
+    annotations = [
+        _SYM["x-routing-key"],
+        _vbin(0xA1, key),
+        _SYM["x-exchange"],
+        _vbin(0xA1, exchange),
+    ]
+    if flags & 0x8000:
+        content_type, pos = _short(raw, pos)
+    if flags & 0x4000:
+        content_encoding, pos = _short(raw, pos)
+    if flags & 0x2000:
+        (n,) = _U32.unpack_from(raw, pos)
+        end = pos + 4 + n
+        pos += 4
+        while pos < end:
+            name, pos = _short(raw, pos)
+            value, pos = _header(raw, pos)
+            if value is not None:
+                headers += (_vbin(0xA1, name), value)
+                pairs += 1
+        if pos != end:
+            raise _Unusual
+    if flags & 0x1000:
+        delivery_mode = raw[pos]
+        pos += 1
+    if flags & 0x0800:
+        annotations += (_SYM["x-basic-priority"], b"\x50" + bytes((raw[pos],)))
+        pos += 1
+    if flags & 0x1000:
+        annotations += (_SYM["x-basic-delivery-mode"], b"\x50" + bytes((delivery_mode,)))
+    if flags & 0x0400:
+        correlation_id, pos = _short(raw, pos)
+    if flags & 0x0200:
+        reply_to, pos = _short(raw, pos)
+    if flags & 0x0100:
+        expiration, pos = _short(raw, pos)
+        if expiration:
+            annotations += (_SYM["x-basic-expiration"], _vbin(0xA1, expiration))
+    if flags & 0x0080:
+        message_id, pos = _short(raw, pos)
+    if flags & 0x0040:
+        (timestamp,) = _U64.unpack_from(raw, pos)
+        pos += 8
+    if flags & 0x0020:
+        message_type, pos = _short(raw, pos)
+    if flags & 0x0010:
+        user_id, pos = _short(raw, pos)
+    if flags & 0x0008:
+        app_id, pos = _short(raw, pos)
+    if pos != len(raw):
+        raise _Unusual
+    out = [_SECTION[0x72], _compound(0xC1, len(annotations), annotations)]
+    fields = (
+        _vbin(0xA1, message_id) if message_id else _NULL,
+        _vbin(0xA0, user_id) if user_id else _NULL,
+        _NULL,
+        _NULL,
+        _vbin(0xA1, reply_to) if reply_to else _NULL,
+        _vbin(0xA1, correlation_id) if correlation_id else _NULL,
+        _vbin(0xA3, content_type) if content_type else _NULL,
+        _vbin(0xA3, content_encoding) if content_encoding else _NULL,
+        _NULL,
+        b"\x83" + _I64.pack(timestamp * 1000) if timestamp is not None else _NULL,
+        _NULL,
+        _NULL,
+        _NULL,
+    )
+    if any(f is not _NULL for f in fields):
+        out += (_SECTION[0x73], _compound(0xC0, 13, list(fields)))
+    app: list[bytes] = []
+    if message_type:
+        app += (_TYPE_KEY, _vbin(0xA1, message_type))
+    if app_id:
+        app += (_APP_ID_KEY, _vbin(0xA1, app_id))
+    app += headers
+    if app:
+        out += (_SECTION[0x74], _compound(0xC1, len(app), app))
+    out += (_SECTION[0x75], _vbin(0xA0, body))
+    return b"".join(out)
+
+
+def _to_amqp10_decoded(exchange: str, routing_key: str, properties: bytes, body: bytes) -> bytes:
+    """The general conversion, through decoded properties."""
     try:
         p = props091.decode(properties)
     except ValueError:
