@@ -50,3 +50,30 @@ def test_tracking_survives_a_restart() -> None:
         c.close()
     finally:
         broker.stop()
+
+
+def test_stream_settings_from_env_and_file(tmp_path: Path) -> None:
+    from leveret.server.config import Config, ConfigError
+
+    c = Config.load(None, env={})
+    assert (c.stream_port, c.stream_tls_port, c.stream_listener) == (5552, 5551, True)
+    c = Config.load(
+        None,
+        env={
+            "LEVERET_STREAM_PORT": "0",
+            "LEVERET_STREAM_LISTENER": "false",
+            "LEVERET_STREAM_ADVERTISED_HOST": "broker-1",
+        },
+    )
+    assert (c.stream_port, c.stream_listener, c.stream_advertised_host) == (0, False, "broker-1")
+    path = tmp_path / "leveret.toml"
+    path.write_text('[server]\nstream_port = 6552\nstream_advertised_host = "b2"\n')
+    c = Config.load(path, env={})
+    assert (c.stream_port, c.stream_advertised_host) == (6552, "b2")
+    path.write_text("[server]\nstream_port = 70000\n")
+    try:
+        Config.load(path, env={})
+    except ConfigError as exc:
+        assert "stream_port" in str(exc)
+    else:
+        raise AssertionError("a port above 65535 was taken")
