@@ -276,3 +276,25 @@ def test_a_command_out_of_turn_fails_the_connection() -> None:
     assert isinstance(event, ev.ConnectionFailed)
     assert conn.closed
     assert conn.next_event() is ev.NEED_DATA
+
+
+# ------------------------------------------------------------------------ fuzzing
+@given(st.sampled_from(list(Phase)), st.binary(max_size=200), st.data())
+def test_any_bytes_give_events_or_need_data(
+    phase: Phase, noise: bytes, data: st.DataObject
+) -> None:
+    """Whatever arrives, in any phase, the connection hands out events or NEED_DATA and
+    never raises; valid frames with bytes flipped included."""
+    conn = ServerConnection()
+    conn.phase = phase
+    valid = encode_client(data.draw(client_events))
+    flips = data.draw(st.lists(st.integers(0, max(0, len(valid) - 1)), max_size=3))
+    mutated = bytearray(valid)
+    for i in flips:
+        mutated[i] ^= 0xFF
+    conn.receive_data(bytes(mutated) + noise)
+    for _ in range(100):
+        event = conn.next_event()
+        if event is ev.NEED_DATA:
+            break
+        assert isinstance(event, ev.Event.__args__)  # type: ignore[attr-defined]

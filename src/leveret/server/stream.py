@@ -147,14 +147,20 @@ class StreamProtocol(asyncio.Protocol):
             if event is ev.NEED_DATA:
                 break
             session = self.session
-            if isinstance(event, ev.Publish):
-                if session is not None:
-                    session.publish(event)
-                    published = True
-            elif session is not None and conn.phase is Phase.OPEN and _is_command(event):
-                session.handle(event)  # type: ignore[arg-type]
-            else:
-                self._control(event)  # type: ignore[arg-type]
+            try:
+                if isinstance(event, ev.Publish):
+                    if session is not None:
+                        session.publish(event)
+                        published = True
+                elif session is not None and conn.phase is Phase.OPEN and _is_command(event):
+                    session.handle(event)  # type: ignore[arg-type]
+                else:
+                    self._control(event)  # type: ignore[arg-type]
+            except Exception:
+                # a fault of ours: this connection ends, no other is touched
+                log.exception("stream connection %s failed on %s", self.name, type(event).__name__)
+                conn.send_close(Code.INTERNAL_ERROR, "internal error")
+                break
         if published and self.session is not None:
             self.state.sync()  # on disk before confirms go out, and consumers see it
             self.session.flush_confirms()
