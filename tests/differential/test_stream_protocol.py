@@ -454,3 +454,35 @@ def test_amqp091_header_types_over_the_stream_protocol(
             b"\xa1\x01u\xa1\x02\xc3\xa9\x00Su\xa0\x01b",
         )
     ]  # fmt: skip
+
+
+def test_create_arguments(sbroker: BrokerUnderTest) -> None:
+    """Create's arguments: the stream ones are taken, others ignored, and a cluster size
+    or leader locator RabbitMQ does not know is refused (precondition failed)."""
+
+    async def scenario() -> list[str]:
+        out = []
+        async with producer(sbroker) as p:
+            for arguments in (
+                {"max-length-bytes": 10_000_000, "max-age": "1h", "foo": "bar"},
+                {"stream-max-segment-size-bytes": 1_000_000, "initial-cluster-size": 1},
+                {"queue-leader-locator": "client-local"},
+                {"initial-cluster-size": 0},
+                {"queue-leader-locator": "nowhere"},
+            ):
+                name = f"s-{uuid.uuid4().hex[:10]}"
+                try:
+                    await p.create_stream(name, arguments=arguments)
+                    out.append("created")
+                    await p.delete_stream(name)
+                except exceptions.ServerError as exc:
+                    out.append(type(exc).__name__)
+        return out
+
+    assert run(scenario) == [
+        "created",
+        "created",
+        "created",
+        "PreconditionFailed",
+        "PreconditionFailed",
+    ]

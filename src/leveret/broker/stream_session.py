@@ -175,7 +175,8 @@ class StreamSession:
 
     def _create(self, e: ev.Create) -> None:
         assert self.vhost_obj is not None and self.user is not None
-        key, name = Key.CREATE, e.stream
+        key = Key.CREATE
+        name = e.stream.replace("\r", "").replace("\n", "")  # as rabbit_channel's names
         if not name or len(name.encode()) > 255 or name.startswith("amq."):
             return self._respond(key, e.correlation_id, Code.PRECONDITION_FAILED)
         if not self._allowed("configure", name):
@@ -185,10 +186,12 @@ class StreamSession:
         args: dict[str, Any] = {"x-queue-type": "stream"}
         for k, v in e.arguments.items():
             if k not in _CREATE_ARGS:
-                return self._respond(key, e.correlation_id, Code.PRECONDITION_FAILED)
+                continue  # as rabbit_stream_manager: other arguments are ignored
             try:
                 args[f"x-{k}"] = int(v) if k in _INT_ARGS else v
             except ValueError:
+                # (RabbitMQ 3.10.8's stream manager crashes on a value that is not a
+                # number, and the connection with it: a refusal here)
                 return self._respond(key, e.correlation_id, Code.PRECONDITION_FAILED)
         try:
             self.vhost_obj.authorize_queue_declare(name, args, self.user.name, self.permission)
