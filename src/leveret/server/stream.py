@@ -102,12 +102,28 @@ class StreamProtocol(asyncio.Protocol):
             self.session.close()
 
     def pause_writing(self) -> None:
+        """The peer does not read what we send: no chunk is read for it, and what it
+        sends waits unread (its confirms would pile up here otherwise), as TCP back
+        pressure holds a RabbitMQ stream connection."""
         self._paused = True
+        self._update_reading()
 
     def resume_writing(self) -> None:
         self._paused = False
+        self._update_reading()
         if self.session is not None:
             self.session.feed_all()
+        if not self.blocked:
+            self.loop.call_soon(self._resume)
+
+    def _update_reading(self) -> None:
+        if self.transport is None or self._ending:
+            return
+        if self._paused or self.blocked:
+            self.transport.pause_reading()
+        else:
+            self._last_recv = time.monotonic()  # the heartbeat monitor resumes now
+            self.transport.resume_reading()
 
     def _schedule(self) -> None:
         if not self._flush_scheduled:
@@ -142,7 +158,7 @@ class StreamProtocol(asyncio.Protocol):
     def _process(self) -> None:
         conn = self.conn
         published = False
-        while not self.blocked and not self._ending:
+        while not (self.blocked or self._paused or self._ending):
             event = conn.next_event()
             if event is ev.NEED_DATA:
                 break
@@ -239,7 +255,7 @@ class StreamProtocol(asyncio.Protocol):
         if self.transport is None or self._ending:
             return
         now = time.monotonic()
-        if now - self._last_recv > 2 * interval and not self.blocked:
+        if now - self._last_recv > 2 * interval and not (self.blocked or self._paused):
             log.error("closing stream connection %s: missed heartbeats", self.name)
             self._end()
             return
@@ -254,11 +270,8 @@ class StreamProtocol(asyncio.Protocol):
         if blocked == self.blocked or self.transport is None or self._ending:
             return
         self.blocked = blocked
-        if blocked:
-            self.transport.pause_reading()
-        else:
-            self._last_recv = time.monotonic()
-            self.transport.resume_reading()
+        self._update_reading()
+        if not blocked:
             self.loop.call_soon(self._resume)
 
     def _resume(self) -> None:
