@@ -114,7 +114,7 @@ async def read(
     stream: str,
     spec: ConsumerOffsetSpecification,
     want: int,
-    wait: float = 1.5,
+    wait: float = 0.5,
     decoder: Any = None,
     during: Callable[[], Awaitable[None]] | None = None,
 ) -> list[tuple[int, Any]]:
