@@ -60,12 +60,14 @@ class RawStreamClient:
 
     def response(self, key: int) -> tuple[int, bytes]:
         """The response to ``key`` (other frames in between are skipped): its code and
-        the bytes after the code."""
+        the bytes after the code. Route and Partitions are answered under their own key
+        (RabbitMQ 3.10.8)."""
+        want = key if key in (0x18, 0x19) else key | 0x8000
         while True:
             got = self.frame(timeout=10)
             assert got is not None, f"no response to {key:#x}"
             k, body = got
-            if k == key | 0x8000:
+            if k == want:
                 return _U16.unpack_from(body, 4)[0], body[6:]
 
     def request(self, event: ev.Event, key: int) -> tuple[int, bytes]:

@@ -138,3 +138,73 @@ def test_deleting_a_stream_tells_its_users_once(sbroker: BrokerUnderTest) -> Non
     finally:
         for c in clients:
             c.close()
+
+
+def _names(rest: bytes) -> list[str]:
+    (count,) = struct.unpack_from(">I", rest)
+    out, pos = [], 4
+    for _ in range(count):
+        (n,) = struct.unpack_from(">H", rest, pos)
+        out.append(rest[pos + 2 : pos + 2 + n].decode())
+        pos += 2 + n
+    return out
+
+
+def test_super_stream_partitions_and_routes(
+    sbroker: BrokerUnderTest, client: RawStreamClient
+) -> None:
+    """A super stream declared over AMQP 0-9-1 (a direct exchange bound to its streams,
+    each binding with its x-stream-partition-order): the stream protocol's Partitions
+    lists the streams in that order, Route follows the exchange's bindings."""
+    import pika
+
+    base = f"ss-{uuid.uuid4().hex[:8]}"
+    parts = [f"{base}-{i}" for i in range(3)]
+    conn = pika.BlockingConnection(pika.ConnectionParameters(sbroker.host, sbroker.port))
+    try:
+        ch = conn.channel()
+        ch.exchange_declare(base, "direct", durable=True, arguments={"x-super-stream": True})
+        for order, name in reversed(list(enumerate(parts))):  # bound last to first
+            ch.queue_declare(name, durable=True, arguments={"x-queue-type": "stream"})
+            ch.queue_bind(name, base, str(order), arguments={"x-stream-partition-order": order})
+        code, rest = client.request(ev.Partitions(client.next_id(), base), 0x19)
+        assert (code, _names(rest)) == (1, parts)
+        code, rest = client.request(ev.Route(client.next_id(), "1", base), 0x18)
+        assert (code, _names(rest)) == (1, [parts[1]])
+        code, rest = client.request(ev.Route(client.next_id(), "none", base), 0x18)
+        assert (code, _names(rest)) == (1, [])
+        code, rest = client.request(ev.Partitions(client.next_id(), base + "-missing"), 0x19)
+        assert (code, _names(rest)) == (2, [])
+        code, rest = client.request(ev.Route(client.next_id(), "1", base + "-missing"), 0x18)
+        assert (code, _names(rest)) == (2, [])
+    finally:
+        ch = conn.channel()
+        for name in parts:
+            ch.queue_delete(name)
+        ch.exchange_delete(base)
+        conn.close()
+
+
+def test_create_over_an_existing_queue(sbroker: BrokerUnderTest, client: RawStreamClient) -> None:
+    """Create over an equivalent stream: stream already exists; over a classic queue, or
+    a stream with other arguments: precondition failed."""
+    import pika
+
+    stream = new_stream(client)
+    classic = f"q-{uuid.uuid4().hex[:8]}"
+    conn = pika.BlockingConnection(pika.ConnectionParameters(sbroker.host, sbroker.port))
+    try:
+        conn.channel().queue_declare(classic, durable=True)
+        codes = [
+            client.request(ev.Create(client.next_id(), stream, {}), 0x0D)[0],
+            client.request(ev.Create(client.next_id(), classic, {}), 0x0D)[0],
+            client.request(ev.Create(client.next_id(), stream, {"max-length-bytes": "1000"}), 0x0D)[
+                0
+            ],
+        ]
+        assert codes == [5, 17, 17]
+    finally:
+        ch = conn.channel()
+        ch.queue_delete(classic)
+        ch.queue_delete(stream)
+        conn.close()

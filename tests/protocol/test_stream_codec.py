@@ -83,6 +83,10 @@ def test_server_frames() -> None:
         b"\x00\x00\x00\x0a\x80\x15\x00\x01\x00\x00\x00\x01\x00\x0c"
     )
     assert encode.deliver_header(2, 100) == b"\x00\x00\x00\x69\x00\x08\x00\x01\x02"
+    # RabbitMQ 3.10.8 answers Partitions (and Route) under the request's key
+    assert encode.streams_response(Key.PARTITIONS, 5, Code.STREAM_DOES_NOT_EXIST, []) == (
+        b"\x00\x00\x00\x0e\x00\x19\x00\x01\x00\x00\x00\x05\x00\x02\x00\x00\x00\x00"
+    )
 
 
 def test_chunk_header() -> None:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from leveret.broker.broker import Broker
+from leveret.broker.message import Message
 from leveret.broker.queues.stream import StreamQueue
 from leveret.broker.users import Permission, User
 from leveret.broker.vhost import VirtualHost
@@ -181,8 +182,6 @@ class StreamSession:
             return self._respond(key, e.correlation_id, Code.PRECONDITION_FAILED)
         if not self._allowed("configure", name):
             return self._respond(key, e.correlation_id, Code.ACCESS_REFUSED)
-        if name in self.vhost_obj.queues:
-            return self._respond(key, e.correlation_id, Code.STREAM_ALREADY_EXISTS)
         args: dict[str, Any] = {"x-queue-type": "stream"}
         for k, v in e.arguments.items():
             if k not in _CREATE_ARGS:
@@ -193,6 +192,15 @@ class StreamSession:
                 # (RabbitMQ 3.10.8's stream manager crashes on a value that is not a
                 # number, and the connection with it: a refusal here)
                 return self._respond(key, e.correlation_id, Code.PRECONDITION_FAILED)
+        existing = self.vhost_obj.queues.get(name)
+        if existing is not None:
+            # as rabbit_stream_manager: an equivalent stream already exists; anything
+            # else under that name fails the equivalence check
+            try:
+                self.vhost_obj.assert_queue_equivalence(existing, True, None, False, args)
+            except AMQPError:
+                return self._respond(key, e.correlation_id, Code.PRECONDITION_FAILED)
+            return self._respond(key, e.correlation_id, Code.STREAM_ALREADY_EXISTS)
         try:
             self.vhost_obj.authorize_queue_declare(name, args, self.user.name, self.permission)
             self.vhost_obj.declare_queue(name, True, None, False, args)
@@ -447,18 +455,49 @@ class StreamSession:
         else:
             self.output.send(encode.query_offset(e.correlation_id, Code.OK, offset))
 
-    # -- super streams (none here) ---------------------------------------------
+    # -- super streams -----------------------------------------------------------
+    # A super stream is an exchange whose bindings lead to its partitions, the streams
+    # (declared over AMQP 0-9-1 here, as RabbitMQ's tools declare them).
     def _route(self, e: ev.Route) -> None:
-        self.output.send(
-            encode.streams_response(Key.ROUTE, e.correlation_id, Code.STREAM_DOES_NOT_EXIST, [])
+        assert self.vhost_obj is not None
+        x = self.vhost_obj.exchanges.get(e.super_stream)
+        if x is None:
+            self.output.send(
+                encode.streams_response(Key.ROUTE, e.correlation_id, Code.STREAM_DOES_NOT_EXIST, [])
+            )
+            return
+        ex, rk = e.super_stream.encode(), e.routing_key.encode()
+        message = Message(
+            e.super_stream,
+            e.routing_key,
+            bytes((len(ex),)) + ex + bytes((len(rk),)) + rk,
+            b"\x00\x00",
+            b"",
         )
+        streams = [q.name for q in self.vhost_obj.route(x, message) if isinstance(q, StreamQueue)]
+        self.output.send(encode.streams_response(Key.ROUTE, e.correlation_id, Code.OK, streams))
 
     def _partitions(self, e: ev.Partitions) -> None:
-        self.output.send(
-            encode.streams_response(
-                Key.PARTITIONS, e.correlation_id, Code.STREAM_DOES_NOT_EXIST, []
+        assert self.vhost_obj is not None
+        x = self.vhost_obj.exchanges.get(e.super_stream)
+        if x is None:
+            self.output.send(
+                encode.streams_response(
+                    Key.PARTITIONS, e.correlation_id, Code.STREAM_DOES_NOT_EXIST, []
+                )
             )
-        )
+            return
+        queues = self.vhost_obj.queues
+        bindings = [
+            b
+            for b in x.bindings.values()
+            if b.destination.kind == "queue"
+            and isinstance(queues.get(b.destination.name), StreamQueue)
+        ]
+        # by x-stream-partition-order; bindings without one after, in their order
+        bindings.sort(key=_partition_order)
+        names = [b.destination.name for b in bindings]
+        self.output.send(encode.streams_response(Key.PARTITIONS, e.correlation_id, Code.OK, names))
 
     # -------------------------------------------------------------------- close
     def close(self) -> None:
@@ -471,6 +510,14 @@ class StreamSession:
         for q, watch in self._watches.items():
             q.watchers.discard(watch)
         self._watches.clear()
+
+
+def _partition_order(binding: Any) -> tuple[int, int]:
+    order = binding.arguments.get("x-stream-partition-order")
+    try:
+        return (0, int(order)) if order is not None else (1, 0)
+    except (TypeError, ValueError):
+        return (1, 0)
 
 
 def _sub_batch_records(batch: ev.SubBatch) -> list[bytes] | None:

@@ -106,8 +106,10 @@ def credit_response(code: int, subscription_id: int) -> bytes:
 
 
 def streams_response(key: int, correlation_id: int, code: int, names: list[str]) -> bytes:
-    """Route and Partitions: a code, then a list of stream names."""
-    return response(key, correlation_id, code, strings(names))
+    """Route and Partitions: a code, then a list of stream names. RabbitMQ 3.10.8 sends
+    these two responses under the request's key, without the response bit, and so does
+    this."""
+    return frame(key, _RESP.pack(correlation_id, code) + strings(names))
 
 
 def deliver_header(subscription_id: int, chunk_size: int) -> bytes:
