@@ -24,6 +24,8 @@ class RawStreamClient:
         self.buf = bytearray()
         self.correlation = 0
         self.mechanisms: list[str] = []
+        self.tune: tuple[int, int] = (0, 0)  # the server's frame_max and heartbeat
+        self.open_properties: dict[str, str] = {}
 
     def next_id(self) -> int:
         self.correlation += 1
@@ -97,9 +99,19 @@ class RawStreamClient:
             return code
         got = self.frame(timeout=10)
         assert got is not None and got[0] == 0x14, got
-        frame_max, _heartbeat = struct.unpack_from(">II", got[1])
-        self.send(ev.Tune(frame_max, 0))
-        code, _ = self.request(ev.Open(self.next_id(), vhost), 0x15)
+        self.tune = struct.unpack_from(">II", got[1])
+        self.send(ev.Tune(self.tune[0], 0))
+        code, rest = self.request(ev.Open(self.next_id(), vhost), 0x15)
+        if rest:
+            (count,) = struct.unpack_from(">I", rest)
+            pos = 4
+            for _ in range(count):
+                items = []
+                for _ in range(2):
+                    (n,) = struct.unpack_from(">H", rest, pos)
+                    items.append(rest[pos + 2 : pos + 2 + n].decode())
+                    pos += 2 + n
+                self.open_properties[items[0]] = items[1]
         return code
 
     def close(self) -> None:

@@ -208,3 +208,21 @@ def test_create_over_an_existing_queue(sbroker: BrokerUnderTest, client: RawStre
         ch.queue_delete(classic)
         ch.queue_delete(stream)
         conn.close()
+
+
+def test_handshake(sbroker: BrokerUnderTest) -> None:
+    """The mechanisms offered, the tune proposed, and what open answers: the host and
+    port a client should connect to for this broker's streams."""
+    import socket
+
+    c = RawStreamClient("127.0.0.1", sbroker.stream_port)
+    try:
+        assert c.handshake() == 1
+        assert c.mechanisms == ["AMQPLAIN", "PLAIN"]
+        assert c.tune == (1_048_576, 60)
+        assert c.open_properties == {
+            "advertised_host": socket.gethostname(),
+            "advertised_port": str(sbroker.stream_port),
+        }
+    finally:
+        c.close()
