@@ -77,3 +77,43 @@ def test_stream_settings_from_env_and_file(tmp_path: Path) -> None:
         assert "stream_port" in str(exc)
     else:
         raise AssertionError("a port above 65535 was taken")
+
+
+def test_a_subscriber_that_does_not_read_costs_bounded_memory(tmp_path: Path) -> None:
+    """A subscriber with all the credit it wants that never reads: the broker stops
+    reading the stream for it once its socket buffer is full, however long the stream."""
+    import socket
+    import time
+
+    import leveret
+    from leveret.server.stream import StreamProtocol
+
+    with leveret.Broker(data_dir=tmp_path) as broker:
+        writer = RawStreamClient(broker.host, broker.stream_port)
+        assert writer.handshake() == 1
+        stream = new_stream(writer)
+        assert writer.request(ev.DeclarePublisher(writer.next_id(), 1, "", stream), 0x01)[0] == 1
+        body = b"x" * 10_000
+        for batch in range(100):  # 100 chunks of 20 records: 20 MB
+            writer.send(ev.Publish(1, [(batch * 20 + i, body) for i in range(20)], []))
+            got = writer.frame(timeout=10)
+            assert got is not None and got[0] == PUBLISH_CONFIRM
+        reader = RawStreamClient(broker.host, broker.stream_port)
+        assert reader.handshake() == 1
+        reader.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
+        assert (
+            reader.request(ev.Subscribe(reader.next_id(), 1, stream, 1, 0, 65535, {}), 0x07)[0] == 1
+        )
+        time.sleep(1.0)  # the reader reads nothing more from here on
+        server = broker._server
+        assert server is not None
+        protocols = [p for p in server.state.connections if isinstance(p, StreamProtocol)]
+        buffered = [
+            p.transport.get_write_buffer_size() for p in protocols if p.transport is not None
+        ]
+        subs = [sub for p in protocols if p.session for sub in p.session.subscriptions.values()]
+        assert len(subs) == 1
+        assert subs[0].offset < 2000, "the whole stream was read for a reader that does not read"
+        assert max(buffered) < 6 * 1024 * 1024
+        reader.close()
+        writer.close()
