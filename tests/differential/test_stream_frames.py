@@ -226,3 +226,43 @@ def test_handshake(sbroker: BrokerUnderTest) -> None:
         }
     finally:
         c.close()
+
+
+@pytest.fixture
+def site(sbroker: BrokerUnderTest) -> Iterator[object]:
+    from tests.brokers import ensure_rabbitmq_management
+    from tests.mgmt import make_site
+
+    if sbroker.name == "rabbitmq" and not ensure_rabbitmq_management():
+        pytest.skip("RabbitMQ's management plugin is not available")
+    yield from make_site(sbroker, "t")
+
+
+def test_permissions(sbroker: BrokerUnderTest, site: object) -> None:
+    """The AMQP users and permissions: a user who may configure ``^t-``, write anything
+    and read nothing in its vhost, and nothing in ``/``."""
+    from tests.mgmt import Site
+
+    assert isinstance(site, Site)
+    c = RawStreamClient("127.0.0.1", sbroker.stream_port)
+    try:
+        assert c.handshake(site.user, site.password, "/") == 12
+    finally:
+        c.close()
+    c = RawStreamClient("127.0.0.1", sbroker.stream_port)
+    try:
+        assert c.handshake(site.user, site.password, site.vhost) == 1
+        mine, other = f"t-{uuid.uuid4().hex[:8]}", f"s-{uuid.uuid4().hex[:8]}"
+        codes = [
+            c.request(ev.Create(c.next_id(), mine, {}), 0x0D)[0],
+            c.request(ev.Create(c.next_id(), other, {}), 0x0D)[0],
+            c.request(ev.DeclarePublisher(c.next_id(), 1, "w", mine), 0x01)[0],
+            c.request(ev.Subscribe(c.next_id(), 1, mine, 1, 0, 1, {}), 0x07)[0],
+            c.request(ev.QueryOffset(c.next_id(), "r", mine), 0x0B)[0],
+            c.request(ev.QueryPublisherSequence(c.next_id(), "w", mine), 0x05)[0],
+            c.request(ev.Delete(c.next_id(), other), 0x0E)[0],
+            c.request(ev.Delete(c.next_id(), mine), 0x0E)[0],
+        ]
+        assert codes == [1, 16, 1, 16, 16, 16, 16, 1]
+    finally:
+        c.close()
