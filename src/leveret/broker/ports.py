@@ -247,9 +247,10 @@ class StreamLog(Protocol):
 
     def offset_at(self, ts_ms: int) -> int: ...
 
-    def read_block(self, offset: int) -> tuple[int, int, memoryview]:
+    def read_block(self, offset: int) -> tuple[int, int, bytes, int]:
         """Raw records from ``offset`` to the end of its stored chunk: (first offset,
-        timestamp, ``offset u64 | ts i64 | length u32 | crc u32 | payload`` each)."""
+        timestamp, the chunk's bytes, where the record at ``offset`` starts); each record
+        is ``offset u64 | ts i64 | length u32 | crc u32 | payload``."""
         ...
 
     def chunk_end(self, offset: int) -> int:

@@ -354,29 +354,30 @@ class SegmentLog:
                 offset = rec_offset + 1
         return out
 
-    def read_block(self, offset: int) -> tuple[int, int, memoryview]:
+    def read_block(self, offset: int) -> tuple[int, int, bytes, int]:
         """The raw records (``offset | ts | length | crc | payload`` each) from ``offset``
         to the end of the stored chunk that holds it, in one read: (first offset, the
-        chunk's timestamp, bytes). Empty when nothing is committed from ``offset`` on."""
+        chunk's timestamp, the chunk's bytes, where the record at ``offset`` starts in
+        them). No bytes when nothing is committed from ``offset`` on."""
         offset = max(offset, self.first)
         if offset >= self.committed:
-            return offset, 0, memoryview(b"")
+            return offset, 0, b"", 0
         bases = [s.base for s in self.segments]
         seg = self.segments[max(0, bisect.bisect_right(bases, offset) - 1)]
         ci = bisect.bisect_right(seg.firsts, offset) - 1
         if ci < 0:
-            return offset, 0, memoryview(b"")
+            return offset, 0, b"", 0
         first, pos, ts = seg.chunks[ci]
         end = seg.chunks[ci + 1][1] if ci + 1 < len(seg.chunks) else seg.size
         f = seg.reader()
         f.seek(pos)
-        data = memoryview(f.read(end - pos))
+        data = f.read(end - pos)
         at = 0
         unpack = _U32.unpack_from
         while first < offset and at < len(data):  # skip to offset within the chunk
             at += _REC.size + unpack(data, at + 16)[0]
             first += 1
-        return first, ts, data[at:]
+        return first, ts, data, at
 
     # ---------------------------------------------------------------- close
     def _close_writers(self) -> None:

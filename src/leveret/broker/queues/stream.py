@@ -215,22 +215,24 @@ class StreamQueue(Queue):
         stream protocol delivers them: (first offset, timestamp of the chunk, how many,
         the chunk's data entries as parts to join). Records published over the stream
         protocol go out as the bytes stored; AMQP 0-9-1 ones are converted."""
-        first, ts, block = self.log.read_block(offset)
+        first, ts, block, at = self.log.read_block(offset)
         parts: list[bytes | memoryview] = []
-        n = size = at = 0
+        append = parts.append
+        n = size = 0
         end = len(block)
         unpack = _REC_LEN.unpack_from
         pack = _U32.pack
         marker = _AMQP10_HEAD
+        is_amqp10 = block.startswith
         while at < end and n < max_count and size < max_bytes:
             (length,) = unpack(block, at + 16)
             start = at + 24
             at = start + length
-            if block[start : start + 8] == marker:
-                parts.append(pack(length - 8))
-                parts.append(block[start + 8 : at])
+            if is_amqp10(marker, start):
+                append(pack(length - 8))
+                append(block[start + 8 : at])
             else:
-                payload = bytes(block[start:at])
+                payload = block[start:at]
                 elen = payload[0]
                 kend = 2 + elen + payload[1 + elen]
                 (plen,) = _U32.unpack_from(payload, kend)
@@ -240,8 +242,8 @@ class StreamQueue(Queue):
                     payload[kend + 4 : kend + 4 + plen],
                     payload[kend + 4 + plen :],
                 )
-                parts.append(pack(len(message)))
-                parts.append(message)
+                append(pack(len(message)))
+                append(message)
             size += length
             n += 1
         return first, ts, n, parts
