@@ -43,13 +43,8 @@ class PagingModel(RuleBasedStateMachine):
             self.log.recover()
             store = QueueMessages(self.log, self.log.queue_id("/", "q"), None)
         self.queue = ClassicQueue(
-            "q",
-            "/",
-            durable=self.durable,
-            store=store,
-            pager=PageFiles(self.dir / "pages", "q", self.log),
-            memory=self.budget,
-        )
+            "q", "/", durable=self.durable, store=store,
+            pager=PageFiles(self.dir / "pages", "q", self.log), memory=self.budget)
         self.model: list[tuple[int, bytes]] = []  # (seq, body) ready, in queue order
         self.held: list[Entry] = []  # delivered, not settled
         self.n = 0
@@ -129,6 +124,7 @@ class PagingModel(RuleBasedStateMachine):
         requeued = sum(len(e.message.body) for e in q.ready if e.redelivered)
         assert q.ram_bytes <= paging.READ_AHEAD + paging.WRITE_BATCH + 2 * 65 + requeued
 
+
     @invariant()
     def persistent_counted(self) -> None:
         count, size = self.queue.persistent_figures()
@@ -148,4 +144,5 @@ class DurablePagingModel(PagingModel):
 TestPagingModel = PagingModel.TestCase
 TestPagingModel.settings = settings(max_examples=150, stateful_step_count=50, deadline=None)
 TestDurablePagingModel = DurablePagingModel.TestCase
-TestDurablePagingModel.settings = settings(max_examples=150, stateful_step_count=50, deadline=None)
+TestDurablePagingModel.settings = settings(
+    max_examples=150, stateful_step_count=50, deadline=None)

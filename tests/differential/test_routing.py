@@ -227,10 +227,8 @@ def test_names_any_utf8(broker: BrokerUnderTest, name: str, suffix: str) -> None
         ch.exchange_declare(exchange, "direct", auto_delete=True)
         ch.queue_bind(queue, exchange, routing_key=suffix)
         ch.add_on_return_callback(
-            lambda _ch, method, _props, _body: returned.append(
-                (method.exchange, method.routing_key)
-            )
-        )
+            lambda _ch, method, _props, _body: returned.append((method.exchange,
+                                                                 method.routing_key)))
         ch.basic_publish(exchange, suffix, b"routed")
         ch.basic_publish(exchange, "nowhere", b"returned", mandatory=True)
         method, _, body = ch.basic_get(queue, auto_ack=True)

@@ -29,12 +29,8 @@ def logging_broker(request: pytest.FixtureRequest) -> Iterator[tuple[str, Broker
 
         def ctl(*args: str) -> str:
             return subprocess.run(
-                [sys.executable, "-m", "leveret.cli.main", "ctl", "--url", broker.http_url, *args],
-                capture_output=True,
-                text=True,
-                timeout=60,
-                check=True,
-            ).stdout
+                [sys.executable, "-m", "leveret.cli.main", "ctl", "--url", broker.http_url,
+                 *args], capture_output=True, text=True, timeout=60, check=True).stdout
 
         try:
             yield "leveret", broker, ctl
@@ -45,7 +41,6 @@ def logging_broker(request: pytest.FixtureRequest) -> Iterator[tuple[str, Broker
         pytest.skip("RabbitMQ is not installed here")
     node = rabbitnode.RabbitNode(config={"log.exchange": "true"}).start()
     try:
-
         def rctl(*args: str) -> str:
             return node.ctl(*args).stdout
 
@@ -58,17 +53,11 @@ def test_the_log_exchange(logging_broker: tuple[str, BrokerUnderTest, Any]) -> N
     _kind, broker, ctl = logging_broker
     row = "amq.rabbitmq.log\ttopic\ttrue\ttrue\tfalse\t[]"
     deadline = time.monotonic() + 30  # RabbitMQ declares it a moment after boot
-    while (
-        row
-        not in ctl(
-            "list_exchanges", "name", "type", "durable", "internal", "auto_delete", "arguments"
-        )
-        and time.monotonic() < deadline
-    ):
+    while row not in ctl("list_exchanges", "name", "type", "durable", "internal",
+                         "auto_delete", "arguments") and time.monotonic() < deadline:
         time.sleep(0.5)
-    assert row in ctl(
-        "list_exchanges", "name", "type", "durable", "internal", "auto_delete", "arguments"
-    )
+    assert row in ctl("list_exchanges", "name", "type", "durable", "internal", "auto_delete",
+                      "arguments")
     conn = pika.BlockingConnection(broker.pika_params())
     try:
         ch = conn.channel()
@@ -80,11 +69,8 @@ def test_the_log_exchange(logging_broker: tuple[str, BrokerUnderTest, Any]) -> N
         assert info.value.reply_code == 403
         ch = conn.channel()
         with pytest.raises(pika.exceptions.AMQPError):
-            pika.BlockingConnection(
-                pika.ConnectionParameters(
-                    broker.host, broker.port, credentials=pika.PlainCredentials("guest", "wrong")
-                )
-            )
+            pika.BlockingConnection(pika.ConnectionParameters(
+                broker.host, broker.port, credentials=pika.PlainCredentials("guest", "wrong")))
         errors: list[tuple[Any, ...]] = []
         deadline = time.monotonic() + 10
         while not errors and time.monotonic() < deadline:
@@ -108,11 +94,8 @@ def test_the_log_exchange(logging_broker: tuple[str, BrokerUnderTest, Any]) -> N
     assert len(errors) == 1, errors
     level, lines = errors[0]
     assert level == "error"
-    assert re.fullmatch(
-        r"Error on AMQP connection (<[\d.]+> )?\(127\.0\.0\.1:\d+ -> "
-        r"127\.0\.0\.1:\d+, state: starting\):",
-        lines[0],
-    ), lines
+    assert re.fullmatch(r"Error on AMQP connection (<[\d.]+> )?\(127\.0\.0\.1:\d+ -> "
+                        r"127\.0\.0\.1:\d+, state: starting\):", lines[0]), lines
     assert lines[1:] == ["PLAIN login refused: user 'guest' - invalid credentials"]
 
 

@@ -37,13 +37,8 @@ RESTART_RABBITMQ = os.environ.get("LEVERET_TEST_RESTART_RABBITMQ", "1") != "0"
 
 
 def _ingest(
-    url: str,
-    tmp: Path,
-    *source: str,
-    trigger: str,
-    per_trigger: int,
-    lake: Path | None = None,
-    cli: list[str] | None = None,
+    url: str, tmp: Path, *source: str, trigger: str, per_trigger: int,
+    lake: Path | None = None, cli: list[str] | None = None,
     env: dict[str, str] | None = None,
 ) -> subprocess.Popen[str]:
     cmd = [

@@ -135,20 +135,8 @@ def test_emit_receive_and_ingest_lose_nothing_when_a_node_is_killed(
     # has replicas on the other two
     ensure_log_stream(",".join(from_2), stream, exchange, replicas=3)
 
-    r1 = Receiver(
-        [
-            *_url_args(from_1),
-            "--exchange",
-            exchange,
-            "--queue",
-            f"q-{tag}",
-            "--durable",
-            "--queue-type",
-            "quorum",
-            "--to",
-            str(tmp_path / "r1.jsonl"),
-        ]
-    )
+    r1 = Receiver([*_url_args(from_1), "--exchange", exchange, "--queue", f"q-{tag}",
+                   "--durable", "--queue-type", "quorum", "--to", str(tmp_path / "r1.jsonl")])
     r2 = Receiver([*_url_args(from_2), "--exchange", exchange,
                    "--to", str(tmp_path / "r2.jsonl")])  # fmt: skip
     receivers = [r1, r2]
@@ -225,7 +213,9 @@ def test_emit_receive_and_ingest_lose_nothing_when_a_node_is_killed(
     cluster.restart(cluster.nodes[0])
 
 
-def test_the_log_handler_fails_over_to_another_node(cluster: RabbitCluster, tmp_path: Path) -> None:
+def test_the_log_handler_fails_over_to_another_node(
+    cluster: RabbitCluster, tmp_path: Path
+) -> None:
     """AMQPHandler given every node keeps shipping when its node dies: what it had in
     flight is sent again on the next node (at-least-once; a receiver drops the copy by
     message id)."""
