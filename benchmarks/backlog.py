@@ -103,7 +103,7 @@ class LeveretBroker(Broker):
         log = open(self.home / "server.log", "a")  # noqa: SIM115 - handed to the child
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "leveret.cli.main", "server", "--amqp-port", "0",
-             "--bind", "127.0.0.1", "--data-dir", str(self.home / "data"),
+             "--stream-port", "0", "--bind", "127.0.0.1", "--data-dir", str(self.home / "data"),
              "--log-level", "warning"],
             stdout=subprocess.PIPE, stderr=log, text=True, env=env, start_new_session=True)
         log.close()

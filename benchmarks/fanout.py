@@ -176,7 +176,12 @@ class Leveret:
             "warning",
         ]
         # Free ports for the management listeners too (older builds ignore these).
-        env = {**os.environ, "LEVERET_HTTP_PORT": "0", "LEVERET_PROMETHEUS_PORT": "0"}
+        env = {
+            **os.environ,
+            "LEVERET_HTTP_PORT": "0",
+            "LEVERET_PROMETHEUS_PORT": "0",
+            "LEVERET_STREAM_PORT": "0",
+        }
         if self.src is not None:
             env["PYTHONPATH"] = os.pathsep.join(
                 p for p in (str(self.src), os.environ.get("PYTHONPATH", "")) if p

@@ -83,7 +83,8 @@ class Result:
 def leveret_broker() -> Iterator[tuple[str, int]]:
     data = tempfile.mkdtemp(prefix="leveret-bench-logs-")
     cmd = [*CLI, "server", "--amqp-port", "0", "--http-port", "0", "--prometheus-port", "0",
-           "--bind", "127.0.0.1", "--data-dir", data, "--log-level", "warning"]
+           "--stream-port", "0", "--bind", "127.0.0.1", "--data-dir", data,
+           "--log-level", "warning"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         assert proc.stdout is not None

@@ -187,6 +187,8 @@ class Broker:
             "0",
             "--prometheus-port",
             "0",
+            "--stream-port",
+            "0",
             "--bind",
             "127.0.0.1",
             "--data-dir",

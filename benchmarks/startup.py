@@ -114,8 +114,8 @@ def subprocess_sample() -> float:
     port = free_port()
     data_dir = tempfile.mkdtemp(prefix="leveret-startup-")
     cmd = [sys.executable, "-m", "leveret.cli.main", "server", "--amqp-port", str(port),
-           "--http-port", "0", "--prometheus-port", "0", "--bind", "127.0.0.1",
-           "--data-dir", data_dir]
+           "--http-port", "0", "--prometheus-port", "0", "--stream-port", "0",
+           "--bind", "127.0.0.1", "--data-dir", data_dir]
     started = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             env=CHILD_ENV)

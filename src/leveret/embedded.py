@@ -128,6 +128,11 @@ class Broker:
             else:
                 cfg.set(key, value)
         cfg.amqp_port = int(port)
+        # free ports for the stream protocol: in-process brokers run side by side
+        if "stream_port" not in settings:
+            cfg.stream_port = 0
+        if "stream_tls_port" not in settings:
+            cfg.stream_tls_port = 0
         cfg.bind = host
         cfg.http_port = cfg.prometheus_port = int(management_port)
         if data_dir is not None:
@@ -273,6 +278,12 @@ class Broker:
     def port(self) -> int:
         """The AMQP port it listens on (the one picked when started with port 0)."""
         return int(self._started().port)
+
+    @property
+    def stream_port(self) -> int:
+        """The port of RabbitMQ's stream protocol (a free one unless ``stream_port=`` was
+        given; 0 when ``stream_listener=False``)."""
+        return int(self._started().stream_port)
 
     @property
     def url(self) -> str:

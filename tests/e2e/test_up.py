@@ -27,7 +27,8 @@ def _cli(*args: str) -> list[str]:
 
 
 def test_up_runs_the_whole_stack(tmp_path: Path) -> None:
-    env = {**os.environ, "COLUMNS": "200"}
+    # the broker's stream listener on a free port too (5552 may be RabbitMQ's)
+    env = {**os.environ, "COLUMNS": "200", "LEVERET_STREAM_PORT": "0"}
     up = subprocess.Popen(
         _cli(
             "up",
@@ -156,10 +157,23 @@ def test_sigterm_stops_up_and_everything_it_started(tmp_path: Path) -> None:
     import socket
 
     up = subprocess.Popen(
-        _cli("up", "--amqp-port", "0", "--http-port", "0", "--prometheus-port", "0",
-             "--no-receiver", "--no-ingest"),
-        cwd=tmp_path, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
-        env={**os.environ, "COLUMNS": "200"}, start_new_session=True,
+        _cli(
+            "up",
+            "--amqp-port",
+            "0",
+            "--http-port",
+            "0",
+            "--prometheus-port",
+            "0",
+            "--no-receiver",
+            "--no-ingest",
+        ),
+        cwd=tmp_path,
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
+        env={**os.environ, "COLUMNS": "200", "LEVERET_STREAM_PORT": "0"},
+        start_new_session=True,
     )
     try:
         assert up.stderr is not None

@@ -258,3 +258,18 @@ def test_serve_runs_on_the_callers_loop() -> None:
                 return message.body
 
     assert asyncio.run(main()) == b"from asyncio"
+
+
+def test_the_stream_protocol_on_a_free_port(tmp_path: Path) -> None:
+    from leveret.protocol.stream import events as ev
+    from tests.support.streamclient import RawStreamClient
+
+    with leveret.Broker(data_dir=tmp_path) as broker, leveret.Broker() as other:
+        assert broker.stream_port and other.stream_port
+        assert broker.stream_port != other.stream_port
+        c = RawStreamClient(broker.host, broker.stream_port)
+        try:
+            assert c.handshake() == 1
+            assert c.request(ev.Create(c.next_id(), "events", {}), 0x0D)[0] == 1
+        finally:
+            c.close()

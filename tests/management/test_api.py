@@ -149,7 +149,12 @@ def test_alarms_and_nodes(leveret: BrokerUnderTest) -> None:
     overview = api.get("/api/overview")
     assert [n["name"] for n in nodes] == [overview["node"]]
     assert api.get(f"/api/nodes/{q(overview['node'])}")["running"] is True
-    assert {lst["protocol"] for lst in overview["listeners"]} == {"amqp", "http", "http/prometheus"}
+    assert {lst["protocol"] for lst in overview["listeners"]} == {
+        "amqp",
+        "http",
+        "http/prometheus",
+        "stream",
+    }
     assert api.get("/api/whoami") == {"name": "guest", "tags": ["administrator"]}
 
 

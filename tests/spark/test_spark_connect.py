@@ -92,7 +92,9 @@ def stream(leveret: BrokerUnderTest) -> Iterator[str]:
     delete_queue(leveret, name)
 
 
-def _ingest(client: Path, port: int, url: str, stream: str, tmp: Path) -> subprocess.CompletedProcess[str]:  # noqa: E501
+def _ingest(
+    client: Path, port: int, url: str, stream: str, tmp: Path
+) -> subprocess.CompletedProcess[str]:
     driver = (
         f"import sys; sys.path.insert(0, {str(SOURCE)!r}); "
         "sys.argv[0] = 'leveret'; from leveret.cli.main import main; main()"

@@ -17,6 +17,8 @@ from tests.support.rabbitmq import debian_script
 from tests.support.waiting import wait_for
 
 RABBITMQ_PORT = int(os.environ.get("RABBITMQ_PORT", "5672"))
+# The reference broker's stream protocol listener (its rabbitmq_stream plugin).
+RABBITMQ_STREAM_PORT = int(os.environ.get("RABBITMQ_STREAM_PORT", "5552"))
 
 
 @dataclass
@@ -30,6 +32,8 @@ class BrokerUnderTest:
     http_port: int = 15672
     prometheus_port: int = 15692
     tls_port: int = 0  # amqps, when the broker has a TLS listener
+    stream_port: int = 0  # RabbitMQ's stream protocol, when the broker listens for it
+    stream_tls_port: int = 0  # the stream protocol over TLS
     https: bool = False  # the management API over HTTPS
 
     @property
@@ -86,6 +90,10 @@ def start_leveret(
         "0",
         "--prometheus-port",
         "0",
+        "--stream-port",
+        "0",
+        "--stream-tls-port",
+        "0",
         "--bind",
         "127.0.0.1",
         "--data-dir",
@@ -113,6 +121,10 @@ def start_leveret(
             ports["https"] = int("https://" in line)
         elif line.startswith("AMQP over TLS listening on "):
             ports["tls"] = int(line.strip().rsplit(":", 1)[1])
+        elif line.startswith("Stream protocol listening on "):
+            ports["stream"] = int(line.strip().rsplit(":", 1)[1])
+        elif line.startswith("Stream protocol over TLS listening on "):
+            ports["stream_tls"] = int(line.strip().rsplit(":", 1)[1])
         elif line.startswith("Prometheus metrics listening on "):
             ports["prometheus"] = int(line.strip().rsplit(":", 1)[1].split("/")[0])
         if "Server startup complete" in line:
@@ -127,6 +139,8 @@ def start_leveret(
                 http_port=ports.get("http", 0),
                 prometheus_port=ports.get("prometheus", 0),
                 tls_port=ports.get("tls", 0),
+                stream_port=ports.get("stream", 0),
+                stream_tls_port=ports.get("stream_tls", 0),
                 https=bool(ports.get("https", 0)),
             )
             _drain(proc, broker.log)
@@ -168,6 +182,11 @@ RABBITMQ_HTTP_PORT = int(os.environ.get("RABBITMQ_HTTP_PORT", "15672"))
 def ensure_rabbitmq_management(timeout: float = 60) -> bool:
     """The reference broker's management API on 15672, its plugin enabled if need be."""
     return ensure_rabbitmq_plugin("rabbitmq_management", RABBITMQ_HTTP_PORT, timeout)
+
+
+def ensure_rabbitmq_stream(timeout: float = 60) -> bool:
+    """The reference broker's stream protocol on 5552, its plugin enabled if need be."""
+    return ensure_rabbitmq_plugin("rabbitmq_stream", RABBITMQ_STREAM_PORT, timeout)
 
 
 def ensure_rabbitmq_plugin(plugin: str, port: int, timeout: float = 60) -> bool:

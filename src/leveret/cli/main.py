@@ -118,6 +118,30 @@ def server(
             help="AMQP over TLS port, once a certificate is set (default 5671).",
         ),
     ] = None,
+    stream_port: Annotated[
+        int | None,
+        typer.Option(
+            "--stream-port",
+            envvar="LEVERET_STREAM_PORT",
+            help="RabbitMQ's stream protocol port (default 5552; 0 picks a free one).",
+        ),
+    ] = None,
+    stream_tls_port: Annotated[
+        int | None,
+        typer.Option(
+            "--stream-tls-port",
+            envvar="LEVERET_STREAM_TLS_PORT",
+            help="The stream protocol over TLS, once a certificate is set (default 5551).",
+        ),
+    ] = None,
+    stream_listener: Annotated[
+        bool | None,
+        typer.Option(
+            "--stream-listener/--no-stream-listener",
+            envvar="LEVERET_STREAM_LISTENER",
+            help="The stream protocol listener (on by default).",
+        ),
+    ] = None,
     tls_cert: Annotated[
         Path | None,
         typer.Option("--tls-cert", envvar="LEVERET_TLS_CERT", help="Server certificate (PEM)."),
@@ -188,6 +212,9 @@ def server(
             data_dir=data_dir,
             tcp_listener=tcp_listener,
             amqps_port=amqps_port,
+            stream_port=stream_port,
+            stream_tls_port=stream_tls_port,
+            stream_listener=stream_listener,
             tls_cert=tls_cert,
             tls_key=tls_key,
             tls_ca=tls_ca,
@@ -206,6 +233,18 @@ def server(
         print(f"Prometheus metrics listening on {running.metrics_url}", flush=True)
         if running.tls_url is not None and running.server.config.tcp_listener:
             print(f"AMQP over TLS listening on {running.tls_url}", flush=True)
+        stream = running.server
+        if stream.stream_port:
+            print(
+                f"Stream protocol listening on {stream.stream_host}:{stream.stream_port}",
+                flush=True,
+            )
+        if stream.stream_tls_port:
+            print(
+                f"Stream protocol over TLS listening on {stream.stream_host}:"
+                f"{stream.stream_tls_port}",
+                flush=True,
+            )
         print(f"Server startup complete; listening on {running.url}", flush=True)
 
     try:

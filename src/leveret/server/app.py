@@ -17,6 +17,7 @@ from leveret.server.config import Config, ConfigError
 from leveret.server.log_exchange import LogExchangeHandler
 from leveret.server.resources import ResourceMonitor
 from leveret.server.state import Limits, Listener, ServerState, Slots
+from leveret.server.stream import StreamProtocol
 from leveret.server.tls import server_context
 from leveret.store.setup import Persistence
 
@@ -62,6 +63,9 @@ class Server:
         self._alarm_handle: asyncio.TimerHandle | None = None
         self.port = 0
         self.host = config.bind
+        self.stream_port = 0
+        self.stream_tls_port = 0
+        self.stream_host = config.bind
 
     def setup_broker(self) -> None:
         """Stored state, then the users, vhosts and permissions of the configuration."""
@@ -99,6 +103,14 @@ class Server:
                 host, self.tls_port = await self._listen(config.amqps_port, secure, tls_context)
                 if not config.tcp_listener:
                     self.host, self.port = host, self.tls_port
+            if config.stream_listener:
+                self.stream_host, self.stream_port = await self._listen_stream(
+                    config.stream_port, None
+                )
+                if tls_context is not None:
+                    _, self.stream_tls_port = await self._listen_stream(
+                        config.stream_tls_port, tls_context
+                    )
         except BaseException:
             for server in self._servers:
                 server.close()
@@ -132,6 +144,42 @@ class Server:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         bound_host, bound_port = server.sockets[0].getsockname()[:2]
         self.listeners.append((listener.protocol, str(bound_host), int(bound_port)))
+        return str(bound_host), int(bound_port)
+
+    async def _listen_stream(self, port: int, context: ssl.SSLContext | None) -> tuple[str, int]:
+        """RabbitMQ's stream protocol, plain or over TLS. Clients connect to the host and
+        port a stream's metadata advertises: the configured host, else this machine's
+        name, as RabbitMQ's plugin does, and the port actually bound."""
+        host: str | None = self.config.bind
+        if host in ("", "::"):
+            host = None
+        advertised_host = self.config.stream_advertised_host or socket.gethostname()
+        limits = self.state.limits
+        verify = context is not None and self.config.tls.verify == "verify_peer"
+        bound = [0]
+        server = await self.loop.create_server(
+            lambda: StreamProtocol(
+                self.state,
+                (advertised_host, bound[0]),
+                1_048_576,
+                limits.heartbeat,
+                tls=context is not None,
+                verify_peer=verify,
+            ),
+            host=host,
+            port=port,
+            reuse_address=True,
+            backlog=1024,
+            ssl=context,
+            ssl_handshake_timeout=limits.handshake_timeout if context else None,
+        )
+        self._servers.append(server)
+        for sock in server.sockets:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        bound_host, bound_port = server.sockets[0].getsockname()[:2]
+        bound[0] = int(bound_port)
+        name = "stream/ssl" if context is not None else "stream"
+        self.listeners.append((name, str(bound_host), int(bound_port)))
         return str(bound_host), int(bound_port)
 
     @property

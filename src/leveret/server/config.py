@@ -198,6 +198,14 @@ class Config:
     tcp_listener: bool = True
     # amqps: listens once a certificate is configured ([tls] certfile or --tls-cert).
     amqps_port: int = 5671
+    # RabbitMQ's stream protocol (its rabbitmq_stream plugin); 0 picks a free port.
+    stream_port: int = 5552
+    stream_listener: bool = True
+    # The stream protocol over TLS, once a certificate is configured (as amqps).
+    stream_tls_port: int = 5551
+    # The host a stream's metadata names (RabbitMQ's stream.advertised_host); empty: this
+    # machine's name, as RabbitMQ.
+    stream_advertised_host: str = ""
     tls: TlsConfig = field(default_factory=TlsConfig)
     # HTTPS for the management API, dashboard and metrics: with [management_tls]'s files,
     # else [tls]'s.
@@ -332,9 +340,14 @@ class Config:
             raise ConfigError("invalid value for 'channel_max': between 1 and 65535")
         if key == "handshake_timeout" and self.handshake_timeout <= 0:
             raise ConfigError("invalid value for 'handshake_timeout': a positive number of ms")
-        if key in ("amqp_port", "amqps_port", "http_port", "prometheus_port") and not (
-            0 <= getattr(self, key) <= 65535
-        ):
+        if key in (
+            "amqp_port",
+            "amqps_port",
+            "stream_port",
+            "stream_tls_port",
+            "http_port",
+            "prometheus_port",
+        ) and not (0 <= getattr(self, key) <= 65535):
             raise ConfigError(f"invalid value for '{key}': a port number (0 picks a free one)")
 
     def _set_tls_flat(self, key: str, value: Any) -> None:

@@ -16,6 +16,7 @@ index and read what they need: no copy of the whole stream is held in memory."""
 from __future__ import annotations
 
 import bisect
+import json
 import os
 import shutil
 import struct
@@ -83,6 +84,13 @@ class SegmentLog:
         self._idx_writer: BinaryIO | None = None
         self._open()
         self.next_offset = self.committed
+        # What the stream protocol tracks beside the records: consumers' stored offsets
+        # and named publishers' last publishing ids (de-duplication), both by reference.
+        self._tracking_path = self.dir / "tracking.json"
+        self.offsets: dict[str, int] = {}
+        self.sequences: dict[str, int] = {}
+        self._tracking_dirty = False
+        self._load_tracking()
 
     # ------------------------------------------------------------------ open
     def _open(self) -> None:
@@ -139,6 +147,40 @@ class SegmentLog:
             for chunk in seg.chunks:
                 f.write(_IDX.pack(*chunk))
 
+    # ------------------------------------------------------------- tracking
+    def _load_tracking(self) -> None:
+        try:
+            data = json.loads(self._tracking_path.read_text())
+        except (OSError, ValueError):
+            return
+        self.offsets = {str(k): int(v) for k, v in data.get("offsets", {}).items()}
+        self.sequences = {str(k): int(v) for k, v in data.get("sequences", {}).items()}
+
+    def store_offset(self, reference: str, offset: int) -> None:
+        self.offsets[reference] = offset
+        self._tracking_dirty = True
+
+    def query_offset(self, reference: str) -> int | None:
+        return self.offsets.get(reference)
+
+    def writer_sequence(self, reference: str) -> int | None:
+        return self.sequences.get(reference)
+
+    def set_writer_sequence(self, reference: str, sequence: int) -> None:
+        self.sequences[reference] = sequence
+        self._tracking_dirty = True
+
+    def _save_tracking(self) -> None:
+        if not self._tracking_dirty:
+            return
+        self._tracking_dirty = False
+        tmp = self._tracking_path.with_suffix(".tmp")
+        with open(tmp, "w") as f:
+            json.dump({"offsets": self.offsets, "sequences": self.sequences}, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self._tracking_path)
+
     # ---------------------------------------------------------------- state
     @property
     def first(self) -> int:
@@ -167,6 +209,14 @@ class SegmentLog:
                 return seg.chunks[-1][0]
         return self.committed
 
+    def chunk_end(self, offset: int) -> int:
+        """One past the last offset of the chunk that holds ``offset`` (a reader that
+        hands out whole chunks stops there)."""
+        bases = [s.base for s in self.segments]
+        seg = self.segments[max(0, bisect.bisect_right(bases, offset) - 1)]
+        ci = bisect.bisect_right(seg.firsts, offset)
+        return seg.chunks[ci][0] if ci < len(seg.chunks) else seg.end
+
     def offset_at(self, ts_ms: int) -> int:
         """The first offset of the first chunk written at or after ``ts_ms``."""
         for seg in self.segments:
@@ -192,8 +242,11 @@ class SegmentLog:
         return offset
 
     def sync(self) -> bool:
-        """Write what was appended as one chunk and fsync it. True if anything was new."""
+        """Write what was appended as one chunk and fsync it. True if anything was new.
+        Tracking that changed is written too, after the records it may refer to."""
         if not self._pending:
+            if self._tracking_dirty and self.dir.exists():
+                self._save_tracking()
             return False
         seg = self.segments[-1]
         if self._writer is None:
@@ -212,6 +265,7 @@ class SegmentLog:
         seg.end = self.next_offset
         seg.last_ts = int(time.time() * 1000)
         self._pending.clear()
+        self._save_tracking()
         if seg.size >= self.max_segment_bytes:
             self._roll()
         self.apply_retention()
@@ -300,6 +354,31 @@ class SegmentLog:
                 offset = rec_offset + 1
         return out
 
+    def read_block(self, offset: int) -> tuple[int, int, bytes, int]:
+        """The raw records (``offset | ts | length | crc | payload`` each) from ``offset``
+        to the end of the stored chunk that holds it, in one read: (first offset, the
+        chunk's timestamp, the chunk's bytes, where the record at ``offset`` starts in
+        them). No bytes when nothing is committed from ``offset`` on."""
+        offset = max(offset, self.first)
+        if offset >= self.committed:
+            return offset, 0, b"", 0
+        bases = [s.base for s in self.segments]
+        seg = self.segments[max(0, bisect.bisect_right(bases, offset) - 1)]
+        ci = bisect.bisect_right(seg.firsts, offset) - 1
+        if ci < 0:
+            return offset, 0, b"", 0
+        first, pos, ts = seg.chunks[ci]
+        end = seg.chunks[ci + 1][1] if ci + 1 < len(seg.chunks) else seg.size
+        f = seg.reader()
+        f.seek(pos)
+        data = f.read(end - pos)
+        at = 0
+        unpack = _U32.unpack_from
+        while first < offset and at < len(data):  # skip to offset within the chunk
+            at += _REC.size + unpack(data, at + 16)[0]
+            first += 1
+        return first, ts, data, at
+
     # ---------------------------------------------------------------- close
     def _close_writers(self) -> None:
         for f in (self._writer, self._idx_writer):
@@ -315,6 +394,7 @@ class SegmentLog:
 
     def delete(self) -> None:
         self._pending.clear()
+        self._tracking_dirty = False
         self._close_writers()
         for seg in self.segments:
             seg.close()

@@ -9,7 +9,7 @@ import datetime
 import re
 import struct
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from leveret.broker.arguments import check_consume_arguments, check_typed_arguments, text
@@ -17,6 +17,7 @@ from leveret.broker.entry import Entry
 from leveret.broker.message import Message
 from leveret.broker.policies import Rule, policy_wins
 from leveret.broker.queues.base import Accepted, Queue, Subscriber
+from leveret.broker.queues.stream_amqp10 import from_amqp10, to_amqp10
 from leveret.broker.queues.stream_properties import as_stored_in_a_stream, refused_by_a_stream
 from leveret.broker.spec_texts import stream_not_supported
 from leveret.protocol import errors
@@ -51,6 +52,14 @@ STREAM_ARGS = frozenset(
     )
 )
 READ_BATCH = 256
+# The property bytes of a record published over the stream protocol: its body is the whole
+# AMQP 1.0 message as published (flags 0xFFFF never come from a valid AMQP 0-9-1 header).
+AMQP10_PROPERTIES = b"\xff\xff"
+_NO_ROUTE = b"\x00\x00"
+# How such a record's payload starts: no exchange, no key, properties of length 2, 0xFFFF.
+_AMQP10_HEAD = _NO_ROUTE + b"\x00\x00\x00\x02" + AMQP10_PROPERTIES
+_U32 = struct.Struct(">I")
+_REC_LEN = struct.Struct(">I")  # a stored record's payload length, at byte 16 of it
 # The consumer arguments a stream takes (rabbit_stream_queue:capabilities()).
 CONSUMER_ARGS = frozenset(("x-stream-offset", "x-credit"))
 
@@ -123,6 +132,8 @@ class StreamQueue(Queue):
         super().__init__(name, vhost, durable=True, arguments=arguments)
         self.log = log
         self._offsets: dict[Subscriber, int] = {}  # each consumer's next offset
+        # stream-protocol subscriptions: told when new records are committed
+        self.watchers: set[Callable[[], None]] = set()
         self.configure()
 
     def configure(self) -> None:
@@ -185,10 +196,57 @@ class StreamQueue(Queue):
         )
         return Accepted.YES
 
+    def append_amqp10(self, message: bytes) -> int:
+        """A message published over the stream protocol, stored as it came; its offset."""
+        self.published += 1
+        return self.log.append(_NO_ROUTE, AMQP10_PROPERTIES, message)
+
     def sync(self) -> None:
         """Make appended messages durable (one chunk) and deliver them."""
         if self.log.sync():
             self.dispatch()
+            for watcher in list(self.watchers):
+                watcher()
+
+    def read_amqp10(
+        self, offset: int, max_count: int, max_bytes: int
+    ) -> tuple[int, int, int, list[bytes | memoryview]]:
+        """Committed records from ``offset`` to the end of its stored chunk at most, as the
+        stream protocol delivers them: (first offset, timestamp of the chunk, how many,
+        the chunk's data entries as parts to join). Records published over the stream
+        protocol go out as the bytes stored; AMQP 0-9-1 ones are converted."""
+        first, ts, block, at = self.log.read_block(offset)
+        parts: list[bytes | memoryview] = []
+        append = parts.append
+        n = size = 0
+        end = len(block)
+        unpack = _REC_LEN.unpack_from
+        pack = _U32.pack
+        marker = _AMQP10_HEAD
+        is_amqp10 = block.startswith
+        while at < end and n < max_count and size < max_bytes:
+            (length,) = unpack(block, at + 16)
+            start = at + 24
+            at = start + length
+            if is_amqp10(marker, start):
+                append(pack(length - 8))
+                append(block[start + 8 : at])
+            else:
+                payload = block[start:at]
+                elen = payload[0]
+                kend = 2 + elen + payload[1 + elen]
+                (plen,) = _U32.unpack_from(payload, kend)
+                message = to_amqp10(
+                    payload[1 : 1 + elen].decode(),
+                    payload[2 + elen : kend].decode(),
+                    payload[kend + 4 : kend + 4 + plen],
+                    payload[kend + 4 + plen :],
+                )
+                append(pack(len(message)))
+                append(message)
+            size += length
+            n += 1
+        return first, ts, n, parts
 
     def close(self) -> None:
         self.log.close()
@@ -257,6 +315,8 @@ class StreamQueue(Queue):
             if not records:
                 return
             for offset, _ts, exchange_and_key, properties, body in records:
+                if properties == AMQP10_PROPERTIES:
+                    exchange_and_key, properties, body = self._as_amqp091(body)
                 elen = exchange_and_key[0]
                 message = Message(
                     exchange_and_key[1 : 1 + elen].decode(),
@@ -271,6 +331,17 @@ class StreamQueue(Queue):
                 consumer.deliver(self, Entry(message, offset))
                 if consumer not in offsets:
                     return
+
+    def _as_amqp091(self, message: bytes) -> tuple[bytes, bytes, bytes]:
+        """A record published over the stream protocol as AMQP 0-9-1 delivers it. Bytes
+        that are not AMQP 1.0 (RabbitMQ 3.10 fails the consuming connection) go out as
+        the body, with no properties."""
+        try:
+            exchange, key, properties, body = from_amqp10(message, self.name)
+        except ValueError:
+            exchange, key, properties, body = "", self.name, b"\x00\x00", message
+        e, k = exchange.encode()[:255], key.encode()[:255]
+        return bytes((len(e),)) + e + bytes((len(k),)) + k, properties, body
 
     # -- settling: acks only return credit --------------------------------------
     def check_reject(self) -> None:
@@ -298,4 +369,7 @@ class StreamQueue(Queue):
     def delete(self) -> int:
         self.deleted = True
         self.log.delete()
+        for watcher in list(self.watchers):  # each sees the stream is gone
+            watcher()
+        self.watchers.clear()
         return 0

@@ -1,0 +1,361 @@
+"""How a RabbitMQ 3.10 stream turns AMQP 0-9-1 messages into the AMQP 1.0 messages its
+stream protocol delivers, and back (rabbit_msg_record), as measured on RabbitMQ 3.10.8:
+
+- message annotations: ``x-routing-key``, ``x-exchange``, then ``x-basic-priority``,
+  ``x-basic-delivery-mode`` (ubyte) and ``x-basic-expiration`` when set;
+- properties (only when one of them is set): message-id, user-id (binary), reply-to,
+  correlation-id, content-type and content-encoding (symbols), creation-time (the
+  timestamp, in ms), the other fields null;
+- application properties: ``x-basic-type``, ``x-basic-app-id``, then the headers;
+- one data section, the body.
+
+Back to AMQP 0-9-1, a message published over the stream protocol has exchange ``""`` and
+the stream's name as routing key unless its annotations say otherwise; subject and
+group-id have no place and are dropped."""
+
+from __future__ import annotations
+
+import datetime
+import struct
+from typing import Any
+
+from pamqp import commands
+
+from leveret.protocol import properties as props091
+from leveret.protocol.stream import amqp10
+from leveret.protocol.stream.amqp10 import Value
+
+
+def _str(v: str) -> Value:
+    return ("string", v)
+
+
+def _sym(v: str) -> Value:
+    return ("symbol", v)
+
+
+def _header_value(v: Any) -> Value | None:
+    if isinstance(v, bool):
+        return ("bool", v)
+    if isinstance(v, int):
+        return ("int", v) if -(2**31) <= v < 2**31 else ("long", v)
+    if isinstance(v, float):
+        return ("double", v)
+    if isinstance(v, str):
+        return _str(v)
+    if isinstance(v, (bytes, bytearray)):
+        return ("binary", bytes(v))
+    if isinstance(v, datetime.datetime):
+        return ("timestamp", int(v.timestamp() * 1000))
+    if v is None:
+        return ("null", None)
+    return None  # tables and arrays have no place in application properties
+
+
+def to_amqp10(exchange: str, routing_key: str, properties: bytes, body: bytes) -> bytes:
+    """An AMQP 0-9-1 message as a stream delivers it over the stream protocol, spliced
+    from the property bytes (a delivery converts every record read)."""
+    try:
+        return _splice(exchange.encode(), routing_key.encode(), properties, body)
+    except (_Unusual, IndexError, struct.error):
+        return _to_amqp10_decoded(exchange, routing_key, properties, body)
+
+
+class _Unusual(Exception):
+    """Property bytes the splicer leaves to the general conversion."""
+
+
+def _vbin(code8: int, raw: bytes) -> bytes:
+    n = len(raw)
+    if n < 256:
+        return bytes((code8, n)) + raw
+    return bytes((code8 | 0x10,)) + _U32.pack(n) + raw
+
+
+def _compound(code8: int, count: int, parts: list[bytes]) -> bytes:
+    """A list (0xC0) or map (0xC1) of already-encoded items."""
+    body = b"".join(parts)
+    if len(body) + 1 < 256 and count < 256:
+        return bytes((code8, len(body) + 1, count)) + body
+    return bytes((code8 | 0x10,)) + _LIST32.pack(len(body) + 4, count) + body
+
+
+_U32 = struct.Struct(">I")
+_LIST32 = struct.Struct(">II")
+_I8 = struct.Struct(">b")
+_I16 = struct.Struct(">h")
+_U16 = struct.Struct(">H")
+_I32 = struct.Struct(">i")
+_I64 = struct.Struct(">q")
+_U64 = struct.Struct(">Q")
+_F32 = struct.Struct(">f")
+_F64 = struct.Struct(">d")
+_SYM = {name: _vbin(0xA3, name.encode()) for name in (
+    "x-routing-key", "x-exchange", "x-basic-priority", "x-basic-delivery-mode",
+    "x-basic-expiration",
+)}  # fmt: skip
+_TYPE_KEY = _vbin(0xA1, b"x-basic-type")
+_APP_ID_KEY = _vbin(0xA1, b"x-basic-app-id")
+_NULL = b"\x40"
+_SECTION = {code: bytes((0x00, 0x53, code)) for code in (0x72, 0x73, 0x74, 0x75)}
+
+
+def _int(v: int) -> bytes:
+    return b"\x54" + _I8.pack(v) if -128 <= v <= 127 else b"\x71" + _I32.pack(v)
+
+
+def _long(v: int) -> bytes:
+    return b"\x55" + _I8.pack(v) if -128 <= v <= 127 else b"\x81" + _I64.pack(v)
+
+
+def _header(raw: bytes, pos: int) -> tuple[bytes | None, int]:
+    """One AMQP 0-9-1 field value at ``pos`` as AMQP 1.0 (None: no place for it)."""
+    tag = raw[pos]
+    pos += 1
+    if tag == 0x53:  # S
+        (n,) = _U32.unpack_from(raw, pos)
+        return _vbin(0xA1, raw[pos + 4 : pos + 4 + n]), pos + 4 + n
+    if tag == 0x49:  # I
+        return _int(_I32.unpack_from(raw, pos)[0]), pos + 4
+    if tag == 0x6C:  # l
+        return _long(_I64.unpack_from(raw, pos)[0]), pos + 8
+    if tag == 0x74:  # t
+        return (b"\x56\x01" if raw[pos] else b"\x56\x00"), pos + 1
+    if tag == 0x78:  # x
+        (n,) = _U32.unpack_from(raw, pos)
+        return _vbin(0xA0, raw[pos + 4 : pos + 4 + n]), pos + 4 + n
+    if tag == 0x54:  # T
+        return b"\x83" + _I64.pack(_U64.unpack_from(raw, pos)[0] * 1000), pos + 8
+    if tag == 0x56:  # V
+        return _NULL, pos
+    if tag in (0x46, 0x41):  # F, A: dropped, as RabbitMQ 3.10
+        (n,) = _U32.unpack_from(raw, pos)
+        return None, pos + 4 + n
+    raise _Unusual  # b B s u i f d D: the general conversion
+
+
+def _short(raw: bytes, pos: int) -> tuple[bytes, int]:
+    n = raw[pos]
+    return raw[pos + 1 : pos + 1 + n], pos + 1 + n
+
+
+def _splice(exchange: bytes, key: bytes, raw: bytes, body: bytes) -> bytes:
+    flags = raw[0] << 8 | raw[1]
+    if flags & 0x0005:  # continuation flags, or a cluster-id
+        raise _Unusual
+    pos = 2
+    content_type = content_encoding = correlation_id = reply_to = expiration = None
+    message_id = message_type = user_id = app_id = None
+    timestamp: int | None = None
+    headers: list[bytes] = []
+    pairs = 0
+    annotations = [
+        _SYM["x-routing-key"],
+        _vbin(0xA1, key),
+        _SYM["x-exchange"],
+        _vbin(0xA1, exchange),
+    ]
+    if flags & 0x8000:
+        content_type, pos = _short(raw, pos)
+    if flags & 0x4000:
+        content_encoding, pos = _short(raw, pos)
+    if flags & 0x2000:
+        (n,) = _U32.unpack_from(raw, pos)
+        end = pos + 4 + n
+        pos += 4
+        while pos < end:
+            name, pos = _short(raw, pos)
+            value, pos = _header(raw, pos)
+            if value is not None:
+                headers += (_vbin(0xA1, name), value)
+                pairs += 1
+        if pos != end:
+            raise _Unusual
+    if flags & 0x1000:
+        delivery_mode = raw[pos]
+        pos += 1
+    if flags & 0x0800:
+        annotations += (_SYM["x-basic-priority"], b"\x50" + bytes((raw[pos],)))
+        pos += 1
+    if flags & 0x1000:
+        annotations += (_SYM["x-basic-delivery-mode"], b"\x50" + bytes((delivery_mode,)))
+    if flags & 0x0400:
+        correlation_id, pos = _short(raw, pos)
+    if flags & 0x0200:
+        reply_to, pos = _short(raw, pos)
+    if flags & 0x0100:
+        expiration, pos = _short(raw, pos)
+        if expiration:
+            annotations += (_SYM["x-basic-expiration"], _vbin(0xA1, expiration))
+    if flags & 0x0080:
+        message_id, pos = _short(raw, pos)
+    if flags & 0x0040:
+        (timestamp,) = _U64.unpack_from(raw, pos)
+        pos += 8
+    if flags & 0x0020:
+        message_type, pos = _short(raw, pos)
+    if flags & 0x0010:
+        user_id, pos = _short(raw, pos)
+    if flags & 0x0008:
+        app_id, pos = _short(raw, pos)
+    if pos != len(raw):
+        raise _Unusual
+    out = [_SECTION[0x72], _compound(0xC1, len(annotations), annotations)]
+    fields = (
+        _vbin(0xA1, message_id) if message_id else _NULL,
+        _vbin(0xA0, user_id) if user_id else _NULL,
+        _NULL,
+        _NULL,
+        _vbin(0xA1, reply_to) if reply_to else _NULL,
+        _vbin(0xA1, correlation_id) if correlation_id else _NULL,
+        _vbin(0xA3, content_type) if content_type else _NULL,
+        _vbin(0xA3, content_encoding) if content_encoding else _NULL,
+        _NULL,
+        b"\x83" + _I64.pack(timestamp * 1000) if timestamp is not None else _NULL,
+        _NULL,
+        _NULL,
+        _NULL,
+    )
+    if any(f is not _NULL for f in fields):
+        out += (_SECTION[0x73], _compound(0xC0, 13, list(fields)))
+    app: list[bytes] = []
+    if message_type:
+        app += (_TYPE_KEY, _vbin(0xA1, message_type))
+    if app_id:
+        app += (_APP_ID_KEY, _vbin(0xA1, app_id))
+    app += headers
+    if app:
+        out += (_SECTION[0x74], _compound(0xC1, len(app), app))
+    out += (_SECTION[0x75], _vbin(0xA0, body))
+    return b"".join(out)
+
+
+def _to_amqp10_decoded(exchange: str, routing_key: str, properties: bytes, body: bytes) -> bytes:
+    """The general conversion, through decoded properties."""
+    try:
+        p = props091.decode(properties)
+    except ValueError:
+        p = commands.Basic.Properties()
+    annotations: list[tuple[Value, Value]] = [
+        (_sym("x-routing-key"), _str(routing_key)),
+        (_sym("x-exchange"), _str(exchange)),
+    ]
+    if p.priority is not None:
+        annotations.append((_sym("x-basic-priority"), ("ubyte", p.priority)))
+    if p.delivery_mode is not None:
+        annotations.append((_sym("x-basic-delivery-mode"), ("ubyte", p.delivery_mode)))
+    if p.expiration:
+        annotations.append((_sym("x-basic-expiration"), _str(p.expiration)))
+    out = [amqp10.section(amqp10.MESSAGE_ANNOTATIONS, ("map", annotations))]
+    null: Value = ("null", None)
+    stamp = p.timestamp
+    fields: list[Value] = [
+        _str(p.message_id) if p.message_id else null,
+        ("binary", p.user_id.encode()) if p.user_id else null,
+        null,
+        null,
+        _str(p.reply_to) if p.reply_to else null,
+        _str(p.correlation_id) if p.correlation_id else null,
+        _sym(p.content_type) if p.content_type else null,
+        _sym(p.content_encoding) if p.content_encoding else null,
+        null,
+        (
+            ("timestamp", int(stamp.timestamp()) * 1000 if hasattr(stamp, "timestamp") else 0)
+            if stamp is not None
+            else null
+        ),
+        null,
+        null,
+        null,
+    ]
+    if any(f is not null for f in fields):
+        out.append(amqp10.section(amqp10.PROPERTIES, ("list", fields)))
+    app: list[tuple[Value, Value]] = []
+    if p.message_type:
+        app.append((_str("x-basic-type"), _str(p.message_type)))
+    if p.app_id:
+        app.append((_str("x-basic-app-id"), _str(p.app_id)))
+    for k, v in (p.headers or {}).items():
+        value = _header_value(v)
+        if value is not None:
+            app.append((_str(k), value))
+    if app:
+        out.append(amqp10.section(amqp10.APPLICATION_PROPERTIES, ("map", app)))
+    out.append(amqp10.section(amqp10.DATA, ("binary", body)))
+    return b"".join(out)
+
+
+def _plain(value: Value) -> Any:
+    kind, v = value
+    if kind == "timestamp":
+        return datetime.datetime.fromtimestamp(v / 1000, tz=datetime.UTC)
+    if kind in ("list", "array"):
+        return [_plain(i) for i in v]
+    if kind == "map":
+        return {str(_plain(k)): _plain(x) for k, x in v}
+    if kind == "described":
+        return _plain(v[1])
+    return v
+
+
+def from_amqp10(message: bytes, stream: str) -> tuple[str, str, bytes, bytes]:
+    """A message published over the stream protocol as AMQP 0-9-1 delivers it: exchange,
+    routing key, content-header property bytes, body. Raises ValueError for bytes that
+    are not an AMQP 1.0 message (RabbitMQ 3.10 fails the consuming connection then)."""
+    exchange, key = "", stream
+    p = commands.Basic.Properties()
+    headers: dict[str, Any] = {}
+    body_parts: list[bytes] = []
+    for code, value in amqp10.sections(message):
+        if code == amqp10.MESSAGE_ANNOTATIONS and value[0] == "map":
+            for k, v in value[1]:
+                name = _plain(k)
+                if name == "x-exchange":
+                    exchange = str(_plain(v))
+                elif name == "x-routing-key":
+                    key = str(_plain(v))
+                elif name == "x-basic-priority":
+                    p.priority = int(_plain(v))
+                elif name == "x-basic-delivery-mode":
+                    p.delivery_mode = int(_plain(v))
+                elif name == "x-basic-expiration":
+                    p.expiration = str(_plain(v))
+        elif code == amqp10.HEADER and value[0] == "list":
+            fields = value[1]
+            if fields and fields[0] == ("bool", True) and p.delivery_mode is None:
+                p.delivery_mode = 2
+            if len(fields) > 1 and fields[1][0] == "ubyte" and p.priority is None:
+                p.priority = fields[1][1]
+        elif code == amqp10.PROPERTIES and value[0] == "list":
+            f = [_plain(x) for x in value[1]] + [None] * 13
+            if f[0] is not None:
+                p.message_id = str(f[0])
+            if f[1] is not None:
+                p.user_id = f[1].decode() if isinstance(f[1], bytes) else str(f[1])
+            if f[4] is not None:
+                p.reply_to = str(f[4])
+            if f[5] is not None:
+                p.correlation_id = str(f[5])
+            if f[6] is not None:
+                p.content_type = str(f[6])
+            if f[7] is not None:
+                p.content_encoding = str(f[7])
+            if isinstance(f[9], datetime.datetime):
+                p.timestamp = f[9].replace(microsecond=0)
+        elif code == amqp10.APPLICATION_PROPERTIES and value[0] == "map":
+            for k, v in value[1]:
+                name = str(_plain(k))
+                if name == "x-basic-type":
+                    p.message_type = str(_plain(v))
+                elif name == "x-basic-app-id":
+                    p.app_id = str(_plain(v))
+                else:
+                    headers[name] = _plain(v)
+        elif code == amqp10.DATA and value[0] == "binary":
+            body_parts.append(value[1])
+        elif code == amqp10.AMQP_VALUE and value[0] in ("binary", "string"):
+            v = value[1]
+            body_parts.append(v if isinstance(v, bytes) else v.encode())
+    if headers:
+        p.headers = headers
+    return exchange, key, props091.encode_properties(p), b"".join(body_parts)

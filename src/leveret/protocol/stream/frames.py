@@ -1,0 +1,281 @@
+"""Frame bodies to events and back. Most commands are a flat list of typed fields, so one
+schema per key drives both directions; Publish and Subscribe, whose layouts vary, have
+their own code. Client frames are decoded here (and can be encoded: tests and clients
+use that); server frames are encoded in :mod:`leveret.protocol.stream.encode`."""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable
+from typing import Any
+
+from leveret.protocol.stream import events as ev
+from leveret.protocol.stream.spec import RESPONSE, VERSION_1, Key, OffsetType
+
+_U8 = struct.Struct(">B")
+_U16 = struct.Struct(">H")
+_I16 = struct.Struct(">h")
+_U32 = struct.Struct(">I")
+_I32 = struct.Struct(">i")
+_U64 = struct.Struct(">Q")
+_I64 = struct.Struct(">q")
+_HEAD = struct.Struct(">HH")
+
+
+class FrameError(ValueError):
+    """A frame that does not parse as its key says."""
+
+
+class Reader:
+    __slots__ = ("data", "pos")
+
+    def __init__(self, data: bytes | memoryview, pos: int = 0) -> None:
+        self.data = data
+        self.pos = pos
+
+    def _take(self, s: struct.Struct) -> Any:
+        try:
+            (value,) = s.unpack_from(self.data, self.pos)
+        except struct.error as exc:
+            raise FrameError("frame too short") from exc
+        self.pos += s.size
+        return value
+
+    def u8(self) -> int:
+        return int(self._take(_U8))
+
+    def u16(self) -> int:
+        return int(self._take(_U16))
+
+    def i16(self) -> int:
+        return int(self._take(_I16))
+
+    def u32(self) -> int:
+        return int(self._take(_U32))
+
+    def i32(self) -> int:
+        return int(self._take(_I32))
+
+    def u64(self) -> int:
+        return int(self._take(_U64))
+
+    def i64(self) -> int:
+        return int(self._take(_I64))
+
+    def raw(self, n: int) -> bytes:
+        end = self.pos + n
+        if n < 0 or end > len(self.data):
+            raise FrameError("frame too short")
+        out = bytes(self.data[self.pos : end])
+        self.pos = end
+        return out
+
+    def string(self) -> str:
+        n = self.i16()
+        if n < 0:
+            return ""
+        try:
+            return self.raw(n).decode()
+        except UnicodeDecodeError as exc:
+            raise FrameError("a string is not UTF-8") from exc
+
+    def bytes_(self) -> bytes:
+        n = self.i32()
+        return b"" if n < 0 else self.raw(n)
+
+    def strings(self) -> tuple[str, ...]:
+        return tuple(self.string() for _ in range(self._count()))
+
+    def map(self) -> dict[str, str]:
+        out = {}
+        for _ in range(self._count()):
+            k = self.string()
+            out[k] = self.string()
+        return out
+
+    def _count(self) -> int:
+        n = self.i32()
+        if n < 0 or n > len(self.data) - self.pos:  # every item takes at least a byte
+            raise FrameError("bad array length")
+        return n
+
+    def end(self) -> None:
+        if self.pos != len(self.data):
+            raise FrameError("trailing bytes in frame")
+
+
+def string(s: str) -> bytes:
+    raw = s.encode()
+    return _U16.pack(len(raw)) + raw
+
+
+def bytes_field(b: bytes) -> bytes:
+    return _I32.pack(len(b)) + b
+
+
+def strings(items: tuple[str, ...] | list[str]) -> bytes:
+    return _I32.pack(len(items)) + b"".join(string(s) for s in items)
+
+
+def mapping(m: dict[str, str]) -> bytes:
+    return _I32.pack(len(m)) + b"".join(string(k) + string(v) for k, v in m.items())
+
+
+_READ: dict[str, Callable[[Reader], Any]] = {
+    "u8": Reader.u8,
+    "u16": Reader.u16,
+    "i16": Reader.i16,
+    "u32": Reader.u32,
+    "u64": Reader.u64,
+    "str": Reader.string,
+    "bytes": Reader.bytes_,
+    "strs": Reader.strings,
+    "map": Reader.map,
+}
+_WRITE: dict[str, Callable[[Any], bytes]] = {
+    "u8": _U8.pack,
+    "u16": _U16.pack,
+    "i16": _I16.pack,
+    "u32": _U32.pack,
+    "u64": _U64.pack,
+    "str": string,
+    "bytes": bytes_field,
+    "strs": strings,
+    "map": mapping,
+}
+
+# Client commands that are a flat list of fields, in the dataclass's field order.
+_SCHEMAS: dict[int, tuple[type[Any], tuple[str, ...]]] = {
+    Key.PEER_PROPERTIES: (ev.PeerProperties, ("u32", "map")),
+    Key.SASL_HANDSHAKE: (ev.SaslHandshake, ("u32",)),
+    Key.SASL_AUTHENTICATE: (ev.SaslAuthenticate, ("u32", "str", "bytes")),
+    Key.TUNE | RESPONSE: (ev.Tune, ("u32", "u32")),
+    Key.OPEN: (ev.Open, ("u32", "str")),
+    Key.CLOSE: (ev.Close, ("u32", "u16", "str")),
+    Key.CLOSE | RESPONSE: (ev.CloseResponse, ("u32", "u16")),
+    Key.HEARTBEAT: (ev.Heartbeat, ()),
+    Key.METADATA: (ev.Metadata, ("u32", "strs")),
+    Key.CREATE: (ev.Create, ("u32", "str", "map")),
+    Key.DELETE: (ev.Delete, ("u32", "str")),
+    Key.DECLARE_PUBLISHER: (ev.DeclarePublisher, ("u32", "u8", "str", "str")),
+    Key.QUERY_PUBLISHER_SEQUENCE: (ev.QueryPublisherSequence, ("u32", "str", "str")),
+    Key.DELETE_PUBLISHER: (ev.DeletePublisher, ("u32", "u8")),
+    Key.CREDIT: (ev.Credit, ("u8", "u16")),
+    Key.UNSUBSCRIBE: (ev.Unsubscribe, ("u32", "u8")),
+    Key.STORE_OFFSET: (ev.StoreOffset, ("str", "str", "u64")),
+    Key.QUERY_OFFSET: (ev.QueryOffset, ("u32", "str", "str")),
+    Key.ROUTE: (ev.Route, ("u32", "str", "str")),
+    Key.PARTITIONS: (ev.Partitions, ("u32", "str")),
+}
+# The client answers our tune with a tune frame; clients send it with the request key
+# (rstream, the Java client) or the response key: both are taken.
+_SCHEMAS[Key.TUNE] = _SCHEMAS[Key.TUNE | RESPONSE]
+_KEYS: dict[type[Any], int] = {cls: key for key, (cls, _) in _SCHEMAS.items()}
+_KEYS[ev.Tune] = Key.TUNE
+
+
+def decode(frame: bytes | memoryview) -> ev.Event:
+    """One frame (without its size prefix) as an event. Unknown keys and versions give
+    :class:`~leveret.protocol.stream.events.UnknownFrame`; bad fields raise FrameError."""
+    if len(frame) < 4:
+        raise FrameError("frame too short")
+    key, version = _HEAD.unpack_from(frame)
+    if version != VERSION_1:
+        return ev.UnknownFrame(key, version)
+    r = Reader(frame, 4)
+    if key == Key.PUBLISH:
+        return _decode_publish(r)
+    if key == Key.SUBSCRIBE:
+        return _decode_subscribe(r)
+    schema = _SCHEMAS.get(key)
+    if schema is None:
+        return ev.UnknownFrame(key, version)
+    cls, fields = schema
+    values = [_READ[f](r) for f in fields]
+    r.end()
+    return cls(*values)  # type: ignore[no-any-return]
+
+
+def _decode_publish(r: Reader) -> ev.Publish:
+    publisher_id = r.u8()
+    count = r.i32()
+    messages: list[tuple[int, bytes]] = []
+    batches: list[ev.SubBatch] = []
+    data = r.data
+    for _ in range(count):
+        publishing_id = r.u64()
+        if r.pos >= len(data):
+            raise FrameError("frame too short")
+        if data[r.pos] & 0x80:
+            head = r.u8()
+            records = r.u16()
+            uncompressed = r.u32()
+            size = r.u32()
+            batches.append(
+                ev.SubBatch(publishing_id, (head >> 4) & 0x7, records, uncompressed, r.raw(size))
+            )
+        else:
+            messages.append((publishing_id, r.raw(r.u32())))
+    r.end()
+    return ev.Publish(publisher_id, messages, batches)
+
+
+def _decode_subscribe(r: Reader) -> ev.Subscribe:
+    correlation_id = r.u32()
+    subscription_id = r.u8()
+    stream = r.string()
+    offset_type = r.u16()
+    offset = 0
+    if offset_type == OffsetType.OFFSET:
+        offset = r.u64()
+    elif offset_type == OffsetType.TIMESTAMP:
+        offset = r.i64()
+    credit = r.u16()
+    properties = r.map() if r.pos < len(r.data) else {}
+    r.end()
+    return ev.Subscribe(
+        correlation_id, subscription_id, stream, offset_type, offset, credit, properties
+    )
+
+
+def frame(key: int, body: bytes) -> bytes:
+    """A whole frame: size, key, version 1, body."""
+    return _U32.pack(len(body) + 4) + _HEAD.pack(key, VERSION_1) + body
+
+
+def encode_client(event: ev.Event) -> bytes:
+    """A client command as a whole frame (the inverse of :func:`decode`)."""
+    if isinstance(event, ev.Publish):
+        parts = [_U8.pack(event.publisher_id), _I32.pack(len(event.messages) + len(event.batches))]
+        for pid, msg in event.messages:
+            parts += (_U64.pack(pid), _U32.pack(len(msg)), msg)
+        for b in event.batches:
+            parts += (
+                _U64.pack(b.publishing_id),
+                _U8.pack(0x80 | (b.compression << 4)),
+                _U16.pack(b.records),
+                _U32.pack(b.uncompressed_size),
+                _U32.pack(len(b.data)),
+                b.data,
+            )
+        return frame(Key.PUBLISH, b"".join(parts))
+    if isinstance(event, ev.Subscribe):
+        offset = b""
+        if event.offset_type == OffsetType.OFFSET:
+            offset = _U64.pack(event.offset)
+        elif event.offset_type == OffsetType.TIMESTAMP:
+            offset = _I64.pack(event.offset)
+        return frame(
+            Key.SUBSCRIBE,
+            _U32.pack(event.correlation_id)
+            + _U8.pack(event.subscription_id)
+            + string(event.stream)
+            + _U16.pack(event.offset_type)
+            + offset
+            + _U16.pack(event.credit)
+            + mapping(event.properties),
+        )
+    key = _KEYS[type(event)]
+    _, fields = _SCHEMAS[key]
+    values = [getattr(event, name) for name in event.__dataclass_fields__]
+    return frame(key, b"".join(_WRITE[f](v) for f, v in zip(fields, values, strict=True)))

@@ -1,0 +1,310 @@
+"""The asyncio.Protocol of the stream-protocol listener: joins a socket, a sans-IO stream
+:class:`~leveret.protocol.stream.connection.ServerConnection` and a broker
+:class:`~leveret.broker.stream_session.StreamSession`.
+
+It does I/O only: bytes read go into the connection, events are handed to the session,
+output is flushed once per loop tick. After a batch of publishes the stores are synced
+before their confirms go out. A Deliver frame is written as its header and the chunk's
+own bytes; while the socket does not drain (pause_writing) no chunk is read at all."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+from leveret.broker.stream_session import StreamSession
+from leveret.protocol.stream import encode
+from leveret.protocol.stream import events as ev
+from leveret.protocol.stream.connection import Phase, ServerConnection
+from leveret.protocol.stream.spec import Code
+from leveret.server.state import ServerState
+from leveret.server.tls import login_name, peer_certificate
+
+log = logging.getLogger(__name__)
+
+
+class StreamProtocol(asyncio.Protocol):
+    def __init__(
+        self,
+        state: ServerState,
+        advertised: tuple[str, int],
+        frame_max: int,
+        heartbeat: int,
+        tls: bool = False,
+        verify_peer: bool = False,
+    ) -> None:
+        self.state = state
+        self.tls = tls
+        self.verify_peer = verify_peer
+        self.advertised = advertised
+        self.loop = asyncio.get_running_loop()
+        self.conn = ServerConnection(frame_max, heartbeat)
+        self.transport: asyncio.Transport | None = None
+        self.session: StreamSession | None = None
+        self._flush_scheduled = False
+        self._paused = False  # the transport's buffer is above its high-water mark
+        self.blocked = False
+        self._ending = False
+        self._last_recv = self._last_send = time.monotonic()
+        self._timer: asyncio.TimerHandle | None = None
+        self._heartbeat: asyncio.TimerHandle | None = None
+
+    # ----------------------------------------------------------- session output
+    def send(self, data: bytes) -> None:
+        self.conn.send(data)
+        self._schedule()
+
+    def send_chunk(self, subscription_id: int, data: bytes) -> None:
+        transport = self.transport
+        if transport is None:
+            return
+        pending = self.conn.data_to_send()  # what was queued before goes first
+        transport.writelines((pending, encode.deliver_header(subscription_id, len(data)), data))
+        self._last_send = time.monotonic()
+
+    def writable(self) -> bool:
+        return not self._paused and self.transport is not None and not self._ending
+
+    # --------------------------------------------------------------- transport
+    @property
+    def name(self) -> str:
+        if self.transport is None:
+            return "?"
+        peer = self.transport.get_extra_info("peername")
+        local = self.transport.get_extra_info("sockname")
+        return f"{peer[0]}:{peer[1]} -> {local[0]}:{local[1]}" if peer and local else "?"
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        transport.set_write_buffer_limits(  # type: ignore[attr-defined]
+            high=4 * 1024 * 1024, low=1024 * 1024
+        )
+        self.state.connections.add(self)
+        self._timer = self.loop.call_later(
+            self.state.limits.handshake_timeout, self._handshake_timeout
+        )
+
+    def _handshake_timeout(self) -> None:
+        self._timer = None
+        if self.conn.phase is not Phase.OPEN and not self._ending:
+            log.info("stream handshake timed out for %s", self.name)
+            self._end()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.state.connections.discard(self)
+        for handle in (self._timer, self._heartbeat):
+            if handle is not None:
+                handle.cancel()
+        self._timer = self._heartbeat = None
+        self.transport = None
+        if self.session is not None:
+            self.session.close()
+
+    def pause_writing(self) -> None:
+        """The peer does not read what we send: no chunk is read for it, and what it
+        sends waits unread (its confirms would pile up here otherwise), as TCP back
+        pressure holds a RabbitMQ stream connection."""
+        self._paused = True
+        self._update_reading()
+
+    def resume_writing(self) -> None:
+        self._paused = False
+        self._update_reading()
+        if self.session is not None:
+            self.session.feed_all()
+        if not self.blocked:
+            self.loop.call_soon(self._resume)
+
+    def _update_reading(self) -> None:
+        if self.transport is None or self._ending:
+            return
+        if self._paused or self.blocked:
+            self.transport.pause_reading()
+        else:
+            self._last_recv = time.monotonic()  # the heartbeat monitor resumes now
+            self.transport.resume_reading()
+
+    def _schedule(self) -> None:
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self.loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        data = self.conn.data_to_send()
+        if data and self.transport is not None:
+            self.transport.write(data)
+            self._last_send = time.monotonic()
+
+    def _end(self) -> None:
+        """Flush what is left and close the socket."""
+        if self._ending or self.transport is None:
+            return
+        self._ending = True
+        self._flush()
+        if self.session is not None:
+            self.session.close()
+        self.transport.close()
+
+    # ------------------------------------------------------------------- input
+    def data_received(self, data: bytes) -> None:
+        self._last_recv = time.monotonic()
+        if self._ending:
+            return
+        self.conn.receive_data(data)
+        self._process()
+
+    def _process(self) -> None:
+        conn = self.conn
+        published = False
+        while not (self.blocked or self._paused or self._ending):
+            event = conn.next_event()
+            if event is ev.NEED_DATA:
+                break
+            session = self.session
+            try:
+                if isinstance(event, ev.Publish):
+                    if session is not None:
+                        session.publish(event)
+                        published = True
+                elif session is not None and conn.phase is Phase.OPEN and _is_command(event):
+                    session.handle(event)  # type: ignore[arg-type]
+                else:
+                    self._control(event)  # type: ignore[arg-type]
+            except Exception:
+                # a fault of ours: this connection ends, no other is touched
+                log.exception("stream connection %s failed on %s", self.name, type(event).__name__)
+                conn.send_close(Code.INTERNAL_ERROR, "internal error")
+                break
+        if published and self.session is not None:
+            self.state.sync()  # on disk before confirms go out, and consumers see it
+            self.session.flush_confirms()
+        if conn.has_output():
+            self._flush()
+        if conn.closed and not self._ending:
+            self._end()
+
+    def _control(self, event: ev.Event) -> None:
+        conn = self.conn
+        if isinstance(event, ev.PeerProperties):
+            peer = self.transport.get_extra_info("peername") if self.transport else None
+            # EXTERNAL (the client certificate) only where the listener verifies peers
+            offered = sorted(
+                m
+                for m in self.state.mechanisms
+                if m != "EXTERNAL" or (self.tls and self.verify_peer)
+            )
+            self.session = StreamSession(
+                self.state.broker, self, peer, self.advertised, tuple(offered)
+            )
+            props = self.session.peer_properties(event.properties)
+            conn.send(encode.peer_properties(event.correlation_id, Code.OK, props))
+        elif isinstance(event, ev.SaslHandshake):
+            mechanisms = self.session.mechanisms if self.session else ()
+            conn.send(encode.sasl_handshake(event.correlation_id, Code.OK, mechanisms))
+        elif isinstance(event, ev.SaslAuthenticate):
+            assert self.session is not None
+            external = None
+            if event.mechanism == "EXTERNAL" and self.transport is not None:
+                cert = peer_certificate(self.transport)
+                if cert is not None:
+                    external = login_name(cert, self.state.cert_login_from)
+            code = self.session.authenticate(event.mechanism, event.data, external)
+            conn.send(encode.sasl_authenticate(event.correlation_id, code))
+            if code == Code.OK:
+                conn.send_tune()
+            else:
+                conn.drop()  # as RabbitMQ: the connection fails after the answer
+        elif isinstance(event, ev.Tune):
+            if self.session is not None:
+                self.session.frame_max = event.frame_max
+            self._start_heartbeats(event.heartbeat)
+        elif isinstance(event, ev.Open):
+            assert self.session is not None
+            code = self.session.open(event.virtual_host)
+            props = self.session.connection_properties() if code == Code.OK else {}
+            conn.send_open(event.correlation_id, code, props)
+            if code == Code.OK and self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+        elif isinstance(event, ev.Close):
+            if self.session is not None:
+                self.session.close()
+            conn.send_close_response(event.correlation_id)
+        elif isinstance(event, ev.CloseResponse):
+            pass  # the connection is closed now: the socket ends after the flush
+        elif isinstance(event, ev.UnknownFrame):
+            log.warning("unknown stream command %#x from %s", event.key, self.name)
+            conn.send_close(Code.UNKNOWN_FRAME, "unknown frame")
+        elif isinstance(event, ev.FrameTooLarge):
+            log.warning("stream frame of %d bytes from %s: too large", event.size, self.name)
+            conn.send_close(Code.FRAME_TOO_LARGE, "frame too large")
+        elif isinstance(event, ev.ConnectionFailed):
+            log.info("stream connection %s failed: %s", self.name, event.reason)
+
+    # -------------------------------------------------------------- heartbeats
+    def _start_heartbeats(self, interval: int) -> None:
+        if self._heartbeat is not None:
+            self._heartbeat.cancel()
+            self._heartbeat = None
+        if interval > 0:
+            self._heartbeat = self.loop.call_later(interval / 2, self._beat, interval)
+
+    def _beat(self, interval: int) -> None:
+        if self.transport is None or self._ending:
+            return
+        now = time.monotonic()
+        if now - self._last_recv > 2 * interval and not (self.blocked or self._paused):
+            log.error("closing stream connection %s: missed heartbeats", self.name)
+            self._end()
+            return
+        if now - self._last_send >= interval / 2:
+            self.conn.send_heartbeat()
+            self._flush()
+        self._heartbeat = self.loop.call_later(interval / 2, self._beat, interval)
+
+    # ------------------------------------------------- driven by the server
+    def set_blocked(self, blocked: bool, reason: str) -> None:
+        """A resource alarm: stop reading (publishers wait), as RabbitMQ blocks."""
+        if blocked == self.blocked or self.transport is None or self._ending:
+            return
+        self.blocked = blocked
+        self._update_reading()
+        if not blocked:
+            self.loop.call_soon(self._resume)
+
+    def _resume(self) -> None:
+        if self.transport is not None and not self._ending:
+            self._process()
+
+    def shutdown(self, reason: str) -> None:
+        if self.transport is None or self._ending:
+            return
+        if self.conn.phase is Phase.OPEN:
+            self.conn.send_close(Code.OK, reason)
+            self._flush()
+        self._end()
+
+    def abort(self) -> None:
+        if self.transport is not None:
+            self._flush()
+            self.transport.close()
+
+
+_CONTROL = (
+    ev.PeerProperties,
+    ev.SaslHandshake,
+    ev.SaslAuthenticate,
+    ev.Tune,
+    ev.Open,
+    ev.Close,
+    ev.CloseResponse,
+    ev.UnknownFrame,
+    ev.FrameTooLarge,
+    ev.ConnectionFailed,
+)
+
+
+def _is_command(event: object) -> bool:
+    return not isinstance(event, _CONTROL)
