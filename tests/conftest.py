@@ -54,6 +54,9 @@ LONG_FIRST = (
 )
 
 
+LONG_TIMEOUT = 1200  # seconds, for the tests in LONG_FIRST that set no timeout of their own
+
+
 def _is_fast(item: pytest.Item) -> bool:
     path = item.nodeid.split("::", 1)[0]
     if not path.startswith(FAST_DIRS) and path not in FAST_MODULES:
@@ -76,9 +79,14 @@ def _module_scoped(item: pytest.Item) -> bool:
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     slow = pytest.mark.slow
+    long_timeout = pytest.mark.timeout(LONG_TIMEOUT)
     for item in items:
         if not _is_fast(item):
             item.add_marker(slow)
+        # The suite's 300 s per test is a guard against hangs; the long tests, which run
+        # side by side on two cores, can take longer than that without hanging.
+        if item.nodeid.startswith(LONG_FIRST) and item.get_closest_marker("timeout") is None:
+            item.add_marker(long_timeout)
         if _module_scoped(item):
             item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
 
