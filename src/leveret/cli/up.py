@@ -8,6 +8,7 @@ Parquet lake (``local[*]``), and, in the foreground, a terminal receiver of the 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -87,6 +88,20 @@ def _bind_broker_log(url: str, stream: str = "logs") -> None:
 def _role(proc: subprocess.Popen[str]) -> str:
     args = [str(a) for a in proc.args] if isinstance(proc.args, list) else [str(proc.args)]
     return " ".join(args[3:5])
+
+
+def _leveret_command() -> str:
+    """How the user runs ``leveret`` from this directory: ``leveret`` when the one on PATH is
+    this one, else its path (``.venv/bin/leveret`` after ``scripts/up``, which does not
+    touch the user's PATH)."""
+    here = Path(sys.executable).parent / "leveret"
+    on_path = shutil.which("leveret")
+    if not here.exists() or (on_path is not None and Path(on_path).resolve() == here.resolve()):
+        return "leveret"
+    try:
+        return str(here.relative_to(Path.cwd()))
+    except ValueError:
+        return str(here)
 
 
 def _spark_available() -> bool:
@@ -175,9 +190,10 @@ def up(
         console.print(f"Dashboard   http://127.0.0.1:{ports.get('http')}/   (guest / guest)")
         console.print(f"Metrics     http://127.0.0.1:{ports.get('prometheus')}/metrics")
         console.print(f"Lake ingest {ingest_note} -> {lake}")
-        console.print(f"Send logs   leveret emit-log --url {url} 'info: hello'")
+        leveret = _leveret_command()
+        console.print(f"Send logs   {leveret} emit-log --url {url} 'info: hello'")
         console.print(
-            f"Report      leveret pipeline report --lake {lake} --out {data_dir / 'report'}"
+            f"Report      {leveret} pipeline report --lake {lake} --out {data_dir / 'report'}"
         )
         console.rule()
         essential = [server]
