@@ -172,6 +172,7 @@ def server(
     """Run the broker in the foreground until SIGINT or SIGTERM."""
     from leveret.management.runner import Running, run
     from leveret.server.config import Config, ConfigError
+    from leveret.store.lock import DataDirInUse
 
     logging.basicConfig(
         level=log_level.upper(),
@@ -210,7 +211,7 @@ def server(
 
     try:
         run(cfg, ready)
-    except ConfigError as exc:
+    except (ConfigError, DataDirInUse) as exc:
         fail(str(exc))
     except OSError as exc:
         fail(f"cannot listen on {cfg.bind}: {exc.strerror or exc}")

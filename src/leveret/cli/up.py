@@ -32,6 +32,8 @@ def _start_server(
     data_dir: Path, amqp_port: int, http_port: int, prometheus_port: int, log: IO[str]
 ) -> tuple[subprocess.Popen[str], dict[str, str]]:
     """Start the broker; return it and the ports it listens on (asked-for 0 is filled in)."""
+    log.flush()
+    start = log.seek(0, os.SEEK_END)
     proc = subprocess.Popen(
         _cli(
             "server",
@@ -63,7 +65,21 @@ def _start_server(
             ports["amqp"] = port
             return proc, ports
     proc.wait()
-    raise RuntimeError("the broker did not start (see " + log.name + ")")
+    raise RuntimeError(_why_not_started(log, start) + " (see " + log.name + ")")
+
+
+def _why_not_started(log: IO[str], start: int) -> str:
+    """The broker's own one-line reason (its ``Error: ...`` line in the log it wrote
+    since ``start``): a port taken, the data directory in use."""
+    log.flush()
+    try:
+        with open(log.name, encoding="utf-8", errors="replace") as f:
+            f.seek(start)
+            written = f.read()
+    except OSError:
+        written = ""
+    reasons = [line[7:] for line in written.splitlines() if line.startswith("Error: ")]
+    return reasons[-1] if reasons else "the broker did not start"
 
 
 # The broker's own log lines that go to the lake (amq.rabbitmq.log's routing key is the
