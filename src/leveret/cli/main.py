@@ -11,6 +11,7 @@ import typer
 
 from leveret import __version__
 from leveret.cli.common import fail
+from leveret.server.listen import ListenError
 
 app = typer.Typer(
     add_completion=False,
@@ -36,6 +37,23 @@ def _root(
     ] = False,
 ) -> None:
     pass
+
+
+# the flag that picks each listener's port, in leveret server and leveret up alike
+PORT_FLAGS = {
+    "amqp": "--amqp-port",
+    "amqp/ssl": "--amqps-port",
+    "http": "--http-port",
+    "prometheus": "--prometheus-port",
+}
+
+
+def listen_failure(exc: ListenError) -> str:
+    """One line: the port, what it is for, and the flag that picks another."""
+    flag = PORT_FLAGS.get(exc.listener)
+    if not exc.in_use or flag is None:
+        return str(exc)
+    return f"{exc} by another program; pick another port with {flag} (0 picks a free one)"
 
 
 @app.command()
@@ -172,6 +190,7 @@ def server(
     """Run the broker in the foreground until SIGINT or SIGTERM."""
     from leveret.management.runner import Running, run
     from leveret.server.config import Config, ConfigError
+    from leveret.server.listen import ListenError
     from leveret.store.lock import DataDirInUse
 
     logging.basicConfig(
@@ -213,6 +232,8 @@ def server(
         run(cfg, ready)
     except (ConfigError, DataDirInUse) as exc:
         fail(str(exc))
+    except ListenError as exc:
+        fail(listen_failure(exc))
     except OSError as exc:
         fail(f"cannot listen on {cfg.bind}: {exc.strerror or exc}")
     except KeyboardInterrupt:

@@ -19,7 +19,7 @@ from typing import IO, Annotated
 import typer
 from rich.console import Console
 
-from leveret.cli.common import interrupt_on_sigterm
+from leveret.cli.common import fail, interrupt_on_sigterm
 
 console = Console(stderr=True)
 
@@ -165,8 +165,7 @@ def up(
                 data_dir, amqp_port, http_port, prometheus_port, broker_log
             )
         except RuntimeError as exc:
-            console.print(f"Error: {exc}")
-            raise typer.Exit(1) from exc
+            fail(str(exc))  # one plain line, unwrapped, as leveret server's
         children.append(server)
         url = f"amqp://guest:guest@127.0.0.1:{ports['amqp']}/"
         lake = data_dir / "lake"
