@@ -29,11 +29,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
-from leveret.logs.record import SEVERITIES
+from leveret.logs.record import ERROR_SEVERITIES, SEVERITIES
 
 log = logging.getLogger(__name__)
 
-ERROR_SEVERITIES = ("error", "critical")
 KEEP_MINUTES = 24 * 60
 FILES_PER_REFRESH = 200
 REFRESH_SECONDS = 2.0

@@ -19,13 +19,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from leveret.spark.records import SEVERITIES
+from leveret.logs.record import ERROR_SEVERITIES, SEVERITIES
 
 if TYPE_CHECKING:
     import pandas as pd
     from pyspark.sql import DataFrame, SparkSession
 
-ERROR_SEVERITIES = ("error", "critical")
 _COLORS = {
     "debug": "#9e9e9e",
     "info": "#1976d2",
