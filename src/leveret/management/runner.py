@@ -96,10 +96,7 @@ class Broker:
         management = Management(self.server, stats)
         context = None
         if self.config.http_tls:
-            files = self.config.management_tls or self.config.tls
-            context = server_context(
-                files, "management_tls" if self.config.management_tls else "tls"
-            )
+            context = server_context(*self.config.http_tls_config())
         try:
             http, http_host, http_port = await _listen(
                 make_app(management), self.config.bind, self.config.http_port, context
