@@ -105,15 +105,19 @@ def _spark_level(level: str) -> str:
     return "WARN" if level.upper() == "DEBUG" else "OFF"
 
 
-def _stop_on_signals() -> threading.Event:
-    """SIGTERM or Ctrl-C sets the event (the ingest then stops its query and returns); a
-    second one interrupts at once."""
-    stop = threading.Event()
+def _stop_on_signals(stop: threading.Event | None = None) -> threading.Event:
+    """SIGTERM or Ctrl-C sets the event (the ingest then stops its query and returns, and
+    does not restart it); the same signal again interrupts at once. (Ctrl-C to
+    ``leveret up``'s process group and then ``up``'s own SIGTERM are one request to stop.)"""
+    stop = stop or threading.Event()
+    event = stop
+    seen: set[int] = set()
 
     def handler(signum: int, frame: FrameType | None) -> None:
-        if stop.is_set():
+        if event.is_set() and signum in seen:
             raise KeyboardInterrupt
-        stop.set()
+        seen.add(signum)
+        event.set()
 
     signal.signal(signal.SIGTERM, handler)
     signal.signal(signal.SIGINT, handler)
@@ -239,6 +243,10 @@ def ingest(
             conf=settings,
             remote=remote,
             stop=stop,
+            # PySpark's context replaces the SIGINT handler with one that raises
+            # KeyboardInterrupt into the py4j call the main thread waits in: Ctrl-C then
+            # failed the query, which was restarted against a broker stopping with it
+            on_session=lambda: _stop_on_signals(stop),
         )
     except (AmqpSourceError, SessionError) as exc:
         fail(str(exc))

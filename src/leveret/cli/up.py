@@ -7,12 +7,14 @@ Parquet lake (``local[*]``), and, in the foreground, a terminal receiver of the 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Annotated
 
@@ -50,6 +52,11 @@ def _start_server(
         stdout=subprocess.PIPE,
         stderr=log,
         text=True,
+        # a process group of its own: a Ctrl-C to the terminal's group reaches the ingest
+        # and the receiver, and up stops the broker after them (a broker stopped with them
+        # left an ingest mid-batch retrying it); it still ends if up dies (see _bound_to_parent)
+        process_group=0,
+        preexec_fn=_bound_to_parent,
     )
     assert proc.stdout is not None
     ports: dict[str, str] = {}
@@ -66,6 +73,17 @@ def _start_server(
             return proc, ports
     proc.wait()
     raise RuntimeError(_why_not_started(log, start) + " (see " + log.name + ")")
+
+
+def _bound_to_parent() -> None:
+    """In the child, before exec: SIGTERM when ``up`` dies, however it dies (Linux's
+    PR_SET_PDEATHSIG), since a Ctrl-C to ``up``'s group no longer reaches it."""
+    if sys.platform != "linux":
+        return
+    import ctypes
+
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
 def _why_not_started(log: IO[str], start: int) -> str:
@@ -101,9 +119,51 @@ def _bind_broker_log(url: str, stream: str = "logs") -> None:
         conn.close()
 
 
-def _role(proc: subprocess.Popen[str]) -> str:
-    args = [str(a) for a in proc.args] if isinstance(proc.args, list) else [str(proc.args)]
-    return " ".join(args[3:5])
+@dataclass
+class _Child:
+    """A process ``up`` started, by the name it reports it under."""
+
+    name: str
+    proc: subprocess.Popen[str]
+
+
+# How long each stops cleanly before it is killed: the ingest commits or drops its
+# micro-batch, and the broker closes its clients.
+STOP_TIMEOUT = 15.0
+
+
+def _stop(children: list[_Child]) -> None:
+    """The receiver and the ingest first, while the broker still serves them (an ingest
+    that outlived its broker retried it for half a minute), then the broker; say what
+    stopped, and how."""
+    clients = [c for c in children if c.name != "broker"]
+    for group in (clients, [c for c in children if c.name == "broker"]):
+        for c in group:
+            if c.proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    c.proc.send_signal(signal.SIGTERM if os.name == "posix" else signal.SIGINT)
+        for c in group:
+            try:
+                code = c.proc.wait(STOP_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                c.proc.kill()
+                c.proc.wait()
+                console.print(f"Stopped {c.name}: killed after {STOP_TIMEOUT:.0f} s")
+                continue
+            how = "" if code in (0, -signal.SIGTERM, -signal.SIGINT, 130) else f" (code {code})"
+            console.print(f"Stopped {c.name}{how}")
+
+
+def _query_started(log_path: Path, start: int) -> bool:
+    """Whether the ingest has logged that its query runs, since ``start`` in its log."""
+    from leveret.spark.pipeline import QUERY_STARTED
+
+    try:
+        with open(log_path, encoding="utf-8", errors="replace") as f:
+            f.seek(start)
+            return QUERY_STARTED in f.read()
+    except OSError:
+        return False
 
 
 def _leveret_command() -> str:
@@ -157,7 +217,7 @@ def up(
     data_dir.mkdir(parents=True, exist_ok=True)
     logs_dir = data_dir / "logs"
     logs_dir.mkdir(exist_ok=True)
-    children: list[subprocess.Popen[str]] = []
+    children: list[_Child] = []
     broker_log = open(logs_dir / "broker.log", "a")  # noqa: SIM115 - lives as long as up
     try:
         try:
@@ -166,17 +226,22 @@ def up(
             )
         except RuntimeError as exc:
             fail(str(exc))  # one plain line, unwrapped, as leveret server's
-        children.append(server)
+        children.append(_Child("broker", server))
         url = f"amqp://guest:guest@127.0.0.1:{ports['amqp']}/"
         lake = data_dir / "lake"
+        ingest_log_path = logs_dir / "ingest.log"
+        ingest_log_start = 0
+        ingesting: _Child | None = None
         if ingest and _spark_available():
             from leveret.spark.pipeline import ensure_log_stream
 
             # the stream is bound before anyone is told to send: nothing sent is lost
             ensure_log_stream(url)
             _bind_broker_log(url)
-            ingest_log = open(logs_dir / "ingest.log", "a")  # noqa: SIM115
-            children.append(
+            ingest_log = open(ingest_log_path, "a")  # noqa: SIM115
+            ingest_log_start = ingest_log.seek(0, os.SEEK_END)
+            ingesting = _Child(
+                "ingest",
                 subprocess.Popen(
                     _cli(
                         "pipeline",
@@ -193,9 +258,11 @@ def up(
                     stdout=ingest_log,
                     stderr=subprocess.STDOUT,
                     text=True,
-                )
+                ),
             )
-            ingest_note = f"running, log in {logs_dir / 'ingest.log'}"
+            children.append(ingesting)
+            # Spark takes a while to start its query: "running" is said once it has
+            ingest_note = f"starting (Spark), log in {ingest_log_path}"
         elif ingest:
             ingest_note = "off: install the spark extra (pip install -e '.[spark]')"
         else:
@@ -214,26 +281,28 @@ def up(
         essential = [server]
         if receiver:
             essential.append(subprocess.Popen(_cli("receive-logs", "--url", url), text=True))
-            children.append(essential[-1])
+            children.append(_Child("receiver", essential[-1]))
         # the broker and the receiver keep the stack up; an ingest that dies is reported
         reported: set[int] = set()
+        waiting_for_query = ingesting is not None
         while all(c.poll() is None for c in essential):
+            if (
+                waiting_for_query
+                and ingesting is not None
+                and ingesting.proc.poll() is None
+                and _query_started(ingest_log_path, ingest_log_start)
+            ):
+                waiting_for_query = False
+                console.print(f"Lake ingest running -> {lake}")
             for c in children:
-                if c.poll() not in (None, 0) and c.pid not in reported:
-                    reported.add(c.pid)
+                if c.proc.poll() not in (None, 0) and c.proc.pid not in reported:
+                    reported.add(c.proc.pid)
                     console.print(
-                        f"Error: {_role(c)} stopped with code {c.returncode}; see {logs_dir}"
+                        f"Error: {c.name} stopped with code {c.proc.returncode}; see {logs_dir}"
                     )
             time.sleep(0.5)
     except KeyboardInterrupt:
         pass
     finally:
-        for c in reversed(children):
-            if c.poll() is None:
-                c.send_signal(signal.SIGTERM if os.name == "posix" else signal.SIGINT)
-        for c in reversed(children):
-            try:
-                c.wait(30)
-            except subprocess.TimeoutExpired:
-                c.kill()
+        _stop(children)
         broker_log.close()
