@@ -23,7 +23,9 @@ from rich.console import Console
 
 from leveret.cli.common import fail, interrupt_on_sigterm
 
-console = Console(stderr=True)
+# soft_wrap: lines are never broken by rich (at 80 columns when the output is not a
+# terminal); a terminal wraps them itself, so the commands printed stay copyable whole
+console = Console(stderr=True, soft_wrap=True)
 
 
 def _cli(*args: str) -> list[str]:
