@@ -63,3 +63,37 @@ def test_up_banner_keeps_each_command_on_one_line(tmp_path: Path) -> None:
         except subprocess.TimeoutExpired:
             os.killpg(up.pid, signal.SIGKILL)
             up.wait()
+
+
+COMMANDS = [
+    ["server"],
+    ["up"],
+    ["emit-log"],
+    ["receive-logs"],
+    ["pipeline", "ingest"],
+    ["pipeline", "report"],
+]
+
+
+def test_help_texts_are_not_broken_mid_sentence() -> None:
+    """A help paragraph is wrapped to the width as a whole: no line of it stops after a
+    few words where the source's docstring had a line break."""
+    for command in COMMANDS:
+        done = subprocess.run(
+            [sys.executable, "-m", "leveret.cli.main", *command, "--help"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=_env(),
+        )
+        assert done.returncode == 0, done.stderr
+        prose = done.stdout.split("╭", 1)[0].splitlines()[2:]  # after the usage line
+        blocks: list[list[str]] = [[]]
+        for line in prose:
+            if line.strip():
+                blocks[-1].append(line.strip())
+            else:
+                blocks.append([])
+        for block in blocks:
+            for line in block[:-1]:
+                assert len(line) >= 60, (command, block)

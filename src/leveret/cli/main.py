@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import logging
 import sys
 from pathlib import Path
@@ -281,6 +282,30 @@ def _register_up() -> None:
 
 
 _register_up()
+
+
+def _unwrap(text: str) -> str:
+    """A docstring as help: each paragraph one line (typer keeps the source's line breaks
+    after the first paragraph, and rich then wraps those lines again: sentences broke after
+    a word or two). A paragraph starting with \\b keeps its lines."""
+    paragraphs = inspect.cleandoc(text).split("\n\n")
+    return "\n\n".join(
+        p if p.startswith("\b") else " ".join(line.strip() for line in p.splitlines())
+        for p in paragraphs
+    )
+
+
+def _unwrap_help(typer_app: typer.Typer) -> None:
+    for command in typer_app.registered_commands:
+        text = command.help or inspect.getdoc(command.callback)
+        if text:
+            command.help = _unwrap(text)
+    for group in typer_app.registered_groups:
+        if group.typer_instance is not None:
+            _unwrap_help(group.typer_instance)
+
+
+_unwrap_help(app)
 
 
 def main() -> None:
