@@ -103,3 +103,44 @@ def test_a_minute_of_data_gets_a_time_axis_of_minutes() -> None:
     day = pd.Series(pd.date_range("2026-11-22 00:00", periods=1440, freq="min"))
     lo, hi = time_limits(day)
     assert hi - lo < pd.Timedelta(hours=27)
+
+
+def test_the_report_shows_its_steps_on_a_terminal_and_nothing_into_a_pipe(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """Spark's start and the job take 20 s to a minute: on a terminal the report says what
+    it is doing meanwhile; into a pipe it prints only its result."""
+    import os
+    import pty
+
+    lake = _small_lake(spark, tmp_path)
+    args = [sys.executable, "-m", "leveret.cli.main", "pipeline", "report", "--lake", str(lake),
+            "--master", "local[1]"]  # fmt: skip
+    master, slave = pty.openpty()
+    proc = subprocess.Popen(
+        [*args, "--out", str(tmp_path / "tty")],
+        stdout=subprocess.PIPE,
+        stderr=slave,
+        env={**os.environ, "TERM": "xterm", "COLUMNS": "120"},
+    )
+    os.close(slave)
+    seen = bytearray()
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:  # the other side closed
+            break
+        if not chunk:
+            break
+        seen += chunk
+    os.close(master)
+    assert proc.wait(300) == 0
+    text = seen.decode("utf-8", "replace")
+    for step in ("starting Spark", "reading the lake", "computing summary", "drawing the charts"):
+        assert f"Report: {step}" in text, text[-2000:]
+    piped = subprocess.run(
+        [*args, "--out", str(tmp_path / "pipe")], capture_output=True, text=True, timeout=300
+    )
+    assert piped.returncode == 0, piped.stderr
+    assert "Report:" not in piped.stderr and "\x1b[" not in piped.stderr
+    assert piped.stdout.startswith("Report: ")

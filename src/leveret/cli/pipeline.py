@@ -6,10 +6,13 @@ only when a command runs.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import signal
 import sys
 import threading
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import FrameType
 from typing import Annotated
@@ -256,6 +259,24 @@ def ingest(
         logging.getLogger(__name__).info("ingest finished after %d restart(s)", restarts)
 
 
+@contextlib.contextmanager
+def _progress(first: str) -> Iterator[Callable[[str], object]]:
+    """A spinner with the current step on stderr when it is a terminal; else nothing."""
+    if not sys.stderr.isatty():
+        yield lambda text: None
+        return
+    from rich.console import Console
+
+    started = time.monotonic()
+    console = Console(stderr=True)
+    with console.status(f"Report: {first}") as status:
+
+        def step(text: str) -> None:
+            status.update(f"Report: {text} ({time.monotonic() - started:.0f} s)")
+
+        yield step
+
+
 @app.command()
 def report(
     lake: Lake = Path("leveret-data/lake"),
@@ -282,18 +303,22 @@ def report(
     if not lake.is_dir():
         fail(f"no log lake at {lake} (run `leveret pipeline ingest` first)")
     settings = _conf(conf)
-    try:
-        spark = spark_session(
-            master, "leveret-report", settings, log_level=_spark_level(log_level), remote=remote
-        )
-    except SessionError as exc:
-        fail(str(exc))
-    try:
-        result = make_report(spark, lake.resolve(), out.resolve(), fmt, top)
-    except ReportError as exc:
-        fail(str(exc))
-    finally:
-        spark.stop()
+    # on a terminal, what it is doing meanwhile (Spark's start and the job take 20 s to a
+    # minute); into a pipe or a file, nothing but the result
+    with _progress("starting Spark") as step:
+        try:
+            spark = spark_session(
+                master, "leveret-report", settings, log_level=_spark_level(log_level), remote=remote
+            )
+        except SessionError as exc:
+            fail(str(exc))
+        try:
+            result = make_report(spark, lake.resolve(), out.resolve(), fmt, top, progress=step)
+        except ReportError as exc:
+            fail(str(exc))
+        finally:
+            step("stopping Spark")
+            spark.stop()
     summary = result.tables["summary"]
     records = int(summary["records"].iloc[0]) if len(summary) else 0
     print(f"Report: {result.document} ({records} records, {len(result.charts)} charts)")

@@ -15,6 +15,7 @@ Each table is written as Parquet under ``<out>/tables/<name>``; the report itsel
 from __future__ import annotations
 
 import html
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -83,20 +84,32 @@ def tables(lake: DataFrame, top: int = 10) -> dict[str, DataFrame]:
 
 
 def make_report(
-    spark: SparkSession, lake: Path, out: Path, fmt: str = "html", top: int = 10
+    spark: SparkSession,
+    lake: Path,
+    out: Path,
+    fmt: str = "html",
+    top: int = 10,
+    progress: Callable[[str], object] | None = None,
 ) -> Report:
-    """Compute the tables, write them as Parquet, draw the charts, write the report."""
+    """Compute the tables, write them as Parquet, draw the charts, write the report.
+    ``progress`` is told each step as it begins (a few words)."""
+    step = progress or (lambda text: None)
     if fmt not in ("html", "md"):
         raise ReportError(f"unknown report format {fmt!r}: use html or md")
     if not (lake / "_spark_metadata").is_dir() and not any(lake.glob("date=*")):
         raise ReportError(f"no log lake at {lake} (run `leveret pipeline ingest` first)")
+    step("reading the lake")
     df = spark.read.parquet(str(lake))
     out.mkdir(parents=True, exist_ok=True)
     report = Report(out, out / f"report.{fmt}")
-    for name, table in tables(df, top).items():
+    computed = tables(df, top)
+    for n, (name, table) in enumerate(computed.items(), 1):
+        step(f"computing {name.replace('_', ' ')} ({n}/{len(computed)})")
         table.coalesce(1).write.mode("overwrite").parquet(str(out / "tables" / name))
         report.tables[name] = table.toPandas()
+    step("drawing the charts")
     report.charts = draw_charts(report.tables, out / "charts")
+    step("writing the report")
     text = render_html(report) if fmt == "html" else render_markdown(report)
     report.document.write_text(text, encoding="utf-8")
     return report
