@@ -33,24 +33,29 @@ def _cli(*args: str) -> list[str]:
 
 
 def _start_server(
-    data_dir: Path, amqp_port: int, http_port: int, prometheus_port: int, log: IO[str]
+    data_dir: Path,
+    amqp_port: int | None,
+    http_port: int | None,
+    prometheus_port: int | None,
+    log: IO[str],
+    config: Path | None = None,
 ) -> tuple[subprocess.Popen[str], dict[str, str]]:
-    """Start the broker; return it and the ports it listens on (asked-for 0 is filled in)."""
+    """Start the broker; return it and the ports it listens on (asked-for 0 is filled in).
+    A port not given is the config file's, else the server's default."""
     log.flush()
     start = log.seek(0, os.SEEK_END)
+    args = ["server", "--data-dir", str(data_dir), "--log-exchange"]
+    for flag, port in (
+        ("--amqp-port", amqp_port),
+        ("--http-port", http_port),
+        ("--prometheus-port", prometheus_port),
+    ):
+        if port is not None:
+            args += [flag, str(port)]
+    if config is not None:
+        args += ["--config", str(config)]
     proc = subprocess.Popen(
-        _cli(
-            "server",
-            "--data-dir",
-            str(data_dir),
-            "--amqp-port",
-            str(amqp_port),
-            "--http-port",
-            str(http_port),
-            "--prometheus-port",
-            str(prometheus_port),
-            "--log-exchange",
-        ),
+        _cli(*args),
         stdout=subprocess.PIPE,
         stderr=log,
         text=True,
@@ -65,13 +70,13 @@ def _start_server(
     for line in proc.stdout:
         line = line.strip()
         console.print(f"[dim]broker:[/dim] {line}")
-        port = line.rsplit(":", 1)[-1].split("/")[0]
+        bound = line.rsplit(":", 1)[-1].split("/")[0]
         if line.startswith("Management API listening"):
-            ports["http"] = port
+            ports["http"] = bound
         elif line.startswith("Prometheus metrics listening"):
-            ports["prometheus"] = port
+            ports["prometheus"] = bound
         elif line.startswith("Server startup complete"):
-            ports["amqp"] = port
+            ports["amqp"] = bound
             return proc, ports
     proc.wait()
     raise RuntimeError(_why_not_started(log, start) + " (see " + log.name + ")")
@@ -199,11 +204,42 @@ def up(
             help="Broker data, the lake, checkpoints and logs all go here.",
         ),
     ] = Path("leveret-data"),
-    amqp_port: Annotated[int, typer.Option("--amqp-port", envvar="LEVERET_AMQP_PORT")] = 5672,
-    http_port: Annotated[int, typer.Option("--http-port", envvar="LEVERET_HTTP_PORT")] = 15672,
+    amqp_port: Annotated[
+        int | None,
+        typer.Option(
+            "--amqp-port",
+            envvar="LEVERET_AMQP_PORT",
+            help="AMQP port (default 5672, or the config file's; 0 picks a free port).",
+            show_default=False,
+        ),
+    ] = None,
+    http_port: Annotated[
+        int | None,
+        typer.Option(
+            "--http-port",
+            envvar="LEVERET_HTTP_PORT",
+            help="Dashboard and management API port (default 15672; 0 picks a free port).",
+            show_default=False,
+        ),
+    ] = None,
     prometheus_port: Annotated[
-        int, typer.Option("--prometheus-port", envvar="LEVERET_PROMETHEUS_PORT")
-    ] = 15692,
+        int | None,
+        typer.Option(
+            "--prometheus-port",
+            envvar="LEVERET_PROMETHEUS_PORT",
+            help="Prometheus metrics port (default 15692; 0 picks a free port).",
+            show_default=False,
+        ),
+    ] = None,
+    config: Annotated[
+        Path | None,
+        typer.Option(
+            "--config",
+            envvar="LEVERET_CONFIG",
+            help="The broker's TOML configuration file, as leveret server --config (users, "
+            "vhosts, TLS, limits); --data-dir and the port flags given here win over it.",
+        ),
+    ] = None,
     ingest: Annotated[
         bool, typer.Option("--ingest/--no-ingest", help="Run the Spark ingest into the lake.")
     ] = True,
@@ -224,7 +260,7 @@ def up(
     try:
         try:
             server, ports = _start_server(
-                data_dir, amqp_port, http_port, prometheus_port, broker_log
+                data_dir, amqp_port, http_port, prometheus_port, broker_log, config
             )
         except RuntimeError as exc:
             fail(str(exc))  # one plain line, unwrapped, as leveret server's
