@@ -289,3 +289,28 @@ def test_the_dashboard_shows_what_the_lake_holds_across_a_compaction(tmp_path: P
         assert seen, api.get("/api/logs/lake")
         assert _shown(seen) == holdings(synthetic.path)
         assert seen["summary"]["records"] == synthetic.next_offset == 16
+
+
+def test_the_panels_error_rate_line_has_gaps_where_minutes_have_no_records(
+    chromium: Any, tmp_path: Path
+) -> None:
+    """Records in two minutes, none for two, then two more: the error-rate line over the
+    lake's bars is drawn in two pieces (it was one line across the empty minutes)."""
+    data = tmp_path / "data"
+    synthetic = SyntheticLake(data / "lake")
+    now = int(time.time() // 60)
+    for m in (now - 6, now - 5, now - 2, now - 1):
+        synthetic.commit(synthetic.rows(minute(m), ["info", "info", "error"]))
+    with leveret.Broker(data_dir=data, management=True) as broker:
+        view = Page(chromium, broker.management_url)
+        try:
+            p = view.login("/logs")
+            p.wait_for_function(
+                "Number(document.querySelector('#lake-chart').dataset.bars) === 4",
+                timeout=20_000,
+            )
+            segments = p.get_attribute("#lake-chart", "data-line-segments")
+            assert segments == "2"
+            assert view.errors == []
+        finally:
+            view.close()

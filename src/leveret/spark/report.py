@@ -127,6 +127,25 @@ def time_limits(minutes: Any) -> tuple[Any, Any]:
     return lo - pad, hi + pd.Timedelta(minutes=1) + pad
 
 
+def with_gaps(minutes: Any, values: Any) -> tuple[list[Any], list[float]]:
+    """Points of a per-minute line with a break (NaN) wherever minutes without records
+    lie between two points: matplotlib draws no line across a NaN, where it drew one
+    straight across the empty minutes."""
+    import pandas as pd
+
+    xs: list[Any] = []
+    ys: list[float] = []
+    previous = None
+    for minute, value in sorted(zip(pd.to_datetime(minutes), values, strict=True)):
+        if previous is not None and minute - previous > pd.Timedelta(minutes=1):
+            xs.append(previous + pd.Timedelta(minutes=1))
+            ys.append(float("nan"))
+        xs.append(minute)
+        ys.append(float(value))
+        previous = minute
+    return xs, ys
+
+
 def draw_charts(t: dict[str, pd.DataFrame], where: Path) -> dict[str, Path]:
     """PNG charts of the tables; a chart whose table is empty is not drawn."""
     import matplotlib
@@ -184,7 +203,8 @@ def draw_charts(t: dict[str, pd.DataFrame], where: Path) -> dict[str, Path]:
     er = t["error_rate"]
     if len(er):
         fig, ax = plt.subplots(figsize=(9, 3.5))
-        ax.plot(er["minute"], er["error_rate"] * 100, marker="o", color=_COLORS["error"])
+        x, y = with_gaps(er["minute"], er["error_rate"] * 100)
+        ax.plot(x, y, marker="o", color=_COLORS["error"])
         ax.set_title("Error rate (error + critical) per minute")
         ax.set_ylabel("% of records")
         ax.set_ylim(bottom=0)
