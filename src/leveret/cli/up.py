@@ -252,6 +252,9 @@ def up(
     # stopped by a service manager or kill as by Ctrl-C: its children stop with it (a
     # SIGTERM ended it alone before, and the broker, ingest and Spark ran on)
     interrupt_on_sigterm()
+    # Ctrl-C stops it even when it was started with SIGINT ignored (a background job of a
+    # script): its broker is in a group of its own and only up stops it
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     data_dir.mkdir(parents=True, exist_ok=True)
     logs_dir = data_dir / "logs"
     logs_dir.mkdir(exist_ok=True)
