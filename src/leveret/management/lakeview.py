@@ -174,7 +174,8 @@ class Lake:
         # A compacted log names every file of the batches before it: when one is among the
         # new logs, the new batch logs before it are read from it, not a second time from
         # their own files (which counted those batches twice)
-        done = [b for b in compacts if b in new]
+        pending = set(new)
+        done = [b for b in compacts if b in pending]
         if done:
             new = [b for b in new if b >= max(done)]
         entries: list[dict[str, Any]] = []
