@@ -5,10 +5,12 @@ RabbitMQ's names; with the same open files limit, the totals are RabbitMQ 3.10.8
 from __future__ import annotations
 
 import os
+import shutil
 import urllib.request
 from pathlib import Path
 
 import pika
+import pytest
 
 from tests.brokers import ensure_rabbitmq_management, start_leveret
 from tests.mgmt import Api, wait_for
@@ -27,10 +29,9 @@ def _metrics(url: str) -> dict[str, float]:
     return out
 
 
+@pytest.mark.skipif(shutil.which("prlimit") is None, reason="needs util-linux's prlimit")
 def test_nodes_report_descriptors_and_sockets(tmp_path: Path) -> None:
-    broker = start_leveret(
-        tmp_path / "data", prefix=["prlimit", f"--nofile={LIMIT}:{LIMIT}", "--"]
-    )
+    broker = start_leveret(tmp_path / "data", prefix=["prlimit", f"--nofile={LIMIT}:{LIMIT}", "--"])
     conns: list[pika.BlockingConnection] = []
     try:
         api = Api(broker.http_url)
@@ -61,8 +62,6 @@ def test_nodes_report_descriptors_and_sockets(tmp_path: Path) -> None:
 
 def test_the_totals_are_rabbitmqs_for_the_same_limit() -> None:
     if not ensure_rabbitmq_management():
-        import pytest
-
         pytest.skip("needs RabbitMQ's management API on 127.0.0.1:15672")
     rabbit = Api("http://127.0.0.1:15672").get("/api/nodes")[0]
     from leveret.server.resources import sockets_limit
