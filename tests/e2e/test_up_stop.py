@@ -34,6 +34,9 @@ def _read_until(stream: object, needle: str, seconds: float) -> str:
     return text
 
 
+# Spark's start and first batch, on a loaded 2-core machine, can take minutes: the waits
+# below bound a hang, and the suite's 300 s per test would cut them short
+@pytest.mark.timeout(900)
 def test_ctrl_c_to_the_process_group_stops_the_ingest_then_the_broker(tmp_path: Path) -> None:
     up = subprocess.Popen(
         _cli(
