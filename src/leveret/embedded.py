@@ -152,7 +152,8 @@ class Broker:
     # ------------------------------------------------------------------ life cycle
     def start(self) -> Broker:
         """Start in a background thread; returns when the broker accepts connections.
-        Raises what starting raised (``OSError`` for a port in use, ``ConfigError``)."""
+        Raises what starting raised (``OSError`` for a port in use, ``ConfigError``,
+        ``leveret.store.lock.DataDirInUse`` for a ``data_dir`` another broker holds)."""
         with self._lock:
             if self._loop is not None:
                 raise RuntimeError("the broker is already running")

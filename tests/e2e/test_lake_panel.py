@@ -7,6 +7,7 @@ runs the real ingest and report."""
 from __future__ import annotations
 
 import base64
+import random
 import struct
 import sys
 import time
@@ -16,10 +17,12 @@ from pathlib import Path
 from typing import Any
 
 import pika
+import pytest
 
+import leveret
 from leveret.management.lakeview import Lake
 from tests.e2e.browser import Page, chromium
-from tests.e2e.lakes import SyntheticLake, minute
+from tests.e2e.lakes import SyntheticLake, holdings, minute
 from tests.support.brokers import start_leveret
 from tests.support.mgmt import Api
 from tests.support.waiting import wait_for
@@ -27,6 +30,7 @@ from tests.support.waiting import wait_for
 __all__ = ["chromium"]
 
 M0 = 29_000_000  # an epoch minute (2025)
+SEVERITY_NAMES = ["debug", "info", "warning", "error", "critical"]
 
 
 def totals(lake: Lake) -> dict[str, Any]:
@@ -221,3 +225,93 @@ def test_lake_panel_lag_and_report_over_http_and_in_chromium(chromium: Any, tmp_
             view.close()
     finally:
         broker.stop()
+
+
+def _shown(state: dict[str, Any]) -> dict[str, Any]:
+    """The dashboard's numbers, in the shape of tests.e2e.lakes.holdings."""
+    per_minute = {
+        r["minute"] // 60_000: {k: v for k, v in r.items() if k in SEVERITY_NAMES}
+        for r in state["per_minute"]
+    }
+    return {
+        "files": state["files"],
+        "records": state["summary"]["records"],
+        "corrupt": state["summary"]["corrupt"],
+        "errors": state["summary"]["errors"],
+        "max_offset": state["max_offset"],
+        "per_minute": per_minute,
+    }
+
+
+@pytest.mark.parametrize("clean_up", [False, True])
+def test_counts_equal_the_lake_whenever_it_is_read_across_compactions(
+    tmp_path: Path, clean_up: bool
+) -> None:
+    """Refreshes fall anywhere between commits: several batches at a time, and a batch's
+    own log read in the same pass as the compacted log after it (which names it again).
+    Before, that batch was counted twice."""
+    synthetic = SyntheticLake(tmp_path / "lake")
+    lake = Lake(synthetic.path)
+    rng = random.Random(23)
+    reads = 0
+    for batch in range(35):  # three compactions (batches 9, 19, 29)
+        severities = rng.choices(SEVERITY_NAMES, k=rng.randint(1, 6))
+        synthetic.commit(synthetic.rows(minute(M0 + batch // 4), severities, rng.randint(0, 1)))
+        if clean_up and (batch + 1) % 10 == 0:
+            synthetic.clean_up_before(batch)
+        # read after batch 8 and after the compaction at 9 in one pass, and at random
+        if batch in (7, 9, 18, 19, 28, 30, 34) or rng.random() < 0.3:
+            lake.refresh(budget=10_000)
+            reads += 1
+            assert _shown(lake.state(minutes=10_000)) == holdings(synthetic.path), batch
+            assert lake.state()["batches"] == batch + 1
+    assert reads > 7
+
+
+def test_the_dashboard_shows_what_the_lake_holds_across_a_compaction(tmp_path: Path) -> None:
+    """Over HTTP, as the dashboard reads it: the panel was read after batch 7, then batch 8
+    and the compaction at 9 came before its next refresh."""
+    data = tmp_path / "data"
+    synthetic = SyntheticLake(data / "lake")
+    with leveret.Broker(data_dir=data, management=True) as broker:
+        api = Api(broker.management_url)
+
+        def settled(batches: int) -> dict[str, Any] | None:
+            d = api.get("/api/logs/lake")["lake"]
+            return d if d["batches"] == batches and d["files_pending"] == 0 else None
+
+        for i in range(8):
+            synthetic.commit(synthetic.rows(minute(M0 + i), ["info", "error"][: 1 + i % 2]))
+        seen = wait_for(lambda: settled(8), timeout=30)
+        assert seen and _shown(seen) == holdings(synthetic.path)
+        synthetic.commit(synthetic.rows(minute(M0 + 8), ["warning", "critical", "info"]))
+        synthetic.commit(synthetic.rows(minute(M0 + 9), ["debug"]))  # 9.compact
+        seen = wait_for(lambda: settled(10), timeout=30)
+        assert seen, api.get("/api/logs/lake")
+        assert _shown(seen) == holdings(synthetic.path)
+        assert seen["summary"]["records"] == synthetic.next_offset == 16
+
+
+def test_the_panels_error_rate_line_has_gaps_where_minutes_have_no_records(
+    chromium: Any, tmp_path: Path
+) -> None:
+    """Records in two minutes, none for two, then two more: the error-rate line over the
+    lake's bars is drawn in two pieces (it was one line across the empty minutes)."""
+    data = tmp_path / "data"
+    synthetic = SyntheticLake(data / "lake")
+    now = int(time.time() // 60)
+    for m in (now - 6, now - 5, now - 2, now - 1):
+        synthetic.commit(synthetic.rows(minute(m), ["info", "info", "error"]))
+    with leveret.Broker(data_dir=data, management=True) as broker:
+        view = Page(chromium, broker.management_url)
+        try:
+            p = view.login("/logs")
+            p.wait_for_function(
+                "Number(document.querySelector('#lake-chart').dataset.bars) === 4",
+                timeout=20_000,
+            )
+            segments = p.get_attribute("#lake-chart", "data-line-segments")
+            assert segments == "2"
+            assert view.errors == []
+        finally:
+            view.close()

@@ -194,3 +194,35 @@ def test_sigterm_stops_up_and_everything_it_started(tmp_path: Path) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(up.pid, signal.SIGKILL)
         up.wait()
+
+
+def test_sigint_stops_up_started_with_sigint_ignored(tmp_path: Path) -> None:
+    """A background job of a script starts with SIGINT ignored; ``kill -INT`` still stops
+    ``leveret up`` and the broker it started (which runs in a process group of its own)."""
+    import socket
+
+    up = subprocess.Popen(
+        _cli("up", "--amqp-port", "0", "--http-port", "0", "--prometheus-port", "0",
+             "--no-receiver", "--no-ingest"),
+        cwd=tmp_path, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
+        env={**os.environ, "COLUMNS": "200"}, start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+    )  # fmt: skip
+    try:
+        assert up.stderr is not None
+        banner = ""
+        deadline = time.monotonic() + 60
+        while "Report" not in banner and time.monotonic() < deadline:
+            banner += up.stderr.readline()
+        found = re.search(r"AMQP\s+amqp://\S+@127\.0\.0\.1:(\d+)/", banner)
+        assert found, banner
+        port = int(found.group(1))
+        os.killpg(up.pid, signal.SIGINT)
+        up.wait(60)
+        assert "Stopped broker" in up.stderr.read()
+        with pytest.raises(OSError):
+            socket.create_connection(("127.0.0.1", port), timeout=5).close()
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(up.pid, signal.SIGKILL)
+        up.wait()

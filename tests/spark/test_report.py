@@ -103,3 +103,80 @@ def test_a_minute_of_data_gets_a_time_axis_of_minutes() -> None:
     day = pd.Series(pd.date_range("2026-11-22 00:00", periods=1440, freq="min"))
     lo, hi = time_limits(day)
     assert hi - lo < pd.Timedelta(hours=27)
+
+
+def test_the_report_shows_its_steps_on_a_terminal_and_nothing_into_a_pipe(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """Spark's start and the job take 20 s to a minute: on a terminal the report says what
+    it is doing meanwhile; into a pipe it prints only its result."""
+    import os
+    import pty
+
+    lake = _small_lake(spark, tmp_path)
+    args = [sys.executable, "-m", "leveret.cli.main", "pipeline", "report", "--lake", str(lake),
+            "--master", "local[1]"]  # fmt: skip
+    master, slave = pty.openpty()
+    proc = subprocess.Popen(
+        [*args, "--out", str(tmp_path / "tty")],
+        stdout=subprocess.PIPE,
+        stderr=slave,
+        env={**os.environ, "TERM": "xterm", "COLUMNS": "120"},
+    )
+    os.close(slave)
+    seen = bytearray()
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:  # the other side closed
+            break
+        if not chunk:
+            break
+        seen += chunk
+    os.close(master)
+    assert proc.wait(300) == 0
+    text = seen.decode("utf-8", "replace")
+    for step in ("starting Spark", "reading the lake", "computing summary", "drawing the charts"):
+        assert f"Report: {step}" in text, text[-2000:]
+    piped = subprocess.run(
+        [*args, "--out", str(tmp_path / "pipe")], capture_output=True, text=True, timeout=300
+    )
+    assert piped.returncode == 0, piped.stderr
+    assert "Report:" not in piped.stderr and "\x1b[" not in piped.stderr
+    assert piped.stdout.startswith("Report: ")
+
+
+def test_the_error_rate_line_has_gaps_where_minutes_have_no_records(
+    tmp_path: Path, monkeypatch: object
+) -> None:
+    """Minutes 12:00 and 12:01, then nothing until 12:05: the chart's line stops at 12:01
+    and starts again at 12:05 (it was drawn straight across the empty minutes)."""
+    import math
+
+    import matplotlib.axes
+
+    from leveret.spark.report import draw_charts
+
+    drawn: list[tuple[list[object], list[float]]] = []
+    plot = matplotlib.axes.Axes.plot
+
+    def spy(self: object, x: object, y: object, *args: object, **kwargs: object) -> object:
+        drawn.append((list(x), list(y)))  # type: ignore[call-overload]
+        return plot(self, x, y, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(matplotlib.axes.Axes, "plot", spy)  # type: ignore[attr-defined]
+    minutes = pd.to_datetime(["2024-05-01 12:00", "2024-05-01 12:01", "2024-05-01 12:05"])
+    tables = {
+        "severity_per_minute": pd.DataFrame(
+            {"minute": minutes, "severity": ["info"] * 3, "count": [4, 2, 5]}
+        ),
+        "error_rate": pd.DataFrame({"minute": minutes, "error_rate": [0.25, 0.5, 0.2]}),
+        "top_apps": pd.DataFrame({"app": [], "count": []}),
+        "top_hosts": pd.DataFrame({"host": [], "count": []}),
+        "top_facilities": pd.DataFrame({"facility": [], "count": []}),
+    }
+    charts = draw_charts(tables, tmp_path / "charts")
+    assert "error_rate" in charts
+    ((x, y),) = drawn
+    assert [round(v, 6) if not math.isnan(v) else "gap" for v in y] == [25.0, 50.0, "gap", 20.0]
+    assert pd.Timestamp(x[0]) == minutes[0] and pd.Timestamp(x[-1]) == minutes[-1]

@@ -88,9 +88,16 @@ def emit_log(
     exchange: Exchange = DEFAULT_EXCHANGE,
     exchange_type: Type = ExchangeType.fanout,
     severity: Annotated[
-        str,
-        typer.Option("--severity", "-s", help="debug, info, warning, error or critical."),
-    ] = "info",
+        str | None,
+        typer.Option(
+            "--severity",
+            "-s",
+            help="debug, info, warning, error or critical, for every record. Without it a "
+            "message names its own as 'error: disk full' (stored as severity error, message "
+            "'disk full'); other messages are info.",
+            show_default=False,
+        ),
+    ] = None,
     facility: Annotated[
         str,
         typer.Option("--facility", "-f", help="Facility (topic keys are facility.severity)."),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import logging
 import sys
 from pathlib import Path
@@ -11,6 +12,7 @@ import typer
 
 from leveret import __version__
 from leveret.cli.common import fail
+from leveret.server.listen import ListenError
 
 app = typer.Typer(
     add_completion=False,
@@ -36,6 +38,23 @@ def _root(
     ] = False,
 ) -> None:
     pass
+
+
+# the flag that picks each listener's port, in leveret server and leveret up alike
+PORT_FLAGS = {
+    "amqp": "--amqp-port",
+    "amqp/ssl": "--amqps-port",
+    "http": "--http-port",
+    "prometheus": "--prometheus-port",
+}
+
+
+def listen_failure(exc: ListenError) -> str:
+    """One line: the port, what it is for, and the flag that picks another."""
+    flag = PORT_FLAGS.get(exc.listener)
+    if not exc.in_use or flag is None:
+        return str(exc)
+    return f"{exc} by another program; pick another port with {flag} (0 picks a free one)"
 
 
 @app.command()
@@ -196,6 +215,8 @@ def server(
     """Run the broker in the foreground until SIGINT or SIGTERM."""
     from leveret.management.runner import Running, run
     from leveret.server.config import Config, ConfigError
+    from leveret.server.listen import ListenError
+    from leveret.store.lock import DataDirInUse
 
     logging.basicConfig(
         level=log_level.upper(),
@@ -249,8 +270,10 @@ def server(
 
     try:
         run(cfg, ready)
-    except ConfigError as exc:
+    except (ConfigError, DataDirInUse) as exc:
         fail(str(exc))
+    except ListenError as exc:
+        fail(listen_failure(exc))
     except OSError as exc:
         fail(f"cannot listen on {cfg.bind}: {exc.strerror or exc}")
     except KeyboardInterrupt:
@@ -298,6 +321,30 @@ def _register_up() -> None:
 
 
 _register_up()
+
+
+def _unwrap(text: str) -> str:
+    """A docstring as help: each paragraph one line (typer keeps the source's line breaks
+    after the first paragraph, and rich then wraps those lines again: sentences broke after
+    a word or two). A paragraph starting with \\b keeps its lines."""
+    paragraphs = inspect.cleandoc(text).split("\n\n")
+    return "\n\n".join(
+        p if p.startswith("\b") else " ".join(line.strip() for line in p.splitlines())
+        for p in paragraphs
+    )
+
+
+def _unwrap_help(typer_app: typer.Typer) -> None:
+    for command in typer_app.registered_commands:
+        text = command.help or inspect.getdoc(command.callback)
+        if text:
+            command.help = _unwrap(text)
+    for group in typer_app.registered_groups:
+        if group.typer_instance is not None:
+            _unwrap_help(group.typer_instance)
+
+
+_unwrap_help(app)
 
 
 def main() -> None:

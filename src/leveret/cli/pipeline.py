@@ -6,10 +6,13 @@ only when a command runs.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import signal
 import sys
 import threading
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import FrameType
 from typing import Annotated
@@ -105,15 +108,19 @@ def _spark_level(level: str) -> str:
     return "WARN" if level.upper() == "DEBUG" else "OFF"
 
 
-def _stop_on_signals() -> threading.Event:
-    """SIGTERM or Ctrl-C sets the event (the ingest then stops its query and returns); a
-    second one interrupts at once."""
-    stop = threading.Event()
+def _stop_on_signals(stop: threading.Event | None = None) -> threading.Event:
+    """SIGTERM or Ctrl-C sets the event (the ingest then stops its query and returns, and
+    does not restart it); the same signal again interrupts at once. (Ctrl-C to
+    ``leveret up``'s process group and then ``up``'s own SIGTERM are one request to stop.)"""
+    stop = stop or threading.Event()
+    event = stop
+    seen: set[int] = set()
 
     def handler(signum: int, frame: FrameType | None) -> None:
-        if stop.is_set():
+        if event.is_set() and signum in seen:
             raise KeyboardInterrupt
-        stop.set()
+        seen.add(signum)
+        event.set()
 
     signal.signal(signal.SIGTERM, handler)
     signal.signal(signal.SIGINT, handler)
@@ -239,6 +246,10 @@ def ingest(
             conf=settings,
             remote=remote,
             stop=stop,
+            # PySpark's context replaces the SIGINT handler with one that raises
+            # KeyboardInterrupt into the py4j call the main thread waits in: Ctrl-C then
+            # failed the query, which was restarted against a broker stopping with it
+            on_session=lambda: _stop_on_signals(stop),
         )
     except (AmqpSourceError, SessionError) as exc:
         fail(str(exc))
@@ -246,6 +257,24 @@ def ingest(
         return
     if restarts:
         logging.getLogger(__name__).info("ingest finished after %d restart(s)", restarts)
+
+
+@contextlib.contextmanager
+def _progress(first: str) -> Iterator[Callable[[str], object]]:
+    """A spinner with the current step on stderr when it is a terminal; else nothing."""
+    if not sys.stderr.isatty():
+        yield lambda text: None
+        return
+    from rich.console import Console
+
+    started = time.monotonic()
+    console = Console(stderr=True)
+    with console.status(f"Report: {first}") as status:
+
+        def step(text: str) -> None:
+            status.update(f"Report: {text} ({time.monotonic() - started:.0f} s)")
+
+        yield step
 
 
 @app.command()
@@ -274,18 +303,22 @@ def report(
     if not lake.is_dir():
         fail(f"no log lake at {lake} (run `leveret pipeline ingest` first)")
     settings = _conf(conf)
-    try:
-        spark = spark_session(
-            master, "leveret-report", settings, log_level=_spark_level(log_level), remote=remote
-        )
-    except SessionError as exc:
-        fail(str(exc))
-    try:
-        result = make_report(spark, lake.resolve(), out.resolve(), fmt, top)
-    except ReportError as exc:
-        fail(str(exc))
-    finally:
-        spark.stop()
+    # on a terminal, what it is doing meanwhile (Spark's start and the job take 20 s to a
+    # minute); into a pipe or a file, nothing but the result
+    with _progress("starting Spark") as step:
+        try:
+            spark = spark_session(
+                master, "leveret-report", settings, log_level=_spark_level(log_level), remote=remote
+            )
+        except SessionError as exc:
+            fail(str(exc))
+        try:
+            result = make_report(spark, lake.resolve(), out.resolve(), fmt, top, progress=step)
+        except ReportError as exc:
+            fail(str(exc))
+        finally:
+            step("stopping Spark")
+            spark.stop()
     summary = result.tables["summary"]
     records = int(summary["records"].iloc[0]) if len(summary) else 0
     print(f"Report: {result.document} ({records} records, {len(result.charts)} charts)")

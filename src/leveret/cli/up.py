@@ -7,20 +7,25 @@ Parquet lake (``local[*]``), and, in the foreground, a terminal receiver of the 
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Annotated
 
 import typer
 from rich.console import Console
 
-from leveret.cli.common import interrupt_on_sigterm
+from leveret.cli.common import fail, interrupt_on_sigterm
 
-console = Console(stderr=True)
+# soft_wrap: lines are never broken by rich (at 80 columns when the output is not a
+# terminal); a terminal wraps them itself, so the commands printed stay copyable whole
+console = Console(stderr=True, soft_wrap=True)
 
 
 def _cli(*args: str) -> list[str]:
@@ -28,41 +33,78 @@ def _cli(*args: str) -> list[str]:
 
 
 def _start_server(
-    data_dir: Path, amqp_port: int, http_port: int, prometheus_port: int, log: IO[str]
+    data_dir: Path,
+    amqp_port: int | None,
+    http_port: int | None,
+    prometheus_port: int | None,
+    log: IO[str],
+    config: Path | None = None,
 ) -> tuple[subprocess.Popen[str], dict[str, str]]:
-    """Start the broker; return it and the ports it listens on (asked-for 0 is filled in)."""
+    """Start the broker; return it and the ports it listens on (asked-for 0 is filled in).
+    A port not given is the config file's, else the server's default."""
+    log.flush()
+    start = log.seek(0, os.SEEK_END)
+    args = ["server", "--data-dir", str(data_dir), "--log-exchange"]
+    for flag, port in (
+        ("--amqp-port", amqp_port),
+        ("--http-port", http_port),
+        ("--prometheus-port", prometheus_port),
+    ):
+        if port is not None:
+            args += [flag, str(port)]
+    if config is not None:
+        args += ["--config", str(config)]
     proc = subprocess.Popen(
-        _cli(
-            "server",
-            "--data-dir",
-            str(data_dir),
-            "--amqp-port",
-            str(amqp_port),
-            "--http-port",
-            str(http_port),
-            "--prometheus-port",
-            str(prometheus_port),
-            "--log-exchange",
-        ),
+        _cli(*args),
         stdout=subprocess.PIPE,
         stderr=log,
         text=True,
+        # a process group of its own: a Ctrl-C to the terminal's group reaches the ingest
+        # and the receiver, and up stops the broker after them (a broker stopped with them
+        # left an ingest mid-batch retrying it); it still ends if up dies (see _bound_to_parent)
+        process_group=0,
+        preexec_fn=_bound_to_parent,
     )
     assert proc.stdout is not None
     ports: dict[str, str] = {}
     for line in proc.stdout:
         line = line.strip()
         console.print(f"[dim]broker:[/dim] {line}")
-        port = line.rsplit(":", 1)[-1].split("/")[0]
+        bound = line.rsplit(":", 1)[-1].split("/")[0]
         if line.startswith("Management API listening"):
-            ports["http"] = port
+            ports["http"] = bound
         elif line.startswith("Prometheus metrics listening"):
-            ports["prometheus"] = port
+            ports["prometheus"] = bound
         elif line.startswith("Server startup complete"):
-            ports["amqp"] = port
+            ports["amqp"] = bound
             return proc, ports
     proc.wait()
-    raise RuntimeError("the broker did not start (see " + log.name + ")")
+    raise RuntimeError(_why_not_started(log, start) + " (see " + log.name + ")")
+
+
+def _bound_to_parent() -> None:
+    """In the child, before exec: SIGTERM when ``up`` dies, however it dies (Linux's
+    PR_SET_PDEATHSIG), since a Ctrl-C to ``up``'s group no longer reaches it."""
+    if sys.platform != "linux":
+        return
+    import ctypes
+
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+def _why_not_started(log: IO[str], start: int) -> str:
+    """The broker's own one-line reason (its ``Error: ...`` line in the log it wrote
+    since ``start``): a port taken, the data directory in use."""
+    log.flush()
+    try:
+        with open(log.name, encoding="utf-8", errors="replace") as f:
+            f.seek(start)
+            written = f.read()
+    except OSError:
+        written = ""
+    reasons = [line[7:] for line in written.splitlines() if line.startswith("Error: ")]
+    return reasons[-1] if reasons else "the broker did not start"
 
 
 # The broker's own log lines that go to the lake (amq.rabbitmq.log's routing key is the
@@ -84,9 +126,65 @@ def _bind_broker_log(url: str, stream: str = "logs") -> None:
         conn.close()
 
 
-def _role(proc: subprocess.Popen[str]) -> str:
-    args = [str(a) for a in proc.args] if isinstance(proc.args, list) else [str(proc.args)]
-    return " ".join(args[3:5])
+@dataclass
+class _Child:
+    """A process ``up`` started, by the name it reports it under."""
+
+    name: str
+    proc: subprocess.Popen[str]
+
+
+# How long each stops cleanly before it is killed: the ingest commits or drops its
+# micro-batch, and the broker closes its clients.
+STOP_TIMEOUT = 15.0
+
+
+def _stop(children: list[_Child]) -> None:
+    """The receiver and the ingest first, while the broker still serves them (an ingest
+    that outlived its broker retried it for half a minute), then the broker; say what
+    stopped, and how."""
+    clients = [c for c in children if c.name != "broker"]
+    for group in (clients, [c for c in children if c.name == "broker"]):
+        for c in group:
+            if c.proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    c.proc.send_signal(signal.SIGTERM if os.name == "posix" else signal.SIGINT)
+        for c in group:
+            try:
+                code = c.proc.wait(STOP_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                c.proc.kill()
+                c.proc.wait()
+                console.print(f"Stopped {c.name}: killed after {STOP_TIMEOUT:.0f} s")
+                continue
+            how = "" if code in (0, -signal.SIGTERM, -signal.SIGINT, 130) else f" (code {code})"
+            console.print(f"Stopped {c.name}{how}")
+
+
+def _query_started(log_path: Path, start: int) -> bool:
+    """Whether the ingest has logged that its query runs, since ``start`` in its log."""
+    from leveret.spark.pipeline import QUERY_STARTED
+
+    try:
+        with open(log_path, encoding="utf-8", errors="replace") as f:
+            f.seek(start)
+            return QUERY_STARTED in f.read()
+    except OSError:
+        return False
+
+
+def _leveret_command() -> str:
+    """How the user runs ``leveret`` from this directory: ``leveret`` when the one on PATH is
+    this one, else its path (``.venv/bin/leveret`` after ``scripts/up``, which does not
+    touch the user's PATH)."""
+    here = Path(sys.executable).parent / "leveret"
+    on_path = shutil.which("leveret")
+    if not here.exists() or (on_path is not None and Path(on_path).resolve() == here.resolve()):
+        return "leveret"
+    try:
+        return str(here.relative_to(Path.cwd()))
+    except ValueError:
+        return str(here)
 
 
 def _spark_available() -> bool:
@@ -106,11 +204,42 @@ def up(
             help="Broker data, the lake, checkpoints and logs all go here.",
         ),
     ] = Path("leveret-data"),
-    amqp_port: Annotated[int, typer.Option("--amqp-port", envvar="LEVERET_AMQP_PORT")] = 5672,
-    http_port: Annotated[int, typer.Option("--http-port", envvar="LEVERET_HTTP_PORT")] = 15672,
+    amqp_port: Annotated[
+        int | None,
+        typer.Option(
+            "--amqp-port",
+            envvar="LEVERET_AMQP_PORT",
+            help="AMQP port (default 5672, or the config file's; 0 picks a free port).",
+            show_default=False,
+        ),
+    ] = None,
+    http_port: Annotated[
+        int | None,
+        typer.Option(
+            "--http-port",
+            envvar="LEVERET_HTTP_PORT",
+            help="Dashboard and management API port (default 15672; 0 picks a free port).",
+            show_default=False,
+        ),
+    ] = None,
     prometheus_port: Annotated[
-        int, typer.Option("--prometheus-port", envvar="LEVERET_PROMETHEUS_PORT")
-    ] = 15692,
+        int | None,
+        typer.Option(
+            "--prometheus-port",
+            envvar="LEVERET_PROMETHEUS_PORT",
+            help="Prometheus metrics port (default 15692; 0 picks a free port).",
+            show_default=False,
+        ),
+    ] = None,
+    config: Annotated[
+        Path | None,
+        typer.Option(
+            "--config",
+            envvar="LEVERET_CONFIG",
+            help="The broker's TOML configuration file, as leveret server --config (users, "
+            "vhosts, TLS, limits); --data-dir and the port flags given here win over it.",
+        ),
+    ] = None,
     ingest: Annotated[
         bool, typer.Option("--ingest/--no-ingest", help="Run the Spark ingest into the lake.")
     ] = True,
@@ -123,30 +252,37 @@ def up(
     # stopped by a service manager or kill as by Ctrl-C: its children stop with it (a
     # SIGTERM ended it alone before, and the broker, ingest and Spark ran on)
     interrupt_on_sigterm()
+    # Ctrl-C stops it even when it was started with SIGINT ignored (a background job of a
+    # script): its broker is in a group of its own and only up stops it
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     data_dir.mkdir(parents=True, exist_ok=True)
     logs_dir = data_dir / "logs"
     logs_dir.mkdir(exist_ok=True)
-    children: list[subprocess.Popen[str]] = []
+    children: list[_Child] = []
     broker_log = open(logs_dir / "broker.log", "a")  # noqa: SIM115 - lives as long as up
     try:
         try:
             server, ports = _start_server(
-                data_dir, amqp_port, http_port, prometheus_port, broker_log
+                data_dir, amqp_port, http_port, prometheus_port, broker_log, config
             )
         except RuntimeError as exc:
-            console.print(f"Error: {exc}")
-            raise typer.Exit(1) from exc
-        children.append(server)
+            fail(str(exc))  # one plain line, unwrapped, as leveret server's
+        children.append(_Child("broker", server))
         url = f"amqp://guest:guest@127.0.0.1:{ports['amqp']}/"
         lake = data_dir / "lake"
+        ingest_log_path = logs_dir / "ingest.log"
+        ingest_log_start = 0
+        ingesting: _Child | None = None
         if ingest and _spark_available():
             from leveret.spark.pipeline import ensure_log_stream
 
             # the stream is bound before anyone is told to send: nothing sent is lost
             ensure_log_stream(url)
             _bind_broker_log(url)
-            ingest_log = open(logs_dir / "ingest.log", "a")  # noqa: SIM115
-            children.append(
+            ingest_log = open(ingest_log_path, "a")  # noqa: SIM115
+            ingest_log_start = ingest_log.seek(0, os.SEEK_END)
+            ingesting = _Child(
+                "ingest",
                 subprocess.Popen(
                     _cli(
                         "pipeline",
@@ -163,9 +299,11 @@ def up(
                     stdout=ingest_log,
                     stderr=subprocess.STDOUT,
                     text=True,
-                )
+                ),
             )
-            ingest_note = f"running, log in {logs_dir / 'ingest.log'}"
+            children.append(ingesting)
+            # Spark takes a while to start its query: "running" is said once it has
+            ingest_note = f"starting (Spark), log in {ingest_log_path}"
         elif ingest:
             ingest_note = "off: install the spark extra (pip install -e '.[spark]')"
         else:
@@ -175,34 +313,37 @@ def up(
         console.print(f"Dashboard   http://127.0.0.1:{ports.get('http')}/   (guest / guest)")
         console.print(f"Metrics     http://127.0.0.1:{ports.get('prometheus')}/metrics")
         console.print(f"Lake ingest {ingest_note} -> {lake}")
-        console.print(f"Send logs   leveret emit-log --url {url} 'info: hello'")
+        leveret = _leveret_command()
+        console.print(f"Send logs   {leveret} emit-log --url {url} 'info: hello'")
         console.print(
-            f"Report      leveret pipeline report --lake {lake} --out {data_dir / 'report'}"
+            f"Report      {leveret} pipeline report --lake {lake} --out {data_dir / 'report'}"
         )
         console.rule()
         essential = [server]
         if receiver:
             essential.append(subprocess.Popen(_cli("receive-logs", "--url", url), text=True))
-            children.append(essential[-1])
+            children.append(_Child("receiver", essential[-1]))
         # the broker and the receiver keep the stack up; an ingest that dies is reported
         reported: set[int] = set()
+        waiting_for_query = ingesting is not None
         while all(c.poll() is None for c in essential):
+            if (
+                waiting_for_query
+                and ingesting is not None
+                and ingesting.proc.poll() is None
+                and _query_started(ingest_log_path, ingest_log_start)
+            ):
+                waiting_for_query = False
+                console.print(f"Lake ingest running -> {lake}")
             for c in children:
-                if c.poll() not in (None, 0) and c.pid not in reported:
-                    reported.add(c.pid)
+                if c.proc.poll() not in (None, 0) and c.proc.pid not in reported:
+                    reported.add(c.proc.pid)
                     console.print(
-                        f"Error: {_role(c)} stopped with code {c.returncode}; see {logs_dir}"
+                        f"Error: {c.name} stopped with code {c.proc.returncode}; see {logs_dir}"
                     )
             time.sleep(0.5)
     except KeyboardInterrupt:
         pass
     finally:
-        for c in reversed(children):
-            if c.poll() is None:
-                c.send_signal(signal.SIGTERM if os.name == "posix" else signal.SIGINT)
-        for c in reversed(children):
-            try:
-                c.wait(30)
-            except subprocess.TimeoutExpired:
-                c.kill()
+        _stop(children)
         broker_log.close()

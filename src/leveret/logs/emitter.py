@@ -22,6 +22,7 @@ from leveret.logs.record import (
     check_facility,
     normalize_severity,
     rfc3339,
+    split_severity_prefix,
 )
 
 
@@ -40,10 +41,15 @@ class EmitResult:
 
 
 class Emitter:
-    """Sends messages as records of one severity and facility. Connects on creation
-    (LogsError if it cannot); ``close()`` waits for every confirm. Given several URLs (one
-    cluster's nodes) it moves on to the next when a connection is lost; what was in flight
-    then is not sent again but counted as unconfirmed."""
+    """Sends messages as records of one facility. Connects on creation (LogsError if it
+    cannot); ``close()`` waits for every confirm. Given several URLs (one cluster's nodes)
+    it moves on to the next when a connection is lost; what was in flight then is not sent
+    again but counted as unconfirmed.
+
+    With a ``severity`` every record has it and a message is sent as it is. Without one
+    (``None``) a message may name its own in the tutorial's ``severity: message`` form, as
+    receivers and the lake read plain text: ``"error: disk full"`` is sent as severity
+    ``error`` with the message ``disk full``; a message without the prefix is ``info``."""
 
     def __init__(
         self,
@@ -51,7 +57,7 @@ class Emitter:
         exchange: str = DEFAULT_EXCHANGE,
         exchange_type: str = ExchangeType.fanout,
         *,
-        severity: str = "info",
+        severity: str | None = None,
         facility: str = DEFAULT_FACILITY,
         app: str = "emit-log",
         persistent: bool = False,
@@ -59,13 +65,14 @@ class Emitter:
         connect_timeout: float = 30.0,
     ) -> None:
         try:
-            self.severity = normalize_severity(severity)
+            self.severity = normalize_severity(severity) if severity is not None else None
             self.facility = check_facility(facility)
         except ValueError as exc:
             raise LogsError(str(exc)) from None
         self.app = app
         self.persistent = persistent
-        self._key = routing_key(str(exchange_type), self.severity, self.facility)
+        self._exchange_type = str(exchange_type)
+        self._keys: dict[str, str] = {}
         self._publisher = Publisher(
             url,
             exchange,
@@ -82,16 +89,23 @@ class Emitter:
     def send(self, message: str) -> None:
         """Queue one record (waits while the buffer is full; LogsError if the connection
         was lost)."""
+        severity = self.severity
+        if severity is None:
+            named, message = split_severity_prefix(message)
+            severity = named or "info"
+        key = self._keys.get(severity)
+        if key is None:
+            key = self._keys[severity] = routing_key(self._exchange_type, severity, self.facility)
         record = Record(
             ts=rfc3339(),
-            severity=self.severity,
+            severity=severity,
             facility=self.facility,
             host=HOST,
             app=self.app,
             pid=PID,
             message=message,
         )
-        self._publisher.put(self._key, record.to_json(), self.persistent)
+        self._publisher.put(key, record.to_json(), self.persistent)
 
     def close(self, timeout: float | None = None) -> EmitResult:
         """Wait for the broker to confirm everything sent, then disconnect."""

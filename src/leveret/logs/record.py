@@ -21,8 +21,18 @@ from typing import Any
 CONTENT_TYPE = "application/json"
 
 #: The severities, lowest first: Python's logging levels, as the tutorial's routing keys.
+#: This module owns them (and their aliases and the ``severity: message`` convention):
+#: emitters, receivers, the Spark parser and the dashboard all read them from here.
 SEVERITIES: tuple[str, ...] = ("debug", "info", "warning", "error", "critical")
-_ALIASES = {"warn": "warning", "err": "error", "crit": "critical", "fatal": "critical"}
+ALIASES: Mapping[str, str] = {
+    "warn": "warning",
+    "err": "error",
+    "crit": "critical",
+    "fatal": "critical",
+}
+_ALIASES = ALIASES
+#: The severities the reports and the dashboard count as errors.
+ERROR_SEVERITIES: tuple[str, ...] = ("error", "critical")
 
 DEFAULT_FACILITY = "user"
 
@@ -174,19 +184,30 @@ def _opt_str(value: object) -> str | None:
     return value if isinstance(value, str) else None
 
 
-#: ``error: disk full``: a severity word (or alias) and a colon at the start of a text.
-_PREFIX = re.compile(
-    r"\s*(debug|info|warning|warn|error|err|critical|crit|fatal)\s*:", re.IGNORECASE
+#: ``error: disk full``: a severity word (or alias) and a colon at the start of a text (the
+#: tutorial's convention), and the spaces after it.
+SEVERITY_PREFIX = re.compile(
+    r"\s*(debug|info|warning|warn|error|err|critical|crit|fatal)\s*:\s*", re.IGNORECASE
 )
 
 
 def severity_prefix(text: str) -> str | None:
     """The severity a plain-text message names in its ``severity: message`` prefix."""
-    m = _PREFIX.match(text)
+    m = SEVERITY_PREFIX.match(text)
     if m is None:
         return None
     word = m.group(1).lower()
     return _ALIASES.get(word, word)
+
+
+def split_severity_prefix(text: str) -> tuple[str | None, str]:
+    """``"error: disk full"`` -> ``("error", "disk full")``; a text without the prefix is
+    ``(None, text)``."""
+    m = SEVERITY_PREFIX.match(text)
+    if m is None:
+        return None, text
+    word = m.group(1).lower()
+    return _ALIASES.get(word, word), text[m.end() :]
 
 
 def _names_severity(key: str) -> bool:

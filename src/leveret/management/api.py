@@ -28,6 +28,7 @@ from leveret.management.httputil import (
 )
 from leveret.protocol import spec
 from leveret.protocol.errors import AMQPError
+from leveret.server.resources import file_descriptors, sockets_limit
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +65,19 @@ def node(m: Management) -> dict[str, Any]:
         out["disk_free"] = res.disk_free
         out["disk_free_limit"] = res.disk_free_limit
     out["disk_free_alarm"] = res.disk_alarm
+    # descriptors and sockets as RabbitMQ counts them: every open descriptor of the process
+    # against its open files limit; the AMQP connections' sockets against RabbitMQ's share
+    # of that limit for sockets. No proc_used / proc_total: Leveret has no Erlang processes,
+    # nor a figure of that meaning.
+    fd_used, fd_total = file_descriptors()
+    out.update(
+        {
+            "fd_used": fd_used,
+            "fd_total": fd_total,
+            "sockets_used": len(m.server.state.connections),
+            "sockets_total": sockets_limit(fd_total),
+        }
+    )
     out.update(
         {
             "uptime": int((time.time() - m.stats.started) * 1000),

@@ -7,7 +7,9 @@ computed from the lake as the ingest commits to it: the file sink's log
 read once (its ``ts``, ``_corrupt`` and ``offset`` columns; the severity is its partition).
 A file is new when its modification time is past the newest one already read: a batch's files
 are all written after the previous batch committed, so this also picks the new entries out
-of a compacted log (``N.compact``) without keeping every path ever read.
+of a compacted log (``N.compact``) without keeping every path ever read. A compacted log
+names every file of the batches before it, so when one is among the logs not read yet, the
+batch logs before it are not read as well: each file is counted once, whichever logs name it.
 
 Reading runs in a thread (``asyncio.to_thread``) so Parquet never blocks the event loop the
 broker runs on, a bounded number of files per refresh, and only while someone asks. pyarrow
@@ -27,11 +29,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
-from leveret.logs.record import SEVERITIES
+from leveret.logs.record import ERROR_SEVERITIES, SEVERITIES
 
 log = logging.getLogger(__name__)
 
-ERROR_SEVERITIES = ("error", "critical")
 KEEP_MINUTES = 24 * 60
 FILES_PER_REFRESH = 200
 REFRESH_SECONDS = 2.0
@@ -170,18 +171,24 @@ class Lake:
         new = [b for b in ids if b > self._batch]
         if not new:
             return
-        if self._batch < 0:
-            # start at the newest compacted log, which names every file before it
-            done = [b for b in compacts if b <= new[-1]]
-            if done:
-                new = [b for b in new if b >= max(done)]
+        # A compacted log names every file of the batches before it: when one is among the
+        # new logs, the new batch logs before it are read from it, not a second time from
+        # their own files (which counted those batches twice)
+        pending = set(new)
+        done = [b for b in compacts if b in pending]
+        if done:
+            new = [b for b in new if b >= max(done)]
         entries: list[dict[str, Any]] = []
         for batch in new:
             with contextlib.suppress(FileNotFoundError):
                 entries.extend(self._entries(batch, batch in compacts))
+        seen: set[str] = set()
         for entry in entries:
             mtime = int(entry.get("modificationTime", 0))
             path = str(entry["path"])
+            if path in seen:  # a file is one file, whichever logs name it
+                continue
+            seen.add(path)
             if mtime > self._mtime:
                 self._mtime = mtime
                 self._at_mtime = {path}

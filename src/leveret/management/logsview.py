@@ -19,6 +19,13 @@ Why it can never slow the broker:
   come next are the newest. Publishers are never refused, blocked or flow-controlled on the
   view's account; the queue holds at most ``QUEUE_LIMIT`` records plus what arrives within
   one interval. Bursts up to ``QUEUE_LIMIT`` are shown whole, at ``MAX_RATE``.
+- A view opens with the recent past: when a stream queue is bound to the exchange (``logs``,
+  which ``leveret up`` and the lake ingest declare, first), the tap reads its last
+  ``HISTORY`` records once, then goes on with the live records (a record that is in both,
+  published as the tap bound its queue, is shown once, by its ``message_id``).
+- An exchange that appears only after the view opened is picked up: the tap waits for it,
+  and checks every ``EXCHANGE_CHECK`` seconds that the exchange it is bound to still exists;
+  one deleted (and declared again, perhaps of another type) is waited for and bound anew.
 - Each browser has its own bounded buffer (``CLIENT_BUFFER`` records, ``CLIENT_BUFFER_BYTES``);
   a browser that reads slowly loses the oldest records of its buffer, counted and shown, and
   never holds up the tap or another browser.
@@ -40,6 +47,7 @@ from urllib.parse import quote
 
 from aiohttp import web
 
+from leveret.broker.queues import StreamQueue
 from leveret.logs.record import SEVERITIES, Record
 from leveret.management.context import mgmt
 from leveret.management.httputil import bad_request, credentials, current_user
@@ -68,6 +76,12 @@ IDLE_BATCH_INTERVAL = 1.0
 LINGER = 10.0
 LIVE_MINUTES = 60
 MAX_BACKOFF = 10.0
+#: the recent records of the exchange's stream a view opens with
+HISTORY = 200
+HISTORY_TIMEOUT = 5.0
+#: the stream read first for history (the one the lake ingest reads)
+HISTORY_STREAM = "logs"
+EXCHANGE_CHECK = 1.0
 
 #: What a tap binds with, as the lake ingest does: everything, whatever the exchange's type
 #: (fanout ignores the key, topic matches ``#``, direct matches a severity).
@@ -211,8 +225,13 @@ class Tap:
         exchange: str,
         username: str,
         on_idle: Callable[[Tap], None],
+        history: Callable[[], tuple[str, int, int] | None] | None = None,
     ) -> None:
         self.url = url
+        # (stream, first offset, end offset) of a stream bound to the exchange, if any
+        self._history_source = history
+        self._history_taken = False
+        self._history_ids: set[str] = set()
         self.vhost = vhost
         self.exchange = exchange
         self.username = username
@@ -312,8 +331,13 @@ class Tap:
             await ch.basic_qos(prefetch_count=PREFETCH)
             self._last_tag = self._acked_tag = 0
             self.queue = queue
+            if not self._history_taken:
+                # after the bind: what is published from now on is in the tap's queue
+                self._history_taken = True
+                await self._take_history(conn)
             await ch.basic_consume(queue, self._on_message, no_ack=False)
             self._set_status("live", None)
+            checked = time.monotonic()
             while not self._closing.is_set():
                 if ch.is_closed:
                     closing = ch.closing
@@ -322,6 +346,15 @@ class Tap:
                     await asyncio.wait_for(self._closing.wait(), ACK_INTERVAL)
                 if self._closing.is_set():
                     break
+                if time.monotonic() - checked >= EXCHANGE_CHECK:
+                    checked = time.monotonic()
+                    if not await self._exchange_exists(ch):
+                        # deleted: its bindings went with it; wait for it to be declared again
+                        self._set_status(
+                            "waiting",
+                            f"exchange '{self.exchange}' in vhost '{self.vhost}' was deleted",
+                        )
+                        return
                 # drop what waits beyond the limit first, so that the credit the ack
                 # returns goes to the newest records
                 waiting = (await ch.queue_declare(queue, passive=True)).message_count or 0
@@ -356,12 +389,79 @@ class Tap:
                 await asyncio.wait_for(self._closing.wait(), 1.0)
         return None
 
+    async def _exchange_exists(self, ch: aiormq.abc.AbstractChannel) -> bool:
+        """A passive declare on the tap's channel (a refusal closes it: the tap then
+        starts over, waiting for the exchange)."""
+        import aiormq
+
+        try:
+            await ch.exchange_declare(self.exchange, passive=True)
+        except aiormq.exceptions.ChannelNotFoundEntity:
+            return False
+        return True
+
+    async def _take_history(self, conn: aiormq.abc.AbstractConnection) -> None:
+        """The last ``HISTORY`` records of the stream bound to the exchange, read once on a
+        channel of their own (a user who may not read the stream just gets none)."""
+        source = self._history_source() if self._history_source is not None else None
+        if source is None:
+            return
+        stream, first, end = source
+        start = max(first, end - HISTORY)
+        if start >= end:
+            return
+        got: list[tuple[int, aiormq.abc.DeliveredMessage]] = []
+        done = asyncio.Event()
+
+        async def on_message(message: aiormq.abc.DeliveredMessage) -> None:
+            headers = getattr(message.header.properties, "headers", None) or {}
+            offset = headers.get("x-stream-offset")
+            if not isinstance(offset, int) or offset >= end:
+                done.set()
+                return
+            got.append((offset, message))
+            if offset >= end - 1:
+                done.set()
+
+        try:
+            ch = await conn.channel()
+            await ch.basic_qos(prefetch_count=HISTORY)
+            await ch.basic_consume(
+                stream, on_message, no_ack=False, arguments={"x-stream-offset": start}
+            )
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(done.wait(), HISTORY_TIMEOUT)
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(ch.close(), 5)
+        except Exception as exc:  # no right to read it, or it went: no history, still live
+            log.debug("logs view history from %s/%s: %s", self.vhost, stream, exc)
+        seen: set[int] = set()
+        for offset, message in sorted(got, key=lambda item: item[0]):
+            if offset in seen:
+                continue
+            seen.add(offset)
+            message_id = getattr(message.header.properties, "message_id", None)
+            if message_id:
+                self._history_ids.add(str(message_id))
+            self._show(message, count=False)
+
     async def _on_message(self, message: aiormq.abc.DeliveredMessage) -> None:
         delivery = message.delivery
         tag = getattr(delivery, "delivery_tag", None) or 0
         if tag > self._last_tag:
             self._last_tag = tag
+        if self._history_ids:
+            # the first live records may be the history's last (published as the tap
+            # bound): each is shown once; past them the set is not needed any more
+            message_id = getattr(message.header.properties, "message_id", None)
+            if message_id is not None and str(message_id) in self._history_ids:
+                return
+            self._history_ids.clear()
         self.received += 1
+        self._show(message, count=True)
+
+    def _show(self, message: aiormq.abc.DeliveredMessage, count: bool) -> None:
+        delivery = message.delivery
         self._seq += 1
         routing_key = str(getattr(delivery, "routing_key", "") or "")
         try:
@@ -376,7 +476,8 @@ class Tap:
         except Exception:  # a body no reader can show is logged, never breaks the tap
             log.exception("logs view: cannot show a delivery")
             return
-        self._count_live(_severity_of(record))
+        if count:
+            self._count_live(_severity_of(record))
         self.recent.push(record)
         for sub in self.subscribers:
             sub.offer(record)
@@ -463,12 +564,33 @@ class LogsView:
         )
         tap = self.taps.get(key)
         if tap is None:
-            tap = Tap(url, vhost, exchange, username, self._forget)
+            tap = Tap(
+                url,
+                vhost,
+                exchange,
+                username,
+                self._forget,
+                lambda: self.history_source(vhost, exchange),
+            )
             self.taps[key] = tap
             tap.start()
         else:
             tap.url = url  # the password the user logged in with last
         return tap
+
+    def history_source(self, vhost: str, exchange: str) -> tuple[str, int, int] | None:
+        """(name, first offset, end offset) of the stream queue bound to ``exchange`` that
+        a view opens with: ``logs`` when it is bound there, else the first by name."""
+        v = self.management.broker.vhosts.get(vhost)
+        x = v.exchanges.get(exchange) if v is not None else None
+        if v is None or x is None:
+            return None
+        bound = {b.destination.name for b in x.bindings.values() if b.destination.kind == "queue"}
+        for name in sorted(bound, key=lambda n: (n != HISTORY_STREAM, n)):
+            q = v.queues.get(name)
+            if isinstance(q, StreamQueue):
+                return name, int(q.log.first), int(q.log.next_offset)
+        return None
 
     def _forget(self, tap: Tap) -> None:
         key = (tap.username, tap.vhost, tap.exchange)

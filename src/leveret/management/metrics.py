@@ -32,6 +32,7 @@ from leveret.broker.channel import (
     REDELIVER,
     RETURNED,
 )
+from leveret.server.resources import file_descriptors, sockets_limit
 
 if TYPE_CHECKING:
     from leveret.broker.session import Session
@@ -283,6 +284,18 @@ class BrokerCollector(Collector):
         yield from self.connection_families(sessions)
 
         res = m.server.resources
+        fd_used, fd_total = file_descriptors()
+        for name, text, value in (
+            ("rabbitmq_process_open_fds", "Open file descriptors", fd_used),
+            (
+                "rabbitmq_process_open_tcp_sockets",
+                "Open TCP sockets",
+                len(m.server.state.connections),
+            ),
+            ("rabbitmq_process_max_fds", "Open file descriptors limit", fd_total),
+            ("rabbitmq_process_max_tcp_sockets", "Open TCP sockets limit", sockets_limit(fd_total)),
+        ):
+            yield GaugeMetricFamily(name, text, value=value)
         yield GaugeMetricFamily(
             "rabbitmq_process_resident_memory_bytes",
             "Memory used in bytes",

@@ -21,6 +21,7 @@ from leveret.management.metrics import make_metrics_app
 from leveret.management.stats import Stats
 from leveret.server.app import Server
 from leveret.server.config import Config
+from leveret.server.listen import ListenError
 from leveret.server.tls import server_context
 
 
@@ -56,13 +57,21 @@ class Running:
 
 
 async def _listen(
-    app: web.Application, bind: str, port: int, context: ssl.SSLContext | None = None
+    app: web.Application,
+    bind: str,
+    port: int,
+    context: ssl.SSLContext | None = None,
+    listener: str = "http",
 ) -> tuple[web.AppRunner, str, int]:
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
     await runner.setup()
     host: str | None = bind if bind not in ("", "::") else None
     site = web.TCPSite(runner, host, port, reuse_address=True, ssl_context=context)
-    await site.start()
+    try:
+        await site.start()
+    except OSError as exc:
+        await runner.cleanup()
+        raise ListenError(listener, bind, port, exc) from exc
     server = site._server
     sockets = getattr(server, "sockets", None) or []
     if sockets:
@@ -87,10 +96,7 @@ class Broker:
         management = Management(self.server, stats)
         context = None
         if self.config.http_tls:
-            files = self.config.management_tls or self.config.tls
-            context = server_context(
-                files, "management_tls" if self.config.management_tls else "tls"
-            )
+            context = server_context(*self.config.http_tls_config())
         try:
             http, http_host, http_port = await _listen(
                 make_app(management), self.config.bind, self.config.http_port, context
@@ -101,6 +107,7 @@ class Broker:
                 self.config.bind,
                 self.config.prometheus_port,
                 context,
+                "prometheus",
             )
             self._runners.append(metrics)
         except BaseException:

@@ -14,6 +14,7 @@ from leveret.broker.broker import LOG_EXCHANGE, Broker
 from leveret.broker.events import Observers
 from leveret.server.amqp import AMQPProtocol
 from leveret.server.config import Config, ConfigError
+from leveret.server.listen import ListenError
 from leveret.server.log_exchange import LogExchangeHandler
 from leveret.server.resources import ResourceMonitor
 from leveret.server.state import Limits, Listener, ServerState, Slots
@@ -130,15 +131,18 @@ class Server:
         host: str | None = self.config.bind
         if host in ("", "0.0.0.0", "::"):
             host = None if host != "0.0.0.0" else "0.0.0.0"
-        server = await self.loop.create_server(
-            lambda: AMQPProtocol(self.state, listener),
-            host=host,
-            port=port,
-            reuse_address=True,
-            backlog=1024,
-            ssl=context,
-            ssl_handshake_timeout=self.state.limits.handshake_timeout if context else None,
-        )
+        try:
+            server = await self.loop.create_server(
+                lambda: AMQPProtocol(self.state, listener),
+                host=host,
+                port=port,
+                reuse_address=True,
+                backlog=1024,
+                ssl=context,
+                ssl_handshake_timeout=self.state.limits.handshake_timeout if context else None,
+            )
+        except OSError as exc:
+            raise ListenError(listener.protocol, self.config.bind, port, exc) from exc
         self._servers.append(server)
         for sock in server.sockets:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)

@@ -208,7 +208,7 @@ class Config:
     stream_advertised_host: str = ""
     tls: TlsConfig = field(default_factory=TlsConfig)
     # HTTPS for the management API, dashboard and metrics: with [management_tls]'s files,
-    # else [tls]'s.
+    # else [tls]'s; peer verification only as [management_tls] asks (see http_tls_config).
     http_tls: bool = False
     management_tls: TlsConfig | None = None
     # Who a client certificate logs in as with SASL EXTERNAL (RabbitMQ's key).
@@ -253,6 +253,28 @@ class Config:
     loopback_users: tuple[str, ...] = ("guest",)
 
     ENV_PREFIX = "LEVERET_"
+
+    def http_tls_config(self) -> tuple[TlsConfig, str]:
+        """The HTTPS listeners' TLS settings and the table they come from. As RabbitMQ's
+        ``management.ssl.*``, they are [management_tls]'s own, its files defaulting to
+        [tls]'s; client certificates are asked for only when [management_tls] says
+        ``verify = "verify_peer"``. The AMQP listener's ``verify_peer`` and
+        ``fail_if_no_peer_cert`` are not the dashboard's: a browser has no client
+        certificate to show."""
+        base = self.tls
+        own = self.management_tls
+        if own is None:
+            return replace(base, verify="verify_none", fail_if_no_peer_cert=False), "tls"
+        return (
+            replace(
+                own,
+                certfile=own.certfile or base.certfile,
+                keyfile=own.keyfile or (base.keyfile if own.certfile is None else None),
+                cacertfile=own.cacertfile or base.cacertfile,
+            ),
+            "management_tls",
+        )
+
     _TABLES = ("users", "permissions", "vhosts", "tls", "management_tls")
     # Flat names for the [tls] table's keys, as flags and LEVERET_* variables take them.
     _TLS_FLAT = {

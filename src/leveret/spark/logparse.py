@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import base64
 import json
-import re
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -36,13 +35,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pj
 
+from leveret.logs.record import ALIASES, DEFAULT_FACILITY, SEVERITIES, SEVERITY_PREFIX
 from leveret.spark.frames import U8, Mask, gather, string_array
 from leveret.spark.schema import DEFAULT_KEEP, LOG_ARROW_SCHEMA, RECORD_COLUMNS
 from leveret.spark.wire import Positions
 
-SEVERITIES = ("debug", "info", "warning", "error", "critical")
-ALIASES = {"warn": "warning", "err": "error", "crit": "critical", "fatal": "critical"}
-DEFAULT_FACILITY = "user"
 BROKER_LOG_EXCHANGE = "amq.rabbitmq.log"  # RabbitMQ's (and Leveret's) log.exchange
 BROKER_FACILITY = "broker"
 JSON_CONTENT_TYPE = "application/json"
@@ -65,7 +62,6 @@ _PARSE = pj.ParseOptions(explicit_schema=RECORD_JSON, unexpected_field_behavior=
 _PARSE_MULTILINE = pj.ParseOptions(
     explicit_schema=RECORD_JSON, unexpected_field_behavior="ignore", newlines_in_values=True
 )
-_PREFIX = re.compile(r"\s*(debug|info|warning|warn|error|err|critical|crit|fatal)\s*:", re.I)
 _NEWLINE = 10
 _BRACE = ord("{")
 _SPACES = np.array([9, 10, 13, 32], np.uint8)
@@ -91,7 +87,7 @@ def key_parts(key: str) -> tuple[str | None, str]:
 
 def prefix_severity(text: str) -> str | None:
     """The severity of a ``severity: message`` text."""
-    m = _PREFIX.match(text)
+    m = SEVERITY_PREFIX.match(text)
     return severity_word(m.group(1)) if m else None
 
 

@@ -19,7 +19,7 @@ import contextlib
 import logging
 import re
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -202,6 +202,10 @@ def _java_causes(exc: BaseException) -> str:
     return "\n".join(messages)
 
 
+#: The ingest's log line once its query runs (``leveret up`` waits for it to say "running").
+QUERY_STARTED = "ingest query started"
+
+
 def run_ingest(
     cfg: IngestConfig,
     master: str = "local[*]",
@@ -210,6 +214,7 @@ def run_ingest(
     conf: Mapping[str, str] | None = None,
     remote: str | None = None,
     stop: threading.Event | None = None,
+    on_session: Callable[[], object] | None = None,
 ) -> int:
     """Run the ingest until it ends (availableNow) or ``stop`` is set; a query that fails is
     restarted from its checkpoint (a broker restart, a lost connection) up to
@@ -219,7 +224,9 @@ def run_ingest(
 
     ``stop`` is how a signal ends the ingest cleanly: a thread stops the query when it is
     set (an exception raised into the py4j call the main thread waits in would break the
-    connection to the JVM instead)."""
+    connection to the JVM instead). ``on_session`` is called once the Spark session exists
+    (PySpark's context installs a SIGINT handler of its own then, which raises
+    KeyboardInterrupt in whatever the main thread waits in: the CLI puts its own back)."""
     if cfg.declare:
         if cfg.queue:
             conn = connect(cfg.url)
@@ -230,6 +237,8 @@ def run_ingest(
     cfg.lake.mkdir(parents=True, exist_ok=True)
     cfg.checkpoint.mkdir(parents=True, exist_ok=True)
     spark = spark_session(master, "leveret-ingest", conf, log_level=log_level, remote=remote)
+    if on_session is not None:
+        on_session()
     restarts = 0
     failures = 0
     stop = stop or threading.Event()
@@ -249,7 +258,11 @@ def run_ingest(
             if stop.is_set():  # set while the query was starting
                 query.stop()
             log.info(
-                "ingest %s -> %s (checkpoint %s)", cfg.stream or cfg.queue, cfg.lake, cfg.checkpoint
+                "%s: %s -> %s (checkpoint %s)",
+                QUERY_STARTED,
+                cfg.stream or cfg.queue,
+                cfg.lake,
+                cfg.checkpoint,
             )
             try:
                 query.awaitTermination()

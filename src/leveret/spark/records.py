@@ -38,7 +38,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
-from leveret.spark.logparse import SEVERITIES
+from leveret.logs.record import SEVERITIES
 from leveret.spark.schema import DEFAULT_KEEP, RECORD_COLUMNS, log_schema
 
 if TYPE_CHECKING:

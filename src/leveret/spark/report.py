@@ -15,17 +15,17 @@ Each table is written as Parquet under ``<out>/tables/<name>``; the report itsel
 from __future__ import annotations
 
 import html
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from leveret.spark.records import SEVERITIES
+from leveret.logs.record import ERROR_SEVERITIES, SEVERITIES
 
 if TYPE_CHECKING:
     import pandas as pd
     from pyspark.sql import DataFrame, SparkSession
 
-ERROR_SEVERITIES = ("error", "critical")
 _COLORS = {
     "debug": "#9e9e9e",
     "info": "#1976d2",
@@ -84,20 +84,32 @@ def tables(lake: DataFrame, top: int = 10) -> dict[str, DataFrame]:
 
 
 def make_report(
-    spark: SparkSession, lake: Path, out: Path, fmt: str = "html", top: int = 10
+    spark: SparkSession,
+    lake: Path,
+    out: Path,
+    fmt: str = "html",
+    top: int = 10,
+    progress: Callable[[str], object] | None = None,
 ) -> Report:
-    """Compute the tables, write them as Parquet, draw the charts, write the report."""
+    """Compute the tables, write them as Parquet, draw the charts, write the report.
+    ``progress`` is told each step as it begins (a few words)."""
+    step = progress or (lambda text: None)
     if fmt not in ("html", "md"):
         raise ReportError(f"unknown report format {fmt!r}: use html or md")
     if not (lake / "_spark_metadata").is_dir() and not any(lake.glob("date=*")):
         raise ReportError(f"no log lake at {lake} (run `leveret pipeline ingest` first)")
+    step("reading the lake")
     df = spark.read.parquet(str(lake))
     out.mkdir(parents=True, exist_ok=True)
     report = Report(out, out / f"report.{fmt}")
-    for name, table in tables(df, top).items():
+    computed = tables(df, top)
+    for n, (name, table) in enumerate(computed.items(), 1):
+        step(f"computing {name.replace('_', ' ')} ({n}/{len(computed)})")
         table.coalesce(1).write.mode("overwrite").parquet(str(out / "tables" / name))
         report.tables[name] = table.toPandas()
+    step("drawing the charts")
     report.charts = draw_charts(report.tables, out / "charts")
+    step("writing the report")
     text = render_html(report) if fmt == "html" else render_markdown(report)
     report.document.write_text(text, encoding="utf-8")
     return report
@@ -113,6 +125,25 @@ def time_limits(minutes: Any) -> tuple[Any, Any]:
     lo, hi = pd.Timestamp(minutes.min()), pd.Timestamp(minutes.max())
     pad = max((hi - lo) * 0.05, pd.Timedelta(minutes=1))
     return lo - pad, hi + pd.Timedelta(minutes=1) + pad
+
+
+def with_gaps(minutes: Any, values: Any) -> tuple[list[Any], list[float]]:
+    """Points of a per-minute line with a break (NaN) wherever minutes without records
+    lie between two points: matplotlib draws no line across a NaN, where it drew one
+    straight across the empty minutes."""
+    import pandas as pd
+
+    xs: list[Any] = []
+    ys: list[float] = []
+    previous = None
+    for minute, value in sorted(zip(pd.to_datetime(minutes), values, strict=True)):
+        if previous is not None and minute - previous > pd.Timedelta(minutes=1):
+            xs.append(previous + pd.Timedelta(minutes=1))
+            ys.append(float("nan"))
+        xs.append(minute)
+        ys.append(float(value))
+        previous = minute
+    return xs, ys
 
 
 def draw_charts(t: dict[str, pd.DataFrame], where: Path) -> dict[str, Path]:
@@ -172,7 +203,8 @@ def draw_charts(t: dict[str, pd.DataFrame], where: Path) -> dict[str, Path]:
     er = t["error_rate"]
     if len(er):
         fig, ax = plt.subplots(figsize=(9, 3.5))
-        ax.plot(er["minute"], er["error_rate"] * 100, marker="o", color=_COLORS["error"])
+        x, y = with_gaps(er["minute"], er["error_rate"] * 100)
+        ax.plot(x, y, marker="o", color=_COLORS["error"])
         ax.set_title("Error rate (error + critical) per minute")
         ax.set_ylabel("% of records")
         ax.set_ylim(bottom=0)

@@ -4,7 +4,8 @@ directory. :class:`Persistence` is the :class:`~leveret.broker.ports.Storage` th
 broker is built with, and an observer of its events; it restores everything at start-up
 and keeps it up to date after.
 
-Layout: ``definitions.json``, ``msg_store/`` (:mod:`leveret.store.messages`),
+Layout: ``leveret.lock`` (:mod:`leveret.store.lock`: one broker per directory),
+``definitions.json``, ``msg_store/`` (:mod:`leveret.store.messages`),
 ``msg_store_transient/`` (page files, :mod:`leveret.store.paging`; emptied at every
 start), ``streams/`` (:mod:`leveret.store.streams`)."""
 
@@ -22,6 +23,7 @@ from leveret.broker.events import Event
 from leveret.broker.queues import Queue
 from leveret.broker.queues.stream import interval_ms
 from leveret.store.definitions import FileDefinitionStore
+from leveret.store.lock import DataDirLock
 from leveret.store.messages import MessageLog, Recovered
 from leveret.store.paging import PageFiles
 from leveret.store.quorum import QuorumLog
@@ -67,8 +69,14 @@ class Persistence:
     """Keeps the definitions file, the message log, the paging area and the stream logs."""
 
     def __init__(self, data_dir: Path) -> None:
-        self.definitions = FileDefinitionStore(Path(data_dir) / "definitions.json")
-        self.messages = MessageLog(Path(data_dir) / "msg_store")
+        # first: nothing under the directory is touched while another broker holds it
+        self.lock = DataDirLock(Path(data_dir))
+        try:
+            self.definitions = FileDefinitionStore(Path(data_dir) / "definitions.json")
+            self.messages = MessageLog(Path(data_dir) / "msg_store")
+        except BaseException:
+            self.lock.release()
+            raise
         self.transient_dir = Path(data_dir) / "msg_store_transient"
         # pages of a previous run are of messages that did not survive it
         shutil.rmtree(self.transient_dir, ignore_errors=True)
@@ -140,7 +148,10 @@ class Persistence:
             queue.sync()
 
     def close(self) -> None:
-        self.sync()
-        self.messages.close()
-        for queue in self.logs.values():
-            queue.close()
+        try:
+            self.sync()
+            self.messages.close()
+            for queue in self.logs.values():
+                queue.close()
+        finally:
+            self.lock.release()

@@ -133,18 +133,26 @@ export function drawStackedBars(canvas, rows, series, { minutes = 60, line } = {
     ctx.strokeStyle = line.color;
     ctx.lineWidth = 2;
     ctx.beginPath();
+    // a minute without records is a gap in the line, not a stroke across it
     let started = false;
+    let segments = 0;
     for (let i = 0; i < minutes; i++) {
       const r = byMinute.get(start + i * 60000);
-      if (!r || r[line.key] === undefined) continue;
+      if (!r || r[line.key] === undefined) {
+        started = false;
+        continue;
+      }
       const x = box.left + i * bw + bw / 2;
       const y = box.top + plotH * (1 - Math.min(1, r[line.key] / lmax));
-      if (!started) ctx.moveTo(x, y);
-      else ctx.lineTo(x, y);
+      if (!started) {
+        ctx.moveTo(x, y);
+        segments += 1;
+      } else ctx.lineTo(x, y);
       started = true;
       ctx.fillRect(x - 1.5, y - 1.5, 3, 3);
     }
     ctx.stroke();
+    canvas.dataset.lineSegments = String(segments);
   }
   canvas.dataset.bars = String(rows.length);
 }
