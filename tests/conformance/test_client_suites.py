@@ -28,7 +28,7 @@ SUITES = ("aio-pika", "aiormq", "faststream", "py-amqp", "dramatiq", "kombu")
 
 
 @pytest.mark.rabbitmq
-@pytest.mark.timeout(1800)
+@pytest.mark.timeout(2400)
 @pytest.mark.parametrize("suite", SUITES)
 def test_client_suite_passes_on_leveret_as_on_rabbitmq(
     suite: str, rabbitmq: BrokerUnderTest
@@ -38,7 +38,7 @@ def test_client_suite_passes_on_leveret_as_on_rabbitmq(
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=1800,
+        timeout=2400,
         check=False,
     )
     print(proc.stdout)
