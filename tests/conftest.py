@@ -21,6 +21,12 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
+# Every Leveret a test starts (``leveret server``, ``leveret up``, in a subprocess or not)
+# takes free stream protocol ports unless the test says otherwise, as its AMQP and HTTP
+# ports are: 5552 and 5551 belong to the reference RabbitMQ's stream plugin here.
+os.environ.setdefault("LEVERET_STREAM_PORT", "0")
+os.environ.setdefault("LEVERET_STREAM_TLS_PORT", "0")
+
 # The fast tier (``scripts/test --fast``, or ``-m "not slow"``): the codec, the domain
 # through its ports, the stores and the in-process broker. Everything else is marked slow
 # here: whatever needs RabbitMQ, Spark, a browser, a virtualenv or a broker subprocess.
