@@ -122,6 +122,10 @@ class IngestConfig:
     starting_offsets: str = "earliest"
     declare: bool = True
     stream_replicas: int | None = None
+    #: how executors read the stream: amqp, stream (RabbitMQ's stream protocol on
+    #: ``stream_port``) or auto (stream when that port answers)
+    protocol: str = "amqp"
+    stream_port: int = 5552
 
 
 def start_ingest(spark: SparkSession, cfg: IngestConfig) -> StreamingQuery:
@@ -137,6 +141,7 @@ def start_ingest(spark: SparkSession, cfg: IngestConfig) -> StreamingQuery:
     else:
         assert cfg.stream is not None
         reader = reader.option("stream", cfg.stream).option("startingOffsets", cfg.starting_offsets)
+        reader = reader.option("protocol", cfg.protocol).option("streamPort", str(cfg.stream_port))
     if cfg.max_records_per_trigger:
         reader = reader.option("maxRecordsPerTrigger", str(cfg.max_records_per_trigger))
     return (
