@@ -57,6 +57,9 @@ def plan_ranges(
         math.ceil(n / max_per_partition),
         min(min_partitions, max(1, n // MIN_RECORDS_PER_PARTITION)),
     )
+    if parts > min_partitions:
+        # a whole number of rounds over the cores: 3 ranges on 2 cores take as long as 4
+        parts = math.ceil(parts / min_partitions) * min_partitions
     step, extra = divmod(n, parts)
     out: list[RangePartition] = []
     lo = start
