@@ -57,7 +57,13 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
 import pika  # noqa: E402
 import pipeline_stages as stages  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
-from tests.support.brokers import BrokerUnderTest, ensure_rabbitmq, start_leveret  # noqa: E402
+from tests.support.brokers import (  # noqa: E402
+    RABBITMQ_STREAM_PORT,
+    BrokerUnderTest,
+    ensure_rabbitmq,
+    ensure_rabbitmq_stream,
+    start_leveret,
+)
 
 from leveret.spark.client import Outgoing, publish  # noqa: E402
 from leveret.spark.pipeline import LAKE_PARTITIONS, IngestConfig, start_ingest  # noqa: E402
@@ -116,12 +122,18 @@ def retrying(name: str, fn: Any, *args: Any, attempts: int = 3) -> Any:
     raise AssertionError("unreachable")
 
 
+#: How the executors read (``--protocols``): (option protocol, the broker's stream port).
+PROTOCOL: dict[str, Any] = {"protocol": "amqp", "port": 5552}
+
+
 def _records(spark: Any, url: str, stream: str) -> Any:
     return (
         spark.read.format("amqp")
         .option("url", url)
         .option("stream", stream)
         .option("records", "log")
+        .option("protocol", PROTOCOL["protocol"])
+        .option("streamPort", str(PROTOCOL["port"]))
         .load()
     )
 
@@ -135,7 +147,8 @@ def bench_read(spark: Any, url: str, stream: str, n: int) -> float:
 
 def bench_ingest(spark: Any, url: str, stream: str, n: int, tmp: Path) -> dict[str, Any]:
     cfg = IngestConfig(url=url, lake=tmp / "lake", checkpoint=tmp / "cp", stream=stream,
-                       trigger="availableNow", max_records_per_trigger=n)  # fmt: skip
+                       trigger="availableNow", max_records_per_trigger=n,
+                       protocol=PROTOCOL["protocol"], stream_port=PROTOCOL["port"])  # fmt: skip
     t = time.perf_counter()
     query = start_ingest(spark, cfg)
     query.awaitTermination()
@@ -168,7 +181,8 @@ def bench_latency(
     spark: Any, url: str, stream: str, rate: int, seconds: float, tmp: Path
 ) -> dict[str, Any]:
     cfg = IngestConfig(url=url, lake=tmp / "lake", checkpoint=tmp / "cp", stream=stream,
-                       trigger="1s", starting_offsets="latest")  # fmt: skip
+                       trigger="1s", starting_offsets="latest",
+                       protocol=PROTOCOL["protocol"], stream_port=PROTOCOL["port"])  # fmt: skip
     query = start_ingest(spark, cfg)
     meta = cfg.lake / "_spark_metadata"
     sent: dict[str, float] = {}
@@ -265,6 +279,24 @@ def profile(broker: BrokerUnderTest, spark: Any, n: int) -> dict[str, Any]:
         out["wire_bytes_per_record"] = sum(map(len, chunks)) / n
         out["reader"], records, messages = stages.reader_stages(chunks, n)
         del chunks
+        sport = stream_port_of(broker)
+        if sport:
+            host = broker.host
+            if pid is not None:
+                with stages.Meter(n, pid=pid, tree=False) as m:
+                    frames, seconds = stages.chunk_read(host, sport, stream, n)
+                out["broker_chunk_delivery"] = {**m.result, "chunk_read_per_s": n / seconds}
+            else:
+                frames, seconds = stages.chunk_read(host, sport, stream, n)
+                out["broker_chunk_delivery"] = {"chunk_read_per_s": n / seconds}
+            out["chunk_bytes_per_record"] = sum(map(len, frames)) / n
+            out["chunk_reader"], chunk_records = stages.chunk_stages(frames, n)
+            del frames
+            out["handoff_chunk_records"] = retrying(
+                "handoff", stages.handoff, spark, chunk_records,
+                from_arrow_schema(chunk_records[0].schema).json(), n,
+            )  # fmt: skip
+            del chunk_records
         records_json = from_arrow_schema(records[0].schema).json()
         messages_json = MESSAGE_SCHEMA.json()
         assert from_arrow_schema(records[0].schema) == LOG_SCHEMA
@@ -294,19 +326,11 @@ def profile(broker: BrokerUnderTest, spark: Any, n: int) -> dict[str, Any]:
             drop()
         del records, messages
         # a whole ingest: the CPU of Spark (driver, JVM, Python workers) and of the broker
-        retrying("ingest", _ingest_in_tmp, spark, url, stream, n)  # warm-up
-
-        def measured() -> None:
-            with stages.Meter(n) as spark_cpu:
-                if pid is not None:
-                    with stages.Meter(n, pid=pid, tree=False) as broker_cpu:
-                        out["ingest"] = _ingest_in_tmp(spark, url, stream, n)
-                    out["ingest_broker"] = broker_cpu.result
-                else:
-                    out["ingest"] = _ingest_in_tmp(spark, url, stream, n)
-            out["ingest_spark"] = spark_cpu.result
-
-        retrying("ingest", measured)
+        for proto in ["amqp", "stream"] if sport else ["amqp"]:
+            PROTOCOL.update(protocol=proto, port=sport or 5552)
+            suffix = "" if proto == "amqp" else "_stream"
+            _whole_ingest(spark, url, stream, n, pid, out, suffix)
+        PROTOCOL.update(protocol="amqp", port=5552)
         out["retries"] = dict(RETRIES)
         RETRIES.clear()
     finally:
@@ -314,9 +338,41 @@ def profile(broker: BrokerUnderTest, spark: Any, n: int) -> dict[str, Any]:
     return out
 
 
-def run(broker: BrokerUnderTest, spark: Any, args: argparse.Namespace) -> dict[str, Any]:
+def stream_port_of(broker: BrokerUnderTest) -> int:
+    """The broker's stream-protocol port, 0 when it has none."""
+    if broker.stream_port:
+        return broker.stream_port
+    if broker.name == "rabbitmq" and ensure_rabbitmq_stream():
+        return RABBITMQ_STREAM_PORT
+    return 0
+
+
+def _whole_ingest(
+    spark: Any, url: str, stream: str, n: int, pid: int | None, out: dict[str, Any], suffix: str
+) -> None:
+    """One whole ingest, warmed up, with the CPU of Spark and of the broker."""
+    retrying("ingest", _ingest_in_tmp, spark, url, stream, n)  # warm-up
+
+    def measured() -> None:
+        with stages.Meter(n) as spark_cpu:
+            if pid is not None:
+                with stages.Meter(n, pid=pid, tree=False) as broker_cpu:
+                    out["ingest" + suffix] = _ingest_in_tmp(spark, url, stream, n)
+                out["ingest_broker" + suffix] = broker_cpu.result
+            else:
+                out["ingest" + suffix] = _ingest_in_tmp(spark, url, stream, n)
+        out["ingest_spark" + suffix] = spark_cpu.result
+
+    retrying("ingest", measured)
+
+
+def run(
+    broker: BrokerUnderTest, spark: Any, args: argparse.Namespace, protocol: str = "amqp"
+) -> dict[str, Any]:
     url = broker.url
-    out: dict[str, Any] = {"broker": broker.name}
+    port = stream_port_of(broker) if protocol == "stream" else 5552
+    PROTOCOL.update(protocol=protocol, port=port)
+    out: dict[str, Any] = {"broker": broker.name, "protocol": protocol}
     stream = f"bench-{uuid.uuid4().hex[:8]}"
     _declare(url, stream)
     try:
@@ -375,7 +431,8 @@ def _median(runs: list[dict[str, Any]]) -> dict[str, Any]:
             return None if value is None else float(value)
         return float(r[key])
 
-    out: dict[str, Any] = {"broker": runs[0]["broker"], "runs": len(runs)}
+    out: dict[str, Any] = {"broker": runs[0]["broker"], "protocol": runs[0]["protocol"],
+                           "runs": len(runs)}  # fmt: skip
     for key in ("publish_per_s", "read_per_s", "ingest_per_s", "ingest_batch_per_s",
                 "sink_alone_per_s", "latency_p50_s", "latency_p95_s"):  # fmt: skip
         values = [v for v in (pick(r, key) for r in runs) if v is not None]
@@ -394,6 +451,11 @@ def main() -> None:
         "--seconds", type=float, default=20.0, help="length of the latency run (0: none)"
     )
     ap.add_argument("--brokers", default="leveret,rabbitmq")
+    ap.add_argument(
+        "--protocols",
+        default="amqp,stream",
+        help="how the executors read: amqp (AMQP 0-9-1 consumers), stream (port 5552)",
+    )
     ap.add_argument(
         "--repeat",
         type=int,
@@ -417,20 +479,25 @@ def main() -> None:
                 print("RabbitMQ is not reachable: skipped", file=sys.stderr)
                 continue
             brokers["rabbitmq"] = rabbit
-    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in brokers}
-    order = list(brokers)
+    protocols = args.protocols.split(",")
+    runs: dict[str, list[dict[str, Any]]] = {
+        f"{name}/{p}": [] for name in brokers for p in protocols
+        if p == "amqp" or stream_port_of(brokers[name])
+    }  # fmt: skip
+    order = list(runs)
     profiles: list[dict[str, Any]] = []
     try:
         for round_ in range(args.repeat):
             # whichever broker goes second in a round gets a JVM warmed by more jobs (measured:
             # up to 40 % more ingest), so the order alternates and the medians are compared
-            for name in order if round_ % 2 == 0 else order[::-1]:
-                result = run(brokers[name], spark, args)
+            for key in order if round_ % 2 == 0 else order[::-1]:
+                name, protocol = key.split("/")
+                result = run(brokers[name], spark, args, protocol)
                 result["round"] = round_ + 1
-                runs[name].append(result)
+                runs[key].append(result)
                 print(json.dumps(result), flush=True)
         if args.profile:
-            for name in order:
+            for name in brokers:
                 result = profile(brokers[name], spark, args.profile_records)
                 profiles.append(result)
                 print(json.dumps(result), flush=True)

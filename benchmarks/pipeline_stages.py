@@ -166,6 +166,57 @@ def raw_read(
         consumer.close()
 
 
+def chunk_read(host: str, port: int, stream: str, n: int) -> tuple[list[bytes], float]:
+    """Read ``n`` records of ``stream`` from offset 0 over the stream protocol as whole
+    Deliver frames (one osiris chunk each), doing nothing but count them and grant credit;
+    returns the frames and the seconds it took."""
+    from leveret.protocol.stream.spec import OffsetType
+    from leveret.spark.chunkreader import CREDIT, CREDIT_BATCH
+    from leveret.spark.streamclient import StreamClient, Target, chunk_bounds
+
+    client = StreamClient(Target.of(f"amqp://guest:guest@{host}/", port))
+    frames: list[bytes] = []
+    try:
+        t = time.perf_counter()
+        client.subscribe(1, stream, OffsetType.OFFSET, 0, CREDIT)
+        got = owed = 0
+        while got < n:
+            frame = client.chunk(1, 30)
+            if frame is None:
+                raise TimeoutError(f"read {got} of {n} records")
+            frames.append(frame)
+            got += chunk_bounds(frame)[2]
+            owed += 1
+            if owed >= CREDIT_BATCH:
+                client.credit(1, owed)
+                owed = 0
+        return frames, time.perf_counter() - t
+    finally:
+        client.close()
+
+
+def chunk_stages(frames: list[bytes], n: int) -> tuple[dict[str, Any], list[Any]]:
+    """CPU µs per record of the stream-protocol reader's steps over captured frames: the
+    chunk walk (CRC, entries, sections) and the typed log-record batches."""
+    from leveret.spark.chunkreader import BATCH_ROWS
+    from leveret.spark.chunks import Columns
+
+    out: dict[str, Any] = {"chunks": len(frames)}
+
+    def walk() -> list[Any]:
+        done, cols = [], Columns(full=False)
+        for f in frames:
+            cols.add_chunk(f, 0, 1 << 62)
+            if len(cols) >= BATCH_ROWS:
+                done.append(cols)
+                cols = Columns(full=False)
+        return [*done, cols] if len(cols) else done
+
+    walked, out["walk"] = time_cpu(walk, n)
+    records, out["records"] = time_cpu(lambda: [c.records() for c in walked], n)
+    return out, records
+
+
 class ChunkSocket:
     """A socket stand-in that hands out captured chunks, then times out."""
 

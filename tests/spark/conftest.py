@@ -77,6 +77,28 @@ def stream(broker: BrokerUnderTest) -> Iterator[str]:
     delete_queue(broker, name)
 
 
+def stream_port(broker: BrokerUnderTest) -> int:
+    """The broker's stream-protocol port (RabbitMQ's rabbitmq_stream plugin is enabled on
+    demand), or skip."""
+    if broker.stream_port:
+        return broker.stream_port
+    if broker.name == "rabbitmq":
+        from tests.support.brokers import RABBITMQ_STREAM_PORT, ensure_rabbitmq_stream
+
+        if ensure_rabbitmq_stream():
+            return RABBITMQ_STREAM_PORT
+    pytest.skip(f"{broker.name} does not serve the stream protocol here")
+
+
+@pytest.fixture(params=["amqp", "stream"])
+def protocol(request: pytest.FixtureRequest, broker: BrokerUnderTest) -> dict[str, str]:
+    """The reader options that pick how executors read a stream: AMQP 0-9-1 consumers, or
+    RabbitMQ's stream protocol on the broker's stream port."""
+    if request.param == "amqp":
+        return {"protocol": "amqp"}
+    return {"protocol": "stream", "streamPort": str(stream_port(broker))}
+
+
 def record_body(i: int, severity: str = "info", app: str = "app", host: str = "host") -> bytes:
     """A log-system record whose ``extra.id`` (and message id) is ``i``."""
     doc = {

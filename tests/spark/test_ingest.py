@@ -10,6 +10,7 @@ the same time). The classic-queue run emits LEVERET_SPARK_CLASSIC_RECORDS (5,000
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -79,7 +80,7 @@ def _finish(proc: subprocess.Popen[str]) -> None:
     assert proc.returncode == 0, out
 
 
-@pytest.fixture
+@contextlib.contextmanager
 def restartable(
     broker: BrokerUnderTest, tmp_path: Path
 ) -> Iterator[tuple[BrokerUnderTest, Callable[[], None]]]:
@@ -99,7 +100,7 @@ def restartable(
         return
     port = free_port()
     data = tmp_path / "leveret-data"
-    extra = ["--amqp-port", str(port)]
+    extra = ["--amqp-port", str(port), "--stream-port", str(free_port())]
     current = [start_leveret(data, extra=extra)]
 
     def restart() -> None:
@@ -112,21 +113,36 @@ def restartable(
         current[0].stop()
 
 
+@pytest.mark.parametrize("protocol", ["amqp", "stream"])
 def test_stream_ingest_is_exactly_once_across_a_driver_kill_and_a_broker_restart(
     spark: SparkSession,
-    restartable: tuple[BrokerUnderTest, Callable[[], None]],
+    broker: BrokerUnderTest,
+    protocol: str,
     tmp_path: Path,
 ) -> None:
-    broker, restart = restartable
+    if protocol == "stream" and broker.name != "leveret":
+        pytest.skip("the test's own RabbitMQ node does not run the stream plugin")
+    with restartable(broker, tmp_path) as (own, restart):
+        _exactly_once(spark, own, restart, protocol, tmp_path)
+
+
+def _exactly_once(
+    spark: SparkSession,
+    broker: BrokerUnderTest,
+    restart: Callable[[], None],
+    protocol: str,
+    tmp_path: Path,
+) -> None:
     stream = f"spark-eo-{uuid.uuid4().hex[:8]}"
     declare_stream(broker, stream)
     half = RECORDS // 2
     emit_records(broker.url, stream, range(half))
     per_trigger = max(1000, RECORDS // 10)
     lake = tmp_path / "lake"
-    proc = _ingest(
-        broker.url, tmp_path, "--stream", stream, trigger="200ms", per_trigger=per_trigger
-    )
+    source = ["--stream", stream, "--protocol", protocol]
+    if protocol == "stream":
+        source += ["--stream-port", str(broker.stream_port)]
+    proc = _ingest(broker.url, tmp_path, *source, trigger="200ms", per_trigger=per_trigger)
     later = threading.Thread(target=emit_records, args=(broker.url, stream, range(half, RECORDS)))
     later.start()
     try:
@@ -137,9 +153,7 @@ def test_stream_ingest_is_exactly_once_across_a_driver_kill_and_a_broker_restart
     assert killed_at * per_trigger < RECORDS, "killed too late"
 
     # restarted from its checkpoint; the broker restarts under it once it makes progress
-    proc = _ingest(
-        broker.url, tmp_path, "--stream", stream, trigger="availableNow", per_trigger=per_trigger
-    )
+    proc = _ingest(broker.url, tmp_path, *source, trigger="availableNow", per_trigger=per_trigger)
     deadline = time.monotonic() + 300
     while _committed_batches(lake) <= killed_at and proc.poll() is None:
         assert time.monotonic() < deadline, "the restarted ingest made no progress"

@@ -68,7 +68,11 @@ def test_records_become_typed_columns_and_malformed_bodies_go_to_corrupt(
 
 
 def test_a_malformed_body_in_the_stream_lands_in_corrupt_in_the_lake(
-    spark: SparkSession, broker: BrokerUnderTest, stream: str, tmp_path: Path
+    spark: SparkSession,
+    broker: BrokerUnderTest,
+    stream: str,
+    tmp_path: Path,
+    protocol: dict[str, str],
 ) -> None:
     from leveret.spark.pipeline import IngestConfig, start_ingest
 
@@ -80,7 +84,8 @@ def test_a_malformed_body_in_the_stream_lands_in_corrupt_in_the_lake(
     ch.basic_publish("", stream, b'{"message": "broken', json_props)
     conn.close()
     cfg = IngestConfig(url=broker.url, lake=tmp_path / "lake", checkpoint=tmp_path / "cp",
-                       stream=stream, trigger="availableNow")  # fmt: skip
+                       stream=stream, trigger="availableNow", protocol=protocol["protocol"],
+                       stream_port=int(protocol.get("streamPort", 5552)))  # fmt: skip
     query = start_ingest(spark, cfg)
     query.awaitTermination(120)
     lake = spark.read.parquet(str(tmp_path / "lake"))

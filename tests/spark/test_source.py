@@ -12,12 +12,13 @@ import pytest
 from pyspark.errors import PySparkException
 from pyspark.sql import SparkSession
 
-from tests.spark.conftest import delete_queue, emit_records
+from tests.spark.conftest import delete_queue, emit_records, stream_port
 from tests.support.brokers import BrokerUnderTest
+from tests.support.ports import free_port
 
 
 def test_batch_read_of_an_offset_range(
-    spark: SparkSession, broker: BrokerUnderTest, stream: str
+    spark: SparkSession, broker: BrokerUnderTest, stream: str, protocol: dict[str, str]
 ) -> None:
     conn = pika.BlockingConnection(broker.pika_params())
     ch = conn.channel()
@@ -38,6 +39,7 @@ def test_batch_read_of_an_offset_range(
     conn.close()
     df = (
         spark.read.format("amqp")
+        .options(**protocol)
         .option("url", broker.url)
         .option("stream", stream)
         .option("startingOffsets", "5")
@@ -53,8 +55,8 @@ def test_batch_read_of_an_offset_range(
     assert r.timestamp.replace(tzinfo=UTC) == datetime.fromtimestamp(1_700_000_005, UTC)
     assert r.headers["n"] == "5" and r.headers["s"] == "x"
     assert r.headers["x-stream-offset"] == "5"
-    everything = spark.read.format("amqp").option("url", broker.url).option("stream", stream)
-    assert everything.load().count() == 30
+    everything = spark.read.format("amqp").options(**protocol).option("url", broker.url)
+    assert everything.option("stream", stream).load().count() == 30
 
 
 def _stream_into(spark: SparkSession, url: str, stream: str, tmp: Path, **options: str) -> int:
@@ -76,13 +78,19 @@ def _stream_into(spark: SparkSession, url: str, stream: str, tmp: Path, **option
 
 
 def test_streaming_read_resumes_from_its_checkpoint(
-    spark: SparkSession, broker: BrokerUnderTest, stream: str, tmp_path: Path
+    spark: SparkSession,
+    broker: BrokerUnderTest,
+    stream: str,
+    tmp_path: Path,
+    protocol: dict[str, str],
 ) -> None:
     emit_records(broker.url, stream, range(0, 3000))
-    batches = _stream_into(spark, broker.url, stream, tmp_path, maxRecordsPerTrigger="1000")
+    batches = _stream_into(
+        spark, broker.url, stream, tmp_path, maxRecordsPerTrigger="1000", **protocol
+    )
     assert batches >= 3
     emit_records(broker.url, stream, range(3000, 3500))
-    _stream_into(spark, broker.url, stream, tmp_path, maxRecordsPerTrigger="1000")
+    _stream_into(spark, broker.url, stream, tmp_path, maxRecordsPerTrigger="1000", **protocol)
     out = spark.read.parquet(str(tmp_path / "out"))
     ids = [int(r.message_id) for r in out.select("message_id").collect()]
     assert sorted(ids) == list(range(3500))
@@ -94,12 +102,16 @@ def test_streaming_read_resumes_from_its_checkpoint(
 
 
 def test_starting_offsets_latest_skips_what_is_there(
-    spark: SparkSession, broker: BrokerUnderTest, stream: str, tmp_path: Path
+    spark: SparkSession,
+    broker: BrokerUnderTest,
+    stream: str,
+    tmp_path: Path,
+    protocol: dict[str, str],
 ) -> None:
     emit_records(broker.url, stream, range(100))
-    _stream_into(spark, broker.url, stream, tmp_path, startingOffsets="latest")
+    _stream_into(spark, broker.url, stream, tmp_path, startingOffsets="latest", **protocol)
     emit_records(broker.url, stream, range(100, 150))
-    _stream_into(spark, broker.url, stream, tmp_path)
+    _stream_into(spark, broker.url, stream, tmp_path, **protocol)
     out = spark.read.parquet(str(tmp_path / "out"))
     assert sorted(int(r.message_id) for r in out.collect()) == list(range(100, 150))
 
@@ -121,6 +133,25 @@ def test_a_missing_stream_stops_the_query_with_a_clear_error(
     text = _failure(spark, url=broker.url, stream="no-such-stream-here")
     assert "stream 'no-such-stream-here' does not exist" in text
     assert "NOT_FOUND - no queue 'no-such-stream-here' in vhost '/'" in text
+
+
+def test_a_missing_stream_stops_a_stream_protocol_read_too(
+    spark: SparkSession, broker: BrokerUnderTest
+) -> None:
+    port = str(stream_port(broker))
+    text = _failure(
+        spark, url=broker.url, stream="no-such-stream-here", protocol="stream", streamPort=port
+    )
+    assert "stream 'no-such-stream-here' does not exist" in text
+
+
+def test_protocol_auto_falls_back_to_amqp_when_the_stream_port_is_shut(
+    spark: SparkSession, broker: BrokerUnderTest, stream: str, tmp_path: Path
+) -> None:
+    emit_records(broker.url, stream, range(20))
+    _stream_into(spark, broker.url, stream, tmp_path, protocol="auto", streamPort=str(free_port()))
+    out = spark.read.parquet(str(tmp_path / "out"))
+    assert sorted(int(r.message_id) for r in out.collect()) == list(range(20))
 
 
 def test_a_wrong_url_stops_the_query_with_a_clear_error(spark: SparkSession) -> None:

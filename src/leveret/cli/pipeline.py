@@ -193,6 +193,19 @@ def ingest(
             "declared (x-initial-cluster-size).",
         ),
     ] = None,
+    protocol: Annotated[
+        str,
+        typer.Option(
+            "--protocol",
+            help="How the executors read the stream: amqp (AMQP 0-9-1 consumers), stream "
+            "(RabbitMQ's stream protocol on --stream-port, whole chunks: faster) or auto "
+            "(stream when that port answers, else amqp).",
+        ),
+    ] = "amqp",
+    stream_port: Annotated[
+        int,
+        typer.Option("--stream-port", min=1, help="The broker's stream-protocol port."),
+    ] = 5552,
     max_restarts: Annotated[
         int,
         typer.Option(
@@ -217,6 +230,8 @@ def ingest(
         parse_trigger(trigger)
     except ValueError as exc:
         fail(str(exc))
+    if protocol not in ("amqp", "stream", "auto"):
+        fail(f"--protocol: {protocol!r} is not amqp, stream or auto")
     settings = _conf(conf)
     from leveret.logs.amqp import LogsError, split_urls
 
@@ -235,6 +250,8 @@ def ingest(
         max_records_per_trigger=max_records_per_trigger,
         starting_offsets=starting_offsets,
         stream_replicas=stream_replicas,
+        protocol=protocol,
+        stream_port=stream_port,
     )
     stop = _stop_on_signals()
     try:

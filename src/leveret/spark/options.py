@@ -115,6 +115,10 @@ class ReadOptions:
     wal_location: str | None
     checkpoint_location: str | None
     records: bool = False  # rows are parsed log records, not messages
+    #: how executors read a stream: ``amqp`` (AMQP 0-9-1 consumers), ``stream`` (RabbitMQ's
+    #: stream protocol, whole chunks) or ``auto`` (``stream`` when its port answers)
+    protocol: str = "amqp"
+    stream_port: int = 5552
 
     @property
     def source(self) -> str:
@@ -136,6 +140,13 @@ class ReadOptions:
                 f"option records: {records!r} is not log (rows are parsed log records) or "
                 "messages (the default: one row per message)"
             )
+        protocol = (_get(options, "protocol") or "amqp").strip().lower()
+        if protocol not in ("amqp", "stream", "auto"):
+            raise AmqpSourceError(
+                f"option protocol: {protocol!r} is not amqp (AMQP 0-9-1 consumers), stream "
+                "(RabbitMQ's stream protocol, see streamPort) or auto (stream when its port "
+                "answers, else amqp)"
+            )
         return cls(
             url=url,
             stream=stream,
@@ -155,6 +166,8 @@ class ReadOptions:
             wal_location=_get(options, "walLocation") or None,
             checkpoint_location=_get(options, "checkpointLocation") or None,
             records=records == "log",
+            protocol=protocol,
+            stream_port=_int(options, "streamPort", 5552, 1) or 5552,
         )
 
 

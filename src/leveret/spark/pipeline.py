@@ -122,6 +122,10 @@ class IngestConfig:
     starting_offsets: str = "earliest"
     declare: bool = True
     stream_replicas: int | None = None
+    #: how executors read the stream: amqp, stream (RabbitMQ's stream protocol on
+    #: ``stream_port``) or auto (stream when that port answers)
+    protocol: str = "amqp"
+    stream_port: int = 5552
 
 
 def start_ingest(spark: SparkSession, cfg: IngestConfig) -> StreamingQuery:
@@ -137,8 +141,12 @@ def start_ingest(spark: SparkSession, cfg: IngestConfig) -> StreamingQuery:
     else:
         assert cfg.stream is not None
         reader = reader.option("stream", cfg.stream).option("startingOffsets", cfg.starting_offsets)
+        reader = reader.option("protocol", cfg.protocol).option("streamPort", str(cfg.stream_port))
     if cfg.max_records_per_trigger:
         reader = reader.option("maxRecordsPerTrigger", str(cfg.max_records_per_trigger))
+    cores = _cores(spark)
+    if cores:  # one offset range per core
+        reader = reader.option("minPartitions", str(cores))
     return (
         reader.load()
         .writeStream.format("parquet")
@@ -149,6 +157,15 @@ def start_ingest(spark: SparkSession, cfg: IngestConfig) -> StreamingQuery:
         .trigger(**parse_trigger(cfg.trigger))
         .start()
     )
+
+
+def _cores(spark: SparkSession) -> int | None:
+    """The session's default parallelism (its cores), None when it cannot tell (Spark
+    Connect has no SparkContext)."""
+    try:
+        return int(spark.sparkContext.defaultParallelism)
+    except Exception:
+        return None
 
 
 #: Causes a person can act on, found anywhere in a failed query's text (Spark wraps them in

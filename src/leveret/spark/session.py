@@ -53,7 +53,7 @@ PYSPARK_PYTHON = "spark.pyspark.python"
 #: Packages the executors import, shipped to a cluster: (package, sub-packages kept or None
 #: for all of it). Of ``leveret`` only the client side, never the broker.
 SHIPPED: tuple[tuple[str, tuple[str, ...] | None], ...] = (
-    ("leveret", ("spark", "logs")),
+    ("leveret", ("spark", "logs", "protocol")),  # protocol: the stream codec
     ("pika", None),
     ("pamqp", None),
 )

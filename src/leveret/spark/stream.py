@@ -13,6 +13,7 @@ so a batch replayed after a crash reads exactly the same messages: with the file
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -26,9 +27,11 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
+from leveret.spark.chunkreader import read_chunk_range
 from leveret.spark.client import AmqpSourceError, offset_at, stream_head, stream_tail
 from leveret.spark.options import Position, ReadOptions
 from leveret.spark.reader import read_stream_range
+from leveret.spark.streamclient import TailProbe, Target, port_answers
 
 #: Ranges smaller than this are not split further: a task costs a connection.
 MIN_RECORDS_PER_PARTITION = 1000
@@ -54,6 +57,9 @@ def plan_ranges(
         math.ceil(n / max_per_partition),
         min(min_partitions, max(1, n // MIN_RECORDS_PER_PARTITION)),
     )
+    if parts > min_partitions:
+        # a whole number of rounds over the cores: 3 ranges on 2 cores take as long as 4
+        parts = math.ceil(parts / min_partitions) * min_partitions
     step, extra = divmod(n, parts)
     out: list[RangePartition] = []
     lo = start
@@ -69,11 +75,45 @@ def _stream(opts: ReadOptions) -> str:
     return opts.stream
 
 
-def resolve(opts: ReadOptions, pos: Position) -> int:
-    """An absolute offset for a position, asked of the broker on the driver."""
+def choose_protocol(opts: ReadOptions) -> ReadOptions:
+    """The options with ``protocol=auto`` settled, once, on the driver: ``stream`` when the
+    stream port of the URL's (first) host answers, else ``amqp``."""
+    if opts.protocol != "auto":
+        return opts
+    try:
+        target = Target.of(opts.url.split(",")[0], opts.stream_port)
+    except AmqpSourceError:  # TLS: not read over the stream protocol yet
+        return dataclasses.replace(opts, protocol="amqp")
+    found = "stream" if port_answers(target.host, target.port) else "amqp"
+    return dataclasses.replace(opts, protocol=found)
+
+
+def _probe(opts: ReadOptions) -> TailProbe:
+    return TailProbe(Target.of(opts.url.split(",")[0], opts.stream_port), _stream(opts))
+
+
+def stream_end(opts: ReadOptions, probe: TailProbe | None) -> int:
+    if probe is not None:
+        return probe.tail(opts.probe_timeout)
+    return stream_tail(opts.url, _stream(opts), wait=opts.probe_timeout)
+
+
+def resolve(opts: ReadOptions, pos: Position, probe: TailProbe | None = None) -> int:
+    """An absolute offset for a position, asked of the broker on the driver (over the
+    stream protocol with ``probe``)."""
     stream = _stream(opts)
     if pos.kind == "offset":
         return pos.offset
+    if probe is not None:
+        if pos.kind == "earliest":
+            head = probe.head(opts.probe_timeout)
+            return 0 if head is None else head
+        tail = probe.tail(opts.probe_timeout)
+        if pos.kind == "latest":
+            return tail
+        assert pos.time is not None
+        got = probe.at_time(int(pos.time.timestamp() * 1000), opts.probe_timeout)
+        return tail if got is None else got
     if pos.kind == "earliest":
         head = stream_head(opts.url, stream, wait=opts.probe_timeout)
         return 0 if head is None else head
@@ -87,6 +127,17 @@ def resolve(opts: ReadOptions, pos: Position) -> int:
 
 def _read(opts: ReadOptions, partition: InputPartition) -> Iterator[pa.RecordBatch]:
     assert isinstance(partition, RangePartition)
+    if opts.protocol == "stream":
+        return read_chunk_range(
+            opts.url.split(",")[0],
+            _stream(opts),
+            partition.start,
+            partition.end,
+            stream_port=opts.stream_port,
+            stall_timeout=opts.stall_timeout,
+            fail_on_data_loss=opts.fail_on_data_loss,
+            records=opts.records,
+        )
     return read_stream_range(
         opts.url,
         _stream(opts),
@@ -103,8 +154,10 @@ class StreamQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
     """Structured Streaming from a stream queue (``option("stream", ...)``)."""
 
     def __init__(self, opts: ReadOptions) -> None:
-        self.opts = opts
+        self.opts = choose_protocol(opts)
         self._target: int | None = None  # the tail fixed by availableNow
+        # the driver's one held stream-protocol connection (dropped when pickled)
+        self._probe = _probe(self.opts) if self.opts.protocol == "stream" else None
 
     def _offset(self, offset: dict[str, Any]) -> int:
         stream = offset.get("stream")
@@ -119,20 +172,20 @@ class StreamQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         return {"stream": self.opts.stream, "offset": offset}
 
     def initialOffset(self) -> dict[str, Any]:
-        return self._json(resolve(self.opts, self.opts.starting))
+        return self._json(resolve(self.opts, self.opts.starting, self._probe))
 
     def getDefaultReadLimit(self) -> ReadLimit:
         n = self.opts.max_records_per_trigger
         return ReadAllAvailable() if n is None else ReadMaxRows(n)
 
     def prepareForTriggerAvailableNow(self) -> None:
-        self._target = stream_tail(self.opts.url, _stream(self.opts), wait=self.opts.probe_timeout)
+        self._target = stream_end(self.opts, self._probe)
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         begin = self._offset(start)
         tail = self._target
         if tail is None:
-            tail = stream_tail(self.opts.url, _stream(self.opts), wait=self.opts.probe_timeout)
+            tail = stream_end(self.opts, self._probe)
         end = max(begin, tail)
         if isinstance(limit, ReadMaxRows):
             end = min(end, begin + limit.max_rows)
@@ -152,16 +205,25 @@ class StreamQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
     def commit(self, end: dict[str, Any]) -> None:
         """Nothing to do: a stream keeps its messages whatever consumers do."""
 
+    def stop(self) -> None:
+        if self._probe is not None:
+            self._probe.close()
+
 
 class StreamQueueBatchReader(DataSourceReader):
     """A batch read of ``[startingOffsets, endingOffsets)`` of a stream queue."""
 
     def __init__(self, opts: ReadOptions) -> None:
-        self.opts = opts
+        self.opts = choose_protocol(opts)
 
     def partitions(self) -> Sequence[InputPartition]:
-        start = resolve(self.opts, self.opts.starting)
-        end = resolve(self.opts, self.opts.ending)
+        probe = _probe(self.opts) if self.opts.protocol == "stream" else None
+        try:
+            start = resolve(self.opts, self.opts.starting, probe)
+            end = resolve(self.opts, self.opts.ending, probe)
+        finally:
+            if probe is not None:
+                probe.close()
         ranges = plan_ranges(
             start, end, self.opts.min_partitions, self.opts.max_records_per_partition
         )

@@ -1,0 +1,399 @@
+"""Osiris chunks (what a stream-protocol Deliver frame carries) to the rows of
+``format("amqp")``: the chunk's CRC32 checked, its entries walked (simple entries and
+uncompressed sub-entry batches), each AMQP 1.0 message cut into its sections.
+
+A stream fed over AMQP 0-9-1 holds messages of one shape (see RabbitMQ's rabbit_msg_record):
+message annotations ``x-routing-key`` and ``x-exchange`` (and the basic priority, delivery
+mode and expiration), properties (message id, content type, creation time, ...),
+application properties (the headers) and one data section, the body. Annotations and
+application properties repeat from message to message, so they are decoded once per
+distinct byte string; of the properties only the first field (the message id, different
+in every message) is decoded per message, the rest once per distinct byte string. Other
+shapes go through the general decoder (:mod:`leveret.protocol.stream.amqp10`).
+
+The bodies of a batch are joined with newlines for :mod:`leveret.spark.logparse`, which
+parses them in bulk: the per-message Python work is the section walk alone.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from leveret.protocol.stream import amqp10
+from leveret.protocol.stream.chunk import HEADER, MAGIC_VERSION
+from leveret.spark.client import AmqpSourceError
+from leveret.spark.logparse import Bodies, Messages, broker_nodes, parse
+from leveret.spark.schema import (
+    ARROW_SCHEMA,
+    DEFAULT_KEEP,
+    LOG_ARROW_SCHEMA,
+    PROPERTY_COLUMNS,
+    header_text,
+)
+
+_U32 = struct.Struct(">I")
+_I64 = struct.Struct(">q")
+_SUB = struct.Struct(">BHII")
+_CACHE_MAX = 4096
+_TS = pa.timestamp("us", tz="UTC")
+#: The AMQP 1.0 properties fields, in order, and the 0-9-1 property each becomes.
+_PROPERTY_FIELDS = (
+    "message_id",
+    "user_id",
+    None,  # to
+    None,  # subject
+    "reply_to",
+    "correlation_id",
+    "content_type",
+    "content_encoding",
+    None,  # absolute-expiry-time
+    "timestamp",  # creation-time, ms
+    None,
+    None,
+    None,
+)
+_ANNOTATIONS = {
+    "x-basic-priority": "priority",
+    "x-basic-delivery-mode": "delivery_mode",
+    "x-basic-expiration": "expiration",
+}
+_APP_KEYS = {"x-basic-type": "type", "x-basic-app-id": "app_id"}
+
+
+def _plain(value: amqp10.Value) -> Any:
+    kind, v = value
+    if kind == "described":
+        return _plain(v[1])
+    if kind == "list" or kind == "array":
+        return [_plain(i) for i in v]
+    if kind == "map":
+        return {_plain(k): _plain(x) for k, x in v}
+    if kind == "timestamp":
+        return datetime.fromtimestamp(v / 1000, UTC)
+    return v
+
+
+def _short(b: bytes, p: int) -> tuple[Any, int]:
+    """A scalar at ``p``: strings, symbols, binaries and null fast, the rest generally."""
+    c = b[p]
+    if c == 0x40:
+        return None, p + 1
+    if c == 0xA1 or c == 0xA3:
+        n = b[p + 1]
+        return b[p + 2 : p + 2 + n].decode("utf-8", "replace"), p + 2 + n
+    if c == 0xB1 or c == 0xB3:
+        (n,) = _U32.unpack_from(b, p + 1)
+        return b[p + 5 : p + 5 + n].decode("utf-8", "replace"), p + 5 + n
+    if c == 0xA0:
+        n = b[p + 1]
+        return b[p + 2 : p + 2 + n].decode("utf-8", "replace"), p + 2 + n
+    if c == 0xB0:
+        (n,) = _U32.unpack_from(b, p + 1)
+        return b[p + 5 : p + 5 + n].decode("utf-8", "replace"), p + 5 + n
+    if c == 0x83:
+        return _I64.unpack_from(b, p + 1)[0], p + 9
+    value, q = amqp10.decode(b, p)
+    v = _plain(value)
+    return (None if v is None else str(v)) if not isinstance(v, int) else v, q
+
+
+def _section_end(b: bytes, p: int) -> int:
+    """The end of the compound or binary value at ``p``."""
+    c = b[p]
+    if c == 0xC0 or c == 0xC1 or c == 0xA0 or c == 0xA1:
+        return p + 2 + b[p + 1]
+    if c == 0xD0 or c == 0xD1 or c == 0xB0 or c == 0xB1:
+        return p + 5 + int(_U32.unpack_from(b, p + 1)[0])
+    if c == 0x40 or c == 0x45:
+        return p + 1
+    return amqp10.decode(b, p)[1]
+
+
+class Columns:
+    """The rows of a batch, column by column, as chunks are added."""
+
+    def __init__(self, full: bool) -> None:
+        self.full = full  # every property and header (message rows), not just what logs need
+        self.offsets: list[int] = []
+        self.bodies: list[bytes] = []
+        self.exchange: list[str | None] = []
+        self.routing_key: list[str | None] = []
+        self.message_id: list[str | None] = []
+        self.content_type: list[str | None] = []
+        self.timestamp: list[int | None] = []  # ms
+        self.props: list[dict[str, Any] | None] = []  # the others (full only)
+        self.headers: list[dict[str, Any] | None] = []
+        self._annotations: dict[bytes, tuple[str | None, str | None, dict[str, Any]]] = {}
+        self._properties: dict[bytes, dict[str, Any]] = {}
+        self._app: dict[bytes, tuple[dict[str, Any], dict[str, Any]]] = {}
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+    # ------------------------------------------------------------------ chunks
+    def add_chunk(self, frame: bytes, start: int, end: int) -> tuple[int, int]:
+        """The records of the chunk in a Deliver frame (at byte 5) with ``start <= offset <
+        end``; returns the chunk's (first offset, offset after its last record)."""
+        (magic, ctype, entries, records, _ts, _epoch, first, crc, size, _trailer,
+         _r) = HEADER.unpack_from(frame, 5)  # fmt: skip
+        if magic >> 4 != MAGIC_VERSION >> 4:  # osiris 0x50 (RabbitMQ 3.10) or 0x51
+            raise AmqpSourceError(f"a Deliver frame holds no osiris chunk ({magic:#x})")
+        data = 5 + HEADER.size
+        if zlib.crc32(memoryview(frame)[data : data + size]) != crc:
+            raise AmqpSourceError(f"chunk at offset {first}: its CRC32 does not match")
+        if ctype != 0 or first >= end or first + records <= start:
+            return first, first + records
+        offset = first
+        pos = data
+        message = self.message
+        for _ in range(entries):
+            if frame[pos] & 0x80:
+                flag, count, _raw, length = _SUB.unpack_from(frame, pos)
+                if (flag >> 4) & 0x7:
+                    raise AmqpSourceError(
+                        f"chunk at offset {first}: compressed sub-entry batch "
+                        f"(type {(flag >> 4) & 0x7}) is not supported"
+                    )
+                p = pos + _SUB.size
+                pos = p + length
+                for _ in range(count):
+                    (n,) = _U32.unpack_from(frame, p)
+                    if start <= offset < end:
+                        message(frame, p + 4, p + 4 + n, offset)
+                    p += 4 + n
+                    offset += 1
+            else:
+                (n,) = _U32.unpack_from(frame, pos)
+                if start <= offset < end:
+                    message(frame, pos + 4, pos + 4 + n, offset)
+                pos += 4 + n
+                offset += 1
+        return first, first + records
+
+    # ------------------------------------------------------------------ messages
+    def message(self, b: bytes, p: int, end: int, offset: int) -> None:
+        exchange = key = None
+        extra: dict[str, Any] = {}
+        props: dict[str, Any] | None = None
+        app: tuple[dict[str, Any], dict[str, Any]] | None = None
+        message_id = content_type = timestamp = None
+        body: bytes = b""
+        while p < end:
+            if b[p] != 0 or b[p + 1] != 0x53:
+                self._general(b, p, end, offset)
+                return
+            code = b[p + 2]
+            v = p + 3
+            if code == 0x75 or code == 0x77:  # data, amqp-value
+                c = b[v]
+                if c == 0xA0 or c == 0xA1:
+                    n = b[v + 1]
+                    body = b[v + 2 : v + 2 + n]
+                    p = v + 2 + n
+                elif c == 0xB0 or c == 0xB1:
+                    (n,) = _U32.unpack_from(b, v + 1)
+                    body = b[v + 5 : v + 5 + n]
+                    p = v + 5 + n
+                else:
+                    self._general(b, p, end, offset)
+                    return
+                continue
+            q = _section_end(b, v)
+            if code == 0x72:
+                raw = b[v:q]
+                got = self._annotations.get(raw)
+                if got is None:
+                    got = self._decode_annotations(raw)
+                exchange, key, extra = got
+            elif code == 0x73:
+                c = b[v]
+                if c == 0xC0:
+                    first = v + 3
+                elif c == 0xD0:
+                    first = v + 9
+                else:
+                    first = q
+                if first < q:
+                    message_id, rest_at = _short(b, first)
+                    raw = b[rest_at:q]
+                    props = self._properties.get(raw)
+                    if props is None:
+                        props = self._decode_properties(raw)
+                    content_type = props.get("content_type")
+                    timestamp = props.get("timestamp")
+            elif code == 0x74:
+                raw = b[v:q]
+                app = self._app.get(raw)
+                if app is None:
+                    app = self._decode_app(raw)
+            p = q
+        self.offsets.append(offset)
+        self.bodies.append(body)
+        self.exchange.append(exchange)
+        self.routing_key.append(key)
+        self.message_id.append(message_id)
+        self.content_type.append(content_type)
+        self.timestamp.append(timestamp)
+        if self.full or exchange == "amq.rabbitmq.log":
+            merged = {**extra, **(props or {}), **(app[0] if app else {})}
+            self.props.append(merged)
+            self.headers.append(app[1] if app else None)
+        else:
+            self.props.append(None)
+            self.headers.append(None)
+
+    def _general(self, b: bytes, p: int, end: int, offset: int) -> None:
+        """A message of another shape: every section through the general decoder."""
+        exchange = key = None
+        merged: dict[str, Any] = {}
+        headers: dict[str, Any] | None = None
+        body = b""
+        for code, value in amqp10.sections(b[p:end]):
+            if code == 0x72:
+                exchange, key, extra = self._annotations_of(value)
+                merged.update(extra)
+            elif code == 0x73:
+                fields = _plain(value)
+                for name, v in zip(_PROPERTY_FIELDS, fields, strict=False):
+                    if name and v is not None:
+                        merged[name] = (
+                            int(v.timestamp() * 1000)
+                            if name == "timestamp"
+                            else (v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v))
+                        )
+            elif code == 0x74:
+                props, headers = self._app_of(value)
+                merged.update(props)
+            elif code in (0x75, 0x77):
+                v = value[1]
+                body = v if isinstance(v, bytes) else str(v).encode()
+        self.offsets.append(offset)
+        self.bodies.append(body)
+        self.exchange.append(exchange)
+        self.routing_key.append(key)
+        self.message_id.append(merged.get("message_id"))
+        self.content_type.append(merged.get("content_type"))
+        self.timestamp.append(merged.get("timestamp"))
+        self.props.append(merged)
+        self.headers.append(headers)
+
+    def _annotations_of(self, value: amqp10.Value) -> tuple[str | None, str | None, dict[str, Any]]:
+        table = _plain(value) or {}
+        extra = {_ANNOTATIONS[k]: v for k, v in table.items() if k in _ANNOTATIONS}
+        return table.get("x-exchange"), table.get("x-routing-key"), extra
+
+    def _decode_annotations(self, raw: bytes) -> tuple[str | None, str | None, dict[str, Any]]:
+        got = self._annotations_of(amqp10.decode(raw)[0])
+        if len(self._annotations) >= _CACHE_MAX:
+            self._annotations.clear()
+        self._annotations[raw] = got
+        return got
+
+    def _decode_properties(self, raw: bytes) -> dict[str, Any]:
+        """Properties fields 2..13 (the message id left out), one after the other."""
+        out: dict[str, Any] = {}
+        p = 0
+        for name in _PROPERTY_FIELDS[1:]:
+            if p >= len(raw):
+                break
+            v, p = _short(raw, p)
+            if name and v is not None:
+                out[name] = v
+        if len(self._properties) >= _CACHE_MAX:
+            self._properties.clear()
+        self._properties[raw] = out
+        return out
+
+    def _app_of(self, value: amqp10.Value) -> tuple[dict[str, Any], dict[str, Any]]:
+        table = _plain(value) or {}
+        props = {_APP_KEYS[k]: v for k, v in table.items() if k in _APP_KEYS}
+        headers = {k: v for k, v in table.items() if k not in _APP_KEYS}
+        return props, headers
+
+    def _decode_app(self, raw: bytes) -> tuple[dict[str, Any], dict[str, Any]]:
+        got = self._app_of(amqp10.decode(raw)[0])
+        if len(self._app) >= _CACHE_MAX:
+            self._app.clear()
+        self._app[raw] = got
+        return got
+
+    # ------------------------------------------------------------------ batches
+    def _offsets(self) -> pa.Array:
+        return pa.array(np.array(self.offsets, np.int64), pa.int64())
+
+    def _timestamps(self) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+        there = np.array([t is not None for t in self.timestamp], np.bool_)
+        ms = np.array([t or 0 for t in self.timestamp], np.int64)
+        return ms, there
+
+    def records(self) -> pa.RecordBatch:
+        """The rows parsed as log records (``schema.LOG_SCHEMA``)."""
+        n = len(self)
+        ms, there = self._timestamps()
+        exchange = pa.array(self.exchange, pa.string())
+        routing_key = pa.array(self.routing_key, pa.string())
+
+        def node_of(i: int) -> str | None:
+            headers = self.headers[i]
+            node = None if headers is None else headers.get("node")
+            return None if node is None else header_text(node)
+
+        msgs = Messages(
+            broker_node=broker_nodes(exchange, node_of),
+            routing_key=routing_key,
+            content_type=pa.array(self.content_type, pa.string()),
+            timestamp=ms // 1000,  # AMQP 0-9-1 timestamps are whole seconds
+            has_timestamp=there,
+            bodies=Bodies.join(self.bodies),
+        )
+        kept = {
+            "offset": self._offsets(),
+            "routing_key": routing_key,
+            "redelivered": pa.array(np.zeros(n, np.bool_), pa.bool_()),
+            "message_id": pa.array(self.message_id, pa.string()),
+        }
+        assert tuple(kept) == DEFAULT_KEEP
+        return parse(msgs, kept, LOG_ARROW_SCHEMA)
+
+    def messages(self) -> pa.RecordBatch:
+        """The message rows (``schema.MESSAGE_SCHEMA``), as the AMQP 0-9-1 reader makes
+        them: the headers carry ``x-stream-offset`` as a stream consumer's do."""
+        n = len(self)
+        ms, there = self._timestamps()
+        cols: dict[str, pa.Array] = {
+            "offset": self._offsets(),
+            "exchange": pa.array(self.exchange, pa.string()),
+            "routing_key": pa.array(self.routing_key, pa.string()),
+            "redelivered": pa.array(np.zeros(n, np.bool_), pa.bool_()),
+        }
+        props = [p or {} for p in self.props]
+        for name in PROPERTY_COLUMNS:
+            if name == "timestamp":
+                cols[name] = pa.array((ms // 1000) * 1_000_000, _TS, mask=~there)
+            elif name in ("delivery_mode", "priority"):
+                cols[name] = pa.array([p.get(name) for p in props], pa.int32())
+            elif name in ("message_id", "content_type"):
+                cols[name] = pa.array(getattr(self, name), pa.string())
+            else:
+                cols[name] = pa.array(
+                    [None if p.get(name) is None else str(p.get(name)) for p in props],
+                    pa.string(),
+                )
+        kind = ARROW_SCHEMA.field("headers").type
+        rows = []
+        for off, headers in zip(self.offsets, self.headers, strict=True):
+            items = [(str(k), header_text(v)) for k, v in (headers or {}).items()]
+            items.append(("x-stream-offset", str(off)))
+            rows.append(items)
+        cols["headers"] = pa.array(rows, kind)
+        cols["body"] = pa.array(self.bodies, pa.binary())
+        return pa.RecordBatch.from_arrays([cols[f.name] for f in ARROW_SCHEMA], schema=ARROW_SCHEMA)
+
+
+__all__ = ["Columns"]

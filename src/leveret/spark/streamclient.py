@@ -1,0 +1,439 @@
+"""A blocking client of RabbitMQ's stream protocol (port 5552), just what the Spark source
+needs: the handshake, Metadata, Subscribe with credit, and the Deliver frames, each one
+osiris chunk. Frames are encoded with the sans-IO codec of :mod:`leveret.protocol.stream`
+(a codec: no broker, no sockets); the socket is here. Nothing here is kept in an object
+Spark pickles.
+
+Which host to read from
+-----------------------
+RabbitMQ's Metadata names each stream's leader and replicas by the host its node
+advertises, by default the machine's hostname (``advertised_host``), which a client may not
+be able to resolve, or which may be the name of the very node the URL points at. The rule
+here is pragmatic: a single-node broker, or a stream with a member advertised under the URL's
+own host (or under a name that resolves to the same address), is read through the URL's
+host; otherwise the first member whose advertised host resolves; else the URL's host.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import struct
+import time
+from dataclasses import dataclass
+
+from leveret.logs.amqp import LogsError, parameters, redact
+from leveret.protocol.stream import events as ev
+from leveret.protocol.stream.chunk import HEADER, MAGIC_VERSION
+from leveret.protocol.stream.frames import encode_client
+from leveret.protocol.stream.spec import RESPONSE, Code, Key, OffsetType
+from leveret.spark.client import AmqpSourceError
+
+DEFAULT_STREAM_PORT = 5552
+_U16 = struct.Struct(">H")
+_U32 = struct.Struct(">I")
+_RESP = struct.Struct(">HHIH")  # key, version, correlation id, code
+_CONNECT_TIMEOUT = 10.0
+_RECV = 1 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """Where and as whom to connect, from an ``amqp://`` URL and the stream port."""
+
+    host: str
+    port: int
+    vhost: str
+    user: str
+    password: str
+    shown: str  # the URL without its password, for messages
+
+    @classmethod
+    def of(cls, url: str, stream_port: int) -> Target:
+        try:
+            params = parameters(url)
+        except LogsError as exc:
+            raise AmqpSourceError(str(exc)) from None
+        if params.ssl_options is not None:
+            raise AmqpSourceError(
+                f"{redact(url)}: the stream protocol reader does not do TLS yet; "
+                "use option protocol=amqp"
+            )
+        creds = params.credentials
+        return cls(
+            params.host,
+            stream_port,
+            params.virtual_host,
+            creds.username,
+            creds.password,
+            redact(url),
+        )
+
+
+def _code_text(code: int) -> str:
+    try:
+        return Code(code).name
+    except ValueError:
+        return f"code {code}"
+
+
+class StreamClient:
+    """One connection, opened (handshake done) on construction."""
+
+    def __init__(self, target: Target, host: str | None = None) -> None:
+        self.target = target
+        self.host = host or target.host
+        self._buf = bytearray()
+        self._pos = 0
+        self._correlation = 0
+        where = f"{self.host}:{target.port}"
+        try:
+            self.sock = socket.create_connection((self.host, target.port), _CONNECT_TIMEOUT)
+        except OSError as exc:
+            raise AmqpSourceError(
+                f"cannot connect to the stream port {where} of {target.shown}: {exc}",
+                transient=True,
+            ) from None
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        with contextlib.suppress(OSError):
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
+        try:
+            self._handshake()
+        except BaseException:
+            self.close()
+            raise
+
+    # ------------------------------------------------------------------ frames
+    def _next_id(self) -> int:
+        self._correlation += 1
+        return self._correlation
+
+    def send(self, event: ev.Event) -> None:
+        try:
+            self.sock.sendall(encode_client(event))
+        except OSError as exc:
+            raise self._lost(exc) from None
+
+    def _lost(self, exc: BaseException | str) -> AmqpSourceError:
+        return AmqpSourceError(
+            f"stream connection to {self.host}:{self.target.port} ({self.target.shown}) "
+            f"lost: {exc}",
+            transient=True,
+        )
+
+    def frame(self, timeout: float | None) -> bytes | None:
+        """The next frame (key, version and fields, without its size), or None when none
+        came within ``timeout`` seconds."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        buf = self._buf
+        while True:
+            have = len(buf) - self._pos
+            if have >= 4:
+                (size,) = _U32.unpack_from(buf, self._pos)
+                if have >= 4 + size:
+                    start = self._pos + 4
+                    out = bytes(buf[start : start + size])
+                    self._pos = start + size
+                    if self._pos == len(buf):
+                        buf.clear()
+                        self._pos = 0
+                    return out
+                want = 4 + size - have
+            else:
+                want = 4 - have
+            if self._pos:
+                del buf[: self._pos]
+                self._pos = 0
+            if deadline is not None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return None
+                self.sock.settimeout(left)
+            else:
+                self.sock.settimeout(None)
+            try:
+                data = self.sock.recv(max(_RECV, want))
+            except TimeoutError:
+                return None
+            except OSError as exc:
+                raise self._lost(exc) from None
+            if not data:
+                raise self._lost("the broker closed the connection")
+            buf += data
+
+    def _response(self, key: int, what: str) -> tuple[int, bytes]:
+        """The code of the response to ``key`` and the frame; server commands in between
+        (heartbeats, metadata updates) are passed over."""
+        deadline = time.monotonic() + _CONNECT_TIMEOUT
+        while True:
+            left = deadline - time.monotonic()
+            got = self.frame(max(left, 0.0)) if left > 0 else None
+            if got is None:
+                raise self._lost(f"no answer to {what} within {_CONNECT_TIMEOUT:g}s")
+            (k,) = _U16.unpack_from(got)
+            if k == Key.CLOSE:
+                raise AmqpSourceError(f"{self.target.shown}: the broker closed the stream "
+                                      f"connection during {what}")  # fmt: skip
+            if k == key | RESPONSE:
+                if key == Key.TUNE:
+                    return Code.OK, got
+                _, _, _, code = _RESP.unpack_from(got)
+                return code, got
+            if key == Key.TUNE and k == Key.TUNE:
+                return Code.OK, got
+
+    def _handshake(self) -> None:
+        t = self.target
+        self.send(ev.PeerProperties(self._next_id(), {"product": "leveret-spark"}))
+        self._response(Key.PEER_PROPERTIES, "peer properties")
+        self.send(ev.SaslHandshake(self._next_id()))
+        self._response(Key.SASL_HANDSHAKE, "SASL handshake")
+        plain = b"\0" + t.user.encode() + b"\0" + t.password.encode()
+        self.send(ev.SaslAuthenticate(self._next_id(), "PLAIN", plain))
+        code, _ = self._response(Key.SASL_AUTHENTICATE, "authentication")
+        if code != Code.OK:
+            raise AmqpSourceError(
+                f"{t.shown} (stream port {t.port}): ACCESS_REFUSED - login refused "
+                f"({_code_text(code)})"
+            )
+        _, tune = self._response(Key.TUNE, "tune")
+        frame_max, _heartbeat = struct.unpack_from(">II", tune, 4)
+        self.send(ev.Tune(frame_max, 0))  # no heartbeats: a reader is never idle long
+        self.send(ev.Open(self._next_id(), t.vhost))
+        code, _ = self._response(Key.OPEN, "open")
+        if code != Code.OK:
+            raise AmqpSourceError(
+                f"{t.shown} (stream port {t.port}): cannot open vhost {t.vhost!r} "
+                f"({_code_text(code)})"
+            )
+
+    # ------------------------------------------------------------------ commands
+    def metadata(self, stream: str) -> tuple[dict[int, tuple[str, int]], int, list[int]]:
+        """The brokers (reference -> host, port), and the stream's code and members
+        (leader first). AmqpSourceError when the stream does not exist."""
+        self.send(ev.Metadata(self._next_id(), (stream,)))
+        deadline = time.monotonic() + _CONNECT_TIMEOUT
+        while True:
+            got = self.frame(max(deadline - time.monotonic(), 0.001))
+            if got is None:
+                raise self._lost("no answer to metadata")
+            if _U16.unpack_from(got)[0] == Key.METADATA | RESPONSE:
+                break
+        pos = 8
+        (n,) = _U32.unpack_from(got, pos)
+        pos += 4
+        brokers: dict[int, tuple[str, int]] = {}
+        for _ in range(n):
+            ref, hlen = struct.unpack_from(">HH", got, pos)
+            host = got[pos + 4 : pos + 4 + hlen].decode()
+            pos += 4 + hlen
+            (port,) = _U32.unpack_from(got, pos)
+            pos += 4
+            brokers[ref] = (host, port)
+        pos += 4  # one stream asked, one answered
+        (slen,) = _U16.unpack_from(got, pos)
+        pos += 2 + slen
+        code, leader, count = struct.unpack_from(">HHI", got, pos)
+        pos += 8
+        replicas = [_U16.unpack_from(got, pos + 2 * i)[0] for i in range(count)]
+        if code == Code.STREAM_DOES_NOT_EXIST:
+            raise AmqpSourceError(
+                f"stream {stream!r} does not exist on {self.target.shown} (stream port "
+                f"{self.target.port}): NOT_FOUND - no stream {stream!r} in vhost "
+                f"{self.target.vhost!r}"
+            )
+        if code != Code.OK:
+            raise AmqpSourceError(
+                f"stream {stream!r} on {self.target.shown}: {_code_text(code)}",
+                transient=code == Code.STREAM_NOT_AVAILABLE,
+            )
+        return brokers, code, [leader, *replicas]
+
+    def subscribe(
+        self, subscription: int, stream: str, offset_type: int, offset: int, credit: int
+    ) -> None:
+        self.send(ev.Subscribe(self._next_id(), subscription, stream, offset_type, offset,
+                               credit, {}))  # fmt: skip
+        code, _ = self._response(Key.SUBSCRIBE, f"subscribe to {stream!r}")
+        if code != Code.OK:
+            raise AmqpSourceError(
+                f"cannot read stream {stream!r} on {self.target.shown}: {_code_text(code)}",
+                transient=code == Code.STREAM_NOT_AVAILABLE,
+            )
+
+    def unsubscribe(self, subscription: int) -> None:
+        self.send(ev.Unsubscribe(self._next_id(), subscription))
+        self._response(Key.UNSUBSCRIBE, "unsubscribe")
+
+    def credit(self, subscription: int, chunks: int) -> None:
+        self.send(ev.Credit(subscription, chunks))
+
+    def chunk(self, subscription: int, timeout: float) -> bytes | None:
+        """The next Deliver frame of ``subscription`` (the chunk starts at byte 5), or None
+        when none came in time."""
+        deadline = time.monotonic() + timeout
+        while True:
+            got = self.frame(max(deadline - time.monotonic(), 0.0))
+            if got is None:
+                return None
+            (key,) = _U16.unpack_from(got)
+            if key == Key.DELIVER:
+                if got[4] == subscription:
+                    return got
+                continue
+            if key == Key.CLOSE:
+                raise self._lost("the broker closed the connection")
+            if key == Key.METADATA_UPDATE:
+                raise self._lost("the stream moved or was deleted (metadata update)")
+            # heartbeats, credit errors of stale subscriptions: nothing to do
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.sock.close()
+
+
+def _addresses(host: str) -> set[str]:
+    try:
+        return {str(a[4][0]) for a in socket.getaddrinfo(host, None)}
+    except OSError:
+        return set()
+
+
+def pick_host(
+    url_host: str, brokers: dict[int, tuple[str, int]], members: list[int]
+) -> tuple[str, int] | None:
+    """The member to read from, or None for the node the URL names (see the module)."""
+    if len(brokers) <= 1:
+        return None
+    hosts = [brokers[m] for m in members if m in brokers]
+    mine = _addresses(url_host)
+    for host, _port in hosts:
+        if host == url_host or (mine and _addresses(host) & mine):
+            return None
+    for host, port in hosts:
+        if _addresses(host):
+            return host, port
+    return None
+
+
+def open_for(target: Target, stream: str) -> StreamClient:
+    """A connection to a node that holds ``stream`` (checked with Metadata)."""
+    client = StreamClient(target)
+    try:
+        brokers, _, members = client.metadata(stream)
+        other = pick_host(target.host, brokers, members)
+    except BaseException:
+        client.close()
+        raise
+    if other is None:
+        return client
+    client.close()
+    host, port = other
+    moved = Target(host, port, target.vhost, target.user, target.password, target.shown)
+    return StreamClient(moved)
+
+
+def chunk_bounds(frame: bytes) -> tuple[int, int, int]:
+    """A Deliver frame's chunk: (type, first offset, records)."""
+    magic, ctype, _entries, records, _ts, _epoch, first = HEADER.unpack_from(frame, 5)[:7]
+    if magic >> 4 != MAGIC_VERSION >> 4:  # osiris 0x50 (RabbitMQ 3.10) or 0x51
+        raise AmqpSourceError(f"a Deliver frame holds no osiris chunk (first byte {magic:#x})")
+    return ctype, first, records
+
+
+def probe(
+    target: Target, stream: str, offset_type: int, offset: int = 0, *, wait: float = 1.0,
+    client: StreamClient | None = None, subscription: int = 0,
+) -> tuple[int, int] | None:  # fmt: skip
+    """The first user chunk delivered from a position: (first offset, records), or None
+    when nothing came within ``wait`` seconds (an empty stream)."""
+    own = client is None
+    c = open_for(target, stream) if client is None else client
+    try:
+        c.subscribe(subscription, stream, offset_type, offset, 1)
+        try:
+            deadline = time.monotonic() + wait
+            while True:
+                got = c.chunk(subscription, max(deadline - time.monotonic(), 0.0))
+                if got is None:
+                    return None
+                ctype, first, records = chunk_bounds(got)
+                if ctype == 0:
+                    return first, records
+                c.credit(subscription, 1)
+        finally:
+            if not own:
+                c.unsubscribe(subscription)
+    finally:
+        if own:
+            c.close()
+
+
+class TailProbe:
+    """The driver's held connection for finding a stream's committed end: each call
+    subscribes at ``last`` (the last committed chunk), reads that chunk's header (its first
+    offset plus its record count is the end) and unsubscribes. Dropped when pickled."""
+
+    def __init__(self, target: Target, stream: str) -> None:
+        self.target = target
+        self.stream = stream
+        self._client: StreamClient | None = None
+        self._sub = 0
+
+    def __getstate__(self) -> dict[str, object]:
+        return {"target": self.target, "stream": self.stream, "_client": None, "_sub": 0}
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        self.__dict__.update(state)
+
+    def _at(self, offset_type: int, offset: int, wait: float) -> tuple[int, int] | None:
+        for attempt in range(2):
+            if self._client is None:
+                self._client = open_for(self.target, self.stream)
+            self._sub = (self._sub + 1) % 256
+            try:
+                return probe(self.target, self.stream, offset_type, offset, wait=wait,
+                             client=self._client, subscription=self._sub)  # fmt: skip
+            except AmqpSourceError as exc:
+                self.close()
+                if not exc.transient or attempt:
+                    raise
+        raise AssertionError("unreachable")
+
+    def tail(self, wait: float) -> int:
+        got = self._at(OffsetType.LAST, 0, wait)
+        return 0 if got is None else got[0] + got[1]
+
+    def head(self, wait: float) -> int | None:
+        got = self._at(OffsetType.FIRST, 0, wait)
+        return None if got is None else got[0]
+
+    def at_time(self, ms: int, wait: float) -> int | None:
+        got = self._at(OffsetType.TIMESTAMP, ms, wait)
+        return None if got is None else got[0]
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+
+def port_answers(host: str, port: int, timeout: float = 2.0) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout):
+            return True
+    except OSError:
+        return False
+
+
+__all__ = [
+    "DEFAULT_STREAM_PORT",
+    "StreamClient",
+    "TailProbe",
+    "Target",
+    "chunk_bounds",
+    "open_for",
+    "pick_host",
+    "port_answers",
+    "probe",
+]
