@@ -341,7 +341,7 @@ def stream_connection(
     /api/connections and /api/stream/connections): rabbit_stream_reader's infos."""
     peer = s.peer or ("", 0)
     local = s.local or ("", 0)
-    props = dict(s.client_properties)
+    props = dict(sorted(s.client_properties.items()))  # a map in rabbit_stream_reader
     details = s.transport_details
     blank = "" if single else None
     out: dict[str, Any] = {
