@@ -5,6 +5,7 @@ values but for the broker's own: ports, times, traffic, Erlang's memory figures)
 
 from __future__ import annotations
 
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -214,3 +215,50 @@ def test_delete_stream_connection(both: list[tuple[Site, StreamClients]]) -> Non
         assert wait_for(gone, 15, 0.2), site.broker.name
         path = f"/api/stream/consumers/{v}"
         assert wait_for(lambda site=site, path=path: site.api.get(path) == [], 15)
+
+
+def stream_samples(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(url, timeout=10) as resp:
+        text = resp.read().decode()
+    out = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            if s.labels.get("protocol") == "stream":
+                out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+def test_prometheus_stream_series(both: list[tuple[Site, StreamClients]]) -> None:
+    """Every protocol="stream" series Leveret exposes, RabbitMQ exposes too (same name, same
+    labels); with the test's clients connected, its figures count them."""
+    (lev, _), (rmq, _) = both
+    ours = stream_samples(lev.broker.metrics_url)
+    theirs = stream_samples(rmq.broker.metrics_url)
+    assert ours and not set(ours) - set(theirs), set(ours) - set(theirs)
+    stream = (("protocol", "stream"),)
+    assert ours[("rabbitmq_global_publishers", stream)] >= 1
+    assert ours[("rabbitmq_global_consumers", stream)] >= 1
+    assert ours[("rabbitmq_global_messages_received_total", stream)] >= PUBLISHED
+    assert ours[("rabbitmq_global_messages_confirmed_total", stream)] >= PUBLISHED
+    assert any(name.startswith("rabbitmq_global_stream_error_") for name, _ in ours)
+
+
+def test_deleting_the_vhost_closes_its_stream_connections(leveret_site: Site) -> None:
+    """As rabbit_connection_tracking: the vhost's stream connections are closed with it,
+    and the overview counts them while they are open."""
+    site = leveret_site
+    clients = StreamClients(site, uuid.uuid4().hex[:8])
+    try:
+        clients.settled()
+        assert site.api.get("/api/overview")["object_totals"]["connections"] >= 3
+        assert site.api.delete(f"/api/vhosts/{q(site.vhost)}") == 204
+
+        def closed() -> bool:
+            return not [c for c in site.api.get("/api/stream/connections")
+                        if c["vhost"] == site.vhost]
+
+        assert wait_for(closed, 10, 0.2)
+    finally:
+        clients.close()
