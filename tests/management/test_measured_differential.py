@@ -311,7 +311,7 @@ def test_prometheus_channel_and_connection_series(sites: tuple[Site, Site]) -> N
         assert families(theirs) <= families(ours)
         aggregated = metrics(lev, "/metrics")
         assert aggregated["rabbitmq_channel_get_total"] >= 1
-        assert aggregated["rabbitmq_global_publishers"] >= 1
+        assert aggregated['rabbitmq_global_publishers{protocol="amqp091"}'] >= 1
     finally:
         conn.close()
 

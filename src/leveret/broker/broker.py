@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import platform
 import socket
+from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 import leveret
@@ -64,6 +65,10 @@ class Broker:
         self.users = UserDatabase()
         self.connections: dict[int, ConnectionInfo] = {}
         self._next_connection = 1
+        # what stream-protocol connections counted, live and gone (rabbit_global_counters'
+        # protocol="stream" figures): messages_received, messages_confirmed,
+        # messages_delivered, and stream_error_<code name> per error answered
+        self.stream_counters: Counter[str] = Counter()
         self.cluster_name = self.node_name
         self.replies = DirectReplyTo(self.node_name)
         # vhosts traced (rabbit_trace keeps names: a vhost made later under one is traced)

@@ -11,6 +11,7 @@ costs no memory."""
 from __future__ import annotations
 
 import logging
+import time
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -18,6 +19,7 @@ from typing import Any, Protocol
 
 from leveret.broker.broker import Broker
 from leveret.broker.message import Message
+from leveret.broker.ports import Traffic
 from leveret.broker.queues.stream import StreamQueue
 from leveret.broker.users import Permission, User
 from leveret.broker.vhost import VirtualHost
@@ -51,6 +53,10 @@ class StreamOutput(Protocol):
         """False while the socket does not drain: deliveries wait."""
         ...
 
+    def force_close(self, reason: str) -> None:
+        """Management (or a deleted vhost) ends the connection."""
+        ...
+
 
 @dataclass(eq=False, slots=True)
 class Publisher:
@@ -58,6 +64,11 @@ class Publisher:
     stream: str
     reference: str
     queue: StreamQueue
+    # as rabbit_stream_reader counts them: messages in Publish frames, confirmed, and
+    # refused with a publish error
+    published: int = 0
+    confirmed: int = 0
+    errored: int = 0
 
 
 @dataclass(eq=False, slots=True)
@@ -68,6 +79,38 @@ class Subscription:
     offset: int  # the next offset to deliver
     credit: int
     properties: dict[str, str] = field(default_factory=dict)
+    consumed: int = 0  # records delivered
+    chunk_offset: int = 0  # the first offset of the last chunk delivered
+
+
+# What a stream connection counts for rabbitmq_prometheus's rabbitmq_global_* series
+# (protocol="stream"): messages, and the commands answered with each error code.
+STREAM_ERRORS: dict[int, str] = {
+    Code.STREAM_DOES_NOT_EXIST: "stream_does_not_exist",
+    Code.SUBSCRIPTION_ID_ALREADY_EXISTS: "subscription_id_already_exists",
+    Code.SUBSCRIPTION_ID_DOES_NOT_EXIST: "subscription_id_does_not_exist",
+    Code.STREAM_ALREADY_EXISTS: "stream_already_exists",
+    Code.STREAM_NOT_AVAILABLE: "stream_not_available",
+    Code.SASL_MECHANISM_NOT_SUPPORTED: "sasl_mechanism_not_supported",
+    Code.AUTHENTICATION_FAILURE: "authentication_failure",
+    Code.SASL_ERROR: "sasl_error",
+    Code.SASL_CHALLENGE: "sasl_challenge",
+    Code.SASL_AUTHENTICATION_FAILURE_LOOPBACK: "sasl_authentication_failure_loopback",
+    Code.VIRTUAL_HOST_ACCESS_FAILURE: "vhost_access_failure",
+    Code.UNKNOWN_FRAME: "unknown_frame",
+    Code.FRAME_TOO_LARGE: "frame_too_large",
+    Code.INTERNAL_ERROR: "internal_error",
+    Code.ACCESS_REFUSED: "access_refused",
+    Code.PRECONDITION_FAILED: "precondition_failed",
+    Code.PUBLISHER_DOES_NOT_EXIST: "publisher_does_not_exist",
+}
+
+
+def count_error(broker: Broker, code: int) -> None:
+    """One command answered with ``code`` (rabbit_global_counters' protocol counters)."""
+    name = STREAM_ERRORS.get(code)
+    if name is not None:
+        broker.stream_counters[f"stream_error_{name}"] += 1
 
 
 class StreamSession:
@@ -78,10 +121,22 @@ class StreamSession:
         peer: tuple[str, int] | None,
         advertised: tuple[str, int],
         mechanisms: tuple[str, ...] = ("AMQPLAIN", "PLAIN"),
+        local: tuple[str, int] | None = None,
+        traffic: Traffic | None = None,
     ) -> None:
         self.broker = broker
         self.output = output
         self.peer = peer
+        self.local = local
+        self.traffic = traffic  # the socket's figures, when there is a socket
+        self.id = broker.next_connection_id()
+        self.connected_at = int(time.time() * 1000)
+        self.auth_mechanism = ""
+        self.heartbeat = 0
+        self.blocked = False  # a resource alarm stopped reading its publishes
+        # What the transport says of the connection for management (TLS); set by the server
+        self.transport_details: dict[str, Any] = {}
+        self.registered = False
         self.advertised = advertised
         self.mechanisms = mechanisms
         self.client_properties: dict[str, str] = {}
@@ -111,6 +166,14 @@ class StreamSession:
     def authenticate(self, mechanism: str, data: bytes, external_name: str | None = None) -> int:
         """A SASL authenticate: the response code. ``external_name``: who the client's
         TLS certificate says it is (EXTERNAL)."""
+        code = self._authenticate(mechanism, data, external_name)
+        if code == Code.OK:
+            self.auth_mechanism = mechanism
+        else:
+            count_error(self.broker, code)
+        return code
+
+    def _authenticate(self, mechanism: str, data: bytes, external_name: str | None) -> int:
         if mechanism not in self.mechanisms:
             return Code.SASL_MECHANISM_NOT_SUPPORTED
         users = self.broker.users
@@ -143,9 +206,34 @@ class StreamSession:
         obj = self.broker.vhosts.get(vhost)
         perm = self.broker.users.permission(self.user.name, vhost)
         if obj is None or perm is None:
+            count_error(self.broker, Code.VIRTUAL_HOST_ACCESS_FAILURE)
             return Code.VIRTUAL_HOST_ACCESS_FAILURE
         self.vhost, self.vhost_obj, self.permission = vhost, obj, perm
+        # tracked from here on, as rabbit_connection_tracking tracks it (management,
+        # connection limits, a deleted vhost closing it)
+        self.broker.register(self)
+        self.registered = True
         return Code.OK
+
+    # ------------------------------------------------- as others see it (ports)
+    @property
+    def name(self) -> str:
+        """RabbitMQ's name for a connection: ``peer:port -> local:port``."""
+        peer = self.peer or ("", 0)
+        local = self.local or ("", 0)
+        return f"{peer[0]}:{peer[1]} -> {local[0]}:{local[1]}"
+
+    @property
+    def username(self) -> str:
+        return self.user.name if self.user is not None else ""
+
+    @property
+    def channel_count(self) -> int:
+        return 0
+
+    def force_close(self, reason: str) -> None:
+        self.output.force_close(reason)
+        self.close()
 
     def connection_properties(self) -> dict[str, str]:
         host, port = self.advertised
@@ -172,7 +260,17 @@ class StreamSession:
         return q if isinstance(q, StreamQueue) and not q.deleted else None
 
     def _respond(self, key: int, correlation_id: int, code: int) -> None:
+        if code != Code.OK:
+            count_error(self.broker, code)
         self.output.send(encode.response(key, correlation_id, code))
+
+    def _publish_error(
+        self, pub: Publisher | None, publisher_id: int, code: int, ids: list[int]
+    ) -> None:
+        count_error(self.broker, code)
+        if pub is not None:
+            pub.errored += len(ids)
+        self.output.send(encode.publish_error(publisher_id, code, ids))
 
     def _create(self, e: ev.Create) -> None:
         assert self.vhost_obj is not None and self.user is not None
@@ -257,16 +355,16 @@ class StreamSession:
         ids = [m[0] for m in e.messages] + [b.publishing_id for b in e.batches]
         pub = self.publishers.get(e.publisher_id)
         if pub is None:
-            self.output.send(
-                encode.publish_error(e.publisher_id, Code.PUBLISHER_DOES_NOT_EXIST, ids)
-            )
+            self._publish_error(None, e.publisher_id, Code.PUBLISHER_DOES_NOT_EXIST, ids)
             return
+        pub.published += len(ids)
+        self.broker.stream_counters["messages_received"] += len(ids)
         if not self._allowed("write", pub.stream):
-            self.output.send(encode.publish_error(e.publisher_id, Code.ACCESS_REFUSED, ids))
+            self._publish_error(pub, e.publisher_id, Code.ACCESS_REFUSED, ids)
             return
         q = pub.queue
         if q.deleted:
-            self.output.send(encode.publish_error(e.publisher_id, Code.STREAM_NOT_AVAILABLE, ids))
+            self._publish_error(pub, e.publisher_id, Code.STREAM_NOT_AVAILABLE, ids)
             return
         confirms = self._confirms.setdefault(e.publisher_id, [])
         log_ = q.log
@@ -291,7 +389,7 @@ class StreamSession:
         if ref and last is not None:
             log_.set_writer_sequence(ref, last)
         if errors:
-            self.output.send(encode.publish_error(e.publisher_id, Code.INTERNAL_ERROR, errors))
+            self._publish_error(pub, e.publisher_id, Code.INTERNAL_ERROR, errors)
 
     @property
     def pending_confirms(self) -> bool:
@@ -301,17 +399,23 @@ class StreamSession:
         """What was published is on disk: confirm it."""
         for publisher_id, ids in self._confirms.items():
             if ids:
+                pub = self.publishers.get(publisher_id)
+                if pub is not None:
+                    pub.confirmed += len(ids)
+                self.broker.stream_counters["messages_confirmed"] += len(ids)
                 self.output.send(encode.publish_confirm(publisher_id, ids))
         self._confirms.clear()
 
     def _query_publisher_sequence(self, e: ev.QueryPublisherSequence) -> None:
         if not self._allowed("read", e.stream):
+            count_error(self.broker, Code.ACCESS_REFUSED)
             self.output.send(
                 encode.query_publisher_sequence(e.correlation_id, Code.ACCESS_REFUSED, 0)
             )
             return
         q = self._stream(e.stream)
         if q is None:
+            count_error(self.broker, Code.STREAM_DOES_NOT_EXIST)
             self.output.send(
                 encode.query_publisher_sequence(e.correlation_id, Code.STREAM_DOES_NOT_EXIST, 0)
             )
@@ -394,6 +498,9 @@ class StreamSession:
             out.send_chunk(sub.id, chunk.build(first, ts, b"".join(parts), n))
             sub.offset = first + n
             sub.credit -= 1
+            sub.consumed += n
+            sub.chunk_offset = first
+            self.broker.stream_counters["messages_delivered"] += n
 
     def feed_all(self) -> None:
         """The socket drains again: what waited goes out."""
@@ -403,6 +510,7 @@ class StreamSession:
     def _credit(self, e: ev.Credit) -> None:
         sub = self.subscriptions.get(e.subscription_id)
         if sub is None:
+            count_error(self.broker, Code.SUBSCRIPTION_ID_DOES_NOT_EXIST)
             self.output.send(
                 encode.credit_response(Code.SUBSCRIPTION_ID_DOES_NOT_EXIST, e.subscription_id)
             )
@@ -431,6 +539,7 @@ class StreamSession:
         for pub_id in [p.id for p in self.publishers.values() if p.queue is q]:
             del self.publishers[pub_id]
         self._watches.pop(q, None)
+        count_error(self.broker, Code.STREAM_NOT_AVAILABLE)
         self.output.send(encode.metadata_update(Code.STREAM_NOT_AVAILABLE, q.name))
 
     # -- offsets ----------------------------------------------------------------
@@ -443,10 +552,12 @@ class StreamSession:
 
     def _query_offset(self, e: ev.QueryOffset) -> None:
         if not self._allowed("read", e.stream):
+            count_error(self.broker, Code.ACCESS_REFUSED)
             self.output.send(encode.query_offset(e.correlation_id, Code.ACCESS_REFUSED, 0))
             return
         q = self._stream(e.stream)
         if q is None:
+            count_error(self.broker, Code.STREAM_DOES_NOT_EXIST)
             self.output.send(encode.query_offset(e.correlation_id, Code.STREAM_DOES_NOT_EXIST, 0))
             return
         offset = q.log.query_offset(e.reference)
@@ -504,6 +615,8 @@ class StreamSession:
         if self.closed:
             return
         self.closed = True
+        if self.registered:
+            self.broker.unregister(self)
         self.subscriptions.clear()
         self.publishers.clear()
         self._confirms.clear()

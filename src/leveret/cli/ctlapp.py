@@ -69,6 +69,11 @@ def _formatter(value: str) -> str:
     return value
 
 
+def _set_formatter(opts: Options, value: str) -> None:
+    opts.formatter = value
+    opts.formatter_given = True  # verbs whose default is another formatter (streams)
+
+
 def _field(name: str) -> Callable[[Options, Any], None]:
     return lambda opts, value: setattr(opts, name, value)
 
@@ -157,7 +162,7 @@ SHARED: tuple[Shared, ...] = (
         ("--formatter",),
         ("--formatter",),
         "table (default), json or pretty_table.",
-        _field("formatter"),
+        _set_formatter,
         parser=_formatter,
         metavar="FORMATTER",
     ),

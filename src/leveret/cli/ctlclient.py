@@ -54,6 +54,7 @@ class Options:
     vhost: str = "/"
     quiet: bool = False
     formatter: str = "table"
+    formatter_given: bool = False
     table_headers: bool = True
     timeout: float = 60.0
 

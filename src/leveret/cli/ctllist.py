@@ -372,3 +372,217 @@ def list_user_permissions(ctl: Ctl, username: str) -> None:
         print("vhost\tconfigure\twrite\tread")
     for r in rows:
         print("\t".join(r.values()))
+
+
+# ---------------------------------------------------------------------- streams
+# rabbitmqctl's (and rabbitmq-streams') list_stream_connections, list_stream_consumers
+# and list_stream_publishers: rabbit_stream's info keys, read from the management API's
+# /api/stream/* answers. Their default formatter is pretty_table.
+PID, IP, PROPERTIES, CLIENT = "pid", "ip", "properties", "client"
+
+
+@dataclass
+class StreamListing:
+    summary: str
+    path: Callable[[Options], str]
+    banner: str
+    default: list[str]
+    columns: dict[str, tuple[str, str | None]]  # column -> (API field, kind)
+
+
+def _stream_value(item: dict[str, Any], field: str) -> Any:
+    value: Any = item
+    for part in field.split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    return value
+
+
+def _erlang_map(props: dict[str, Any], pretty: bool) -> str:
+    """A map of strings as rabbitmqctl prints it: ``#{<<"k">> => <<"v">>}`` in a pretty
+    table, ``#{k => v}`` in a plain one."""
+    show = fmt.erlang_binary if pretty else str
+    return "#{" + ",".join(f"{show(k)} => {show(str(v))}" for k, v in sorted(props.items())) + "}"
+
+
+def _stream_cell(kind: str | None, value: Any, node: str, formatter: str) -> Any:
+    pretty = formatter == "pretty_table"
+    if kind == PID:
+        if pretty:
+            return fmt.local_pid(str(value or ""))
+        pid = fmt.pid(node, str(value or ""))
+        return "#PID" + pid if formatter == "json" else pid
+    if kind == IP:
+        if formatter == "table":
+            return fmt.cell(value)
+        parts = fmt.ip_tuple(str(value or ""))
+        if formatter == "json":
+            return parts if parts is not None else value
+        return "{" + ",".join(map(str, parts)) + "}" if parts is not None else fmt.cell(value)
+    if kind == PROPERTIES:
+        props = value if isinstance(value, dict) else {}
+        return props if formatter == "json" else _erlang_map(props, pretty)
+    if kind == CLIENT:
+        # a map in rabbit_stream_reader: by key
+        props = dict(sorted(value.items())) if isinstance(value, dict) else {}
+        if formatter == "json":
+            return fmt.typed(props)
+        if pretty:
+            return "".join(
+                f"{{{fmt.erlang_binary(k)},{fmt.amqp_type(v)},{fmt.erlang_binary(str(v))}}}"
+                for k, v in props.items()
+            )
+        return fmt.table_cell(props)
+    if value is None:  # what the stream reader shows as '' (TLS fields without TLS)
+        value = ""
+    return value if formatter == "json" else fmt.cell(value)
+
+
+def _subscriptions(client: Client) -> dict[str, int]:
+    """Subscriptions by connection name (the API shows them as consumers)."""
+    counts: dict[str, int] = {}
+    for c in client.get("/api/stream/consumers") or []:
+        name = (c.get("connection_details") or {}).get("name", "")
+        counts[name] = counts.get(name, 0) + 1
+    return counts
+
+
+def run_stream_listing(spec: StreamListing, columns: list[str], ctl: Ctl) -> None:
+    opts, client = ctl.opts, ctl.client
+    columns = columns or spec.default
+    unknown = [c for c in columns if c not in spec.columns]
+    if unknown:
+        raise CtlError(
+            f"(argument validation): Info key(s) {','.join(unknown)} are not supported",
+            EX_USAGE,
+        )
+    formatter = opts.formatter if opts.formatter_given else "pretty_table"
+    try:
+        items = client.get(spec.path(opts)) or []
+    except HttpError as exc:
+        if exc.status != 404:
+            raise
+        items = []
+    if "subscriptions" in columns:
+        counts = _subscriptions(client)
+        for item in items:
+            item["subscriptions"] = counts.get(str(item.get("name", "")), 0)
+    node = node_name(client) if any(spec.columns[c][1] == PID for c in columns) else ""
+    rows = [
+        [
+            _stream_cell(
+                spec.columns[c][1], _stream_value(item, spec.columns[c][0]), node, formatter
+            )
+            for c in columns
+        ]
+        for item in items
+    ]
+    out = sys.stdout
+    if formatter == "json":
+        out.write(fmt.json_rows([dict(zip(columns, row, strict=True)) for row in rows]))
+        return
+    if not opts.quiet:
+        out.write(spec.banner + "\n")
+    if formatter == "pretty_table":
+        out.write(fmt.pretty_table(columns, [[str(v) for v in row] for row in rows]))
+        return
+    if rows and opts.table_headers:
+        out.write("\t".join(columns) + "\n")
+    for row in rows:
+        out.write("\t".join(str(v) for v in row) + "\n")
+
+
+STREAM_LISTINGS: dict[str, StreamListing] = {
+    "list_stream_connections": StreamListing(
+        "Lists stream connections.",
+        lambda o: "/api/stream/connections",
+        "Listing stream connections ...",
+        ["conn_name"],
+        {
+            "conn_name": ("name", None),
+            "port": ("port", None),
+            "peer_port": ("peer_port", None),
+            "host": ("host", IP),
+            "peer_cert_issuer": ("peer_cert_issuer", None),
+            "peer_cert_subject": ("peer_cert_subject", None),
+            "peer_cert_validity": ("peer_cert_validity", None),
+            "peer_host": ("peer_host", IP),
+            "user": ("user", None),
+            "vhost": ("vhost", None),
+            "subscriptions": ("subscriptions", None),
+            "ssl": ("ssl", None),
+            "ssl_cipher": ("ssl_cipher", None),
+            "ssl_hash": ("ssl_hash", None),
+            "ssl_key_exchange": ("ssl_key_exchange", None),
+            "ssl_protocol": ("ssl_protocol", None),
+            "connection_state": ("state", None),
+            "auth_mechanism": ("auth_mechanism", None),
+            "heartbeat": ("timeout", None),
+            "frame_max": ("frame_max", None),
+            "client_properties": ("client_properties", CLIENT),
+            "connected_at": ("connected_at", None),
+        },
+    ),
+    "list_stream_consumers": StreamListing(
+        "Lists all stream consumers for a vhost.",
+        lambda o: f"/api/stream/consumers/{q(o.vhost)}",
+        "Listing stream consumers ...",
+        [
+            "connection_pid",
+            "subscription_id",
+            "stream",
+            "messages_consumed",
+            "offset",
+            "offset_lag",
+            "credits",
+            "properties",
+        ],
+        {
+            "connection_pid": ("connection_details.name", PID),
+            "subscription_id": ("subscription_id", None),
+            "stream": ("queue.name", None),
+            "messages_consumed": ("consumed", None),
+            "offset": ("offset", None),
+            "offset_lag": ("offset_lag", None),
+            "credits": ("credits", None),
+            "properties": ("properties", PROPERTIES),
+        },
+    ),
+    "list_stream_publishers": StreamListing(
+        "Lists all stream publishers for a vhost.",
+        lambda o: f"/api/stream/publishers/{q(o.vhost)}",
+        "Listing stream publishers ...",
+        [
+            "connection_pid",
+            "publisher_id",
+            "stream",
+            "reference",
+            "messages_published",
+            "messages_confirmed",
+            "messages_errored",
+        ],
+        {
+            "connection_pid": ("connection_details.name", PID),
+            "publisher_id": ("publisher_id", None),
+            "stream": ("queue.name", None),
+            "reference": ("reference", None),
+            "messages_published": ("published", None),
+            "messages_confirmed": ("confirmed", None),
+            "messages_errored": ("errored", None),
+        },
+    ),
+}
+
+
+def _stream_listing(spec: StreamListing) -> Callable[[Ctl, list[str] | None], None]:
+    def listing(ctl: Ctl, columns: Columns = None) -> None:
+        run_stream_listing(spec, columns or [], ctl)
+
+    listing.__doc__ = (
+        f"{spec.summary}\n\nCOLUMN is one of {', '.join(sorted(spec.columns))} "
+        f"(default: {' '.join(spec.default)})."
+    )
+    return listing
+
+
+for _name, _stream_spec in STREAM_LISTINGS.items():
+    verb("listing", name=_name)(_stream_listing(_stream_spec))

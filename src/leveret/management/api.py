@@ -7,7 +7,7 @@ connections, channels and consumers. Exchanges, queues and bindings are in
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
@@ -29,6 +29,9 @@ from leveret.management.httputil import (
 from leveret.protocol import spec
 from leveret.protocol.errors import AMQPError
 from leveret.server.resources import file_descriptors, sockets_limit
+
+if TYPE_CHECKING:
+    from leveret.broker.stream_session import StreamSession
 
 log = logging.getLogger(__name__)
 
@@ -184,18 +187,31 @@ async def connections(request: web.Request) -> web.Response:
     vhost = request.match_info.get("vhost")
     if vhost is not None:
         m.vhost(request)
-    return listing(
-        request,
-        [
-            views.connection(s, m.stats, bool(m.server.state.alarms))
-            for s in m.sessions(request)
-            if vhost is None or s.vhost == vhost
-        ],
-    )
+    alarm = bool(m.server.state.alarms)
+    # as RabbitMQ: the stream-protocol connections are listed with the AMQP ones
+    items = [
+        views.connection(s, m.stats, alarm)
+        for s in m.sessions(request)
+        if vhost is None or s.vhost == vhost
+    ] + [
+        views.stream_connection(s, m.stats)
+        for s in m.stream_sessions(request)
+        if vhost is None or s.vhost == vhost
+    ]
+    items.sort(key=lambda c: str(c["name"]))
+    return listing(request, items)
+
+
+def _stream_named(m: Management, request: web.Request) -> StreamSession | None:
+    name = request.match_info["name"]
+    return next((s for s in m.stream_sessions(request) if s.name == name), None)
 
 
 async def connection_one(request: web.Request) -> web.Response:
     m = mgmt(request)
+    stream = _stream_named(m, request)
+    if stream is not None:
+        return json_response(views.stream_connection(stream, m.stats, single=True))
     return json_response(
         views.connection(m.session_named(request), m.stats, bool(m.server.state.alarms))
     )
@@ -203,14 +219,20 @@ async def connection_one(request: web.Request) -> web.Response:
 
 async def connection_delete(request: web.Request) -> web.Response:
     m = mgmt(request)
-    s = m.session_named(request)
     reason = request.headers.get("X-Reason", "Closed via management plugin")
+    stream = _stream_named(m, request)
+    if stream is not None:
+        stream.force_close(reason)
+        return no_content()
+    s = m.session_named(request)
     s.force_close(reason)
     return no_content()
 
 
 async def connection_channels(request: web.Request) -> web.Response:
     m = mgmt(request)
+    if _stream_named(m, request) is not None:
+        return listing(request, [])  # a stream connection has no channels
     s = m.session_named(request)
     return listing(
         request,

@@ -7,7 +7,7 @@ from importlib import resources
 
 from aiohttp import web
 
-from leveret.management import admin, api, dashboard, objects, operate
+from leveret.management import admin, api, dashboard, objects, operate, streamconns
 from leveret.management.context import MANAGEMENT, Management, mgmt
 from leveret.management.httputil import (
     MANAGEMENT_TAGS,
@@ -102,6 +102,7 @@ def routes(app: web.Application) -> None:
     objects.routes(app)
     admin.routes(app)
     operate.routes(app)
+    streamconns.routes(app)
 
 
 def make_app(management: Management) -> web.Application:

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from leveret.broker.broker import Broker
     from leveret.broker.channel import Channel
     from leveret.broker.session import Session
+    from leveret.broker.stream_session import StreamSession
     from leveret.broker.users import Permission
     from leveret.broker.vhost import VirtualHost
     from leveret.management.stats import Stats
@@ -85,6 +86,14 @@ class Management:
         user = current_user(request)
         everyone = is_admin(request) or "monitoring" in user.tags
         out = [s for s in self.stats.sessions() if everyone or s.username == user.name]
+        return sorted(out, key=lambda s: s.name)
+
+    def stream_sessions(self, request: web.Request) -> list[StreamSession]:
+        """The open stream-protocol connections the user may see (all of them for an
+        administrator or a monitoring user, their own for anyone else), by name."""
+        user = current_user(request)
+        everyone = is_admin(request) or "monitoring" in user.tags
+        out = [s for s in self.stats.stream_sessions() if everyone or s.username == user.name]
         return sorted(out, key=lambda s: s.name)
 
     def channels(self, request: web.Request) -> list[Channel]:

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
@@ -36,6 +37,7 @@ from leveret.server.resources import file_descriptors, sockets_limit
 
 if TYPE_CHECKING:
     from leveret.broker.session import Session
+    from leveret.broker.stream_session import StreamSession
     from leveret.management.context import Management
 
 QUEUE_GAUGES = (
@@ -51,6 +53,37 @@ GLOBAL_COUNTERS = (
     ("delivered", "deliver_get", "Total number of messages delivered to consumers"),
     ("acknowledged", "ack", "Total number of messages acknowledged by consumers"),
     ("redelivered", "redeliver", "Total number of messages redelivered to consumers"),
+)
+
+# The stream protocol's figures in the rabbitmq_global_messages_* families: the family's
+# short name -> the broker's stream counter.
+STREAM_GLOBAL = {"received": "messages_received", "confirmed": "messages_confirmed"}
+
+# rabbit_stream_metrics' protocol counters (rabbitmq_global_stream_error_*_total).
+STREAM_ERRORS = tuple(
+    (name, f"Total number of commands {doc}")
+    for name, doc in (
+        ("stream_does_not_exist", "rejected with stream does not exist error"),
+        ("subscription_id_already_exists", "failed with subscription id already exists"),
+        ("subscription_id_does_not_exist", "failed with subscription id does not exist"),
+        ("stream_already_exists", "failed with stream already exists"),
+        ("stream_not_available", "failed with stream not available"),
+        ("sasl_mechanism_not_supported", "failed with sasl mechanism not supported"),
+        ("authentication_failure", "failed with authentication failure"),
+        ("sasl_error", "failed with sasl error"),
+        ("sasl_challenge", "failed with sasl challenge"),
+        (
+            "sasl_authentication_failure_loopback",
+            "failed with sasl authentication failure loopback",
+        ),
+        ("vhost_access_failure", "failed with vhost access failure"),
+        ("unknown_frame", "failed with unknown frame"),
+        ("frame_too_large", "failed with frame too large"),
+        ("internal_error", "failed with internal error"),
+        ("access_refused", "failed with access refused"),
+        ("precondition_failed", "failed with precondition failed"),
+        ("publisher_does_not_exist", "failed with publisher does not exist"),
+    )
 )
 
 
@@ -123,7 +156,7 @@ class BrokerCollector(Collector):
         yield from (f for _, f in by_exchange)
         yield from (f for _, f in by_queue)
 
-    def connection_families(self, sessions: list[Session]) -> Iterator[Metric]:
+    def connection_families(self, sessions: list[Session | StreamSession]) -> Iterator[Metric]:
         """rabbitmq_prometheus's connection series (labelled "channel" with the
         connection's pid, as RabbitMQ labels them), from what the server counted on each
         socket."""
@@ -166,7 +199,7 @@ class BrokerCollector(Collector):
             t = s.traffic
             if t is None:
                 continue
-            values = [t.recv_oct, t.send_oct, t.recv_cnt, t.send_cnt, t.pending(), len(s.channels)]
+            values = [t.recv_oct, t.send_oct, t.recv_cnt, t.send_cnt, t.pending(), s.channel_count]
             for k, (family, value) in enumerate(zip(families, values, strict=True)):
                 if per:
                     family.add_metric([pid(s)], value)
@@ -197,26 +230,45 @@ class BrokerCollector(Collector):
         yield ident
 
         sessions = list(stats.sessions())
+        streams = list(stats.stream_sessions())
         queues = [q for v in broker.vhosts.values() for q in v.queues.values()]
         consumers = sum(len(q.consumers) for q in queues)
+        # a stream-protocol subscription is a consumer of its stream, as RabbitMQ counts it
+        subscribers: Counter[object] = Counter(
+            sub.queue for s in streams for sub in s.subscriptions.values()
+        )
+        stream_consumers = sum(subscribers.values())
         for name, doc, value in (
-            ("rabbitmq_connections", "Connections currently open", len(sessions)),
+            ("rabbitmq_connections", "Connections currently open", len(sessions) + len(streams)),
             (
                 "rabbitmq_channels",
                 "Channels currently open",
                 sum(len(s.channels) for s in sessions),
             ),
-            ("rabbitmq_consumers", "Consumers currently connected", consumers),
+            ("rabbitmq_consumers", "Consumers currently connected", consumers + stream_consumers),
             ("rabbitmq_queues", "Queues available", len(queues)),
-            ("rabbitmq_global_consumers", "Current number of consumers", consumers),
+        ):
+            yield GaugeMetricFamily(name, doc, value=value)
+        for name, doc, amqp, stream in (
             (
-                # as rabbit_global_counters: channels that have published, while open
+                "rabbitmq_global_consumers",
+                "Current number of consumers",
+                consumers,
+                stream_consumers,
+            ),
+            (
+                # as rabbit_global_counters: channels that have published, while open;
+                # the stream protocol's declared publishers
                 "rabbitmq_global_publishers",
                 "Current number of publishers",
                 sum(1 for s in sessions for ch in s.channels.values() if ch.published),
+                sum(len(s.publishers) for s in streams),
             ),
         ):
-            yield GaugeMetricFamily(name, doc, value=value)
+            gauge = GaugeMetricFamily(name, doc, labels=["protocol"])
+            gauge.add_metric(["amqp091"], amqp)
+            gauge.add_metric(["stream"], stream)
+            yield gauge
 
         for name, doc, key in (
             (
@@ -250,11 +302,20 @@ class BrokerCollector(Collector):
             yield CounterMetricFamily(name, doc, value=stats.churn[key])
 
         totals = stats.totals()
+        counted = broker.stream_counters
         for short, key, doc in GLOBAL_COUNTERS:
             c = CounterMetricFamily(
                 f"rabbitmq_global_messages_{short}_total", doc, labels=["protocol"]
             )
             c.add_metric(["amqp091"], totals.get(key, 0))
+            if short in STREAM_GLOBAL:
+                c.add_metric(["stream"], counted[STREAM_GLOBAL[short]])
+            yield c
+        for code_name, doc in STREAM_ERRORS:
+            c = CounterMetricFamily(
+                f"rabbitmq_global_stream_error_{code_name}_total", doc, labels=["protocol"]
+            )
+            c.add_metric(["stream"], counted[f"stream_error_{code_name}"])
             yield c
 
         labels = ["vhost", "queue"] if self.per_object else []
@@ -267,7 +328,8 @@ class BrokerCollector(Collector):
         sums = [0, 0, 0, 0, 0]
         for q in queues:
             ready = q.message_count
-            values = [ready, q.unacked, ready + q.unacked, len(q.consumers), q.published]
+            readers = len(q.consumers) + subscribers[q]
+            values = [ready, q.unacked, ready + q.unacked, readers, q.published]
             if self.per_object:
                 for (name, _), value in zip(QUEUE_GAUGES, values, strict=False):
                     families[name].add_metric([q.vhost, q.name], value)
@@ -281,7 +343,7 @@ class BrokerCollector(Collector):
         yield from families.values()
         yield published
         yield from self.channel_families(sessions)
-        yield from self.connection_families(sessions)
+        yield from self.connection_families([*sessions, *streams])
 
         res = m.server.resources
         fd_used, fd_total = file_descriptors()
@@ -329,7 +391,7 @@ class BrokerCollector(Collector):
         )
 
 
-def pid(session: Session, number: int = 0) -> str:
+def pid(session: Session | StreamSession, number: int = 0) -> str:
     """The label naming a channel (or, number 0, a connection), shaped as the Erlang pid
     RabbitMQ labels them with."""
     return f"<0.{session.id}.{number}>"

@@ -24,6 +24,7 @@ from leveret.broker.channel import (
 )
 from leveret.broker.events import Event
 from leveret.broker.session import Session
+from leveret.broker.stream_session import StreamSession
 
 if TYPE_CHECKING:
     from leveret.broker.broker import Broker
@@ -235,7 +236,8 @@ class Stats:
         self.queues: dict[Queue, Windows] = {}
         self.channels: dict[Channel, Windows] = {}
         self.exchanges: dict[Exchange, Windows] = {}
-        self.connections: dict[Session, Windows] = {}
+        # AMQP and stream-protocol connections' traffic
+        self.connections: dict[Session | StreamSession, Windows] = {}
         # Churn, for the Prometheus counters.
         self.churn: Counter[str] = Counter()
         self.churn_windows = Windows(keep)
@@ -291,6 +293,12 @@ class Stats:
             if isinstance(s, Session) and s.user is not None and s.vhost and not s.closed:
                 yield s
 
+    def stream_sessions(self) -> Iterator[StreamSession]:
+        """Stream-protocol connections past Open (the broker tracks them from there)."""
+        for s in list(self.broker.connections.values()):
+            if isinstance(s, StreamSession) and not s.closed:
+                yield s
+
     def totals(self, vhost: str | None = None) -> dict[str, int]:
         """Cumulative message counters, of one vhost or of the whole broker."""
         out: Counter[str] = Counter()
@@ -332,7 +340,7 @@ class Stats:
             name: Counter(self.vhost_retired.get(name, Counter())) for name in self.broker.vhosts
         }
         live_channels: set[Channel] = set()
-        live_sessions: set[Session] = set()
+        live_sessions: set[Session | StreamSession] = set()
         for s in self.sessions():
             if s.traffic is not None:
                 live_sessions.add(s)
@@ -349,6 +357,13 @@ class Stats:
                 if cw is None:
                     cw = self.channels[ch] = self._new_windows(min(self.keep, 120))
                 cw.add(t, channel_counters(ch))
+        for ss in self.stream_sessions():
+            if ss.traffic is not None:
+                live_sessions.add(ss)
+                sw = self.connections.get(ss)
+                if sw is None:
+                    sw = self.connections[ss] = self._new_windows(min(self.keep, 120))
+                sw.add(t, {"recv_oct": ss.traffic.recv_oct, "send_oct": ss.traffic.send_oct})
         live_queues: set[Queue] = set()
         live_exchanges: set[Exchange] = set()
         for name, v in self.broker.vhosts.items():
@@ -393,8 +408,8 @@ class Stats:
             del self.channels[ch]
         for x in [x for x in self.exchanges if x not in live_exchanges]:
             del self.exchanges[x]
-        for s in [s for s in self.connections if s not in live_sessions]:
-            del self.connections[s]
+        for gone in [c for c in self.connections if c not in live_sessions]:
+            del self.connections[gone]
         self._last_sample = t
 
     # ------------------------------------------------------------------ shapes

@@ -13,13 +13,14 @@ import asyncio
 import logging
 import time
 
-from leveret.broker.stream_session import StreamSession
+from leveret.broker.ports import Traffic
+from leveret.broker.stream_session import StreamSession, count_error
 from leveret.protocol.stream import encode
 from leveret.protocol.stream import events as ev
 from leveret.protocol.stream.connection import Phase, ServerConnection
 from leveret.protocol.stream.spec import Code
 from leveret.server.state import ServerState
-from leveret.server.tls import login_name, peer_certificate
+from leveret.server.tls import connection_details, login_name, peer_certificate
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +43,7 @@ class StreamProtocol(asyncio.Protocol):
         self.conn = ServerConnection(frame_max, heartbeat)
         self.transport: asyncio.Transport | None = None
         self.session: StreamSession | None = None
+        self.traffic = Traffic()
         self._flush_scheduled = False
         self._paused = False  # the transport's buffer is above its high-water mark
         self.blocked = False
@@ -60,11 +62,21 @@ class StreamProtocol(asyncio.Protocol):
         if transport is None:
             return
         pending = self.conn.data_to_send()  # what was queued before goes first
-        transport.writelines((pending, encode.deliver_header(subscription_id, len(data)), data))
+        header = encode.deliver_header(subscription_id, len(data))
+        transport.writelines((pending, header, data))
+        traffic = self.traffic
+        traffic.send_oct += len(pending) + len(header) + len(data)
+        traffic.send_cnt += 1
         self._last_send = time.monotonic()
 
     def writable(self) -> bool:
         return not self._paused and self.transport is not None and not self._ending
+
+    def force_close(self, reason: str) -> None:
+        """Management closes it: as rabbit_stream_reader stops on a shutdown call, the
+        socket closes without a Close frame."""
+        log.info("forcing stream connection %s closing: %s", self.name, reason)
+        self._end()
 
     # --------------------------------------------------------------- transport
     @property
@@ -80,6 +92,7 @@ class StreamProtocol(asyncio.Protocol):
         transport.set_write_buffer_limits(  # type: ignore[attr-defined]
             high=4 * 1024 * 1024, low=1024 * 1024
         )
+        self.traffic.pending = transport.get_write_buffer_size  # type: ignore[attr-defined]
         self.state.connections.add(self)
         self._timer = self.loop.call_later(
             self.state.limits.handshake_timeout, self._handshake_timeout
@@ -135,6 +148,8 @@ class StreamProtocol(asyncio.Protocol):
         data = self.conn.data_to_send()
         if data and self.transport is not None:
             self.transport.write(data)
+            self.traffic.send_oct += len(data)
+            self.traffic.send_cnt += 1
             self._last_send = time.monotonic()
 
     def _end(self) -> None:
@@ -150,6 +165,8 @@ class StreamProtocol(asyncio.Protocol):
     # ------------------------------------------------------------------- input
     def data_received(self, data: bytes) -> None:
         self._last_recv = time.monotonic()
+        self.traffic.recv_oct += len(data)
+        self.traffic.recv_cnt += 1
         if self._ending:
             return
         self.conn.receive_data(data)
@@ -188,7 +205,9 @@ class StreamProtocol(asyncio.Protocol):
     def _control(self, event: ev.Event) -> None:
         conn = self.conn
         if isinstance(event, ev.PeerProperties):
-            peer = self.transport.get_extra_info("peername") if self.transport else None
+            transport = self.transport
+            peer = transport.get_extra_info("peername") if transport else None
+            local = transport.get_extra_info("sockname") if transport else None
             # EXTERNAL (the client certificate) only where the listener verifies peers
             offered = sorted(
                 m
@@ -196,8 +215,16 @@ class StreamProtocol(asyncio.Protocol):
                 if m != "EXTERNAL" or (self.tls and self.verify_peer)
             )
             self.session = StreamSession(
-                self.state.broker, self, peer, self.advertised, tuple(offered)
+                self.state.broker,
+                self,
+                _address(peer),
+                self.advertised,
+                tuple(offered),
+                _address(local),
+                self.traffic,
             )
+            if transport is not None:
+                self.session.transport_details = connection_details(transport)
             props = self.session.peer_properties(event.properties)
             conn.send(encode.peer_properties(event.correlation_id, Code.OK, props))
         elif isinstance(event, ev.SaslHandshake):
@@ -219,6 +246,7 @@ class StreamProtocol(asyncio.Protocol):
         elif isinstance(event, ev.Tune):
             if self.session is not None:
                 self.session.frame_max = event.frame_max
+                self.session.heartbeat = event.heartbeat
             self._start_heartbeats(event.heartbeat)
         elif isinstance(event, ev.Open):
             assert self.session is not None
@@ -236,9 +264,11 @@ class StreamProtocol(asyncio.Protocol):
             pass  # the connection is closed now: the socket ends after the flush
         elif isinstance(event, ev.UnknownFrame):
             log.warning("unknown stream command %#x from %s", event.key, self.name)
+            count_error(self.state.broker, Code.UNKNOWN_FRAME)
             conn.send_close(Code.UNKNOWN_FRAME, "unknown frame")
         elif isinstance(event, ev.FrameTooLarge):
             log.warning("stream frame of %d bytes from %s: too large", event.size, self.name)
+            count_error(self.state.broker, Code.FRAME_TOO_LARGE)
             conn.send_close(Code.FRAME_TOO_LARGE, "frame too large")
         elif isinstance(event, ev.ConnectionFailed):
             log.info("stream connection %s failed: %s", self.name, event.reason)
@@ -270,6 +300,8 @@ class StreamProtocol(asyncio.Protocol):
         if blocked == self.blocked or self.transport is None or self._ending:
             return
         self.blocked = blocked
+        if self.session is not None:
+            self.session.blocked = blocked
         self._update_reading()
         if not blocked:
             self.loop.call_soon(self._resume)
@@ -304,6 +336,13 @@ _CONTROL = (
     ev.FrameTooLarge,
     ev.ConnectionFailed,
 )
+
+
+def _address(address: object) -> tuple[str, int] | None:
+    """A socket address as host and port (an IPv6 one has four parts)."""
+    if isinstance(address, tuple) and len(address) >= 2:
+        return str(address[0]), int(address[1])
+    return None
 
 
 def _is_command(event: object) -> bool:

@@ -21,16 +21,52 @@ export function connectionsPage() {
     { empty: "No connections.", id: "connections-table" },
   );
   const filterBox = h("input.filter", { type: "search", placeholder: "Filter connections  ( / )", "data-search": "", "aria-label": "Filter connections", oninput: () => table.filter(filterBox.value) });
-  const el = h("div.page", card(null, h("div.card-head", h("h2", "Connections"), filterBox), table.el));
+  // the stream protocol's publishers and consumers (rabbitmq_stream_management's lists)
+  const conn = (x) => h("span", { title: (x.connection_details || {}).name }, (x.connection_details || {}).name || "");
+  const stream = (x) => `${(x.queue || {}).name} (${(x.queue || {}).vhost})`;
+  const publishers = new Table(
+    [
+      { title: "Connection", sort: (x) => (x.connection_details || {}).name || "", render: conn },
+      { key: "publisher_id", title: "Id", num: true },
+      { title: "Stream", sort: stream, render: stream },
+      { key: "reference", title: "Reference" },
+      { key: "published", title: "Published", num: true, render: (x) => fmtInt(x.published) },
+      { key: "confirmed", title: "Confirmed", num: true, render: (x) => fmtInt(x.confirmed) },
+      { key: "errored", title: "Errored", num: true, render: (x) => fmtInt(x.errored) },
+    ],
+    { empty: "No stream publishers.", id: "stream-publishers-table" },
+  );
+  const consumers = new Table(
+    [
+      { title: "Connection", sort: (x) => (x.connection_details || {}).name || "", render: conn },
+      { key: "subscription_id", title: "Id", num: true },
+      { title: "Stream", sort: stream, render: stream },
+      { key: "consumed", title: "Consumed", num: true, render: (x) => fmtInt(x.consumed) },
+      { key: "offset", title: "Offset", num: true },
+      { key: "offset_lag", title: "Lag", num: true },
+      { key: "credits", title: "Credits", num: true },
+    ],
+    { empty: "No stream consumers.", id: "stream-consumers-table" },
+  );
+  const el = h(
+    "div.page",
+    card(null, h("div.card-head", h("h2", "Connections"), filterBox), table.el),
+    card(null, h("div.card-head", h("h2", "Stream publishers")), publishers.el),
+    card(null, h("div.card-head", h("h2", "Stream consumers")), consumers.el),
+  );
 
   async function closeConnection(c) {
-    if (!(await confirmDialog("Close connection", `Close ${c.name}? The client gets connection.close with 320 CONNECTION_FORCED.`, { okLabel: "Close connection" }))) return;
+    const how = c.protocol === "stream" ? "Its socket is closed." : "The client gets connection.close with 320 CONNECTION_FORCED.";
+    if (!(await confirmDialog("Close connection", `Close ${c.name}? ${how}`, { okLabel: "Close connection" }))) return;
     const ok = await act(null, () => api.del(`/connections/${enc(c.name)}`, { "X-Reason": "Closed via the Leveret dashboard" }), "Connection closed");
     if (ok !== undefined) refresh();
   }
 
   async function refresh() {
-    table.set(await api.get("/connections"));
+    const [all, pubs, subs] = await Promise.all([api.get("/connections"), api.get("/stream/publishers"), api.get("/stream/consumers")]);
+    table.set(all);
+    publishers.set(pubs);
+    consumers.set(subs);
   }
   return { title: "Connections", el, refresh };
 }
