@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from leveret.logs.alerts import AmqpAlerts, Evaluator
+from leveret.logs.lakeconfig import AlertRule
 from leveret.spark.client import AmqpSourceError, close_quietly, connect, error_from
 from leveret.spark.keeper import LakeKeeper
 from leveret.spark.session import spark_session
@@ -127,6 +129,8 @@ class IngestConfig:
     #: ``stream_port``) or auto (stream when that port answers)
     protocol: str = "amqp"
     stream_port: int = 5552
+    #: alert rules evaluated on each committed batch (see :mod:`leveret.logs.alerts`)
+    alerts: tuple[AlertRule, ...] = ()
 
 
 def start_ingest(spark: SparkSession, cfg: IngestConfig) -> StreamingQuery:
@@ -261,7 +265,11 @@ def run_ingest(
     failures = 0
     stop = stop or threading.Event()
     # removes what failed task attempts left behind: at each start and after each batch
-    keeper = LakeKeeper(cfg.lake)
+    keeper = LakeKeeper(
+        cfg.lake,
+        alerts=Evaluator(cfg.alerts) if cfg.alerts else None,
+        publish=AmqpAlerts(cfg.url, cfg.exchange, cfg.stream).publish,
+    )
     keeper.start()
     current: list[StreamingQuery] = []
 
