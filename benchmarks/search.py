@@ -130,6 +130,79 @@ def generate(root: Path, n: int, per_trigger: int) -> None:
         broker.stop()
 
 
+def synthesize(root: Path, n: int, per_trigger: int, tasks: int = 2) -> None:
+    """The same records in the ingest's exact layout, written with pyarrow instead of
+    through a broker and Spark: per batch of ``per_trigger`` records, ``tasks`` files per
+    severity partition (Spark's tasks), INT96 timestamps, the sink's log with its
+    compaction every ten batches."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    global N_RECORDS
+    N_RECORDS = n
+    lake = root / "lake"
+    if (lake / "_spark_metadata").is_dir():
+        print(f"{lake} exists: reusing it (delete it to generate again)")
+        return
+    meta = lake / "_spark_metadata"
+    meta.mkdir(parents=True)
+    words = np.array(WORDS)
+    sev_names = np.array(SEVERITIES)
+    t0 = time.perf_counter()
+    everything: list[str] = []
+    for b, start in enumerate(range(0, n, per_trigger)):
+        i = np.arange(start, min(n, start + per_trigger), dtype=np.int64)
+        h = (i * 2654435761) & 0xFFFFFFFF
+        ts = ((DAY + (i / n) * 86400.0) * 1e6).astype("int64")
+        sev = sev_names[h % 100]
+        msg = np.char.add(
+            np.char.add(words[(h >> 3) % len(WORDS)], " "),
+            np.char.add(words[(h >> 7) % len(WORDS)], " "),
+        )
+        msg = np.char.add(msg, np.where(h % 100_003 == 0, "kraken ", ""))
+        msg = np.char.add(np.char.add(msg, words[(h >> 11) % len(WORDS)]), " #")
+        msg = np.char.add(msg, i.astype(str))
+        entries = []
+        for s_name in ("debug", "info", "warning", "error", "critical"):
+            mask = sev == s_name
+            if not mask.any():
+                continue
+            idx = np.nonzero(mask)[0]
+            d = lake / "date=2026-11-25" / f"severity={s_name}"
+            d.mkdir(parents=True, exist_ok=True)
+            for part in np.array_split(idx, tasks):
+                hp = h[part]
+                table = pa.table({
+                    "offset": pa.array(i[part]),
+                    "routing_key": pa.array([""] * len(part)),
+                    "redelivered": pa.array([False] * len(part)),
+                    "message_id": pa.array([None] * len(part), pa.string()),
+                    "ts": pa.array(ts[part], pa.timestamp("us", tz="UTC")),
+                    "facility": pa.array(np.array(["user", "kern", "auth"])[hp % 3]),
+                    "host": pa.array(np.char.add("host", ((hp >> 5) % 50).astype(str))),
+                    "app": pa.array(np.char.add("app", ((hp >> 9) % 20).astype(str))),
+                    "pid": pa.array(1000 + hp % 5000),
+                    "message": pa.array(msg[part]),
+                    "logger": pa.array([None] * len(part), pa.string()),
+                    "exc": pa.array([None] * len(part), pa.string()),
+                    "extra": pa.array([None] * len(part), pa.string()),
+                    "_corrupt": pa.array([None] * len(part), pa.string()),
+                })  # fmt: skip
+                f = d / f"part-{len(entries):05d}-{b:06d}-{s_name}.c000.snappy.parquet"
+                pq.write_table(table, f, use_deprecated_int96_timestamps=True)
+                entries.append(json.dumps({
+                    "path": f.as_uri(), "size": f.stat().st_size, "isDir": False,
+                    "modificationTime": int(f.stat().st_mtime * 1000),
+                    "blockReplication": 1, "blockSize": 33554432, "action": "add",
+                }))  # fmt: skip
+        everything += entries
+        name = f"{b}.compact" if (b + 1) % 10 == 0 else str(b)
+        body = everything if name.endswith(".compact") else entries
+        (meta / name).write_text("v1\n" + "\n".join(body))
+    print(f"synthesized {n} records in {time.perf_counter() - t0:.0f} s", flush=True)
+
+
 def _filters(spec: dict[str, Any]) -> Filters:
     return Filters.of(**spec)
 
@@ -182,6 +255,11 @@ def main() -> None:
     ap.add_argument("--records", type=int, default=10_000_000)
     ap.add_argument("--per-trigger", type=int, default=50_000)
     ap.add_argument("--generate", action="store_true")
+    ap.add_argument(
+        "--synthesize",
+        action="store_true",
+        help="write the lake in the ingest's layout with pyarrow (no broker, no Spark)",
+    )
     ap.add_argument("--measure", action="store_true")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--json", type=Path)
@@ -189,6 +267,8 @@ def main() -> None:
     args.root.mkdir(parents=True, exist_ok=True)
     if args.generate:
         generate(args.root, args.records, args.per_trigger)
+    elif args.synthesize:
+        synthesize(args.root, args.records, args.per_trigger)
     if args.measure:
         work = args.root / "measured"
         if work.exists():

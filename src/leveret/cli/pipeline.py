@@ -439,11 +439,12 @@ def compact(
                     f"Retention: dropped {len(dropped.partitions)} partition(s) "
                     f"({len(dropped.removed)} files) older than {days} days"
                 )
-            print(
-                f"Compacted {len(change.partitions)} partition(s): {len(change.removed)} "
-                f"files into {len(change.added)} ({change.records} records)",
-                flush=True,
-            )
+            if interval is None or change.partitions:  # --every: only what it did
+                print(
+                    f"Compacted {len(change.partitions)} partition(s): {len(change.removed)} "
+                    f"files into {len(change.added)} ({change.records} records)",
+                    flush=True,
+                )
         # replaced files go once readers that listed them are done
         if stop.wait(wait):
             break

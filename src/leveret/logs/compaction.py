@@ -309,13 +309,25 @@ def plan(lake: Path, target: int = TARGET_BYTES, min_files: int = 2) -> dict[str
     sink = SinkLog(lake)
     sink.refresh()
     parts: dict[str, list[str]] = {}
-    for p, f in sorted(sink.files.items()):
+    # in the log's order, which is the batches' order: the rows of a compacted file then
+    # run in time order, so a time range skips whole row groups
+    for p, f in sink.files.items():
         # a file the base log file names: one rename takes it out of the log (the files of
         # the batches since wait for the sink's next log compaction)
         if p not in sink.in_base or (f.size and f.size >= target // 2):
             continue
         parts.setdefault(_partition_of(p, lake), []).append(p)
     return {k: v for k, v in parts.items() if len(v) >= min_files}
+
+
+def _micros(schema: Any) -> Any:
+    import pyarrow as pa
+
+    fields = [
+        f.with_type(pa.timestamp("us", tz=f.type.tz)) if pa.types.is_timestamp(f.type) else f
+        for f in schema
+    ]
+    return pa.schema(fields, metadata=schema.metadata)
 
 
 def _write_partition(files: list[str], out_dir: Path, target: int) -> tuple[list[Path], int]:
@@ -337,7 +349,7 @@ def _write_partition(files: list[str], out_dir: Path, target: int) -> tuple[list
         if pending:
             table = pa.concat_tables(pending).combine_chunks()
             writer.write_table(table, row_group_size=ROWS_PER_GROUP)
-            written += table.nbytes
+            written = outs[-1].stat().st_size  # on the disk, as the plan measures files
             pending, pending_rows = [], 0
 
     try:
@@ -345,16 +357,18 @@ def _write_partition(files: list[str], out_dir: Path, target: int) -> tuple[list
             table = pq.ParquetFile(path).read()
             if schema is None:
                 schema = table.schema
-            elif not table.schema.equals(schema):
-                table = table.cast(schema)
+            if not table.schema.equals(_micros(schema)):
+                table = table.cast(_micros(schema))
             if writer is None or written >= target:
                 flush()
                 if writer is not None:
                     writer.close()
                 tmp = out_dir / f".compacting-{uuid.uuid4().hex}.parquet"
                 outs.append(tmp)
+                # timestamps as INT64 microseconds (Spark writes INT96, which has no
+                # statistics): readers can skip row groups outside a time range
                 writer = pq.ParquetWriter(
-                    tmp, schema, compression="snappy", use_deprecated_int96_timestamps=True
+                    tmp, _micros(schema), compression="snappy", coerce_timestamps="us"
                 )
                 written = 0
             pending.append(table)
