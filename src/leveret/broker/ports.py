@@ -299,11 +299,3 @@ class Storage(Protocol):
     def quorum_store(self, vhost: str, queue: str) -> QuorumStore:
         """The log of a quorum queue (what it kept before a restart, if anything)."""
         ...
-
-
-class DefinitionStore(Protocol):
-    """Durable exchanges, queues, bindings, users, vhosts and permissions."""
-
-    def load(self) -> dict[str, Any] | None: ...
-
-    def save(self, definitions: dict[str, Any]) -> None: ...
