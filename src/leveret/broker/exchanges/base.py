@@ -51,6 +51,8 @@ class Exchange:
 
     type_name = ""
     kind = "exchange"
+    # what /api/overview's exchange_types says of a plugin's type (AMQP's: generated)
+    description = ""
 
     def __init__(
         self,
