@@ -21,6 +21,8 @@ def count(ch: pika.adapters.blocking_connection.BlockingChannel, queue: str) -> 
 def test_thirty_minute_ttl_follows_the_manual_clock(leveret_clock: leveret.Broker) -> None:
     conn = connect(leveret_clock.url)
     ch = conn.channel()
+    # confirmed publishes: the broker has them before the clock moves
+    ch.confirm_delivery()
     ch.queue_declare("ttl", arguments={"x-message-ttl": 1_800_000})
     ch.basic_publish("", "ttl", b"half an hour")
     ch.basic_publish("", "ttl", b"a minute", pika.BasicProperties(expiration="60000"))
@@ -96,6 +98,7 @@ def test_a_manual_clock_is_its_own_broker_s_alone(leveret_clock: leveret.Broker)
     with leveret.Broker() as other:
         conn = connect(other.url)
         ch = conn.channel()
+        ch.confirm_delivery()
         ch.queue_declare("q", arguments={"x-message-ttl": 3_600_000})
         ch.basic_publish("", "q", b"kept")
         leveret_clock.advance(7200)

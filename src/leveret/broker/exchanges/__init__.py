@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from leveret.broker.exchanges.base import Binding, Destination, Exchange
 from leveret.broker.exchanges.consistent_hash import ConsistentHashExchange
+from leveret.broker.exchanges.deduplication import DeduplicationExchange
 from leveret.broker.exchanges.direct import DefaultExchange, DirectExchange
 from leveret.broker.exchanges.fanout import FanoutExchange
 from leveret.broker.exchanges.headers import HeadersExchange
@@ -17,6 +18,7 @@ EXCHANGE_TYPES: dict[str, type[Exchange]] = {
     "headers": HeadersExchange,
     # plugins whose types are on by default (leveret.broker.plugins)
     "x-consistent-hash": ConsistentHashExchange,
+    "x-message-deduplication": DeduplicationExchange,
 }
 
 

@@ -110,6 +110,12 @@ class Exchange:
         return effective_definition(self.policy, self.operator_policy)
 
     # -- the part a type implements -------------------------------------------------
+    def attach(self, vhost: Any) -> None:
+        """The exchange joins ``vhost`` (a VirtualHost: declared, or restored at start)."""
+
+    def detach(self) -> None:
+        """The exchange is deleted."""
+
     def validate_binding(self, binding: Binding) -> None:
         """Raise an AMQPError if the type cannot take this binding."""
 
