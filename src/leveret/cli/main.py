@@ -327,8 +327,10 @@ _register_log_commands()
 
 def _register_pipeline_commands() -> None:
     from leveret.cli.pipeline import app as pipeline_app
+    from leveret.cli.search import app as search_app
 
     app.add_typer(pipeline_app, name="pipeline")
+    app.add_typer(search_app, name="logs")
 
 
 _register_pipeline_commands()
