@@ -144,6 +144,8 @@ class VirtualHost:
         self.limits: dict[str, int] = {}
         # (user, exchange) -> what routing keys the user may use on that topic exchange
         self.topic_permissions: dict[tuple[str, str], TopicPermission] = {}
+        # the broker's plugin state, by plugin name (the delayed messages' schedule)
+        self.extensions: dict[str, Any] = {}
 
     # ----------------------------------------------------------------- policies
     def set_policy(self, policy: Policy) -> None:

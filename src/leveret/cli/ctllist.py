@@ -180,6 +180,8 @@ LISTINGS: dict[str, Listing] = {
         {
             **_plain("name", "type", "durable", "auto_delete", "internal", "policy"),
             "arguments": _args("arguments"),
+            # x-delayed-message exchanges (rabbitmq_delayed_message_exchange's info item)
+            "messages_delayed": lambda item, node: item.get("messages_delayed", ""),
         },
     ),
     "list_bindings": Listing(

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from leveret.broker.exchanges import delayed
 from leveret.broker.exchanges.base import Binding, Destination, Exchange
 from leveret.broker.exchanges.consistent_hash import ConsistentHashExchange
 from leveret.broker.exchanges.deduplication import DeduplicationExchange
+from leveret.broker.exchanges.delayed import DelayedMessageExchange
 from leveret.broker.exchanges.direct import DefaultExchange, DirectExchange
 from leveret.broker.exchanges.fanout import FanoutExchange
 from leveret.broker.exchanges.headers import HeadersExchange
@@ -19,7 +21,9 @@ EXCHANGE_TYPES: dict[str, type[Exchange]] = {
     # plugins whose types are on by default (leveret.broker.plugins)
     "x-consistent-hash": ConsistentHashExchange,
     "x-message-deduplication": DeduplicationExchange,
+    "x-delayed-message": DelayedMessageExchange,
 }
+delayed.REGISTRY = EXCHANGE_TYPES
 
 
 def exchange_type(type_name: str) -> type[Exchange]:
