@@ -11,6 +11,8 @@ from leveret.protocol.errors import AMQPError
 from leveret.protocol.spec import Method
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from leveret.broker.entry import Entry
     from leveret.broker.message import Message
 
@@ -300,10 +302,6 @@ class Storage(Protocol):
         """The log of a quorum queue (what it kept before a restart, if anything)."""
         ...
 
-
-class DefinitionStore(Protocol):
-    """Durable exchanges, queues, bindings, users, vhosts and permissions."""
-
-    def load(self) -> dict[str, Any] | None: ...
-
-    def save(self, definitions: dict[str, Any]) -> None: ...
+    def plugin_dir(self, plugin: str) -> Path:
+        """A directory of a plugin's own (made if missing), for what it keeps on disk."""
+        ...
