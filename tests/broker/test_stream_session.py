@@ -4,6 +4,7 @@ as whole chunks with contiguous offsets, never more chunks than its credit."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import struct
 import tempfile
@@ -14,6 +15,7 @@ from hypothesis import strategies as st
 
 from leveret.broker.broker import Broker
 from leveret.broker.events import Observers
+from leveret.broker.ports import ChunkRef
 from leveret.broker.stream_session import StreamSession
 from leveret.protocol.stream import chunk
 from leveret.protocol.stream import events as ev
@@ -29,8 +31,9 @@ class Output:
     def send(self, data: bytes) -> None:
         self.frames.append(data)
 
-    def send_chunk(self, subscription_id: int, data: bytes) -> None:
-        self.chunks.append((subscription_id, data))
+    def send_chunk(self, subscription_id: int, ref: ChunkRef) -> None:
+        # the stored bytes, as the server sends them
+        self.chunks.append((subscription_id, os.pread(ref.fd, ref.size, ref.position)))
 
     def writable(self) -> bool:
         return self.open
