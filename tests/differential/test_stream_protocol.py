@@ -486,3 +486,51 @@ def test_create_arguments(sbroker: BrokerUnderTest) -> None:
         "PreconditionFailed",
         "PreconditionFailed",
     ]
+
+
+def test_stream_protocol_ids_and_typed_properties_over_amqp091(
+    sbroker: BrokerUnderTest, stream: str
+) -> None:
+    """A message published over the stream protocol with a numeric message id, a uuid
+    correlation id and typed application properties, read over AMQP 0-9-1: the ids as
+    text with headers naming their types (rabbit_msg_record:to_amqp091), the properties
+    as headers, x-stream-offset beside them."""
+    import uuid as uuid_
+
+    message = AMQPMessage(
+        body=b"typed",
+        properties=rstream.Properties(message_id=42, correlation_id=uuid_.UUID(int=5)),
+        # (no double: pika decodes an AMQP 0-9-1 'd' field wrongly, from either broker)
+        application_properties={"i": 5, "neg": -3, "s": "x"},
+    )
+    assert run(lambda: publish_confirmed(sbroker, stream, [message])) == [True]
+    conn = pika.BlockingConnection(pika.ConnectionParameters(sbroker.host, sbroker.port))
+    try:
+        ch = conn.channel()
+        ch.basic_qos(prefetch_count=10)
+        seen: list[tuple[str, str, pika.BasicProperties, bytes]] = []
+        ch.basic_consume(
+            stream,
+            lambda _c, m, p, body: seen.append((m.exchange, m.routing_key, p, body)),
+            arguments={"x-stream-offset": 0},
+        )
+        deadline = time.monotonic() + 10
+        while not seen and time.monotonic() < deadline:
+            conn.process_data_events(time_limit=0.2)
+    finally:
+        conn.close()
+    assert len(seen) == 1
+    exchange, key, props, body = seen[0]
+    assert (exchange, key, body) == ("", stream, b"typed")
+    assert (props.message_id, props.correlation_id) == (
+        "42",
+        "00000000-0000-0000-0000-000000000005",
+    )
+    assert props.headers == {
+        "x-correlation-id-type": "uuid",
+        "x-message-id-type": "ulong",
+        "i": 5,
+        "neg": -3,
+        "s": "x",
+        "x-stream-offset": 0,
+    }
