@@ -534,3 +534,32 @@ def test_stream_protocol_ids_and_typed_properties_over_amqp091(
         "s": "x",
         "x-stream-offset": 0,
     }
+
+
+def test_a_stored_offset_takes_an_offset_of_the_stream(
+    sbroker: BrokerUnderTest, stream: str
+) -> None:
+    """Osiris writes a stored offset, when no message goes with it, as a tracking chunk
+    of its own, which takes an offset: readers see a gap there, and `last` is the last
+    chunk of messages."""
+
+    async def store(reference: str) -> None:
+        c = Consumer("127.0.0.1", sbroker.stream_port, **CREDENTIALS)
+        await c.start()
+        try:
+            await c.store_offset(stream, reference, 1)
+            await asyncio.sleep(0.5)  # no answer; written with the writer's next batch
+        finally:
+            await c.close()
+
+    assert run(lambda: publish_confirmed(sbroker, stream, [b"a", b"b"])) == [True, True]
+    run(lambda: store("r1"))
+    run(lambda: store("r2"))
+    assert run(lambda: publish_confirmed(sbroker, stream, [b"c"])) == [True]
+    assert run(lambda: read(sbroker, stream, spec(OffsetType.FIRST), 3)) == [
+        (0, b"a"),
+        (1, b"b"),
+        (4, b"c"),
+    ]
+    assert run(lambda: read(sbroker, stream, spec(OffsetType.OFFSET, 2), 1)) == [(4, b"c")]
+    assert run(lambda: read(sbroker, stream, spec(OffsetType.LAST), 1)) == [(4, b"c")]

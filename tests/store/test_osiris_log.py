@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from leveret.broker.queues.stream_amqp10 import to_amqp091, to_amqp10
 from leveret.broker.queues.stream_properties import as_stored_in_a_stream
 from leveret.protocol.stream import chunk
-from leveret.store.osiris import CHUNK_BYTES, HEADER, OsirisLog
+from leveret.store.osiris import CHUNK_BYTES, HEADER, OsirisLog, build_chunk
 from leveret.store.stream_layout import convert
 from leveret.store.streams import SegmentLog
 
@@ -223,3 +223,42 @@ def test_a_conversion_cut_short_is_done_again(tmp_path: Path) -> None:
     log = OsirisLog(tmp_path, convert=lambda d: convert(d, "s"))
     assert [to_amqp091(m, "s")[2] for m in messages(log)] == [b"b0", b"b1", b"b2"]
     log.close()
+
+
+def test_tracking_goes_in_trailers_delta_chunks_and_snapshots(tmp_path: Path) -> None:
+    """As osiris's writer: tracking written with messages rides in the chunk's trailer
+    (not sent to readers), alone it is a tracking-delta chunk that takes an offset, and
+    a new segment starts with a tracking snapshot chunk."""
+    log = OsirisLog(tmp_path, max_segment_bytes=300)
+    log.append(b"m0")
+    log.set_writer_sequence("w", 7)
+    log.sync(ts_ms=1)
+    seg = (tmp_path / "00000000000000000000.segment").read_bytes()
+    head = HEADER.unpack_from(seg, 8)
+    trailer = b"\x00\x01w" + struct.pack(">Q", 7)
+    assert (head[1], head[3], head[9]) == (0, 1, len(trailer))  # user chunk, 1 record
+    assert seg.endswith(trailer)
+    ref = log.chunk_at(0)
+    assert ref is not None and ref.size == 48 + 6  # header and data: no trailer
+    log.store_offset("r", 0)
+    assert log.sync(ts_ms=2) is True
+    assert log.committed == 2 and log.next_offset == 2
+    delta = (tmp_path / "00000000000000000000.segment").read_bytes()[len(seg) :]
+    entry = b"\x01\x01r" + struct.pack(">Q", 0)
+    assert delta == build_chunk([entry], 1, 2, kind=1)
+    assert log.chunk_at(1) is None  # readers skip tracking chunks
+    assert log.append(b"m2") == 2
+    log.sync()
+    assert [o for o, _, _ in log.read(0, 10)] == [0, 2]
+    assert log.last_chunk_start() == 2
+    for _ in range(20):  # past the segment size: a snapshot starts the next segment
+        log.append(b"x" * 40)
+        log.sync()
+    assert log.segment_count > 1
+    second = log.segments[1]
+    assert second.types[0] == 2 and second.records[0] == 1
+    log.close()
+    again = OsirisLog(tmp_path, max_segment_bytes=300)
+    assert (again.query_offset("r"), again.writer_sequence("w")) == (0, 7)
+    assert again.committed == log.committed
+    again.close()

@@ -52,6 +52,9 @@ HEADER = struct.Struct(">BBHIqQQIIII")
 HEADER_SIZE = HEADER.size  # 48
 _IDX = struct.Struct(">QqQIB")  # first offset, timestamp, epoch, file position, chunk type
 _U32 = struct.Struct(">I")
+_U64 = struct.Struct(">Q")
+TRK_SEQUENCE = 0
+TRK_OFFSET = 1
 MAX_SEGMENT_CHUNKS = 256_000  # osiris's default max_segment_size_chunks
 # A chunk is cut at this many bytes of entries (a Deliver frame stays well within the
 # 1 MiB frame size clients ask for), and at 65,535 entries (the header's entry count).
@@ -81,6 +84,7 @@ def _name(base: int) -> str:
 class _Segment:
     __slots__ = (
         "base",
+        "dlens",
         "end",
         "fd",
         "firsts",
@@ -103,6 +107,7 @@ class _Segment:
         self.timestamps = array("q")
         self.records = array("l")  # its record count
         self.types = bytearray()
+        self.dlens = array("q")  # data length of each chunk (-1: not read yet)
         self.size = len(LOG_HEADER)
         self.last_ts = 0
         self.end = base  # next offset after this segment's last chunk
@@ -118,39 +123,69 @@ class _Segment:
             os.close(self.fd)
             self.fd = -1
 
-    def add(self, first: int, pos: int, ts: int, records: int, kind: int) -> None:
+    def add(self, first: int, pos: int, ts: int, records: int, kind: int, dlen: int = -1) -> None:
+        self.dlens.append(dlen)
         self.firsts.append(first)
         self.positions.append(pos)
         self.timestamps.append(ts)
         self.records.append(records)
         self.types.append(kind)
 
+    def send_size(self, i: int) -> int:
+        """A chunk's header and data, without its trailer (what a Deliver frame sends)."""
+        dlen = self.dlens[i]
+        if dlen < 0:
+            head = os.pread(self.reader(), HEADER_SIZE, self.positions[i])
+            dlen = self.dlens[i] = HEADER.unpack(head)[8]
+        return HEADER_SIZE + dlen
+
     def chunk_size(self, i: int) -> int:
         nxt = self.positions[i + 1] if i + 1 < len(self.positions) else self.size
         return nxt - self.positions[i]
 
 
-def build_chunk(messages: list[bytes], first: int, ts: int, epoch: int = EPOCH) -> bytes:
-    """A user chunk of simple entries, as osiris writes it."""
+def build_chunk(
+    messages: list[bytes],
+    first: int,
+    ts: int,
+    trailer: bytes = b"",
+    kind: int = CHUNK_USER,
+    epoch: int = EPOCH,
+) -> bytes:
+    """A chunk of simple entries (and a tracking trailer), as osiris writes it; the CRC
+    covers the entries only."""
     pack = _U32.pack
     data = b"".join([b for m in messages for b in (pack(len(m)), m)])
     n = len(messages)
     head = HEADER.pack(
-        MAGIC_VERSION, CHUNK_USER, n, n, ts, epoch, first, zlib.crc32(data), len(data), 0, 0
+        MAGIC_VERSION, kind, n, n, ts, epoch, first, zlib.crc32(data), len(data), len(trailer), 0
     )
-    return head + data
+    return head + data + trailer
 
 
-def chunk_records(chunk: bytes | memoryview, first: int) -> list[tuple[int, bytes]]:
-    """The (offset, message) of a stored user chunk's entries; sub-batches of compression
-    type 0 are opened, a compressed one is one record of its raw batch (as osiris)."""
+def tracking_entry(kind: int, reference: str, value: int, chunk_id: int | None = None) -> bytes:
+    """One tracking record: type (0 sequence, 1 offset), the reference, then the value
+    (in a snapshot, a sequence is preceded by the chunk id it was written in)."""
+    ref = reference.encode()[:255]
+    head = bytes((kind, len(ref))) + ref
+    if chunk_id is not None:
+        head += _U64.pack(chunk_id)
+    return head + _U64.pack(value & 0xFFFFFFFFFFFFFFFF)
+
+
+def chunk_records(
+    chunk: bytes | memoryview, first: int, start: int = 0, limit: int = 1 << 62
+) -> list[tuple[int, bytes]]:
+    """The (offset, message) of a stored user chunk's entries from offset ``start`` on, at
+    most ``limit``; sub-batches of compression type 0 are opened, a compressed one is one
+    record of its raw batch (as osiris)."""
     out: list[tuple[int, bytes]] = []
     (_, _, entries, _, _, _, _, _, length, _, _) = HEADER.unpack_from(chunk)
     pos = HEADER_SIZE
     end = pos + length
     unpack = _U32.unpack_from
     offset = first
-    while pos < end and entries:
+    while pos < end and entries and len(out) < limit:
         entries -= 1
         (size,) = unpack(chunk, pos)
         if size & 0x80000000:
@@ -170,10 +205,11 @@ def chunk_records(chunk: bytes | memoryview, first: int) -> list[tuple[int, byte
                     p += 4 + n
             pos = start + blen
         else:
-            out.append((offset, bytes(chunk[pos + 4 : pos + 4 + size])))
+            if offset >= start:
+                out.append((offset, bytes(chunk[pos + 4 : pos + 4 + size])))
             offset += 1
             pos += 4 + size
-    return out
+    return [r for r in out if r[0] >= start] if start > first else out
 
 
 class OsirisLog:
@@ -202,6 +238,8 @@ class OsirisLog:
         self._tracking_path = self.dir / "tracking.json"
         self.offsets: dict[str, int] = {}
         self.sequences: dict[str, int] = {}
+        self._seq_chunks: dict[str, int] = {}  # the chunk each sequence was written in
+        self._pending_trk: dict[tuple[int, str], int] = {}
         self._tracking_dirty = False
         self._load_tracking()
 
@@ -267,7 +305,7 @@ class OsirisLog:
                 data = f.read(dlen + tlen)
                 if len(data) < dlen + tlen or zlib.crc32(data[:dlen]) != crc:
                     break
-                seg.add(first, pos, ts, records, kind)
+                seg.add(first, pos, ts, records, kind, dlen)
                 seg.last_ts = ts
                 expect = first + records
                 pos += HEADER_SIZE + dlen + tlen
@@ -310,7 +348,11 @@ class OsirisLog:
         self.sequences = {str(k): int(v) for k, v in data.get("sequences", {}).items()}
 
     def store_offset(self, reference: str, offset: int) -> None:
+        """A consumer's offset, written at the next sync: in the trailer of the chunk
+        then written, or, when no message waits, in a tracking chunk of its own, which
+        takes an offset (as osiris's writer does it)."""
         self.offsets[reference] = offset
+        self._pending_trk[(TRK_OFFSET, reference)] = offset
         self._tracking_dirty = True
 
     def query_offset(self, reference: str) -> int | None:
@@ -320,7 +362,10 @@ class OsirisLog:
         return self.sequences.get(reference)
 
     def set_writer_sequence(self, reference: str, sequence: int) -> None:
+        if self.sequences.get(reference) == sequence:
+            return
         self.sequences[reference] = sequence
+        self._pending_trk[(TRK_SEQUENCE, reference)] = sequence
         self._tracking_dirty = True
 
     def _save_tracking(self) -> None:
@@ -400,7 +445,8 @@ class OsirisLog:
 
     # --------------------------------------------------------------- append
     def append(self, message: bytes) -> int:
-        """An AMQP 1.0-encoded message; its offset (readable after the next sync)."""
+        """An AMQP 1.0-encoded message, readable after the next sync; the offset it is
+        to take (one more if a new segment's tracking snapshot goes before it)."""
         offset = self.next_offset
         self.next_offset = offset + 1
         self._pending.append(message)
@@ -408,41 +454,63 @@ class OsirisLog:
 
     def sync(self, ts_ms: int | None = None) -> bool:
         """Write what was appended as chunks (stamped now, or ``ts_ms``) and fsync them.
-        True if anything was new. Tracking that changed is written too, after the records
-        it may refer to."""
-        if not self._pending:
+        True if anything was written. Tracking that changed goes in the last chunk's
+        trailer, or in a tracking chunk when no message waits; ``tracking.json`` is written
+        too, after the chunks it may refer to."""
+        if not self._pending and not self._pending_trk:
             if self._tracking_dirty and self.dir.exists():
                 self._save_tracking()
             return False
+        ts = int(time.time() * 1000) if ts_ms is None else ts_ms
         seg = self.segments[-1]
+        chunks: list[bytes] = []
+        index: list[bytes] = []
+        pos = seg.size
+        first = seg.end
+
+        def add(chunk: bytes, records: int, kind: int, dlen: int) -> None:
+            nonlocal pos, first
+            chunks.append(chunk)
+            index.append(_IDX.pack(first, ts, EPOCH, pos, kind))
+            seg.add(first, pos, ts, records, kind, dlen)
+            pos += len(chunk)
+            first += records
+
         if seg.firsts and (
             seg.size >= self.max_segment_bytes or len(seg.firsts) >= MAX_SEGMENT_CHUNKS
         ):
             self._roll()
             seg = self.segments[-1]
+            pos, first = seg.size, seg.end
+            snapshot = self._snapshot()
+            if snapshot:  # a new segment starts with the tracking state, as osiris's
+                add(build_chunk([snapshot], first, ts, kind=CHUNK_TRK_SNAPSHOT), 1, 2, -1)
+        trailer = b"".join(
+            tracking_entry(kind, ref, value) for (kind, ref), value in self._pending_trk.items()
+        )
+        pending = self._pending
+        self._pending = []
+        if pending:
+            i = 0
+            while i < len(pending):  # chunks of at most CHUNK_BYTES (one message at least)
+                j, size = i, 0
+                while j < len(pending) and j - i < 65535 and (j == i or size < CHUNK_BYTES):
+                    size += 4 + len(pending[j])
+                    j += 1
+                last = j == len(pending)
+                chunk = build_chunk(pending[i:j], first, ts, trailer if last else b"")
+                add(chunk, j - i, CHUNK_USER, size)
+                i = j
+            for kind, ref in self._pending_trk:
+                if kind == TRK_SEQUENCE:
+                    self._seq_chunks[ref] = seg.firsts[-1]
+        else:  # tracking alone: a chunk of its own, one entry, one offset
+            add(build_chunk([trailer], first, ts, kind=CHUNK_TRK_DELTA), 1, CHUNK_TRK_DELTA, -1)
+        self._pending_trk.clear()
+        self.next_offset = first
         if self._writer < 0:
             self._writer = os.open(seg.path, os.O_WRONLY | os.O_APPEND)
             self._idx_writer = os.open(seg.idx_path, os.O_WRONLY | os.O_APPEND)
-        ts = int(time.time() * 1000) if ts_ms is None else ts_ms
-        pending = self._pending
-        self._pending = []
-        chunks: list[bytes] = []
-        index: list[bytes] = []
-        pos = seg.size
-        first = seg.end
-        i = 0
-        while i < len(pending):  # chunks of at most CHUNK_BYTES (one message at least)
-            j, size = i, 0
-            while j < len(pending) and j - i < 65535 and (j == i or size < CHUNK_BYTES):
-                size += 4 + len(pending[j])
-                j += 1
-            chunk = build_chunk(pending[i:j], first, ts)
-            chunks.append(chunk)
-            index.append(_IDX.pack(first, ts, EPOCH, pos, CHUNK_USER))
-            seg.add(first, pos, ts, j - i, CHUNK_USER)
-            pos += len(chunk)
-            first += j - i
-            i = j
         _write_all(self._writer, b"".join(chunks))
         os.fsync(self._writer)
         _write_all(self._idx_writer, b"".join(index))
@@ -452,6 +520,19 @@ class OsirisLog:
         self._save_tracking()
         self.apply_retention()
         return True
+
+    def _snapshot(self) -> bytes:
+        """The tracking state as osiris's snapshot chunk holds it (offsets below the first
+        offset still stored are dropped, as osiris drops them)."""
+        low = self.first
+        self.offsets = {ref: o for ref, o in self.offsets.items() if o >= low}
+        return b"".join(
+            [
+                tracking_entry(TRK_SEQUENCE, ref, seq, self._seq_chunks.get(ref, 0))
+                for ref, seq in self.sequences.items()
+            ]
+            + [tracking_entry(TRK_OFFSET, ref, o) for ref, o in self.offsets.items()]
+        )
 
     def _roll(self) -> None:
         self._close_writers()
@@ -502,7 +583,7 @@ class OsirisLog:
                     return ChunkRef(
                         seg.reader(),
                         seg.positions[ci],
-                        seg.chunk_size(ci),
+                        seg.send_size(ci),
                         seg.firsts[ci],
                         seg.records[ci],
                         seg.timestamps[ci],
@@ -526,9 +607,8 @@ class OsirisLog:
             if ref is None:
                 break
             whole = True
-            for rec_offset, message in chunk_records(self.read_chunk(ref), ref.first):
-                if rec_offset < offset:
-                    continue
+            want = max_count - len(out)
+            for rec_offset, message in chunk_records(self.read_chunk(ref), ref.first, offset, want):
                 out.append((rec_offset, ref.timestamp, message))
                 size += len(message)
                 offset = rec_offset + 1
