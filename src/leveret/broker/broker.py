@@ -9,6 +9,7 @@ from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 import leveret
+from leveret.broker import plugins
 from leveret.broker.events import Event, Observers
 from leveret.broker.memory import MemoryBudget, release
 from leveret.broker.reply_to import DirectReplyTo
@@ -75,6 +76,10 @@ class Broker:
         self.traced_vhosts: set[str] = set()
         # log.exchange: the broker's log on amq.rabbitmq.log in the default vhost
         self.log_exchange = False
+        # the plugins enabled, by RabbitMQ's names (see leveret.broker.plugins)
+        self.plugins: tuple[str, ...] = plugins.enabled()
+        # RabbitMQ's consumer_timeout in ms (None: off), checked by consumer_timeout.check
+        self.consumer_timeout: int | None = 1_800_000
 
     @classmethod
     def with_defaults(cls, node_name: str | None = None) -> Broker:

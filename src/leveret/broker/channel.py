@@ -13,7 +13,7 @@ from pamqp import commands
 
 from leveret.broker import names
 from leveret.broker.consumer import UNLIMITED, Consumer
-from leveret.broker.entry import Entry
+from leveret.broker.entry import Entry, now_ms
 from leveret.broker.message import Message
 from leveret.broker.ports import ConnectionInfo, FlowHolder
 from leveret.broker.queues.base import Queue
@@ -53,12 +53,13 @@ TxSettle = tuple[str, bool, list[tuple[int, "Delivery"]]]
 
 
 class Delivery:
-    __slots__ = ("consumer", "entry", "queue")
+    __slots__ = ("at", "consumer", "entry", "queue")
 
     def __init__(self, queue: Queue, entry: Entry, consumer: Consumer | None) -> None:
         self.queue = queue
         self.entry = entry
         self.consumer = consumer
+        self.at = now_ms()  # when it went out: the consumer timeout counts from here
 
 
 class Channel:

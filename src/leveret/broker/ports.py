@@ -11,6 +11,8 @@ from leveret.protocol.errors import AMQPError
 from leveret.protocol.spec import Method
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from leveret.broker.entry import Entry
     from leveret.broker.message import Message
 
@@ -327,6 +329,10 @@ class Storage(Protocol):
 
     def quorum_store(self, vhost: str, queue: str) -> QuorumStore:
         """The log of a quorum queue (what it kept before a restart, if anything)."""
+        ...
+
+    def plugin_dir(self, plugin: str) -> Path:
+        """A directory of a plugin's own (made if missing), for what it keeps on disk."""
         ...
 
 

@@ -262,6 +262,7 @@ class VirtualHost:
             )
             if self.policies:
                 x.apply_policies(*self.policies.match("exchange", name))
+            x.attach(self)
             self.exchanges[name] = x
             if durable:
                 self.observers.emit(Event.DEFINITION_CHANGED, x)
@@ -308,6 +309,7 @@ class VirtualHost:
 
     def _remove_exchange(self, x: Exchange) -> None:
         del self.exchanges[x.name]
+        x.detach()
         for binding in list(x.bindings.values()):
             self._forget_incoming(binding)
         x.bindings.clear()

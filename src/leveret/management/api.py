@@ -86,11 +86,11 @@ def node(m: Management) -> dict[str, Any]:
             "uptime": int((time.time() - m.stats.started) * 1000),
             "processors": os.cpu_count() or 1,
             "rates_mode": "basic",
-            "exchange_types": views.EXCHANGE_TYPES,
+            "exchange_types": views.exchange_types(),
             "partitions": [],
             "applications": [],
             "contexts": [],
-            "enabled_plugins": ["rabbitmq_management", "rabbitmq_prometheus"],
+            "enabled_plugins": list(m.broker.plugins),
         }
     )
     return out

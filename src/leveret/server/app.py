@@ -10,6 +10,7 @@ import socket
 import ssl
 from typing import Any
 
+from leveret.broker import consumer_timeout, plugins
 from leveret.broker.broker import LOG_EXCHANGE, Broker
 from leveret.broker.events import Observers
 from leveret.server.amqp import AMQPProtocol
@@ -41,6 +42,8 @@ class Server:
             max_message_size=config.max_message_size,
         )
         self.broker.log_exchange = config.log_exchange
+        self.broker.plugins = plugins.enabled(config.plugins)
+        self.broker.consumer_timeout = config.consumer_timeout
         self._log_handler: LogExchangeHandler | None = None
         self.broker.users.loopback_users = set(config.loopback_users)
         self.loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]
@@ -212,10 +215,16 @@ class Server:
         """Periodic housekeeping: message and queue expiry, memory and disk (alarms,
         paging), and making buffered store writes durable."""
         self._alarm_handle = self.loop.call_later(ALARM_CHECK_INTERVAL, self._tick)
-        for vhost in self.broker.vhosts.values():
-            vhost.expire()
+        self.housekeeping()
         self.resources.check()
         self.after_batch()
+
+    def housekeeping(self) -> None:
+        """What the broker does when time passes: expire messages and queues, close
+        channels past their consumer timeout."""
+        for vhost in self.broker.vhosts.values():
+            vhost.expire()
+        consumer_timeout.check(self.broker)
 
     async def stop(self, reason: str = "shutdown") -> None:
         if self._log_handler is not None:

@@ -83,6 +83,7 @@ class Persistence:
         shutil.rmtree(self.transient_dir, ignore_errors=True)
         self.streams_dir = Path(data_dir) / "streams"
         self.quorum_dir = Path(data_dir) / "quorum"
+        self.data_dir = Path(data_dir)
         # queues that keep a log of their own (streams, quorum queues), synced with every batch
         self.logs: dict[tuple[str, str], Queue] = {}
         self._recovered: dict[int, Recovered] = {}
@@ -115,6 +116,11 @@ class Persistence:
 
     def quorum_store(self, vhost: str, queue: str) -> QuorumLog:
         return QuorumLog(self.quorum_dir / quote(vhost, safe="") / quote(queue, safe=""))
+
+    def plugin_dir(self, plugin: str) -> Path:
+        path = self.data_dir / "plugins" / plugin
+        path.mkdir(parents=True, exist_ok=True)
+        return path
 
     # ------------------------------------------------------------- lifecycle
     def restore(self, broker: Any) -> None:

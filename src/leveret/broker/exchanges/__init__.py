@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from leveret.broker.exchanges.base import Binding, Destination, Exchange
+from leveret.broker.exchanges.consistent_hash import ConsistentHashExchange
+from leveret.broker.exchanges.deduplication import DeduplicationExchange
 from leveret.broker.exchanges.direct import DefaultExchange, DirectExchange
 from leveret.broker.exchanges.fanout import FanoutExchange
 from leveret.broker.exchanges.headers import HeadersExchange
@@ -13,6 +15,9 @@ EXCHANGE_TYPES: dict[str, type[Exchange]] = {
     "fanout": FanoutExchange,
     "topic": TopicExchange,
     "headers": HeadersExchange,
+    # plugins whose types are on by default (leveret.broker.plugins)
+    "x-consistent-hash": ConsistentHashExchange,
+    "x-message-deduplication": DeduplicationExchange,
 }
 
 __all__ = [
