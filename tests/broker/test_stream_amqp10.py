@@ -170,3 +170,19 @@ def test_stream_protocol_ids_and_header_types_over_amqp091() -> None:
     assert (exchange_and_key, body) == (b"\x00\x03str", b"body")
     table = b"\x11x-message-id-typeS\x00\x00\x00\x05ulong\x01ss\xff\xfe\x01ui\x00\x00\x00\x07"
     assert props == (b"\x24\x80" + struct.pack(">I", len(table)) + table + b"\x01c" + b"\x0242")
+
+
+_tricky_bodies = st.one_of(
+    st.binary(max_size=600),
+    st.binary(max_size=20).map(lambda b: b + b"\x00Su\xa0\x02xy"),
+    st.binary(max_size=20).map(lambda b: b + b"\x00Su\xb0\x00\x00\x00\x01z"),
+)
+
+
+@given(properties(), _tricky_bodies)
+def test_the_cached_way_back_agrees_with_the_general_one(raw: bytes, body: bytes) -> None:
+    from leveret.broker.queues.stream_amqp10 import _to_amqp091
+
+    message = to_amqp10("ex", "rk", raw, body)
+    assert to_amqp091(message, "s") == _to_amqp091(message, "s")
+    assert to_amqp091(message, "s")[2] == body

@@ -53,9 +53,32 @@ def _header_value(v: Any) -> Value | None:
     return None  # tables and arrays have no place in application properties
 
 
+# Everything of a converted message but its data section depends on the exchange, the
+# routing key and the property bytes only: publishers repeat them, so the sections before
+# the body are kept by those (bounded; cleared when full), both ways.
+_CACHE_SIZE = 4096
+_PREFIXES: dict[tuple[str, str, bytes], bytes] = {}
+_BACK: dict[tuple[bytes, str], tuple[bytes, bytes]] = {}
+_EMPTY_DATA = b"\x00Su\xa0\x00"
+
+
 def to_amqp10(exchange: str, routing_key: str, properties: bytes, body: bytes) -> bytes:
-    """An AMQP 0-9-1 message as a stream delivers it over the stream protocol, spliced
-    from the property bytes (a delivery converts every record read)."""
+    """An AMQP 0-9-1 message as RabbitMQ 3.10 stores it in a stream (AMQP 1.0), spliced
+    from the property bytes."""
+    key = (exchange, routing_key, bytes(properties))
+    prefix = _PREFIXES.get(key)
+    if prefix is None:
+        prefix = _convert(exchange, routing_key, key[2], b"")[: -len(_EMPTY_DATA)]
+        if len(_PREFIXES) >= _CACHE_SIZE:
+            _PREFIXES.clear()
+        _PREFIXES[key] = prefix
+    n = len(body)
+    if n < 256:
+        return b"".join((prefix, b"\x00Su\xa0", bytes((n,)), body))
+    return b"".join((prefix, b"\x00Su\xb0", _U32.pack(n), body))
+
+
+def _convert(exchange: str, routing_key: str, properties: bytes, body: bytes) -> bytes:
     try:
         return _splice(exchange.encode(), routing_key.encode(), properties, body)
     except (_Unusual, IndexError, struct.error):
@@ -424,6 +447,38 @@ def _message_id(value: Value, type_key: str, headers: list[bytes]) -> bytes | No
 
 
 def to_amqp091(message: bytes, stream: str) -> tuple[bytes, bytes, bytes]:
+    """A stored AMQP 1.0 message as RabbitMQ 3.10 delivers it over AMQP 0-9-1 (see
+    :func:`_to_amqp091`): the exchange and key as short strings, the property bytes and the
+    body. A message that ends with its one data section is converted by the sections
+    before it, which are mostly the same from message to message."""
+    at = message.rfind(b"\x00Su")
+    end = len(message)
+    if at >= 0 and at + 5 <= end:
+        code = message[at + 3]
+        if code == 0xA0 and message[at + 4] == end - at - 5:
+            body = message[at + 5 :]
+        elif (
+            code == 0xB0 and at + 8 <= end and _U32.unpack_from(message, at + 4)[0] == end - at - 8
+        ):
+            body = message[at + 8 :]
+        else:
+            return _to_amqp091(message, stream)
+        key = (message[:at], stream)
+        hit = _BACK.get(key)
+        if hit is None:
+            try:
+                exchange_and_key, properties, _ = _to_amqp091(key[0] + _EMPTY_DATA, stream)
+            except ValueError:  # the last "data section" was not one
+                return _to_amqp091(message, stream)
+            hit = (exchange_and_key, properties)
+            if len(_BACK) >= _CACHE_SIZE:
+                _BACK.clear()
+            _BACK[key] = hit
+        return hit[0], hit[1], body
+    return _to_amqp091(message, stream)
+
+
+def _to_amqp091(message: bytes, stream: str) -> tuple[bytes, bytes, bytes]:
     """A stored AMQP 1.0 message as RabbitMQ 3.10 delivers it from a stream over AMQP
     0-9-1 (rabbit_stream_queue:binary_to_msg, rabbit_msg_record:to_amqp091): the exchange
     and routing key as short strings, the content-header property bytes, the body.
