@@ -23,7 +23,7 @@ DELAYED_MESSAGE = "rabbitmq_delayed_message_exchange"
 DEDUPLICATION = "rabbitmq_message_deduplication"
 
 # On unless disabled: they add no objects of their own.
-ON_BY_DEFAULT: tuple[str, ...] = (CONSISTENT_HASH, DEDUPLICATION)
+ON_BY_DEFAULT: tuple[str, ...] = (CONSISTENT_HASH, DELAYED_MESSAGE, DEDUPLICATION)
 # Off unless enabled.
 OPTIONAL: tuple[str, ...] = ()
 KNOWN: tuple[str, ...] = (*BUILT_IN, *ON_BY_DEFAULT, *OPTIONAL)

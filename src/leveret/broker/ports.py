@@ -330,11 +330,3 @@ class Storage(Protocol):
     def plugin_dir(self, plugin: str) -> Path:
         """A directory of a plugin's own (made if missing), for what it keeps on disk."""
         ...
-
-
-class DefinitionStore(Protocol):
-    """Durable exchanges, queues, bindings, users, vhosts and permissions."""
-
-    def load(self) -> dict[str, Any] | None: ...
-
-    def save(self, definitions: dict[str, Any]) -> None: ...

@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 from leveret.broker.broker import Broker
 from leveret.broker.message import Message
+from leveret.broker.operations import Actor, authorization, check_access
 from leveret.broker.ports import ChunkRef, Traffic
 from leveret.broker.queues.stream import StreamQueue
 from leveret.broker.users import Permission, User
@@ -249,7 +250,8 @@ class StreamSession:
     def _allowed(self, what: str, stream: str) -> bool:
         assert self.vhost_obj is not None and self.user is not None
         try:
-            self.vhost_obj.check_access(self.permission, self.user.name, what, "queue", stream)
+            actor = Actor(self.user.name, self.permission)
+            check_access(self.vhost_obj, actor, what, "queue", stream)
         except AMQPError:
             return False
         return True
@@ -300,7 +302,8 @@ class StreamSession:
                 return self._respond(key, e.correlation_id, Code.PRECONDITION_FAILED)
             return self._respond(key, e.correlation_id, Code.STREAM_ALREADY_EXISTS)
         try:
-            self.vhost_obj.authorize_queue_declare(name, args, self.user.name, self.permission)
+            actor = Actor(self.user.name, self.permission)
+            authorization.queue_declare(self.vhost_obj, actor, name, args)
             self.vhost_obj.declare_queue(name, True, None, False, args)
         except AMQPError as exc:
             log.info("stream %s not created: %s", name, exc.reply_text)
