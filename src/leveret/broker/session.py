@@ -168,6 +168,9 @@ class Session:
                 return _login_refused(mechanism)
             user = self.broker.users.authenticate(username, password, address)
             if user is None:
+                why = f"user '{username}' - invalid credentials"
+                failed = (self, username, why)
+                self.broker.observers.emit(Event.USER_AUTHENTICATION_FAILED, failed)
                 # as rabbit_reader words it, at its level
                 log.error(
                     "Error on AMQP connection (%s, state: starting):\n"
@@ -179,6 +182,7 @@ class Session:
                 return _login_refused(mechanism)
         self.user = user
         self._username = user.name
+        self.broker.observers.emit(Event.USER_AUTHENTICATED, self)
         return None
 
     def open_vhost(self, vhost: str) -> AMQPError | None:
@@ -208,6 +212,7 @@ class Session:
         self.vhost = vhost
         self.vhost_obj = obj
         self.permission = perm
+        broker.observers.emit(Event.CONNECTION_AUTHORIZED, self)
         return None
 
     @property
@@ -253,12 +258,15 @@ class Session:
         if ch is None:
             return
         handler = self._handlers.get(type(method))
+        self.broker.actor = self._username  # who performs what the events tell of
         try:
             if handler is None:
                 raise errors.not_implemented(f"method {method.name} is not supported")
             handler(ch, method)
         except AMQPError as exc:
             self.fail(number, exc.with_method(*spec.method_ids(method)))
+        finally:
+            self.broker.actor = ""
 
     def fail(self, number: int, exc: AMQPError) -> None:
         if exc.is_hard:
