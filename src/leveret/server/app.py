@@ -213,10 +213,6 @@ class Server:
         return str(bound_host), int(bound_port)
 
     @property
-    def memory_alarm(self) -> bool:
-        return self.resources.mem_alarm
-
-    @property
     def disk_alarm(self) -> bool:
         return self.resources.disk_alarm
 

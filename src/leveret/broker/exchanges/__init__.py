@@ -11,6 +11,7 @@ from leveret.broker.exchanges.direct import DefaultExchange, DirectExchange
 from leveret.broker.exchanges.fanout import FanoutExchange
 from leveret.broker.exchanges.headers import HeadersExchange
 from leveret.broker.exchanges.topic import TopicExchange
+from leveret.protocol import errors
 
 EXCHANGE_TYPES: dict[str, type[Exchange]] = {
     "direct": DirectExchange,
@@ -24,6 +25,15 @@ EXCHANGE_TYPES: dict[str, type[Exchange]] = {
 }
 delayed.REGISTRY = EXCHANGE_TYPES
 
+
+def exchange_type(type_name: str) -> type[Exchange]:
+    """The class of an exchange type by its name; an unknown one as RabbitMQ refuses it."""
+    cls = EXCHANGE_TYPES.get(type_name)
+    if cls is None:
+        raise errors.command_invalid(f"unknown exchange type '{type_name}'")
+    return cls
+
+
 __all__ = [
     "EXCHANGE_TYPES",
     "Binding",
@@ -34,4 +44,5 @@ __all__ = [
     "FanoutExchange",
     "HeadersExchange",
     "TopicExchange",
+    "exchange_type",
 ]
