@@ -123,6 +123,12 @@ def main() -> None:
     ap.add_argument("--records", type=int, default=100_000)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--rabbitmq", choices=("own", "shared", "none"), default="own")
+    ap.add_argument(
+        "--baseline-src",
+        type=Path,
+        help="also run the Leveret whose src/ directory this is (e.g. an older commit's, from"
+        " git archive), as 'baseline', in the same rounds",
+    )
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     targets: dict[str, tuple[int, int]] = {}
@@ -130,7 +136,15 @@ def main() -> None:
     leveret = start_leveret(extra=["--log-level", "warning"])
     assert leveret.process is not None
     targets["leveret"] = (leveret.stream_port, leveret.process.pid)
+    baseline = None
     try:
+        if args.baseline_src is not None:
+            baseline = start_leveret(
+                extra=["--log-level", "warning"],
+                env={"PYTHONPATH": f"{args.baseline_src.resolve()}:{ROOT}"},
+            )
+            assert baseline.process is not None
+            targets["baseline"] = (baseline.stream_port, baseline.process.pid)
         if args.rabbitmq == "own":
             from tests.support.rabbitmq_cluster import RabbitCluster
 
@@ -161,6 +175,8 @@ def main() -> None:
             loads.append(os.getloadavg()[0])
     finally:
         leveret.stop()
+        if baseline is not None:
+            baseline.stop()
         if cluster is not None:
             cluster.stop()
     summary: dict[str, dict[str, Any]] = {}
@@ -188,15 +204,17 @@ def main() -> None:
             f"({spread([r['read_broker_us'] for r in runs])})"
         )
     if "rabbitmq" in summary:
-        lv, rb = results["leveret"], results["rabbitmq"]
-        ratios = [a["read_per_s"] / b["read_per_s"] for a, b in zip(lv, rb, strict=True)]
-        pub = [a["publish_per_s"] / b["publish_per_s"] for a, b in zip(lv, rb, strict=True)]
-        print(
-            f"  Leveret / RabbitMQ: read {statistics.median(ratios):.2f} ({spread(ratios)}), "
-            f"publish {statistics.median(pub):.2f} ({spread(pub)})"
-        )
-        summary["read_ratio"] = {"median": statistics.median(ratios), "runs": ratios}
-        summary["publish_ratio"] = {"median": statistics.median(pub), "runs": pub}
+        rb = results["rabbitmq"]
+        for name in (n for n in results if n != "rabbitmq"):
+            lv = results[name]
+            ratios = [a["read_per_s"] / b["read_per_s"] for a, b in zip(lv, rb, strict=True)]
+            pub = [a["publish_per_s"] / b["publish_per_s"] for a, b in zip(lv, rb, strict=True)]
+            print(
+                f"  {name} / rabbitmq: read {statistics.median(ratios):.2f} ({spread(ratios)}), "
+                f"publish {statistics.median(pub):.2f} ({spread(pub)})"
+            )
+            summary[f"{name}_read_ratio"] = {"median": statistics.median(ratios), "runs": ratios}
+            summary[f"{name}_publish_ratio"] = {"median": statistics.median(pub), "runs": pub}
     if args.json:
         args.json.write_text(
             json.dumps({"summary": summary, "runs": results, "load": loads}, indent=2)
