@@ -13,6 +13,7 @@ from typing import Any
 from leveret.broker import consumer_timeout, plugins
 from leveret.broker.broker import LOG_EXCHANGE, Broker
 from leveret.broker.delayed import Scheduler
+from leveret.broker.event_exchange import EventExchange
 from leveret.broker.events import Observers
 from leveret.broker.exchanges.delayed import PLUGIN as DELAYED
 from leveret.server.amqp import AMQPProtocol
@@ -53,6 +54,10 @@ class Server:
             self.persistence.plugin_dir(DELAYED) / "schedule" if self.persistence else None,
         )
         self.broker.extensions[DELAYED] = self.scheduler
+        # rabbitmq_event_exchange, when enabled: amq.rabbitmq.event in vhost /
+        self.events = (
+            EventExchange(self.broker) if plugins.EVENT_EXCHANGE in self.broker.plugins else None
+        )
         self._schedule_timer: ScheduleTimer | None = None
         self._log_handler: LogExchangeHandler | None = None
         self.broker.users.loopback_users = set(config.loopback_users)
@@ -133,6 +138,13 @@ class Server:
         self.resources.check()
         self._alarm_handle = self.loop.call_later(ALARM_CHECK_INTERVAL, self._tick)
         self._schedule_timer = ScheduleTimer(self.loop, self.scheduler)
+        if self.events is not None:
+            events, loop = self.events, self.loop
+
+            def flush_soon() -> None:
+                loop.call_soon(events.flush)
+
+            events.schedule = flush_soon
         if config.log_exchange:
             self._log_handler = LogExchangeHandler.install(
                 self.broker, self.loop, config.log_exchange_level
@@ -235,6 +247,8 @@ class Server:
         consumer_timeout.check(self.broker)
         if self.scheduler.tick() and self._schedule_timer is not None:
             self._schedule_timer.rearm()
+        if self.events is not None:
+            self.events.flush()
 
     async def stop(self, reason: str = "shutdown") -> None:
         if self._log_handler is not None:
