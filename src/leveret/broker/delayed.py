@@ -263,6 +263,8 @@ class Scheduler:
         self._seq = 0
         # told of a new earliest due time (the server arms its timer)
         self.wakeup: Callable[[int], None] | None = None
+        # when a list: how late (ms) each delivered message left the schedule
+        self.lateness: list[int] | None = None
         self._recover()
 
     def _recover(self) -> None:
@@ -346,9 +348,12 @@ class Scheduler:
         self._load_upto((now + HORIZON_MS) // BUCKET_MS)
         delivered = 0
         heap = self._heap
+        lateness = self.lateness
         while heap and heap[0][0] <= now:
-            _due, seq, bucket, vhost, exchange, message = heapq.heappop(heap)
+            due, seq, bucket, vhost, exchange, message = heapq.heappop(heap)
             self._deliver(vhost, exchange, message)
+            if lateness is not None:
+                lateness.append(wall_ms() - due)
             delivered += 1
             self._fired.setdefault(bucket, []).append(seq)
         for bucket, seqs in self._fired.items():
