@@ -34,7 +34,7 @@ from leveret.protocol.spec import decode_field
 log = logging.getLogger(__name__)
 
 BUCKET_MS = 250
-HORIZON_MS = 3000
+HORIZON_MS = 5000
 # Messages due more than FAR_MS ahead wait in minute-wide buckets first (a few files
 # take a long spread of delays), and move to the fine buckets when they come near.
 FAR_MS = 60_000
@@ -345,7 +345,7 @@ class Scheduler:
         now = wall_ms()
         if self._far_pending:
             self._bring_near(now)
-        self._load_upto((now + HORIZON_MS) // BUCKET_MS)
+        self._load_upto((now + HORIZON_MS) // BUCKET_MS, now)
         delivered = 0
         heap = self._heap
         lateness = self.lateness
@@ -381,11 +381,20 @@ class Scheduler:
         for far in near:
             self._far.done(far)
 
-    def _load_upto(self, upto: int) -> None:
+    def _load_upto(self, upto: int, now: int) -> None:
+        """Bring the buckets up to ``upto`` into memory: those due within a bucket's
+        width at once, the others one per call, so that reading a bucket never holds up
+        the loop for long."""
         if upto <= self._loaded_upto:
             return
-        self._loaded_upto = upto
-        for bucket in sorted(b for b in self._pending if b <= upto):
+        urgent = (now + BUCKET_MS) // BUCKET_MS
+        waiting = sorted(b for b in self._pending if b <= upto)
+        spare = 1
+        for bucket in waiting:
+            if bucket > urgent:
+                if not spare:
+                    break
+                spare -= 1
             del self._pending[bucket]
             items = self._store.take(bucket)
             if not items:
@@ -393,6 +402,8 @@ class Scheduler:
                 continue
             for item in items:
                 self._push(bucket, item)
+        left = [b for b in self._pending if b <= upto]
+        self._loaded_upto = min(left) - 1 if left else upto
 
     def _deliver(self, vhost_name: str, exchange: str, message: Message) -> None:
         key = (vhost_name, exchange)
