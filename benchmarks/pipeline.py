@@ -354,7 +354,8 @@ def _whole_ingest(
     retrying("ingest", _ingest_in_tmp, spark, url, stream, n)  # warm-up
 
     def measured() -> None:
-        with stages.Meter(n) as spark_cpu:
+        before = stages.cpu_by_kind(exclude=pid)
+        with stages.Meter(n, exclude=pid) as spark_cpu:
             if pid is not None:
                 with stages.Meter(n, pid=pid, tree=False) as broker_cpu:
                     out["ingest" + suffix] = _ingest_in_tmp(spark, url, stream, n)
@@ -362,6 +363,10 @@ def _whole_ingest(
             else:
                 out["ingest" + suffix] = _ingest_in_tmp(spark, url, stream, n)
         out["ingest_spark" + suffix] = spark_cpu.result
+        after = stages.cpu_by_kind(exclude=pid)
+        out["ingest_spark_by_process" + suffix] = {
+            kind: 1e6 * (after[kind] - before.get(kind, 0.0)) / n for kind in after
+        }
 
     retrying("ingest", measured)
 
@@ -370,8 +375,8 @@ def run(
     broker: BrokerUnderTest, spark: Any, args: argparse.Namespace, protocol: str = "amqp"
 ) -> dict[str, Any]:
     url = broker.url
-    port = stream_port_of(broker) if protocol == "stream" else 5552
-    PROTOCOL.update(protocol=protocol, port=port)
+    port = stream_port_of(broker) if protocol in ("stream", "auto") else 5552
+    PROTOCOL.update(protocol=protocol, port=port or 5552)
     out: dict[str, Any] = {"broker": broker.name, "protocol": protocol}
     stream = f"bench-{uuid.uuid4().hex[:8]}"
     _declare(url, stream)
@@ -453,8 +458,9 @@ def main() -> None:
     ap.add_argument("--brokers", default="leveret,rabbitmq")
     ap.add_argument(
         "--protocols",
-        default="amqp,stream",
-        help="how the executors read: amqp (AMQP 0-9-1 consumers), stream (port 5552)",
+        default="auto,amqp",
+        help="how the executors read: auto (the default: the stream port when it answers), "
+        "stream (port 5552), amqp (AMQP 0-9-1 consumers)",
     )
     ap.add_argument(
         "--repeat",
@@ -482,7 +488,7 @@ def main() -> None:
     protocols = args.protocols.split(",")
     runs: dict[str, list[dict[str, Any]]] = {
         f"{name}/{p}": [] for name in brokers for p in protocols
-        if p == "amqp" or stream_port_of(brokers[name])
+        if p != "stream" or stream_port_of(brokers[name])
     }  # fmt: skip
     order = list(runs)
     profiles: list[dict[str, Any]] = []

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import pyarrow as pa
 
@@ -40,6 +40,7 @@ def read_chunk_range(
     end: int,
     *,
     stream_port: int | None = None,
+    members: Sequence[tuple[str, int]] = (),
     stall_timeout: float = 60.0,
     fail_on_data_loss: bool = True,
     records: bool = False,
@@ -48,8 +49,9 @@ def read_chunk_range(
     """Every message of ``stream`` with ``start <= offset < end``, as Arrow batches of
     messages, or of log records with ``records``. ``url``: one URL, or several separated by
     commas (one cluster's nodes: a lost connection is opened again on the next one);
-    ``stream_port`` None: 5552, or 5551 for ``amqps://``."""
-    targets = targets_of(url, stream_port)
+    ``stream_port`` None: 5552, or 5551 for ``amqps://``; ``members``: the stream's nodes
+    (host, stream port) as Metadata named them, tried after the URLs' nodes."""
+    targets = targets_of(url, stream_port, members)
     shown = targets[0].shown
     node = 0
     next_offset = start

@@ -121,6 +121,9 @@ class ReadOptions:
     protocol: str = "auto"
     #: the stream protocol's port; None: 5552, or 5551 (TLS) for ``amqps://`` URLs
     stream_port: int | None = None
+    #: the stream's leader and replicas (host, stream port) as the driver's Metadata named
+    #: them: executors fall back to them when the URLs' nodes do not answer
+    stream_members: tuple[tuple[str, int], ...] = ()
 
     @property
     def source(self) -> str:

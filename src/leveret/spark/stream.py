@@ -39,7 +39,7 @@ from leveret.spark.client import (
 )
 from leveret.spark.options import Position, ReadOptions
 from leveret.spark.reader import read_stream_range
-from leveret.spark.streamclient import StreamClient, TailProbe, open_any, targets_of
+from leveret.spark.streamclient import StreamClient, TailProbe, Target, open_any, targets_of
 
 log = logging.getLogger(__name__)
 
@@ -116,7 +116,8 @@ def choose_protocol(opts: ReadOptions) -> tuple[ReadOptions, StreamClient | None
             mine,
         )
         return dataclasses.replace(opts, protocol="amqp"), None
-    return dataclasses.replace(opts, protocol="stream"), client
+    members = tuple(client.members)
+    return dataclasses.replace(opts, protocol="stream", stream_members=members), client
 
 
 def _amqp_cluster_name(url: str) -> str | None:
@@ -133,8 +134,12 @@ def _amqp_cluster_name(url: str) -> str | None:
         close_quietly(conn)
 
 
+def _targets(opts: ReadOptions) -> list[Target]:
+    return targets_of(opts.url, opts.stream_port, opts.stream_members)
+
+
 def _probe(opts: ReadOptions, client: StreamClient | None = None) -> TailProbe:
-    return TailProbe(targets_of(opts.url, opts.stream_port), _stream(opts), client)
+    return TailProbe(_targets(opts), _stream(opts), client)
 
 
 def stream_end(opts: ReadOptions, probe: TailProbe | None) -> int:
@@ -179,6 +184,7 @@ def _read(opts: ReadOptions, partition: InputPartition) -> Iterator[pa.RecordBat
             partition.start,
             partition.end,
             stream_port=opts.stream_port,
+            members=opts.stream_members,
             stall_timeout=opts.stall_timeout,
             fail_on_data_loss=opts.fail_on_data_loss,
             records=opts.records,

@@ -23,6 +23,7 @@ import socket
 import ssl
 import struct
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from leveret.logs.amqp import LogsError, parameters, redact
@@ -95,9 +96,19 @@ class Target:
         return wrapped
 
 
-def targets_of(url: str, stream_port: int | None = None) -> list[Target]:
-    """The targets of an option's URLs (several separated by commas: one cluster's nodes)."""
-    return [Target.of(u, stream_port) for u in urls_of(url)]
+def targets_of(
+    url: str, stream_port: int | None = None, members: Sequence[tuple[str, int]] = ()
+) -> list[Target]:
+    """The targets of an option's URLs (several separated by commas: one cluster's nodes),
+    then the stream's ``members`` (host and stream port as Metadata advertised them) that
+    the URLs do not name: where to read when the URLs' nodes are gone."""
+    out = [Target.of(u, stream_port) for u in urls_of(url)]
+    seen = {(t.host, t.port) for t in out}
+    for host, port in members:
+        if (host, port) not in seen:
+            seen.add((host, port))
+            out.append(out[0].at(host, port))
+    return out
 
 
 def _string_map(frame: bytes, pos: int) -> dict[str, str]:
@@ -137,6 +148,8 @@ class StreamClient:
         self._pos = 0
         self._correlation = 0
         self.server_properties: dict[str, str] = {}
+        #: the stream's leader and replicas (host, stream port), once Metadata named them
+        self.members: list[tuple[str, int]] = []
         where = f"{self.host}:{target.port}"
         try:
             raw = socket.create_connection((self.host, target.port), timeout)
@@ -385,11 +398,13 @@ def open_for(target: Target, stream: str, timeout: float = _CONNECT_TIMEOUT) -> 
     except BaseException:
         client.close()
         raise
-    if other is None:
-        return client
-    client.close()
-    host, port = other
-    return StreamClient(target.at(host, port), timeout)
+    where = [brokers[m] for m in members if m in brokers]
+    if other is not None:
+        client.close()
+        host, port = other
+        client = StreamClient(target.at(host, port), timeout)
+    client.members = where
+    return client
 
 
 def open_any(
