@@ -32,6 +32,8 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import quote
 
+from leveret.broker.clock import Clock, ManualClock
+from leveret.broker.clock import install as install_clock
 from leveret.broker.definitions import export_definitions, import_definitions
 from leveret.server.app import Server
 from leveret.server.config import (
@@ -113,6 +115,7 @@ class Broker:
         management: bool = False,
         management_port: int = 0,
         config: StrPath | None = None,
+        clock: str | Clock | None = None,
         **settings: Any,
     ) -> None:
         for key in settings:
@@ -139,6 +142,13 @@ class Broker:
             cfg.data_dir = Path(data_dir)
         self.config = cfg
         self.management = management
+        if clock == "manual":
+            clock = ManualClock()
+        elif clock in (None, "system"):
+            clock = None
+        elif not isinstance(clock, Clock):
+            raise ValueError(f"clock must be 'manual' or 'system', not {clock!r}")
+        self.clock: Clock | None = clock
         self._server: Server | None = None
         self._composed: WithManagement | None = None
         self._management_url: str | None = None
@@ -207,6 +217,8 @@ class Broker:
     async def _astart(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._loop_thread = threading.get_ident()
+        if self.clock is not None:
+            install_clock(self.clock)
         try:
             if self.management:
                 from leveret.management.runner import Broker as WithManagement
@@ -239,6 +251,8 @@ class Broker:
             self._forget()
 
     def _forget(self) -> None:
+        if self.clock is not None and threading.get_ident() == self._loop_thread:
+            install_clock(None)
         self._server = None
         self._composed = None
         self._management_url = self._metrics_url = None
@@ -314,6 +328,18 @@ class Broker:
         if self._metrics_url is None:
             raise RuntimeError("started without management (Broker(management=True))")
         return self._metrics_url
+
+    # ------------------------------------------------------------------ time
+    def advance(self, seconds: float) -> None:
+        """Move a manual clock (``Broker(clock="manual")``) forward by ``seconds`` and
+        let the broker act on the new time before returning: messages past their TTL
+        and queues past their expiry go, delayed messages that came due are routed,
+        channels past their consumer timeout are closed."""
+        if not isinstance(self.clock, ManualClock):
+            raise RuntimeError('advance() needs a manual clock: Broker(clock="manual")')
+        self.clock.advance(seconds)
+        server = self._started()
+        self._call(lambda _core: server.housekeeping())
 
     # -------------------------------------------------------------- administration
     def _call(self, fn: Callable[[Core], T]) -> T:
@@ -457,6 +483,7 @@ async def serve(
     management: bool = False,
     management_port: int = 0,
     config: StrPath | None = None,
+    clock: str | Clock | None = None,
     **settings: Any,
 ) -> AsyncIterator[Broker]:
     """Run a broker on the running event loop for the ``async with`` block::
@@ -473,6 +500,7 @@ async def serve(
         management=management,
         management_port=management_port,
         config=config,
+        clock=clock,
         **settings,
     )
     if broker.running:  # pragma: no cover - a new object

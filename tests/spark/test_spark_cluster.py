@@ -1,7 +1,9 @@
 """``leveret pipeline ingest --master spark://…`` on a standalone cluster of this machine
 (a master and two workers from PySpark's ``spark-class``) whose executors' Python has
 PySpark, pyarrow and pandas only: the job ships Leveret's code itself. One worker is killed
-(``kill -9``, with its executor) mid-run; the lake still holds every record exactly once.
+(``kill -9``, with its executor) mid-run; the lake still holds every record exactly once,
+for Spark (which reads through the sink's log) and for pyarrow (which lists the directory):
+the files the killed tasks completed but never committed are removed.
 
 Runs under CI and locally with LEVERET_CLUSTER_TESTS=1 (see tests/support/rabbitmq_cluster).
 """
@@ -86,6 +88,17 @@ def _ingest(cluster: Standalone, python: Path, url: str, stream: str, tmp: Path,
     )  # fmt: skip
 
 
+def _listed_ids(lake: Path) -> Counter[int]:
+    """The records' ids as a reader that lists the directory sees them (pyarrow's dataset
+    discovery, as pandas, DuckDB and Trino read a Parquet directory)."""
+    import pyarrow.dataset as ds
+
+    table = ds.dataset(str(lake), format="parquet", partitioning="hive").to_table(
+        columns=["message_id"]
+    )
+    return Counter(int(v) for v in table.column("message_id").to_pylist())
+
+
 def test_ingest_on_a_standalone_cluster_survives_a_killed_worker(
     spark: SparkSession,
     leveret: BrokerUnderTest,
@@ -116,6 +129,10 @@ def test_ingest_on_a_standalone_cluster_survives_a_killed_worker(
         proc.send_signal(signal.SIGTERM)
         out = proc.communicate(timeout=300)[0].decode()
         assert proc.returncode == 0, out
+        # what a directory lister sees is what Spark sees: every committed record, once
+        spark_ids = Counter(int(r.message_id) for r in spark.read.parquet(str(lake)).collect())
+        assert sorted(_listed_ids(lake).elements()) == sorted(spark_ids.elements())
+        assert [i for i, n in spark_ids.items() if n != 1] == []
         final = _ingest(standalone, executor_python, leveret.url, stream, tmp_path,
                         "availableNow", 10_000, leveret.stream_port)  # fmt: skip
         out = final.communicate(timeout=600)[0].decode()
@@ -127,4 +144,7 @@ def test_ingest_on_a_standalone_cluster_survives_a_killed_worker(
     ids = Counter(int(r.message_id) for r in spark.read.parquet(str(lake)).collect())
     assert set(ids) == set(range(RECORDS)), "a record is missing"
     assert [i for i, n in ids.items() if n != 1] == []
+    listed = _listed_ids(lake)
+    assert set(listed) == set(range(RECORDS)), "a record is missing for pyarrow"
+    assert [i for i, n in listed.items() if n != 1] == []
     delete_queue(leveret, stream)

@@ -252,7 +252,11 @@ class RabbitNode:
         base: Path | None = None,
         config: dict[str, str] | None = None,
         management: bool = False,
+        plugins: Sequence[str] = (),
+        advanced: str | None = None,
     ) -> None:
+        """``plugins``: more plugins to enable; ``advanced``: an advanced.config (Erlang
+        terms) for settings rabbitmq.conf does not have."""
         self.home = Path(tempfile.mkdtemp(prefix="rabbitnode-"))
         self.name = f"lev{uuid.uuid4().hex[:8]}@localhost"
         self.port = free_port()
@@ -269,12 +273,14 @@ class RabbitNode:
             self.port,
             dist_port=self.dist_port,
             conf=lines,
-            plugins=["rabbitmq_management"] if management else [],
+            plugins=[*(["rabbitmq_management"] if management else []), *plugins],
             mnesia=Path(base) if base is not None else None,
             home=self.home,
         )
         self.base = self.server.mnesia
         self.env = self.server.env
+        if advanced is not None:
+            (self.home / "advanced.config").write_text(advanced)
 
     @property
     def pid(self) -> int:

@@ -13,7 +13,8 @@ from pamqp import commands
 
 from leveret.broker import names
 from leveret.broker.consumer import UNLIMITED, Consumer
-from leveret.broker.entry import Entry
+from leveret.broker.entry import Entry, now_ms
+from leveret.broker.events import Event
 from leveret.broker.message import Message
 from leveret.broker.ports import ConnectionInfo, FlowHolder
 from leveret.broker.queues.base import Queue
@@ -53,12 +54,13 @@ TxSettle = tuple[str, bool, list[tuple[int, "Delivery"]]]
 
 
 class Delivery:
-    __slots__ = ("consumer", "entry", "queue")
+    __slots__ = ("at", "consumer", "entry", "queue")
 
     def __init__(self, queue: Queue, entry: Entry, consumer: Consumer | None) -> None:
         self.queue = queue
         self.entry = entry
         self.consumer = consumer
+        self.at = now_ms()  # when it went out: the consumer timeout counts from here
 
 
 class Channel:
@@ -172,6 +174,7 @@ class Channel:
     def start_consumer(self, consumer: Consumer, start: Any = None) -> None:
         """Attach after consume-ok went out, so no delivery overtakes it."""
         consumer.queue.add_consumer(consumer, start)
+        self.host.vhost_obj.observers.emit(Event.CONSUMER_CREATED, consumer)
 
     def cancel(self, tag: str) -> Consumer | None:
         consumer = self.consumers.pop(tag, None)
@@ -179,6 +182,7 @@ class Channel:
             return None
         queue = consumer.queue
         queue.remove_consumer(consumer)
+        self.host.vhost_obj.observers.emit(Event.CONSUMER_DELETED, consumer)
         if queue.auto_delete and not queue.consumers and not queue.deleted:
             self.host.vhost_obj.remove_queue(queue)
         return consumer

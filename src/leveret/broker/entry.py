@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import time
-
+from leveret.broker.clock import now_ms
 from leveret.broker.message import Message
 
-
-def now_ms() -> int:
-    return int(time.monotonic() * 1000)
+__all__ = ["Entry", "now_ms"]
 
 
 class Entry:

@@ -211,6 +211,24 @@ def server(
             show_default=False,
         ),
     ] = None,
+    plugins: Annotated[
+        str | None,
+        typer.Option(
+            "--plugins",
+            envvar="LEVERET_PLUGINS",
+            help="Plugins to enable beyond those on by default, by RabbitMQ's names, "
+            "separated by commas (rabbitmq_event_exchange).",
+        ),
+    ] = None,
+    consumer_timeout: Annotated[
+        str | None,
+        typer.Option(
+            "--consumer-timeout",
+            envvar="LEVERET_CONSUMER_TIMEOUT",
+            help="Close a channel whose delivery stays unacknowledged this long, in ms "
+            "(default 1800000, as RabbitMQ; infinity: never).",
+        ),
+    ] = None,
 ) -> None:
     """Run the broker in the foreground until SIGINT or SIGTERM."""
     from leveret.management.runner import Running, run
@@ -245,6 +263,8 @@ def server(
             log_exchange=log_exchange,
             vm_memory_high_watermark=vm_memory_high_watermark,
             disk_free_limit=disk_free_limit,
+            plugins=plugins,
+            consumer_timeout=consumer_timeout,
         )
     except ConfigError as exc:
         fail(str(exc))
@@ -307,8 +327,10 @@ _register_log_commands()
 
 def _register_pipeline_commands() -> None:
     from leveret.cli.pipeline import app as pipeline_app
+    from leveret.cli.search import app as search_app
 
     app.add_typer(pipeline_app, name="pipeline")
+    app.add_typer(search_app, name="logs")
 
 
 _register_pipeline_commands()

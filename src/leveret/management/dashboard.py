@@ -17,9 +17,10 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
+from leveret.logs.search import Filters, LakeSearch, SearchError
 from leveret.management import logsview, streams
 from leveret.management.context import mgmt
-from leveret.management.httputil import json_response, not_found
+from leveret.management.httputil import bad_request, json_response, not_found
 from leveret.management.lakeview import Lake, LakeWatcher
 
 if TYPE_CHECKING:
@@ -57,6 +58,7 @@ class LakeSettings:
         self.stream = os.environ.get("LEVERET_LAKE_STREAM") or "logs"
         self.vhost = os.environ.get("LEVERET_LAKE_VHOST") or "/"
         self.watcher = LakeWatcher(Lake(self.lake))
+        self.search = LakeSearch(self.lake) if self.lake is not None else None
 
 
 SETTINGS: web.AppKey[LakeSettings] = web.AppKey("lake_settings", LakeSettings)
@@ -113,6 +115,55 @@ async def lake(request: web.Request) -> web.Response:
     )
 
 
+SEARCH_PAGE = 100
+SEARCH_MAX_PAGE = 1000
+
+
+async def search(request: web.Request) -> web.Response:
+    """``GET /api/logs/search``: records of the lake, newest first, a page at a time.
+    Parameters: ``since``, ``until`` (ISO times or durations ago: ``15m``, ``2h``),
+    ``severity`` (comma-separated), ``app``, ``host``, ``facility``, ``q`` (free text),
+    ``limit`` (≤ 1000), ``offset``. Only the files the ingest committed are read."""
+    import asyncio
+
+    settings = request.app[SETTINGS]
+    q = request.query
+    if settings.search is None:
+        raise bad_request("the broker runs without a data directory: set LEVERET_LAKE")
+    try:
+        limit = int(q.get("limit", SEARCH_PAGE))
+        offset = int(q.get("offset", 0))
+    except ValueError:
+        raise bad_request("limit and offset must be whole numbers") from None
+    if not 1 <= limit <= SEARCH_MAX_PAGE or offset < 0:
+        raise bad_request(f"limit must be 1 to {SEARCH_MAX_PAGE}, offset 0 or more")
+    try:
+        f = Filters.of(
+            since=q.get("since") or None,
+            until=q.get("until") or None,
+            severities=[s for s in q.get("severity", "").split(",") if s],
+            apps=[q["app"]] if q.get("app") else [],
+            hosts=[q["host"]] if q.get("host") else [],
+            facilities=[q["facility"]] if q.get("facility") else [],
+            text=q.get("q", ""),
+        )
+        if not settings.search.lake.is_dir():
+            raise SearchError(f"no log lake at {settings.search.lake} yet")
+        page = await asyncio.to_thread(settings.search.search, f, limit, offset)
+    except SearchError as exc:
+        raise bad_request(str(exc)) from None
+    return json_response(
+        {
+            "records": page.records,
+            "offset": page.offset,
+            "limit": page.limit,
+            "more": page.more,
+            "files": page.files,
+            "took_ms": round(page.took_ms, 1),
+        }
+    )
+
+
 async def report_index(request: web.Request) -> web.Response:
     """``GET /api/logs/report``: whether there is a report, where, and when it was made."""
     return json_response(report_info(request.app[SETTINGS].report))
@@ -154,6 +205,7 @@ def setup(app: web.Application, management: Management) -> None:
         r.add_get(tree, index)
         r.add_get(tree + "/{tail:.*}", index)
     r.add_get("/api/logs/lake", lake)
+    r.add_get("/api/logs/search", search)
     r.add_get("/api/logs/report", report_index)
     r.add_get("/api/logs/report/{path:.+}", report_file)
     logsview.setup(app, management)

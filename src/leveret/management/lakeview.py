@@ -117,6 +117,7 @@ class Lake:
         self._mtime = -1
         self._at_mtime: set[str] = set()
         self._pending: list[str] = []
+        self._base: tuple[int, ...] | None = None
         self.files = 0
         self.records = 0
         self.corrupt = 0
@@ -144,8 +145,9 @@ class Lake:
                 ids.append(int(name))
         return sorted(ids), compacts
 
-    def _entries(self, batch: int, compact: bool) -> list[dict[str, Any]]:
-        """The entries of one log file that are new (see the module docstring), newest last."""
+    def _entries(self, batch: int, compact: bool, deleted: set[str]) -> list[dict[str, Any]]:
+        """The entries of one log file that are new (see the module docstring), newest last;
+        the paths its ``delete`` entries name are added to ``deleted``."""
         name = f"{batch}.compact" if compact else str(batch)
         raw = (self.path / METADATA / name).read_bytes()
         lines = raw.split(b"\n")[1:]  # the first line is the log's version ("v1")
@@ -154,6 +156,9 @@ class Lake:
             if not line.strip():
                 continue
             entry = json.loads(line)
+            if entry.get("action") == "delete":
+                deleted.add(str(entry.get("path")))
+                continue
             mtime = int(entry.get("modificationTime", 0))
             if mtime < self._mtime:
                 if compact:
@@ -166,8 +171,37 @@ class Lake:
         out.reverse()
         return out
 
+    def _base_signature(self, ids: list[int], compacts: set[int]) -> tuple[int, ...] | None:
+        """The log file readers start from, as it is on disk: ``leveret pipeline compact``
+        rewrites it in place (atomically) when it replaces files or drops partitions."""
+        if not ids:
+            return None
+        base = max(compacts) if compacts else ids[0]
+        name = f"{base}.compact" if base in compacts else str(base)
+        try:
+            st = (self.path / METADATA / name).stat()
+        except FileNotFoundError:
+            return None
+        return (base, st.st_ino, st.st_size, st.st_mtime_ns)
+
+    def _reset(self) -> None:
+        """Forget what was read: the lake is read again from its base log file."""
+        with self._lock:
+            self._batch = -1
+            self._mtime = -1
+            self._at_mtime = set()
+            self._pending = []
+            self.files = self.records = self.corrupt = self.errors = 0
+            self.first_ms = self.last_ms = self.max_offset = None
+            self.minutes = {}
+
     def _list_new(self) -> None:
         ids, compacts = self._log_files()
+        signature = self._base_signature(ids, compacts)
+        if self._base is not None and signature is not None and signature != self._base:
+            # files were replaced (a compaction) or dropped (retention): count again
+            self._reset()
+        self._base = signature
         new = [b for b in ids if b > self._batch]
         if not new:
             return
@@ -179,14 +213,15 @@ class Lake:
         if done:
             new = [b for b in new if b >= max(done)]
         entries: list[dict[str, Any]] = []
+        deleted: set[str] = set()
         for batch in new:
             with contextlib.suppress(FileNotFoundError):
-                entries.extend(self._entries(batch, batch in compacts))
+                entries.extend(self._entries(batch, batch in compacts, deleted))
         seen: set[str] = set()
         for entry in entries:
             mtime = int(entry.get("modificationTime", 0))
             path = str(entry["path"])
-            if path in seen:  # a file is one file, whichever logs name it
+            if path in seen or path in deleted:  # a file is one file, whichever logs name it
                 continue
             seen.add(path)
             if mtime > self._mtime:

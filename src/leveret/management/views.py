@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote_plus
 
 from leveret.broker.broker import COMPATIBLE_VERSION
+from leveret.broker.exchanges import EXCHANGE_TYPES as EXCHANGE_TYPE_CLASSES
 from leveret.broker.queues import QuorumQueue
 
 if TYPE_CHECKING:
@@ -23,14 +24,19 @@ if TYPE_CHECKING:
     from leveret.broker.vhost import VirtualHost
     from leveret.management.stats import Stats
 
-EXCHANGE_TYPES = [
-    {
-        "name": name,
-        "description": f"AMQP {name} exchange, as per the AMQP specification",
-        "enabled": True,
-    }
-    for name in ("direct", "fanout", "headers", "topic")
-]
+
+def exchange_types() -> list[dict[str, Any]]:
+    """The exchange types the broker has, as /api/overview lists them: the AMQP ones and
+    those of the plugins, by name."""
+    return [
+        {
+            "name": name,
+            "description": cls.description
+            or f"AMQP {name} exchange, as per the AMQP specification",
+            "enabled": True,
+        }
+        for name, cls in sorted(EXCHANGE_TYPE_CLASSES.items())
+    ]
 
 
 def jsonable(value: Any) -> Any:
@@ -65,6 +71,7 @@ def exchange(x: Exchange, stats: Stats | None = None, age: Any = None) -> dict[s
         "user_who_performed_action": x.user_who_performed_action or "rmq-internal",
         "vhost": x.vhost,
     }
+    out.update(x.info())  # what a plugin's type adds (rabbit_exchange:info/1)
     if x.policy is not None:  # RabbitMQ names an exchange's policy only when it has one
         out["policy"] = x.policy.name
     if stats is not None and x.published_in:
@@ -516,7 +523,7 @@ def overview(broker: Broker, stats: Stats, listeners: list[dict[str, Any]], age:
             "basic": [600, 3600],
             "detailed": [600],
         },
-        "exchange_types": EXCHANGE_TYPES,
+        "exchange_types": exchange_types(),
         "product_version": COMPATIBLE_VERSION,
         "product_name": "Leveret",
         "rabbitmq_version": COMPATIBLE_VERSION,

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from leveret.broker import plugins
 from leveret.protocol import spec
 
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
@@ -251,6 +252,12 @@ class Config:
     # (as rabbitmq.conf's loopback_users.<name>); in LEVERET_LOOPBACK_USERS: names
     # separated by commas, or none.
     loopback_users: tuple[str, ...] = ("guest",)
+    # Plugins enabled beyond the built-in and on-by-default ones, by RabbitMQ's names
+    # (--plugins, LEVERET_PLUGINS: names separated by commas).
+    plugins: tuple[str, ...] = ()
+    # RabbitMQ's consumer_timeout: a channel whose oldest unacknowledged delivery is older
+    # than this many milliseconds is closed (406); "infinity" turns it off.
+    consumer_timeout: int | None = 1_800_000
 
     ENV_PREFIX = "LEVERET_"
 
@@ -313,6 +320,15 @@ class Config:
             return
         if key == "loopback_users":
             self.loopback_users = _loopback_users(value)
+            return
+        if key == "plugins":
+            try:
+                self.plugins = plugins.parse(value)
+            except (plugins.UnknownPlugin, TypeError) as exc:
+                raise ConfigError(str(exc)) from exc
+            return
+        if key == "consumer_timeout":
+            self.consumer_timeout = _consumer_timeout(value)
             return
         current = getattr(self, key)
         try:
@@ -535,6 +551,21 @@ def _mechanisms(value: Any) -> tuple[str, ...]:
         if item not in known:
             raise ConfigError(f"unknown auth mechanism '{item}' (one of {', '.join(known)})")
     return tuple(items)
+
+
+def _consumer_timeout(value: Any) -> int | None:
+    """A positive number of milliseconds (RabbitMQ's validator), or "infinity": none."""
+    if value in (None, "infinity", "undefined"):
+        return None
+    try:
+        number = int(value)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(
+            f"invalid value for 'consumer_timeout': {value!r} (milliseconds, or infinity)"
+        ) from exc
+    if number <= 0 or isinstance(value, bool):
+        raise ConfigError("invalid value for 'consumer_timeout': a positive number of ms")
+    return number
 
 
 def _connection_max(value: Any) -> int | None:

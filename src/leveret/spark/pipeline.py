@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from leveret.spark.client import AmqpSourceError, close_quietly, connect, error_from
+from leveret.spark.keeper import LakeKeeper
 from leveret.spark.session import spark_session
 
 if TYPE_CHECKING:
@@ -269,6 +270,9 @@ def run_ingest(
     restarts = 0
     failures = 0
     stop = stop or threading.Event()
+    # removes what failed task attempts left behind: at each start and after each batch
+    keeper = LakeKeeper(cfg.lake)
+    keeper.start()
     current: list[StreamingQuery] = []
 
     def stopper() -> None:
@@ -280,6 +284,7 @@ def run_ingest(
     threading.Thread(target=stopper, name="leveret-ingest-stop", daemon=True).start()
     try:
         while not stop.is_set():
+            keeper.sweep(everything=True)  # no query runs: nothing left can be committed
             query = start_ingest(spark, cfg)
             current[:] = [query]
             if stop.is_set():  # set while the query was starting
@@ -310,6 +315,11 @@ def run_ingest(
         return restarts
     finally:
         stop.set()
+        stopped = False
         with contextlib.suppress(Exception):  # a JVM already gone has nothing to stop
             for q in spark.streams.active:
                 q.stop()
+            stopped = True
+        keeper.stop()
+        # a stopped query commits nothing more: what its last batch had written goes
+        keeper.sweep(everything=stopped)

@@ -25,9 +25,10 @@ from leveret.broker.queues.stream import interval_ms
 from leveret.store.definitions import FileDefinitionStore
 from leveret.store.lock import DataDirLock
 from leveret.store.messages import MessageLog, Recovered
+from leveret.store.osiris import OsirisLog
 from leveret.store.paging import PageFiles
 from leveret.store.quorum import QuorumLog
-from leveret.store.streams import SegmentLog
+from leveret.store.stream_layout import convert as convert_layout
 
 # Events after which the definitions file is written again.
 _DEFINITION_EVENTS = frozenset(
@@ -82,6 +83,7 @@ class Persistence:
         shutil.rmtree(self.transient_dir, ignore_errors=True)
         self.streams_dir = Path(data_dir) / "streams"
         self.quorum_dir = Path(data_dir) / "quorum"
+        self.data_dir = Path(data_dir)
         # queues that keep a log of their own (streams, quorum queues), synced with every batch
         self.logs: dict[tuple[str, str], Queue] = {}
         self._recovered: dict[int, Recovered] = {}
@@ -101,10 +103,12 @@ class Persistence:
             recovered, store.recovered = store.recovered, None
         return PageFiles(self.transient_dir, f"{self._pagers:08d}", self.messages, recovered)
 
-    def open_stream(self, vhost: str, queue: str, arguments: dict[str, Any]) -> SegmentLog:
+    def open_stream(self, vhost: str, queue: str, arguments: dict[str, Any]) -> OsirisLog:
         age = arguments.get("x-max-age")
-        return SegmentLog(
+        label = f"stream '{queue}' in vhost '{vhost}'"
+        return OsirisLog(
             self.streams_dir / quote(vhost, safe="") / quote(queue, safe=""),
+            convert=lambda directory: convert_layout(directory, label),
             max_segment_bytes=int(arguments.get("x-stream-max-segment-size-bytes") or 500_000_000),
             max_bytes=arguments.get("x-max-length-bytes"),
             max_age_ms=interval_ms(text(age)) if isinstance(age, (str, bytes)) else None,
@@ -112,6 +116,11 @@ class Persistence:
 
     def quorum_store(self, vhost: str, queue: str) -> QuorumLog:
         return QuorumLog(self.quorum_dir / quote(vhost, safe="") / quote(queue, safe=""))
+
+    def plugin_dir(self, plugin: str) -> Path:
+        path = self.data_dir / "plugins" / plugin
+        path.mkdir(parents=True, exist_ok=True)
+        return path
 
     # ------------------------------------------------------------- lifecycle
     def restore(self, broker: Any) -> None:

@@ -14,6 +14,11 @@ off). Nothing starts until a test asks for a fixture.
   test-it-works-3f2a9c1b``. Tests that use it see nothing of one another, so they may run
   in parallel (pytest-xdist) against one broker.
 
+- ``leveret_clock`` (function): a :class:`leveret.Broker` of the test's own whose clock
+  stands still until the test moves it: ``leveret_clock.advance(1800)`` makes half an
+  hour pass at once (message TTL, queue expiry, delayed messages, consumer timeouts).
+  Its AMQP URL is ``leveret_clock.url``.
+
 Against an outside broker the vhosts are made and deleted through its management API:
 ``--leveret-management-url`` (ini ``leveret_management_url``), by default port 15672 of the
 AMQP URL's host, with the AMQP URL's credentials (which need the administrator tag).
@@ -111,3 +116,13 @@ def amqp_vhost(
 def amqp_url(leveret_broker: Broker | RemoteBroker, amqp_vhost: str) -> str:
     """The AMQP URL of this test's own vhost."""
     return leveret_broker.vhost_url(amqp_vhost)
+
+
+@pytest.fixture
+def leveret_clock() -> Iterator[Broker]:
+    """An in-process Leveret of this test's own, on a manual clock: time passes only
+    when the test calls ``advance(seconds)``."""
+    from leveret.embedded import Broker
+
+    with Broker(clock="manual") as broker:
+        yield broker

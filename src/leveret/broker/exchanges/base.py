@@ -51,6 +51,8 @@ class Exchange:
 
     type_name = ""
     kind = "exchange"
+    # what /api/overview's exchange_types says of a plugin's type (AMQP's: generated)
+    description = ""
 
     def __init__(
         self,
@@ -108,6 +110,16 @@ class Exchange:
         return effective_definition(self.policy, self.operator_policy)
 
     # -- the part a type implements -------------------------------------------------
+    def attach(self, vhost: Any) -> None:
+        """The exchange joins ``vhost`` (a VirtualHost: declared, or restored at start)."""
+
+    def detach(self) -> None:
+        """The exchange is deleted."""
+
+    def info(self) -> dict[str, Any]:
+        """Fields a plugin's type adds to the exchange's listing (its info/1)."""
+        return {}
+
     def validate_binding(self, binding: Binding) -> None:
         """Raise an AMQPError if the type cannot take this binding."""
 

@@ -10,6 +10,7 @@ from collections import deque
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from leveret.broker import dedup
 from leveret.broker.arguments import (
     check_consume_arguments,
     check_credit_argument,
@@ -117,6 +118,8 @@ class ClassicQueue(Queue):
         self.dead_letter_exchange: str | None = None
         self.dead_letter_routing_key: str | None = None
         self._plain = False
+        # x-message-deduplication: the identities of the messages in the queue
+        self._dedup = dedup.QueueIdentities() if dedup.queue_enabled(self.arguments) else None
         self._paging: Paging | None = None
         if pager is not None:
             # messages kept from before a restart wait in the pager, numbered 1..count
@@ -208,6 +211,7 @@ class ClassicQueue(Queue):
             and self.max_priority is None
             and self._store is None
             and not self.durable
+            and self._dedup is None
         )
         if self.ready:
             if self.overflow == "drop-head" and (
@@ -302,6 +306,8 @@ class ClassicQueue(Queue):
             if self.overflow == "reject-publish-dlx":
                 self._dead_letter(message, "maxlen")
             return _REFUSED
+        if self._dedup is not None and not self._dedup.admit(message):
+            return _YES  # a duplicate: dropped, as accepted
         self._seq += 1
         self.published += 1
         entry = Entry(message, self._seq)
@@ -312,6 +318,8 @@ class ClassicQueue(Queue):
                 self.ready or not any(c.has_credit() for c in self.consumers)
             ):
                 # TTL 0: delivered now or never
+                if self._dedup is not None:
+                    self._dedup.left(message)
                 self._dead_letter(message, "expired")
                 return _YES
             entry.expires_at = now_ms() + self.message_ttl
@@ -386,6 +394,8 @@ class ClassicQueue(Queue):
 
     def _forget(self, entry: Entry) -> None:
         """The message has left the queue for good."""
+        if self._dedup is not None:
+            self._dedup.left(entry.message)
         if entry.store_id and self._store is not None:
             self._store.remove(entry.store_id)
             entry.store_id = 0
@@ -542,6 +552,8 @@ class ClassicQueue(Queue):
 
     def purge(self) -> int:
         count = self.message_count
+        if self._dedup is not None:
+            self._dedup.clear()  # as the plugin's purge flushes its cache
         for entry in self.ready:
             self._forget(entry)
         self.ready.clear()

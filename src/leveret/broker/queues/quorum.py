@@ -32,6 +32,7 @@ from collections import deque
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from leveret.broker import dedup
 from leveret.broker.arguments import (
     check_consume_arguments,
     check_credit_argument,
@@ -171,6 +172,8 @@ class QuorumQueue(Queue):
         self._ready_bytes = 0
         self._dlx_bytes = 0
         self._blocked = False  # reject-publish: over the limit, publishers refused
+        # x-message-deduplication: the identities of the messages in the queue
+        self._dedup = dedup.QueueIdentities() if dedup.queue_enabled(self.arguments) else None
         self._next_id = 0  # ids when there is no store
         self._released_at = 0
         self._rr = 0
@@ -300,6 +303,8 @@ class QuorumQueue(Queue):
     def enqueue(self, message: Message) -> Accepted:
         if self._blocked:
             return Accepted.REFUSED
+        if self._dedup is not None and not self._dedup.admit(message):
+            return Accepted.YES  # a duplicate: dropped, as accepted
         self.published += 1
         mid = self._store.append(message) if self._store is not None else self._new_id()
         msg = _Msg(mid, message, None, self._expiry(message, now_ms()))
@@ -522,6 +527,8 @@ class QuorumQueue(Queue):
 
     # --------------------------------------------------------------- settling
     def _settled(self, msg: _Msg) -> None:
+        if self._dedup is not None:
+            self._dedup.left(msg.message)
         if self._store is not None:
             self._store.settle(msg.id)
 

@@ -6,6 +6,7 @@
 
 import * as api from "./api.js";
 import { drawStackedBars } from "./charts.js";
+import { lakeSearch } from "./page-logs-search.js";
 import { card, fmtInt, fmtTime, h, link, setOptions } from "./ui.js";
 
 const SEVERITIES = ["debug", "info", "warning", "error", "critical"];
@@ -151,6 +152,7 @@ export function logsPage() {
     card("Report", reportBox),
   );
 
+  const searchLake = lakeSearch((r) => showDetail(r));
   const el = h(
     "div.page.logs-page",
     h(
@@ -169,6 +171,7 @@ export function logsPage() {
       ),
       side,
     ),
+    searchLake.el,
     detail,
   );
 
@@ -424,8 +427,10 @@ export function logsPage() {
       rows(fields),
       r.exc ? h("div", h("h3", "Exception"), pre(r.exc)) : "",
       r.extra ? h("div", h("h3", "Extra"), pre(JSON.stringify(r.extra, null, 2))) : "",
-      h("h3", "Message"),
-      rows([
+      r._lake ? h("h3", "In the lake") : "",
+      r._lake ? rows([["stream offset", String(r.offset ?? "")], ["message id", String(r.message_id ?? "")], ...(r._corrupt ? [["malformed body", r._corrupt]] : [])]) : "",
+      r._lake ? "" : h("h3", "Message"),
+      r._lake ? "" : rows([
         ["exchange", m.exchange === "" ? "(AMQP default)" : m.exchange],
         ["routing key", m.routing_key],
         ["redelivered", String(m.redelivered)],

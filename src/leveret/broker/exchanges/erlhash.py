@@ -1,0 +1,184 @@
+"""The two Erlang functions RabbitMQ's consistent-hash exchange picks a bucket with, so
+that a key lands in the same bucket as on RabbitMQ: ``erlang:phash2/1`` (for the terms the
+exchange hashes: binaries, atoms, small integers and tuples of them) and the jump
+consistent hash it draws from ``rand``'s ``exs1024`` generator seeded with that hash.
+
+Written from the published algorithms (Bob Jenkins' lookup2 block hash as ERTS mixes
+terms with it, hashpjw for atom names, xorshift1024* / xorshift64* as OTP's rand seeds
+and steps them) and checked against a running Erlang VM in the tests."""
+
+from __future__ import annotations
+
+M32 = 0xFFFFFFFF
+M64 = 0xFFFFFFFFFFFFFFFF
+HCONST = 0x9E3779B9
+HCONST_3 = 0xDAA66D2B
+HCONST_9 = 0x8FF34781
+HCONST_13 = 0x08D12E65
+_PHASH2_RANGE = 1 << 27
+
+
+class Atom(str):
+    """An Erlang atom (a plain ``str`` stands for a binary)."""
+
+
+def _mix(a: int, b: int, c: int) -> tuple[int, int, int]:
+    a = (a - b - c) & M32
+    a ^= c >> 13
+    b = (b - c - a) & M32
+    b ^= (a << 8) & M32
+    c = (c - a - b) & M32
+    c ^= b >> 13
+    a = (a - b - c) & M32
+    a ^= c >> 12
+    b = (b - c - a) & M32
+    b ^= (a << 16) & M32
+    c = (c - a - b) & M32
+    c ^= b >> 5
+    a = (a - b - c) & M32
+    a ^= c >> 3
+    b = (b - c - a) & M32
+    b ^= (a << 10) & M32
+    c = (c - a - b) & M32
+    c ^= b >> 15
+    return a, b, c
+
+
+def _block_hash(data: bytes, initval: int) -> int:
+    a = b = HCONST
+    c = initval & M32
+    n = len(data)
+    full = n - n % 12
+    for i in range(0, full, 12):
+        a = (a + int.from_bytes(data[i : i + 4], "little")) & M32
+        b = (b + int.from_bytes(data[i + 4 : i + 8], "little")) & M32
+        c = (c + int.from_bytes(data[i + 8 : i + 12], "little")) & M32
+        a, b, c = _mix(a, b, c)
+    rest = data[full:]
+    c = (c + n) & M32
+    # the first byte of c is the length: the tail's bytes 8..10 go in above it
+    tail = rest + bytes(12 - len(rest))
+    a = (a + int.from_bytes(tail[0:4], "little")) & M32
+    b = (b + int.from_bytes(tail[4:8], "little")) & M32
+    c = (c + (int.from_bytes(tail[8:11], "little") << 8)) & M32
+    return _mix(a, b, c)[2]
+
+
+def _uint32_hash(value: int, const: int, hash_: int) -> int:
+    a = (const + (value & M32)) & M32
+    b = const & M32
+    return _mix(a, b, hash_)[2]
+
+
+def _uint32_hash_2(x: int, y: int, const: int, hash_: int) -> int:
+    a = (const + (x & M32)) & M32
+    b = (const + (y & M32)) & M32
+    return _mix(a, b, hash_)[2]
+
+
+def atom_hash(name: str) -> int:
+    """hashpjw over the atom's name (ERTS's atom table hash)."""
+    h = 0
+    for v in name.encode("latin-1", "replace"):
+        h = ((h << 4) + v) & M32
+        g = h & 0xF0000000
+        if g:
+            h ^= g >> 24
+            h ^= g
+    return h
+
+
+def _small(value: int, hash_: int) -> int:
+    if -(1 << 27) <= value < (1 << 27):
+        if value < 0:
+            hash_ = _uint32_hash(-value, HCONST, hash_)
+        return _uint32_hash(value & M32, HCONST, hash_)
+    if value < 0:
+        const, t = 0x2E2AC13A, -value  # HCONST_10
+    else:
+        const, t = 0xCC623AF3, value  # HCONST_11
+    return _uint32_hash_2(t & M32, (t >> 32) & M32, const, hash_)
+
+
+def make_hash2(term: object) -> int:
+    """ERTS make_hash2 for binaries (bytes or str as UTF-8), atoms, small integers
+    (within 60 bits) and tuples of them."""
+    return _hash2(term, 0)
+
+
+def _hash2(term: object, hash_: int) -> int:
+    if isinstance(term, Atom):
+        h = atom_hash(str(term))
+        return h if hash_ == 0 else _uint32_hash(h, HCONST_3, hash_)
+    if isinstance(term, bool):
+        return _hash2(Atom("true" if term else "false"), hash_)
+    if isinstance(term, int):
+        return _small(term, hash_)
+    if isinstance(term, str):
+        term = term.encode()
+    if isinstance(term, (bytes, bytearray, memoryview)):
+        con = (HCONST_13 + hash_) & M32
+        return _block_hash(bytes(term), con) if len(term) else con
+    if isinstance(term, tuple):
+        hash_ = _uint32_hash(len(term), HCONST_9, hash_)
+        for item in term:
+            hash_ = _hash2(item, hash_)
+        return hash_
+    raise TypeError(f"cannot hash {term!r} as Erlang would")
+
+
+def phash2(term: object) -> int:
+    """erlang:phash2/1."""
+    return make_hash2(term) % _PHASH2_RANGE
+
+
+class Exs1024:
+    """rand's exs1024 (xorshift1024*), seeded from a triple as ``rand:seed_s``."""
+
+    __slots__ = ("_p", "_s")
+
+    def __init__(self, a1: int, a2: int, a3: int) -> None:
+        mask21 = (1 << 21) - 1
+        b1 = (((a1 & mask21) + 1) * 2097131) & mask21
+        b2 = (((a2 & mask21) + 1) * 2097133) & mask21
+        b3 = (((a3 & mask21) + 1) * 2097143) & mask21
+        r = (b1 << 43) | (b2 << 22) | (b3 << 1) | 1
+        out: list[int] = []
+        for _ in range(16):
+            r ^= r >> 12
+            r ^= (r << 25) & M64
+            r ^= r >> 27
+            out.append((r * 2685821657736338717) & M64)
+        # rand keeps the list newest first: [X16, ..., X1]
+        self._s = out[::-1]
+        self._p = 0
+
+    def next(self) -> int:
+        s = self._s
+        p = self._p
+        s0 = s[p]
+        p = (p + 1) & 15
+        s1 = s[p]
+        s1 ^= (s1 << 31) & M64
+        s1 ^= s1 >> 11
+        s0 ^= s0 >> 30
+        s[p] = s0 ^ s1
+        self._p = p
+        return (s[p] * 1181783497276652981) & M64
+
+    def uniform(self) -> float:
+        """A float in [0, 1]: the 64-bit value over 2^64, as rand's exs1024 handler."""
+        return self.next() / 18446744073709551616.0
+
+
+def jump_consistent_hash(key: int, buckets: int) -> int:
+    """rabbit_exchange_type_consistent_hash:jump_consistent_hash/2 for an integer key."""
+    if buckets == 1:
+        return 0
+    rng = Exs1024(key, key, key)
+    b, j = -1, 0
+    while j < buckets:
+        b = j
+        r = rng.uniform()
+        j = int((b + 1) / r) if r > 0 else buckets
+    return b

@@ -1,0 +1,84 @@
+"""What the ingest does for its lake beside the query: after each committed batch, remove
+the files the sink's log never committed (see :mod:`leveret.logs.lake`), so that a reader
+that lists the directory (pyarrow, pandas, DuckDB) sees each record once, as Spark does.
+
+A thread of the ingest's driver watches the sink's log; it only reads and removes files,
+it never writes the log (the query alone does). It also holds the lake's ``ingest`` lock
+(shared) while the ingest runs, and finishes the removals a compaction killed before its
+end left to do (see :mod:`leveret.logs.compaction`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from pathlib import Path
+
+from leveret.logs.compaction import finish_removals
+from leveret.logs.lake import Janitor, SinkLog, lake_lock
+
+log = logging.getLogger(__name__)
+
+
+class LakeKeeper:
+    """Sweeps a lake after each batch the ingest commits, from a thread of its own."""
+
+    def __init__(self, lake: Path, interval: float = 0.25) -> None:
+        self.lake = lake
+        self.interval = interval
+        self.janitor = Janitor(lake)
+        self._latest = -1
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self._ingest_lock: contextlib.AbstractContextManager[bool] | None = None
+
+    def sweep(self, everything: bool = False) -> list[str]:
+        """One sweep now (``everything``: no query runs, so no task can commit)."""
+        with self._lock:
+            try:
+                return self.janitor.sweep(everything)
+            except OSError as exc:
+                log.warning("cannot clean the lake at %s: %s", self.lake, exc)
+                return []
+
+    def start(self) -> None:
+        # tells a compaction that a sink may be writing the log (released at exit, kill -9
+        # included)
+        self._ingest_lock = lake_lock(self.lake, wait=None, name="ingest", shared=True)
+        self._ingest_lock.__enter__()
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="leveret-lake", daemon=True)
+            self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(30)
+        if self._ingest_lock is not None:
+            self._ingest_lock.__exit__(None, None, None)
+            self._ingest_lock = None
+
+    def _run(self) -> None:
+        watch = SinkLog(self.lake)
+        while not self._stop.wait(self.interval):
+            try:
+                latest = _latest_batch(watch)
+            except (OSError, ValueError) as exc:
+                log.debug("cannot read the sink's log: %s", exc)
+                continue
+            if latest > self._latest:
+                self._latest = latest
+                self.sweep()
+                try:  # what a compaction killed before its end left on the disk
+                    finish_removals(self.lake)
+                except (OSError, ValueError) as exc:
+                    log.warning("cannot finish the lake's removals: %s", exc)
+
+
+def _latest_batch(watch: SinkLog) -> int:
+    from leveret.logs.lake import log_batches
+
+    ids, _ = log_batches(watch.lake)
+    return ids[-1] if ids else -1
