@@ -262,3 +262,27 @@ def test_tracking_goes_in_trailers_delta_chunks_and_snapshots(tmp_path: Path) ->
     assert (again.query_offset("r"), again.writer_sequence("w")) == (0, 7)
     assert again.committed == log.committed
     again.close()
+
+
+def test_sub_batches_are_stored_as_they_came(tmp_path: Path) -> None:
+    """A publisher's sub-entry batch is one sub-batch entry (osiris's header: flag and
+    compression, record count, uncompressed and stored sizes), its records taking their
+    offsets; readers of single messages get them one by one, gzip opened."""
+    import gzip
+
+    plain = b"".join(struct.pack(">I", len(m)) + m for m in (b"r0", b"r1"))
+    zipped = gzip.compress(b"".join(struct.pack(">I", len(m)) + m for m in (b"g0", b"g1", b"g2")))
+    log = OsirisLog(tmp_path)
+    assert log.append(b"m0") == 0
+    assert log.append_batch(0, 2, len(plain), plain) == 1
+    assert log.append_batch(1, 3, 18, zipped) == 3
+    assert log.append(b"m6") == 6
+    log.sync()
+    ref = log.chunk_at(0)
+    assert ref is not None and (ref.first, ref.records) == (0, 7)
+    raw = os.pread(ref.fd, ref.size, ref.position)
+    assert HEADER.unpack_from(raw)[2:4] == (4, 7)  # 4 entries, 7 records
+    assert raw[48 + 6 : 48 + 6 + 11] == struct.pack(">BHII", 0x80, 2, len(plain), len(plain))
+    assert [m for _, _, m in log.read(0, 100)] == [b"m0", b"r0", b"r1", b"g0", b"g1", b"g2", b"m6"]
+    assert [o for o, _, _ in log.read(4, 100)] == [4, 5, 6]
+    log.close()

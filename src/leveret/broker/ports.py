@@ -264,6 +264,13 @@ class StreamLog(Protocol):
         """An AMQP 1.0-encoded message; its offset (readable after the next sync)."""
         ...
 
+    def append_batch(
+        self, compression: int, records: int, uncompressed_size: int, data: bytes
+    ) -> int:
+        """A publisher's sub-entry batch, stored as it came (one entry, ``records``
+        offsets); its first offset."""
+        ...
+
     def sync(self) -> bool: ...
 
     def read(

@@ -380,13 +380,16 @@ class StreamSession:
             confirms.append(publishing_id)
         errors = []
         for batch in e.batches:
-            records = _sub_batch_records(batch)
-            if records is None:  # a compression this broker cannot open: not stored
+            # stored as it came, compressed or not, as RabbitMQ stores it; an uncompressed
+            # one whose records do not add up is refused
+            if batch.compression == 0 and _sub_batch_records(batch) is None:
                 errors.append(batch.publishing_id)
                 continue
             if last is None or batch.publishing_id > last:
-                for record in records:
-                    q.append_amqp10(record)
+                if batch.records:
+                    q.append_batch(
+                        batch.compression, batch.records, batch.uncompressed_size, batch.data
+                    )
                 last = batch.publishing_id if ref else None
             confirms.append(batch.publishing_id)
         if ref and last is not None:

@@ -54,6 +54,8 @@ HEADER_SIZE = HEADER.size  # 48
 _IDX = struct.Struct(">QqQIB")  # first offset, timestamp, epoch, file position, chunk type
 _U32 = struct.Struct(">I")
 _U64 = struct.Struct(">Q")
+_SUB = struct.Struct(">BHII")  # sub-batch entry: flag and compression, records, sizes
+GZIP = 1  # sub-batch compression types: 0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd
 TRK_SEQUENCE = 0
 TRK_OFFSET = 1
 MAX_SEGMENT_CHUNKS = 256_000  # osiris's default max_segment_size_chunks
@@ -164,6 +166,28 @@ def build_chunk(
     return head + data + trailer
 
 
+def build_framed_chunk(
+    entries: list[bytes], records: int, first: int, ts: int, trailer: bytes = b""
+) -> bytes:
+    """A user chunk of entries already framed (simple or sub-batch)."""
+    data = b"".join(entries)
+    n = len(entries)
+    head = HEADER.pack(
+        MAGIC_VERSION,
+        CHUNK_USER,
+        n,
+        records,
+        ts,
+        EPOCH,
+        first,
+        zlib.crc32(data),
+        len(data),
+        len(trailer),
+        0,
+    )
+    return head + data + trailer
+
+
 def tracking_entry(kind: int, reference: str, value: int, chunk_id: int | None = None) -> bytes:
     """One tracking record: type (0 sequence, 1 offset), the reference, then the value
     (in a snapshot, a sequence is preceded by the chunk id it was written in)."""
@@ -193,18 +217,28 @@ def chunk_records(
             flag = chunk[pos]
             count = int.from_bytes(chunk[pos + 1 : pos + 3], "big")
             (blen,) = unpack(chunk, pos + 7)
-            start = pos + 11
-            if (flag >> 4) & 0x7:
-                out.append((offset, bytes(chunk[start : start + blen])))
+            at = pos + 11
+            batch: bytes | memoryview = chunk[at : at + blen]
+            kind = (flag >> 4) & 0x7
+            if kind == GZIP:
+                try:
+                    batch = zlib.decompress(batch, 16 + zlib.MAX_WBITS)
+                except zlib.error:
+                    kind = -1
+            if kind not in (0, GZIP):  # as osiris: the batch as it is, one record
+                out.append((offset, bytes(batch)))
                 offset += count
             else:
-                p = start
-                for _ in range(count):
-                    (n,) = unpack(chunk, p)
-                    out.append((offset, bytes(chunk[p + 4 : p + 4 + n])))
-                    offset += 1
-                    p += 4 + n
-            pos = start + blen
+                p = 0
+                try:
+                    for i in range(count):
+                        (n,) = unpack(batch, p)
+                        out.append((offset + i, bytes(batch[p + 4 : p + 4 + n])))
+                        p += 4 + n
+                except struct.error:  # records that do not add up: the rest as it is
+                    out.append((offset + i, bytes(batch[p:])))
+                offset += count
+            pos = at + blen
         else:
             if offset >= start:
                 out.append((offset, bytes(chunk[pos + 4 : pos + 4 + size])))
@@ -232,6 +266,8 @@ class OsirisLog:
         self.max_age_ms = max_age_ms
         self.segments: list[_Segment] = []
         self._pending: list[bytes] = []
+        # sub-batch entries among them (stored as they came): index -> record count
+        self._pending_batches: dict[int, int] = {}
         self._writer = -1
         self._idx_writer = -1
         self._open(start)
@@ -453,6 +489,18 @@ class OsirisLog:
         self._pending.append(message)
         return offset
 
+    def append_batch(
+        self, compression: int, records: int, uncompressed_size: int, data: bytes
+    ) -> int:
+        """A sub-entry batch as a publisher sent it (``records`` messages, compressed or
+        not), stored as one sub-batch entry the way osiris stores it; its first offset."""
+        offset = self.next_offset
+        self.next_offset = offset + records
+        head = _SUB.pack(0x80 | (compression & 0x7) << 4, records, uncompressed_size, len(data))
+        self._pending_batches[len(self._pending)] = records
+        self._pending.append(head + data)
+        return offset
+
     def sync(self, ts_ms: int | None = None) -> bool:
         """Write what was appended as chunks (stamped now, or ``ts_ms``) and fsync them.
         True if anything was written. Tracking that changed goes in the last chunk's
@@ -491,17 +539,26 @@ class OsirisLog:
         )
         pending = self._pending
         self._pending = []
+        batches = self._pending_batches
+        self._pending_batches = {}
+        # entries framed (a simple entry is ``u32 size | message``; a sub-batch came framed)
+        if batches:
+            entries = [m if i in batches else _U32.pack(len(m)) + m for i, m in enumerate(pending)]
+            counts = [batches.get(i, 1) for i in range(len(pending))]
+        else:
+            pack = _U32.pack
+            entries = [pack(len(m)) + m for m in pending]
+        i = 0
+        while i < len(entries):  # chunks of at most CHUNK_BYTES (one entry at least)
+            j, size = i, 0
+            while j < len(entries) and j - i < 65535 and (j == i or size < CHUNK_BYTES):
+                size += len(entries[j])
+                j += 1
+            records = sum(counts[i:j]) if batches else j - i
+            tail = trailer if j == len(entries) else b""
+            add(build_framed_chunk(entries[i:j], records, first, ts, tail), records, 0, size)
+            i = j
         if pending:
-            i = 0
-            while i < len(pending):  # chunks of at most CHUNK_BYTES (one message at least)
-                j, size = i, 0
-                while j < len(pending) and j - i < 65535 and (j == i or size < CHUNK_BYTES):
-                    size += 4 + len(pending[j])
-                    j += 1
-                last = j == len(pending)
-                chunk = build_chunk(pending[i:j], first, ts, trailer if last else b"")
-                add(chunk, j - i, CHUNK_USER, size)
-                i = j
             for kind, ref in self._pending_trk:
                 if kind == TRK_SEQUENCE:
                     self._seq_chunks[ref] = seg.firsts[-1]
@@ -635,6 +692,7 @@ class OsirisLog:
 
     def delete(self) -> None:
         self._pending.clear()
+        self._pending_batches.clear()
         self._tracking_dirty = False
         self._close_writers()
         for seg in self.segments:

@@ -194,6 +194,14 @@ class StreamQueue(Queue):
         self.published += 1
         return self.log.append(message)
 
+    def append_batch(
+        self, compression: int, records: int, uncompressed_size: int, data: bytes
+    ) -> int:
+        """A sub-entry batch published over the stream protocol, stored as it came
+        (compressed or not, as RabbitMQ stores it); its first offset."""
+        self.published += records
+        return self.log.append_batch(compression, records, uncompressed_size, data)
+
     def sync(self) -> None:
         """Make appended messages durable (one chunk) and deliver them."""
         if self.log.sync():
