@@ -59,6 +59,7 @@ class Server:
             EventExchange(self.broker) if plugins.EVENT_EXCHANGE in self.broker.plugins else None
         )
         self._schedule_timer: ScheduleTimer | None = None
+        self._ticks = 0
         self._log_handler: LogExchangeHandler | None = None
         self.broker.users.loopback_users = set(config.loopback_users)
         self.loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]
@@ -229,7 +230,7 @@ class Server:
         """Make what was published durable before confirms go out (fsync batching)."""
         if self.persistence is not None:
             self.persistence.sync()
-            self.scheduler.sync()
+            self.scheduler.flush()  # confirmed delayed messages survive a kill -9
 
     def _tick(self) -> None:
         """Periodic housekeeping: message and queue expiry, memory and disk (alarms,
@@ -249,6 +250,11 @@ class Server:
             self._schedule_timer.rearm()
         if self.events is not None:
             self.events.flush()
+        self._ticks += 1
+        if self._ticks % 5 == 0:
+            self.scheduler.sync()  # durable within a second, fsync off the hot path
+        else:
+            self.scheduler.flush()
 
     async def stop(self, reason: str = "shutdown") -> None:
         if self._log_handler is not None:
