@@ -6,8 +6,10 @@ from __future__ import annotations
 import pytest
 from pamqp import commands as C
 
+from leveret.broker import operations
 from leveret.broker.channel import Channel
 from leveret.broker.message import Message
+from leveret.broker.operations import Actor
 from leveret.broker.queues import Queue
 from leveret.broker.users import Permission
 from leveret.broker.vhost import VirtualHost
@@ -32,11 +34,8 @@ def channel(host: FakeHost) -> Channel:
 
 def publish(vhost: VirtualHost, queue: str, n: int) -> None:
     for i in range(n):
-        vhost.publish(
-            "",
-            Message.build("", queue, f"m{i}".encode()),
-            username="u",
-            permission=Permission("u", "/"),
+        operations.publish(
+            vhost, Actor("u", Permission("u", "/")), "", Message.build("", queue, f"m{i}".encode())
         )
 
 
@@ -233,9 +232,7 @@ def test_tx_settles_leave_unacked_at_once_and_rollback_puts_them_back(
     assert channel.tx_held == 0
 
 
-def test_tx_settles_hold_global_prefetch_until_commit(
-    vhost: VirtualHost, channel: Channel
-) -> None:
+def test_tx_settles_hold_global_prefetch_until_commit(vhost: VirtualHost, channel: Channel) -> None:
     q, _ = vhost.declare_queue("q")
     publish(vhost, "q", 2)
     channel.global_prefetch = 1

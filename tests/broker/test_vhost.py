@@ -6,7 +6,9 @@ from __future__ import annotations
 import pytest
 from pamqp import commands as C
 
+from leveret.broker import operations
 from leveret.broker.message import Message
+from leveret.broker.operations import Actor
 from leveret.broker.users import Permission
 from leveret.broker.vhost import RETURNED, ROUTED, UNROUTED, PublishResult, VirtualHost
 from leveret.protocol.errors import AMQPError
@@ -23,9 +25,7 @@ def publish(
 ) -> PublishResult:
     properties = C.Basic.Properties(**props) if props else None
     message = Message.build(exchange, key, b"x", properties)
-    return vhost.publish(
-        exchange, message, mandatory, username="u", permission=Permission("u", "/")
-    )
+    return operations.publish(vhost, Actor("u", Permission("u", "/")), exchange, message, mandatory)
 
 
 def refusal(exc: pytest.ExceptionInfo[AMQPError]) -> tuple[int, str]:
@@ -127,9 +127,9 @@ def test_alternate_exchanges_that_loop_end(vhost: VirtualHost) -> None:
 
 def test_check_access_names_the_resource_and_the_user(vhost: VirtualHost) -> None:
     reader = Permission("r", "/", configure="", write="", read=".*")
-    vhost.check_access(reader, "r", "read", "queue", "q")
+    operations.check_access(vhost, Actor("r", reader), "read", "queue", "q")
     with pytest.raises(AMQPError) as info:
-        vhost.check_access(reader, "r", "write", "exchange", "")
+        operations.check_access(vhost, Actor("r", reader), "write", "exchange", "")
     assert refusal(info) == (
         403,
         "ACCESS_REFUSED - access to exchange 'amq.default' in vhost '/' refused for user 'r'",
@@ -138,12 +138,11 @@ def test_check_access_names_the_resource_and_the_user(vhost: VirtualHost) -> Non
 
 def test_queue_limit(vhost: VirtualHost) -> None:
     vhost.set_limits({"max-queues": 1})
-    everything = Permission("u", "/")
-    vhost.authorize_queue_declare("a", {}, "u", everything)
-    vhost.declare_queue("a")
-    vhost.authorize_queue_declare("a", {}, "u", everything)  # existing: not counted again
+    actor = Actor("u", Permission("u", "/"))
+    operations.declare_queue(vhost, actor, "a")
+    operations.declare_queue(vhost, actor, "a")  # existing: not counted again
     with pytest.raises(AMQPError) as info:
-        vhost.authorize_queue_declare("b", {}, "u", everything)
+        operations.declare_queue(vhost, actor, "b")
     assert refusal(info) == (
         406,
         "PRECONDITION_FAILED - cannot declare queue 'b': queue limit in vhost '/' (1) is reached",

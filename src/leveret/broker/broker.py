@@ -80,6 +80,10 @@ class Broker:
         self.plugins: tuple[str, ...] = plugins.enabled()
         # RabbitMQ's consumer_timeout in ms (None: off), checked by consumer_timeout.check
         self.consumer_timeout: int | None = 1_800_000
+        # plugin state every vhost sees, by plugin name (set up by the server)
+        self.extensions: dict[str, Any] = {}
+        # the user performing the operation at hand (user_who_performed_action of events)
+        self.actor = ""
 
     @classmethod
     def with_defaults(cls, node_name: str | None = None) -> Broker:
@@ -108,6 +112,7 @@ class Broker:
                 self.memory,
             )
             vhost.tracing = name in self.traced_vhosts
+            vhost.extensions.update(self.extensions)
             if self.log_exchange and name == DEFAULT_VHOST:
                 # as rabbit_logger_exchange_h: topic, durable, internal
                 vhost.add_builtin_exchange(LOG_EXCHANGE, "topic", internal=True)

@@ -3,9 +3,13 @@ rabbit_auth_backend_internal): which names there are and what a value must be.""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from leveret.broker.erlterms import pairs, term
+from leveret.protocol import errors
+
+if TYPE_CHECKING:
+    from leveret.broker.vhost import VirtualHost
 
 VHOST_LIMITS = ("max-connections", "max-queues")
 USER_LIMITS = ("max-connections", "max-channels")
@@ -19,3 +23,13 @@ def limit_error(name: str, value: Any, known: tuple[str, ...], what: str) -> str
     if isinstance(value, bool) or not isinstance(value, int):
         return f"{name} should be a number, actually was {term(value)}"
     return None
+
+
+def check_queue_limit(vhost: VirtualHost, name: str) -> None:
+    """Refuse a new queue beyond the vhost's max-queues, as rabbit_channel does."""
+    limit = vhost.limit("max-queues")
+    if limit is not None and len(vhost.queues) + 1 > limit:
+        raise errors.precondition_failed(
+            f"cannot declare queue '{name}': queue limit in vhost '{vhost.name}' "
+            f"({limit}) is reached"
+        )

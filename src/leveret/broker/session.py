@@ -12,21 +12,21 @@ from typing import TYPE_CHECKING, Any
 from pamqp import commands
 
 from leveret.broker import errors as rabbit
-from leveret.broker import names
+from leveret.broker import names, operations
 from leveret.broker.broker import Broker
 from leveret.broker.channel import CONFIRMED, DROPPED, PUBLISHED, RETURNED, Channel, TxPublish
 from leveret.broker.events import Event
 from leveret.broker.message import Message
-from leveret.broker.queues import Queue, queue_type_name
+from leveret.broker.operations import Actor, authorize_publish
+from leveret.broker.queues import Queue
 from leveret.broker.reply_to import REPLY_PREFIX, REPLY_QUEUE
 from leveret.broker.users import Permission, User
-from leveret.broker.vhost import ROUTED, PublishResult, VirtualHost, not_default
+from leveret.broker.vhost import ROUTED, PublishResult, VirtualHost
 from leveret.protocol import errors, sasl, spec
 from leveret.protocol.errors import AMQPError
 from leveret.protocol.spec import Method
 
 if TYPE_CHECKING:
-    from leveret.broker.exchanges import Exchange
     from leveret.broker.ports import FlowHolder, Output, Traffic
 
 log = logging.getLogger(__name__)
@@ -38,12 +38,6 @@ def _arguments(method: Method) -> dict[str, Any]:
     """A method's arguments table, keeping the wire types it came with."""
     args: dict[str, Any] | None = getattr(method, "arguments", None)
     return args.copy() if args else {}
-
-
-def _strip_cr_lf(name: str) -> str:
-    """RabbitMQ drops CR and LF from the names exchange.declare, exchange.delete,
-    queue.declare, queue.delete and the bind methods carry (rabbit_channel:strip_cr_lf)."""
-    return name.replace("\r", "").replace("\n", "") if "\r" in name or "\n" in name else name
 
 
 def _login_refused(mechanism: str) -> AMQPError:
@@ -73,6 +67,8 @@ class Session:
         self.vhost = ""
         self.vhost_obj: VirtualHost = None  # type: ignore[assignment]
         self.permission: Permission | None = None
+        # who this connection's operations act as, once its vhost is open
+        self.actor = Actor("", None, self, strips_names=True)
         self.client_properties: dict[str, Any] = {}
         self.channels: dict[int, Channel] = {}
         self.writable = True
@@ -168,6 +164,9 @@ class Session:
                 return _login_refused(mechanism)
             user = self.broker.users.authenticate(username, password, address)
             if user is None:
+                why = f"user '{username}' - invalid credentials"
+                failed = (self, username, why)
+                self.broker.observers.emit(Event.USER_AUTHENTICATION_FAILED, failed)
                 # as rabbit_reader words it, at its level
                 log.error(
                     "Error on AMQP connection (%s, state: starting):\n"
@@ -179,6 +178,7 @@ class Session:
                 return _login_refused(mechanism)
         self.user = user
         self._username = user.name
+        self.broker.observers.emit(Event.USER_AUTHENTICATED, self)
         return None
 
     def open_vhost(self, vhost: str) -> AMQPError | None:
@@ -208,6 +208,8 @@ class Session:
         self.vhost = vhost
         self.vhost_obj = obj
         self.permission = perm
+        self.actor = Actor(self.user.name, perm, self, strips_names=True)
+        broker.observers.emit(Event.CONNECTION_AUTHORIZED, self)
         return None
 
     @property
@@ -253,12 +255,15 @@ class Session:
         if ch is None:
             return
         handler = self._handlers.get(type(method))
+        self.broker.actor = self._username  # who performs what the events tell of
         try:
             if handler is None:
                 raise errors.not_implemented(f"method {method.name} is not supported")
             handler(ch, method)
         except AMQPError as exc:
             self.fail(number, exc.with_method(*spec.method_ids(method)))
+        finally:
+            self.broker.actor = ""
 
     def fail(self, number: int, exc: AMQPError) -> None:
         if exc.is_hard:
@@ -323,7 +328,7 @@ class Session:
 
     # ------------------------------------------------------------ permissions
     def check(self, what: str, kind: str, name: str) -> None:
-        self.vhost_obj.check_access(self.permission, self.username, what, kind, name)
+        operations.check_access(self.vhost_obj, self.actor, what, kind, name)
 
     def _queue_for(self, ch: Channel, name: str) -> str:
         if name == "":
@@ -332,121 +337,71 @@ class Session:
             return ch.last_declared_queue
         return name
 
-    def _exclusive_check(self, q: Queue) -> None:
-        # an exclusive queue's owner is the connection (this session) that declared it
-        if q.exclusive_owner is not None and q.exclusive_owner is not self:
-            raise rabbit.exclusive_locked(q.name, self.vhost)
-
     def _reply(self, ch: Channel, nowait: bool, method: Method) -> None:
         if not nowait:
             self.output.send_method(ch.number, method)
 
     # -------------------------------------------------------------- exchange
     def _exchange_declare(self, ch: Channel, m: C.Exchange.Declare) -> None:
-        name = _strip_cr_lf(m.exchange)
-        vhost = self.vhost_obj
-        if m.passive:
-            not_default(name)
-            vhost.get_exchange(name)
-        else:
-            args = _arguments(m)
-            vhost.authorize_exchange_declare(
-                name, m.exchange_type, args, self.username, self.permission
-            )
-            x, new = vhost.declare_exchange(
-                name, m.exchange_type, m.durable, m.auto_delete, m.internal, args
-            )
-            if new:  # shown by the management API, as RabbitMQ does
-                x.user_who_performed_action = self.username
+        operations.declare_exchange(
+            self.vhost_obj,
+            self.actor,
+            m.exchange,
+            m.exchange_type,
+            m.durable,
+            m.auto_delete,
+            m.internal,
+            _arguments(m),
+            m.passive,
+        )
         self._reply(ch, m.nowait, C.Exchange.DeclareOk())
 
     def _exchange_delete(self, ch: Channel, m: C.Exchange.Delete) -> None:
-        name = _strip_cr_lf(m.exchange)
-        not_default(name)
-        if name.startswith("amq."):
-            raise errors.access_refused(
-                f"deletion of system exchange '{name}' in vhost '{self.vhost}' not allowed"
-            )
-        self.check("configure", "exchange", name)
-        self.vhost_obj.delete_exchange(name, m.if_unused)
+        operations.delete_exchange(self.vhost_obj, self.actor, m.exchange, m.if_unused)
         self._reply(ch, m.nowait, C.Exchange.DeleteOk())
 
-    def _binding_action(
-        self,
-        ch: Channel,
-        bind: bool,
-        source: str,
-        dest_kind: str,
-        dest_name: str,
-        routing_key: str,
-        arguments: dict[str, Any],
-    ) -> None:
-        vhost = self.vhost_obj
-        source, dest_name = _strip_cr_lf(source), _strip_cr_lf(dest_name)
-        vhost.authorize_binding(source, dest_kind, dest_name, self.username, self.permission)
-        topic = vhost.exchanges.get(source)
-        if topic is not None and vhost.topic_permissions:
-            vhost.authorize_topic(topic, self.username, routing_key, "read")
-        if not bind and (
-            source not in vhost.exchanges
-            or dest_name not in (vhost.queues if dest_kind == "queue" else vhost.exchanges)
-        ):
-            # As RabbitMQ 3.10 (rabbit_binding:remove, absent_errs_only): unbinding from
-            # or to something that does not exist succeeds.
-            return
-        src = vhost.get_exchange(source)
-        dest: Queue | Exchange
-        if dest_kind == "queue":
-            dest = vhost.get_queue(dest_name)
-            self._exclusive_check(dest)
-        else:
-            dest = vhost.get_exchange(dest_name)
-        if bind:
-            vhost.bind(src, dest, routing_key, arguments)
-        else:
-            vhost.unbind(src, dest, routing_key, arguments)
-
     def _exchange_bind(self, ch: Channel, m: C.Exchange.Bind) -> None:
-        self._binding_action(
-            ch, True, m.source, "exchange", m.destination, m.routing_key, _arguments(m)
+        operations.bind(
+            self.vhost_obj,
+            self.actor,
+            m.source,
+            "exchange",
+            m.destination,
+            m.routing_key,
+            _arguments(m),
         )
         self._reply(ch, m.nowait, C.Exchange.BindOk())
 
     def _exchange_unbind(self, ch: Channel, m: C.Exchange.Unbind) -> None:
-        self._binding_action(
-            ch, False, m.source, "exchange", m.destination, m.routing_key, _arguments(m)
+        operations.unbind(
+            self.vhost_obj,
+            self.actor,
+            m.source,
+            "exchange",
+            m.destination,
+            m.routing_key,
+            _arguments(m),
         )
         self._reply(ch, m.nowait, C.Exchange.UnbindOk())
 
     # ----------------------------------------------------------------- queue
     def _queue_declare(self, ch: Channel, m: C.Queue.Declare) -> None:
-        vhost = self.vhost_obj
-        name = _strip_cr_lf(m.queue)
+        name = self.actor.name(m.queue)
         if name.startswith(REPLY_QUEUE):
             self._declare_reply_queue(ch, m, name)
             return
-        message_count = None
-        if m.passive:
-            q = vhost.get_queue(name)  # no last-declared shortcut here, as RabbitMQ
-            self._exclusive_check(q)
-            message_count = q.declare_ok_count(m.arguments or {})
-        else:
-            server_named = name == ""
-            if server_named:
-                qtype = queue_type_name(m.arguments or {})
-                if qtype in ("stream", "quorum"):
-                    raise errors.precondition_failed(
-                        f"Cannot declare a server-named queue for type rabbit_{qtype}_queue"
-                    )
-                name = names.queue_name()
-            owner = self if m.exclusive else None
-            durable = m.durable and not m.exclusive
-            args = _arguments(m)
-            vhost.authorize_queue_declare(name, args, self.username, self.permission, server_named)
-            self.broker.observers.emit(Event.QUEUE_DECLARED, (vhost.name, name))
-            q, new = vhost.declare_queue(name, durable, owner, m.auto_delete, args)
-            if new and owner is not None:
-                self.exclusive_queues.append(q)
+        q, created, message_count = operations.declare_queue(
+            self.vhost_obj,
+            self.actor,
+            name,
+            m.durable,
+            m.exclusive,
+            m.auto_delete,
+            _arguments(m),
+            m.passive,
+        )
+        if created and q.exclusive_owner is self:
+            self.exclusive_queues.append(q)
         ch.last_declared_queue = q.name
         self._reply(
             ch,
@@ -454,7 +409,7 @@ class Session:
             spec.reply(
                 C.Queue.DeclareOk,
                 queue=q.name,
-                message_count=q.message_count if message_count is None else message_count,
+                message_count=message_count,
                 consumer_count=q.consumer_count,
             ),
         )
@@ -462,37 +417,38 @@ class Session:
     def _queue_bind(self, ch: Channel, m: C.Queue.Bind) -> None:
         queue = self._queue_for(ch, m.queue)
         key = m.routing_key if (m.routing_key or m.queue) else queue
-        self._binding_action(ch, True, m.exchange, "queue", queue, key, _arguments(m))
+        operations.bind(self.vhost_obj, self.actor, m.exchange, "queue", queue, key, _arguments(m))
         self._reply(ch, m.nowait, C.Queue.BindOk())
 
     def _queue_unbind(self, ch: Channel, m: C.Queue.Unbind) -> None:
         queue = self._queue_for(ch, m.queue)
         key = m.routing_key if (m.routing_key or m.queue) else queue
-        self._binding_action(ch, False, m.exchange, "queue", queue, key, _arguments(m))
+        operations.unbind(
+            self.vhost_obj, self.actor, m.exchange, "queue", queue, key, _arguments(m)
+        )
         self.output.send_method(ch.number, C.Queue.UnbindOk())
 
     def _queue_purge(self, ch: Channel, m: C.Queue.Purge) -> None:
         name = self._queue_for(ch, m.queue)
-        self.check("read", "queue", name)
-        q = self.vhost_obj.get_queue(name)
-        self._exclusive_check(q)
-        count = q.purge()
+        count = operations.purge_queue(self.vhost_obj, self.actor, name)
         self._reply(ch, m.nowait, C.Queue.PurgeOk(message_count=count))
 
     def _queue_delete(self, ch: Channel, m: C.Queue.Delete) -> None:
-        name = _strip_cr_lf(self._queue_for(ch, m.queue))
-        self.check("configure", "queue", name)
-        q = self.vhost_obj.queues.get(name)
+        def reply(q: Queue | None) -> None:
+            count = 0 if q is None else q.message_count
+            self._reply(ch, m.nowait, C.Queue.DeleteOk(message_count=count))
+
+        q = operations.delete_queue(
+            self.vhost_obj,
+            self.actor,
+            self._queue_for(ch, m.queue),
+            m.if_unused,
+            m.if_empty,
+            before=reply,
+        )
         if q is None:
-            self._reply(ch, m.nowait, C.Queue.DeleteOk(message_count=0))
-            return
-        self._exclusive_check(q)
-        self.vhost_obj.check_queue_delete(q, m.if_unused, m.if_empty)
-        # As RabbitMQ: delete-ok goes out before the queue's consumers (this channel's
-        # too) are told basic.cancel.
-        self._reply(ch, m.nowait, C.Queue.DeleteOk(message_count=q.message_count))
-        self.vhost_obj.remove_queue(q)
-        if q in self.exclusive_queues:
+            reply(None)
+        elif q in self.exclusive_queues:
             self.exclusive_queues.remove(q)
 
     # ----------------------------------------------------------------- basic
@@ -513,9 +469,7 @@ class Session:
         if name == REPLY_QUEUE:
             self._consume_replies(ch, m)
             return
-        self.check("read", "queue", name)
-        q = self.vhost_obj.get_queue(name)
-        self._exclusive_check(q)
+        q = operations.open_queue(self.vhost_obj, self.actor, name)
         args = _arguments(m)
         start = q.consumer_start(m.no_ack, ch.consumer_prefetch, args, ch.global_prefetch)
         consumer = ch.consume(q, m.consumer_tag, m.no_ack, m.exclusive, args)
@@ -562,10 +516,7 @@ class Session:
 
     def _basic_get(self, ch: Channel, m: C.Basic.Get) -> None:
         name = self._queue_for(ch, m.queue)
-        self.check("read", "queue", name)
-        q = self.vhost_obj.get_queue(name)
-        self._exclusive_check(q)
-        ch.get(q, m.no_ack)
+        ch.get(operations.open_queue(self.vhost_obj, self.actor, name), m.no_ack)
 
     def _basic_ack(self, ch: Channel, m: C.Basic.Ack) -> None:
         ch.settle("ack", m.delivery_tag, m.multiple, False)
@@ -648,8 +599,8 @@ class Session:
             # VirtualHost.publish's two halves, called apart: a transaction routes now
             # and delivers at the commit
             reply_suffix = ch.reply[1] if ch.reply is not None else None
-            exchange, message = vhost.authorize_publish(
-                exchange_name, message, self._username, self.permission, reply_suffix
+            exchange, message = authorize_publish(
+                vhost, self.actor, exchange_name, message, reply_suffix
             )
         except AMQPError as exc:
             self.fail(number, exc.with_method(*spec.method_ids(C.Basic.Publish)))

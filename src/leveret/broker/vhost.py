@@ -1,9 +1,11 @@
 """A virtual host: its exchanges, queues and bindings, and the rules RabbitMQ applies to
 declaring, deleting, binding, routing and publishing.
 
-:meth:`VirtualHost.publish` is the one path every publish takes, whether it came over
-AMQP, from a transaction's commit or from the management API: the checks, the routing
-and the queues' answers, returned as a :class:`PublishResult`."""
+:meth:`VirtualHost.publish_to` is the one path every publish takes once
+:mod:`leveret.broker.operations` has checked it, whether it came over AMQP, from a
+transaction's commit or from the management API: the routing and the queues' answers,
+returned as a :class:`PublishResult`. Who may do what is checked in operations, never
+here."""
 
 from __future__ import annotations
 
@@ -15,13 +17,18 @@ from leveret.broker.arguments import (
     EXCHANGE_EQUIVALENCE_KEYS,
     QUEUE_EQUIVALENCE_KEYS,
     assert_args_equivalence,
-    text,
     wire_type,
 )
 from leveret.broker.deadletter import dead_lettered, death_queues, deaths, is_cycle
 from leveret.broker.entry import now_ms
 from leveret.broker.events import Event, Observers
-from leveret.broker.exchanges import EXCHANGE_TYPES, Binding, DefaultExchange, Exchange
+from leveret.broker.exchanges import (
+    EXCHANGE_TYPES,
+    Binding,
+    DefaultExchange,
+    Exchange,
+    exchange_type,
+)
 from leveret.broker.memory import MemoryBudget
 from leveret.broker.message import Message
 from leveret.broker.policies import Policies, Policy
@@ -34,18 +41,16 @@ from leveret.broker.queues import (
 )
 from leveret.broker.reply_to import (
     REPLY_PREFIX,
-    REPLY_QUEUE,
     DirectReplyTo,
     ReplyConsumer,
     is_reply_address,
 )
-from leveret.broker.sender_routes import might_name_routes, with_sender_routes
 from leveret.broker.trace import TRACE_EXCHANGE, deliver_trace, publish_trace
-from leveret.protocol import errors, properties, spec, table
+from leveret.protocol import errors, spec
 
 if TYPE_CHECKING:
     from leveret.broker.ports import ConnectionInfo, FlowHolder, Storage
-    from leveret.broker.users import Permission, TopicPermission
+    from leveret.broker.users import TopicPermission
 
 log = logging.getLogger(__name__)
 
@@ -57,11 +62,6 @@ BUILTIN_EXCHANGES = (
     ("amq.rabbitmq.trace", "topic", True),
     ("amq.topic", "topic", False),
 )
-
-_EXPIRATION_FLAG = 0x01  # byte 0 of the property flags: expiration (0x0100)
-_REPLY_TO_FLAG = 0x02  # byte 0: reply-to (0x0200)
-_REPLY_TO_PSEUDO_QUEUE = b"\x15" + REPLY_QUEUE.encode()  # as a short string
-_USER_ID_FLAG = 0x10  # byte 1: user-id (0x0010)
 
 
 class Tap(NamedTuple):
@@ -105,19 +105,6 @@ UNROUTED = PublishResult()
 RETURNED = PublishResult(returned=True)
 
 
-def not_default(exchange_name: str) -> None:
-    """rabbit_channel:check_not_default_exchange."""
-    if exchange_name == "":
-        raise errors.access_refused("operation not permitted on the default exchange")
-
-
-def exchange_type(type_name: str) -> type[Exchange]:
-    cls = EXCHANGE_TYPES.get(type_name)
-    if cls is None:
-        raise errors.command_invalid(f"unknown exchange type '{type_name}'")
-    return cls
-
-
 class VirtualHost:
     def __init__(
         self,
@@ -157,6 +144,8 @@ class VirtualHost:
         self.limits: dict[str, int] = {}
         # (user, exchange) -> what routing keys the user may use on that topic exchange
         self.topic_permissions: dict[tuple[str, str], TopicPermission] = {}
+        # the broker's plugin state, by plugin name (the delayed messages' schedule)
+        self.extensions: dict[str, Any] = {}
 
     # ----------------------------------------------------------------- policies
     def set_policy(self, policy: Policy) -> None:
@@ -189,30 +178,6 @@ class VirtualHost:
     def set_limits(self, limits: dict[str, int]) -> None:
         self.limits = dict(limits)
         self.observers.emit(Event.LIMITS_CHANGED, self)
-
-    def check_queue_limit(self, name: str) -> None:
-        """Refuse a new queue beyond max-queues, as rabbit_channel does."""
-        limit = self.limit("max-queues")
-        if limit is not None and len(self.queues) + 1 > limit:
-            raise errors.precondition_failed(
-                f"cannot declare queue '{name}': queue limit in vhost '{self.name}' "
-                f"({limit}) is reached"
-            )
-
-    # ------------------------------------------------------ topic permissions
-    def authorize_topic(
-        self, exchange: Exchange, username: str, routing_key: str, what: str
-    ) -> None:
-        """A topic exchange's topic permission for ``what`` (write: publish, read: bind)
-        on ``routing_key``; no topic permission for the exchange allows everything."""
-        if exchange.type_name != "topic":
-            return
-        perm = self.topic_permissions.get((username, exchange.name))
-        if perm is not None and not perm.allows(what, routing_key):
-            raise errors.access_refused(
-                f"access to topic '{routing_key}' in exchange '{exchange.name}' in vhost "
-                f"'{self.name}' refused for user '{username}'"
-            )
 
     # ---------------------------------------------------------------- exchanges
     def add_builtin_exchange(self, name: str, type_name: str, internal: bool) -> Exchange:
@@ -264,6 +229,7 @@ class VirtualHost:
                 x.apply_policies(*self.policies.match("exchange", name))
             x.attach(self)
             self.exchanges[name] = x
+            self.observers.emit(Event.EXCHANGE_CREATED, x)
             if durable:
                 self.observers.emit(Event.DEFINITION_CHANGED, x)
             return x, True
@@ -310,6 +276,7 @@ class VirtualHost:
     def _remove_exchange(self, x: Exchange) -> None:
         del self.exchanges[x.name]
         x.detach()
+        self.observers.emit(Event.EXCHANGE_DELETED, x)
         for binding in list(x.bindings.values()):
             self._forget_incoming(binding)
         x.bindings.clear()
@@ -450,6 +417,7 @@ class VirtualHost:
         self._incoming.setdefault((destination.kind, destination.name), {})[
             (source.name, *binding.key)
         ] = binding
+        self.observers.emit(Event.BINDING_CREATED, binding)
         if source.durable and destination.durable:
             self.observers.emit(Event.DEFINITION_CHANGED, binding)
         return True
@@ -468,6 +436,7 @@ class VirtualHost:
         if removed is None:
             return False
         self._forget_incoming(removed)
+        self.observers.emit(Event.BINDING_DELETED, removed)
         if source.durable and destination.durable:
             self.observers.emit(Event.DEFINITION_CHANGED, removed)
         self._maybe_auto_delete(source)
@@ -545,162 +514,6 @@ class VirtualHost:
                 and t - q.last_used >= expires
             ):
                 self.remove_queue(q)
-
-    # ------------------------------------------------------------ authorisation
-    # The checks rabbit_channel makes before it declares, deletes or binds, in its order;
-    # AMQP's session and the management API (which RabbitMQ runs through the same
-    # channel code) both call them.
-    def check_access(
-        self, permission: Permission | None, username: str, what: str, kind: str, name: str
-    ) -> None:
-        """rabbit_access_control:check_resource_access: ``what`` (configure, write, read)
-        on a resource; the default exchange is checked under the name 'amq.default'."""
-        if kind == "exchange" and name == "":
-            name = "amq.default"
-        if permission is None or not permission.allows(what, name):
-            raise rabbit.access_refused(kind, name, self.name, username)
-
-    def authorize_exchange_declare(
-        self,
-        name: str,
-        type_name: str,
-        arguments: dict[str, Any],
-        username: str,
-        permission: Permission | None,
-    ) -> None:
-        """exchange.declare (not passive): the type, the default exchange, configure; for
-        a new exchange, its name and its alternate exchange (read on the exchange being
-        declared, write on the alternate)."""
-        exchange_type(type_name)
-        not_default(name)
-        self.check_access(permission, username, "configure", "exchange", name)
-        if name in self.exchanges:
-            return
-        if name.startswith("amq."):
-            raise rabbit.reserved_name("exchange", name)
-        ae = self._exchange_named_by(arguments, "alternate-exchange", "exchange", name)
-        if ae is None:
-            return
-        self.check_access(permission, username, "read", "exchange", name)
-        self.check_access(permission, username, "write", "exchange", ae)
-
-    def _exchange_named_by(
-        self, arguments: dict[str, Any], key: str, kind: str, name: str
-    ) -> str | None:
-        """The exchange an argument names (alternate-exchange, x-dead-letter-exchange),
-        None when absent; a value that is no string is refused as RabbitMQ does."""
-        value = arguments.get(key)
-        if value is None:
-            return None
-        if not isinstance(value, (str, bytes)):
-            raise errors.precondition_failed(
-                f"invalid type '{wire_type(arguments, key)}' for arg '{key}' in {kind} "
-                f"'{name}' in vhost '{self.name}'"
-            )
-        return text(value)
-
-    def authorize_queue_declare(
-        self,
-        name: str,
-        arguments: dict[str, Any],
-        username: str,
-        permission: Permission | None,
-        server_named: bool = False,
-    ) -> None:
-        """queue.declare (not passive): the reserved prefix (unless the server named
-        it), configure; for a new queue, the vhost's max-queues, then its dead-letter
-        exchange (read on the queue, write on the exchange) before any other argument is
-        looked at."""
-        if not server_named and name.startswith("amq."):
-            raise rabbit.reserved_name("queue", name)
-        self.check_access(permission, username, "configure", "queue", name)
-        if name in self.queues:
-            return
-        self.check_queue_limit(name)  # for new queues only, as rabbit_channel
-        dlx = self._exchange_named_by(arguments, "x-dead-letter-exchange", "queue", name)
-        if dlx is None:
-            return
-        self.check_access(permission, username, "read", "queue", name)
-        self.check_access(permission, username, "write", "exchange", dlx)
-
-    def authorize_binding(
-        self,
-        source: str,
-        dest_kind: str,
-        destination: str,
-        username: str,
-        permission: Permission | None,
-    ) -> None:
-        """Binding and unbinding (rabbit_channel:binding_action): write on the
-        destination, neither end the default exchange, read on the source."""
-        self.check_access(permission, username, "write", dest_kind, destination)
-        if dest_kind == "exchange":
-            not_default(destination)
-        not_default(source)
-        self.check_access(permission, username, "read", "exchange", source)
-
-    # ------------------------------------------------------------------ publish
-    def authorize_publish(
-        self,
-        exchange_name: str,
-        message: Message,
-        username: str,
-        permission: Permission | None,
-        reply_suffix: str | None = None,
-    ) -> tuple[Exchange, Message]:
-        """Every check RabbitMQ makes of a publish, in its order (size, write permission,
-        the exchange, internal, direct reply-to, user-id, expiration, CC/BCC): the
-        exchange to route through and the message as the queues will hold it (reply-to
-        rewritten for the publishing channel's ``reply_suffix``, BCC removed)."""
-        if len(message.body) > self.max_message_size:
-            raise errors.precondition_failed(
-                f"message size {len(message.body)} is larger than configured max size "
-                f"{self.max_message_size}"
-            )
-        self.check_access(permission, username, "write", "exchange", exchange_name)
-        exchange = self.exchanges.get(exchange_name)
-        if exchange is None:
-            raise rabbit.no_exchange(exchange_name, self.name)
-        if exchange.internal:
-            raise errors.access_refused(
-                f"cannot publish to internal exchange '{exchange_name}' in vhost '{self.name}'"
-            )
-        if self.topic_permissions:
-            self.authorize_topic(exchange, username, message.routing_key, "write")
-        props = message.properties
-        # rabbit_binary_parser:ensure_content_decoded: properties it cannot decode crash
-        # the channel (541, connection closed)
-        unknown_mode = None if props in properties.ACCEPTED else properties.verdict(props)
-        if unknown_mode == properties.MALFORMED:
-            raise errors.Crash()
-        if props[0] & _REPLY_TO_FLAG and _REPLY_TO_PSEUDO_QUEUE in props:
-            message = _with_reply_address(message, reply_suffix)
-            props = message.properties
-        if props[0] & _EXPIRATION_FLAG or (len(props) > 2 and props[1] & _USER_ID_FLAG):
-            _check_properties(message, username)
-        if unknown_mode is not None:  # rabbit_basic:message -> is_message_persistent
-            raise errors.precondition_failed(
-                f"invalid message: {{delivery_mode_unknown,{unknown_mode}}}"
-            )
-        if might_name_routes(props):
-            message = with_sender_routes(message)
-        return exchange, message
-
-    def publish(
-        self,
-        exchange_name: str,
-        message: Message,
-        mandatory: bool = False,
-        username: str = "",
-        permission: Permission | None = None,
-        reply_suffix: str | None = None,
-        tap: Tap | None = None,
-    ) -> PublishResult:
-        """Check, route and enqueue one message: the one path of every publish."""
-        exchange, message = self.authorize_publish(
-            exchange_name, message, username, permission, reply_suffix
-        )
-        return self.publish_to(exchange, message, mandatory, tap)
 
     def publish_to(
         self,
@@ -868,33 +681,3 @@ class VirtualHost:
             "This cycle will NOT be reported again.",
             shown,
         )
-
-
-def _with_reply_address(message: Message, reply_suffix: str | None) -> Message:
-    """A reply_to of exactly 'amq.rabbitmq.reply-to' names the publishing channel's reply
-    consumer: rewritten to its address, refused when the channel has none."""
-    if table.short_property(message.properties, table.REPLY_TO_FLAG) != REPLY_QUEUE:
-        return message
-    if reply_suffix is None:
-        raise errors.precondition_failed("fast reply consumer does not exist")
-    return message.with_properties(
-        table.with_short_property(
-            message.properties, table.REPLY_TO_FLAG, REPLY_PREFIX + reply_suffix
-        )
-    )
-
-
-def _check_properties(message: Message, username: str) -> None:
-    props = message.props
-    if props.user_id and props.user_id != username:
-        raise errors.precondition_failed(
-            f"user_id property set to '{props.user_id}' but authenticated user was '{username}'"
-        )
-    if props.expiration is not None and props.expiration != "":
-        exp = props.expiration
-        if not exp.isdigit():
-            raise errors.precondition_failed(
-                f"invalid expiration '{exp}': {{value_negative,{exp}}}"
-                if exp.startswith("-") and exp[1:].isdigit()
-                else f"invalid expiration '{exp}': no_integer"
-            )

@@ -48,33 +48,20 @@ MoreArgs = Annotated[list[str] | None, typer.Argument(show_default=False)]
 
 
 def _user_exists(client: Client, user: str) -> bool:
-    try:
-        client.get(f"/api/users/{q(user)}")
-        return True
-    except HttpError as exc:
-        if exc.status == 404:
-            return False
-        raise
+    return client.get(f"/api/users/{q(user)}", missing=None) is not None
 
 
 def _vhost_exists(client: Client, vhost: str) -> bool:
-    try:
-        client.get(f"/api/vhosts/{q(vhost)}")
-        return True
-    except HttpError as exc:
-        if exc.status == 404:
-            return False
-        raise
+    return client.get(f"/api/vhosts/{q(vhost)}", missing=None) is not None
 
 
 def _existing_user(client: Client, user: str) -> dict[str, Any]:
-    try:
-        data: dict[str, Any] = client.get(f"/api/users/{q(user)}")
-        return data
-    except HttpError as exc:
-        if exc.status == 404:
-            raise CtlError(f'User "{user}" does not exist', EX_NOUSER) from exc
-        raise
+    data: dict[str, Any] = client.get(f"/api/users/{q(user)}", missing=_no_user(user))
+    return data
+
+
+def _no_user(user: str) -> CtlError:
+    return CtlError(f'User "{user}" does not exist', EX_NOUSER)
 
 
 @verb("users")
@@ -98,12 +85,7 @@ def add_user(ctl: Ctl, username: str, password: OptionalArg = None) -> None:
 def delete_user(ctl: Ctl, username: str) -> None:
     """Deletes a user."""
     ctl.banner(f'Deleting user "{username}" ...')
-    try:
-        ctl.client.request("DELETE", f"/api/users/{q(username)}")
-    except HttpError as exc:
-        if exc.status == 404:
-            raise CtlError(f'User "{username}" does not exist', EX_NOUSER) from exc
-        raise
+    ctl.client.request("DELETE", f"/api/users/{q(username)}", missing=_no_user(username))
 
 
 @verb("users")
@@ -166,12 +148,8 @@ def add_vhost(
 def delete_vhost(ctl: Ctl, vhost: str) -> None:
     """Deletes a virtual host and everything in it."""
     ctl.banner(f'Deleting vhost "{vhost}" ...')
-    try:
-        ctl.client.request("DELETE", f"/api/vhosts/{q(vhost)}")
-    except HttpError as exc:
-        if exc.status == 404:
-            raise CtlError(f"Virtual host '{vhost}' does not exist", EX_DATAERR) from exc
-        raise
+    missing = CtlError(f"Virtual host '{vhost}' does not exist", EX_DATAERR)
+    ctl.client.request("DELETE", f"/api/vhosts/{q(vhost)}", missing=missing)
 
 
 def _user_and_vhost(client: Client, user: str, vhost: str) -> None:
@@ -204,23 +182,15 @@ def clear_permissions(ctl: Ctl, username: str) -> None:
     vhost = ctl.opts.vhost
     ctl.banner(f'Clearing permissions for user "{username}" in vhost "{vhost}" ...')
     _user_and_vhost(ctl.client, username, vhost)
-    try:
-        ctl.client.request("DELETE", f"/api/permissions/{q(vhost)}/{q(username)}")
-    except HttpError as exc:
-        if exc.status != 404:
-            raise
+    ctl.client.request("DELETE", f"/api/permissions/{q(vhost)}/{q(username)}", missing=None)
 
 
 @verb("queues")
 def purge_queue(ctl: Ctl, queue: str) -> None:
     """Drops a queue's ready messages."""
     ctl.banner(f"Purging queue '{queue}' in vhost '{ctl.opts.vhost}' ...")
-    try:
-        ctl.client.request("DELETE", f"/api/queues/{q(ctl.opts.vhost)}/{q(queue)}/contents")
-    except HttpError as exc:
-        if exc.status == 404:
-            raise CtlError("Queue not found", EX_UNAVAILABLE) from exc
-        raise
+    path = f"/api/queues/{q(ctl.opts.vhost)}/{q(queue)}/contents"
+    ctl.client.request("DELETE", path, missing=CtlError("Queue not found", EX_UNAVAILABLE))
 
 
 @verb("queues")

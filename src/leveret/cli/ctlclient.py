@@ -33,6 +33,9 @@ class CtlError(Exception):
         self.plain = plain  # printed as is, without "Error: "
 
 
+_RAISE: Any = object()  # a 404 is an HttpError like any other answer
+
+
 class HttpError(Exception):
     def __init__(self, status: int, body: Any) -> None:
         super().__init__(f"HTTP {status}")
@@ -68,7 +71,9 @@ class Client:
         token = base64.b64encode(f"{opts.username}:{opts.password}".encode()).decode()
         self.auth = f"Basic {token}"
 
-    def request(self, method: str, path: str, body: Any = None) -> Any:
+    def request(self, method: str, path: str, body: Any = None, missing: Any = _RAISE) -> Any:
+        """The answer's JSON (None when empty). A 404 raises HttpError, unless ``missing``
+        is given: then an exception given is raised instead, anything else returned."""
         data = None if body is None else json.dumps(body).encode()
         req = urllib.request.Request(self.base + path, data=data, method=method)
         req.add_header("Authorization", self.auth)
@@ -94,6 +99,10 @@ class Client:
                     f"{parsed.get('reason')}",
                     EX_NOPERM,
                 ) from exc
+            if exc.code == 404 and missing is not _RAISE:
+                if isinstance(missing, BaseException):
+                    raise missing from exc
+                return missing
             raise HttpError(exc.code, parsed) from exc
         except (urllib.error.URLError, OSError) as exc:
             reason = getattr(exc, "reason", exc)
@@ -104,8 +113,8 @@ class Client:
             ) from exc
         return json.loads(raw) if raw.strip() else None
 
-    def get(self, path: str) -> Any:
-        return self.request("GET", path)
+    def get(self, path: str, missing: Any = _RAISE) -> Any:
+        return self.request("GET", path, missing=missing)
 
 
 def q(name: str) -> str:

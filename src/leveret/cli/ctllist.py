@@ -180,6 +180,8 @@ LISTINGS: dict[str, Listing] = {
         {
             **_plain("name", "type", "durable", "auto_delete", "internal", "policy"),
             "arguments": _args("arguments"),
+            # x-delayed-message exchanges (rabbitmq_delayed_message_exchange's info item)
+            "messages_delayed": lambda item, node: item.get("messages_delayed", ""),
         },
     ),
     "list_bindings": Listing(
@@ -297,12 +299,7 @@ def run_listing(spec: Listing, columns: list[str], ctl: Ctl) -> None:
             f"(argument validation): Info key(s) {','.join(unknown)} are not supported",
             EX_USAGE,
         )
-    try:
-        items = client.get(spec.path(opts))
-    except HttpError as exc:
-        if exc.status != 404:
-            raise
-        items = []
+    items = client.get(spec.path(opts), missing=[])
     needs_node = any(c in ("pid", "channel_pid", "connection", "owner_pid") for c in columns)
     node = node_name(client) if needs_node else ""
     rows = [[(c, spec.columns[c](item, node)) for c in columns] for item in items or []]
@@ -357,12 +354,10 @@ for _name, _spec in LISTINGS.items():
 @verb("listing")
 def list_user_permissions(ctl: Ctl, username: str) -> None:
     """One user's permissions in every virtual host."""
-    try:
-        perms = ctl.client.get(f"/api/users/{q(username)}/permissions")
-    except HttpError as exc:
-        if exc.status == 404:
-            raise CtlError(f'User "{username}" does not exist', EX_NOUSER) from exc
-        raise
+    perms = ctl.client.get(
+        f"/api/users/{q(username)}/permissions",
+        missing=CtlError(f'User "{username}" does not exist', EX_NOUSER),
+    )
     rows = [{k: p[k] for k in ("vhost", "configure", "write", "read")} for p in perms]
     if ctl.opts.formatter == "json":
         sys.stdout.write(fmt.json_rows(rows))
@@ -456,12 +451,7 @@ def run_stream_listing(spec: StreamListing, columns: list[str], ctl: Ctl) -> Non
             EX_USAGE,
         )
     formatter = opts.formatter if opts.formatter_given else "pretty_table"
-    try:
-        items = client.get(spec.path(opts)) or []
-    except HttpError as exc:
-        if exc.status != 404:
-            raise
-        items = []
+    items = client.get(spec.path(opts), missing=[]) or []
     if "subscriptions" in columns:
         counts = _subscriptions(client)
         for item in items:

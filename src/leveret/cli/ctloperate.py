@@ -127,12 +127,9 @@ def _clear_policy(ctl: Ctl, operator: bool, name: str) -> None:
     what = "operator policy" if operator else "policy"
     ctl.banner(f'Clearing {what} "{name}" on vhost "{vhost}" ...')
     path = "operator-policies" if operator else "policies"
-    try:
-        ctl.client.request("DELETE", f"/api/{path}/{q(vhost)}/{q(name)}")
-    except HttpError as exc:
-        if exc.status == 404:
-            raise _error("Parameter does not exist") from exc
-        raise
+    ctl.client.request(
+        "DELETE", f"/api/{path}/{q(vhost)}/{q(name)}", missing=_error("Parameter does not exist")
+    )
 
 
 def _list_policies(ctl: Ctl, operator: bool) -> None:
@@ -142,12 +139,7 @@ def _list_policies(ctl: Ctl, operator: bool) -> None:
     json_out = ctl.opts.formatter == "json"
     if not json_out:
         ctl.banner(f'Listing {what} for vhost "{vhost}" ...')
-    try:
-        items = ctl.client.get(f"/api/{path}/{q(vhost)}")
-    except HttpError as exc:
-        if exc.status == 404:
-            raise _no_vhost(vhost) from exc
-        raise
+    items = ctl.client.get(f"/api/{path}/{q(vhost)}", missing=_no_vhost(vhost))
     items = sorted(items, key=lambda p: p["priority"])  # lowest priority first
     if json_out:
         _json_rows(
@@ -227,12 +219,9 @@ def list_operator_policies(ctl: Ctl) -> None:
 
 # ------------------------------------------------------------------ vhost limits
 def _vhost_limits(ctl: Ctl, vhost: str) -> dict[str, Any] | None:
-    try:
-        items = ctl.client.get(f"/api/vhost-limits/{q(vhost)}")
-    except HttpError as exc:
-        if exc.status == 404:
-            return None
-        raise
+    items = ctl.client.get(f"/api/vhost-limits/{q(vhost)}", missing=None)
+    if items is None:
+        return None
     return dict(items[0]["value"]) if items else {}
 
 
@@ -314,12 +303,7 @@ def _no_user(user: str) -> CtlError:
 
 
 def _user_limits(ctl: Ctl, user: str) -> dict[str, Any]:
-    try:
-        items = ctl.client.get(f"/api/user-limits/{q(user)}")
-    except HttpError as exc:
-        if exc.status == 404:
-            raise _no_user(user) from exc
-        raise
+    items = ctl.client.get(f"/api/user-limits/{q(user)}", missing=_no_user(user))
     return dict(items[0]["value"]) if items else {}
 
 
@@ -386,18 +370,12 @@ def list_user_limits(
 
 # ------------------------------------------------------------- topic permissions
 def _user_and_vhost(ctl: Ctl, user: str, vhost: str) -> None:
-    try:
-        ctl.client.get(f"/api/users/{q(user)}")
-    except HttpError as exc:
-        if exc.status == 404:
-            raise _error(f"User {user} does not exist", EX_NOUSER) from exc
-        raise
-    try:
-        ctl.client.get(f"/api/vhosts/{q(vhost)}")
-    except HttpError as exc:
-        if exc.status == 404:
-            raise _error(f"Virtual host {vhost} does not exist") from exc
-        raise
+    ctl.client.get(
+        f"/api/users/{q(user)}", missing=_error(f"User {user} does not exist", EX_NOUSER)
+    )
+    ctl.client.get(
+        f"/api/vhosts/{q(vhost)}", missing=_error(f"Virtual host {vhost} does not exist")
+    )
 
 
 @verb("topic permissions")
@@ -441,12 +419,9 @@ def clear_topic_permissions(
         )
     _user_and_vhost(ctl, username, vhost)
     path = f"/api/topic-permissions/{q(vhost)}/{q(username)}"
-    try:
-        current = ctl.client.get(path)
-    except HttpError as exc:
-        if exc.status == 404:
-            return  # nothing to clear: rabbitmqctl says nothing either
-        raise
+    current = ctl.client.get(path, missing=None)
+    if current is None:
+        return  # nothing to clear: rabbitmqctl says nothing either
     if exchange is None:
         ctl.client.request("DELETE", path)
         return
@@ -468,12 +443,7 @@ def list_topic_permissions(ctl: Ctl) -> None:
     json_out = ctl.opts.formatter == "json"
     if not json_out:
         ctl.banner(f'Listing topic permissions for vhost "{vhost}" ...')
-    try:
-        items = ctl.client.get(f"/api/vhosts/{q(vhost)}/topic-permissions")
-    except HttpError as exc:
-        if exc.status == 404:
-            raise _no_vhost(vhost) from exc
-        raise
+    items = ctl.client.get(f"/api/vhosts/{q(vhost)}/topic-permissions", missing=_no_vhost(vhost))
     keys = ("user", "exchange", "write", "read")
     if json_out:
         _json_rows([{k: p[k] for k in keys} for p in items])
@@ -487,12 +457,9 @@ def list_user_topic_permissions(ctl: Ctl, username: str) -> None:
     json_out = ctl.opts.formatter == "json"
     if not json_out:
         ctl.banner(f'Listing topic permissions for user "{username}" ...')
-    try:
-        items = ctl.client.get(f"/api/users/{q(username)}/topic-permissions")
-    except HttpError as exc:
-        if exc.status == 404:
-            raise _no_user(username) from exc
-        raise
+    items = ctl.client.get(
+        f"/api/users/{q(username)}/topic-permissions", missing=_no_user(username)
+    )
     keys = ("vhost", "exchange", "write", "read")
     if json_out:
         _json_rows([{k: p[k] for k in keys} for p in items])

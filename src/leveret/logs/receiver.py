@@ -17,7 +17,7 @@ import contextlib
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -264,10 +264,3 @@ def _sleep(seconds: float, stop: threading.Event | None) -> None:
         stop.wait(seconds)
     else:
         time.sleep(seconds)
-
-
-def bind_keys_valid(exchange_type: str, keys: Sequence[str]) -> str | None:
-    """Why these binding keys make no sense for the exchange type, or None."""
-    if exchange_type == ExchangeType.fanout and keys:
-        return "binding keys are for --type direct or topic; a fanout exchange ignores them"
-    return None

@@ -12,8 +12,11 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from leveret.broker import errors as rabbit
+from leveret.broker import operations
 from leveret.broker.consumer import Consumer
+from leveret.broker.limits import check_queue_limit
 from leveret.broker.message import Message
+from leveret.broker.operations import Actor
 from leveret.management import views
 from leveret.management.context import Management, mgmt
 from leveret.management.httputil import (
@@ -161,10 +164,10 @@ async def aliveness(request: web.Request) -> web.Response:
         if perm is None or not perm.allows("configure", ALIVENESS_QUEUE):
             raise rabbit.access_refused("queue", ALIVENESS_QUEUE, v.name, user)
         if ALIVENESS_QUEUE not in v.queues:
-            v.check_queue_limit(ALIVENESS_QUEUE)
+            check_queue_limit(v, ALIVENESS_QUEUE)
         queue, _ = v.declare_queue(ALIVENESS_QUEUE)
         message = Message.build("", ALIVENESS_QUEUE, b"test_message", None)
-        v.publish("", message, False, user, perm)
+        operations.publish(v, Actor(user, perm), "", message, False)
         m.stats.count_publish(v.name)
         if not perm.allows("read", ALIVENESS_QUEUE):
             raise rabbit.access_refused("queue", ALIVENESS_QUEUE, v.name, user)

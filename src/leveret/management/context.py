@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
+from leveret.broker.operations import Actor, check_access
 from leveret.management.httputil import (
     ApiError,
     access_refused,
@@ -76,11 +77,19 @@ class Management:
     def visible_vhosts(self, request: web.Request) -> list[VirtualHost]:
         return [v for name, v in sorted(self.broker.vhosts.items()) if self.can_see(request, name)]
 
+    def actor(
+        self, request: web.Request, v: VirtualHost, permission: Permission | None = None
+    ) -> Actor:
+        """The user of a request as the broker's operations see them: their permission
+        in ``v`` (or ``permission``), on no connection of their own."""
+        if permission is None:
+            permission = self.permission(request, v.name)
+        return Actor(current_user(request).name, permission)
+
     def check(self, request: web.Request, v: VirtualHost, what: str, kind: str, name: str) -> None:
         """The user's permission for ``what`` (configure, write, read) on a resource, as
         AMQP checks it (an AMQPError; the middleware answers it as RabbitMQ's API does)."""
-        user = current_user(request).name
-        v.check_access(self.permission(request, v.name), user, what, kind, name)
+        check_access(v, self.actor(request, v), what, kind, name)
 
     def sessions(self, request: web.Request) -> list[Session]:
         user = current_user(request)

@@ -12,21 +12,19 @@ from aiohttp import web
 from pamqp import commands
 
 from leveret.broker import errors as rabbit
+from leveret.broker import operations
 from leveret.broker.consumer import Consumer
-from leveret.broker.events import Event
 from leveret.broker.message import Message
 from leveret.broker.queues import Queue
-from leveret.broker.vhost import VirtualHost, not_default
+from leveret.broker.vhost import VirtualHost
 from leveret.management import views
 from leveret.management.context import mgmt
 from leveret.management.httputil import (
     ApiError,
-    access_refused,
     arguments,
     as_bool,
     bad_request,
     created_or_updated,
-    current_user,
     json_body,
     json_response,
     listing,
@@ -91,20 +89,16 @@ async def exchange_put(request: web.Request) -> web.Response:
     v = m.vhost(request)
     name = exchange_name(request)
     body = await json_body(request)
-    args = arguments(body)
-    type_name = str(body.get("type", "direct"))
-    user = current_user(request).name
-    v.authorize_exchange_declare(name, type_name, args, user, m.permission(request, v.name))
-    x, created = v.declare_exchange(
+    _, created = operations.declare_exchange(
+        v,
+        m.actor(request, v),
         name,
-        type_name,
+        str(body.get("type", "direct")),
         as_bool(body.get("durable")),
         as_bool(body.get("auto_delete")),
         as_bool(body.get("internal")),
-        args,
+        arguments(body),
     )
-    if created:
-        x.user_who_performed_action = current_user(request).name
     return created_or_updated(created)
 
 
@@ -114,11 +108,9 @@ async def exchange_delete(request: web.Request) -> web.Response:
     name = exchange_name(request)
     if name not in v.exchanges:
         raise not_found()
-    not_default(name)
-    if name.startswith("amq."):
-        raise access_refused()
-    m.check(request, v, "configure", "exchange", name)
-    v.delete_exchange(name, as_bool(request.query.get("if-unused")))
+    operations.delete_exchange(
+        v, m.actor(request, v), name, as_bool(request.query.get("if-unused"))
+    )
     return no_content()
 
 
@@ -156,9 +148,8 @@ async def exchange_publish(request: web.Request) -> web.Response:
         message = Message.build(name, str(body["routing_key"]), payload, properties)
     except (TypeError, ValueError) as exc:
         raise bad_request(str(exc)) from exc
-    user = current_user(request).name
     try:
-        result = v.publish(name, message, True, user, perm)
+        result = operations.publish(v, m.actor(request, v, perm), name, message, True)
     except AMQPError as exc:
         raise channel_closed(exc) from exc
     m.stats.count_publish(v.name)
@@ -177,12 +168,6 @@ def on_channel(exc: AMQPError) -> ApiError:
     if exc.code == spec.ACCESS_REFUSED:
         return ApiError(401, "not_authorised", exc.reply_text)
     return channel_closed(exc)
-
-
-def exclusive_check(v: VirtualHost, q: Queue) -> None:
-    """The API acts on no connection of its own: another's exclusive queue is locked."""
-    if q.exclusive_owner is not None:
-        raise rabbit.exclusive_locked(q.name, v.name)
 
 
 def channel_closed(exc: AMQPError) -> ApiError:
@@ -230,28 +215,27 @@ async def queue_get(request: web.Request) -> web.Response:
 async def queue_put(request: web.Request) -> web.Response:
     m = mgmt(request)
     v = m.vhost(request)
-    name = request.match_info["name"]
     body = await json_body(request)
-    args = arguments(body)
-    user = current_user(request).name
-    v.authorize_queue_declare(name, args, user, m.permission(request, v.name))
-    m.broker.observers.emit(Event.QUEUE_DECLARED, (v.name, name))
-    existing = v.queues.get(name)
-    if existing is not None and existing.exclusive_owner is not None:
-        raise rabbit.exclusive_locked(name, v.name)
-    _, created = v.declare_queue(
-        name, as_bool(body.get("durable")), None, as_bool(body.get("auto_delete")), args
+    declared = operations.declare_queue(
+        v,
+        m.actor(request, v),
+        request.match_info["name"],
+        durable=as_bool(body.get("durable")),
+        auto_delete=as_bool(body.get("auto_delete")),
+        arguments=arguments(body),
     )
-    return created_or_updated(created)
+    return created_or_updated(declared.created)
 
 
 async def queue_delete(request: web.Request) -> web.Response:
     m = mgmt(request)
     v, q = queue_named(request)
-    m.check(request, v, "configure", "queue", q.name)
-    exclusive_check(v, q)
-    v.delete_queue(
-        q, as_bool(request.query.get("if-unused")), as_bool(request.query.get("if-empty"))
+    operations.delete_queue(
+        v,
+        m.actor(request, v),
+        q.name,
+        as_bool(request.query.get("if-unused")),
+        as_bool(request.query.get("if-empty")),
     )
     return no_content()
 
@@ -259,9 +243,7 @@ async def queue_delete(request: web.Request) -> web.Response:
 async def queue_purge(request: web.Request) -> web.Response:
     m = mgmt(request)
     v, q = queue_named(request)
-    m.check(request, v, "read", "queue", q.name)
-    exclusive_check(v, q)
-    q.purge()
+    operations.purge_queue(v, m.actor(request, v), q.name)
     return no_content()
 
 
@@ -304,9 +286,7 @@ async def queue_get_messages(request: web.Request) -> web.Response:
         raise bad_request("count and truncate must be integers") from exc
     name = request.match_info["name"]
     try:
-        v.check_access(perm, current_user(request).name, "read", "queue", name)
-        q = v.get_queue(name)
-        exclusive_check(v, q)
+        q = operations.open_queue(v, m.actor(request, v, perm), name)
     except AMQPError as exc:
         raise on_channel(exc) from exc
     entries = []
@@ -432,13 +412,7 @@ async def binding_create(request: web.Request) -> web.Response:
     key = str(body.get("routing_key", ""))
     args = arguments(body)
     source, kind, dest = binding_names(request)
-    user = current_user(request).name
-    v.authorize_binding(source, kind, dest, user, m.permission(request, v.name))
-    _, src, target = binding_ends(request)
-    if isinstance(target, Queue):
-        exclusive_check(v, target)
-    v.authorize_topic(src, user, key, "read")
-    v.bind(src, target, key, args)
+    operations.bind(v, m.actor(request, v), source, kind, dest, key, args)
     location = views.properties_key(key, args)
     return web.Response(status=201, headers={"Location": location})
 
@@ -449,14 +423,10 @@ async def binding_one(request: web.Request) -> web.Response:
     for b in between(v, src, target):
         if unquote(b["properties_key"]) == props or b["properties_key"] == props:
             if request.method == "DELETE":
-                m = mgmt(request)
-                user = current_user(request).name
-                perm = m.permission(request, v.name)
-                v.authorize_binding(src.name, target.kind, target.name, user, perm)
-                if isinstance(target, Queue):
-                    exclusive_check(v, target)
-                v.authorize_topic(src, user, b["routing_key"], "read")
-                v.unbind(src, target, b["routing_key"], b["arguments"])
+                actor = mgmt(request).actor(request, v)
+                operations.unbind(
+                    v, actor, src.name, target.kind, target.name, b["routing_key"], b["arguments"]
+                )
                 return no_content()
             return json_response(b)
     raise not_found()

@@ -71,6 +71,7 @@ def exchange(x: Exchange, stats: Stats | None = None, age: Any = None) -> dict[s
         "user_who_performed_action": x.user_who_performed_action or "rmq-internal",
         "vhost": x.vhost,
     }
+    out.update(x.info())  # what a plugin's type adds (rabbit_exchange:info/1)
     if x.policy is not None:  # RabbitMQ names an exchange's policy only when it has one
         out["policy"] = x.policy.name
     if stats is not None and x.published_in:

@@ -12,12 +12,16 @@ from typing import Any
 
 from leveret.broker import consumer_timeout, plugins
 from leveret.broker.broker import LOG_EXCHANGE, Broker
+from leveret.broker.delayed import Scheduler
+from leveret.broker.event_exchange import EventExchange
 from leveret.broker.events import Observers
+from leveret.broker.exchanges.delayed import PLUGIN as DELAYED
 from leveret.server.amqp import AMQPProtocol
 from leveret.server.config import Config, ConfigError
 from leveret.server.listen import ListenError
 from leveret.server.log_exchange import LogExchangeHandler
 from leveret.server.resources import ResourceMonitor
+from leveret.server.schedule import ScheduleTimer
 from leveret.server.state import Limits, Listener, ServerState, Slots
 from leveret.server.stream import StreamProtocol
 from leveret.server.tls import server_context
@@ -44,6 +48,18 @@ class Server:
         self.broker.log_exchange = config.log_exchange
         self.broker.plugins = plugins.enabled(config.plugins)
         self.broker.consumer_timeout = config.consumer_timeout
+        # delayed messages: on disk with a data directory, else in memory
+        self.scheduler = Scheduler(
+            self.broker.vhosts.get,
+            self.persistence.plugin_dir(DELAYED) / "schedule" if self.persistence else None,
+        )
+        self.broker.extensions[DELAYED] = self.scheduler
+        # rabbitmq_event_exchange, when enabled: amq.rabbitmq.event in vhost /
+        self.events = (
+            EventExchange(self.broker) if plugins.EVENT_EXCHANGE in self.broker.plugins else None
+        )
+        self._schedule_timer: ScheduleTimer | None = None
+        self._ticks = 0
         self._log_handler: LogExchangeHandler | None = None
         self.broker.users.loopback_users = set(config.loopback_users)
         self.loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]
@@ -122,6 +138,14 @@ class Server:
         self.resources.log_limits()
         self.resources.check()
         self._alarm_handle = self.loop.call_later(ALARM_CHECK_INTERVAL, self._tick)
+        self._schedule_timer = ScheduleTimer(self.loop, self.scheduler)
+        if self.events is not None:
+            events, loop = self.events, self.loop
+
+            def flush_soon() -> None:
+                loop.call_soon(events.flush)
+
+            events.schedule = flush_soon
         if config.log_exchange:
             self._log_handler = LogExchangeHandler.install(
                 self.broker, self.loop, config.log_exchange_level
@@ -190,10 +214,6 @@ class Server:
         return str(bound_host), int(bound_port)
 
     @property
-    def memory_alarm(self) -> bool:
-        return self.resources.mem_alarm
-
-    @property
     def disk_alarm(self) -> bool:
         return self.resources.disk_alarm
 
@@ -210,6 +230,7 @@ class Server:
         """Make what was published durable before confirms go out (fsync batching)."""
         if self.persistence is not None:
             self.persistence.sync()
+            self.scheduler.flush()  # confirmed delayed messages survive a kill -9
 
     def _tick(self) -> None:
         """Periodic housekeeping: message and queue expiry, memory and disk (alarms,
@@ -225,6 +246,15 @@ class Server:
         for vhost in self.broker.vhosts.values():
             vhost.expire()
         consumer_timeout.check(self.broker)
+        if self.scheduler.tick() and self._schedule_timer is not None:
+            self._schedule_timer.rearm()
+        if self.events is not None:
+            self.events.flush()
+        self._ticks += 1
+        if self._ticks % 5 == 0:
+            self.scheduler.sync()  # durable within a second, fsync off the hot path
+        else:
+            self.scheduler.flush()
 
     async def stop(self, reason: str = "shutdown") -> None:
         if self._log_handler is not None:
@@ -232,6 +262,9 @@ class Server:
             self._log_handler = None
         if self._alarm_handle is not None:
             self._alarm_handle.cancel()
+        if self._schedule_timer is not None:
+            self._schedule_timer.close()
+            self._schedule_timer = None
         for server in self._servers:
             server.close()
         for p in list(self.state.connections):

@@ -49,10 +49,6 @@ _SCAN_BLOCK = 1024 * 1024
 _SKIP = 64 * 1024  # after a record this large, the scan reads just the next header
 
 
-def segment_of(store_id: int) -> int:
-    return store_id >> SHIFT
-
-
 @dataclass
 class Recovered:
     """One queue's live messages found on start: ids and record lengths, in order."""

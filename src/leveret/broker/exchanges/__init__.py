@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from leveret.broker.exchanges import delayed
 from leveret.broker.exchanges.base import Binding, Destination, Exchange
 from leveret.broker.exchanges.consistent_hash import ConsistentHashExchange
 from leveret.broker.exchanges.deduplication import DeduplicationExchange
+from leveret.broker.exchanges.delayed import DelayedMessageExchange
 from leveret.broker.exchanges.direct import DefaultExchange, DirectExchange
 from leveret.broker.exchanges.fanout import FanoutExchange
 from leveret.broker.exchanges.headers import HeadersExchange
 from leveret.broker.exchanges.topic import TopicExchange
+from leveret.protocol import errors
 
 EXCHANGE_TYPES: dict[str, type[Exchange]] = {
     "direct": DirectExchange,
@@ -18,7 +21,18 @@ EXCHANGE_TYPES: dict[str, type[Exchange]] = {
     # plugins whose types are on by default (leveret.broker.plugins)
     "x-consistent-hash": ConsistentHashExchange,
     "x-message-deduplication": DeduplicationExchange,
+    "x-delayed-message": DelayedMessageExchange,
 }
+delayed.REGISTRY = EXCHANGE_TYPES
+
+
+def exchange_type(type_name: str) -> type[Exchange]:
+    """The class of an exchange type by its name; an unknown one as RabbitMQ refuses it."""
+    cls = EXCHANGE_TYPES.get(type_name)
+    if cls is None:
+        raise errors.command_invalid(f"unknown exchange type '{type_name}'")
+    return cls
+
 
 __all__ = [
     "EXCHANGE_TYPES",
@@ -30,4 +44,5 @@ __all__ = [
     "FanoutExchange",
     "HeadersExchange",
     "TopicExchange",
+    "exchange_type",
 ]

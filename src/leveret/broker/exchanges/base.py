@@ -116,6 +116,10 @@ class Exchange:
     def detach(self) -> None:
         """The exchange is deleted."""
 
+    def info(self) -> dict[str, Any]:
+        """Fields a plugin's type adds to the exchange's listing (its info/1)."""
+        return {}
+
     def validate_binding(self, binding: Binding) -> None:
         """Raise an AMQPError if the type cannot take this binding."""
 

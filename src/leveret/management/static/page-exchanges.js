@@ -10,7 +10,7 @@ import {
   input, link, parseArguments, queueHref, select, setOptions, toast,
 } from "./ui.js";
 
-const TYPES = ["direct", "fanout", "topic", "headers"];
+const TYPES = ["direct", "fanout", "topic", "headers", "x-consistent-hash", "x-delayed-message", "x-message-deduplication"];
 
 export function exchangesPage() {
   const table = new Table(
@@ -19,6 +19,8 @@ export function exchangesPage() {
       { key: "name", title: "Name", render: (x) => link(exchangeHref(x.vhost, x.name), exchangeLabel(x.name)) },
       { key: "type", title: "Type" },
       { title: "Features", render: features },
+      // x-delayed-message exchanges: the messages waiting in the schedule
+      { key: "messages_delayed", title: "Delayed", render: (x) => (x.messages_delayed ?? "").toString() },
     ],
     { empty: "No exchanges.", rowKey: (x) => `${x.vhost}\u0000${x.name}`, id: "exchanges-table" },
   );

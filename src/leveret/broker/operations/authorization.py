@@ -1,0 +1,104 @@
+"""The checks rabbit_channel makes before it declares, deletes or binds, in its order
+(rabbit_access_control:check_resource_access and the rest). Every operation calls them;
+nothing else does."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from leveret.broker import errors as rabbit
+from leveret.broker.arguments import text, wire_type
+from leveret.broker.exchanges import exchange_type
+from leveret.broker.limits import check_queue_limit
+from leveret.protocol import errors
+
+if TYPE_CHECKING:
+    from leveret.broker.operations.actor import Actor
+    from leveret.broker.vhost import VirtualHost
+
+
+def not_default(exchange_name: str) -> None:
+    """rabbit_channel:check_not_default_exchange."""
+    if exchange_name == "":
+        raise errors.access_refused("operation not permitted on the default exchange")
+
+
+def check_access(vhost: VirtualHost, actor: Actor, what: str, kind: str, name: str) -> None:
+    """rabbit_access_control:check_resource_access: ``what`` (configure, write, read) on
+    a resource; the default exchange is checked under the name 'amq.default'."""
+    if kind == "exchange" and name == "":
+        name = "amq.default"
+    permission = actor.permission
+    if permission is None or not permission.allows(what, name):
+        raise rabbit.access_refused(kind, name, vhost.name, actor.username)
+
+
+def exchange_declare(
+    vhost: VirtualHost, actor: Actor, name: str, type_name: str, arguments: dict[str, Any]
+) -> None:
+    """exchange.declare (not passive): the type, the default exchange, configure; for a
+    new exchange, its name and its alternate exchange (read on the exchange being
+    declared, write on the alternate)."""
+    exchange_type(type_name)
+    not_default(name)
+    check_access(vhost, actor, "configure", "exchange", name)
+    if name in vhost.exchanges:
+        return
+    if name.startswith("amq."):
+        raise rabbit.reserved_name("exchange", name)
+    ae = exchange_named_by(vhost, arguments, "alternate-exchange", "exchange", name)
+    if ae is None:
+        return
+    check_access(vhost, actor, "read", "exchange", name)
+    check_access(vhost, actor, "write", "exchange", ae)
+
+
+def exchange_named_by(
+    vhost: VirtualHost, arguments: dict[str, Any], key: str, kind: str, name: str
+) -> str | None:
+    """The exchange an argument names (alternate-exchange, x-dead-letter-exchange), None
+    when absent; a value that is no string is refused as RabbitMQ does."""
+    value = arguments.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, (str, bytes)):
+        raise errors.precondition_failed(
+            f"invalid type '{wire_type(arguments, key)}' for arg '{key}' in {kind} "
+            f"'{name}' in vhost '{vhost.name}'"
+        )
+    return text(value)
+
+
+def queue_declare(
+    vhost: VirtualHost,
+    actor: Actor,
+    name: str,
+    arguments: dict[str, Any],
+    server_named: bool = False,
+) -> None:
+    """queue.declare (not passive): the reserved prefix (unless the server named it),
+    configure; for a new queue, the vhost's max-queues, then its dead-letter exchange
+    (read on the queue, write on the exchange) before any other argument is looked at."""
+    if not server_named and name.startswith("amq."):
+        raise rabbit.reserved_name("queue", name)
+    check_access(vhost, actor, "configure", "queue", name)
+    if name in vhost.queues:
+        return
+    check_queue_limit(vhost, name)  # for new queues only, as rabbit_channel
+    dlx = exchange_named_by(vhost, arguments, "x-dead-letter-exchange", "queue", name)
+    if dlx is None:
+        return
+    check_access(vhost, actor, "read", "queue", name)
+    check_access(vhost, actor, "write", "exchange", dlx)
+
+
+def binding(
+    vhost: VirtualHost, actor: Actor, source: str, dest_kind: str, destination: str
+) -> None:
+    """Binding and unbinding (rabbit_channel:binding_action): write on the destination,
+    neither end the default exchange, read on the source."""
+    check_access(vhost, actor, "write", dest_kind, destination)
+    if dest_kind == "exchange":
+        not_default(destination)
+    not_default(source)
+    check_access(vhost, actor, "read", "exchange", source)

@@ -1,0 +1,98 @@
+"""queue.declare, queue.delete, queue.purge, and opening a queue to read from it
+(basic.get, basic.consume, the management API's get)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from leveret.broker import names
+from leveret.broker.events import Event
+from leveret.broker.operations import authorization
+from leveret.broker.operations.authorization import check_access
+from leveret.broker.queues import queue_type_name
+from leveret.protocol import errors
+
+if TYPE_CHECKING:
+    from leveret.broker.operations.actor import Actor
+    from leveret.broker.queues import Queue
+    from leveret.broker.vhost import VirtualHost
+
+
+class Declared(NamedTuple):
+    """What queue.declare-ok tells: the queue, whether this declaration made it, and
+    its message count as the reply gives it."""
+
+    queue: Queue
+    created: bool
+    message_count: int
+
+
+def declare_queue(
+    vhost: VirtualHost,
+    actor: Actor,
+    name: str,
+    durable: bool = False,
+    exclusive: bool = False,
+    auto_delete: bool = False,
+    arguments: dict[str, Any] | None = None,
+    passive: bool = False,
+) -> Declared:
+    """A queue declared as RabbitMQ declares it: an exclusive one is the actor's
+    connection's (and not durable); an empty name is the server's to choose."""
+    name = actor.name(name)
+    arguments = arguments if arguments is not None else {}
+    if passive:
+        q = vhost.get_queue(name)
+        actor.check_exclusive(q, vhost.name)
+        return Declared(q, False, q.declare_ok_count(arguments))
+    server_named = name == ""
+    if server_named:
+        qtype = queue_type_name(arguments)
+        if qtype in ("stream", "quorum"):
+            raise errors.precondition_failed(
+                f"Cannot declare a server-named queue for type rabbit_{qtype}_queue"
+            )
+        name = names.queue_name()
+    owner = actor.connection if exclusive else None
+    authorization.queue_declare(vhost, actor, name, arguments, server_named)
+    vhost.observers.emit(Event.QUEUE_DECLARED, (vhost.name, name))
+    q, created = vhost.declare_queue(name, durable and not exclusive, owner, auto_delete, arguments)
+    return Declared(q, created, q.message_count)
+
+
+def open_queue(vhost: VirtualHost, actor: Actor, name: str) -> Queue:
+    """A queue the actor may read from (basic.get, basic.consume, queue.purge)."""
+    check_access(vhost, actor, "read", "queue", name)
+    q = vhost.get_queue(name)
+    actor.check_exclusive(q, vhost.name)
+    return q
+
+
+def purge_queue(vhost: VirtualHost, actor: Actor, name: str) -> int:
+    """How many ready messages went."""
+    return open_queue(vhost, actor, name).purge()
+
+
+def delete_queue(
+    vhost: VirtualHost,
+    actor: Actor,
+    name: str,
+    if_unused: bool = False,
+    if_empty: bool = False,
+    before: Callable[[Queue], None] | None = None,
+) -> Queue | None:
+    """The queue checked for deletion (None when there is none, which is no error), and
+    deleted after ``before(queue)`` runs: RabbitMQ's delete-ok goes out before the
+    queue's consumers are told basic.cancel."""
+    name = actor.name(name)
+    check_access(vhost, actor, "configure", "queue", name)
+    q = vhost.queues.get(name)
+    if q is None:
+        return None
+    actor.check_exclusive(q, vhost.name)
+    vhost.check_queue_delete(q, if_unused, if_empty)
+    if before is not None:
+        before(q)
+    vhost.remove_queue(q)
+    return q
