@@ -204,3 +204,22 @@ def test_the_compact_command(tmp_path: Path) -> None:
     ):
         run = cli(*args)
         assert run.returncode == 1 and run.stderr.startswith(f"Error: {error}"), run.stderr
+
+
+def test_the_dashboards_numbers_stay_the_same_across_a_compaction(ingest_running: Path) -> None:
+    from leveret.management.lakeview import Lake
+
+    lake = ingest_running
+    view = Lake(lake)
+    for _ in range(5):
+        view.refresh(budget=10_000)
+    before = view.state()["summary"]
+    assert before["records"] == RECORDS
+    compaction.compact(lake, wait=5)
+    for _ in range(5):
+        view.refresh(budget=10_000)
+    after = view.state()
+    assert after["summary"] == before  # counted again from the rewritten base, once
+    log = SinkLog(lake)
+    log.refresh()
+    assert after["committed_files"] == len(log.files)
