@@ -85,17 +85,20 @@ _PUBLISHES_SIZE = 4096
 
 
 def _publish_fields(raw: bytes) -> tuple[str, str, bool, bool, bytes]:
-    """Decode basic.publish's exchange, routing key and bits (and remember them)."""
+    """Decode basic.publish's arguments (``raw``: the method payload after its index:
+    ticket, exchange, routing key, bits), and remember them. Both the look-ahead path and
+    the frame-by-frame one read a publish here."""
+    fields = _PUBLISHES.get(raw)
+    if fields is not None:
+        return fields
     try:
-        rp = 1 + raw[0]
+        rp = 3 + raw[2]  # after the deprecated ticket (2) and the exchange
         bp = rp + 1 + raw[rp]
-    except IndexError:  # the arguments end inside a short string
-        bp = len(raw)
-    if bp >= len(raw):
-        raise errors.syntax_error("malformed basic.publish").with_method(
+        fields = (raw[3:rp].decode(), raw[rp + 1 : bp].decode(), *_BITS[raw[bp] & 3], raw[2:bp])
+    except (IndexError, UnicodeDecodeError) as exc:
+        raise errors.frame_error(f"cannot decode {erlang_binary(raw)}").with_method(
             spec.BASIC, _PUBLISH & 0xFFFF
-        )
-    fields = (raw[1:rp].decode(), raw[rp + 1 : bp].decode(), *_BITS[raw[bp] & 3], raw[:bp])
+        ) from exc
     if len(_PUBLISHES) >= _PUBLISHES_SIZE:
         _PUBLISHES.clear()
     _PUBLISHES[raw] = fields
@@ -633,8 +636,7 @@ class ServerConnection:
     ) -> Event | NeedData:
         """The hot path: basic.publish, and when they are already buffered its content
         header and single body frame, parsed in place."""
-        p = pos + _HEAD + 6  # method index (4) + deprecated ticket (2)
-        raw = buf[p:stop]  # exchange, routing key, bits
+        raw = buf[pos + _HEAD + 4 : stop]  # after the method index
         fields = _PUBLISHES.get(raw)
         if fields is None:
             fields = _publish_fields(raw)
@@ -795,21 +797,7 @@ class ServerConnection:
             ) from exc
 
     def _start_publish(self, channel: int, payload: bytes) -> None:
-        try:
-            pos = 6  # index (4) + deprecated ticket (2)
-            elen = payload[pos]
-            exchange = payload[pos + 1 : pos + 1 + elen].decode()
-            rpos = pos + 1 + elen
-            rlen = payload[rpos]
-            routing_key = payload[rpos + 1 : rpos + 1 + rlen].decode()
-            bits = payload[rpos + 1 + rlen]
-        except (IndexError, UnicodeDecodeError) as exc:
-            raise errors.frame_error(f"cannot decode {erlang_binary(payload[4:])}").with_method(
-                spec.BASIC, _PUBLISH & 0xFFFF
-            ) from exc
-        self._content[channel] = _Content(
-            exchange, routing_key, bool(bits & 1), bool(bits & 2), payload[pos : rpos + 1 + rlen]
-        )
+        self._content[channel] = _Content(*_publish_fields(payload[4:]))
 
     def _header_frame(self, channel: int, payload: bytes) -> Event | None:
         if self._state in WINDING_DOWN or self._channels.get(channel) is ChannelState.CLOSING:
