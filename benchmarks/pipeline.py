@@ -8,6 +8,9 @@ ingest costs, per broker.
    over the same stream, from an empty checkpoint, as one micro-batch. Two rates: from
    query start to termination (``wall``), and the batch's own (Spark's
    ``processedRowsPerSecond``: the planning of the query and its start-up left out).
+   **warm ingest**: the same records in ``--warm-batches`` (4) equal batches of one query;
+   the rate of the batches after the first (a running query's steady state: the query's
+   start, its code generation and the JIT's first pass are paid by the first batch).
 3. **write alone**: the ingest's Spark half without the broker: the same records, parsed
    and cached in Spark's memory, written as the partitioned Parquet lake.
 4. **latency**: the ingest query with a 1 s trigger while a publisher emits records at a
@@ -145,9 +148,11 @@ def bench_read(spark: Any, url: str, stream: str, n: int) -> float:
     return n / (time.perf_counter() - t)
 
 
-def bench_ingest(spark: Any, url: str, stream: str, n: int, tmp: Path) -> dict[str, Any]:
+def bench_ingest(
+    spark: Any, url: str, stream: str, n: int, tmp: Path, per_trigger: int | None = None
+) -> dict[str, Any]:
     cfg = IngestConfig(url=url, lake=tmp / "lake", checkpoint=tmp / "cp", stream=stream,
-                       trigger="availableNow", max_records_per_trigger=n,
+                       trigger="availableNow", max_records_per_trigger=per_trigger or n,
                        protocol=PROTOCOL["protocol"], stream_port=PROTOCOL["port"])  # fmt: skip
     t = time.perf_counter()
     query = start_ingest(spark, cfg)
@@ -162,8 +167,17 @@ def bench_ingest(spark: Any, url: str, stream: str, n: int, tmp: Path) -> dict[s
         if batches
         else None
     )
+    # warm: the batches after the first (the query's start, its code generation and the
+    # JIT's first pass are paid by the first batch)
+    later = batches[1:]
+    warm_rate = (
+        sum(p["numInputRows"] for p in later)
+        / sum(p["durationMs"]["triggerExecution"] / 1000 for p in later)
+        if later
+        else None
+    )
     return {"records_per_s": n / elapsed, "seconds": elapsed, "batch_per_s": batch_rate,
-            "batches": len(batches)}  # fmt: skip
+            "warm_per_s": warm_rate, "batches": len(batches)}  # fmt: skip
 
 
 def bench_sink(spark: Any, url: str, stream: str, n: int, tmp: Path) -> float:
@@ -354,7 +368,8 @@ def _whole_ingest(
     retrying("ingest", _ingest_in_tmp, spark, url, stream, n)  # warm-up
 
     def measured() -> None:
-        with stages.Meter(n) as spark_cpu:
+        before = stages.cpu_by_kind(exclude=pid)
+        with stages.Meter(n, exclude=pid) as spark_cpu:
             if pid is not None:
                 with stages.Meter(n, pid=pid, tree=False) as broker_cpu:
                     out["ingest" + suffix] = _ingest_in_tmp(spark, url, stream, n)
@@ -362,6 +377,10 @@ def _whole_ingest(
             else:
                 out["ingest" + suffix] = _ingest_in_tmp(spark, url, stream, n)
         out["ingest_spark" + suffix] = spark_cpu.result
+        after = stages.cpu_by_kind(exclude=pid)
+        out["ingest_spark_by_process" + suffix] = {
+            kind: 1e6 * (after[kind] - before.get(kind, 0.0)) / n for kind in after
+        }
 
     retrying("ingest", measured)
 
@@ -370,8 +389,8 @@ def run(
     broker: BrokerUnderTest, spark: Any, args: argparse.Namespace, protocol: str = "amqp"
 ) -> dict[str, Any]:
     url = broker.url
-    port = stream_port_of(broker) if protocol == "stream" else 5552
-    PROTOCOL.update(protocol=protocol, port=port)
+    port = stream_port_of(broker) if protocol in ("stream", "auto") else 5552
+    PROTOCOL.update(protocol=protocol, port=port or 5552)
     out: dict[str, Any] = {"broker": broker.name, "protocol": protocol}
     stream = f"bench-{uuid.uuid4().hex[:8]}"
     _declare(url, stream)
@@ -383,6 +402,11 @@ def run(
         retrying("ingest", _ingest_in_tmp, spark, url, stream, args.records)
         out["read_per_s"] = retrying("read", bench_read, spark, url, stream, args.records)
         out["ingest"] = retrying("ingest", _ingest_in_tmp, spark, url, stream, args.records)
+        # a running query's later batches: --warm-batches of equal size, the first left out
+        per = -(-args.records // args.warm_batches)
+        out["ingest_warm"] = retrying(
+            "ingest", _ingest_in_tmp, spark, url, stream, args.records, per
+        )
         retrying("sink", _sink_in_tmp, spark, url, stream, args.records)  # warm-up
         out["sink_alone_per_s"] = retrying("sink", _sink_in_tmp, spark, url, stream, args.records)
     finally:
@@ -402,9 +426,11 @@ def run(
     return out
 
 
-def _ingest_in_tmp(spark: Any, url: str, stream: str, n: int) -> dict[str, Any]:
+def _ingest_in_tmp(
+    spark: Any, url: str, stream: str, n: int, per_trigger: int | None = None
+) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
-        return bench_ingest(spark, url, stream, n, Path(tmp))
+        return bench_ingest(spark, url, stream, n, Path(tmp), per_trigger)
 
 
 def _sink_in_tmp(spark: Any, url: str, stream: str, n: int) -> float:
@@ -426,6 +452,9 @@ def _median(runs: list[dict[str, Any]]) -> dict[str, Any]:
         if key == "ingest_batch_per_s":
             value = r["ingest"].get("batch_per_s")
             return None if value is None else float(value)
+        if key == "ingest_warm_per_s":
+            value = r.get("ingest_warm", {}).get("warm_per_s")
+            return None if value is None else float(value)
         if key in ("latency_p50_s", "latency_p95_s"):
             value = r.get("latency", {}).get(key.removeprefix("latency_"))
             return None if value is None else float(value)
@@ -434,10 +463,13 @@ def _median(runs: list[dict[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {"broker": runs[0]["broker"], "protocol": runs[0]["protocol"],
                            "runs": len(runs)}  # fmt: skip
     for key in ("publish_per_s", "read_per_s", "ingest_per_s", "ingest_batch_per_s",
-                "sink_alone_per_s", "latency_p50_s", "latency_p95_s"):  # fmt: skip
+                "ingest_warm_per_s", "sink_alone_per_s", "latency_p50_s",
+                "latency_p95_s"):  # fmt: skip
         values = [v for v in (pick(r, key) for r in runs) if v is not None]
         out[key] = statistics.median(values) if values else None
         out[key + "_all"] = [round(v, 3) for v in values]
+        if len(values) > 1:  # the spread: lowest and highest round
+            out[key + "_range"] = [round(min(values), 3), round(max(values), 3)]
     return out
 
 
@@ -453,14 +485,21 @@ def main() -> None:
     ap.add_argument("--brokers", default="leveret,rabbitmq")
     ap.add_argument(
         "--protocols",
-        default="amqp,stream",
-        help="how the executors read: amqp (AMQP 0-9-1 consumers), stream (port 5552)",
+        default="auto,amqp",
+        help="how the executors read: auto (the default: the stream port when it answers), "
+        "stream (port 5552), amqp (AMQP 0-9-1 consumers)",
     )
     ap.add_argument(
         "--repeat",
         type=int,
         default=3,
         help="rounds; the brokers' order alternates from round to round",
+    )
+    ap.add_argument(
+        "--warm-batches",
+        type=int,
+        default=4,
+        help="the warm ingest: the records in this many equal batches, the first not counted",
     )
     ap.add_argument("--master", default="local[2]")
     ap.add_argument("--json", type=Path)
@@ -482,7 +521,7 @@ def main() -> None:
     protocols = args.protocols.split(",")
     runs: dict[str, list[dict[str, Any]]] = {
         f"{name}/{p}": [] for name in brokers for p in protocols
-        if p == "amqp" or stream_port_of(brokers[name])
+        if p != "stream" or stream_port_of(brokers[name])
     }  # fmt: skip
     order = list(runs)
     profiles: list[dict[str, Any]] = []

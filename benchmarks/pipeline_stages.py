@@ -61,19 +61,49 @@ def _parents() -> dict[int, int]:
     return out
 
 
-def tree_cpu(root: int) -> float:
-    """CPU seconds of ``root`` and every live descendant (reaped ones count in their
-    parent's children time)."""
+def _tree(root: int, exclude: int | None = None) -> set[int]:
+    """``root`` and its live descendants, without ``exclude`` and its own."""
     parents = _parents()
     tree = {root}
     grew = True
     while grew:
         grew = False
         for pid, ppid in parents.items():
-            if ppid in tree and pid not in tree:
+            if ppid in tree and pid not in tree and pid != exclude:
                 tree.add(pid)
                 grew = True
-    return sum(process_cpu(pid) for pid in tree)
+    return tree
+
+
+def tree_cpu(root: int, exclude: int | None = None) -> float:
+    """CPU seconds of ``root`` and every live descendant (reaped ones count in their
+    parent's children time), leaving out the process ``exclude`` (a broker this process
+    started) and its descendants."""
+    return sum(process_cpu(pid) for pid in _tree(root, exclude))
+
+
+def cpu_by_kind(exclude: int | None = None) -> dict[str, float]:
+    """CPU seconds of this process's tree by kind: ``driver`` (this Python), ``jvm``
+    (Spark's JVM), ``python_workers`` (Spark's Python daemon, its workers and the driver's
+    data-source planner processes), ``other``."""
+    out = {"driver": 0.0, "jvm": 0.0, "python_workers": 0.0, "other": 0.0}
+    me = os.getpid()
+    for pid in _tree(me, exclude):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read().split(b"\0")
+        except OSError:
+            continue
+        if pid == me:
+            kind = "driver"
+        elif cmd and cmd[0].endswith(b"java"):
+            kind = "jvm"
+        elif any(b"pyspark" in c for c in cmd):
+            kind = "python_workers"
+        else:
+            kind = "other"
+        out[kind] += process_cpu(pid)
+    return out
 
 
 def machine_cpu() -> float:
@@ -87,14 +117,19 @@ def machine_cpu() -> float:
 class Meter:
     """Wall time, CPU of a process tree and of the whole machine over a ``with`` block."""
 
-    def __init__(self, records: int, pid: int | None = None, tree: bool = True) -> None:
+    def __init__(
+        self, records: int, pid: int | None = None, tree: bool = True, exclude: int | None = None
+    ) -> None:
         self.records = records
         self.pid = os.getpid() if pid is None else pid
         self.tree = tree
+        self.exclude = exclude
         self.result: dict[str, float] = {}
 
     def _cpu(self) -> float:
-        return tree_cpu(self.pid) if self.tree else process_cpu(self.pid, children=False)
+        if self.tree:
+            return tree_cpu(self.pid, self.exclude)
+        return process_cpu(self.pid, children=False)
 
     def __enter__(self) -> Meter:
         self._t = time.perf_counter()
@@ -321,9 +356,7 @@ def handoff(spark: Any, batches: list[Any], schema_json: str, records: int) -> d
             .option("schema", schema_json)
             .load()
         )
-        return spark_stage(
-            spark, records, lambda: df.write.format("noop").mode("overwrite").save()
-        )
+        return spark_stage(spark, records, lambda: df.write.format("noop").mode("overwrite").save())
 
 
 def cached_arrow(

@@ -1,30 +1,30 @@
-"""What a chunk-delivering protocol costs: RabbitMQ's stream protocol (port 5552) against
-its AMQP 0-9-1 delivery of the same stream, broker CPU per record, in one run.
+"""RabbitMQ's stream protocol through the unmodified rstream client, Leveret against
+RabbitMQ 3.10.8 in the same run: the publish rate with confirms, the rate a subscription
+from the first offset reads the stream at, and each broker's CPU per record (``/proc``),
+as medians and spread over rounds that alternate between the brokers.
 
-Over AMQP 0-9-1 a broker sends every stream message as three frames of its own
-(``basic.deliver``, a content header with ``x-stream-offset`` spliced into the headers,
-the body): work per message on both sides. The stream protocol sends the stored chunks
-themselves (osiris chunks of AMQP 1.0-encoded messages, thousands per ``Deliver`` frame),
-so the broker's cost per message nearly vanishes and the client walks the chunk.
+    python benchmarks/stream_protocol.py [--records N] [--repeat K] [--rabbitmq own|shared]
+                                         [--json out.json]
 
-This starts a RabbitMQ 3.10.8 node of its own (``tests/support/rabbitmq_cluster``: its own
-name, ports, cookie and data; the stream plugin enabled on it only), fills a stream with
-the pipeline benchmark's records, then reads it both ways and reports per record: the
-broker's CPU (its Erlang VM, ``/proc``), and this client's CPU to walk the chunks and take
-each record's body out (AMQP 1.0 ``data`` section), as the executor's reader would.
+Leveret runs as ``leveret server`` on free ports with a temporary data dir. RabbitMQ is, by
+default, a node of its own (``tests/support/rabbitmq_cluster``: its own name, ports and data,
+the stream plugin enabled on it only; needs root and Debian's rabbitmq-server), so that its
+CPU figure is the benchmark's alone; ``--rabbitmq shared`` uses the node on 127.0.0.1:5552
+instead. Bodies are 200-byte JSON-like log lines, published 1,000 per ``send_batch``.
+rstream reads with its defaults: 10 credits, one back per chunk, bodies as raw bytes.
 
-    python benchmarks/stream_protocol.py [--records N] [--repeat K] [--json out.json]
-
-Needs root and Debian's rabbitmq-server, as the cluster tests.
-"""
+Broker CPU comes from ``/proc/<pid>/stat`` (10 ms ticks: ±0.1 µs per record at 100,000
+records). The read rate is that of one Python client: past some point it measures rstream
+more than the broker, which is why the broker's CPU per delivered record is reported too."""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
-import socket
+import os
 import statistics
-import struct
+import subprocess
 import sys
 import tempfile
 import time
@@ -34,185 +34,191 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
 
-import pipeline_stages as stages  # noqa: E402
-from pipeline import _declare, fill  # noqa: E402
+from rstream import (  # noqa: E402
+    ConfirmationStatus,
+    Consumer,
+    ConsumerOffsetSpecification,
+    MessageContext,
+    OffsetType,
+    Producer,
+)
+from tests.support.brokers import (  # noqa: E402
+    RABBITMQ_STREAM_PORT,
+    ensure_rabbitmq_stream,
+    start_leveret,
+)
 from tests.support.ports import free_port  # noqa: E402
-from tests.support.rabbitmq_cluster import RabbitCluster  # noqa: E402
 
-_U16 = struct.Struct(">H")
-_U32 = struct.Struct(">I")
-# MagicVersion, ChunkType, NumEntries, NumRecords, Timestamp, Epoch, ChunkFirstOffset,
-# ChunkCrc, DataLength, TrailerLength, Reserved
-_CHUNK = struct.Struct(">BBHIqQQiIII")
+KW: dict[str, Any] = {"username": "guest", "password": "guest", "load_balancer_mode": True}
+BODY = b'{"ts":"2026-11-26T07:00:00Z","level":"info","msg":"' + b"x" * 150 + b'"}'
+KEYS = ("publish_per_s", "publish_broker_us", "read_per_s", "read_broker_us")
 
 
-def _string(s: str) -> bytes:
-    raw = s.encode()
-    return _U16.pack(len(raw)) + raw
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-class StreamClient:
-    """The handful of stream-protocol commands a consumer needs (protocol version 1)."""
-
-    def __init__(self, host: str, port: int, user: str = "guest", password: str = "guest"):
-        self.sock = socket.create_connection((host, port), timeout=30)
-        self.buf = bytearray()
-        self.correlation = 0
-        self.send(0x0011, _U32.pack(0))  # PeerProperties: none
-        self.reply()
-        self.send(0x0012, b"")  # SaslHandshake
-        self.reply()
-        self.send(0x0013, _string("PLAIN") + _U32.pack(len(f"\0{user}\0{password}"))
-                  + f"\0{user}\0{password}".encode())  # fmt: skip
-        self.reply()
-        key, payload = self.frame()  # the server's Tune: frame max, heartbeat
-        assert key == 0x0014, hex(key)
-        frame_max, _heartbeat = struct.unpack(">II", payload[:8])
-        self.raw(0x0014, struct.pack(">II", frame_max, 0))
-        self.send(0x0015, _string("/"))  # Open
-        self.reply()
-
-    def raw(self, key: int, body: bytes) -> None:
-        frame = struct.pack(">HH", key, 1) + body
-        self.sock.sendall(_U32.pack(len(frame)) + frame)
-
-    def send(self, key: int, body: bytes) -> None:
-        self.correlation += 1
-        self.raw(key, _U32.pack(self.correlation) + body)
-
-    def frame(self) -> tuple[int, bytes]:
-        while True:
-            if len(self.buf) >= 4:
-                size = _U32.unpack_from(self.buf)[0]
-                if len(self.buf) >= 4 + size:
-                    frame = bytes(self.buf[4 : 4 + size])
-                    del self.buf[: 4 + size]
-                    return _U16.unpack_from(frame)[0], frame[4:]
-            data = self.sock.recv(1 << 20)
-            if not data:
-                raise EOFError("the broker closed the connection")
-            self.buf += data
-
-    def reply(self) -> bytes:
-        key, payload = self.frame()
-        assert key & 0x8000, hex(key)
-        code = _U16.unpack_from(payload, 4)[0]
-        assert code == 1, f"response code {code} to {key & 0x7FFF:#x}"
-        return payload
-
-    def subscribe(self, stream: str, credit: int) -> None:
-        # subscription 1, offset type 1 (first), credit, no properties
-        self.send(0x0007, b"\x01" + _string(stream) + _U16.pack(1) + _U16.pack(credit)
-                  + _U32.pack(0))  # fmt: skip
-        self.reply()
-
-    def chunks(self, records: int) -> list[bytes]:
-        """``Deliver`` frames until ``records`` records came, a credit back for each."""
-        got = 0
-        out = []
-        while got < records:
-            key, payload = self.frame()
-            if key != 0x0008:
-                continue
-            out.append(payload)
-            got += _CHUNK.unpack_from(payload, 1)[3]
-            self.raw(0x0009, b"\x01" + _U16.pack(1))  # Credit: one more chunk
-        return out
-
-    def close(self) -> None:
-        self.sock.close()
-
-
-def bodies(deliver_frames: list[bytes]) -> int:
-    """Walk every chunk and take out each message's body (its AMQP 1.0 data section), as
-    a reader would; returns how many were not empty."""
-    n = 0
-    unpack_chunk = _CHUNK.unpack_from
-    u32 = _U32.unpack_from
-    for payload in deliver_frames:
-        head = unpack_chunk(payload, 1)
-        entries, length = head[2], head[8]
-        pos = 1 + _CHUNK.size
-        end = pos + length
-        for _ in range(entries):
-            size = u32(payload, pos)[0]
-            if size & 0x80000000:  # a sub-batch: not written by AMQP 0-9-1 publishers
-                raise ValueError("sub-batch entries are not expected here")
-            msg = payload[pos + 4 : pos + 4 + size]
-            at = msg.rfind(b"\x00\x53\x75")  # the data section's descriptor
-            body = (
-                msg[at + 5 : at + 5 + msg[at + 4]]
-                if msg[at + 3] == 0xA0
-                else msg[at + 8 : at + 8 + u32(msg, at + 4)[0]]
-            )
-            n += len(body) > 0
-            pos += 4 + size
-        assert pos <= end
-    return n
-
-
-def run(cluster: RabbitCluster, stream_port: int, records: int) -> dict[str, Any]:
-    node = cluster.nodes[0]
-    assert node.pid is not None
+async def one_run(port: int, pid: int, records: int) -> dict[str, float]:
     stream = f"bench-{uuid.uuid4().hex[:8]}"
-    _declare(node.url, stream)
-    out: dict[str, Any] = {"records": records, "publish_per_s": fill(node.url, stream, records)}
-    time.sleep(2)
-    with stages.Meter(records, pid=node.pid, tree=False) as amqp:
-        chunks, seconds = stages.raw_read("127.0.0.1", node.port, stream, records)
-    out["amqp_0_9_1"] = {**amqp.result, "client_per_s": records / seconds,
-                         "wire_bytes_per_record": sum(map(len, chunks)) / records}  # fmt: skip
-    _, out["amqp_0_9_1_reader_walk"] = stages.time_cpu(lambda: stages.walk_blocks(chunks), records)
-    client = StreamClient("127.0.0.1", stream_port)
-    try:
-        client.subscribe(stream, credit=8)
-        t = time.perf_counter()
-        with stages.Meter(records, pid=node.pid, tree=False) as proto:
-            frames = client.chunks(records)
-        seconds = time.perf_counter() - t
-    finally:
-        client.close()
-    out["stream_protocol"] = {**proto.result, "client_per_s": records / seconds,
-                              "chunks": len(frames)}  # fmt: skip
-    _, out["stream_protocol_reader_bodies"] = stages.time_cpu(lambda: bodies(frames), records)
-    return out
+    async with Producer("127.0.0.1", port, **KW) as p:
+        await p.create_stream(stream)
+        confirmed = 0
+        done = asyncio.Event()
+
+        async def on_confirm(_status: ConfirmationStatus) -> None:
+            nonlocal confirmed
+            confirmed += 1
+            if confirmed == records:
+                done.set()
+
+        t0, c0 = time.perf_counter(), cpu_seconds(pid)
+        for _ in range(0, records, 1000):
+            await p.send_batch(stream, [BODY] * 1000, on_publish_confirm=on_confirm)
+        await done.wait()
+        publish_s, publish_cpu = time.perf_counter() - t0, cpu_seconds(pid) - c0
+    got = 0
+    finished = asyncio.Event()
+
+    async def on_message(_msg: bytes, _ctx: MessageContext) -> None:
+        nonlocal got
+        got += 1
+        if got == records:
+            finished.set()
+
+    c = Consumer("127.0.0.1", port, **KW)
+    await c.start()
+    t0, c0 = time.perf_counter(), cpu_seconds(pid)
+    await c.subscribe(
+        stream, on_message, offset_specification=ConsumerOffsetSpecification(OffsetType.FIRST)
+    )
+    await finished.wait()
+    read_s, read_cpu = time.perf_counter() - t0, cpu_seconds(pid) - c0
+    await c.close()
+    async with Producer("127.0.0.1", port, **KW) as p:
+        await p.delete_stream(stream)
+    return {
+        "publish_per_s": records / publish_s,
+        "publish_broker_us": publish_cpu / records * 1e6,
+        "read_per_s": records / read_s,
+        "read_broker_us": read_cpu / records * 1e6,
+    }
+
+
+def shared_rabbitmq_pid() -> int | None:
+    out = subprocess.run(["ss", "-ltnpH"], capture_output=True, text=True).stdout
+    for line in out.splitlines():
+        if f":{RABBITMQ_STREAM_PORT} " in line and "pid=" in line:
+            return int(line.split("pid=")[1].split(",")[0])
+    return None
+
+
+def spread(values: list[float]) -> str:
+    return f"{min(values):,.2f}-{max(values):,.2f}" if values else "-"
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--records", type=int, default=200_000)
+    ap.add_argument("--records", type=int, default=100_000)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--rabbitmq", choices=("own", "shared", "none"), default="own")
+    ap.add_argument(
+        "--baseline-src",
+        type=Path,
+        help="also run the Leveret whose src/ directory this is (e.g. an older commit's, from"
+        " git archive), as 'baseline', in the same rounds",
+    )
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
-    stream_port = free_port()
-    cluster = RabbitCluster(
-        Path(tempfile.mkdtemp(prefix="leveret-stream-bench-")),
-        size=1,
-        plugins=("rabbitmq_stream",),
-        conf=(f"stream.listeners.tcp.default = {stream_port}",),
-    )
-    cluster.start()
+    targets: dict[str, tuple[int, int]] = {}
+    cluster: Any = None
+    leveret = start_leveret(extra=["--log-level", "warning"])
+    assert leveret.process is not None
+    targets["leveret"] = (leveret.stream_port, leveret.process.pid)
+    baseline = None
     try:
-        runs = []
+        if args.baseline_src is not None:
+            baseline = start_leveret(
+                extra=["--log-level", "warning"],
+                env={"PYTHONPATH": f"{args.baseline_src.resolve()}:{ROOT}"},
+            )
+            assert baseline.process is not None
+            targets["baseline"] = (baseline.stream_port, baseline.process.pid)
+        if args.rabbitmq == "own":
+            from tests.support.rabbitmq_cluster import RabbitCluster
+
+            port = free_port()
+            cluster = RabbitCluster(
+                Path(tempfile.mkdtemp(prefix="leveret-stream-bench-")),
+                size=1,
+                plugins=("rabbitmq_stream",),
+                conf=(f"stream.listeners.tcp.default = {port}",),
+            )
+            cluster.start()
+            pid = cluster.nodes[0].pid
+            assert pid is not None
+            targets["rabbitmq"] = (port, pid)
+        elif args.rabbitmq == "shared":
+            shared = shared_rabbitmq_pid() if ensure_rabbitmq_stream() else None
+            if shared is not None:
+                targets["rabbitmq"] = (RABBITMQ_STREAM_PORT, shared)
+            else:
+                print("RabbitMQ's stream protocol is not reachable on 5552: Leveret alone")
+        results: dict[str, list[dict[str, float]]] = {name: [] for name in targets}
+        loads = [os.getloadavg()[0]]
         for _ in range(args.repeat):
-            result = run(cluster, stream_port, args.records)
-            runs.append(result)
-            print(json.dumps(result), flush=True)
+            for name, (bport, bpid) in targets.items():  # interleaved: the same load on both
+                run = asyncio.run(one_run(bport, bpid, args.records))
+                results[name].append(run)
+                print(name, json.dumps({k: round(v, 2) for k, v in run.items()}), flush=True)
+            loads.append(os.getloadavg()[0])
     finally:
-        cluster.stop()
-    summary: dict[str, Any] = {"runs": runs}
-    for way in ("amqp_0_9_1", "stream_protocol"):
-        summary[way] = {
-            key: statistics.median(r[way][key] for r in runs)
-            for key in ("cpu_us", "client_per_s", "others_cores")
+        leveret.stop()
+        if baseline is not None:
+            baseline.stop()
+        if cluster is not None:
+            cluster.stop()
+    summary: dict[str, dict[str, Any]] = {}
+    for name, runs in results.items():
+        summary[name] = {k: statistics.median(r[k] for r in runs) for k in KEYS}
+        summary[name]["spread"] = {
+            k: [min(r[k] for r in runs), max(r[k] for r in runs)] for k in KEYS
         }
-    for key in ("amqp_0_9_1_reader_walk", "stream_protocol_reader_bodies"):
-        summary[key] = statistics.median(r[key]["cpu_us"] for r in runs)
-    print(json.dumps({k: v for k, v in summary.items() if k != "runs"}, indent=2))
+    print(
+        f"{args.records:,} records of {len(BODY)} bytes, median (min-max) of {args.repeat} rounds,"
+        f" load average {min(loads):.1f}-{max(loads):.1f}:"
+    )
+    for name, s in summary.items():
+        runs = results[name]
+        print(
+            f"  {name:8} publish {s['publish_per_s']:>9,.0f}/s "
+            f"({spread([r['publish_per_s'] for r in runs])}), broker "
+            f"{s['publish_broker_us']:.2f} µs/record "
+            f"({spread([r['publish_broker_us'] for r in runs])})"
+        )
+        print(
+            f"  {'':8} read    {s['read_per_s']:>9,.0f}/s "
+            f"({spread([r['read_per_s'] for r in runs])}), broker "
+            f"{s['read_broker_us']:.2f} µs/delivered record "
+            f"({spread([r['read_broker_us'] for r in runs])})"
+        )
+    if "rabbitmq" in summary:
+        rb = results["rabbitmq"]
+        for name in (n for n in results if n != "rabbitmq"):
+            lv = results[name]
+            ratios = [a["read_per_s"] / b["read_per_s"] for a, b in zip(lv, rb, strict=True)]
+            pub = [a["publish_per_s"] / b["publish_per_s"] for a, b in zip(lv, rb, strict=True)]
+            print(
+                f"  {name} / rabbitmq: read {statistics.median(ratios):.2f} ({spread(ratios)}), "
+                f"publish {statistics.median(pub):.2f} ({spread(pub)})"
+            )
+            summary[f"{name}_read_ratio"] = {"median": statistics.median(ratios), "runs": ratios}
+            summary[f"{name}_publish_ratio"] = {"median": statistics.median(pub), "runs": pub}
     if args.json:
-        args.json.write_text(json.dumps(summary, indent=2))
+        args.json.write_text(
+            json.dumps({"summary": summary, "runs": results, "load": loads}, indent=2)
+        )
 
 
 if __name__ == "__main__":

@@ -266,3 +266,24 @@ def test_permissions(sbroker: BrokerUnderTest, site: object) -> None:
         assert codes == [1, 16, 1, 16, 16, 16, 16, 1]
     finally:
         c.close()
+
+
+def test_sub_batches_are_stored_and_delivered_as_sent(client: RawStreamClient) -> None:
+    """A sub-entry batch is kept as the publisher sent it, whatever its compression (here
+    zstd, type 4, which the broker never opens): confirmed, then delivered in a chunk as a
+    sub-batch entry with the same bytes, its records counted in the chunk header."""
+    stream = new_stream(client)
+    assert client.request(ev.DeclarePublisher(client.next_id(), 3, "", stream), 0x01)[0] == 1
+    payload = b"\x28\xb5\x2f\xfd opaque zstd bytes"
+    client.send(ev.Publish(3, [], [ev.SubBatch(1, 4, 5, 100, payload)]))
+    got = client.frame(timeout=10)
+    assert got is not None and got[0] == PUBLISH_CONFIRM
+    assert got[1] == b"\x03\x00\x00\x00\x01" + (1).to_bytes(8, "big")
+    assert client.request(ev.Subscribe(client.next_id(), 1, stream, 1, 0, 5, {}), 0x07)[0] == 1
+    got = client.frame(timeout=10)
+    assert got is not None and got[0] == DELIVER
+    chunk = got[1][1:]  # after the subscription id
+    entries, records = struct.unpack_from(">HI", chunk, 2)
+    assert (entries, records) == (1, 5)
+    entry = chunk[48:]
+    assert entry == struct.pack(">BHII", 0x80 | 4 << 4, 5, 100, len(payload)) + payload

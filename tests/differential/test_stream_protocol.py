@@ -486,3 +486,80 @@ def test_create_arguments(sbroker: BrokerUnderTest) -> None:
         "PreconditionFailed",
         "PreconditionFailed",
     ]
+
+
+def test_stream_protocol_ids_and_typed_properties_over_amqp091(
+    sbroker: BrokerUnderTest, stream: str
+) -> None:
+    """A message published over the stream protocol with a numeric message id, a uuid
+    correlation id and typed application properties, read over AMQP 0-9-1: the ids as
+    text with headers naming their types (rabbit_msg_record:to_amqp091), the properties
+    as headers, x-stream-offset beside them."""
+    import uuid as uuid_
+
+    message = AMQPMessage(
+        body=b"typed",
+        properties=rstream.Properties(message_id=42, correlation_id=uuid_.UUID(int=5)),
+        # (no double: pika decodes an AMQP 0-9-1 'd' field wrongly, from either broker)
+        application_properties={"i": 5, "neg": -3, "s": "x"},
+    )
+    assert run(lambda: publish_confirmed(sbroker, stream, [message])) == [True]
+    conn = pika.BlockingConnection(pika.ConnectionParameters(sbroker.host, sbroker.port))
+    try:
+        ch = conn.channel()
+        ch.basic_qos(prefetch_count=10)
+        seen: list[tuple[str, str, pika.BasicProperties, bytes]] = []
+        ch.basic_consume(
+            stream,
+            lambda _c, m, p, body: seen.append((m.exchange, m.routing_key, p, body)),
+            arguments={"x-stream-offset": 0},
+        )
+        deadline = time.monotonic() + 10
+        while not seen and time.monotonic() < deadline:
+            conn.process_data_events(time_limit=0.2)
+    finally:
+        conn.close()
+    assert len(seen) == 1
+    exchange, key, props, body = seen[0]
+    assert (exchange, key, body) == ("", stream, b"typed")
+    assert (props.message_id, props.correlation_id) == (
+        "42",
+        "00000000-0000-0000-0000-000000000005",
+    )
+    assert props.headers == {
+        "x-correlation-id-type": "uuid",
+        "x-message-id-type": "ulong",
+        "i": 5,
+        "neg": -3,
+        "s": "x",
+        "x-stream-offset": 0,
+    }
+
+
+def test_a_stored_offset_takes_an_offset_of_the_stream(
+    sbroker: BrokerUnderTest, stream: str
+) -> None:
+    """Osiris writes a stored offset, when no message goes with it, as a tracking chunk
+    of its own, which takes an offset: readers see a gap there, and `last` is the last
+    chunk of messages."""
+
+    async def store(reference: str) -> None:
+        c = Consumer("127.0.0.1", sbroker.stream_port, **CREDENTIALS)
+        await c.start()
+        try:
+            await c.store_offset(stream, reference, 1)
+            await asyncio.sleep(0.5)  # no answer; written with the writer's next batch
+        finally:
+            await c.close()
+
+    assert run(lambda: publish_confirmed(sbroker, stream, [b"a", b"b"])) == [True, True]
+    run(lambda: store("r1"))
+    run(lambda: store("r2"))
+    assert run(lambda: publish_confirmed(sbroker, stream, [b"c"])) == [True]
+    assert run(lambda: read(sbroker, stream, spec(OffsetType.FIRST), 3)) == [
+        (0, b"a"),
+        (1, b"b"),
+        (4, b"c"),
+    ]
+    assert run(lambda: read(sbroker, stream, spec(OffsetType.OFFSET, 2), 1)) == [(4, b"c")]
+    assert run(lambda: read(sbroker, stream, spec(OffsetType.LAST), 1)) == [(4, b"c")]

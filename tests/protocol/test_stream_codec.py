@@ -95,7 +95,7 @@ def test_chunk_header() -> None:
     raw = chunk.build(first_offset=10, timestamp=1234, data=data, entries=2)
     assert len(raw) == 48 + len(data)
     assert raw[:48] == (
-        b"\x51\x00\x00\x02\x00\x00\x00\x02"  # magic+version, user chunk, 2 entries, 2 records
+        b"\x50\x00\x00\x02\x00\x00\x00\x02"  # magic 5 version 0, user chunk, 2 entries, 2 records
         + (1234).to_bytes(8, "big")  # timestamp
         + (1).to_bytes(8, "big")  # epoch
         + (10).to_bytes(8, "big")  # first offset

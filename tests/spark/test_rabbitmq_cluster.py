@@ -52,7 +52,8 @@ pytestmark = pytest.mark.timeout(1800)
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RabbitCluster]:
     require_cluster_tests()
-    c = RabbitCluster(tmp_path_factory.mktemp("rabbitmq-cluster"))
+    # rabbitmq_stream on every node: the ingest reads the stream over the stream protocol
+    c = RabbitCluster(tmp_path_factory.mktemp("rabbitmq-cluster"), stream=True)
     c.start()
     try:
         yield c
@@ -116,10 +117,13 @@ def _ids(messages: list[str], tag: str) -> list[int]:
 
 
 def _ingest(
-    urls: list[str], stream: str, exchange: str, tmp: Path, trigger: str
+    urls: list[str], stream: str, exchange: str, tmp: Path, trigger: str, stream_port: int
 ) -> subprocess.Popen[bytes]:
+    """The ingest with the default protocol (auto): the stream port of the first URL's node;
+    the stream's other nodes come from its Metadata (each has a stream port of its own)."""
     return subprocess.Popen(
         [*CLI, "pipeline", "ingest", *_url_args(urls), "--stream", stream, "--exchange", exchange,
+         "--stream-port", str(stream_port),
          "--stream-replicas", "3", "--lake", str(tmp / "lake"), "--checkpoint", str(tmp / "cp"),
          "--master", "local[2]", "--trigger", trigger, "--max-restarts", "20",
          "--log-level", "warning"],
@@ -137,12 +141,24 @@ def test_emit_receive_and_ingest_lose_nothing_when_a_node_is_killed(
     # has replicas on the other two
     ensure_log_stream(",".join(from_2), stream, exchange, replicas=3)
 
-    r1 = Receiver([*_url_args(from_1), "--exchange", exchange, "--queue", f"q-{tag}",
-                   "--durable", "--queue-type", "quorum", "--to", str(tmp_path / "r1.jsonl")])
+    r1 = Receiver(
+        [
+            *_url_args(from_1),
+            "--exchange",
+            exchange,
+            "--queue",
+            f"q-{tag}",
+            "--durable",
+            "--queue-type",
+            "quorum",
+            "--to",
+            str(tmp_path / "r1.jsonl"),
+        ]
+    )
     r2 = Receiver([*_url_args(from_2), "--exchange", exchange,
                    "--to", str(tmp_path / "r2.jsonl")])  # fmt: skip
     receivers = [r1, r2]
-    ingest = _ingest(from_1, stream, exchange, tmp_path, "500ms")
+    ingest = _ingest(from_1, stream, exchange, tmp_path, "500ms", cluster.nodes[0].stream_port)
     emitters: list[Emitter] = []
     try:
         for r in receivers:
@@ -181,7 +197,8 @@ def test_emit_receive_and_ingest_lose_nothing_when_a_node_is_killed(
         ingest.send_signal(signal.SIGTERM)
         out = ingest.communicate(timeout=300)[0].decode()
         assert ingest.returncode == 0, out
-        final = _ingest(cluster.urls(1), stream, exchange, tmp_path, "availableNow")
+        final = _ingest(cluster.urls(1), stream, exchange, tmp_path, "availableNow",
+                        cluster.nodes[1].stream_port)  # fmt: skip
         out = final.communicate(timeout=600)[0].decode()
         assert final.returncode == 0, out
     finally:
@@ -215,9 +232,7 @@ def test_emit_receive_and_ingest_lose_nothing_when_a_node_is_killed(
     cluster.restart(cluster.nodes[0])
 
 
-def test_the_log_handler_fails_over_to_another_node(
-    cluster: RabbitCluster, tmp_path: Path
-) -> None:
+def test_the_log_handler_fails_over_to_another_node(cluster: RabbitCluster, tmp_path: Path) -> None:
     """AMQPHandler given every node keeps shipping when its node dies: what it had in
     flight is sent again on the next node (at-least-once; a receiver drops the copy by
     message id)."""

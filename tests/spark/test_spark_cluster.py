@@ -65,7 +65,8 @@ def standalone(tmp_path: Path, executor_python: Path) -> Iterator[Standalone]:
 
 
 def _ingest(cluster: Standalone, python: Path, url: str, stream: str, tmp: Path,
-            trigger: str, per_trigger: int) -> subprocess.Popen[bytes]:  # fmt: skip
+            trigger: str, per_trigger: int,
+            stream_port: int) -> subprocess.Popen[bytes]:  # fmt: skip
     # The driver imports this tree's Leveret through its own sys.path, not PYTHONPATH:
     # Spark passes PYTHONPATH on to the Python processes it starts, and those must find
     # Leveret only in the zip the job ships.
@@ -77,7 +78,8 @@ def _ingest(cluster: Standalone, python: Path, url: str, stream: str, tmp: Path,
     )
     return subprocess.Popen(
         [sys.executable, "-c", driver, "pipeline", "ingest", "--url", url,
-         "--stream", stream, "--exchange", "", "--lake", str(tmp / "lake"),
+         "--stream", stream, "--stream-port", str(stream_port), "--exchange", "",
+         "--lake", str(tmp / "lake"),
          "--checkpoint", str(tmp / "cp"), "--master", cluster.url, "--trigger", trigger,
          "--max-records-per-trigger", str(per_trigger), "--max-restarts", "10",
          "--conf", "spark.executor.memory=512m", "--conf", "spark.cores.max=2",
@@ -108,7 +110,9 @@ def test_ingest_on_a_standalone_cluster_survives_a_killed_worker(
     declare_stream(leveret, stream)
     emit_records(leveret.url, stream, range(RECORDS))
     lake = tmp_path / "lake"
-    proc = _ingest(standalone, executor_python, leveret.url, stream, tmp_path, "500ms", 2000)
+    # the default protocol (auto) reads Leveret's stream port: the executors read chunks
+    proc = _ingest(standalone, executor_python, leveret.url, stream, tmp_path, "500ms", 2000,
+                   leveret.stream_port)  # fmt: skip
     try:
         deadline = time.monotonic() + 600
         while _committed_batches(lake) < 2:
@@ -130,7 +134,7 @@ def test_ingest_on_a_standalone_cluster_survives_a_killed_worker(
         assert sorted(_listed_ids(lake).elements()) == sorted(spark_ids.elements())
         assert [i for i, n in spark_ids.items() if n != 1] == []
         final = _ingest(standalone, executor_python, leveret.url, stream, tmp_path,
-                        "availableNow", 10_000)  # fmt: skip
+                        "availableNow", 10_000, leveret.stream_port)  # fmt: skip
         out = final.communicate(timeout=600)[0].decode()
         assert final.returncode == 0, out
     finally:

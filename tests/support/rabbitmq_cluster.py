@@ -53,6 +53,7 @@ class Node:
 
     server: RabbitMQServer
     alive: bool = False
+    stream_port: int = 0  # RabbitMQ's stream protocol, with ``RabbitCluster(stream=True)``
 
     @property
     def name(self) -> str:
@@ -90,6 +91,7 @@ class RabbitCluster:
     size: int = 3
     plugins: tuple[str, ...] = ()
     conf: tuple[str, ...] = ()  # more rabbitmq.conf lines
+    stream: bool = False  # rabbitmq_stream on every node, each on a stream port of its own
     nodes: list[Node] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -101,17 +103,21 @@ class RabbitCluster:
         cookie.write_text(f"LEVERETTEST{tag.upper()}")
         cookie.chmod(0o400)
         for i in range(1, self.size + 1):
+            stream_port = free_port() if self.stream else 0
+            stream_conf: list[str] = []
+            if self.stream:
+                stream_conf = [f"stream.listeners.tcp.1 = 127.0.0.1:{stream_port}"]
             server = RabbitMQServer(
                 self.root / f"node{i}",
                 f"lvt{tag}{i}@{host}",
                 free_port(),
                 dist_port=free_port(),
-                conf=["loopback_users = none", *self.conf],
-                plugins=self.plugins,
+                conf=["loopback_users = none", *stream_conf, *self.conf],
+                plugins=(*self.plugins, *(("rabbitmq_stream",) if self.stream else ())),
                 home=home,
                 extra_env={"RABBITMQ_NODE_IP_ADDRESS": "127.0.0.1"},
             )
-            self.nodes.append(Node(server))
+            self.nodes.append(Node(server, stream_port=stream_port))
 
     # ------------------------------------------------------------------ commands
     def ctl(self, node: Node, *args: str, timeout: float = 120) -> str:

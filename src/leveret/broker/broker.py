@@ -82,6 +82,8 @@ class Broker:
         self.consumer_timeout: int | None = 1_800_000
         # plugin state every vhost sees, by plugin name (set up by the server)
         self.extensions: dict[str, Any] = {}
+        # the user performing the operation at hand (user_who_performed_action of events)
+        self.actor = ""
 
     @classmethod
     def with_defaults(cls, node_name: str | None = None) -> Broker:

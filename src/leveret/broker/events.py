@@ -29,6 +29,15 @@ class Event(Enum):
     CHANNEL_OPENED = auto()  # the channel
     CHANNEL_CLOSED = auto()  # the channel
     QUEUE_DECLARED = auto()  # (vhost, queue name): a declaration (new queue or not)
+    EXCHANGE_CREATED = auto()  # Exchange
+    EXCHANGE_DELETED = auto()  # Exchange
+    BINDING_CREATED = auto()  # Binding
+    BINDING_DELETED = auto()  # Binding
+    CONSUMER_CREATED = auto()  # Consumer
+    CONSUMER_DELETED = auto()  # Consumer
+    USER_AUTHENTICATED = auto()  # the connection
+    USER_AUTHENTICATION_FAILED = auto()  # (the connection, user name, why)
+    CONNECTION_AUTHORIZED = auto()  # the connection: into its vhost (connection.open)
 
 
 Observer = Callable[[Event, Any], None]

@@ -25,7 +25,7 @@ DEDUPLICATION = "rabbitmq_message_deduplication"
 # On unless disabled: they add no objects of their own.
 ON_BY_DEFAULT: tuple[str, ...] = (CONSISTENT_HASH, DELAYED_MESSAGE, DEDUPLICATION)
 # Off unless enabled.
-OPTIONAL: tuple[str, ...] = ()
+OPTIONAL: tuple[str, ...] = (EVENT_EXCHANGE,)
 KNOWN: tuple[str, ...] = (*BUILT_IN, *ON_BY_DEFAULT, *OPTIONAL)
 
 

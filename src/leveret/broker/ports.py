@@ -218,8 +218,33 @@ class QuorumStore(Protocol):
     def delete(self) -> None: ...
 
 
+class ChunkRef(Protocol):
+    """Where a stored chunk of a stream is: an open file descriptor, the position of the
+    chunk in it, the size of its header and data (what a Deliver frame carries), its first
+    offset, how many records and its timestamp."""
+
+    @property
+    def fd(self) -> int: ...
+
+    @property
+    def position(self) -> int: ...
+
+    @property
+    def size(self) -> int: ...
+
+    @property
+    def first(self) -> int: ...
+
+    @property
+    def records(self) -> int: ...
+
+    @property
+    def timestamp(self) -> int: ...
+
+
 class StreamLog(Protocol):
-    """An append-only, replayable log of messages (a stream queue's storage)."""
+    """An append-only, replayable log of AMQP 1.0-encoded messages in osiris chunks (a
+    stream queue's storage)."""
 
     next_offset: int
 
@@ -235,25 +260,32 @@ class StreamLog(Protocol):
     @property
     def total_bytes(self) -> int: ...
 
-    def append(
-        self, exchange_and_key: bytes, properties: bytes, body: bytes, ts_ms: int | None = None
-    ) -> int: ...
+    def append(self, message: bytes) -> int:
+        """An AMQP 1.0-encoded message; its offset (readable after the next sync)."""
+        ...
+
+    def append_batch(
+        self, compression: int, records: int, uncompressed_size: int, data: bytes
+    ) -> int:
+        """A publisher's sub-entry batch, stored as it came (one entry, ``records``
+        offsets); its first offset."""
+        ...
 
     def sync(self) -> bool: ...
 
     def read(
         self, offset: int, max_count: int, max_bytes: int = ...
-    ) -> list[tuple[int, int, bytes, bytes, bytes]]: ...
+    ) -> list[tuple[int, int, bytes]]:
+        """(offset, chunk timestamp, message) from ``offset`` on."""
+        ...
+
+    def chunk_at(self, offset: int) -> ChunkRef | None:
+        """The stored chunk that holds ``offset`` (or the next one); None: nothing yet."""
+        ...
 
     def last_chunk_start(self) -> int: ...
 
     def offset_at(self, ts_ms: int) -> int: ...
-
-    def read_block(self, offset: int) -> tuple[int, int, bytes, int]:
-        """Raw records from ``offset`` to the end of its stored chunk: (first offset,
-        timestamp, the chunk's bytes, where the record at ``offset`` starts); each record
-        is ``offset u64 | ts i64 | length u32 | crc u32 | payload``."""
-        ...
 
     def chunk_end(self, offset: int) -> int:
         """One past the last offset of the stored chunk that holds ``offset``."""
@@ -279,6 +311,10 @@ class StreamLog(Protocol):
         self, max_bytes: int | None, max_age_ms: int | None, max_segment_bytes: int
     ) -> None:
         """New retention limits and segment size, applied from now on."""
+        ...
+
+    def apply_retention(self, now_ms: int | None = None) -> int:
+        """Drop the whole segments beyond the limits now; how many went."""
         ...
 
 

@@ -164,6 +164,9 @@ class Session:
                 return _login_refused(mechanism)
             user = self.broker.users.authenticate(username, password, address)
             if user is None:
+                why = f"user '{username}' - invalid credentials"
+                failed = (self, username, why)
+                self.broker.observers.emit(Event.USER_AUTHENTICATION_FAILED, failed)
                 # as rabbit_reader words it, at its level
                 log.error(
                     "Error on AMQP connection (%s, state: starting):\n"
@@ -175,6 +178,7 @@ class Session:
                 return _login_refused(mechanism)
         self.user = user
         self._username = user.name
+        self.broker.observers.emit(Event.USER_AUTHENTICATED, self)
         return None
 
     def open_vhost(self, vhost: str) -> AMQPError | None:
@@ -205,6 +209,7 @@ class Session:
         self.vhost_obj = obj
         self.permission = perm
         self.actor = Actor(self.user.name, perm, self, strips_names=True)
+        broker.observers.emit(Event.CONNECTION_AUTHORIZED, self)
         return None
 
     @property
@@ -250,12 +255,15 @@ class Session:
         if ch is None:
             return
         handler = self._handlers.get(type(method))
+        self.broker.actor = self._username  # who performs what the events tell of
         try:
             if handler is None:
                 raise errors.not_implemented(f"method {method.name} is not supported")
             handler(ch, method)
         except AMQPError as exc:
             self.fail(number, exc.with_method(*spec.method_ids(method)))
+        finally:
+            self.broker.actor = ""
 
     def fail(self, number: int, exc: AMQPError) -> None:
         if exc.is_hard:

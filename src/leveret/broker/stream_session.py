@@ -20,19 +20,18 @@ from typing import Any, Protocol
 from leveret.broker.broker import Broker
 from leveret.broker.message import Message
 from leveret.broker.operations import Actor, authorization, check_access
-from leveret.broker.ports import Traffic
+from leveret.broker.ports import ChunkRef, Traffic
 from leveret.broker.queues.stream import StreamQueue
 from leveret.broker.users import Permission, User
 from leveret.broker.vhost import VirtualHost
 from leveret.protocol import sasl
 from leveret.protocol.errors import AMQPError
-from leveret.protocol.stream import chunk, encode
+from leveret.protocol.stream import encode
 from leveret.protocol.stream import events as ev
 from leveret.protocol.stream.spec import Code, Key, OffsetType
 
 log = logging.getLogger(__name__)
 
-MAX_CHUNK_RECORDS = 4096
 GZIP = 1  # sub-entry compression types: 0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd
 NO_LEADER = 0xFFFF
 
@@ -46,8 +45,9 @@ class StreamOutput(Protocol):
 
     def send(self, data: bytes) -> None: ...
 
-    def send_chunk(self, subscription_id: int, data: bytes) -> None:
-        """A Deliver frame around an osiris chunk."""
+    def send_chunk(self, subscription_id: int, chunk: ChunkRef) -> None:
+        """A Deliver frame around a stored osiris chunk, its bytes taken from the file
+        as they are (sendfile where the socket allows)."""
         ...
 
     def writable(self) -> bool:
@@ -380,13 +380,16 @@ class StreamSession:
             confirms.append(publishing_id)
         errors = []
         for batch in e.batches:
-            records = _sub_batch_records(batch)
-            if records is None:  # a compression this broker cannot open: not stored
+            # stored as it came, compressed or not, as RabbitMQ stores it; an uncompressed
+            # one whose records do not add up is refused
+            if batch.compression == 0 and _sub_batch_records(batch) is None:
                 errors.append(batch.publishing_id)
                 continue
             if last is None or batch.publishing_id > last:
-                for record in records:
-                    q.append_amqp10(record)
+                if batch.records:
+                    q.append_batch(
+                        batch.compression, batch.records, batch.uncompressed_size, batch.data
+                    )
                 last = batch.publishing_id if ref else None
             confirms.append(batch.publishing_id)
         if ref and last is not None:
@@ -491,19 +494,23 @@ class StreamSession:
             q.watchers.discard(watch)
 
     def feed(self, sub: Subscription) -> None:
-        """Chunks to ``sub`` while it has credit and the socket drains."""
+        """Stored chunks to ``sub``, whole and as they are on disk, while it has credit
+        (one per chunk) and the socket drains. The first chunk may begin before the
+        subscription's offset: the client skips those records, as with RabbitMQ."""
         out = self.output
-        max_bytes = max(4096, (self.frame_max or 1_048_576) // 4)
+        counters = self.broker.stream_counters
         while sub.credit > 0 and out.writable() and self.subscriptions.get(sub.id) is sub:
-            first, ts, n, parts = sub.queue.read_amqp10(sub.offset, MAX_CHUNK_RECORDS, max_bytes)
-            if not n:
+            ref = sub.queue.chunk_at(sub.offset)
+            if ref is None:
                 return
-            out.send_chunk(sub.id, chunk.build(first, ts, b"".join(parts), n))
-            sub.offset = first + n
+            end = ref.first + ref.records
+            n = end - max(sub.offset, ref.first)
+            out.send_chunk(sub.id, ref)
+            sub.offset = end
             sub.credit -= 1
             sub.consumed += n
-            sub.chunk_offset = first
-            self.broker.stream_counters["messages_delivered"] += n
+            sub.chunk_offset = ref.first
+            counters["messages_delivered"] += n
 
     def feed_all(self) -> None:
         """The socket drains again: what waited goes out."""

@@ -229,6 +229,7 @@ class VirtualHost:
                 x.apply_policies(*self.policies.match("exchange", name))
             x.attach(self)
             self.exchanges[name] = x
+            self.observers.emit(Event.EXCHANGE_CREATED, x)
             if durable:
                 self.observers.emit(Event.DEFINITION_CHANGED, x)
             return x, True
@@ -275,6 +276,7 @@ class VirtualHost:
     def _remove_exchange(self, x: Exchange) -> None:
         del self.exchanges[x.name]
         x.detach()
+        self.observers.emit(Event.EXCHANGE_DELETED, x)
         for binding in list(x.bindings.values()):
             self._forget_incoming(binding)
         x.bindings.clear()
@@ -415,6 +417,7 @@ class VirtualHost:
         self._incoming.setdefault((destination.kind, destination.name), {})[
             (source.name, *binding.key)
         ] = binding
+        self.observers.emit(Event.BINDING_CREATED, binding)
         if source.durable and destination.durable:
             self.observers.emit(Event.DEFINITION_CHANGED, binding)
         return True
@@ -433,6 +436,7 @@ class VirtualHost:
         if removed is None:
             return False
         self._forget_incoming(removed)
+        self.observers.emit(Event.BINDING_DELETED, removed)
         if source.durable and destination.durable:
             self.observers.emit(Event.DEFINITION_CHANGED, removed)
         self._maybe_auto_delete(source)

@@ -199,13 +199,17 @@ def ingest(
             "--protocol",
             help="How the executors read the stream: amqp (AMQP 0-9-1 consumers), stream "
             "(RabbitMQ's stream protocol on --stream-port, whole chunks: faster) or auto "
-            "(stream when that port answers, else amqp).",
+            "(stream when that port answers and holds the stream, else amqp).",
         ),
-    ] = "amqp",
+    ] = "auto",
     stream_port: Annotated[
-        int,
-        typer.Option("--stream-port", min=1, help="The broker's stream-protocol port."),
-    ] = 5552,
+        int | None,
+        typer.Option(
+            "--stream-port",
+            min=1,
+            help="The broker's stream-protocol port [default: 5552, 5551 for amqps://].",
+        ),
+    ] = None,
     max_restarts: Annotated[
         int,
         typer.Option(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import signal
 import socket
@@ -12,7 +13,8 @@ from typing import Any
 
 from leveret.broker import consumer_timeout, plugins
 from leveret.broker.broker import LOG_EXCHANGE, Broker
-from leveret.broker.delayed import Scheduler
+from leveret.broker.delayed import Scheduler, fsync_paths
+from leveret.broker.event_exchange import EventExchange
 from leveret.broker.events import Observers
 from leveret.broker.exchanges.delayed import PLUGIN as DELAYED
 from leveret.server.amqp import AMQPProtocol
@@ -53,7 +55,12 @@ class Server:
             self.persistence.plugin_dir(DELAYED) / "schedule" if self.persistence else None,
         )
         self.broker.extensions[DELAYED] = self.scheduler
+        # rabbitmq_event_exchange, when enabled: amq.rabbitmq.event in vhost /
+        self.events = (
+            EventExchange(self.broker) if plugins.EVENT_EXCHANGE in self.broker.plugins else None
+        )
         self._schedule_timer: ScheduleTimer | None = None
+        self._ticks = 0
         self._log_handler: LogExchangeHandler | None = None
         self.broker.users.loopback_users = set(config.loopback_users)
         self.loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]
@@ -133,6 +140,13 @@ class Server:
         self.resources.check()
         self._alarm_handle = self.loop.call_later(ALARM_CHECK_INTERVAL, self._tick)
         self._schedule_timer = ScheduleTimer(self.loop, self.scheduler)
+        if self.events is not None:
+            events, loop = self.events, self.loop
+
+            def flush_soon() -> None:
+                loop.call_soon(events.flush)
+
+            events.schedule = flush_soon
         if config.log_exchange:
             self._log_handler = LogExchangeHandler.install(
                 self.broker, self.loop, config.log_exchange_level
@@ -217,7 +231,7 @@ class Server:
         """Make what was published durable before confirms go out (fsync batching)."""
         if self.persistence is not None:
             self.persistence.sync()
-            self.scheduler.sync()
+            self.scheduler.flush()  # confirmed delayed messages survive a kill -9
 
     def _tick(self) -> None:
         """Periodic housekeeping: message and queue expiry, memory and disk (alarms,
@@ -235,6 +249,15 @@ class Server:
         consumer_timeout.check(self.broker)
         if self.scheduler.tick() and self._schedule_timer is not None:
             self._schedule_timer.rearm()
+        if self.events is not None:
+            self.events.flush()
+        self._ticks += 1
+        self.scheduler.flush()
+        if self._ticks % 5 == 0 and self.loop is not None:
+            # durable within a second; fsync in a thread, never holding up the loop
+            paths = self.scheduler.dirty_paths()
+            if paths:
+                self.loop.run_in_executor(None, fsync_paths, paths)
 
     async def stop(self, reason: str = "shutdown") -> None:
         if self._log_handler is not None:
@@ -264,6 +287,7 @@ class Server:
 
     async def serve_forever(self, on_ready: Any = None) -> None:
         await self.start()
+        gc.freeze()  # start-up's objects live as long as the server: out of the collector's way
         if on_ready is not None:
             on_ready(self)
         stop = asyncio.Event()

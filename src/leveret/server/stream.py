@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 
-from leveret.broker.ports import Traffic
+from leveret.broker.ports import ChunkRef, Traffic
 from leveret.broker.stream_session import StreamSession, count_error
 from leveret.protocol.stream import encode
 from leveret.protocol.stream import events as ev
@@ -51,21 +52,43 @@ class StreamProtocol(asyncio.Protocol):
         self._last_recv = self._last_send = time.monotonic()
         self._timer: asyncio.TimerHandle | None = None
         self._heartbeat: asyncio.TimerHandle | None = None
+        self._sendfile_fd = -1  # the plain TCP socket chunks are sent to with sendfile
 
     # ----------------------------------------------------------- session output
     def send(self, data: bytes) -> None:
         self.conn.send(data)
         self._schedule()
 
-    def send_chunk(self, subscription_id: int, data: bytes) -> None:
+    def send_chunk(self, subscription_id: int, chunk: ChunkRef) -> None:
+        """A Deliver frame: its header, then the stored chunk. On a plain TCP socket whose
+        transport has nothing queued, the chunk goes from the file to the socket with
+        ``os.sendfile`` (no copy through Python); what the socket does not take at once,
+        and everything on TLS, is read and queued on the transport (at most one chunk
+        beyond the high-water mark: writing pauses the deliveries)."""
         transport = self.transport
         if transport is None:
             return
         pending = self.conn.data_to_send()  # what was queued before goes first
-        header = encode.deliver_header(subscription_id, len(data))
-        transport.writelines((pending, header, data))
+        header = encode.deliver_header(subscription_id, chunk.size)
+        size, fd, position = chunk.size, chunk.fd, chunk.position
+        sent = 0
+        sock = self._sendfile_fd
+        if sock >= 0 and transport.get_write_buffer_size() == 0:
+            transport.write(pending + header if pending else header)
+            if transport.get_write_buffer_size() == 0:
+                try:
+                    sent = os.sendfile(sock, fd, position, size)
+                except BlockingIOError:
+                    sent = 0
+                except OSError:  # a socket sendfile refuses: read and write instead
+                    self._sendfile_fd = -1
+                    sent = 0
+            if sent < size:
+                transport.write(os.pread(fd, size - sent, position + sent))
+        else:
+            transport.writelines((pending, header, os.pread(fd, size, position)))
         traffic = self.traffic
-        traffic.send_oct += len(pending) + len(header) + len(data)
+        traffic.send_oct += len(pending) + len(header) + size
         traffic.send_cnt += 1
         self._last_send = time.monotonic()
 
@@ -93,6 +116,9 @@ class StreamProtocol(asyncio.Protocol):
             high=4 * 1024 * 1024, low=1024 * 1024
         )
         self.traffic.pending = transport.get_write_buffer_size  # type: ignore[attr-defined]
+        sock = transport.get_extra_info("socket")
+        if not self.tls and sock is not None and hasattr(os, "sendfile"):
+            self._sendfile_fd = sock.fileno()
         self.state.connections.add(self)
         self._timer = self.loop.call_later(
             self.state.limits.handshake_timeout, self._handshake_timeout

@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import pyarrow as pa
 
 from leveret.protocol.stream.spec import OffsetType
 from leveret.spark.chunks import Columns
 from leveret.spark.client import AmqpSourceError
-from leveret.spark.streamclient import StreamClient, Target, open_for
+from leveret.spark.streamclient import StreamClient, open_any, targets_of
 
 log = logging.getLogger(__name__)
 
@@ -39,15 +39,21 @@ def read_chunk_range(
     start: int,
     end: int,
     *,
-    stream_port: int,
+    stream_port: int | None = None,
+    members: Sequence[tuple[str, int]] = (),
     stall_timeout: float = 60.0,
     fail_on_data_loss: bool = True,
     records: bool = False,
     batch_rows: int = BATCH_ROWS,
 ) -> Iterator[pa.RecordBatch]:
     """Every message of ``stream`` with ``start <= offset < end``, as Arrow batches of
-    messages, or of log records with ``records``."""
-    target = Target.of(url, stream_port)
+    messages, or of log records with ``records``. ``url``: one URL, or several separated by
+    commas (one cluster's nodes: a lost connection is opened again on the next one);
+    ``stream_port`` None: 5552, or 5551 for ``amqps://``; ``members``: the stream's nodes
+    (host, stream port) as Metadata named them, tried after the URLs' nodes."""
+    targets = targets_of(url, stream_port, members)
+    shown = targets[0].shown
+    node = 0
     next_offset = start
     last_progress = time.monotonic()
     attempt = 0
@@ -56,7 +62,7 @@ def read_chunk_range(
     while next_offset < end:
         client: StreamClient | None = None
         try:
-            client = open_for(target, stream)
+            client, node = open_any(targets, stream, node)
             client.subscribe(_SUBSCRIPTION, stream, OffsetType.OFFSET, next_offset, CREDIT)
             owed = 0
             while next_offset < end:
@@ -64,7 +70,7 @@ def read_chunk_range(
                 if frame is None:
                     if time.monotonic() - last_progress > stall_timeout:
                         raise AmqpSourceError(
-                            f"stream {stream!r} on {target.shown}: no message at offset "
+                            f"stream {stream!r} on {shown}: no message at offset "
                             f"{next_offset} within {stall_timeout:g}s (range {start}..{end})"
                         )
                     continue
@@ -90,6 +96,7 @@ def read_chunk_range(
             if not exc.transient or time.monotonic() - last_progress > stall_timeout:
                 raise
             attempt += 1
+            node += 1  # another node of the cluster, if there is one
             log.warning("stream %r: %s; retrying from offset %d", stream, exc, next_offset)
             time.sleep(min(0.2 * 2**attempt, 5.0))
         finally:

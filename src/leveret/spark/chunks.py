@@ -115,6 +115,19 @@ def _section_end(b: bytes, p: int) -> int:
     return amqp10.decode(b, p)[1]
 
 
+#: What a message's sections other than the body and message id decode to, shared by the
+#: messages that have them byte for byte: exchange, routing key, content type, timestamp
+#: (ms), the other properties (as ``format("amqp")`` columns) and the headers.
+_Shape = tuple[
+    str | None,
+    str | None,
+    str | None,
+    int | None,
+    dict[str, Any],
+    dict[str, Any] | None,
+]
+
+
 class Columns:
     """The rows of a batch, column by column, as chunks are added."""
 
@@ -122,16 +135,16 @@ class Columns:
         self.full = full  # every property and header (message rows), not just what logs need
         self.offsets: list[int] = []
         self.bodies: list[bytes] = []
-        self.exchange: list[str | None] = []
-        self.routing_key: list[str | None] = []
         self.message_id: list[str | None] = []
-        self.content_type: list[str | None] = []
-        self.timestamp: list[int | None] = []  # ms
-        self.props: list[dict[str, Any] | None] = []  # the others (full only)
-        self.headers: list[dict[str, Any] | None] = []
+        self.shape_of: list[int] = []  # per message, its index in ``shapes``
+        self.shapes: list[_Shape] = []
         self._annotations: dict[bytes, tuple[str | None, str | None, dict[str, Any]]] = {}
         self._properties: dict[bytes, dict[str, Any]] = {}
         self._app: dict[bytes, tuple[dict[str, Any], dict[str, Any]]] = {}
+        # the fast path's shape: (annotations section, the properties after the message
+        # id, application properties section, their decoded values)
+        self._fast: tuple[bytes, bytes, bytes, int] | None = None
+        self._last: tuple[object, ...] = ()  # what made the last shape (see ``_shape``)
 
     def __len__(self) -> int:
         return len(self.offsets)
@@ -178,11 +191,72 @@ class Columns:
 
     # ------------------------------------------------------------------ messages
     def message(self, b: bytes, p: int, end: int, offset: int) -> None:
+        fast = self._fast
+        if fast is not None and b.startswith(fast[0], p):
+            # the shape of the message before: the same annotations, properties but the
+            # message id and application properties, byte for byte; then the body
+            v = p + len(fast[0])
+            if b[v] == 0 and b[v + 1] == 0x53 and b[v + 2] == 0x73:
+                v += 3
+                c = b[v]
+                if c == 0xC0:
+                    q = v + 2 + b[v + 1]
+                    first = v + 3
+                elif c == 0xD0:
+                    q = v + 5 + int(_U32.unpack_from(b, v + 1)[0])
+                    first = v + 9
+                else:
+                    q = first = -1
+                if first >= 0 and b[first] == 0xA1:  # a short string message id
+                    n = b[first + 1]
+                    rest_at = first + 2 + n
+                    rest = fast[1]
+                    if rest_at + len(rest) == q and b.startswith(rest, rest_at):
+                        app = fast[2]
+                        if not app or b.startswith(app, q):
+                            d = q + len(app)
+                            if b[d] == 0 and b[d + 1] == 0x53 and b[d + 2] == 0x75:
+                                c = b[d + 3]
+                                if c == 0xA0:
+                                    size = b[d + 4]
+                                    body = b[d + 5 : d + 5 + size]
+                                    stop = d + 5 + size
+                                elif c == 0xB0:
+                                    size = int(_U32.unpack_from(b, d + 4)[0])
+                                    body = b[d + 8 : d + 8 + size]
+                                    stop = d + 8 + size
+                                else:
+                                    stop = -1
+                                if stop == end:
+                                    self.offsets.append(offset)
+                                    self.bodies.append(body)
+                                    self.message_id.append(
+                                        b[first + 2 : first + 2 + n].decode("utf-8", "replace")
+                                    )
+                                    self.shape_of.append(fast[3])
+                                    return
+        self._message(b, p, end, offset)
+
+    def _shape(self, key: tuple[object, ...], make: Any) -> int:
+        """The index of the shape ``make()`` builds, made anew only when ``key`` (the
+        decoded sections, compared by identity) differs from the last one's."""
+        last = self._last
+        if len(last) == len(key) and all(a is b for a, b in zip(last, key, strict=True)):
+            return len(self.shapes) - 1
+        self._last = key
+        self.shapes.append(make())
+        return len(self.shapes) - 1
+
+    def _message(self, b: bytes, p: int, end: int, offset: int) -> None:
+        """A message section by section; one of the usual shape becomes the fast path's."""
+        start = p
+        ann_end = props_at = rest_at = props_end = app_end = -1
         exchange = key = None
         extra: dict[str, Any] = {}
         props: dict[str, Any] | None = None
         app: tuple[dict[str, Any], dict[str, Any]] | None = None
         message_id = content_type = timestamp = None
+        ann: object = None
         body: bytes = b""
         while p < end:
             if b[p] != 0 or b[p + 1] != 0x53:
@@ -211,6 +285,9 @@ class Columns:
                 if got is None:
                     got = self._decode_annotations(raw)
                 exchange, key, extra = got
+                ann = got
+                if p == start:
+                    ann_end = q
             elif code == 0x73:
                 c = b[v]
                 if c == 0xC0:
@@ -220,7 +297,10 @@ class Columns:
                 else:
                     first = q
                 if first < q:
+                    if p == ann_end and b[first] == 0xA1:
+                        props_at = p
                     message_id, rest_at = _short(b, first)
+                    props_end = q
                     raw = b[rest_at:q]
                     props = self._properties.get(raw)
                     if props is None:
@@ -232,21 +312,26 @@ class Columns:
                 app = self._app.get(raw)
                 if app is None:
                     app = self._decode_app(raw)
+                if p == props_end:
+                    app_end = q
             p = q
+
+        def make() -> _Shape:
+            merged = {**extra, **(props or {}), **(app[0] if app else {})}
+            return (exchange, key, content_type, timestamp, merged, app[1] if app else None)
+
+        shape = self._shape((ann, props, app), make)
+        if props_at >= 0 and props is not None:
+            self._fast = (
+                b[start:ann_end],
+                b[rest_at:props_end],
+                b[props_end:app_end] if app_end >= 0 else b"",
+                shape,
+            )
         self.offsets.append(offset)
         self.bodies.append(body)
-        self.exchange.append(exchange)
-        self.routing_key.append(key)
         self.message_id.append(message_id)
-        self.content_type.append(content_type)
-        self.timestamp.append(timestamp)
-        if self.full or exchange == "amq.rabbitmq.log":
-            merged = {**extra, **(props or {}), **(app[0] if app else {})}
-            self.props.append(merged)
-            self.headers.append(app[1] if app else None)
-        else:
-            self.props.append(None)
-            self.headers.append(None)
+        self.shape_of.append(shape)
 
     def _general(self, b: bytes, p: int, end: int, offset: int) -> None:
         """A message of another shape: every section through the general decoder."""
@@ -273,15 +358,14 @@ class Columns:
             elif code in (0x75, 0x77):
                 v = value[1]
                 body = v if isinstance(v, bytes) else str(v).encode()
+        self._last = ()  # a shape of its own
+        shape: _Shape = (exchange, key, merged.get("content_type"), merged.get("timestamp"),
+                         merged, headers)  # fmt: skip
+        self.shapes.append(shape)
         self.offsets.append(offset)
         self.bodies.append(body)
-        self.exchange.append(exchange)
-        self.routing_key.append(key)
         self.message_id.append(merged.get("message_id"))
-        self.content_type.append(merged.get("content_type"))
-        self.timestamp.append(merged.get("timestamp"))
-        self.props.append(merged)
-        self.headers.append(headers)
+        self.shape_of.append(len(self.shapes) - 1)
 
     def _annotations_of(self, value: amqp10.Value) -> tuple[str | None, str | None, dict[str, Any]]:
         table = _plain(value) or {}
@@ -327,27 +411,40 @@ class Columns:
     def _offsets(self) -> pa.Array:
         return pa.array(np.array(self.offsets, np.int64), pa.int64())
 
-    def _timestamps(self) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
-        there = np.array([t is not None for t in self.timestamp], np.bool_)
-        ms = np.array([t or 0 for t in self.timestamp], np.int64)
+    def _index(self) -> pa.Array:
+        return pa.array(np.array(self.shape_of, np.int32), pa.int32())
+
+    def _column(self, field: int, index: pa.Array, kind: pa.DataType) -> pa.Array:
+        """One field of the shapes, per message (taken from the shapes' few values)."""
+        return pa.array([s[field] for s in self.shapes], kind).take(index)
+
+    def _timestamps(self, index: pa.Array) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+        at = np.asarray(index)
+        there = np.array([s[3] is not None for s in self.shapes], np.bool_)[at]
+        ms = np.array([s[3] or 0 for s in self.shapes], np.int64)[at]
         return ms, there
+
+    def _rows_of(self, field: int) -> list[Any]:
+        shapes = self.shapes
+        return [shapes[i][field] for i in self.shape_of]
 
     def records(self) -> pa.RecordBatch:
         """The rows parsed as log records (``schema.LOG_SCHEMA``)."""
         n = len(self)
-        ms, there = self._timestamps()
-        exchange = pa.array(self.exchange, pa.string())
-        routing_key = pa.array(self.routing_key, pa.string())
+        index = self._index()
+        ms, there = self._timestamps(index)
+        exchange = self._column(0, index, pa.string())
+        routing_key = self._column(1, index, pa.string())
 
         def node_of(i: int) -> str | None:
-            headers = self.headers[i]
+            headers = self.shapes[self.shape_of[i]][5]
             node = None if headers is None else headers.get("node")
             return None if node is None else header_text(node)
 
         msgs = Messages(
             broker_node=broker_nodes(exchange, node_of),
             routing_key=routing_key,
-            content_type=pa.array(self.content_type, pa.string()),
+            content_type=self._column(2, index, pa.string()),
             timestamp=ms // 1000,  # AMQP 0-9-1 timestamps are whole seconds
             has_timestamp=there,
             bodies=Bodies.join(self.bodies),
@@ -365,21 +462,24 @@ class Columns:
         """The message rows (``schema.MESSAGE_SCHEMA``), as the AMQP 0-9-1 reader makes
         them: the headers carry ``x-stream-offset`` as a stream consumer's do."""
         n = len(self)
-        ms, there = self._timestamps()
+        index = self._index()
+        ms, there = self._timestamps(index)
         cols: dict[str, pa.Array] = {
             "offset": self._offsets(),
-            "exchange": pa.array(self.exchange, pa.string()),
-            "routing_key": pa.array(self.routing_key, pa.string()),
+            "exchange": self._column(0, index, pa.string()),
+            "routing_key": self._column(1, index, pa.string()),
             "redelivered": pa.array(np.zeros(n, np.bool_), pa.bool_()),
         }
-        props = [p or {} for p in self.props]
+        props: list[dict[str, Any]] = self._rows_of(4)
         for name in PROPERTY_COLUMNS:
             if name == "timestamp":
                 cols[name] = pa.array((ms // 1000) * 1_000_000, _TS, mask=~there)
             elif name in ("delivery_mode", "priority"):
                 cols[name] = pa.array([p.get(name) for p in props], pa.int32())
-            elif name in ("message_id", "content_type"):
-                cols[name] = pa.array(getattr(self, name), pa.string())
+            elif name == "message_id":
+                cols[name] = pa.array(self.message_id, pa.string())
+            elif name == "content_type":
+                cols[name] = self._column(2, index, pa.string())
             else:
                 cols[name] = pa.array(
                     [None if p.get(name) is None else str(p.get(name)) for p in props],
@@ -387,7 +487,7 @@ class Columns:
                 )
         kind = ARROW_SCHEMA.field("headers").type
         rows = []
-        for off, headers in zip(self.offsets, self.headers, strict=True):
+        for off, headers in zip(self.offsets, self._rows_of(5), strict=True):
             items = [(str(k), header_text(v)) for k, v in (headers or {}).items()]
             items.append(("x-stream-offset", str(off)))
             rows.append(items)

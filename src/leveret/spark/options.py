@@ -116,9 +116,14 @@ class ReadOptions:
     checkpoint_location: str | None
     records: bool = False  # rows are parsed log records, not messages
     #: how executors read a stream: ``amqp`` (AMQP 0-9-1 consumers), ``stream`` (RabbitMQ's
-    #: stream protocol, whole chunks) or ``auto`` (``stream`` when its port answers)
-    protocol: str = "amqp"
-    stream_port: int = 5552
+    #: stream protocol, whole chunks) or ``auto`` (the default: ``stream`` when the stream
+    #: port answers and holds the stream, else ``amqp``; settled once on the driver)
+    protocol: str = "auto"
+    #: the stream protocol's port; None: 5552, or 5551 (TLS) for ``amqps://`` URLs
+    stream_port: int | None = None
+    #: the stream's leader and replicas (host, stream port) as the driver's Metadata named
+    #: them: executors fall back to them when the URLs' nodes do not answer
+    stream_members: tuple[tuple[str, int], ...] = ()
 
     @property
     def source(self) -> str:
@@ -140,7 +145,7 @@ class ReadOptions:
                 f"option records: {records!r} is not log (rows are parsed log records) or "
                 "messages (the default: one row per message)"
             )
-        protocol = (_get(options, "protocol") or "amqp").strip().lower()
+        protocol = (_get(options, "protocol") or "auto").strip().lower()
         if protocol not in ("amqp", "stream", "auto"):
             raise AmqpSourceError(
                 f"option protocol: {protocol!r} is not amqp (AMQP 0-9-1 consumers), stream "
@@ -167,7 +172,7 @@ class ReadOptions:
             checkpoint_location=_get(options, "checkpointLocation") or None,
             records=records == "log",
             protocol=protocol,
-            stream_port=_int(options, "streamPort", 5552, 1) or 5552,
+            stream_port=_int(options, "streamPort", None, 1),
         )
 
 

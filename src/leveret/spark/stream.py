@@ -14,6 +14,7 @@ so a batch replayed after a crash reads exactly the same messages: with the file
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -28,13 +29,24 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from leveret.spark.chunkreader import read_chunk_range
-from leveret.spark.client import AmqpSourceError, offset_at, stream_head, stream_tail
+from leveret.spark.client import (
+    AmqpSourceError,
+    close_quietly,
+    connect,
+    offset_at,
+    stream_head,
+    stream_tail,
+)
 from leveret.spark.options import Position, ReadOptions
 from leveret.spark.reader import read_stream_range
-from leveret.spark.streamclient import TailProbe, Target, port_answers
+from leveret.spark.streamclient import StreamClient, TailProbe, Target, open_any, targets_of
+
+log = logging.getLogger(__name__)
 
 #: Ranges smaller than this are not split further: a task costs a connection.
 MIN_RECORDS_PER_PARTITION = 1000
+#: How long ``protocol=auto`` waits for a node's stream port (connect, log in, Metadata).
+AUTO_TIMEOUT = 3.0
 
 
 class RangePartition(InputPartition):
@@ -75,21 +87,59 @@ def _stream(opts: ReadOptions) -> str:
     return opts.stream
 
 
-def choose_protocol(opts: ReadOptions) -> ReadOptions:
+def choose_protocol(opts: ReadOptions) -> tuple[ReadOptions, StreamClient | None]:
     """The options with ``protocol=auto`` settled, once, on the driver: ``stream`` when the
-    stream port of the URL's (first) host answers, else ``amqp``."""
+    stream port of one of the URLs' nodes answers, logs in and holds the stream (asked with
+    Metadata), else ``amqp``. With ``stream``, the connection that answered (to be held
+    for finding the stream's end)."""
     if opts.protocol != "auto":
-        return opts
+        return opts, None
     try:
-        target = Target.of(opts.url.split(",")[0], opts.stream_port)
-    except AmqpSourceError:  # TLS: not read over the stream protocol yet
-        return dataclasses.replace(opts, protocol="amqp")
-    found = "stream" if port_answers(target.host, target.port) else "amqp"
-    return dataclasses.replace(opts, protocol=found)
+        targets = targets_of(opts.url, opts.stream_port)
+        client, _ = open_any(targets, _stream(opts), timeout=AUTO_TIMEOUT)
+    except AmqpSourceError as exc:
+        log.info("reading stream %r over AMQP 0-9-1: %s", opts.stream, exc)
+        return dataclasses.replace(opts, protocol="amqp"), None
+    # the port must be the same broker's (another broker on the same machine may answer
+    # on 5552, even with a stream of that name): both protocols name the same cluster
+    mine = _amqp_cluster_name(opts.url)
+    theirs = client.server_properties.get("cluster_name")
+    if mine is not None and theirs != mine:
+        client.close()
+        log.info(
+            "reading stream %r over AMQP 0-9-1: the stream port %s:%d belongs to cluster "
+            "%r, not %r",
+            opts.stream,
+            client.host,
+            client.target.port,
+            theirs,
+            mine,
+        )
+        return dataclasses.replace(opts, protocol="amqp"), None
+    members = tuple(client.members)
+    return dataclasses.replace(opts, protocol="stream", stream_members=members), client
 
 
-def _probe(opts: ReadOptions) -> TailProbe:
-    return TailProbe(Target.of(opts.url.split(",")[0], opts.stream_port), _stream(opts))
+def _amqp_cluster_name(url: str) -> str | None:
+    """The ``cluster_name`` a broker announces over AMQP 0-9-1 (None: unknown)."""
+    try:
+        conn = connect(url)
+    except AmqpSourceError:
+        return None
+    try:
+        props = conn._impl.server_properties or {}
+        name = props.get("cluster_name")
+        return name.decode() if isinstance(name, bytes) else None if name is None else str(name)
+    finally:
+        close_quietly(conn)
+
+
+def _targets(opts: ReadOptions) -> list[Target]:
+    return targets_of(opts.url, opts.stream_port, opts.stream_members)
+
+
+def _probe(opts: ReadOptions, client: StreamClient | None = None) -> TailProbe:
+    return TailProbe(_targets(opts), _stream(opts), client)
 
 
 def stream_end(opts: ReadOptions, probe: TailProbe | None) -> int:
@@ -129,11 +179,12 @@ def _read(opts: ReadOptions, partition: InputPartition) -> Iterator[pa.RecordBat
     assert isinstance(partition, RangePartition)
     if opts.protocol == "stream":
         return read_chunk_range(
-            opts.url.split(",")[0],
+            opts.url,
             _stream(opts),
             partition.start,
             partition.end,
             stream_port=opts.stream_port,
+            members=opts.stream_members,
             stall_timeout=opts.stall_timeout,
             fail_on_data_loss=opts.fail_on_data_loss,
             records=opts.records,
@@ -154,10 +205,10 @@ class StreamQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
     """Structured Streaming from a stream queue (``option("stream", ...)``)."""
 
     def __init__(self, opts: ReadOptions) -> None:
-        self.opts = choose_protocol(opts)
+        self.opts, client = choose_protocol(opts)
         self._target: int | None = None  # the tail fixed by availableNow
         # the driver's one held stream-protocol connection (dropped when pickled)
-        self._probe = _probe(self.opts) if self.opts.protocol == "stream" else None
+        self._probe = _probe(self.opts, client) if self.opts.protocol == "stream" else None
 
     def _offset(self, offset: dict[str, Any]) -> int:
         stream = offset.get("stream")
@@ -214,7 +265,9 @@ class StreamQueueBatchReader(DataSourceReader):
     """A batch read of ``[startingOffsets, endingOffsets)`` of a stream queue."""
 
     def __init__(self, opts: ReadOptions) -> None:
-        self.opts = choose_protocol(opts)
+        self.opts, client = choose_protocol(opts)
+        if client is not None:
+            client.close()  # the reader is pickled: partitions() opens its own
 
     def partitions(self) -> Sequence[InputPartition]:
         probe = _probe(self.opts) if self.opts.protocol == "stream" else None

@@ -17,9 +17,13 @@ host; otherwise the first member whose advertised host resolves; else the URL's 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import logging
 import socket
+import ssl
 import struct
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from leveret.logs.amqp import LogsError, parameters, redact
@@ -27,9 +31,12 @@ from leveret.protocol.stream import events as ev
 from leveret.protocol.stream.chunk import HEADER, MAGIC_VERSION
 from leveret.protocol.stream.frames import encode_client
 from leveret.protocol.stream.spec import RESPONSE, Code, Key, OffsetType
-from leveret.spark.client import AmqpSourceError
+from leveret.spark.client import AmqpSourceError, urls_of
+
+log = logging.getLogger(__name__)
 
 DEFAULT_STREAM_PORT = 5552
+DEFAULT_STREAM_TLS_PORT = 5551
 _U16 = struct.Struct(">H")
 _U32 = struct.Struct(">I")
 _RESP = struct.Struct(">HHIH")  # key, version, correlation id, code
@@ -39,7 +46,9 @@ _RECV = 1 << 20
 
 @dataclass(frozen=True, slots=True)
 class Target:
-    """Where and as whom to connect, from an ``amqp://`` URL and the stream port."""
+    """Where and as whom to connect, from an ``amqp://`` or ``amqps://`` URL and the stream
+    port. Pickled into Spark's tasks: an ``amqps://`` target keeps its URL and makes the TLS
+    context (from the URL's ``ssl_options``, as the AMQP 0-9-1 reader does) per connection."""
 
     host: str
     port: int
@@ -47,27 +56,78 @@ class Target:
     user: str
     password: str
     shown: str  # the URL without its password, for messages
+    url: str = ""  # the URL (TLS settings), when ``tls``
+    tls: bool = False
 
     @classmethod
-    def of(cls, url: str, stream_port: int) -> Target:
+    def of(cls, url: str, stream_port: int | None = None) -> Target:
+        """The target of one URL; ``stream_port`` None: 5552, or 5551 for ``amqps://``."""
         try:
             params = parameters(url)
         except LogsError as exc:
             raise AmqpSourceError(str(exc)) from None
-        if params.ssl_options is not None:
-            raise AmqpSourceError(
-                f"{redact(url)}: the stream protocol reader does not do TLS yet; "
-                "use option protocol=amqp"
-            )
+        tls = params.ssl_options is not None
         creds = params.credentials
         return cls(
             params.host,
-            stream_port,
+            stream_port or (DEFAULT_STREAM_TLS_PORT if tls else DEFAULT_STREAM_PORT),
             params.virtual_host,
             creds.username,
             creds.password,
             redact(url),
+            url if tls else "",
+            tls,
         )
+
+    def at(self, host: str, port: int) -> Target:
+        """The same credentials (and TLS settings) at another node."""
+        return dataclasses.replace(self, host=host, port=port)
+
+    def wrap(self, sock: socket.socket) -> socket.socket:
+        """``sock`` through TLS when the URL is ``amqps://``: the server verified as the
+        AMQP 0-9-1 reader verifies it (the URL's ``server_hostname``, else the host)."""
+        if not self.tls:
+            return sock
+        tls = parameters(self.url).ssl_options
+        assert tls is not None
+        wrapped: socket.socket = tls.context.wrap_socket(
+            sock, server_hostname=tls.server_hostname or self.host
+        )
+        return wrapped
+
+
+def targets_of(
+    url: str, stream_port: int | None = None, members: Sequence[tuple[str, int]] = ()
+) -> list[Target]:
+    """The targets of an option's URLs (several separated by commas: one cluster's nodes),
+    then the stream's ``members`` (host and stream port as Metadata advertised them) that
+    the URLs do not name: where to read when the URLs' nodes are gone."""
+    out = [Target.of(u, stream_port) for u in urls_of(url)]
+    seen = {(t.host, t.port) for t in out}
+    for host, port in members:
+        if (host, port) not in seen:
+            seen.add((host, port))
+            out.append(out[0].at(host, port))
+    return out
+
+
+def _string_map(frame: bytes, pos: int) -> dict[str, str]:
+    """A protocol map of strings (int32 count, then int16-sized keys and values) at ``pos``;
+    what a truncated frame holds of it."""
+    out: dict[str, str] = {}
+    try:
+        (n,) = _U32.unpack_from(frame, pos)
+        pos += 4
+        for _ in range(n):
+            item = []
+            for _ in range(2):
+                (size,) = _U16.unpack_from(frame, pos)
+                item.append(frame[pos + 2 : pos + 2 + size].decode("utf-8", "replace"))
+                pos += 2 + size
+            out[item[0]] = item[1]
+    except struct.error:
+        pass
+    return out
 
 
 def _code_text(code: int) -> str:
@@ -80,23 +140,35 @@ def _code_text(code: int) -> str:
 class StreamClient:
     """One connection, opened (handshake done) on construction."""
 
-    def __init__(self, target: Target, host: str | None = None) -> None:
+    def __init__(self, target: Target, timeout: float = _CONNECT_TIMEOUT) -> None:
         self.target = target
-        self.host = host or target.host
+        self.host = target.host
+        self.timeout = timeout
         self._buf = bytearray()
         self._pos = 0
         self._correlation = 0
+        self.server_properties: dict[str, str] = {}
+        #: the stream's leader and replicas (host, stream port), once Metadata named them
+        self.members: list[tuple[str, int]] = []
         where = f"{self.host}:{target.port}"
         try:
-            self.sock = socket.create_connection((self.host, target.port), _CONNECT_TIMEOUT)
+            raw = socket.create_connection((self.host, target.port), timeout)
         except OSError as exc:
             raise AmqpSourceError(
                 f"cannot connect to the stream port {where} of {target.shown}: {exc}",
                 transient=True,
             ) from None
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         with contextlib.suppress(OSError):
-            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
+            raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
+        try:
+            self.sock = target.wrap(raw)
+        except (OSError, ssl.SSLError, ValueError) as exc:
+            raw.close()
+            raise AmqpSourceError(
+                f"TLS with the stream port {where} of {target.shown} failed: {exc}",
+                transient=not isinstance(exc, ssl.SSLCertVerificationError | ValueError),
+            ) from None
         try:
             self._handshake()
         except BaseException:
@@ -164,12 +236,12 @@ class StreamClient:
     def _response(self, key: int, what: str) -> tuple[int, bytes]:
         """The code of the response to ``key`` and the frame; server commands in between
         (heartbeats, metadata updates) are passed over."""
-        deadline = time.monotonic() + _CONNECT_TIMEOUT
+        deadline = time.monotonic() + self.timeout
         while True:
             left = deadline - time.monotonic()
             got = self.frame(max(left, 0.0)) if left > 0 else None
             if got is None:
-                raise self._lost(f"no answer to {what} within {_CONNECT_TIMEOUT:g}s")
+                raise self._lost(f"no answer to {what} within {self.timeout:g}s")
             (k,) = _U16.unpack_from(got)
             if k == Key.CLOSE:
                 raise AmqpSourceError(f"{self.target.shown}: the broker closed the stream "
@@ -185,7 +257,8 @@ class StreamClient:
     def _handshake(self) -> None:
         t = self.target
         self.send(ev.PeerProperties(self._next_id(), {"product": "leveret-spark"}))
-        self._response(Key.PEER_PROPERTIES, "peer properties")
+        _, got = self._response(Key.PEER_PROPERTIES, "peer properties")
+        self.server_properties = _string_map(got, _RESP.size)
         self.send(ev.SaslHandshake(self._next_id()))
         self._response(Key.SASL_HANDSHAKE, "SASL handshake")
         plain = b"\0" + t.user.encode() + b"\0" + t.password.encode()
@@ -212,7 +285,7 @@ class StreamClient:
         """The brokers (reference -> host, port), and the stream's code and members
         (leader first). AmqpSourceError when the stream does not exist."""
         self.send(ev.Metadata(self._next_id(), (stream,)))
-        deadline = time.monotonic() + _CONNECT_TIMEOUT
+        deadline = time.monotonic() + self.timeout
         while True:
             got = self.frame(max(deadline - time.monotonic(), 0.001))
             if got is None:
@@ -316,21 +389,38 @@ def pick_host(
     return None
 
 
-def open_for(target: Target, stream: str) -> StreamClient:
+def open_for(target: Target, stream: str, timeout: float = _CONNECT_TIMEOUT) -> StreamClient:
     """A connection to a node that holds ``stream`` (checked with Metadata)."""
-    client = StreamClient(target)
+    client = StreamClient(target, timeout)
     try:
         brokers, _, members = client.metadata(stream)
         other = pick_host(target.host, brokers, members)
     except BaseException:
         client.close()
         raise
-    if other is None:
-        return client
-    client.close()
-    host, port = other
-    moved = Target(host, port, target.vhost, target.user, target.password, target.shown)
-    return StreamClient(moved)
+    where = [brokers[m] for m in members if m in brokers]
+    if other is not None:
+        client.close()
+        host, port = other
+        client = StreamClient(target.at(host, port), timeout)
+    client.members = where
+    return client
+
+
+def open_any(
+    targets: list[Target], stream: str, node: int = 0, timeout: float = _CONNECT_TIMEOUT
+) -> tuple[StreamClient, int]:
+    """A connection for ``stream`` through the first of ``targets`` (one cluster's nodes)
+    that answers, starting with the one at ``node``; and the index of that one."""
+    for i in range(len(targets)):
+        at = (node + i) % len(targets)
+        try:
+            return open_for(targets[at], stream, timeout), at
+        except AmqpSourceError as exc:
+            if not exc.transient or i == len(targets) - 1:
+                raise
+            log.info("%s; trying the next node", exc)
+    raise AmqpSourceError("no broker URL given")
 
 
 def chunk_bounds(frame: bytes) -> tuple[int, int, int]:
@@ -372,31 +462,37 @@ def probe(
 class TailProbe:
     """The driver's held connection for finding a stream's committed end: each call
     subscribes at ``last`` (the last committed chunk), reads that chunk's header (its first
-    offset plus its record count is the end) and unsubscribes. Dropped when pickled."""
+    offset plus its record count is the end) and unsubscribes. A lost connection is opened
+    again, on the next node of ``targets`` if need be. Dropped when pickled."""
 
-    def __init__(self, target: Target, stream: str) -> None:
-        self.target = target
+    def __init__(
+        self, targets: list[Target], stream: str, client: StreamClient | None = None
+    ) -> None:
+        self.targets = targets
         self.stream = stream
-        self._client: StreamClient | None = None
+        self._client = client
+        self._node = 0
         self._sub = 0
 
     def __getstate__(self) -> dict[str, object]:
-        return {"target": self.target, "stream": self.stream, "_client": None, "_sub": 0}
+        return {"targets": self.targets, "stream": self.stream, "_client": None, "_node": 0,
+                "_sub": 0}  # fmt: skip
 
     def __setstate__(self, state: dict[str, object]) -> None:
         self.__dict__.update(state)
 
     def _at(self, offset_type: int, offset: int, wait: float) -> tuple[int, int] | None:
-        for attempt in range(2):
+        for attempt in range(len(self.targets) + 1):
             if self._client is None:
-                self._client = open_for(self.target, self.stream)
+                self._client, self._node = open_any(self.targets, self.stream, self._node)
             self._sub = (self._sub + 1) % 256
             try:
-                return probe(self.target, self.stream, offset_type, offset, wait=wait,
+                return probe(self._client.target, self.stream, offset_type, offset, wait=wait,
                              client=self._client, subscription=self._sub)  # fmt: skip
             except AmqpSourceError as exc:
                 self.close()
-                if not exc.transient or attempt:
+                self._node += 1
+                if not exc.transient or attempt == len(self.targets):
                     raise
         raise AssertionError("unreachable")
 
@@ -428,12 +524,15 @@ def port_answers(host: str, port: int, timeout: float = 2.0) -> bool:
 
 __all__ = [
     "DEFAULT_STREAM_PORT",
+    "DEFAULT_STREAM_TLS_PORT",
     "StreamClient",
     "TailProbe",
     "Target",
     "chunk_bounds",
+    "open_any",
     "open_for",
     "pick_host",
     "port_answers",
     "probe",
+    "targets_of",
 ]

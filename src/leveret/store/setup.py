@@ -25,9 +25,10 @@ from leveret.broker.queues.stream import interval_ms
 from leveret.store.definitions import FileDefinitionStore
 from leveret.store.lock import DataDirLock
 from leveret.store.messages import MessageLog, Recovered
+from leveret.store.osiris import OsirisLog
 from leveret.store.paging import PageFiles
 from leveret.store.quorum import QuorumLog
-from leveret.store.streams import SegmentLog
+from leveret.store.stream_layout import convert as convert_layout
 
 # Events after which the definitions file is written again.
 _DEFINITION_EVENTS = frozenset(
@@ -102,10 +103,12 @@ class Persistence:
             recovered, store.recovered = store.recovered, None
         return PageFiles(self.transient_dir, f"{self._pagers:08d}", self.messages, recovered)
 
-    def open_stream(self, vhost: str, queue: str, arguments: dict[str, Any]) -> SegmentLog:
+    def open_stream(self, vhost: str, queue: str, arguments: dict[str, Any]) -> OsirisLog:
         age = arguments.get("x-max-age")
-        return SegmentLog(
+        label = f"stream '{queue}' in vhost '{vhost}'"
+        return OsirisLog(
             self.streams_dir / quote(vhost, safe="") / quote(queue, safe=""),
+            convert=lambda directory: convert_layout(directory, label),
             max_segment_bytes=int(arguments.get("x-stream-max-segment-size-bytes") or 500_000_000),
             max_bytes=arguments.get("x-max-length-bytes"),
             max_age_ms=interval_ms(text(age)) if isinstance(age, (str, bytes)) else None,

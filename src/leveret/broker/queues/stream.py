@@ -8,24 +8,24 @@ from __future__ import annotations
 import datetime
 import re
 import struct
-import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from leveret.broker.arguments import check_consume_arguments, check_typed_arguments, text
+from leveret.broker.clock import wall_ms
 from leveret.broker.entry import Entry
 from leveret.broker.message import Message
 from leveret.broker.policies import Rule, policy_wins
 from leveret.broker.queues.base import Accepted, Queue, Subscriber
-from leveret.broker.queues.stream_amqp10 import from_amqp10, to_amqp10
-from leveret.broker.queues.stream_properties import as_stored_in_a_stream, refused_by_a_stream
+from leveret.broker.queues.stream_amqp10 import to_amqp091, to_amqp10
+from leveret.broker.queues.stream_properties import refused_by_a_stream
 from leveret.broker.spec_texts import stream_not_supported
 from leveret.protocol import errors
 from leveret.protocol.spec import add_header
 
 if TYPE_CHECKING:
     from leveret.broker.memory import MemoryBudget
-    from leveret.broker.ports import ConnectionInfo, Storage, StreamLog
+    from leveret.broker.ports import ChunkRef, ConnectionInfo, Storage, StreamLog
     from leveret.broker.queues.base import DeadLetters
 
 _long = struct.Struct(">q").pack
@@ -52,14 +52,6 @@ STREAM_ARGS = frozenset(
     )
 )
 READ_BATCH = 256
-# The property bytes of a record published over the stream protocol: its body is the whole
-# AMQP 1.0 message as published (flags 0xFFFF never come from a valid AMQP 0-9-1 header).
-AMQP10_PROPERTIES = b"\xff\xff"
-_NO_ROUTE = b"\x00\x00"
-# How such a record's payload starts: no exchange, no key, properties of length 2, 0xFFFF.
-_AMQP10_HEAD = _NO_ROUTE + b"\x00\x00\x00\x02" + AMQP10_PROPERTIES
-_U32 = struct.Struct(">I")
-_REC_LEN = struct.Struct(">I")  # a stored record's payload length, at byte 16 of it
 # The consumer arguments a stream takes (rabbit_stream_queue:capabilities()).
 CONSUMER_ARGS = frozenset(("x-stream-offset", "x-credit"))
 
@@ -191,15 +183,24 @@ class StreamQueue(Queue):
         if refused_by_a_stream(message.properties):
             return Accepted.UNSTORABLE
         self.published += 1
+        # stored as RabbitMQ 3.10 stores it: converted to AMQP 1.0 once, here
         self.log.append(
-            message.exchange_and_key, as_stored_in_a_stream(message.properties), message.body
+            to_amqp10(message.exchange, message.routing_key, message.properties, message.body)
         )
         return Accepted.YES
 
     def append_amqp10(self, message: bytes) -> int:
         """A message published over the stream protocol, stored as it came; its offset."""
         self.published += 1
-        return self.log.append(_NO_ROUTE, AMQP10_PROPERTIES, message)
+        return self.log.append(message)
+
+    def append_batch(
+        self, compression: int, records: int, uncompressed_size: int, data: bytes
+    ) -> int:
+        """A sub-entry batch published over the stream protocol, stored as it came
+        (compressed or not, as RabbitMQ stores it); its first offset."""
+        self.published += records
+        return self.log.append_batch(compression, records, uncompressed_size, data)
 
     def sync(self) -> None:
         """Make appended messages durable (one chunk) and deliver them."""
@@ -208,45 +209,10 @@ class StreamQueue(Queue):
             for watcher in list(self.watchers):
                 watcher()
 
-    def read_amqp10(
-        self, offset: int, max_count: int, max_bytes: int
-    ) -> tuple[int, int, int, list[bytes | memoryview]]:
-        """Committed records from ``offset`` to the end of its stored chunk at most, as the
-        stream protocol delivers them: (first offset, timestamp of the chunk, how many,
-        the chunk's data entries as parts to join). Records published over the stream
-        protocol go out as the bytes stored; AMQP 0-9-1 ones are converted."""
-        first, ts, block, at = self.log.read_block(offset)
-        parts: list[bytes | memoryview] = []
-        append = parts.append
-        n = size = 0
-        end = len(block)
-        unpack = _REC_LEN.unpack_from
-        pack = _U32.pack
-        marker = _AMQP10_HEAD
-        is_amqp10 = block.startswith
-        while at < end and n < max_count and size < max_bytes:
-            (length,) = unpack(block, at + 16)
-            start = at + 24
-            at = start + length
-            if is_amqp10(marker, start):
-                append(pack(length - 8))
-                append(block[start + 8 : at])
-            else:
-                payload = block[start:at]
-                elen = payload[0]
-                kend = 2 + elen + payload[1 + elen]
-                (plen,) = _U32.unpack_from(payload, kend)
-                message = to_amqp10(
-                    payload[1 : 1 + elen].decode(),
-                    payload[2 + elen : kend].decode(),
-                    payload[kend + 4 : kend + 4 + plen],
-                    payload[kend + 4 + plen :],
-                )
-                append(pack(len(message)))
-                append(message)
-            size += length
-            n += 1
-        return first, ts, n, parts
+    def chunk_at(self, offset: int) -> ChunkRef | None:
+        """The stored chunk holding ``offset`` (or the next one), as the stream protocol
+        delivers it: its bytes go out as they are on disk."""
+        return self.log.chunk_at(offset)
 
     def close(self) -> None:
         self.log.close()
@@ -288,7 +254,7 @@ class StreamQueue(Queue):
                 return log.committed
             ms = interval_ms(spec)
             if ms is not None:
-                return log.offset_at(int(time.time() * 1000) - ms)
+                return log.offset_at(wall_ms() - ms)
         raise errors.error(541, "")  # RabbitMQ crashes the channel: INTERNAL_ERROR
 
     def add_consumer(self, consumer: Subscriber, start: Any = None) -> None:
@@ -314,9 +280,8 @@ class StreamQueue(Queue):
             records = self.log.read(offsets[consumer], min(credit, READ_BATCH))
             if not records:
                 return
-            for offset, _ts, exchange_and_key, properties, body in records:
-                if properties == AMQP10_PROPERTIES:
-                    exchange_and_key, properties, body = self._as_amqp091(body)
+            for offset, _ts, stored in records:
+                exchange_and_key, properties, body = self._as_amqp091(stored)
                 elen = exchange_and_key[0]
                 message = Message(
                     exchange_and_key[1 : 1 + elen].decode(),
@@ -333,15 +298,14 @@ class StreamQueue(Queue):
                     return
 
     def _as_amqp091(self, message: bytes) -> tuple[bytes, bytes, bytes]:
-        """A record published over the stream protocol as AMQP 0-9-1 delivers it. Bytes
-        that are not AMQP 1.0 (RabbitMQ 3.10 fails the consuming connection) go out as
-        the body, with no properties."""
+        """A stored message as AMQP 0-9-1 delivers it. Bytes that are not AMQP 1.0
+        (RabbitMQ 3.10 fails the consuming connection) go out as the body, with no
+        properties."""
         try:
-            exchange, key, properties, body = from_amqp10(message, self.name)
+            return to_amqp091(message, self.name)
         except ValueError:
-            exchange, key, properties, body = "", self.name, b"\x00\x00", message
-        e, k = exchange.encode()[:255], key.encode()[:255]
-        return bytes((len(e),)) + e + bytes((len(k),)) + k, properties, body
+            k = self.name.encode()[:255]
+            return b"\x00" + bytes((len(k),)) + k, b"\x00\x00", message
 
     # -- settling: acks only return credit --------------------------------------
     def check_reject(self) -> None:
@@ -362,6 +326,11 @@ class StreamQueue(Queue):
     # -- what a stream does not do ---------------------------------------------
     def get(self, no_ack: bool) -> Entry | None:
         raise stream_not_supported("basic.get", self)
+
+    def expire(self) -> None:
+        """Retention by age follows the broker's clock: old segments go as time passes,
+        not only when something is written."""
+        self.log.apply_retention()
 
     def purge(self) -> int:
         raise stream_not_supported("queue.purge", self)

@@ -15,6 +15,7 @@ group-id have no place and are dropped."""
 
 from __future__ import annotations
 
+import base64
 import datetime
 import struct
 from typing import Any
@@ -52,9 +53,32 @@ def _header_value(v: Any) -> Value | None:
     return None  # tables and arrays have no place in application properties
 
 
+# Everything of a converted message but its data section depends on the exchange, the
+# routing key and the property bytes only: publishers repeat them, so the sections before
+# the body are kept by those (bounded; cleared when full), both ways.
+_CACHE_SIZE = 4096
+_PREFIXES: dict[tuple[str, str, bytes], bytes] = {}
+_BACK: dict[tuple[bytes, str], tuple[bytes, bytes]] = {}
+_EMPTY_DATA = b"\x00Su\xa0\x00"
+
+
 def to_amqp10(exchange: str, routing_key: str, properties: bytes, body: bytes) -> bytes:
-    """An AMQP 0-9-1 message as a stream delivers it over the stream protocol, spliced
-    from the property bytes (a delivery converts every record read)."""
+    """An AMQP 0-9-1 message as RabbitMQ 3.10 stores it in a stream (AMQP 1.0), spliced
+    from the property bytes."""
+    key = (exchange, routing_key, bytes(properties))
+    prefix = _PREFIXES.get(key)
+    if prefix is None:
+        prefix = _convert(exchange, routing_key, key[2], b"")[: -len(_EMPTY_DATA)]
+        if len(_PREFIXES) >= _CACHE_SIZE:
+            _PREFIXES.clear()
+        _PREFIXES[key] = prefix
+    n = len(body)
+    if n < 256:
+        return b"".join((prefix, b"\x00Su\xa0", bytes((n,)), body))
+    return b"".join((prefix, b"\x00Su\xb0", _U32.pack(n), body))
+
+
+def _convert(exchange: str, routing_key: str, properties: bytes, body: bytes) -> bytes:
     try:
         return _splice(exchange.encode(), routing_key.encode(), properties, body)
     except (_Unusual, IndexError, struct.error):
@@ -285,77 +309,187 @@ def _to_amqp10_decoded(exchange: str, routing_key: str, properties: bytes, body:
     return b"".join(out)
 
 
-def _plain(value: Value) -> Any:
+# AMQP 1.0 application-property types and the AMQP 0-9-1 field types RabbitMQ 3.10 gives
+# them back as (rabbit_msg_record:to_091): every type keeps its width and sign.
+_TO_091: dict[str, Any] = {
+    "string": lambda v: b"S" + _U32.pack(len(v.encode())) + v.encode(),
+    "long": lambda v: b"l" + _I64.pack(v),
+    "byte": lambda v: b"b" + _I8.pack(v),
+    "ubyte": lambda v: b"B" + bytes((v,)),
+    "short": lambda v: b"s" + _I16.pack(v),
+    "ushort": lambda v: b"u" + _U16.pack(v),
+    "uint": lambda v: b"i" + _U32.pack(v),
+    "int": lambda v: b"I" + _I32.pack(v),
+    "double": lambda v: b"d" + _F64.pack(v),
+    "float": lambda v: b"f" + _F32.pack(v),
+    "timestamp": lambda v: b"T" + _U64.pack(_ms_to_s(v) & 0xFFFFFFFFFFFFFFFF),
+    "binary": lambda v: b"x" + _U32.pack(len(v)) + v,
+    "bool": lambda v: b"t\x01" if v else b"t\x00",
+    "null": lambda v: b"V",
+}
+
+
+def _ms_to_s(ms: int) -> int:
+    """Erlang's ``div``: truncated toward zero."""
+    return ms // 1000 if ms >= 0 else -((-ms) // 1000)
+
+
+def _short091(v: str | bytes) -> bytes:
+    raw = (v.encode() if isinstance(v, str) else v)[:255]
+    return bytes((len(raw),)) + raw
+
+
+def _message_id(value: Value, type_key: str, headers: list[bytes]) -> bytes | None:
+    """A message or correlation id as AMQP 0-9-1 carries it (rabbit_msg_record:
+    message_id): numbers, uuids and binaries as text with a header naming their type;
+    text over 256 bytes as a header instead."""
     kind, v = value
-    if kind == "timestamp":
-        return datetime.datetime.fromtimestamp(v / 1000, tz=datetime.UTC)
-    if kind in ("list", "array"):
-        return [_plain(i) for i in v]
-    if kind == "map":
-        return {str(_plain(k)): _plain(x) for k, x in v}
-    if kind == "described":
-        return _plain(v[1])
-    return v
+    if kind == "null":
+        return None
+    key = _short091(type_key)
+    if kind == "ulong":
+        headers.insert(0, key + b"S\x00\x00\x00\x05ulong")
+        return str(v).encode()
+    if kind == "uuid":
+        headers.insert(0, key + b"S\x00\x00\x00\x04uuid")
+        h = bytes(v).hex()
+        return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}".encode()
+    if kind == "binary":
+        encoded = base64.b64encode(v)
+        if len(encoded) > 256:
+            headers.insert(0, _short091(type_key[:-5]) + b"x" + _U32.pack(len(v)) + v)
+            return None
+        headers.insert(0, key + b"S\x00\x00\x00\x06binary")
+        return encoded
+    if kind in ("string", "symbol"):
+        raw: bytes = v.encode()
+        if len(raw) > 256:
+            headers.insert(0, _short091(type_key[:-5]) + b"S" + _U32.pack(len(raw)) + raw)
+            return None
+        return raw
+    return str(v).encode()
 
 
-def from_amqp10(message: bytes, stream: str) -> tuple[str, str, bytes, bytes]:
-    """A message published over the stream protocol as AMQP 0-9-1 delivers it: exchange,
-    routing key, content-header property bytes, body. Raises ValueError for bytes that
-    are not an AMQP 1.0 message (RabbitMQ 3.10 fails the consuming connection then)."""
-    exchange, key = "", stream
-    p = commands.Basic.Properties()
-    headers: dict[str, Any] = {}
-    body_parts: list[bytes] = []
+def to_amqp091(message: bytes, stream: str) -> tuple[bytes, bytes, bytes]:
+    """A stored AMQP 1.0 message as RabbitMQ 3.10 delivers it over AMQP 0-9-1 (see
+    :func:`_to_amqp091`): the exchange and key as short strings, the property bytes and the
+    body. A message that ends with its one data section is converted by the sections
+    before it, which are mostly the same from message to message."""
+    at = message.rfind(b"\x00Su")
+    end = len(message)
+    if at >= 0 and at + 5 <= end:
+        code = message[at + 3]
+        if code == 0xA0 and message[at + 4] == end - at - 5:
+            body = message[at + 5 :]
+        elif (
+            code == 0xB0 and at + 8 <= end and _U32.unpack_from(message, at + 4)[0] == end - at - 8
+        ):
+            body = message[at + 8 :]
+        else:
+            return _to_amqp091(message, stream)
+        key = (message[:at], stream)
+        hit = _BACK.get(key)
+        if hit is None:
+            try:
+                exchange_and_key, properties, _ = _to_amqp091(key[0] + _EMPTY_DATA, stream)
+            except ValueError:  # the last "data section" was not one
+                return _to_amqp091(message, stream)
+            hit = (exchange_and_key, properties)
+            if len(_BACK) >= _CACHE_SIZE:
+                _BACK.clear()
+            _BACK[key] = hit
+        return hit[0], hit[1], body
+    return _to_amqp091(message, stream)
+
+
+def _to_amqp091(message: bytes, stream: str) -> tuple[bytes, bytes, bytes]:
+    """A stored AMQP 1.0 message as RabbitMQ 3.10 delivers it from a stream over AMQP
+    0-9-1 (rabbit_stream_queue:binary_to_msg, rabbit_msg_record:to_amqp091): the exchange
+    and routing key as short strings, the content-header property bytes, the body.
+
+    The exchange and routing key come from the ``x-exchange`` and ``x-routing-key``
+    annotations (``""`` and the stream's name without them), priority, delivery mode and
+    expiration from ``x-basic-*`` annotations, type and app-id from ``x-basic-*``
+    application properties; the other application properties are the headers, each
+    with the AMQP 0-9-1 type of its AMQP 1.0 type. Raises ValueError for bytes that are
+    not an AMQP 1.0 message."""
+    exchange = b""
+    key = stream.encode()
+    annotations: dict[str, Any] = {}
+    fields: list[Value] = []
+    app: list[tuple[Value, Value]] = []
+    body = b""
     for code, value in amqp10.sections(message):
         if code == amqp10.MESSAGE_ANNOTATIONS and value[0] == "map":
             for k, v in value[1]:
-                name = _plain(k)
-                if name == "x-exchange":
-                    exchange = str(_plain(v))
-                elif name == "x-routing-key":
-                    key = str(_plain(v))
-                elif name == "x-basic-priority":
-                    p.priority = int(_plain(v))
-                elif name == "x-basic-delivery-mode":
-                    p.delivery_mode = int(_plain(v))
-                elif name == "x-basic-expiration":
-                    p.expiration = str(_plain(v))
-        elif code == amqp10.HEADER and value[0] == "list":
-            fields = value[1]
-            if fields and fields[0] == ("bool", True) and p.delivery_mode is None:
-                p.delivery_mode = 2
-            if len(fields) > 1 and fields[1][0] == "ubyte" and p.priority is None:
-                p.priority = fields[1][1]
+                name = k[1]
+                if name not in annotations:
+                    annotations[name] = v
         elif code == amqp10.PROPERTIES and value[0] == "list":
-            f = [_plain(x) for x in value[1]] + [None] * 13
-            if f[0] is not None:
-                p.message_id = str(f[0])
-            if f[1] is not None:
-                p.user_id = f[1].decode() if isinstance(f[1], bytes) else str(f[1])
-            if f[4] is not None:
-                p.reply_to = str(f[4])
-            if f[5] is not None:
-                p.correlation_id = str(f[5])
-            if f[6] is not None:
-                p.content_type = str(f[6])
-            if f[7] is not None:
-                p.content_encoding = str(f[7])
-            if isinstance(f[9], datetime.datetime):
-                p.timestamp = f[9].replace(microsecond=0)
+            fields = list(value[1])
         elif code == amqp10.APPLICATION_PROPERTIES and value[0] == "map":
-            for k, v in value[1]:
-                name = str(_plain(k))
-                if name == "x-basic-type":
-                    p.message_type = str(_plain(v))
-                elif name == "x-basic-app-id":
-                    p.app_id = str(_plain(v))
-                else:
-                    headers[name] = _plain(v)
+            app = list(value[1])
         elif code == amqp10.DATA and value[0] == "binary":
-            body_parts.append(value[1])
+            body = value[1]  # as RabbitMQ: the last data section
         elif code == amqp10.AMQP_VALUE and value[0] in ("binary", "string"):
             v = value[1]
-            body_parts.append(v if isinstance(v, bytes) else v.encode())
+            body = v if isinstance(v, bytes) else v.encode()
+    ex = annotations.get("x-exchange")
+    if ex is not None and ex[0] in ("string", "symbol"):
+        exchange = ex[1].encode()
+    rk = annotations.get("x-routing-key")
+    if rk is not None and rk[0] in ("string", "symbol"):
+        key = rk[1].encode()
+    basic_type = app_id = None
+    headers: list[bytes] = []
+    for k, v in app:
+        name = str(k[1])
+        if name == "x-basic-type" and basic_type is None:
+            basic_type = v[1]
+            continue
+        if name == "x-basic-app-id" and app_id is None:
+            app_id = v[1]
+            continue
+        encode = _TO_091.get(v[0])
+        if encode is not None:
+            headers.append(_short091(name) + encode(v[1]))
+    f = fields + [("null", None)] * (13 - len(fields))
+    message_id = _message_id(f[0], "x-message-id-type", headers)
+    correlation_id = _message_id(f[5], "x-correlation-id-type", headers)
+    flags = 0
+    out: list[bytes] = []
+
+    def short(bit: int, value: Any) -> None:
+        nonlocal flags
+        if value is not None:
+            flags |= bit
+            out.append(_short091(value if isinstance(value, (str, bytes)) else str(value)))
+
+    def octet(bit: int, value: Value | None) -> None:
+        nonlocal flags
+        if value is not None and isinstance(value[1], int):
+            flags |= bit
+            out.append(bytes((value[1] & 0xFF,)))
+
+    short(0x8000, f[6][1])  # content-type
+    short(0x4000, f[7][1])  # content-encoding
     if headers:
-        p.headers = headers
-    return exchange, key, props091.encode_properties(p), b"".join(body_parts)
+        flags |= 0x2000
+        table = b"".join(headers)
+        out.append(_U32.pack(len(table)) + table)
+    octet(0x1000, annotations.get("x-basic-delivery-mode"))
+    octet(0x0800, annotations.get("x-basic-priority"))
+    short(0x0400, correlation_id)
+    short(0x0200, f[4][1])  # reply-to
+    expiration = annotations.get("x-basic-expiration")
+    short(0x0100, expiration[1] if expiration is not None else None)
+    short(0x0080, message_id)
+    if f[9][0] == "timestamp":
+        flags |= 0x0040
+        out.append(_U64.pack(_ms_to_s(f[9][1]) & 0xFFFFFFFFFFFFFFFF))
+    short(0x0020, basic_type)
+    short(0x0010, f[1][1])  # user-id
+    short(0x0008, app_id)
+    properties = flags.to_bytes(2, "big") + b"".join(out)
+    exchange, key = exchange[:255], key[:255]
+    return bytes((len(exchange),)) + exchange + bytes((len(key),)) + key, properties, body

@@ -1,6 +1,6 @@
 """Osiris chunks, the unit a stream stores and a Deliver frame carries.
 
-A 48-byte header — magic and version (0x5, 0x1) in one byte, chunk type, entry count
+A 48-byte header — magic and version (0x5, 0x0) in one byte, chunk type, entry count
 (u16), record count (u32), timestamp ms (i64), epoch (u64), first offset (u64), CRC32 of
 the data (u32), data length (u32), trailer length (u32), 4 reserved bytes — then the data
 entries: a simple entry is ``0 | u31 size`` and its bytes; a sub-batch entry starts with
@@ -13,7 +13,7 @@ import zlib
 from dataclasses import dataclass
 
 HEADER = struct.Struct(">BBHIqQQIIII")
-MAGIC_VERSION = 0x51
+MAGIC_VERSION = 0x50  # magic 5, chunk format version 0 (osiris 1.3.1 in RabbitMQ 3.10.8)
 CHUNK_USER = 0
 _U32 = struct.Struct(">I")
 _SUB = struct.Struct(">BHII")  # flag+compression, records, uncompressed size, size

@@ -1,0 +1,550 @@
+"""rabbitmq_event_exchange: the broker's events as messages on ``amq.rabbitmq.event``
+(topic, durable, internal) in vhost ``/``, as RabbitMQ 3.10.8's plugin publishes them:
+routing key ``queue.created``, ``consumer.deleted``, ``user.authentication.failure`` …,
+the event's properties as headers (strings as longstr, integers as long, booleans,
+arrays; a resource as its name plus ``vhost``; pids, IP addresses and other Erlang terms
+as RabbitMQ prints them), ``timestamp_in_ms``, delivery mode 2, the timestamp property
+in seconds and an empty body.
+
+Events are collected as the broker emits them and published a moment later, once the
+operation that caused them has finished (``flush``), so that they name who performed it.
+Nothing is built while the exchange has no bindings, as in the plugin."""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import struct
+from collections.abc import Callable
+from typing import Any
+
+from leveret.broker.clock import wall_ms
+from leveret.broker.events import Event
+from leveret.broker.message import Message
+from leveret.protocol import table
+from leveret.protocol.spec import TYPE_NAMES, type_of
+
+log = logging.getLogger(__name__)
+
+EXCHANGE = "amq.rabbitmq.event"
+VHOST = "/"
+INTERNAL_USER = "rmq-internal"
+# headers (0x2000), delivery-mode (0x1000), timestamp (0x0040)
+_FLAGS = (0x2000 | 0x1000 | 0x0040).to_bytes(2, "big")
+_EXCHANGE_AND_KEY_PREFIX = bytes((len(EXCHANGE),)) + EXCHANGE.encode()
+
+Value = Any  # str, bytes, bool, int, float, list, Raw, Resource, Term
+
+
+class Term(str):
+    """An Erlang term already printed (a pid, an IP address tuple): a longstr."""
+
+
+class Resource:
+    """A #resource: its name under the key, and its vhost as ``vhost``."""
+
+    __slots__ = ("name", "vhost")
+
+    def __init__(self, vhost: str, name: str) -> None:
+        self.vhost = vhost
+        self.name = name
+
+
+def _field(value: Value) -> bytes:
+    if isinstance(value, bool):
+        return b"t" + (b"\x01" if value else b"\x00")
+    if isinstance(value, int):
+        return table.long(value)
+    if isinstance(value, float):
+        return b"d" + struct.pack(">d", value)
+    if isinstance(value, (str, bytes)):
+        return table.longstr(value)
+    if isinstance(value, list):
+        return table.array([_field(v) for v in value])
+    if isinstance(value, dict):
+        return table.table(encode_headers(list(value.items())))
+    return table.longstr(str(value))
+
+
+def encode_headers(props: list[tuple[str, Value]]) -> list[table.Field]:
+    """rabbit_exchange_type_event:fmt_proplist: folded from the front, so the last
+    property comes first; a resource is its name then ``vhost``."""
+    out: list[table.Field] = []
+    for key, value in props:
+        if isinstance(value, Resource):
+            out = [(key, table.longstr(value.name)), ("vhost", table.longstr(value.vhost)), *out]
+        else:
+            out.insert(0, (key, _field(value)))
+    return out
+
+
+# --------------------------------------------------------------- Erlang's prints
+def binary(text: str) -> str:
+    escaped = text.replace("\\", "\\\\").replace('"', '\\"')
+    return f'<<"{escaped}">>' if text.isascii() else f'<<"{escaped}"/utf8>>'
+
+
+def ip_term(address: str) -> Term:
+    """An IP address as Erlang prints its tuple: ``{127,0,0,1}``."""
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return Term(address)
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:
+            ip = ip.ipv4_mapped
+        else:
+            parts = [int.from_bytes(ip.packed[i : i + 2], "big") for i in range(0, 16, 2)]
+            return Term("{" + ",".join(map(str, parts)) + "}")
+    return Term("{" + ",".join(str(b) for b in ip.packed) + "}")
+
+
+def _typed_term(key: str, value: Any, type_name: str) -> str:
+    """``{<<"key">>,type,value}`` as ``~p`` prints a field of a table."""
+    return "{" + f"{binary(key)},{type_name},{_value_term(value, type_name)}" + "}"
+
+
+def _value_term(value: Any, type_name: str) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (bytes, bytearray)):
+        return binary(bytes(value).decode("utf-8", "replace"))
+    if isinstance(value, str):
+        return binary(value)
+    if isinstance(value, dict):
+        types = getattr(value, "types", {})
+        inner = [_typed_term(k, v, types.get(k) or _guess(v)) for k, v in value.items()]
+        return "[" + ",".join(inner) + "]"
+    if isinstance(value, list):
+        return (
+            "["
+            + ",".join("{" + f"{_guess(v)},{_value_term(v, _guess(v))}" + "}" for v in value)
+            + "]"
+        )
+    if value is None:
+        return "undefined"
+    return str(value)
+
+
+def _guess(value: Any) -> str:
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int):
+        return "signedint" if -(2**31) <= value < 2**31 else "long"
+    if isinstance(value, float):
+        return "double"
+    if isinstance(value, dict):
+        return "table"
+    if isinstance(value, list):
+        return "array"
+    if value is None:
+        return "void"
+    return "longstr"
+
+
+def table_terms(values: dict[str, Any]) -> list[Value]:
+    """A field table (arguments, client properties) as the plugin shows one: an array of
+    its fields, each printed as an Erlang tuple."""
+    return [Term(_typed_term(k, v, type_of(values, k) or _guess(v))) for k, v in values.items()]
+
+
+class EventExchange:
+    """Publishes the broker's events to ``amq.rabbitmq.event`` in vhost ``/``."""
+
+    def __init__(self, broker: Any) -> None:
+        self.broker = broker
+        self._pending: list[tuple[str, list[tuple[str, Value]], int]] = []
+        self._users = set(broker.users.users)
+        self._policies: dict[str, dict[tuple[str, bool], Any]] = {}
+        # asks the event loop to flush soon (set by the server)
+        self.schedule: Callable[[], None] | None = None
+        broker.observers.subscribe(self.observe)
+        vhost = broker.vhosts.get(VHOST)
+        if vhost is not None:
+            self._declare(vhost)
+        for v in broker.vhosts.values():
+            self._policies[v.name] = self._policy_map(v)
+
+    # --------------------------------------------------------------- naming
+    @property
+    def node(self) -> str:
+        return str(self.broker.node_name)
+
+    def pid(self, *numbers: int) -> Term:
+        """A pid as rabbit_misc:pid_to_string prints one: ``<node.N.N.N>``."""
+        parts = [*numbers, 0, 0, 0][:3]
+        return Term(f"<{self.node}.{parts[0]}.{parts[1]}.{parts[2]}>")
+
+    def connection_pid(self, connection: Any) -> Term:
+        return self.pid(1, int(getattr(connection, "id", 0)), 0)
+
+    def channel_pid(self, channel: Any) -> Term:
+        return self.pid(1, int(getattr(channel.host, "id", 0)), int(channel.number))
+
+    def actor(self) -> str:
+        return str(getattr(self.broker, "actor", "") or INTERNAL_USER)
+
+    # --------------------------------------------------------------- the exchange
+    def _declare(self, vhost: Any) -> None:
+        vhost.add_builtin_exchange(EXCHANGE, "topic", internal=True)
+
+    def _bound(self) -> bool:
+        vhost = self.broker.vhosts.get(VHOST)
+        x = vhost.exchanges.get(EXCHANGE) if vhost is not None else None
+        return bool(x is not None and x.bindings)
+
+    def emit(self, key: str, props: list[tuple[str, Value]]) -> None:
+        if not self._bound():
+            return
+        self._pending.append((key, props, wall_ms()))
+        if len(self._pending) == 1 and self.schedule is not None:
+            self.schedule()
+
+    def flush(self) -> None:
+        pending, self._pending = self._pending, []
+        if not pending:
+            return
+        vhost = self.broker.vhosts.get(VHOST)
+        if vhost is None:
+            return
+        for key, props, ts in pending:
+            fields = encode_headers([("timestamp_in_ms", ts), *props])
+            raw = _FLAGS + table.encode_table(fields) + b"\x02" + struct.pack(">Q", ts // 1000)
+            k = key.encode()
+            message = Message(
+                EXCHANGE, key, _EXCHANGE_AND_KEY_PREFIX + bytes((len(k),)) + k, raw, b""
+            )
+            try:
+                vhost.publish_internal(EXCHANGE, message)
+            except Exception:
+                log.exception("publishing event %s", key)
+
+    # --------------------------------------------------------------- events
+    def observe(self, event: Event, subject: Any) -> None:
+        handler = _HANDLERS.get(event)
+        if handler is not None:
+            handler(self, subject)
+
+    def _vhost_added(self, vhost: Any) -> None:
+        if vhost.name == VHOST:
+            self._declare(vhost)
+        self._policies[vhost.name] = self._policy_map(vhost)
+        # its exchanges first, in the order RabbitMQ makes them
+        for name in _BUILTIN_ORDER:
+            x = vhost.exchanges.get(name)
+            if x is not None:
+                self._exchange_created(x)
+        tags = ",".join(vhost.tags)
+        self.emit(
+            "vhost.created",
+            [
+                ("name", vhost.name),
+                ("default_queue_type", "undefined"),
+                (
+                    "metadata",
+                    Term(
+                        f"#{{description => {binary(vhost.description)},"
+                        f"tags => {binary(tags) if tags else '<<>>'}}}"
+                    ),
+                ),
+                ("tracing", bool(vhost.tracing)),
+                ("cluster_state", {self.node: "running"}),
+                ("user_who_performed_action", self.actor()),
+                ("description", vhost.description),
+                ("tags", tags),
+            ],
+        )
+
+    def _vhost_deleted(self, vhost: Any) -> None:
+        self._policies.pop(vhost.name, None)
+        self.emit(
+            "vhost.deleted", [("name", vhost.name), ("user_who_performed_action", self.actor())]
+        )
+
+    def _queue_created(self, q: Any) -> None:
+        owner = q.exclusive_owner
+        self.emit(
+            "queue.created",
+            [
+                ("name", Resource(q.vhost, q.name)),
+                ("durable", bool(q.durable)),
+                ("auto_delete", bool(q.auto_delete)),
+                ("arguments", table_terms(q.arguments)),
+                ("owner_pid", self.connection_pid(owner) if owner is not None else ""),
+                ("exclusive", owner is not None),
+                ("user_who_performed_action", self.actor()),
+            ],
+        )
+
+    def _queue_deleted(self, q: Any) -> None:
+        self.emit(
+            "queue.deleted",
+            [("name", Resource(q.vhost, q.name)), ("user_who_performed_action", self.actor())],
+        )
+
+    def _exchange_created(self, x: Any) -> None:
+        self.emit(
+            "exchange.created",
+            [
+                ("name", Resource(x.vhost, x.name)),
+                ("type", x.type_name),
+                ("durable", bool(x.durable)),
+                ("auto_delete", bool(x.auto_delete)),
+                ("internal", bool(x.internal)),
+                ("arguments", table_terms(x.arguments)),
+                ("policy", x.policy.name if x.policy is not None else ""),
+                ("user_who_performed_action", self.actor()),
+            ],
+        )
+
+    def _exchange_deleted(self, x: Any) -> None:
+        # RabbitMQ 3.10 marks the deletion with a runtime parameter, set and cleared
+        # around it, and its events show
+        marker = [
+            ("vhost", x.vhost),
+            ("component", "exchange-delete-in-progress"),
+            ("name", x.name),
+        ]
+        actor = ("user_who_performed_action", self.actor())
+        self.emit("parameter.set", [*marker, ("value", True), actor])
+        self.emit("exchange.deleted", [("name", Resource(x.vhost, x.name)), actor])
+        self.emit("parameter.cleared", [*marker, actor])
+
+    def _binding(self, key: str, b: Any) -> None:
+        vhost = getattr(b.destination, "vhost", "")
+        self.emit(
+            key,
+            [
+                ("source_name", b.source),
+                ("source_kind", "exchange"),
+                ("destination_name", b.destination.name),
+                ("destination_kind", b.destination.kind),
+                ("routing_key", b.routing_key),
+                ("arguments", table_terms(b.arguments)),
+                ("vhost", vhost),
+                ("user_who_performed_action", self.actor()),
+            ],
+        )
+
+    def _consumer_created(self, c: Any) -> None:
+        channel = c.channel
+        self.emit(
+            "consumer.created",
+            [
+                ("consumer_tag", c.tag),
+                ("exclusive", bool(c.exclusive)),
+                ("ack_required", not c.no_ack),
+                ("channel", self.channel_pid(channel)),
+                ("queue", Resource(c.queue.vhost, c.queue.name)),
+                ("prefetch_count", int(getattr(c, "prefetch", 0) or 0)),
+                ("arguments", table_terms(c.arguments)),
+                ("user_who_performed_action", self.actor()),
+            ],
+        )
+
+    def _consumer_deleted(self, c: Any) -> None:
+        self.emit(
+            "consumer.deleted",
+            [
+                ("consumer_tag", c.tag),
+                ("channel", self.channel_pid(c.channel)),
+                ("queue", Resource(c.queue.vhost, c.queue.name)),
+                ("user_who_performed_action", self.actor()),
+            ],
+        )
+
+    def _auth_props(self, c: Any, username: str) -> list[tuple[str, Value]]:
+        peer = c.peer or ("", 0)
+        local = c.local or ("", 0)
+        return [
+            ("connection_type", "network"),
+            ("name", username),
+            ("host", ip_term(str(local[0]))),
+            ("connection_name", c.name),
+            ("peer_host", ip_term(str(peer[0]))),
+            ("peer_port", int(peer[1])),
+            ("protocol", Term("{0,9,1}")),
+            ("auth_mechanism", c.auth_mechanism),
+            ("ssl", bool((getattr(c, "transport_details", None) or {}).get("ssl", False))),
+        ]
+
+    def _authenticated(self, c: Any) -> None:
+        self.emit("user.authentication.success", self._auth_props(c, c.username))
+
+    def _authentication_failed(self, subject: Any) -> None:
+        c, username, error = subject
+        # the plugin prints the reason, an Erlang string, as a list of character codes
+        props = [*self._auth_props(c, username), ("error", [ord(ch) for ch in error])]
+        self.emit("user.authentication.failure", props)
+
+    def _connection_opened(self, c: Any) -> None:
+        peer = c.peer or ("", 0)
+        local = c.local or ("", 0)
+        tls = getattr(c, "transport_details", {}) or {}
+        self.emit(
+            "connection.created",
+            [
+                ("type", "network"),
+                ("pid", self.connection_pid(c)),
+                ("name", c.name),
+                ("port", int(local[1])),
+                ("peer_port", int(peer[1])),
+                ("host", ip_term(str(local[0]))),
+                ("peer_host", ip_term(str(peer[0]))),
+                ("ssl", bool(tls.get("ssl", False))),
+                ("peer_cert_subject", ""),
+                ("peer_cert_issuer", ""),
+                ("peer_cert_validity", ""),
+                ("auth_mechanism", c.auth_mechanism),
+                ("ssl_protocol", ""),
+                ("ssl_key_exchange", ""),
+                ("ssl_cipher", ""),
+                ("ssl_hash", ""),
+                ("protocol", Term("{0,9,1}")),
+                ("user", c.username),
+                ("vhost", c.vhost),
+                ("timeout", int(getattr(c, "heartbeat", 0))),
+                ("frame_max", int(getattr(c, "frame_max", 0))),
+                ("channel_max", int(getattr(c, "channel_max", 0))),
+                ("client_properties", table_terms(c.client_properties)),
+                ("connected_at", int(getattr(c, "connected_at", 0))),
+                ("node", self.node),
+                ("user_who_performed_action", c.username),
+            ],
+        )
+
+    def _connection_closed(self, c: Any) -> None:
+        if not getattr(c, "client_properties", None) and not getattr(c, "auth_mechanism", ""):
+            return  # it never got as far as connection.start-ok
+        self.emit(
+            "connection.closed",
+            [
+                ("name", c.name),
+                ("pid", self.connection_pid(c)),
+                ("node", self.node),
+                ("client_properties", table_terms(c.client_properties)),
+            ],
+        )
+
+    def _channel_opened(self, ch: Any) -> None:
+        host = ch.host
+        self.emit(
+            "channel.created",
+            [
+                ("pid", self.channel_pid(ch)),
+                ("name", f"{host.name} ({ch.number})"),
+                ("connection", self.connection_pid(host)),
+                ("number", int(ch.number)),
+                ("user", host.username),
+                ("vhost", host.vhost),
+                ("user_who_performed_action", host.username),
+            ],
+        )
+
+    def _channel_closed(self, ch: Any) -> None:
+        self.emit(
+            "channel.closed",
+            [("pid", self.channel_pid(ch)), ("user_who_performed_action", ch.host.username)],
+        )
+
+    def _user_changed(self, name: str) -> None:
+        exists = name in self.broker.users.users
+        known = name in self._users
+        if exists and not known:
+            self._users.add(name)
+            self.emit("user.created", [("name", name), ("user_who_performed_action", self.actor())])
+        elif known and not exists:
+            self._users.discard(name)
+            self.emit("user.deleted", [("name", name), ("user_who_performed_action", self.actor())])
+
+    def _permission_changed(self, subject: tuple[str, str]) -> None:
+        user, vhost = subject
+        perm = self.broker.users.permission(user, vhost)
+        if perm is not None:
+            self.emit(
+                "permission.created",
+                [
+                    ("user", user),
+                    ("vhost", vhost),
+                    ("configure", perm.configure),
+                    ("write", perm.write),
+                    ("read", perm.read),
+                    ("user_who_performed_action", self.actor()),
+                ],
+            )
+        else:
+            self.emit(
+                "permission.deleted",
+                [("user", user), ("vhost", vhost), ("user_who_performed_action", self.actor())],
+            )
+
+    @staticmethod
+    def _policy_map(vhost: Any) -> dict[tuple[str, bool], Any]:
+        policies = vhost.policies
+        return {(name, op): p for op in (False, True) for name, p in policies.table(op).items()}
+
+    def _policy_changed(self, vhost: Any) -> None:
+        before = self._policies.get(vhost.name, {})
+        after = self._policy_map(vhost)
+        self._policies[vhost.name] = after
+        for key, p in after.items():
+            if before.get(key) != p:
+                self.emit(
+                    "policy.set",
+                    [
+                        ("name", p.name),
+                        ("vhost", vhost.name),
+                        ("user_who_performed_action", self.actor()),
+                        ("pattern", p.pattern),
+                        ("definition", dict(p.definition)),
+                        ("priority", p.priority),
+                        ("apply-to", p.apply_to),
+                    ],
+                )
+        for key, p in before.items():
+            if key not in after:
+                self.emit(
+                    "policy.cleared",
+                    [
+                        ("name", p.name),
+                        ("vhost", vhost.name),
+                        ("user_who_performed_action", self.actor()),
+                    ],
+                )
+
+
+# the exchanges RabbitMQ declares in a new vhost, in its order
+_BUILTIN_ORDER = (
+    "",
+    "amq.direct",
+    "amq.topic",
+    "amq.match",
+    "amq.headers",
+    "amq.fanout",
+    "amq.rabbitmq.trace",
+)
+
+
+_HANDLERS: dict[Event, Callable[[EventExchange, Any], None]] = {
+    Event.VHOST_ADDED: EventExchange._vhost_added,
+    Event.VHOST_DELETED: EventExchange._vhost_deleted,
+    Event.QUEUE_CREATED: EventExchange._queue_created,
+    Event.QUEUE_DELETED: EventExchange._queue_deleted,
+    Event.EXCHANGE_CREATED: EventExchange._exchange_created,
+    Event.EXCHANGE_DELETED: EventExchange._exchange_deleted,
+    Event.BINDING_CREATED: lambda e, b: e._binding("binding.created", b),
+    Event.BINDING_DELETED: lambda e, b: e._binding("binding.deleted", b),
+    Event.CONSUMER_CREATED: EventExchange._consumer_created,
+    Event.CONSUMER_DELETED: EventExchange._consumer_deleted,
+    Event.USER_AUTHENTICATED: EventExchange._authenticated,
+    Event.USER_AUTHENTICATION_FAILED: EventExchange._authentication_failed,
+    Event.CONNECTION_AUTHORIZED: EventExchange._connection_opened,
+    Event.CONNECTION_CLOSED: EventExchange._connection_closed,
+    Event.CHANNEL_OPENED: EventExchange._channel_opened,
+    Event.CHANNEL_CLOSED: EventExchange._channel_closed,
+    Event.USER_CHANGED: EventExchange._user_changed,
+    Event.PERMISSION_CHANGED: EventExchange._permission_changed,
+    Event.POLICY_CHANGED: EventExchange._policy_changed,
+}
+
+__all__ = ["EXCHANGE", "TYPE_NAMES", "EventExchange", "Resource", "Term", "ip_term"]

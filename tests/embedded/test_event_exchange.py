@@ -1,0 +1,102 @@
+"""rabbitmq_event_exchange on Leveret: off unless enabled (no amq.rabbitmq.event then, as
+RabbitMQ without the plugin), and the administrative events (vhosts, users, permissions,
+policies) with RabbitMQ's routing keys and headers."""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.request
+from base64 import b64encode
+from typing import Any
+
+import pika
+import pika.exceptions
+import pytest
+
+import leveret
+
+
+def _request(url: str, method: str, body: Any = None) -> None:
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(url, data=data, method=method)
+    req.add_header("Authorization", "Basic " + b64encode(b"guest:guest").decode())
+    req.add_header("Content-Type", "application/json")
+    with urllib.request.urlopen(req, timeout=10):
+        pass
+
+
+def test_off_unless_enabled() -> None:
+    with leveret.Broker() as b:
+        conn = pika.BlockingConnection(pika.URLParameters(b.url))
+        ch = conn.channel()
+        with pytest.raises(pika.exceptions.ChannelClosedByBroker) as info:
+            ch.exchange_declare("amq.rabbitmq.event", "topic", passive=True)
+        assert info.value.reply_code == 404
+        conn.close()
+    with leveret.Broker(plugins=["rabbitmq_event_exchange"]) as b:
+        conn = pika.BlockingConnection(pika.URLParameters(b.url))
+        ch = conn.channel()
+        ch.exchange_declare("amq.rabbitmq.event", "topic", passive=True)
+        with pytest.raises(pika.exceptions.ChannelClosedByBroker) as info:
+            ch.basic_publish("amq.rabbitmq.event", "x", b"")
+            ch.queue_declare("", exclusive=True)
+        assert info.value.reply_code == 403  # internal
+        conn.close()
+
+
+def test_administrative_events() -> None:
+    with leveret.Broker(plugins=["rabbitmq_event_exchange"], management=True) as b:
+        conn = pika.BlockingConnection(pika.URLParameters(b.url))
+        ch = conn.channel()
+        q = ch.queue_declare("", exclusive=True).method.queue
+        ch.queue_bind(q, "amq.rabbitmq.event", "#")
+        time.sleep(0.3)
+        while ch.basic_get(q, auto_ack=True)[0] is not None:
+            pass
+        api = b.management_url + "/api"
+        b.add_vhost("evv")
+        b.add_user("evu", "pw")
+        b.set_permissions("evu", "evv")
+        b.clear_permissions("evu", "evv")
+        _request(
+            f"{api}/policies/evv/evp", "PUT", {"pattern": "^x", "definition": {"max-length": 3}}
+        )
+        _request(f"{api}/policies/evv/evp", "DELETE")
+        b.delete_user("evu")
+        b.delete_vhost("evv")
+        time.sleep(0.5)
+        events: list[tuple[str, dict[str, Any]]] = []
+        while True:
+            m, p, _ = ch.basic_get(q, auto_ack=True)
+            if m is None:
+                break
+            events.append((m.routing_key, p.headers))
+        conn.close()
+    keys = [k for k, _ in events]
+    assert keys == [
+        *["exchange.created"] * 7,
+        "vhost.created",
+        "user.created",
+        "permission.created",
+        "permission.deleted",
+        "policy.set",
+        "policy.cleared",
+        "user.deleted",
+        "vhost.deleted",
+    ]
+    by_key = dict(events)
+    assert by_key["vhost.created"]["name"] == "evv"
+    assert by_key["user.created"]["name"] == "evu"
+    perm = by_key["permission.created"]
+    assert (perm["user"], perm["vhost"], perm["configure"]) == ("evu", "evv", ".*")
+    policy = by_key["policy.set"]
+    assert (policy["name"], policy["pattern"], policy["definition"]) == (
+        "evp",
+        "^x",
+        {"max-length": 3},
+    )
+    assert list(policy) == [  # the plugin's order
+        "apply-to", "priority", "definition", "pattern", "user_who_performed_action",
+        "vhost", "name", "timestamp_in_ms",
+    ]  # fmt: skip
