@@ -382,6 +382,7 @@ class VirtualHost:
             src = self.exchanges.get(binding.source)
             if src is not None:
                 src.unbind(binding.key)
+                self.observers.emit(Event.BINDING_DELETED, (binding, "rmq-internal"))
                 self._maybe_auto_delete(src)
         consumers = list(q.consumers)
         q.consumers.clear()
