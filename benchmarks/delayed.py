@@ -22,6 +22,7 @@ there is no RabbitMQ figure to compare with here.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import multiprocessing as mp
 import os
@@ -150,6 +151,7 @@ def in_process_run(args: argparse.Namespace) -> dict[str, Any]:
         server = b._started()
         scheduler = server.scheduler
         setup(b.url)
+        gc.freeze()  # as leveret server does once it has started
         late: list[int] = []
         scheduler.lateness = late
         rng = random.Random(3)

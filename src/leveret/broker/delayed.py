@@ -122,6 +122,9 @@ class _Buckets:
     def flush(self) -> None:
         pass
 
+    def dirty_paths(self) -> list[Path]:
+        return []
+
     def sync(self) -> None:
         pass
 
@@ -217,8 +220,16 @@ class _DiskBuckets(_Buckets):
                 out.append((bucket, self._read(bucket)))
         return out
 
+    def dirty_paths(self) -> list[Path]:
+        """The files written since they were last made durable (handed to
+        :func:`fsync_paths`, off the event loop)."""
+        self.flush()
+        paths = [self.dir / f"{bucket}.dl" for bucket in self._dirty]
+        self._dirty.clear()
+        return paths
+
     def sync(self) -> None:
-        """Make what was written durable (fsync): the broker asks every second."""
+        """Make what was written durable (fsync), here and now."""
         self.flush()
         for bucket in list(self._dirty):
             fd = self._fds.get(bucket)
@@ -254,7 +265,10 @@ class Scheduler:
             _DiskBuckets(directory / "far") if directory is not None else _Buckets()
         )
         self._far_pending: Counter[int] = Counter()  # minute bucket -> messages in it
-        self._heap: list[tuple[int, int, int, str, str, Message]] = []  # due, seq, bucket, ...
+        # due, seq, bucket, vhost, exchange, then the message as plain values: tuples of
+        # ints, strings and bytes only, which the garbage collector stops tracking, so
+        # that a large schedule costs its collections nothing
+        self._heap: list[tuple[int, int, int, str, str, str, str, bytes, bytes, bytes]] = []
         self._pending: Counter[int] = Counter()  # bucket -> messages not yet loaded
         self._loaded: dict[int, int] = {}  # bucket -> messages of it in the heap
         self._loaded_upto = -1  # every bucket up to this one is in memory
@@ -317,7 +331,12 @@ class Scheduler:
 
     def _push(self, bucket: int, item: Scheduled) -> None:
         due, seq, vhost, exchange, message = item
-        heapq.heappush(self._heap, (due, seq, bucket, vhost, exchange, message))
+        m = message
+        heapq.heappush(
+            self._heap,
+            (due, seq, bucket, vhost, exchange, m.exchange, m.routing_key,
+             m.exchange_and_key, m.properties, m.body),
+        )  # fmt: skip
         self._loaded[bucket] = self._loaded.get(bucket, 0) + 1
 
     def count(self, vhost: str, exchange: str) -> int:
@@ -350,8 +369,8 @@ class Scheduler:
         heap = self._heap
         lateness = self.lateness
         while heap and heap[0][0] <= now:
-            due, seq, bucket, vhost, exchange, message = heapq.heappop(heap)
-            self._deliver(vhost, exchange, message)
+            due, seq, bucket, vhost, exchange, mx, mk, eak, props, body = heapq.heappop(heap)
+            self._deliver(vhost, exchange, Message(mx, mk, eak, props, body))
             if lateness is not None:
                 lateness.append(wall_ms() - due)
             delivered += 1
@@ -438,9 +457,24 @@ class Scheduler:
         self._store.sync()
         self._far.sync()
 
+    def dirty_paths(self) -> list[Path]:
+        """What to fsync to make the schedule durable, for a thread to do."""
+        return [*self._store.dirty_paths(), *self._far.dirty_paths()]
+
     def close(self) -> None:
         self._store.close()
         self._far.close()
+
+
+def fsync_paths(paths: list[Path]) -> None:
+    """fsync each file (gone ones skipped): run in a thread, not on the event loop."""
+    for path in paths:
+        with contextlib.suppress(FileNotFoundError):
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
 
 
 _KEY = b"\x07x-delay"

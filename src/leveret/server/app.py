@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import signal
 import socket
@@ -12,7 +13,7 @@ from typing import Any
 
 from leveret.broker import consumer_timeout, plugins
 from leveret.broker.broker import LOG_EXCHANGE, Broker
-from leveret.broker.delayed import Scheduler
+from leveret.broker.delayed import Scheduler, fsync_paths
 from leveret.broker.event_exchange import EventExchange
 from leveret.broker.events import Observers
 from leveret.broker.exchanges.delayed import PLUGIN as DELAYED
@@ -251,10 +252,12 @@ class Server:
         if self.events is not None:
             self.events.flush()
         self._ticks += 1
-        if self._ticks % 5 == 0:
-            self.scheduler.sync()  # durable within a second, fsync off the hot path
-        else:
-            self.scheduler.flush()
+        self.scheduler.flush()
+        if self._ticks % 5 == 0 and self.loop is not None:
+            # durable within a second; fsync in a thread, never holding up the loop
+            paths = self.scheduler.dirty_paths()
+            if paths:
+                self.loop.run_in_executor(None, fsync_paths, paths)
 
     async def stop(self, reason: str = "shutdown") -> None:
         if self._log_handler is not None:
@@ -284,6 +287,7 @@ class Server:
 
     async def serve_forever(self, on_ready: Any = None) -> None:
         await self.start()
+        gc.freeze()  # start-up's objects live as long as the server: out of the collector's way
         if on_ready is not None:
             on_ready(self)
         stop = asyncio.Event()
