@@ -32,6 +32,7 @@ the disk is removed by the next run.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -46,6 +47,7 @@ from leveret.logs.lake import (
     METADATA,
     STATE_DIR,
     SinkLog,
+    data_dirs,
     lake_lock,
     local_path,
     log_batches,
@@ -391,6 +393,22 @@ def _write_partition(files: list[str], out_dir: Path, target: int) -> tuple[list
     return outs, rows
 
 
+STALE_TEMP = 3600.0
+
+
+def _remove_stale_temps(lake: Path, older: float = STALE_TEMP) -> None:
+    """The half-written files of compactions killed before they published them (hidden:
+    no reader lists them); an hour old, no running compaction still writes them."""
+    now = time.time()
+    for d in data_dirs(lake):
+        with contextlib.suppress(FileNotFoundError):
+            for e in os.scandir(d):
+                if e.name.startswith(".compacting-"):
+                    with contextlib.suppress(FileNotFoundError):
+                        if now - e.stat().st_mtime > older:
+                            os.unlink(e.path)
+
+
 def compact(
     lake: Path,
     target: int = TARGET_BYTES,
@@ -401,6 +419,7 @@ def compact(
     """Rewrite each partition's small committed files into large ones, one commit per
     partition. ``pause(step)`` is called between steps (tests kill the process there)."""
     change = Change()
+    _remove_stale_temps(lake)
     todo = plan(lake, target, min_files)
     for part, files in todo.items():
         out_dir = lake / part
