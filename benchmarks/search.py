@@ -25,6 +25,7 @@ import statistics
 import subprocess
 import sys
 import time
+from datetime import UTC
 from pathlib import Path
 from typing import Any
 
@@ -237,6 +238,55 @@ def measure(lake: Path, rounds: int) -> dict[str, Any]:
     return out
 
 
+def pyarrow_search(lake: Path, f: Filters, limit: int = 100) -> int:
+    """The same search with pyarrow datasets over the same committed files (the engine
+    the search did not pick): the number of records found."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.dataset as ds
+
+    files = LakeSearch(lake).files(f)
+    part = ds.HivePartitioning(pa.schema([("date", pa.string()), ("severity", pa.string())]))
+    d = ds.dataset(files, format="parquet", partitioning=part, partition_base_dir=str(lake))
+    cond = pc.scalar(True)
+    kind = d.schema.field("ts").type  # INT96 reads as timestamp[ns] without a zone
+
+    def at(t: Any) -> Any:
+        value = t if kind.tz else t.astimezone(UTC).replace(tzinfo=None)
+        return pa.scalar(value, pa.timestamp("us", tz=kind.tz)).cast(kind)
+
+    if f.since is not None:
+        cond &= pc.field("ts") >= at(f.since)
+    if f.until is not None:
+        cond &= pc.field("ts") < at(f.until)
+    for column, values in (("severity", f.severities), ("app", f.apps), ("host", f.hosts),
+                           ("facility", f.facilities)):  # fmt: skip
+        if values:
+            cond &= pc.field(column).isin(list(values))
+    if f.text:
+        cond &= pc.match_substring(pc.field("message"), f.text, ignore_case=True)
+    table = d.to_table(filter=cond).sort_by([("ts", "descending")]).slice(0, limit)
+    return table.num_rows
+
+
+def compare(lake: Path, rounds: int) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name, spec in SEARCHES.items():
+        if not any(k in spec for k in ("severities", "apps", "hosts")):
+            continue  # the filtered searches only
+        f = _filters(spec)
+        found = pyarrow_search(lake, f)
+        times = []
+        for _ in range(rounds):
+            t = time.perf_counter()
+            pyarrow_search(lake, f)
+            times.append(time.perf_counter() - t)
+        out[name] = {"median_s": round(statistics.median(times), 3), "found": found,
+                     "min_s": round(min(times), 3), "max_s": round(max(times), 3)}  # fmt: skip
+        print(f"  pyarrow, {name}: median {out[name]['median_s']:.3f} s", flush=True)
+    return out
+
+
 def _shape(lake: Path) -> dict[str, Any]:
     log = SinkLog(lake)
     log.refresh()
@@ -262,6 +312,9 @@ def main() -> None:
     )
     ap.add_argument("--measure", action="store_true")
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument(
+        "--compare", action="store_true", help="also run the filtered searches with pyarrow"
+    )
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     args.root.mkdir(parents=True, exist_ok=True)
@@ -278,6 +331,8 @@ def main() -> None:
         result["before"] = {"shape": _shape(work)}
         print(f"before compaction: {result['before']['shape']}", flush=True)
         result["before"]["searches"] = measure(work, args.rounds)
+        if args.compare:
+            result["before"]["pyarrow"] = compare(work, max(2, args.rounds // 2))
         t = time.perf_counter()
         while True:
             change = compaction.compact(work)
