@@ -164,3 +164,37 @@ def test_the_cli_search_of_the_same_lake(tmp_path: Path) -> None:
         f"request {i} " + ("timed out after 30s" if i % 4 == 0 else "served") for i in (214, 244)
     ]
     assert lines[0].startswith("2026-11-26T00:47:00.000000Z CRITICAL user web1 auth[1214]")
+
+
+def test_the_days_alerts_beside_the_lake(chromium: Any, tmp_path: Path) -> None:
+    """An alert the ingest wrote into the lake (facility alert, severity warning) is listed
+    in the Logs view's Alerts card."""
+    lake = tmp_path / "data" / "lake"
+    d = lake / f"date={datetime.now(UTC).date().isoformat()}" / "severity=warning"
+    d.mkdir(parents=True)
+    f = d / "part-00000-alert.c000.snappy.parquet"
+    message = "alert 'shop errors': error rate 33.3% above 20.0% over 5 min for app 'shop'"
+    pq.write_table(
+        pa.table({
+            "ts": pa.array([datetime.now(UTC)], pa.timestamp("us", tz="UTC")),
+            "facility": ["alert"], "app": ["leveret-alerts"], "host": [""], "pid": [0],
+            "message": [message], "extra": [json.dumps({"rule": "shop errors"})],
+        }),
+        f,
+    )  # fmt: skip
+    meta = lake / "_spark_metadata"
+    meta.mkdir()
+    entry = {"path": f.as_uri(), "size": f.stat().st_size, "isDir": False,
+             "modificationTime": 0, "blockReplication": 1, "blockSize": 1,
+             "action": "add"}  # fmt: skip
+    (meta / "0").write_text("v1\n" + json.dumps(entry))
+    with leveret.Broker(data_dir=tmp_path / "data", management=True) as broker:
+        view = Page(chromium, broker.management_url)
+        try:
+            p = view.login("/logs")
+            p.wait_for_selector("#lake-alerts .alert[data-rule='shop errors']", timeout=20_000)
+            assert message in p.text_content("#lake-alerts")  # type: ignore[operator]
+            view.shot("logs-lake-alerts.png")
+            assert view.errors == []
+        finally:
+            view.close()
