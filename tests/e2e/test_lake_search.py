@@ -194,6 +194,7 @@ def test_the_days_alerts_beside_the_lake(chromium: Any, tmp_path: Path) -> None:
             p = view.login("/logs")
             p.wait_for_selector("#lake-alerts .alert[data-rule='shop errors']", timeout=20_000)
             assert message in p.text_content("#lake-alerts")  # type: ignore[operator]
+            p.locator("#lake-alerts").scroll_into_view_if_needed()
             view.shot("logs-lake-alerts.png")
             assert view.errors == []
         finally:
