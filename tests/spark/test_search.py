@@ -43,7 +43,7 @@ def _doc(i: int) -> dict[str, object]:
 
 
 @pytest.fixture(scope="module")
-def lake(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory,
+def lake(_spark_session: SparkSession, tmp_path_factory: pytest.TempPathFactory,
          leveret: BrokerUnderTest) -> Path:  # fmt: skip
     import uuid
 
@@ -63,6 +63,7 @@ def lake(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory,
     tmp = tmp_path_factory.mktemp("search")
     cfg = IngestConfig(url=broker.url, lake=tmp / "lake", checkpoint=tmp / "cp", stream=stream,
                        trigger="availableNow", max_records_per_trigger=120)  # fmt: skip
+    spark = _spark_session  # one session for the run (the module's lake outlives a test)
     query = start_ingest(spark, cfg)
     query.awaitTermination(300)
     delete_queue(broker, stream)
