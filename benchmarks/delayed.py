@@ -22,6 +22,7 @@ there is no RabbitMQ figure to compare with here.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import multiprocessing as mp
 import os
@@ -137,6 +138,61 @@ def lateness_run(url: str, args: argparse.Namespace, delayed: bool) -> dict[str,
     }
 
 
+def in_process_run(args: argparse.Namespace) -> dict[str, Any]:
+    """The schedule alone: an in-process broker with a data directory, messages scheduled
+    through its core on its own loop at ``--rate`` (no sockets, no client), lateness
+    measured where a message leaves the schedule."""
+    import leveret
+    from leveret.broker.message import Message
+    from leveret.protocol import table
+
+    data_dir = Path(tempfile.mkdtemp(prefix="bench-delayed-inproc-"))
+    with leveret.Broker(data_dir=data_dir) as b:
+        server = b._started()
+        scheduler = server.scheduler
+        setup(b.url)
+        gc.freeze()  # as leveret server does once it has started
+        late: list[int] = []
+        scheduler.lateness = late
+        rng = random.Random(3)
+        per_tick = max(1, int(args.rate * 0.01))
+        n_total = int(args.rate * args.seconds)
+
+        def publish_batch(core: Any) -> None:
+            vhost = core.vhosts["/"]
+            x = vhost.exchanges[EXCHANGE]
+            for _ in range(per_tick):
+                delay = rng.randint(args.min_delay, args.max_delay)
+                props = b"\x20\x00" + table.encode_table(
+                    [("x-delay", b"I" + struct.pack(">i", delay))]
+                )
+                vhost.publish_to(x, Message.from_parts(EXCHANGE, "k", props, b"x" * 100), False)
+
+        start = time.monotonic()
+        sent = 0
+        while sent < n_total:
+            b._call(publish_batch)
+            sent += per_tick
+            ahead = start + sent / args.rate - time.monotonic()
+            if ahead > 0:
+                time.sleep(ahead)
+        produced_s = time.monotonic() - start
+        deadline = time.monotonic() + args.max_delay / 1000 + 30
+        while len(late) < sent and time.monotonic() < deadline:
+            time.sleep(0.2)
+        scheduler.lateness = None
+    return {
+        "mode": "in-process",
+        "scheduled": sent,
+        "delivered": len(late),
+        "rate_achieved": round(sent / produced_s),
+        "p50_ms": float(statistics.median(late)),
+        "p99_ms": float(sorted(late)[int(0.99 * (len(late) - 1))]),
+        "p999_ms": float(sorted(late)[int(0.999 * (len(late) - 1))]),
+        "max_ms": float(max(late)),
+    }
+
+
 def schedule_many(url: str, count: int, pid: int) -> dict[str, Any]:
     conn = pika.BlockingConnection(pika.URLParameters(url))
     ch = conn.channel()
@@ -148,7 +204,6 @@ def schedule_many(url: str, count: int, pid: int) -> dict[str, Any]:
         props = pika.BasicProperties(headers={"x-delay": rng.randint(3_600_000, 7_200_000)})
         ch.basic_publish(EXCHANGE, "k", b"x" * 100, props)
         if i + 1 in (count // 10, count):
-            ch.confirm_delivery() if i + 1 == count // 10 else None
             ch.queue_declare(QUEUE, passive=True)  # a round trip: the broker has them all
             time.sleep(1)
             marks[i + 1] = rss(pid)
@@ -166,7 +221,22 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--million", type=int, default=1_000_000)
     parser.add_argument("--json", type=Path)
+    parser.add_argument(
+        "--in-process", action="store_true", help="only the schedule itself, in-process"
+    )
     args = parser.parse_args()
+    if args.in_process:
+        runs = []
+        for _ in range(args.repeat):
+            run = in_process_run(args)
+            runs.append(run)
+            print("in-process:", json.dumps(run), flush=True)
+        p99s = [r["p99_ms"] for r in runs]
+        out = {"load": os.getloadavg(), "runs": runs, "p99_median_ms": statistics.median(p99s)}
+        print(json.dumps(out, indent=2))
+        if args.json:
+            args.json.write_text(json.dumps(out, indent=2))
+        return
     data_dir = Path(tempfile.mkdtemp(prefix="bench-delayed-"))
     broker = start_leveret(data_dir)
     assert broker.process is not None
@@ -185,6 +255,7 @@ def main() -> None:
         if args.million:
             mem = schedule_many(broker.url, args.million, pid)
             size = sum(p.stat().st_size for p in data_dir.rglob("*.dl"))
+            mem["schedule_files"] = sum(1 for _ in data_dir.rglob("*.dl"))
             mem["schedule_bytes_on_disk"] = size
             results["memory"] = mem
             print("memory:", json.dumps(mem), flush=True)

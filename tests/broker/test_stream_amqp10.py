@@ -13,7 +13,6 @@ from pamqp import commands
 
 from leveret.broker.queues.stream_amqp10 import (
     _to_amqp10_decoded,
-    from_amqp10,
     to_amqp091,
     to_amqp10,
 )
@@ -92,27 +91,6 @@ def test_the_splice_agrees_with_the_general_conversion(
     raw: bytes, body: bytes, exchange: str, key: str
 ) -> None:
     assert to_amqp10(exchange, key, raw, body) == _to_amqp10_decoded(exchange, key, raw, body)
-
-
-@given(properties(), st.binary(max_size=300))
-def test_back_to_amqp091(raw: bytes, body: bytes) -> None:
-    exchange, key, back, body_back = from_amqp10(to_amqp10("ex", "rk", raw, body), "s")
-    assert (exchange, key, body_back) == ("ex", "rk", body)
-    before, after = props091.decode(raw), props091.decode(back)
-    for name in (
-        "content_type",
-        "content_encoding",
-        "correlation_id",
-        "reply_to",
-        "expiration",
-        "message_id",
-        "message_type",
-        "user_id",
-        "app_id",
-        "delivery_mode",
-        "priority",
-    ):
-        assert (getattr(before, name) or None) == (getattr(after, name) or None), name
 
 
 @given(properties(), st.binary(max_size=300), _short, _short)

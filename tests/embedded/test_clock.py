@@ -3,6 +3,9 @@ TTL, an hour of queue expiry and a consumer timeout pass in milliseconds, with n
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 import pika
 import pika.exceptions
 import pytest
@@ -104,3 +107,46 @@ def test_a_manual_clock_is_its_own_broker_s_alone(leveret_clock: leveret.Broker)
         leveret_clock.advance(7200)
         assert count(ch, "q") == 1
         conn.close()
+
+
+def test_stream_retention_follows_the_manual_clock(tmp_path: Path) -> None:
+    with leveret.Broker(data_dir=tmp_path, clock="manual") as b:
+        conn = connect(b.url)
+        ch = conn.channel()
+        ch.confirm_delivery()
+        ch.queue_declare(
+            "events",
+            durable=True,
+            arguments={
+                "x-queue-type": "stream",
+                "x-max-age": "1h",
+                "x-stream-max-segment-size-bytes": 500,
+            },
+        )
+        for i in range(20):
+            ch.basic_publish("", "events", f"old-{i}".encode() + b"x" * 200)
+        b.advance(1800)
+        assert read_stream(conn.channel(), "events", 20) == 20  # half an hour: all kept
+        b.advance(1801)
+        ch.basic_publish("", "events", b"new")
+        got = read_stream(conn.channel(), "events", 1)
+        assert 1 <= got <= 10  # the segments older than an hour went
+        conn.close()
+
+
+def read_stream(ch: Any, queue: str, at_least: int) -> int:
+    """How many messages a consumer from the first offset gets."""
+    ch.basic_qos(prefetch_count=1000)
+    got: list[bytes] = []
+    ch.basic_consume(
+        queue,
+        lambda c, m, p, body: (got.append(body), c.basic_ack(m.delivery_tag)),
+        arguments={"x-stream-offset": "first"},
+    )
+    for _ in range(30):
+        ch.connection.process_data_events(time_limit=0.1)
+        if len(got) >= at_least:
+            ch.connection.process_data_events(time_limit=0.3)
+            break
+    ch.close()
+    return len(got)

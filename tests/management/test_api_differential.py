@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from tests.support.mgmt import EXPECTED_DEPTHS, Site, declare_scenario, normalize, q
-from tests.support.waiting import wait_for
+from tests.support.waiting import STATS_WAIT, wait_for
 
 pytestmark = pytest.mark.rabbitmq
 
@@ -113,7 +113,7 @@ def test_queues_field_by_field(sites: tuple[Site, Site]) -> None:
                 out.append((name, "message_stats", stats))
         return out
 
-    assert wait_for(lambda: not differences(), timeout=30), differences()
+    assert wait_for(lambda: not differences(), timeout=STATS_WAIT), differences()
     for name in ("hello", "amq.gen-X"):
         one, two = (
             site.api.get(f"/api/queues/{q(site.vhost)}/{q(real)}")
@@ -383,7 +383,7 @@ def test_other_endpoints_have_rabbitmqs_fields(sites: tuple[Site, Site]) -> None
                 found += shape_diff(ours[key], t[key], key)
             return found
 
-        assert wait_for(lambda: not problems(), timeout=40), "\n".join(problems())
+        assert wait_for(lambda: not problems(), timeout=STATS_WAIT), "\n".join(problems())
         theirs = fetch(sites[1])
         assert set(ours["overview"]["object_totals"]) == set(theirs["overview"]["object_totals"])
         assert ours["consumer"]["consumer_tag"] == theirs["consumer"]["consumer_tag"]

@@ -19,7 +19,7 @@ import pika
 import pytest
 
 from tests.support.mgmt import Site, q
-from tests.support.waiting import wait_for
+from tests.support.waiting import STATS_WAIT, wait_for
 
 pytestmark = pytest.mark.rabbitmq
 
@@ -97,7 +97,7 @@ def test_aliveness_round_trip(sites: tuple[Site, Site]) -> None:
     assert ours[:4] == theirs[:4]
     expected = ours[4]()
     assert expected == (0, False, {}, 2, 2)
-    assert wait_for(lambda: theirs[4]() == expected, timeout=30), theirs[4]()
+    assert wait_for(lambda: theirs[4]() == expected, timeout=STATS_WAIT), theirs[4]()
 
 
 def queue_scenario(site: Site) -> pika.BlockingConnection:
@@ -148,7 +148,7 @@ def test_queue_figures(sites: tuple[Site, Site]) -> None:
 
         for name in ("q1", "q2"):
             ours = figures(lev, name)
-            assert wait_for(lambda n=name, o=ours: figures(rmq, n) == o, timeout=30), (
+            assert wait_for(lambda n=name, o=ours: figures(rmq, n) == o, timeout=STATS_WAIT), (
                 ours, figures(rmq, name))
         one = lev.api.get(f"/api/queues/{q(lev.vhost)}/q1")
         assert "memory" not in one
@@ -189,7 +189,7 @@ def test_consumer_capacity_measures_blocked_time(sites: tuple[Site, Site]) -> No
             ch.basic_publish("", "slow", b"more")
             return 0 <= capacity("slow") < 0.5 and capacity("fast") > 0.9
 
-        wait_for(held, timeout=30)
+        wait_for(held, timeout=STATS_WAIT)
         results.append((capacity("fast") > 0.9, capacity("slow") < 0.5))
         conn.close()
     assert results == [(True, True), (True, True)]
@@ -247,7 +247,7 @@ def test_exchange_and_channel_stats(sites: tuple[Site, Site]) -> None:
             return sorted(out)
 
         ours = exchanges(lev), channels(lev)
-        assert wait_for(lambda: (exchanges(rmq), channels(rmq)) == ours, timeout=30), (
+        assert wait_for(lambda: (exchanges(rmq), channels(rmq)) == ours, timeout=STATS_WAIT), (
             ours, exchanges(rmq), channels(rmq))
         assert ours[0]["x2"] == {"publish_in": 2, "publish_out": 4}
         number_one = next(c for c in lev.api.get(f"/api/vhosts/{q(lev.vhost)}/channels")

@@ -20,7 +20,7 @@ from pika.exceptions import (
 )
 
 from tests.support.mgmt import Site, q
-from tests.support.waiting import wait_for
+from tests.support.waiting import STATS_WAIT, wait_for
 
 pytestmark = pytest.mark.rabbitmq
 
@@ -198,9 +198,12 @@ def queue_fields(site: Site, name: str) -> dict[str, Any]:
                                      "effective_policy_definition", "messages")}
 
 
-def settle(sites: tuple[Site, Site], probe: Callable[[Site], Any], timeout: float = 30) -> None:
-    """Compare ``probe`` on both brokers; RabbitMQ's queue statistics arrive every 5 s,
-    so its side is polled until it agrees (or the time is up and the difference shows)."""
+def settle(
+    sites: tuple[Site, Site], probe: Callable[[Site], Any], timeout: float = STATS_WAIT
+) -> None:
+    """Compare ``probe`` on both brokers; RabbitMQ's queue statistics arrive once per
+    statistics interval, so its side is polled until it agrees (or the time is up and the
+    difference shows)."""
     lev, rmq = sites
     ours = norm(lev, probe(lev))
     wait_for(lambda: norm(rmq, probe(rmq)) == ours, timeout=timeout)
@@ -656,7 +659,7 @@ def test_definitions_round_trip(sites: tuple[Site, Site]) -> None:
             mine["per_vhost"] = {k: sorted(json.dumps(i, sort_keys=True) for i in per_vhost[k])
                                  for k in ("parameters", "policies")}
             q1 = wait_for(lambda: (site.api.get(f"/api/queues/{q(vhost)}/q1")
-                                   .get("effective_policy_definition")), timeout=30)
+                                   .get("effective_policy_definition")), timeout=STATS_WAIT)
             x1 = site.api.get(f"/api/exchanges/{q(vhost)}/x1").get("policy")
             return mine, q1, x1, site.api.get(f"/api/user-limits/{q(user)}")
         finally:

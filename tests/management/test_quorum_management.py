@@ -10,7 +10,7 @@ import pika
 import pytest
 
 from tests.support.mgmt import Site, q
-from tests.support.waiting import wait_for
+from tests.support.waiting import STATS_WAIT, wait_for
 
 pytestmark = pytest.mark.rabbitmq
 
@@ -93,7 +93,7 @@ def test_queue_fields_match(sites: tuple[Site, Site]) -> None:
                     out.append((key, ours[key], theirs[key]))
             return out
 
-        assert wait_for(lambda d=differences: not d(), timeout=40), differences()
+        assert wait_for(lambda d=differences: not d(), timeout=STATS_WAIT), differences()
     assert ours["type"] == "quorum"
     assert (ours["messages"], ours["messages_ready"], ours["messages_unacknowledged"],
             ours["messages_dlx"]) == (6, 3, 2, 1)
@@ -110,4 +110,4 @@ def test_ctl_list_queues_shows_the_type_and_members(sites: tuple[Site, Site]) ->
 
     lev, rmq = sites
     assert rows(lev) == [["t-qq", "quorum", "NODE", "[NODE]", "[NODE]", "3"]]
-    assert wait_for(lambda: rows(rmq) == rows(lev), timeout=20), (rows(rmq), rows(lev))
+    assert wait_for(lambda: rows(rmq) == rows(lev), timeout=STATS_WAIT), (rows(rmq), rows(lev))

@@ -13,7 +13,7 @@ import pytest
 from tests.differential.helpers import settle
 from tests.support.brokers import BrokerUnderTest
 from tests.support.mgmt import Site, make_site, q, rabbitmq_with_management
-from tests.support.waiting import wait_for
+from tests.support.waiting import STATS_WAIT, wait_for
 
 
 @pytest.fixture(params=["leveret", "rabbitmq"])
@@ -45,7 +45,7 @@ def activity(site: Site, queue: str) -> tuple[Any, dict[str, tuple[bool, str]]]:
 
 def shows(site: Site, queue: str, expected: tuple[Any, dict[str, tuple[bool, str]]]) -> Any:
     """Wait until management shows ``expected`` (RabbitMQ's figures lag by seconds)."""
-    return wait_for(lambda: activity(site, queue) == expected, timeout=20) or activity(
+    return wait_for(lambda: activity(site, queue) == expected, timeout=STATS_WAIT) or activity(
         site, queue)
 
 

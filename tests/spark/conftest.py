@@ -20,7 +20,7 @@ from tests.support.brokers import BrokerUnderTest  # noqa: E402
 
 
 @pytest.fixture(scope="session")
-def spark() -> Iterator[SparkSession]:
+def _spark_session() -> Iterator[SparkSession]:
     from leveret.spark import register
 
     # the workers run this interpreter, as the pipeline's own sessions do
@@ -38,6 +38,20 @@ def spark() -> Iterator[SparkSession]:
     register(session)
     yield session
     session.stop()
+
+
+@pytest.fixture
+def spark(_spark_session: SparkSession) -> SparkSession:
+    """The run's one SparkSession, made the active session of the JVM thread that serves
+    this test's Python thread. Spark looks a Python data source up for a *write* in the
+    active session only (``DataSource.lookupDataSource`` reads
+    ``SparkSession.getActiveSession``; a read goes through the session it is called on),
+    and a JVM thread py4j serves a Python thread from has none unless it is set: seen as
+    ``DATA_SOURCE_NOT_FOUND: amqp`` on a write right after a read of the same session."""
+    jvm = _spark_session.sparkContext._jvm
+    assert jvm is not None
+    jvm.org.apache.spark.sql.SparkSession.setActiveSession(_spark_session._jsparkSession)
+    return _spark_session
 
 
 def declare_stream(broker: BrokerUnderTest, name: str) -> None:

@@ -8,6 +8,14 @@ from typing import TypeVar
 
 T = TypeVar("T")
 
+# The reference RabbitMQ's collect_statistics_interval, as scripts/test sets it (1000 ms):
+# the figures its management API shows change once per interval, and later than that on a
+# busy node (each queue, channel and connection process emits its own).
+RABBITMQ_STATS_INTERVAL = 1.0
+# How long a test waits for RabbitMQ's figures to catch up: sixty intervals. A wait ends as
+# soon as they agree; this only bounds a real disagreement.
+STATS_WAIT = 60 * RABBITMQ_STATS_INTERVAL
+
 
 def wait_for(probe: Callable[[], T], timeout: float = 30, interval: float = 0.5) -> T:
     """Call ``probe`` every ``interval`` seconds until it returns something truthy or

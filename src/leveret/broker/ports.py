@@ -313,6 +313,10 @@ class StreamLog(Protocol):
         """New retention limits and segment size, applied from now on."""
         ...
 
+    def apply_retention(self, now_ms: int | None = None) -> int:
+        """Drop the whole segments beyond the limits now; how many went."""
+        ...
+
 
 class Storage(Protocol):
     """Where the broker keeps queue contents that outlive the process."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import signal
 import ssl
 from collections.abc import Callable
@@ -145,6 +146,9 @@ class Broker:
 
     async def serve_forever(self, on_ready: Callable[[Running], Any] | None = None) -> None:
         running = await self.start()
+        # what start-up made lives as long as the server: out of the collector's way, so
+        # that full collections (which pause the loop) scan only what came since
+        gc.freeze()
         if on_ready is not None:
             on_ready(running)
         stop = asyncio.Event()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import signal
 import socket
@@ -12,7 +13,7 @@ from typing import Any
 
 from leveret.broker import consumer_timeout, plugins
 from leveret.broker.broker import LOG_EXCHANGE, Broker
-from leveret.broker.delayed import Scheduler
+from leveret.broker.delayed import Scheduler, fsync_paths
 from leveret.broker.event_exchange import EventExchange
 from leveret.broker.events import Observers
 from leveret.broker.exchanges.delayed import PLUGIN as DELAYED
@@ -59,6 +60,7 @@ class Server:
             EventExchange(self.broker) if plugins.EVENT_EXCHANGE in self.broker.plugins else None
         )
         self._schedule_timer: ScheduleTimer | None = None
+        self._ticks = 0
         self._log_handler: LogExchangeHandler | None = None
         self.broker.users.loopback_users = set(config.loopback_users)
         self.loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]
@@ -229,7 +231,7 @@ class Server:
         """Make what was published durable before confirms go out (fsync batching)."""
         if self.persistence is not None:
             self.persistence.sync()
-            self.scheduler.sync()
+            self.scheduler.flush()  # confirmed delayed messages survive a kill -9
 
     def _tick(self) -> None:
         """Periodic housekeeping: message and queue expiry, memory and disk (alarms,
@@ -249,6 +251,13 @@ class Server:
             self._schedule_timer.rearm()
         if self.events is not None:
             self.events.flush()
+        self._ticks += 1
+        self.scheduler.flush()
+        if self._ticks % 5 == 0 and self.loop is not None:
+            # durable within a second; fsync in a thread, never holding up the loop
+            paths = self.scheduler.dirty_paths()
+            if paths:
+                self.loop.run_in_executor(None, fsync_paths, paths)
 
     async def stop(self, reason: str = "shutdown") -> None:
         if self._log_handler is not None:
@@ -278,6 +287,7 @@ class Server:
 
     async def serve_forever(self, on_ready: Any = None) -> None:
         await self.start()
+        gc.freeze()  # start-up's objects live as long as the server: out of the collector's way
         if on_ready is not None:
             on_ready(self)
         stop = asyncio.Event()

@@ -33,12 +33,13 @@ import logging
 import os
 import shutil
 import struct
-import time
 import zlib
 from array import array
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+
+from leveret.broker.clock import wall_ms
 
 log = logging.getLogger(__name__)
 
@@ -509,7 +510,7 @@ class OsirisLog:
             if self._tracking_dirty and self.dir.exists():
                 self._save_tracking()
             return False
-        ts = int(time.time() * 1000) if ts_ms is None else ts_ms
+        ts = wall_ms() if ts_ms is None else ts_ms  # the broker's clock
         seg = self.segments[-1]
         chunks: list[bytes] = []
         index: list[bytes] = []
@@ -609,7 +610,7 @@ class OsirisLog:
     def apply_retention(self, now_ms: int | None = None) -> int:
         """Drop whole old segments beyond the length or age limit; how many went."""
         dropped = 0
-        now = int(time.time() * 1000) if now_ms is None else now_ms
+        now = wall_ms() if now_ms is None else now_ms
         while len(self.segments) > 1:
             oldest = self.segments[0]
             too_big = self.max_bytes is not None and self.total_bytes > self.max_bytes

@@ -44,6 +44,7 @@ class DelayedMessageExchange(Exchange):
             raise errors.command_invalid(f"unknown exchange type '{inner_type}'")
         self.inner = cls(self.name, self.vhost, arguments=self.arguments)
         self.schedule: delayed.Scheduler | None = None
+        self.releasing = False  # routing a message that leaves the schedule
         self._vhost_name = self.vhost
 
     def attach(self, vhost: Any) -> None:
@@ -68,9 +69,10 @@ class DelayedMessageExchange(Exchange):
         self.inner._index_remove(binding)
 
     def route(self, message: Message) -> list[Destination]:
-        if self.schedule is not None:
-            delay = delayed.delay_of(message)
-            if delay is not None:
-                self.schedule.schedule(self._vhost_name, self.name, message, delay)
+        if self.schedule is not None and not self.releasing:
+            waiting = delayed.prepare(message)
+            if waiting is not None:
+                delay, leaving = waiting
+                self.schedule.schedule(self._vhost_name, self.name, leaving, delay)
                 return []
         return self.inner.route(message)

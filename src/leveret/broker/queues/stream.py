@@ -8,11 +8,11 @@ from __future__ import annotations
 import datetime
 import re
 import struct
-import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from leveret.broker.arguments import check_consume_arguments, check_typed_arguments, text
+from leveret.broker.clock import wall_ms
 from leveret.broker.entry import Entry
 from leveret.broker.message import Message
 from leveret.broker.policies import Rule, policy_wins
@@ -254,7 +254,7 @@ class StreamQueue(Queue):
                 return log.committed
             ms = interval_ms(spec)
             if ms is not None:
-                return log.offset_at(int(time.time() * 1000) - ms)
+                return log.offset_at(wall_ms() - ms)
         raise errors.error(541, "")  # RabbitMQ crashes the channel: INTERNAL_ERROR
 
     def add_consumer(self, consumer: Subscriber, start: Any = None) -> None:
@@ -326,6 +326,11 @@ class StreamQueue(Queue):
     # -- what a stream does not do ---------------------------------------------
     def get(self, no_ack: bool) -> Entry | None:
         raise stream_not_supported("basic.get", self)
+
+    def expire(self) -> None:
+        """Retention by age follows the broker's clock: old segments go as time passes,
+        not only when something is written."""
+        self.log.apply_retention()
 
     def purge(self) -> int:
         raise stream_not_supported("queue.purge", self)
