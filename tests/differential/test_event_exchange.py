@@ -66,6 +66,8 @@ def scenario(url: str) -> list[tuple[str, dict[str, Any], Any]]:
     tag = ch.basic_consume("evx-q", lambda *a: None)
     ch.basic_cancel(tag)
     ch.queue_unbind("evx-q", "evx-x", "rk")
+    ch.queue_bind("evx-excl", "evx-x", "gone-with-it")
+    ch.queue_delete("evx-excl")  # its binding goes with it, removed by rmq-internal
     ch.queue_delete("evx-q")
     ch.exchange_delete("evx-x")
     ch.close()
@@ -96,12 +98,14 @@ KEYS = [
     "consumer.created",
     "consumer.deleted",
     "binding.deleted",
+    "binding.created",
+    "binding.deleted",
+    "queue.deleted",
     "queue.deleted",
     "parameter.set",
     "exchange.deleted",
     "parameter.cleared",
     "channel.closed",
-    "queue.deleted",
     "connection.closed",
     "user.authentication.failure",
     "connection.closed",

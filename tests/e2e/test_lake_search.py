@@ -18,69 +18,15 @@ from urllib.parse import urlencode
 import pytest
 
 import leveret
+from leveret.logs.lake import SinkLog
 from tests.e2e.browser import Page, chromium
+from tests.support.loglake import START, N, _doc, write_lake
 
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
 pytest.importorskip("duckdb")
 
 __all__ = ["chromium"]
-
-START = datetime(2026, 11, 25, 23, 0, tzinfo=UTC)
-SEVERITIES = ("debug", "info", "warning", "error", "critical")
-N = 260
-
-
-def _doc(i: int) -> dict[str, Any]:
-    return {
-        "ts": START + timedelta(seconds=30 * i),
-        "severity": SEVERITIES[i % 5],
-        "facility": ("user", "kern")[i % 2],
-        "host": f"web{i % 3}",
-        "app": ("shop", "auth", "mailer")[i % 3],
-        "pid": 1000 + i,
-        "message": f"request {i} " + ("timed out after 30s" if i % 4 == 0 else "served"),
-        "exc": "Traceback (most recent call last):\n  ...\nTimeoutError" if i % 20 == 0 else None,
-        "extra": json.dumps({"request": i}),
-    }
-
-
-def write_lake(lake: Path, batches: int = 4) -> None:
-    """``N`` records in the ingest's layout, committed in ``batches`` batches, plus a file
-    the log never committed (its records must not be found)."""
-    meta = lake / "_spark_metadata"
-    meta.mkdir(parents=True)
-    per = N // batches + 1
-    for b in range(batches):
-        rows = [(i, _doc(i)) for i in range(b * per, min(N, (b + 1) * per))]
-        entries = []
-        files: list[Path] = []
-        parts: dict[tuple[str, str], list[tuple[int, dict[str, Any]]]] = {}
-        for i, d in rows:
-            parts.setdefault((d["ts"].date().isoformat(), d["severity"]), []).append((i, d))
-        for n, ((day, sev), part) in enumerate(sorted(parts.items())):
-            d = lake / f"date={day}" / f"severity={sev}"
-            d.mkdir(parents=True, exist_ok=True)
-            f = d / f"part-{n:05d}-b{b}.c000.snappy.parquet"
-            cols: dict[str, Any] = {
-                "offset": pa.array([i for i, _ in part], pa.int64()),
-                "message_id": pa.array([str(i) for i, _ in part]),
-                "ts": pa.array([r["ts"] for _, r in part], pa.timestamp("us", tz="UTC")),
-            }
-            for k in ("facility", "host", "app", "message", "exc", "extra"):
-                cols[k] = pa.array([r[k] for _, r in part], pa.string())
-            cols["pid"] = pa.array([r["pid"] for _, r in part], pa.int64())
-            cols["logger"] = pa.array([None] * len(part), pa.string())
-            cols["_corrupt"] = pa.array([None] * len(part), pa.string())
-            pq.write_table(pa.table(cols), f, use_deprecated_int96_timestamps=True)
-            files.append(f)
-            entries.append({"path": f.as_uri(), "size": f.stat().st_size, "isDir": False,
-                            "modificationTime": 0, "blockReplication": 1, "blockSize": 1,
-                            "action": "add"})  # fmt: skip
-        (meta / str(b)).write_text("v1\n" + "\n".join(json.dumps(e) for e in entries))
-        if b == 1:  # a killed task's complete file: same records again, never committed
-            first = files[0]
-            (first.parent / "part-00007-orphan.c000.snappy.parquet").write_bytes(first.read_bytes())
 
 
 def _get(base: str, path: str) -> tuple[int, Any]:
@@ -150,6 +96,20 @@ def test_search_in_the_logs_view(chromium: Any, tmp_path: Path) -> None:
         try:
             p = view.login("/logs")
             p.wait_for_selector("#lake-search")
+            # the lake panel: its size, file count and oldest record; the alerts of the day
+            p.wait_for_function(
+                "document.querySelector('#lake-figures').textContent.includes('Oldest')",
+                timeout=20_000,
+            )
+            figures = p.text_content("#lake-figures") or ""
+            committed = SinkLog(data / "lake")
+            committed.refresh()
+            assert f"in {len(committed.files)} files" in figures, figures
+            assert "Oldest2026-11-25 23:00:00Z" in figures, figures
+            p.wait_for_function(
+                "document.querySelector('#lake-alerts').textContent.includes('No alert')",
+                timeout=20_000,
+            )
             p.fill("#lake-since", "2026-11-25T23:30:00")
             p.click("#lake-search .sev-chip[data-severity=debug]")
             p.click("#lake-search .sev-chip[data-severity=info]")

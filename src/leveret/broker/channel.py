@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Callable
 from itertools import takewhile
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from pamqp import commands
 
@@ -53,14 +53,17 @@ TxPublish = tuple["Exchange", Message, bool, list[str]]
 TxSettle = tuple[str, bool, list[tuple[int, "Delivery"]]]
 
 
-class Delivery:
-    __slots__ = ("at", "consumer", "entry", "queue")
+class Delivery(NamedTuple):
+    """A message out on this channel, waiting for its ack. A named tuple: one is made
+    per delivery, in C (``tuple.__new__``)."""
 
-    def __init__(self, queue: Queue, entry: Entry, consumer: Consumer | None) -> None:
-        self.queue = queue
-        self.entry = entry
-        self.consumer = consumer
-        self.at = now_ms()  # when it went out: the consumer timeout counts from here
+    queue: Queue
+    entry: Entry
+    consumer: Consumer | None
+    at: int  # when it went out (now_ms): the consumer timeout counts from here
+
+
+_new_delivery: Callable[[type[Delivery], tuple[Any, ...]], Delivery] = tuple.__new__
 
 
 class Channel:
@@ -132,7 +135,7 @@ class Channel:
         else:
             counts[DELIVER_ACK] += 1
             consumer.unacked += 1
-            self.unacked[tag] = Delivery(queue, entry, consumer)
+            self.unacked[tag] = _new_delivery(Delivery, (queue, entry, consumer, now_ms()))
         if entry.redelivered:
             counts[REDELIVER] += 1
         m = entry.message
@@ -237,7 +240,7 @@ class Channel:
             counts[GET] += 1
         else:
             counts[GET_ACK] += 1
-            self.unacked[tag] = Delivery(queue, entry, None)
+            self.unacked[tag] = Delivery(queue, entry, None, now_ms())
         if entry.redelivered:
             counts[REDELIVER] += 1
         m = entry.message
@@ -279,13 +282,9 @@ class Channel:
             raise errors.precondition_failed(f"unknown delivery tag {tag}")
         if not multiple:
             return [unacked.pop(tag)]
-        out = []
-        while unacked:
-            first = next(iter(unacked))
-            if first > tag:
-                break
-            out.append(unacked.pop(first))
-        return out
+        # tags are in delivery order: those up to ``tag`` are at the front
+        pop = unacked.pop
+        return [pop(t) for t in list(takewhile(tag.__ge__, unacked))]
 
     def _collect_tagged(self, tag: int, multiple: bool) -> list[tuple[int, Delivery]]:
         """:meth:`_collect` for a transaction, keeping the tags for a rollback."""
@@ -324,10 +323,16 @@ class Channel:
     def _apply(self, kind: str, deliveries: list[Delivery], requeue: bool) -> None:
         """Settle ``deliveries`` with their queues."""
         by_queue: dict[Queue, list[Entry]] = {}
+        last: Queue | None = None
+        entries: list[Entry] = []
         for d in deliveries:
-            if d.consumer is not None:
-                d.consumer.unacked -= 1
-            by_queue.setdefault(d.queue, []).append(d.entry)
+            consumer = d.consumer
+            if consumer is not None:
+                consumer.unacked -= 1
+            if d.queue is not last:
+                last = d.queue
+                entries = by_queue.setdefault(last, [])
+            entries.append(d.entry)
         for queue, entries in by_queue.items():
             if kind == "ack":
                 counts = self.by_queue.get(queue)

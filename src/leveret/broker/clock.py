@@ -58,11 +58,19 @@ class ManualClock(Clock):
 
 SYSTEM = Clock()
 _local = threading.local()
+# Whether any thread was ever given a clock of its own: until then every thread reads
+# the system's, without looking in its thread-local state (the delivery path reads the
+# time once per message).
+_installed = False
+_monotonic = time.monotonic
 
 
 def install(clock: Clock | None) -> None:
     """Make ``clock`` the clock of the calling thread (None: the system's)."""
+    global _installed
     _local.clock = clock if clock is not None else SYSTEM
+    if clock is not None and clock is not SYSTEM:
+        _installed = True
 
 
 def current() -> Clock:
@@ -73,10 +81,11 @@ def current() -> Clock:
 
 def now_ms() -> int:
     """Milliseconds on the thread's monotonic clock."""
-    clock: Clock | None = getattr(_local, "clock", None)
-    if clock is None:
-        return int(time.monotonic() * 1000)
-    return int(clock.monotonic() * 1000)
+    if _installed:
+        clock: Clock | None = getattr(_local, "clock", None)
+        if clock is not None:
+            return int(clock.monotonic() * 1000)
+    return int(_monotonic() * 1000)
 
 
 def wall_ms() -> int:

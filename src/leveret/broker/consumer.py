@@ -20,6 +20,13 @@ class DeliveryTarget(Protocol):
     """The channel a consumer delivers on."""
 
     number: int
+    closed: bool
+    global_prefetch: int  # basic.qos global=true; 0: none
+
+    @property
+    def host(self) -> FlowHolder:
+        """The connection it is on (whose socket may be full)."""
+        ...
 
     @property
     def holder(self) -> FlowHolder: ...
@@ -87,11 +94,16 @@ class Consumer:
         return self.channel.holder
 
     def has_credit(self) -> bool:
+        # the hot path: the channel's ``writable`` read without its property's call, and
+        # ``can_deliver`` called only when a global prefetch limits the channel
+        channel = self.channel
         if self.no_ack:
-            return self.channel.writable
+            return channel.host.writable and not channel.closed
         if self.prefetch and self.unacked >= self.prefetch:
             return False
-        return self.channel.can_deliver()
+        if channel.global_prefetch:
+            return channel.can_deliver()
+        return channel.host.writable and not channel.closed
 
     def credit(self) -> int:
         if self.no_ack:

@@ -311,6 +311,10 @@ class EventExchange:
         self.emit("parameter.cleared", [*marker, actor])
 
     def _binding(self, key: str, b: Any) -> None:
+        # a binding that went with its queue comes with who removed it: RabbitMQ itself
+        actor = self.actor()
+        if isinstance(b, tuple):
+            b, actor = b
         vhost = getattr(b.destination, "vhost", "")
         self.emit(
             key,
@@ -322,7 +326,7 @@ class EventExchange:
                 ("routing_key", b.routing_key),
                 ("arguments", table_terms(b.arguments)),
                 ("vhost", vhost),
-                ("user_who_performed_action", self.actor()),
+                ("user_who_performed_action", actor),
             ],
         )
 

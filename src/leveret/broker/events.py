@@ -32,7 +32,7 @@ class Event(Enum):
     EXCHANGE_CREATED = auto()  # Exchange
     EXCHANGE_DELETED = auto()  # Exchange
     BINDING_CREATED = auto()  # Binding
-    BINDING_DELETED = auto()  # Binding
+    BINDING_DELETED = auto()  # Binding, or (Binding, who) when it went with its queue
     CONSUMER_CREATED = auto()  # Consumer
     CONSUMER_DELETED = auto()  # Consumer
     USER_AUTHENTICATED = auto()  # the connection

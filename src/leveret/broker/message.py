@@ -3,6 +3,7 @@ the properties (headers exchange, TTL, persistence, dead-lettering)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 from pamqp import commands
@@ -13,40 +14,21 @@ _DELIVERY_MODE_FLAG = 0x1000
 _EMPTY_PROPERTIES = b"\x00\x00"
 
 
+@dataclass(slots=True, eq=False, repr=False)
 class Message:
-    __slots__ = (
-        "_props",
-        "body",
-        "cc",
-        "exchange",
-        "exchange_and_key",
-        "id",
-        "properties",
-        "routing_key",
-        "timestamp_ms",
-    )
+    """Compared by identity: two publishes of the same bytes are two messages."""
 
-    _next_id = 0
-
-    def __init__(
-        self,
-        exchange: str,
-        routing_key: str,
-        exchange_and_key: bytes,
-        properties: bytes,
-        body: bytes,
-    ) -> None:
-        self.exchange = exchange
-        self.routing_key = routing_key
-        self.exchange_and_key = exchange_and_key
-        self.properties = properties
-        self.body = body
-        self._props: commands.Basic.Properties | None = None
-        self.id = 0
-        self.timestamp_ms = 0
-        # The routing keys of its CC and BCC headers (sender-selected distribution): it
-        # is routed with each of them too, and dead-lettered with them.
-        self.cc: tuple[str, ...] = ()
+    exchange: str
+    routing_key: str
+    exchange_and_key: bytes
+    properties: bytes
+    body: bytes
+    _props: commands.Basic.Properties | None = field(default=None, init=False)
+    id: int = field(default=0, init=False)
+    timestamp_ms: int = field(default=0, init=False)
+    # The routing keys of its CC and BCC headers (sender-selected distribution): it is
+    # routed with each of them too, and dead-lettered with them.
+    cc: tuple[str, ...] = field(default=(), init=False)
 
     @classmethod
     def build(

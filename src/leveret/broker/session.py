@@ -17,7 +17,7 @@ from leveret.broker.broker import Broker
 from leveret.broker.channel import CONFIRMED, DROPPED, PUBLISHED, RETURNED, Channel, TxPublish
 from leveret.broker.events import Event
 from leveret.broker.message import Message
-from leveret.broker.operations import Actor, authorize_publish
+from leveret.broker.operations import Actor, BindingRequest, authorize_publish
 from leveret.broker.queues import Queue
 from leveret.broker.reply_to import REPLY_PREFIX, REPLY_QUEUE
 from leveret.broker.users import Permission, User
@@ -361,27 +361,13 @@ class Session:
         self._reply(ch, m.nowait, C.Exchange.DeleteOk())
 
     def _exchange_bind(self, ch: Channel, m: C.Exchange.Bind) -> None:
-        operations.bind(
-            self.vhost_obj,
-            self.actor,
-            m.source,
-            "exchange",
-            m.destination,
-            m.routing_key,
-            _arguments(m),
-        )
+        request = BindingRequest(m.source, "exchange", m.destination, m.routing_key, _arguments(m))
+        operations.bind(self.vhost_obj, self.actor, request)
         self._reply(ch, m.nowait, C.Exchange.BindOk())
 
     def _exchange_unbind(self, ch: Channel, m: C.Exchange.Unbind) -> None:
-        operations.unbind(
-            self.vhost_obj,
-            self.actor,
-            m.source,
-            "exchange",
-            m.destination,
-            m.routing_key,
-            _arguments(m),
-        )
+        request = BindingRequest(m.source, "exchange", m.destination, m.routing_key, _arguments(m))
+        operations.unbind(self.vhost_obj, self.actor, request)
         self._reply(ch, m.nowait, C.Exchange.UnbindOk())
 
     # ----------------------------------------------------------------- queue
@@ -417,15 +403,15 @@ class Session:
     def _queue_bind(self, ch: Channel, m: C.Queue.Bind) -> None:
         queue = self._queue_for(ch, m.queue)
         key = m.routing_key if (m.routing_key or m.queue) else queue
-        operations.bind(self.vhost_obj, self.actor, m.exchange, "queue", queue, key, _arguments(m))
+        request = BindingRequest(m.exchange, "queue", queue, key, _arguments(m))
+        operations.bind(self.vhost_obj, self.actor, request)
         self._reply(ch, m.nowait, C.Queue.BindOk())
 
     def _queue_unbind(self, ch: Channel, m: C.Queue.Unbind) -> None:
         queue = self._queue_for(ch, m.queue)
         key = m.routing_key if (m.routing_key or m.queue) else queue
-        operations.unbind(
-            self.vhost_obj, self.actor, m.exchange, "queue", queue, key, _arguments(m)
-        )
+        request = BindingRequest(m.exchange, "queue", queue, key, _arguments(m))
+        operations.unbind(self.vhost_obj, self.actor, request)
         self.output.send_method(ch.number, C.Queue.UnbindOk())
 
     def _queue_purge(self, ch: Channel, m: C.Queue.Purge) -> None:
@@ -627,8 +613,10 @@ class Session:
             self.fail(number, exc.with_method(*spec.method_ids(C.Basic.Publish)))
             return
         if result is ROUTED:  # the common answer, taken without a call
-            if seq:
-                ch.confirmed_ok(seq)
+            if seq:  # ch.confirmed_ok(seq), inline
+                ch.confirm_upto = seq
+                ch.confirmed += 1
+                self.pending_confirms.add(ch)
                 counts[CONFIRMED] += 1
         else:
             self._published(ch, message, result, seq)

@@ -382,6 +382,7 @@ class VirtualHost:
             src = self.exchanges.get(binding.source)
             if src is not None:
                 src.unbind(binding.key)
+                self.observers.emit(Event.BINDING_DELETED, (binding, "rmq-internal"))
                 self._maybe_auto_delete(src)
         consumers = list(q.consumers)
         q.consumers.clear()
@@ -536,7 +537,12 @@ class VirtualHost:
                 # reply addresses reach channels, never queues (no queue has such a name)
                 for target in self._reply_targets(exchange, message):
                     target.deliver_reply(message)
-            queues = self.route(exchange, message)
+            if message.cc or exchange.exchange_bindings:
+                queues = self.route(exchange, message)
+            else:  # route's common case, without its calls
+                queues = exchange.route(message)  # type: ignore[assignment]
+                if not queues and exchange.alternate is not None:
+                    queues = self.route(exchange, message)
         exchange.published_in += 1
         if self.tracing and tap is not None:
             self._trace_publish(exchange, message, queues, tap)

@@ -218,6 +218,16 @@ def ingest(
             help="Restart a failed query from its checkpoint this many times in a row.",
         ),
     ] = 5,
+    alerts_config: Annotated[
+        Path | None,
+        typer.Option(
+            "--alerts-config",
+            envvar="LEVERET_CONFIG",
+            help="A configuration file whose [[lake.alerts]] rules are evaluated on each "
+            "batch (alerts go to the 'alerts' exchange and into the lake).",
+            show_default=False,
+        ),
+    ] = None,
     remote: Remote = None,
     conf: Conf = None,
     log_level: LogLevel = "info",
@@ -243,6 +253,15 @@ def ingest(
         urls = split_urls(url or ["amqp://guest:guest@localhost:5672/"])
     except LogsError as exc:
         fail(str(exc))
+    from leveret.logs.lakeconfig import AlertRule, LakeConfigError
+    from leveret.logs.lakeconfig import load as load_lake
+
+    rules: tuple[AlertRule, ...] = ()
+    if alerts_config is not None:
+        try:
+            rules = load_lake(alerts_config).alerts
+        except LakeConfigError as exc:
+            fail(str(exc))
     cfg = IngestConfig(
         url=",".join(urls),
         lake=lake.resolve(),
@@ -256,6 +275,7 @@ def ingest(
         stream_replicas=stream_replicas,
         protocol=protocol,
         stream_port=stream_port,
+        alerts=rules,
     )
     stop = _stop_on_signals()
     try:
@@ -343,3 +363,96 @@ def report(
     summary = result.tables["summary"]
     records = int(summary["records"].iloc[0]) if len(summary) else 0
     print(f"Report: {result.document} ({records} records, {len(result.charts)} charts)")
+
+
+def _seconds(text: str, name: str) -> float:
+    import re
+
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*", text.lower())
+    if m is None:
+        fail(f"{name}: {text!r} is not a duration (e.g. 30s, 10m, 1h)")
+    scale = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2) or "s"]
+    return float(m.group(1)) * scale
+
+
+@app.command()
+def compact(
+    lake: Lake = Path("leveret-data/lake"),
+    retention: Annotated[
+        str | None,
+        typer.Option(
+            "--retention",
+            envvar="LEVERET_RETENTION",
+            help="Also drop the date partitions older than this (30d, 4w).",
+            show_default=False,
+        ),
+    ] = None,
+    target_size: Annotated[
+        str,
+        typer.Option("--target-size", help="Size of the files a compaction writes (128M)."),
+    ] = "128M",
+    grace: Annotated[
+        str,
+        typer.Option(
+            "--grace",
+            help="How long replaced files stay on the disk for readers that listed them "
+            "before the commit (a directory lister sees their records twice meanwhile).",
+        ),
+    ] = "30s",
+    every: Annotated[
+        str | None,
+        typer.Option(
+            "--every",
+            help="Run again at this interval until stopped (leveret up runs it so).",
+            show_default=False,
+        ),
+    ] = None,
+    log_level: LogLevel = "info",
+) -> None:
+    """Rewrite each partition's small files into large ones and drop expired partitions,
+    committed through the sink's log while the ingest runs: Spark, the search and the
+    report see every record once throughout (no Spark needed)."""
+    _logging(log_level)
+    from leveret.cli.logs import _size
+    from leveret.logs import compaction
+
+    try:
+        days = compaction.parse_retention(retention) if retention else None
+        target = _size(target_size)
+    except (ValueError, typer.BadParameter) as exc:
+        fail(str(exc))
+    wait = _seconds(grace, "--grace")
+    interval = _seconds(every, "--every") if every else None
+    if interval is None and not (lake / "_spark_metadata").is_dir():
+        fail(f"no log lake at {lake} (run `leveret pipeline ingest` first)")
+    stop = _stop_on_signals()
+    root = lake.resolve()
+    while True:
+        try:
+            dropped = compaction.drop_expired(root, days) if days else None
+            change = compaction.compact(root, target=target)
+        except compaction.CompactionError as exc:
+            if interval is None:
+                fail(str(exc))
+            logging.getLogger(__name__).warning("%s", exc)
+        except OSError as exc:
+            fail(f"cannot compact {lake}: {exc.strerror or exc}")
+        else:
+            if dropped and dropped.partitions:
+                print(
+                    f"Retention: dropped {len(dropped.partitions)} partition(s) "
+                    f"({len(dropped.removed)} files) older than {days} days"
+                )
+            if interval is None or change.partitions:  # --every: only what it did
+                print(
+                    f"Compacted {len(change.partitions)} partition(s): {len(change.removed)} "
+                    f"files into {len(change.added)} ({change.records} records)",
+                    flush=True,
+                )
+        # replaced files go once readers that listed them are done
+        if stop.wait(wait):
+            break
+        compaction.finish_removals(root, grace=wait)
+        if interval is None or stop.wait(max(0.0, interval - wait)):
+            break
+    compaction.finish_removals(root, grace=wait)

@@ -247,6 +247,25 @@ def up(
         bool, typer.Option("--receiver/--no-receiver", help="Print the logs on this terminal.")
     ] = True,
     trigger: Annotated[str, typer.Option("--trigger", help="Ingest trigger interval.")] = "1s",
+    retention: Annotated[
+        str | None,
+        typer.Option(
+            "--retention",
+            envvar="LEVERET_RETENTION",
+            help="Drop the lake's date partitions older than this (30d, 4w); default: the "
+            "config file's [lake] retention, else keep everything.",
+            show_default=False,
+        ),
+    ] = None,
+    compact_every: Annotated[
+        str | None,
+        typer.Option(
+            "--compact-every",
+            help="Compact the lake (and apply the retention) this often; default: the "
+            "config file's [lake] compact_every, else 10m.",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Run the broker, dashboard, a terminal receiver and the lake ingest together."""
     # stopped by a service manager or kill as by Ctrl-C: its children stop with it (a
@@ -255,6 +274,19 @@ def up(
     # Ctrl-C stops it even when it was started with SIGINT ignored (a background job of a
     # script): its broker is in a group of its own and only up stops it
     signal.signal(signal.SIGINT, signal.default_int_handler)
+    from leveret.logs.lakeconfig import LakeConfig, LakeConfigError
+    from leveret.logs.lakeconfig import load as load_lake
+
+    try:
+        lake_cfg = load_lake(config) if config is not None else LakeConfig()
+        every = compact_every or (f"{lake_cfg.compact_every}s" if lake_cfg.compact_every else "10m")
+        keep = retention or lake_cfg.retention
+        if keep:
+            from leveret.logs.compaction import parse_retention
+
+            parse_retention(keep)
+    except (LakeConfigError, ValueError) as exc:
+        fail(str(exc))
     data_dir.mkdir(parents=True, exist_ok=True)
     logs_dir = data_dir / "logs"
     logs_dir.mkdir(exist_ok=True)
@@ -295,6 +327,7 @@ def up(
                         str(data_dir / "checkpoints" / "ingest"),
                         "--trigger",
                         trigger,
+                        *(["--alerts-config", str(config)] if lake_cfg.alerts else []),
                     ),
                     stdout=ingest_log,
                     stderr=subprocess.STDOUT,
@@ -302,6 +335,21 @@ def up(
                 ),
             )
             children.append(ingesting)
+            compact_args = ["pipeline", "compact", "--lake", str(lake), "--every", every,
+                            "--target-size", lake_cfg.target_size]  # fmt: skip
+            if keep:
+                compact_args += ["--retention", keep]
+            children.append(
+                _Child(
+                    "compaction",
+                    subprocess.Popen(
+                        _cli(*compact_args),
+                        stdout=ingest_log,
+                        stderr=subprocess.STDOUT,
+                        text=True,
+                    ),
+                )
+            )
             # Spark takes a while to start its query: "running" is said once it has
             ingest_note = f"starting (Spark), log in {ingest_log_path}"
         elif ingest:

@@ -4,31 +4,34 @@ through the sink's own log.
 **Compaction** rewrites a partition's small files into large ones; **retention** drops the
 partitions past an age. Both change the set of committed files the same way: one atomic
 rename of the log file every reader starts from (the latest ``<batch>.compact``, or batch
-``0`` before the first one), with Spark's own ``delete`` entries for the files that go and
-``add`` entries for the files that come. Spark's readers (``MetadataLogFileIndex``), its
-sink's next log compaction, ``leveret logs search`` and the dashboard all apply ``delete``
-entries, so a reader sees either the old files or the new ones: never both, never neither.
+``0`` before the first one), without the entries of the files that go and with entries for
+the files that come. (Spark 4's sink log has no ``delete`` entries any more: a file is
+committed while an entry names it.) So only files that base file names are changed at a
+time; those of the batches since wait for the sink's next log compaction, which names them
+in the next base. Spark's readers, the sink's next log compaction, ``leveret logs search``
+and the dashboard all start from the base, so a reader sees either the old files or the
+new ones: never both, never neither.
 
 Why this is safe with the ingest running: the sink itself reads that base file only when it
 writes its next compacted log (batch ``base + interval``, Spark's default interval is 10);
 the batch before that one is a plain log file. The base is rewritten only while the sink's
 newest batch is at least three batches short of that compaction, and checked again after
 the rename; then the sink, which writes its batches one after another, reads the new base.
-(When the check fails afterwards the change is undone before anything is removed.) The
-rename keeps the base file's modification time, which the janitor of
-:mod:`leveret.logs.lake` uses as that batch's commit time.
+(When the check fails afterwards the change is undone before anything is removed.) When no
+ingest holds the lake's ``ingest`` lock, no sink can read the base meanwhile. The rename
+keeps the base file's modification time, which the janitor of :mod:`leveret.logs.lake` uses
+as that batch's commit time.
 
 The files that went are removed from the disk after a grace period (readers that listed the
 old set may still be reading them; a directory lister sees them twice meanwhile), by this
-run or, after a crash, by the next run or the ingest. A lock file
-(``_leveret/lock``) keeps a compaction's new files from the janitor until they are
-committed. Every step is safe to kill -9: a new file not yet in the log is removed by the
-janitor, a replaced file still on the disk is removed by the next run.
+run or, after a crash, by the next run or the ingest. A lock file (``_leveret/lock``) keeps
+a compaction's new files from the janitor until they are committed. Every step is safe to
+kill -9: a new file not yet in the log is removed by the janitor, a replaced file still on
+the disk is removed by the next run.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
@@ -44,6 +47,7 @@ from leveret.logs.lake import (
     STATE_DIR,
     SinkLog,
     lake_lock,
+    local_path,
     log_batches,
     log_file,
     remove_file,
@@ -113,15 +117,30 @@ def _entry(path: Path) -> dict[str, Any]:
     }
 
 
-def _rewrite_base(lake: Path, base: int, compact: bool, extra: list[dict[str, Any]]) -> None:
-    """Append ``extra`` entries to the base log file, atomically, keeping its mtime."""
+def _rewrite_base(
+    lake: Path, base: int, compact: bool, drop: set[str], extra: list[dict[str, Any]]
+) -> bytes:
+    """Rewrite the base log file without the entries of ``drop`` (local paths) and with
+    ``extra`` entries at its end: atomically, keeping its mtime. Returns the old content."""
     target = log_file(lake, base, compact)
     st = target.stat()
-    body = target.read_bytes().rstrip(b"\n")
-    lines = [json.dumps(e, separators=(",", ":")).encode() for e in extra]
+    old = target.read_bytes()
+    sink = SinkLog(lake)
+    lines = old.rstrip(b"\n").split(b"\n")
+    kept = [lines[0]]  # the version line
+    for line in lines[1:]:
+        if line.strip() and sink.here(local_path(json.loads(line)["path"])) in drop:
+            continue
+        kept.append(line)
+    kept += [json.dumps(e, separators=(",", ":")).encode() for e in extra]
+    _replace(target, b"\n".join(kept), st)
+    return old
+
+
+def _replace(target: Path, data: bytes, st: os.stat_result) -> None:
     tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex}.tmp")
     with open(tmp, "wb") as f:
-        f.write(b"\n".join([body, *lines]))
+        f.write(data)
         f.flush()
         os.fsync(f.fileno())
     os.utime(tmp, ns=(st.st_atime_ns, st.st_mtime_ns))
@@ -153,6 +172,7 @@ def commit(
     add: list[Path],
     wait: float = 60.0,
     pause: Any = None,
+    spread: bool = False,
 ) -> bool:
     """Commit one change to the lake's files (see the module docstring): ``remove`` are
     committed files (local paths), ``add`` new complete files under the lake. Waits up to
@@ -160,7 +180,34 @@ def commit(
     (and commits nothing) when there was none. Call it holding :func:`lake_lock`."""
     with lake_lock(lake, wait=None, name="ingest") as idle:
         # no ingest runs while this is held: no sink can read the base meanwhile
+        if spread:
+            return _drop(lake, remove, time.monotonic() + wait, idle)
         return _commit(lake, remove, add, time.monotonic() + wait, pause, idle)
+
+
+def _drop(lake: Path, remove: list[str], deadline: float, idle: bool) -> bool:
+    """Take files out of whichever log files name them (the retention: nothing is added,
+    so a reader between two renames sees some of the expired files still, never a kept
+    file missing). With the ingest running, the log files of its last two batches (which
+    its sink may hold in memory) are left for the next run."""
+    while _room(lake, idle) is None:
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.2)
+    sink = SinkLog(lake)
+    latest = sink.refresh()
+    limit = latest if idle else latest - 2
+    by_batch: dict[int, set[str]] = {}
+    for p in remove:
+        b = sink.batch_of.get(p)
+        if b is not None and b <= limit:
+            by_batch.setdefault(b, set()).add(p)
+    if not by_batch:
+        return True  # what expired is in the newest batches: the next run takes it
+    _pending(lake, [p for ps in by_batch.values() for p in ps], [], -1)
+    for b, paths in sorted(by_batch.items(), reverse=True):
+        _rewrite_base(lake, b, b in sink.compacts, paths, [])
+    return True
 
 
 def _commit(
@@ -176,27 +223,18 @@ def _commit(
     base, compact = room
     sink = SinkLog(lake)
     sink.refresh()
-    entries = [
-        {
-            "path": sink.raw.get(p, Path(p).as_uri()),
-            "size": 0,
-            "isDir": False,
-            "modificationTime": 0,
-            "blockReplication": 1,
-            "blockSize": 33554432,
-            "action": "delete",
-        }
-        for p in remove
-    ] + [_entry(p) for p in add]
+    if not set(remove) <= sink.in_base:
+        return False  # the base moved on (the sink compacted its log): plan again
     record = _pending(lake, remove, [str(p) for p in add], base)
-    _rewrite_base(lake, base, compact, entries)
+    old = _rewrite_base(lake, base, compact, set(remove), [_entry(p) for p in add])
     if pause is not None:
         pause("committed")
     if not idle and not _sticks(lake, base, compact):
         # the sink reached its log compaction meanwhile: it may have read the old base;
         # undo (the new files are then removed as uncommitted, the old ones stay)
         log.warning("the ingest reached its log compaction during the commit: undone")
-        _undo(lake, base, compact, entries)
+        target = log_file(lake, base, compact)
+        _replace(target, old, target.stat())
         record.unlink(missing_ok=True)
         return False
     return True
@@ -208,18 +246,6 @@ def _sticks(lake: Path, base: int, compact: bool) -> bool:
     interval = compact_interval(lake)
     nxt = base + interval if compact else interval - 1
     return not ids or ids[-1] < nxt - 1
-
-
-def _undo(lake: Path, base: int, compact: bool, entries: list[dict[str, Any]]) -> None:
-    target = log_file(lake, base, compact)
-    with contextlib.suppress(FileNotFoundError):
-        st = target.stat()
-        want = {json.dumps(e, separators=(",", ":")) for e in entries}
-        lines = [ln for ln in target.read_text().split("\n") if ln not in want]
-        tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex}.tmp")
-        tmp.write_text("\n".join(lines))
-        os.utime(tmp, ns=(st.st_atime_ns, st.st_mtime_ns))
-        os.replace(tmp, target)
 
 
 # --------------------------------------------------------------------- removals
@@ -283,11 +309,25 @@ def plan(lake: Path, target: int = TARGET_BYTES, min_files: int = 2) -> dict[str
     sink = SinkLog(lake)
     sink.refresh()
     parts: dict[str, list[str]] = {}
-    for p, f in sorted(sink.files.items()):
-        if f.size and f.size >= target // 2:
+    # in the log's order, which is the batches' order: the rows of a compacted file then
+    # run in time order, so a time range skips whole row groups
+    for p, f in sink.files.items():
+        # a file the base log file names: one rename takes it out of the log (the files of
+        # the batches since wait for the sink's next log compaction)
+        if p not in sink.in_base or (f.size and f.size >= target // 2):
             continue
         parts.setdefault(_partition_of(p, lake), []).append(p)
     return {k: v for k, v in parts.items() if len(v) >= min_files}
+
+
+def _micros(schema: Any) -> Any:
+    import pyarrow as pa
+
+    fields = [
+        f.with_type(pa.timestamp("us", tz=f.type.tz)) if pa.types.is_timestamp(f.type) else f
+        for f in schema
+    ]
+    return pa.schema(fields, metadata=schema.metadata)
 
 
 def _write_partition(files: list[str], out_dir: Path, target: int) -> tuple[list[Path], int]:
@@ -309,7 +349,7 @@ def _write_partition(files: list[str], out_dir: Path, target: int) -> tuple[list
         if pending:
             table = pa.concat_tables(pending).combine_chunks()
             writer.write_table(table, row_group_size=ROWS_PER_GROUP)
-            written += table.nbytes
+            written = outs[-1].stat().st_size  # on the disk, as the plan measures files
             pending, pending_rows = [], 0
 
     try:
@@ -317,16 +357,18 @@ def _write_partition(files: list[str], out_dir: Path, target: int) -> tuple[list
             table = pq.ParquetFile(path).read()
             if schema is None:
                 schema = table.schema
-            elif not table.schema.equals(schema):
-                table = table.cast(schema)
+            if not table.schema.equals(_micros(schema)):
+                table = table.cast(_micros(schema))
             if writer is None or written >= target:
                 flush()
                 if writer is not None:
                     writer.close()
                 tmp = out_dir / f".compacting-{uuid.uuid4().hex}.parquet"
                 outs.append(tmp)
+                # timestamps as INT64 microseconds (Spark writes INT96, which has no
+                # statistics): readers can skip row groups outside a time range
                 writer = pq.ParquetWriter(
-                    tmp, schema, compression="snappy", use_deprecated_int96_timestamps=True
+                    tmp, _micros(schema), compression="snappy", coerce_timestamps="us"
                 )
                 written = 0
             pending.append(table)

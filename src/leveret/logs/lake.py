@@ -140,6 +140,12 @@ class SinkLog:
         self.deleted: set[str] = set()
         #: each file's path as the log spells it (a delete entry must spell it the same)
         self.raw: dict[str, str] = {}
+        #: the files the base log file (the latest compacted one, or batch 0) names: what
+        #: a compaction or the retention can take out of the log in one rename
+        self.in_base: set[str] = set()
+        #: the batch whose log file names each file (the base's for the files it names)
+        self.batch_of: dict[str, int] = {}
+        self.compacts: set[int] = set()
         self._adds: dict[str, LakeFile] = {}
         self._base: tuple[int, int, int, int] | None = None
 
@@ -161,6 +167,7 @@ class SinkLog:
         # That base is also what `leveret pipeline compact` rewrites (in place, atomically):
         # when it changed, everything is read again.
         base = max(compacts) if compacts else ids[0]
+        self.compacts = compacts
         path = log_file(self.lake, base, base in compacts)
         st = path.stat()
         signature = (base, st.st_ino, st.st_size, st.st_mtime_ns)
@@ -187,6 +194,9 @@ class SinkLog:
                         local, int(entry.get("size", 0)), int(entry.get("modificationTime", 0))
                     )
                     self.raw[local] = raw
+                    self.batch_of[local] = batch
+                    if batch == base:
+                        self.in_base.add(local)
         if changed:
             # as Spark's compactLogs: a deleted file is gone whichever entry added it
             self.files = {p: f for p, f in self._adds.items() if p not in self.deleted}
@@ -200,6 +210,8 @@ class SinkLog:
         self.names = set()
         self.deleted = set()
         self.raw = {}
+        self.in_base = set()
+        self.batch_of = {}
         self._adds = {}
         self._base = None
 
@@ -258,6 +270,18 @@ def remove_file(path: str) -> bool:
     return True
 
 
+def _awaiting_removal(lake: Path) -> set[str]:
+    """The names of the files a compaction or the retention took out of the log, which
+    stay on the disk for a grace period (``_leveret/removals``)."""
+    names: set[str] = set()
+    d = lake / STATE_DIR / "removals"
+    if d.is_dir():
+        for rec in d.glob("*.json"):
+            with contextlib.suppress(OSError, ValueError):
+                names.update(os.path.basename(p) for p in json.loads(rec.read_text())["remove"])
+    return names
+
+
 class Janitor:
     """Removes the files under a lake that its sink's log never committed (see the module
     docstring). A directory is listed again only when it changed or kept a file last time,
@@ -295,7 +319,11 @@ class Janitor:
                 return []
         # a file a delete entry names was committed once: a compaction or the retention
         # removes it from the disk itself, once no reader can still be reading it
-        committed = self.log.names | {os.path.basename(p) for p in self.log.deleted}
+        committed = (
+            self.log.names
+            | {os.path.basename(p) for p in self.log.deleted}
+            | _awaiting_removal(self.lake)
+        )
         removed: list[str] = []
         for d in data_dirs(self.lake):
             key = str(d)

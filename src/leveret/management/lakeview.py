@@ -118,6 +118,9 @@ class Lake:
         self._at_mtime: set[str] = set()
         self._pending: list[str] = []
         self._base: tuple[int, ...] | None = None
+        #: bytes and number of the committed files (as the sink's log gives their sizes)
+        self.bytes = 0
+        self.committed_files = 0
         self.files = 0
         self.records = 0
         self.corrupt = 0
@@ -192,6 +195,7 @@ class Lake:
             self._at_mtime = set()
             self._pending = []
             self.files = self.records = self.corrupt = self.errors = 0
+            self.bytes = self.committed_files = 0
             self.first_ms = self.last_ms = self.max_offset = None
             self.minutes = {}
 
@@ -230,6 +234,9 @@ class Lake:
             elif mtime == self._mtime:
                 self._at_mtime.add(path)
             self._pending.append(path)
+            with self._lock:
+                self.bytes += int(entry.get("size", 0))
+                self.committed_files += 1
         self._batch = new[-1]
         with self._lock:
             self.batches = self._batch + 1
@@ -320,6 +327,8 @@ class Lake:
                 "error": self.error,
                 "batches": self.batches,
                 "files": self.files,
+                "committed_files": self.committed_files,
+                "bytes": self.bytes,
                 "files_pending": len(self._pending),
                 "files_unreadable": self.unreadable,
                 "unreadable_error": self.unreadable_error,

@@ -15,6 +15,7 @@ from leveret.broker import errors as rabbit
 from leveret.broker import operations
 from leveret.broker.consumer import Consumer
 from leveret.broker.message import Message
+from leveret.broker.operations import BindingRequest
 from leveret.broker.queues import Queue
 from leveret.broker.vhost import VirtualHost
 from leveret.management import views
@@ -412,7 +413,7 @@ async def binding_create(request: web.Request) -> web.Response:
     key = str(body.get("routing_key", ""))
     args = arguments(body)
     source, kind, dest = binding_names(request)
-    operations.bind(v, m.actor(request, v), source, kind, dest, key, args)
+    operations.bind(v, m.actor(request, v), BindingRequest(source, kind, dest, key, args))
     location = views.properties_key(key, args)
     return web.Response(status=201, headers={"Location": location})
 
@@ -424,9 +425,10 @@ async def binding_one(request: web.Request) -> web.Response:
         if unquote(b["properties_key"]) == props or b["properties_key"] == props:
             if request.method == "DELETE":
                 actor = mgmt(request).actor(request, v)
-                operations.unbind(
-                    v, actor, src.name, target.kind, target.name, b["routing_key"], b["arguments"]
+                binding = BindingRequest(
+                    src.name, target.kind, target.name, b["routing_key"], b["arguments"]
                 )
+                operations.unbind(v, actor, binding)
                 return no_content()
             return json_response(b)
     raise not_found()

@@ -17,6 +17,8 @@ numbers and the assembly of basic.publish + content header + body frames; what m
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from pamqp import commands
@@ -69,7 +71,40 @@ _BASIC = spec.BASIC
 _END_BYTE = spec.FRAME_END_BYTE
 _END_HEADER = spec.FRAME_END << 8 | spec.FRAME_HEADER
 _END_BODY = spec.FRAME_END << 8 | spec.FRAME_BODY
-_BASIC_WEIGHT_0 = bytes((0, spec.BASIC, 0, 0))  # a content header's class and weight
+_BASIC_WEIGHT_0 = spec.BASIC << 16  # a content header's class and weight, as one int
+# A content header frame's head, class and weight, and body size, read at once
+_content_head = struct.Struct(">BHIIQ")
+_unpack_content_head = _content_head.unpack_from
+_CONTENT_HEAD = _content_head.size
+# basic.publish's mandatory and immediate bits
+_BITS = ((False, False), (True, False), (False, True), (True, True))
+# basic.publish's arguments (after the ticket) as publishers repeat them, decoded once:
+# exchange, routing key, mandatory, immediate, and the two short strings as they came
+_PUBLISHES: dict[bytes, tuple[str, str, bool, bool, bytes]] = {}
+_PUBLISHES_SIZE = 4096
+
+
+def _publish_fields(raw: bytes) -> tuple[str, str, bool, bool, bytes]:
+    """Decode basic.publish's arguments (``raw``: the method payload after its index:
+    ticket, exchange, routing key, bits), and remember them. Both the look-ahead path and
+    the frame-by-frame one read a publish here."""
+    fields = _PUBLISHES.get(raw)
+    if fields is not None:
+        return fields
+    try:
+        rp = 3 + raw[2]  # after the deprecated ticket (2) and the exchange
+        bp = rp + 1 + raw[rp]
+        fields = (raw[3:rp].decode(), raw[rp + 1 : bp].decode(), *_BITS[raw[bp] & 3], raw[2:bp])
+    except (IndexError, UnicodeDecodeError) as exc:
+        raise errors.frame_error(f"cannot decode {erlang_binary(raw)}").with_method(
+            spec.BASIC, _PUBLISH & 0xFFFF
+        ) from exc
+    if len(_PUBLISHES) >= _PUBLISHES_SIZE:
+        _PUBLISHES.clear()
+    _PUBLISHES[raw] = fields
+    return fields
+
+
 _OPEN = State.OPEN
 _AWAIT_HEADER = State.AWAIT_HEADER
 _head = struct.Struct(">BHI")
@@ -93,6 +128,9 @@ _ACK = spec.BASIC_ACK_INDEX
 _DELIVER = spec.BASIC_DELIVER_INDEX
 _Ack = commands.Basic.Ack
 _new_ack = object.__new__
+# PublishReceived is a named tuple: the hot path makes one in C, without its __new__
+_new_publish: Callable[[type[PublishReceived], tuple[Any, ...]], PublishReceived]
+_new_publish = tuple.__new__
 # The size of a basic.ack method payload: index (4), delivery tag (8), bits (1).
 _ACK_PAYLOAD_SIZE = 13
 
@@ -144,38 +182,19 @@ _EXPECTED = {
 _SILENT_FAILURE = frozenset((State.AWAIT_START_OK, State.AWAIT_TUNE_OK))
 
 
+@dataclass(slots=True, eq=False)
 class _Content:
     """A publish whose header and body frames are still arriving."""
 
-    __slots__ = (
-        "body_size",
-        "chunks",
-        "exchange",
-        "exchange_and_key",
-        "immediate",
-        "mandatory",
-        "properties",
-        "received",
-        "routing_key",
-    )
-
-    def __init__(
-        self,
-        exchange: str,
-        routing_key: str,
-        mandatory: bool,
-        immediate: bool,
-        exchange_and_key: bytes,
-    ) -> None:
-        self.exchange = exchange
-        self.routing_key = routing_key
-        self.mandatory = mandatory
-        self.immediate = immediate
-        self.exchange_and_key = exchange_and_key
-        self.properties: bytes | None = None
-        self.body_size = 0
-        self.received = 0
-        self.chunks: list[bytes] = []
+    exchange: str
+    routing_key: str
+    mandatory: bool
+    immediate: bool
+    exchange_and_key: bytes
+    properties: bytes | None = None
+    body_size: int = 0
+    received: int = 0
+    chunks: list[bytes] = field(default_factory=list)
 
     def published(self, channel: int, body: bytes) -> PublishReceived:
         assert self.properties is not None
@@ -222,7 +241,9 @@ class ServerConnection:
         self.channel_max = channel_max
         self.heartbeat = heartbeat
         self.client_properties: dict[str, Any] = {}
-        self._in = bytearray()
+        # Immutable: a slice of it is the bytes an event carries, with no second copy.
+        # The unparsed tail is copied once per read (less than a frame, as a rule).
+        self._in = b""
         self._pos = 0  # read position in _in: bytes before it have been parsed
         self._out: list[bytes] = []
         self._channels: dict[int, ChannelState] = {}
@@ -250,7 +271,7 @@ class ServerConnection:
             raise LocalProtocolError(f"{trigger.name} in state {self._state.name}")
         self._state = nxt
         if nxt is State.CLOSED:
-            self._in.clear()
+            self._in = b""
             self._pos = 0
 
     def _channel_move(self, channel: int, trigger: ChannelTrigger) -> None:
@@ -498,11 +519,11 @@ class ServerConnection:
         """Buffer bytes from the peer. Nothing is parsed until :meth:`next_event`."""
         if self._discard or self._state not in READING:
             return  # after the end, or after a broken stream: read and dropped
-        buf = self._in
         if self._pos:
-            del buf[: self._pos]
+            self._in = self._in[self._pos :] + data
             self._pos = 0
-        buf += data
+        else:
+            self._in += data
 
     def next_event(self) -> Event | NeedData:
         """The next complete event, or NEED_DATA."""
@@ -536,7 +557,7 @@ class ServerConnection:
                         errors.frame_error(
                             frame_text(
                                 frame_type,
-                                bytes(buf[pos + _HEAD : stop]),
+                                buf[pos + _HEAD : stop],
                                 f"{{invalid_frame_end_marker,{buf[stop]}}}",
                             )
                         )
@@ -559,7 +580,7 @@ class ServerConnection:
                         ack.multiple = bool(bits & 1)
                         self._pos = stop + 1
                         return MethodReceived(channel, ack)
-                payload = bytes(buf[pos + _HEAD : stop])
+                payload = buf[pos + _HEAD : stop]
                 self._pos = stop + 1
                 event = self._frame(frame_type, channel, payload)
                 if event is not None:
@@ -582,7 +603,7 @@ class ServerConnection:
         buf = self._in
         if len(buf) < len(spec.PROTOCOL_HEADER):
             return NEED_DATA
-        header = bytes(buf[: len(spec.PROTOCOL_HEADER)])
+        header = buf[: len(spec.PROTOCOL_HEADER)]
         self._pos = len(spec.PROTOCOL_HEADER)
         if header != spec.PROTOCOL_HEADER:
             # As RabbitMQ: the owner answers with the protocol we speak and hangs up.
@@ -602,7 +623,7 @@ class ServerConnection:
         reply = state not in _SILENT_FAILURE
         if broken:
             # No frame boundary can be trusted any more: whatever follows is dropped.
-            self._in.clear()
+            self._in = b""
             self._pos = 0
             self._discard = True
         # Otherwise the framing is intact: after the owner's connection.close the
@@ -611,77 +632,71 @@ class ServerConnection:
         return ConnectionFailed(error, reply=reply)
 
     def _fast_publish(
-        self, buf: bytearray, pos: int, stop: int, end: int, channel: int
+        self, buf: bytes, pos: int, stop: int, end: int, channel: int
     ) -> Event | NeedData:
         """The hot path: basic.publish, and when they are already buffered its content
         header and single body frame, parsed in place."""
-        p = pos + _HEAD + 6  # method index (4) + deprecated ticket (2)
-        elen = buf[p]
-        rp = p + 1 + elen
-        rlen = buf[rp]
-        bp = rp + 1 + rlen
-        if bp >= stop:
-            raise errors.syntax_error("malformed basic.publish").with_method(
-                spec.BASIC, _PUBLISH & 0xFFFF
-            )
-        exchange = buf[p + 1 : rp].decode()
-        routing_key = buf[rp + 1 : bp].decode()
-        bits = buf[bp]
-        exchange_and_key = bytes(buf[p:bp])
+        raw = buf[pos + _HEAD + 4 : stop]  # after the method index
+        fields = _PUBLISHES.get(raw)
+        if fields is None:
+            fields = _publish_fields(raw)
+        exchange, routing_key, mandatory, immediate, exchange_and_key = fields
         pos = stop + 1
-        if end - pos >= _HEAD:
-            ftype, hch, hsize = _unpack_head(buf, pos)
+        # Look ahead: when the content header and its one body frame are buffered too,
+        # the publish is read here at once; otherwise the general path assembles it.
+        if end - pos >= _CONTENT_HEAD:
+            ftype, hch, hsize, class_weight, body_size = _unpack_content_head(buf, pos)
             hstop = pos + _HEAD + hsize
             if (
                 ftype == _HEADER
                 and hch == channel
-                and hsize >= 14
-                and hsize + _OVERHEAD <= self.frame_max
+                and class_weight == _BASIC_WEIGHT_0
+                and 14 <= hsize <= self.frame_max - _OVERHEAD
                 and hstop < end
                 and buf[hstop] == _END
-                and buf[pos + _HEAD : pos + _HEAD + 4] == _BASIC_WEIGHT_0
             ):
-                (body_size,) = _body_size(buf, pos + _HEAD + 4)
                 if body_size == 0:
                     self._pos = hstop + 1
-                    return PublishReceived(
-                        channel,
-                        exchange,
-                        routing_key,
-                        bool(bits & 1),
-                        bool(bits & 2),
-                        exchange_and_key,
-                        bytes(buf[pos + _HEAD + 12 : hstop]),
-                        b"",
-                    )
-                bpos = hstop + 1
-                if end - bpos >= _HEAD:
-                    btype, bch, bsize = _unpack_head(buf, bpos)
-                    bstop = bpos + _HEAD + bsize
-                    if (
-                        btype == _BODY
-                        and bch == channel
-                        and bsize == body_size
-                        and bsize <= self.frame_max
-                        and bstop < end
-                        and buf[bstop] == _END
-                    ):
-                        self._pos = bstop + 1
-                        return PublishReceived(
+                    return _new_publish(
+                        PublishReceived,
+                        (
                             channel,
                             exchange,
                             routing_key,
-                            bool(bits & 1),
-                            bool(bits & 2),
+                            mandatory,
+                            immediate,
                             exchange_and_key,
-                            bytes(buf[pos + _HEAD + 12 : hstop]),
-                            bytes(buf[bpos + _HEAD : bstop]),
-                        )
+                            buf[pos + _HEAD + 12 : hstop],
+                            b"",
+                        ),
+                    )
+                bpos = hstop + 1
+                bstop = bpos + _HEAD + body_size
+                if (
+                    bstop < end  # so the body frame's head is here too
+                    and _unpack_head(buf, bpos) == (_BODY, channel, body_size)
+                    and body_size <= self.frame_max
+                    and buf[bstop] == _END
+                ):
+                    self._pos = bstop + 1
+                    return _new_publish(
+                        PublishReceived,
+                        (
+                            channel,
+                            exchange,
+                            routing_key,
+                            mandatory,
+                            immediate,
+                            exchange_and_key,
+                            buf[pos + _HEAD + 12 : hstop],
+                            buf[bpos + _HEAD : bstop],
+                        ),
+                    )
         # The content is not all here (or comes in several frames): assemble it frame
         # by frame, through the general path.
         self._pos = pos
         self._content[channel] = _Content(
-            exchange, routing_key, bool(bits & 1), bool(bits & 2), exchange_and_key
+            exchange, routing_key, mandatory, immediate, exchange_and_key
         )
         return self.next_event()
 
@@ -782,21 +797,7 @@ class ServerConnection:
             ) from exc
 
     def _start_publish(self, channel: int, payload: bytes) -> None:
-        try:
-            pos = 6  # index (4) + deprecated ticket (2)
-            elen = payload[pos]
-            exchange = payload[pos + 1 : pos + 1 + elen].decode()
-            rpos = pos + 1 + elen
-            rlen = payload[rpos]
-            routing_key = payload[rpos + 1 : rpos + 1 + rlen].decode()
-            bits = payload[rpos + 1 + rlen]
-        except (IndexError, UnicodeDecodeError) as exc:
-            raise errors.frame_error(f"cannot decode {erlang_binary(payload[4:])}").with_method(
-                spec.BASIC, _PUBLISH & 0xFFFF
-            ) from exc
-        self._content[channel] = _Content(
-            exchange, routing_key, bool(bits & 1), bool(bits & 2), payload[pos : rpos + 1 + rlen]
-        )
+        self._content[channel] = _Content(*_publish_fields(payload[4:]))
 
     def _header_frame(self, channel: int, payload: bytes) -> Event | None:
         if self._state in WINDING_DOWN or self._channels.get(channel) is ChannelState.CLOSING:

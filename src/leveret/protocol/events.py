@@ -6,7 +6,7 @@ event, so replies keep the order of the requests."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from leveret.protocol.errors import AMQPError
 from leveret.protocol.spec import Method
@@ -103,44 +103,23 @@ class MethodReceived:
     method: Method
 
 
-class PublishReceived:
+class PublishReceived(NamedTuple):
     """A complete basic.publish: method, content header and body.
 
     ``exchange_and_key`` is the wire encoding of the exchange and routing key
     (two short strings), kept so deliveries can splice it without re-encoding.
-    A plain slotted class rather than a frozen dataclass: one is made per message.
+    A named tuple: one is made per message, in C (``tuple.__new__``), and its owner
+    hands it on unpacked (``session.publish(*event)``).
     """
 
-    __slots__ = (
-        "body",
-        "channel",
-        "exchange",
-        "exchange_and_key",
-        "immediate",
-        "mandatory",
-        "properties",
-        "routing_key",
-    )
-
-    def __init__(
-        self,
-        channel: int,
-        exchange: str,
-        routing_key: str,
-        mandatory: bool,
-        immediate: bool,
-        exchange_and_key: bytes,
-        properties: bytes,
-        body: bytes,
-    ) -> None:
-        self.channel = channel
-        self.exchange = exchange
-        self.routing_key = routing_key
-        self.mandatory = mandatory
-        self.immediate = immediate
-        self.exchange_and_key = exchange_and_key
-        self.properties = properties
-        self.body = body
+    channel: int
+    exchange: str
+    routing_key: str
+    mandatory: bool
+    immediate: bool
+    exchange_and_key: bytes
+    properties: bytes
+    body: bytes
 
     def __repr__(self) -> str:
         return (

@@ -315,17 +315,7 @@ class AMQPProtocol(asyncio.Protocol):
                     if session is None:
                         continue
                     self.published_since_check = True
-                    pub: PublishReceived = event  # type: ignore[assignment]
-                    session.publish(
-                        pub.channel,
-                        pub.exchange,
-                        pub.routing_key,
-                        pub.mandatory,
-                        pub.immediate,
-                        pub.exchange_and_key,
-                        pub.properties,
-                        pub.body,
-                    )
+                    session.publish(*event)  # type: ignore[misc]
                     if session.held_by:
                         self.held = True
                         break

@@ -442,6 +442,9 @@ class Config:
                         setattr(self, table, _tls(dict(raw)))
                     except ConfigError as exc:
                         raise ConfigError(f"[{table}]: {exc}") from exc
+            # [lake] (compaction, retention, alert rules) is read by leveret up and the
+            # pipeline, not by the broker
+            data.pop("lake", None)
             for key, value in data.items():
                 self.set(key.replace("-", "_"), value)
         except ConfigError as exc:

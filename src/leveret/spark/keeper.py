@@ -1,6 +1,7 @@
-"""What the ingest does for its lake beside the query: after each committed batch, remove
-the files the sink's log never committed (see :mod:`leveret.logs.lake`), so that a reader
-that lists the directory (pyarrow, pandas, DuckDB) sees each record once, as Spark does.
+"""What the ingest does for its lake beside the query: after each committed batch, evaluate
+the alert rules on its records (see :mod:`leveret.logs.alerts`) and remove the files the
+sink's log never committed (see :mod:`leveret.logs.lake`), so that a reader that lists the
+directory (pyarrow, pandas, DuckDB) sees each record once, as Spark does.
 
 A thread of the ingest's driver watches the sink's log; it only reads and removes files,
 it never writes the log (the query alone does). It also holds the lake's ``ingest`` lock
@@ -12,11 +13,15 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
-from leveret.logs.compaction import finish_removals
+from leveret.logs.alerts import Evaluator, read_batch
+from leveret.logs.compaction import COMPACTED_PREFIX, finish_removals
 from leveret.logs.lake import Janitor, SinkLog, lake_lock
+from leveret.logs.record import Record
 
 log = logging.getLogger(__name__)
 
@@ -24,8 +29,17 @@ log = logging.getLogger(__name__)
 class LakeKeeper:
     """Sweeps a lake after each batch the ingest commits, from a thread of its own."""
 
-    def __init__(self, lake: Path, interval: float = 0.25) -> None:
+    def __init__(
+        self,
+        lake: Path,
+        interval: float = 0.25,
+        alerts: Evaluator | None = None,
+        publish: Callable[[list[Record]], object] | None = None,
+    ) -> None:
         self.lake = lake
+        self.alerts = alerts
+        self.publish = publish
+        self.fired: list[Record] = []
         self.interval = interval
         self.janitor = Janitor(lake)
         self._latest = -1
@@ -46,8 +60,9 @@ class LakeKeeper:
     def start(self) -> None:
         # tells a compaction that a sink may be writing the log (released at exit, kill -9
         # included)
-        self._ingest_lock = lake_lock(self.lake, wait=None, name="ingest", shared=True)
-        self._ingest_lock.__enter__()
+        self._ingest_lock = lake_lock(self.lake, wait=120, name="ingest", shared=True)
+        if not self._ingest_lock.__enter__():
+            log.warning("a compaction of %s holds its lock: running without it", self.lake)
         if self._thread is None:
             self._thread = threading.Thread(target=self._run, name="leveret-lake", daemon=True)
             self._thread.start()
@@ -62,6 +77,12 @@ class LakeKeeper:
 
     def _run(self) -> None:
         watch = SinkLog(self.lake)
+        evaluated: set[str] | None = None
+        if self.alerts is not None:
+            # the rules see the batches committed from now on
+            with contextlib.suppress(OSError, ValueError):
+                watch.refresh()
+            evaluated = {os.path.basename(p) for p in watch.files}
         while not self._stop.wait(self.interval):
             try:
                 latest = _latest_batch(watch)
@@ -70,11 +91,41 @@ class LakeKeeper:
                 continue
             if latest > self._latest:
                 self._latest = latest
+                if evaluated is not None:
+                    self._evaluate(watch, evaluated)
                 self.sweep()
                 try:  # what a compaction killed before its end left on the disk
                     finish_removals(self.lake)
                 except (OSError, ValueError) as exc:
                     log.warning("cannot finish the lake's removals: %s", exc)
+
+    def _evaluate(self, watch: SinkLog, evaluated: set[str]) -> None:
+        """The alert rules on the files committed since the last look (a compaction's
+        files hold records already seen)."""
+        assert self.alerts is not None
+        try:
+            latest = watch.refresh()
+            new = [
+                p
+                for p in watch.files
+                if os.path.basename(p) not in evaluated
+                and not os.path.basename(p).startswith(COMPACTED_PREFIX)
+            ]
+            evaluated.update(os.path.basename(p) for p in new)
+            if not new:
+                return
+            fired = self.alerts.observe(read_batch(latest, new))
+        except (OSError, ValueError) as exc:
+            log.warning("cannot evaluate the alert rules: %s", exc)
+            return
+        for record in fired:
+            log.warning("%s", record.message)
+        self.fired += fired
+        if fired and self.publish is not None:
+            try:
+                self.publish(fired)
+            except Exception as exc:  # the broker away: the alert is in the ingest's log
+                log.warning("cannot publish %d alert(s): %s", len(fired), exc)
 
 
 def _latest_batch(watch: SinkLog) -> int:

@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from leveret.logs.alerts import AmqpAlerts, Evaluator
+from leveret.logs.lakeconfig import AlertRule
 from leveret.spark.client import AmqpSourceError, close_quietly, connect, error_from
 from leveret.spark.keeper import LakeKeeper
 from leveret.spark.session import spark_session
@@ -134,6 +136,8 @@ class IngestConfig:
     #: ``stream_port``) or auto (stream when that port answers and holds the stream)
     protocol: str = "auto"
     stream_port: int | None = None  # None: 5552, or 5551 for amqps:// URLs
+    #: alert rules evaluated on each committed batch (see :mod:`leveret.logs.alerts`)
+    alerts: tuple[AlertRule, ...] = ()
 
 
 def start_ingest(spark: SparkSession, cfg: IngestConfig) -> StreamingQuery:
@@ -271,7 +275,11 @@ def run_ingest(
     failures = 0
     stop = stop or threading.Event()
     # removes what failed task attempts left behind: at each start and after each batch
-    keeper = LakeKeeper(cfg.lake)
+    keeper = LakeKeeper(
+        cfg.lake,
+        alerts=Evaluator(cfg.alerts) if cfg.alerts else None,
+        publish=AmqpAlerts(cfg.url, cfg.exchange, cfg.stream).publish,
+    )
     keeper.start()
     current: list[StreamingQuery] = []
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from leveret.broker.operations.actor import Actor
 from leveret.broker.operations.authorization import check_access
-from leveret.broker.operations.bindings import bind, unbind
+from leveret.broker.operations.bindings import BindingRequest, bind, unbind
 from leveret.broker.operations.exchanges import declare_exchange, delete_exchange
 from leveret.broker.operations.publish import authorize_publish, publish
 from leveret.broker.operations.queues import (
@@ -25,6 +25,7 @@ from leveret.broker.operations.queues import (
 
 __all__ = [
     "Actor",
+    "BindingRequest",
     "authorize_publish",
     "bind",
     "check_access",

@@ -3,6 +3,7 @@ API's bindings), as rabbit_channel:binding_action orders its checks."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from leveret.broker.operations import authorization
@@ -15,48 +16,32 @@ if TYPE_CHECKING:
     from leveret.broker.vhost import VirtualHost
 
 
-def bind(
-    vhost: VirtualHost,
-    actor: Actor,
-    source: str,
-    dest_kind: str,
-    destination: str,
-    routing_key: str,
-    arguments: dict[str, Any] | None = None,
-) -> bool:
-    """Whether the binding is new; ``dest_kind`` is "queue" or "exchange"."""
-    return _binding_action(
-        vhost, actor, True, source, dest_kind, destination, routing_key, arguments
-    )
+@dataclass(frozen=True, slots=True)
+class BindingRequest:
+    """What a bind or unbind names: the source exchange, the destination ("queue" or
+    "exchange", and its name), the routing key and the arguments."""
+
+    source: str
+    dest_kind: str
+    destination: str
+    routing_key: str
+    arguments: dict[str, Any] = field(default_factory=dict)
 
 
-def unbind(
-    vhost: VirtualHost,
-    actor: Actor,
-    source: str,
-    dest_kind: str,
-    destination: str,
-    routing_key: str,
-    arguments: dict[str, Any] | None = None,
-) -> bool:
+def bind(vhost: VirtualHost, actor: Actor, request: BindingRequest) -> bool:
+    """Whether the binding is new."""
+    return _binding_action(vhost, actor, True, request)
+
+
+def unbind(vhost: VirtualHost, actor: Actor, request: BindingRequest) -> bool:
     """Whether there was such a binding. As RabbitMQ 3.10 (rabbit_binding:remove,
     absent_errs_only), unbinding from or to something that does not exist succeeds."""
-    return _binding_action(
-        vhost, actor, False, source, dest_kind, destination, routing_key, arguments
-    )
+    return _binding_action(vhost, actor, False, request)
 
 
-def _binding_action(
-    vhost: VirtualHost,
-    actor: Actor,
-    add: bool,
-    source: str,
-    dest_kind: str,
-    destination: str,
-    routing_key: str,
-    arguments: dict[str, Any] | None,
-) -> bool:
-    source, destination = actor.name(source), actor.name(destination)
+def _binding_action(vhost: VirtualHost, actor: Actor, add: bool, request: BindingRequest) -> bool:
+    source, destination = actor.name(request.source), actor.name(request.destination)
+    dest_kind, routing_key, arguments = request.dest_kind, request.routing_key, request.arguments
     authorization.binding(vhost, actor, source, dest_kind, destination)
     topic = vhost.exchanges.get(source)
     if topic is not None and vhost.topic_permissions:

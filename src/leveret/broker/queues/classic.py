@@ -509,10 +509,16 @@ class ClassicQueue(Queue):
 
     # ---------------------------------------------------------------- settling
     def ack(self, entries: Iterable[Entry]) -> None:
+        outstanding = self._outstanding
+        forget = self._dedup is not None or self._store is not None
+        n = 0
         for entry in entries:
-            self._back(entry)
-            self.acked += 1
-            self._forget(entry)
+            outstanding.pop(entry.seq, None)
+            n += 1
+            if forget:
+                self._forget(entry)
+        self.unacked -= n  # what _back does, once for all
+        self.acked += n
 
     def reject(self, entries: Iterable[Entry], requeue: bool) -> None:
         if requeue:

@@ -7,7 +7,7 @@
 import * as api from "./api.js";
 import { drawStackedBars } from "./charts.js";
 import { lakeSearch } from "./page-logs-search.js";
-import { card, fmtInt, fmtTime, h, link, setOptions } from "./ui.js";
+import { card, fmtBytes, fmtInt, fmtTime, h, link, setOptions } from "./ui.js";
 
 const SEVERITIES = ["debug", "info", "warning", "error", "critical"];
 // The report's palette (leveret pipeline report draws its charts in these).
@@ -143,12 +143,15 @@ export function logsPage() {
   const lagBox = h("div#ingest-lag.lag");
   const liveFigures = h("dl#live-figures.figures.compact");
   const reportBox = h("div#report-link");
+  const alertsBox = h("div#lake-alerts", h("p.muted", "…"));
+  let alertsAt = 0;
   const legend = (keys) => h("ul.legend.small", keys.map((k) => h("li", h("i", { style: `background:${CHART_COLOURS[k]}` }), k)));
 
   const side = h(
     "div.logs-side",
     card("Lake · records per minute", lakeCanvas, legend([...SEVERITIES]), h("p.muted.small", "Line: error rate (error + critical), right scale."), lagBox, lakeFigures, lakeNote),
     card("Live · as this view received them", liveCanvas, legend([...SEVERITIES, "unseen"]), liveFigures),
+    card("Alerts · newest first", alertsBox),
     card("Report", reportBox),
   );
 
@@ -496,7 +499,9 @@ export function logsPage() {
         ["Error rate", s.records ? `${((100 * s.errors) / Math.max(1, s.records - s.corrupt)).toFixed(2)}%` : "–"],
         ["Malformed", fmtInt(s.corrupt)],
         ["Last minute", lastMinute ? `${fmtInt(lastMinute.records)} records, ${(100 * lastMinute.error_rate).toFixed(1)}% errors` : "–"],
+        ["Oldest", s.first ? fmtTime(s.first) : "–"],
         ["Newest", s.last ? fmtTime(s.last) : "–"],
+        ["Size", `${fmtBytes(lake.bytes)} in ${fmtInt(lake.committed_files)} files`],
         ["Batches / files", `${fmtInt(lake.batches)} / ${fmtInt(lake.files)}${lake.files_pending ? ` (+${fmtInt(lake.files_pending)} to read)` : ""}`],
       ].map(([k, v]) => h("div", h("dt", k), h("dd", v))),
     );
@@ -527,6 +532,17 @@ export function logsPage() {
           ["Error rate (this minute)", n ? `${((100 * errs) / n).toFixed(1)}%` : "–"],
         ].map(([k, v]) => h("div", h("dt", k), h("dd", v))),
       );
+    }
+    if (lake.available && Date.now() - alertsAt > 10_000) {
+      alertsAt = Date.now();
+      // alerts are records of the lake: facility alert, severity warning
+      api.get("/logs/search?facility=alert&severity=warning&since=1d&limit=5").then((a) => {
+        alertsBox.replaceChildren(
+          ...(a.records.length
+            ? a.records.map((r) => h("p.alert", { dataset: { rule: (r.extra && r.extra.rule) || "" } }, h("small.muted", r.ts, " "), r.message))
+            : [h("p.muted", "No alert in the last day.")]),
+        );
+      }, () => {});
     }
     const rep = d.report;
     if (rep.available) {
