@@ -45,8 +45,8 @@ from leveret.server.config import (
 )
 
 if TYPE_CHECKING:
-    from leveret.broker.broker import Broker as Core
-    from leveret.management.runner import Broker as WithManagement
+    from leveret.broker.broker import BrokerCore as Core
+    from leveret.management.runner import ManagedServer
 
 log = logging.getLogger(__name__)
 
@@ -150,7 +150,7 @@ class Broker:
             raise ValueError(f"clock must be 'manual' or 'system', not {clock!r}")
         self.clock: Clock | None = clock
         self._server: Server | None = None
-        self._composed: WithManagement | None = None
+        self._composed: ManagedServer | None = None
         self._management_url: str | None = None
         self._metrics_url: str | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -221,9 +221,9 @@ class Broker:
             install_clock(self.clock)
         try:
             if self.management:
-                from leveret.management.runner import Broker as WithManagement
+                from leveret.management.runner import ManagedServer
 
-                composed = WithManagement(self.config)
+                composed = ManagedServer(self.config)
                 self._composed = composed
                 self._server = composed.server
                 running = await composed.start()

@@ -5,17 +5,17 @@ from __future__ import annotations
 
 import pytest
 
-from leveret.broker.broker import Broker
+from leveret.broker.broker import BrokerCore
 from tests.broker.fakes import Client, ClientChannel, new_broker
 
 
 @pytest.fixture
-def domain() -> Broker:
+def domain() -> BrokerCore:
     return new_broker()
 
 
 @pytest.fixture
-def client(domain: Broker) -> Client:
+def client(domain: BrokerCore) -> Client:
     return Client(domain)
 
 

@@ -19,7 +19,7 @@ from typing import Any, NamedTuple
 
 from pamqp import commands as C
 
-from leveret.broker.broker import Broker
+from leveret.broker.broker import BrokerCore
 from leveret.broker.channel import Channel
 from leveret.broker.message import Message
 from leveret.broker.ports import FlowHolder, Output
@@ -168,9 +168,9 @@ def plain(user: str, password: str) -> bytes:
     return f"\0{user}\0{password}".encode()
 
 
-def new_broker() -> Broker:
+def new_broker() -> BrokerCore:
     """A broker as RabbitMQ starts (vhost '/', guest/guest), with a fixed node name."""
-    return Broker.with_defaults("rabbit@domain-test")
+    return BrokerCore.with_defaults("rabbit@domain-test")
 
 
 class Client:
@@ -178,7 +178,7 @@ class Client:
 
     def __init__(
         self,
-        broker: Broker,
+        broker: BrokerCore,
         user: str = "guest",
         password: str = "guest",
         vhost: str = "/",

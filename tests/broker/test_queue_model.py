@@ -10,7 +10,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from leveret.broker.broker import Broker
+from leveret.broker.broker import BrokerCore
 from leveret.broker.session import Session
 from leveret.protocol.errors import AMQPError
 
@@ -51,7 +51,7 @@ class FakeOutput:
 class QueueModel(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
-        self.broker = Broker.with_defaults()
+        self.broker = BrokerCore.with_defaults()
         self.out = FakeOutput()
         self.session = Session(self.broker, self.out)
         self.session.authenticate("PLAIN", b"\0guest\0guest", {})

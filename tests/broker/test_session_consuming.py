@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pamqp import commands as C
 
-from leveret.broker.broker import Broker
+from leveret.broker.broker import BrokerCore
 from tests.broker.fakes import Client, ClientChannel, Deliver, delivered
 
 
@@ -134,7 +134,7 @@ def test_channel_close_requeues_unacked(client: Client) -> None:
     assert ch.get("q").method.redelivered
 
 
-def test_connection_close_requeues_unacked(domain: Broker) -> None:
+def test_connection_close_requeues_unacked(domain: BrokerCore) -> None:
     consumer = Client(domain)
     cch = consumer.channel()
     cch.declare_queue("q")
@@ -273,7 +273,7 @@ def test_exclusive_consumer_conflict(ch: ClientChannel) -> None:
     )
 
 
-def test_consumers_hear_of_their_queue_deleted(domain: Broker) -> None:
+def test_consumers_hear_of_their_queue_deleted(domain: BrokerCore) -> None:
     notified = Client(domain).channel()
     deaf = Client(domain, capabilities={}).channel()
     notified.declare_queue("q")

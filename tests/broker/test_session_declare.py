@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from pamqp import commands as C
 
-from leveret.broker.broker import Broker
+from leveret.broker.broker import BrokerCore
 from leveret.broker.session import Session
 from tests.broker.fakes import BrokerClosed, Client, ClientChannel, RecordingOutput, plain
 
@@ -82,7 +82,7 @@ def test_reserved_queue_name(ch: ClientChannel) -> None:
     )
 
 
-def test_exclusive_queue_is_locked_to_its_connection(domain: Broker) -> None:
+def test_exclusive_queue_is_locked_to_its_connection(domain: BrokerCore) -> None:
     owner = Client(domain).channel()
     owner.declare_queue("q", exclusive=True)
     other = Client(domain)
@@ -98,7 +98,7 @@ def test_exclusive_queue_is_locked_to_its_connection(domain: Broker) -> None:
     assert owner.declare_queue("q", passive=True).queue == "q"
 
 
-def test_exclusive_queue_goes_with_its_connection(domain: Broker) -> None:
+def test_exclusive_queue_goes_with_its_connection(domain: BrokerCore) -> None:
     owner = Client(domain)
     owner.channel().declare_queue("q", exclusive=True)
     owner.close()
@@ -282,7 +282,7 @@ def test_invalid_x_match(ch: ClientChannel) -> None:
 
 # -------------------------------------------------------------- permissions
 @pytest.fixture
-def limited(domain: Broker) -> Client:
+def limited(domain: BrokerCore) -> Client:
     """A user who may configure only what starts with 'u-', and write and read all."""
     domain.add_user("u", "secret", [])
     domain.set_permissions("u", "/", "^u-", ".*", ".*")
@@ -298,20 +298,20 @@ def test_configure_refused(limited: Client) -> None:
     )
 
 
-def test_vhost_access_refused(domain: Broker) -> None:
+def test_vhost_access_refused(domain: BrokerCore) -> None:
     domain.add_user("nobody", "pw", [])
     with pytest.raises(BrokerClosed) as info:
         Client(domain, "nobody", "pw")
     assert info.value.reply == (530, "NOT_ALLOWED - access to vhost '/' refused for user 'nobody'")
 
 
-def test_unknown_vhost(domain: Broker) -> None:
+def test_unknown_vhost(domain: BrokerCore) -> None:
     with pytest.raises(BrokerClosed) as info:
         Client(domain, vhost="no-such-vhost")
     assert info.value.reply == (530, "NOT_ALLOWED - vhost no-such-vhost not found")
 
 
-def test_bad_password_is_refused(domain: Broker) -> None:
+def test_bad_password_is_refused(domain: BrokerCore) -> None:
     session = Session(domain, RecordingOutput())
     err = session.authenticate("PLAIN", plain("guest", "wrong"), {})
     assert err is not None and (err.code, err.reply_text) == (

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from pamqp import commands as C
 
-from leveret.broker.broker import Broker
+from leveret.broker.broker import BrokerCore
 from tests.broker.fakes import Ack, BrokerClosed, Client, ClientChannel, Content, Sent
 
 
@@ -334,7 +334,7 @@ def test_tx_mandatory_return_comes_at_commit(ch: ClientChannel) -> None:
     assert got[0].method.reply_code == 312 and isinstance(got[1].method, C.Tx.CommitOk)
 
 
-def test_consumers_on_another_connection_see_committed_messages(domain: Broker) -> None:
+def test_consumers_on_another_connection_see_committed_messages(domain: BrokerCore) -> None:
     consumer = Client(domain).channel()
     consumer.declare_queue("q")
     consumer.consume("q", "c", no_ack=True)

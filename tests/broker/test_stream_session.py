@@ -13,7 +13,7 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from leveret.broker.broker import Broker
+from leveret.broker.broker import BrokerCore
 from leveret.broker.events import Observers
 from leveret.broker.ports import ChunkRef
 from leveret.broker.stream_session import StreamSession
@@ -93,7 +93,7 @@ def test_random_commands(script: list[object]) -> None:
         observers = Observers()
         persistence = Persistence(root)
         observers.subscribe(persistence.observe)
-        broker = Broker(observers=observers, storage=persistence)
+        broker = BrokerCore(observers=observers, storage=persistence)
         broker.add_vhost("/")
         broker.add_user("guest", "guest", ["administrator"])
         broker.set_permissions("guest", "/", ".*", ".*", ".*")

@@ -45,11 +45,11 @@ def test_window_keeps_a_bounded_number_of_samples() -> None:
 
 def test_sampled_totals_match_live_totals() -> None:
     """The one-pass sampler and the live totals agree, deleted queues included."""
-    from leveret.broker.broker import Broker
+    from leveret.broker.broker import BrokerCore
     from leveret.broker.message import Message
     from leveret.management.stats import LENGTHS, MESSAGE_STATS, Stats
 
-    broker = Broker.with_defaults()
+    broker = BrokerCore.with_defaults()
     stats = Stats(broker)
     other = broker.add_vhost("other")
     for vhost in (broker.vhosts["/"], other):
@@ -78,13 +78,13 @@ def test_sampled_totals_match_live_totals() -> None:
 def test_deleting_a_queue_does_not_count_its_publishes_twice() -> None:
     """Publishes are counted where they arrive (sessions); a deleted queue's own count of
     what reached it must not be added to them."""
-    from leveret.broker.broker import Broker
+    from leveret.broker.broker import BrokerCore
     from leveret.broker.message import Message
     from leveret.broker.session import Session
     from leveret.management.stats import Stats
     from tests.broker.test_queue_model import FakeOutput
 
-    broker = Broker.with_defaults()
+    broker = BrokerCore.with_defaults()
     stats = Stats(broker)
     vhost = broker.vhosts["/"]
     session = Session(broker, FakeOutput())
@@ -103,11 +103,11 @@ def test_deleting_a_queue_does_not_count_its_publishes_twice() -> None:
 
 
 def test_a_new_queue_rates_over_the_same_span_as_its_vhost() -> None:
-    from leveret.broker.broker import Broker
+    from leveret.broker.broker import BrokerCore
     from leveret.broker.message import Message
     from leveret.management.stats import Stats
 
-    broker = Broker.with_defaults()
+    broker = BrokerCore.with_defaults()
     stats = Stats(broker)
     stats.sample(now=1.0)
     stats.sample(now=2.0)

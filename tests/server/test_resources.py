@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from leveret.broker.broker import Broker
+from leveret.broker.broker import BrokerCore
 from leveret.broker.message import Message
 from leveret.server.config import Config, ConfigError, DiskFreeLimit, MemoryWatermark
 from leveret.server.resources import ResourceMonitor
@@ -126,7 +126,7 @@ class Readings:
 
 @pytest.fixture
 def monitored(tmp_path: Path) -> Iterator[tuple[ResourceMonitor, Readings, ServerState, Conn]]:
-    broker = Broker.with_defaults()
+    broker = BrokerCore.with_defaults()
     state = ServerState(broker, Limits(), lambda: None)
     conn = Conn()
     state.connections.add(conn)

@@ -48,7 +48,11 @@ def default_node_name() -> str:
     return f"rabbit@{socket.gethostname().split('.')[0]}"
 
 
-class Broker:
+class BrokerCore:
+    """The broker's domain state: vhosts, users, connections and the observers of its
+    events. The server (``server.app.Server``) runs one; ``management.runner.ManagedServer``
+    adds the HTTP listeners; ``leveret.Broker`` (embedded.py) runs all that in a thread."""
+
     def __init__(
         self,
         node_name: str | None = None,
@@ -86,7 +90,7 @@ class Broker:
         self.actor = ""
 
     @classmethod
-    def with_defaults(cls, node_name: str | None = None) -> Broker:
+    def with_defaults(cls, node_name: str | None = None) -> BrokerCore:
         """A broker as RabbitMQ starts: vhost '/', user guest/guest (administrator)."""
         b = cls(node_name)
         b.add_vhost("/")

@@ -13,7 +13,7 @@ from leveret.broker.clock import now_ms
 from leveret.protocol import errors
 
 if TYPE_CHECKING:
-    from leveret.broker.broker import Broker
+    from leveret.broker.broker import BrokerCore
 
 log = logging.getLogger(__name__)
 
@@ -26,7 +26,7 @@ def timed_out(channel: int, timeout: int) -> errors.AMQPError:
     )
 
 
-def check(broker: Broker) -> int:
+def check(broker: BrokerCore) -> int:
     """Close every channel past the timeout; how many were closed."""
     timeout = broker.consumer_timeout
     if timeout is None:

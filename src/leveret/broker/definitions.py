@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from leveret.broker.broker import COMPATIBLE_VERSION, Broker
+from leveret.broker.broker import COMPATIBLE_VERSION, BrokerCore
 from leveret.broker.events import Event
 from leveret.broker.policies import make_policy
 from leveret.broker.users import HASHING_ALGORITHM
@@ -23,7 +23,7 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
-def export_definitions(broker: Broker, durable_only: bool = True) -> dict[str, Any]:
+def export_definitions(broker: BrokerCore, durable_only: bool = True) -> dict[str, Any]:
     users = [
         {
             "name": u.name,
@@ -159,7 +159,7 @@ def export_definitions(broker: Broker, durable_only: bool = True) -> dict[str, A
 
 
 def import_definitions(
-    broker: Broker, data: dict[str, Any], acting_user: str | None = None
+    broker: BrokerCore, data: dict[str, Any], acting_user: str | None = None
 ) -> None:
     """Create what the definitions describe; existing objects are kept (as RabbitMQ).
     ``acting_user`` (who imports them through the API) gets full permissions in the

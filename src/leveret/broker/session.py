@@ -13,7 +13,7 @@ from pamqp import commands
 
 from leveret.broker import errors as rabbit
 from leveret.broker import names, operations
-from leveret.broker.broker import Broker
+from leveret.broker.broker import BrokerCore
 from leveret.broker.channel import CONFIRMED, DROPPED, PUBLISHED, RETURNED, Channel, TxPublish
 from leveret.broker.events import Event
 from leveret.broker.message import Message
@@ -50,7 +50,7 @@ def _login_refused(mechanism: str) -> AMQPError:
 class Session:
     def __init__(
         self,
-        broker: Broker,
+        broker: BrokerCore,
         output: Output,
         peer: tuple[str, int] | None = None,
         local: tuple[str, int] | None = None,

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from leveret.broker.broker import Broker
+from leveret.broker.broker import BrokerCore
 from leveret.broker.message import Message
 from leveret.broker.operations import Actor, authorization, check_access
 from leveret.broker.ports import ChunkRef, Traffic
@@ -107,7 +107,7 @@ STREAM_ERRORS: dict[int, str] = {
 }
 
 
-def count_error(broker: Broker, code: int) -> None:
+def count_error(broker: BrokerCore, code: int) -> None:
     """One command answered with ``code`` (rabbit_global_counters' protocol counters)."""
     name = STREAM_ERRORS.get(code)
     if name is not None:
@@ -117,7 +117,7 @@ def count_error(broker: Broker, code: int) -> None:
 class StreamSession:
     def __init__(
         self,
-        broker: Broker,
+        broker: BrokerCore,
         output: StreamOutput,
         peer: tuple[str, int] | None,
         advertised: tuple[str, int],

@@ -17,7 +17,7 @@ from leveret.management.httputil import (
 )
 
 if TYPE_CHECKING:
-    from leveret.broker.broker import Broker
+    from leveret.broker.broker import BrokerCore
     from leveret.broker.channel import Channel
     from leveret.broker.session import Session
     from leveret.broker.stream_session import StreamSession
@@ -32,7 +32,7 @@ class Management:
 
     def __init__(self, server: Server, stats: Stats) -> None:
         self.server = server
-        self.broker: Broker = server.broker
+        self.broker: BrokerCore = server.broker
         self.stats = stats
         self.listeners: list[dict[str, Any]] = []
 

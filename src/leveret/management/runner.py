@@ -81,7 +81,7 @@ async def _listen(
     return runner, bind, port
 
 
-class Broker:
+class ManagedServer:
     """The AMQP server with its management and metrics listeners."""
 
     def __init__(self, config: Config) -> None:
@@ -165,6 +165,6 @@ def run(config: Config, on_ready: Callable[[Running], Any] | None = None) -> Non
     try:
         import uvloop
     except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
-        asyncio.run(Broker(config).serve_forever(on_ready))
+        asyncio.run(ManagedServer(config).serve_forever(on_ready))
     else:
-        uvloop.run(Broker(config).serve_forever(on_ready))
+        uvloop.run(ManagedServer(config).serve_forever(on_ready))

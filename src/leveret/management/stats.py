@@ -27,7 +27,7 @@ from leveret.broker.session import Session
 from leveret.broker.stream_session import StreamSession
 
 if TYPE_CHECKING:
-    from leveret.broker.broker import Broker
+    from leveret.broker.broker import BrokerCore
     from leveret.broker.channel import Channel
     from leveret.broker.exchanges import Exchange
     from leveret.broker.queues import Queue
@@ -223,7 +223,7 @@ def session_confirms(s: Session) -> int:
 class Stats:
     """Totals and rate windows for the overview, each vhost, queue and channel."""
 
-    def __init__(self, broker: Broker, interval: float = SAMPLE_INTERVAL) -> None:
+    def __init__(self, broker: BrokerCore, interval: float = SAMPLE_INTERVAL) -> None:
         self.broker = broker
         self.interval = interval
         keep = max(2, int(KEEP_SECONDS / interval))

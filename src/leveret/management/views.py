@@ -13,7 +13,7 @@ from leveret.broker.exchanges import EXCHANGE_TYPES as EXCHANGE_TYPE_CLASSES
 from leveret.broker.queues import QuorumQueue
 
 if TYPE_CHECKING:
-    from leveret.broker.broker import Broker
+    from leveret.broker.broker import BrokerCore
     from leveret.broker.channel import Channel
     from leveret.broker.consumer import Consumer
     from leveret.broker.exchanges import Binding, Exchange
@@ -156,7 +156,7 @@ def consumer(c: Consumer, node: str) -> dict[str, Any]:
     }
 
 
-def queue(q: Queue, broker: Broker, stats: Stats, age: Any = None) -> dict[str, Any]:
+def queue(q: Queue, broker: BrokerCore, stats: Stats, age: Any = None) -> dict[str, Any]:
     from leveret.management.stats import DELIVERY_STATS, queue_counters, queue_lengths
 
     windows = stats.queues.get(q)
@@ -471,7 +471,7 @@ def channel(ch: Channel, stats: Stats, node: str) -> dict[str, Any]:
     return out
 
 
-def vhost(v: VirtualHost, broker: Broker, stats: Stats, age: Any = None) -> dict[str, Any]:
+def vhost(v: VirtualHost, broker: BrokerCore, stats: Stats, age: Any = None) -> dict[str, Any]:
     age_l, incr_l, age_m, incr_m = age or (None, None, None, None)
     windows = stats.vhosts.get(v.name)
     out: dict[str, Any] = {
@@ -508,7 +508,7 @@ def permission(p: Permission) -> dict[str, Any]:
     }
 
 
-def overview(broker: Broker, stats: Stats, listeners: list[dict[str, Any]], age: Any) -> Any:
+def overview(broker: BrokerCore, stats: Stats, listeners: list[dict[str, Any]], age: Any) -> Any:
     age_l, incr_l, age_m, incr_m = age or (None, None, None, None)
     sessions = list(stats.sessions())
     channels = sum(len(s.channels) for s in sessions)

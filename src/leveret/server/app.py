@@ -12,7 +12,7 @@ import ssl
 from typing import Any
 
 from leveret.broker import consumer_timeout, plugins
-from leveret.broker.broker import LOG_EXCHANGE, Broker
+from leveret.broker.broker import LOG_EXCHANGE, BrokerCore
 from leveret.broker.delayed import Scheduler, fsync_paths
 from leveret.broker.event_exchange import EventExchange
 from leveret.broker.events import Observers
@@ -40,7 +40,7 @@ class Server:
         self.persistence = Persistence(config.data_dir) if config.data_dir is not None else None
         if self.persistence is not None:
             self.observers.subscribe(self.persistence.observe)
-        self.broker = Broker(
+        self.broker = BrokerCore(
             node_name=config.node_name or None,
             observers=self.observers,
             storage=self.persistence,

@@ -20,7 +20,7 @@ import logging
 import struct
 import threading
 
-from leveret.broker.broker import DEFAULT_VHOST, LOG_EXCHANGE, Broker
+from leveret.broker.broker import DEFAULT_VHOST, LOG_EXCHANGE, BrokerCore
 from leveret.broker.message import Message
 from leveret.protocol import table
 
@@ -71,7 +71,7 @@ def log_message(record: logging.LogRecord, text: str, node: str) -> Message:
 class LogExchangeHandler(logging.Handler):
     """Publishes log records to ``amq.rabbitmq.log``; install with :meth:`install`."""
 
-    def __init__(self, broker: Broker, loop: asyncio.AbstractEventLoop, level: int) -> None:
+    def __init__(self, broker: BrokerCore, loop: asyncio.AbstractEventLoop, level: int) -> None:
         super().__init__(level)
         self.broker = broker
         self.loop = loop
@@ -99,7 +99,7 @@ class LogExchangeHandler(logging.Handler):
 
     @classmethod
     def install(
-        cls, broker: Broker, loop: asyncio.AbstractEventLoop, level: str
+        cls, broker: BrokerCore, loop: asyncio.AbstractEventLoop, level: str
     ) -> LogExchangeHandler:
         """Attach to Leveret's loggers (not third parties' such as aiohttp's access log)."""
         handler = cls(broker, loop, logging.getLevelName(level.upper()))

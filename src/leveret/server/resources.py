@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from leveret.broker.broker import Broker
+from leveret.broker.broker import BrokerCore
 from leveret.server.config import Config
 from leveret.server.state import ServerState
 
@@ -130,7 +130,7 @@ class ResourceMonitor:
         self,
         config: Config,
         state: ServerState,
-        broker: Broker,
+        broker: BrokerCore,
         rss: Callable[[], int] | None = None,
         disk: Callable[[Path], int | None] = disk_free,
         total: int | None = None,

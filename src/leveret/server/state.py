@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from leveret.broker.broker import Broker
+from leveret.broker.broker import BrokerCore
 from leveret.protocol import spec
 
 CLOSING_TIMEOUT = 30.0  # most seconds to wait for a peer to end its side (rabbit_reader)
@@ -72,7 +72,7 @@ class Limits:
 
 @dataclass(slots=True)
 class ServerState:
-    broker: Broker
+    broker: BrokerCore
     limits: Limits
     sync: Callable[[], None]  # make buffered store writes durable (fsync batching)
     connections: set[LiveConnection] = field(default_factory=set)
