@@ -81,3 +81,29 @@ def test_a_message_of_another_shape_goes_through_the_general_decoder() -> None:
     cols.add_chunk(_deliver(chunk), 0, 1)
     (row,) = cols.messages().to_pylist()
     assert row["body"] == b"plain text" and row["exchange"] is None
+
+
+@pytest.mark.parametrize("kind", ["gzip", "zstd"])
+def test_compressed_sub_entry_batches_are_opened(kind: str) -> None:
+    """As a producer with compression publishes them (rstream, the Java client): the
+    records of a gzip or zstd sub-entry batch, in order; other codecs are refused."""
+    import gzip
+
+    import pyarrow as pa
+
+    messages = [_message(i) for i in range(20, 25)]
+    inner = simple_entries(messages)
+    code, packed = (
+        (1, gzip.compress(inner)) if kind == "gzip" else (4, pa.Codec("zstd").compress(inner))
+    )
+    packed = bytes(packed)
+    entry = struct.pack(">BHII", 0x80 | (code << 4), 5, len(inner), len(packed)) + packed
+    chunk = build(20, 0, entry, entries=1, records=5)
+    cols = Columns(full=False)
+    assert cols.add_chunk(_deliver(chunk), 21, 100) == (20, 25)
+    logs = cols.records().to_pylist()
+    assert [r["message"] for r in logs] == [f"record {i}" for i in range(21, 25)]
+    assert [r["offset"] for r in logs] == list(range(21, 25))
+    snappy = struct.pack(">BHII", 0x80 | (2 << 4), 5, len(inner), len(packed)) + packed
+    with pytest.raises(AmqpSourceError, match="type 2"):
+        Columns(full=False).add_chunk(_deliver(build(20, 0, snappy, entries=1, records=5)), 0, 99)

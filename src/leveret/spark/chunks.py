@@ -1,6 +1,7 @@
 """Osiris chunks (what a stream-protocol Deliver frame carries) to the rows of
 ``format("amqp")``: the chunk's CRC32 checked, its entries walked (simple entries and
-uncompressed sub-entry batches), each AMQP 1.0 message cut into its sections.
+sub-entry batches, uncompressed, gzip or zstd), each AMQP 1.0 message cut into its
+sections.
 
 A stream fed over AMQP 0-9-1 holds messages of one shape (see RabbitMQ's rabbit_msg_record):
 message annotations ``x-routing-key`` and ``x-exchange`` (and the basic priority, delivery
@@ -103,6 +104,35 @@ def _short(b: bytes, p: int) -> tuple[Any, int]:
     return (None if v is None else str(v)) if not isinstance(v, int) else v, q
 
 
+#: Sub-entry batch compressions read here (the stream protocol's codes): gzip, zstd.
+#: Snappy and LZ4 (2, 3) are refused with an error naming the chunk.
+GZIP, ZSTD = 1, 4
+
+
+def _decompress(kind: int, data: bytes, size: int, chunk: int) -> bytes:
+    """A compressed sub-entry batch's ``u32 size | record`` entries."""
+    try:
+        if kind == GZIP:
+            out = zlib.decompress(data, 16 + zlib.MAX_WBITS)
+        elif kind == ZSTD:
+            out = pa.Codec("zstd").decompress(data, decompressed_size=size).to_pybytes()
+        else:
+            raise AmqpSourceError(
+                f"chunk at offset {chunk}: sub-entry batch compressed with type {kind} "
+                "(snappy or lz4) is not supported; gzip and zstd are"
+            )
+    except (zlib.error, pa.ArrowException) as exc:
+        raise AmqpSourceError(
+            f"chunk at offset {chunk}: a compressed sub-entry batch does not open: {exc}"
+        ) from None
+    if len(out) != size:
+        raise AmqpSourceError(
+            f"chunk at offset {chunk}: a sub-entry batch opened to {len(out)} bytes, "
+            f"not the {size} its header says"
+        )
+    return out
+
+
 def _section_end(b: bytes, p: int) -> int:
     """The end of the compound or binary value at ``p``."""
     c = b[p]
@@ -167,18 +197,18 @@ class Columns:
         message = self.message
         for _ in range(entries):
             if frame[pos] & 0x80:
-                flag, count, _raw, length = _SUB.unpack_from(frame, pos)
-                if (flag >> 4) & 0x7:
-                    raise AmqpSourceError(
-                        f"chunk at offset {first}: compressed sub-entry batch "
-                        f"(type {(flag >> 4) & 0x7}) is not supported"
-                    )
+                flag, count, raw, length = _SUB.unpack_from(frame, pos)
                 p = pos + _SUB.size
                 pos = p + length
+                batch = frame
+                kind = (flag >> 4) & 0x7
+                if kind:
+                    batch = _decompress(kind, frame[p:pos], raw, first)
+                    p = 0
                 for _ in range(count):
-                    (n,) = _U32.unpack_from(frame, p)
+                    (n,) = _U32.unpack_from(batch, p)
                     if start <= offset < end:
-                        message(frame, p + 4, p + 4 + n, offset)
+                        message(batch, p + 4, p + 4 + n, offset)
                     p += 4 + n
                     offset += 1
             else:

@@ -117,6 +117,8 @@ def choose_protocol(opts: ReadOptions) -> tuple[ReadOptions, StreamClient | None
         )
         return dataclasses.replace(opts, protocol="amqp"), None
     members = tuple(client.members)
+    log.info("reading stream %r over the stream protocol (%s:%d)", opts.stream, client.host,
+             client.target.port)  # fmt: skip
     return dataclasses.replace(opts, protocol="stream", stream_members=members), client
 
 
