@@ -150,3 +150,106 @@ def test_the_brokers_own_log_is_facility_broker_with_its_node_as_host() -> None:
     assert (rows[1]["facility"], rows[1]["host"]) == ("kern", "")
     assert (rows[2]["facility"], rows[2]["host"], rows[2]["severity"]) == (
         "broker", "", "warning")  # fmt: skip
+
+
+def test_the_brokers_events_are_facility_broker_records_that_say_who_did_what() -> None:
+    """Messages of amq.rabbitmq.event (empty bodies, the event in the routing key, its
+    details in headers) are records of facility ``broker``: host the ``node`` header, time
+    ``timestamp_in_ms``, a failed login a warning, every header kept in ``extra``; the log
+    records and plain texts beside them are parsed as before."""
+    from leveret.spark.logparse import records_from_messages
+    from leveret.spark.schema import LOG_ARROW_SCHEMA
+
+    headers_type = pa.map_(pa.string(), pa.string())
+    created = [
+        ("name", "orders"),
+        ("vhost", "/"),
+        ("durable", "true"),
+        ("user_who_performed_action", "guest"),
+        ("timestamp_in_ms", "1764158400123"),
+    ]
+    failed = [
+        ("connection_type", "network"),
+        ("name", "mallory"),
+        ("peer_host", "10.0.0.9"),
+        ("timestamp_in_ms", "1764158401000"),
+    ]
+    opened = [("name", "127.0.0.1:5000 -> 127.0.0.1:5672"), ("user", "app"), ("vhost", "v1"),
+              ("node", "rabbit@h1"), ("user_who_performed_action", "app")]  # fmt: skip
+    batch = pa.RecordBatch.from_pydict(
+        {
+            "offset": pa.array([0, 1, 2, 3, 4], pa.int64()),
+            "exchange": pa.array(
+                [
+                    "amq.rabbitmq.event",
+                    "logs",
+                    "amq.rabbitmq.event",
+                    "amq.rabbitmq.log",
+                    "amq.rabbitmq.event",
+                ]
+            ),  # fmt: skip
+            "routing_key": pa.array(
+                [
+                    "queue.created",
+                    "kern.error",
+                    "user.authentication.failure",
+                    "warning",
+                    "connection.created",
+                ]
+            ),  # fmt: skip
+            "content_type": pa.array([None, None, None, "text/plain", None]),
+            "timestamp": pa.array(
+                [None, None, None, None, datetime(2026, 1, 1, tzinfo=UTC)],
+                pa.timestamp("us", tz="UTC"),
+            ),
+            "headers": pa.array(
+                [created, None, failed, [("node", "rabbit@h1")], opened], headers_type
+            ),
+            "body": pa.array([b"", b'{"message": "disk"}', b"", b"w", b""]),
+            "redelivered": pa.array([False] * 5),
+            "message_id": pa.array([None] * 5, pa.string()),
+        }
+    )
+    keep = ("offset", "routing_key", "redelivered", "message_id")
+    schema = pa.schema(
+        [*(batch.schema.field(k) for k in keep),
+         *(f for f in LOG_ARROW_SCHEMA if f.name not in keep)]
+    )  # fmt: skip
+    (out,) = records_from_messages(iter([batch]), keep, schema)
+    rows = {r["offset"]: r for r in out.to_pylist()}
+    assert len(rows) == 5
+    queue = rows[0]
+    assert (queue["facility"], queue["severity"], queue["host"], queue["app"]) == (
+        "broker", "info", "", "")  # fmt: skip
+    assert queue["message"] == "queue.created name=orders vhost=/ by guest"
+    assert queue["ts"] == datetime(2025, 11, 26, 12, 0, 0, 123000, tzinfo=UTC)
+    assert queue["routing_key"] == "queue.created"
+    assert json.loads(queue["extra"]) == dict(created)
+    assert queue["_corrupt"] is None
+    login = rows[2]
+    assert (login["facility"], login["severity"]) == ("broker", "warning")
+    assert login["message"] == "user.authentication.failure name=mallory by mallory from 10.0.0.9"
+    assert login["ts"] == datetime(2025, 11, 26, 12, 0, 1, tzinfo=UTC)
+    conn = rows[4]
+    assert (conn["host"], conn["severity"]) == ("rabbit@h1", "info")
+    assert conn["message"] == (
+        "connection.created name=127.0.0.1:5000 -> 127.0.0.1:5672 vhost=v1 by app"
+    )
+    assert conn["ts"] == datetime(2026, 1, 1, tzinfo=UTC)  # no timestamp_in_ms: the property
+    assert (rows[1]["facility"], rows[1]["message"], rows[1]["extra"]) == ("kern", "disk", None)
+    assert (rows[3]["facility"], rows[3]["host"], rows[3]["message"]) == (
+        "broker", "rabbit@h1", "w")  # fmt: skip
+
+
+def test_a_batch_without_events_has_no_event_path() -> None:
+    """Only messages of amq.rabbitmq.event are events: an empty body elsewhere stays an
+    empty plain-text record, and ``broker_events`` finds none (no per-message work)."""
+    from leveret.spark.logparse import broker_events
+
+    exchanges = pa.array(["logs", "amq.rabbitmq.log", None])
+    assert broker_events(exchanges, lambda i: {"node": "x"}) is None
+    rows = _parse([(b"", "queue.created", None, None)])
+    assert (rows[0]["facility"], rows[0]["message"], rows[0]["_corrupt"]) == ("queue", "", None)
+    found = broker_events(pa.array(["amq.rabbitmq.event", "logs"]),
+                          lambda i: {"timestamp_in_ms": 5, "ssl": False, "name": b"q"})  # fmt: skip
+    assert found == {0: {"timestamp_in_ms": "5", "ssl": "false", "name": "q"}}

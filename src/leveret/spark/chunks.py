@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import struct
 import zlib
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -29,7 +30,7 @@ import pyarrow as pa
 from leveret.protocol.stream import amqp10
 from leveret.protocol.stream.chunk import HEADER, MAGIC_VERSION
 from leveret.spark.client import AmqpSourceError
-from leveret.spark.logparse import Bodies, Messages, broker_nodes, parse
+from leveret.spark.logparse import Bodies, Messages, broker_events, broker_nodes, parse
 from leveret.spark.schema import (
     ARROW_SCHEMA,
     DEFAULT_KEEP,
@@ -471,8 +472,13 @@ class Columns:
             node = None if headers is None else headers.get("node")
             return None if node is None else header_text(node)
 
+        def headers_of(i: int) -> Mapping[str, Any] | None:
+            headers: Mapping[str, Any] | None = self.shapes[self.shape_of[i]][5]
+            return headers
+
         msgs = Messages(
             broker_node=broker_nodes(exchange, node_of),
+            broker_event=broker_events(exchange, headers_of),
             routing_key=routing_key,
             content_type=self._column(2, index, pa.string()),
             timestamp=ms // 1000,  # AMQP 0-9-1 timestamps are whole seconds

@@ -37,10 +37,11 @@ import pyarrow.json as pj
 
 from leveret.logs.record import ALIASES, DEFAULT_FACILITY, SEVERITIES, SEVERITY_PREFIX
 from leveret.spark.frames import U8, Mask, gather, string_array
-from leveret.spark.schema import DEFAULT_KEEP, LOG_ARROW_SCHEMA, RECORD_COLUMNS
+from leveret.spark.schema import DEFAULT_KEEP, LOG_ARROW_SCHEMA, RECORD_COLUMNS, header_text
 from leveret.spark.wire import Positions
 
 BROKER_LOG_EXCHANGE = "amq.rabbitmq.log"  # RabbitMQ's (and Leveret's) log.exchange
+BROKER_EVENT_EXCHANGE = "amq.rabbitmq.event"  # rabbitmq_event_exchange's
 BROKER_FACILITY = "broker"
 JSON_CONTENT_TYPE = "application/json"
 
@@ -155,6 +156,9 @@ class Messages:
     # per message, the ``node`` header of a record of the broker's own log (published to
     # amq.rabbitmq.log), NULL for other messages; None: no message is one
     broker_node: pa.Array | None = None
+    # the headers of the broker's events (published to amq.rabbitmq.event) by message
+    # index; None: no message is one
+    broker_event: Mapping[int, Mapping[str, str | None]] | None = None
 
 
 # ----------------------------------------------------------------------------- JSON
@@ -274,8 +278,19 @@ def parse(
     # so that every body parsed yields at least one row (and a block that yields as many
     # rows as it has bodies yields one per body)
     blank = is_json & (first == 0)
+    event_rows = np.zeros(0, np.int64)
+    if msgs.broker_event:
+        # the broker's events: their headers make the record, their (empty) bodies nothing
+        event_rows = np.array(sorted(msgs.broker_event), np.int64)
+        not_event = np.ones(n, np.bool_)
+        not_event[event_rows] = False
+        is_json &= not_event
+        blank &= not_event
+        utf8 |= ~not_event
     json_rows = np.flatnonzero(is_json & ~blank)
     plain_rows = np.flatnonzero(~is_json & utf8)
+    if len(event_rows):
+        plain_rows = np.setdiff1d(plain_rows, event_rows, assume_unique=True)
     binary_rows = np.flatnonzero(~utf8)
 
     key_severity, key_facility = _key_columns(msgs.routing_key)
@@ -360,6 +375,10 @@ def parse(
                 "_corrupt": _nulls(p),
             }
         )
+    if len(event_rows):
+        assert msgs.broker_event is not None
+        keys = msgs.routing_key.take(pa.array(event_rows)).fill_null("").to_pylist()
+        groups.append(_event_group(msgs.broker_event, event_rows, keys, fallback))
     corrupt_rows = np.concatenate([bad_json, binary_rows]).astype(np.int64)
     c = len(corrupt_rows)
     if c:
@@ -375,7 +394,7 @@ def parse(
                 "_corrupt": pa.array(corrupt, pa.string()),
             }
         )
-    order = np.concatenate([good_rows, plain_rows, corrupt_rows]).astype(np.int64)
+    order = np.concatenate([good_rows, plain_rows, event_rows, corrupt_rows]).astype(np.int64)
     in_order = g == n  # every body a good record: the rows are in message order
     columns: dict[str, pa.Array] = {}
     for name in RECORD_COLUMNS:
@@ -399,6 +418,76 @@ def parse(
                 column = column.take(indices)
             arrays.append(column if column.type == field.type else column.cast(field.type))
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+# Events that report a failure; the others are info.
+_EVENT_SEVERITY = {"user.authentication.failure": "warning"}
+
+
+def event_message(key: str, headers: Mapping[str, str | None]) -> str:
+    """One line for a broker event: what happened, to what, and who did it
+    (``queue.created name=orders vhost=/ by guest``)."""
+    words = [key]
+    for field in ("name", "vhost"):
+        value = headers.get(field)
+        if value is not None:
+            words.append(f"{field}={value}")
+    who = headers.get("user_who_performed_action") or headers.get("user")
+    if who is None and key.startswith("user.authentication."):
+        who = headers.get("name")  # the user who logged in, or tried to
+    if who:
+        words.append(f"by {who}")
+    peer = headers.get("peer_host")
+    if peer and key.startswith(("user.authentication.", "connection.")):
+        words.append(f"from {peer}")
+    return " ".join(words)
+
+
+def _event_ts(headers: Mapping[str, str | None], fallback: int) -> int:
+    value = headers.get("timestamp_in_ms")
+    try:
+        return int(value) * 1000 if value is not None else fallback
+    except ValueError:
+        return fallback
+
+
+def _event_group(
+    events: Mapping[int, Mapping[str, str | None]],
+    rows: Positions,
+    keys: list[str],
+    fallback: Positions,
+) -> dict[str, pa.Array]:
+    """The broker's events (rows ``rows``, by their headers) as records: facility broker,
+    host the ``node`` header, the headers kept whole in ``extra`` (a JSON object)."""
+    heads = [events[int(i)] for i in rows]
+    e = len(rows)
+    return {
+        "ts": pa.array(
+            [_event_ts(h, int(fallback[i])) for h, i in zip(heads, rows, strict=True)], _TS
+        ),
+        "severity": pa.array([_EVENT_SEVERITY.get(k, "info") for k in keys], pa.string()),
+        "facility": pa.repeat(BROKER_FACILITY, e),
+        "host": pa.array([h.get("node") or "" for h in heads], pa.string()),
+        "app": pa.repeat("", e),
+        "pid": pa.array(np.zeros(e, np.int64)),
+        "message": pa.array(
+            [event_message(k, h) for k, h in zip(keys, heads, strict=True)], pa.string()
+        ),
+        "logger": _nulls(e),
+        "exc": _nulls(e),
+        "extra": pa.array(
+            [
+                json.dumps(
+                    dict(h),
+                    ensure_ascii=False,
+                    separators=(",", ":"),
+                )
+                for h in heads
+            ],
+            pa.string(),
+        ),
+        "_corrupt": _nulls(e),
+    }
 
 
 def _or(values: pa.Array, fallback: Callable[[], Any]) -> pa.Array:
@@ -445,6 +534,35 @@ def _broker_nodes(exchange: pa.Array | None, headers: pa.Array | None) -> pa.Arr
     return broker_nodes(exchange, node_of)
 
 
+def broker_events(
+    exchange: pa.Array, headers_of: Callable[[int], Mapping[str, Any] | None]
+) -> dict[int, dict[str, str | None]] | None:
+    """The headers (``headers_of(i)``, values as text) of the messages published to the
+    broker's event exchange (``amq.rabbitmq.event``) by index; None when none was (one
+    vectorised comparison: the others cost nothing)."""
+    from_events = pc.equal(exchange, BROKER_EVENT_EXCHANGE).fill_null(False)
+    if not pc.any(from_events).as_py():
+        return None
+    out: dict[int, dict[str, str | None]] = {}
+    for i in np.flatnonzero(np.asarray(from_events)):
+        headers = headers_of(int(i)) or {}
+        out[int(i)] = {str(k): header_text(v) for k, v in headers.items()}
+    return out
+
+
+def _broker_events(
+    exchange: pa.Array | None, headers: pa.Array | None
+) -> dict[int, dict[str, str | None]] | None:
+    if exchange is None:
+        return None
+
+    def headers_of(i: int) -> Mapping[str, Any] | None:
+        row = headers[i].as_py() if headers is not None else None
+        return dict(row) if row else None
+
+    return broker_events(exchange, headers_of)
+
+
 def records_from_messages(
     batches: Iterator[pa.RecordBatch], keep: Sequence[str], schema: pa.Schema
 ) -> Iterator[pa.RecordBatch]:
@@ -462,6 +580,7 @@ def records_from_messages(
         )
         msgs = Messages(
             broker_node=_broker_nodes(cols.get("exchange"), cols.get("headers")),
+            broker_event=_broker_events(cols.get("exchange"), cols.get("headers")),
             routing_key=cols["routing_key"],
             content_type=cols["content_type"],
             timestamp=seconds,
@@ -476,6 +595,7 @@ __all__ = [
     "RECORD_JSON",
     "Bodies",
     "Messages",
+    "broker_events",
     "broker_nodes",
     "parse",
     "records_from_messages",

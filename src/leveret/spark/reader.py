@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 import numpy as np
 import pika.exceptions
@@ -17,7 +18,7 @@ import pyarrow as pa
 from leveret.logs.amqp import LogsError, parameters, redact
 from leveret.spark.client import AmqpSourceError, error_from, urls_of
 from leveret.spark.frames import NO_OFFSET, Fields
-from leveret.spark.logparse import Bodies, Messages, broker_nodes, parse
+from leveret.spark.logparse import Bodies, Messages, broker_events, broker_nodes, parse
 from leveret.spark.schema import (
     ARROW_SCHEMA,
     DEFAULT_KEEP,
@@ -143,8 +144,14 @@ def record_batch(fields: Fields, offsets: Positions, rows: Positions) -> pa.Reco
         node = fields.headers(i).get("node")
         return None if node is None else header_text(node)
 
+    def headers_of(j: int) -> Mapping[str, Any] | None:
+        i = int(rows[j])
+        return fields.headers(i) if fields.present["headers"][i] else None
+
+    exchanges = fields.exchanges(rows)
     msgs = Messages(
-        broker_node=broker_nodes(fields.exchanges(rows), node_of),
+        broker_node=broker_nodes(exchanges, node_of),
+        broker_event=broker_events(exchanges, headers_of),
         routing_key=routing_keys,
         content_type=fields.prop_string("content_type", rows),
         timestamp=seconds[rows],
