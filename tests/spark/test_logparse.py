@@ -187,7 +187,7 @@ def test_the_brokers_events_are_facility_broker_records_that_say_who_did_what() 
                     "amq.rabbitmq.log",
                     "amq.rabbitmq.event",
                 ]
-            ),  # fmt: skip
+            ),
             "routing_key": pa.array(
                 [
                     "queue.created",
@@ -196,7 +196,7 @@ def test_the_brokers_events_are_facility_broker_records_that_say_who_did_what() 
                     "warning",
                     "connection.created",
                 ]
-            ),  # fmt: skip
+            ),
             "content_type": pa.array([None, None, None, "text/plain", None]),
             "timestamp": pa.array(
                 [None, None, None, None, datetime(2026, 1, 1, tzinfo=UTC)],
