@@ -420,6 +420,8 @@ def parse(
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
+# the header a stream's consumers get with each message: not the event's
+_STREAM_OFFSET = "x-stream-offset"
 # Events that report a failure; the others are info.
 _EVENT_SEVERITY = {"user.authentication.failure": "warning"}
 
@@ -428,7 +430,7 @@ def event_message(key: str, headers: Mapping[str, str | None]) -> str:
     """One line for a broker event: what happened, to what, and who did it
     (``queue.created name=orders vhost=/ by guest``)."""
     words = [key]
-    for field in ("name", "vhost"):
+    for field in ("name", "source_name", "destination_name", "vhost"):
         value = headers.get(field)
         if value is not None:
             words.append(f"{field}={value}")
@@ -478,7 +480,7 @@ def _event_group(
         "extra": pa.array(
             [
                 json.dumps(
-                    dict(h),
+                    {k: v for k, v in h.items() if k != _STREAM_OFFSET},
                     ensure_ascii=False,
                     separators=(",", ":"),
                 )
