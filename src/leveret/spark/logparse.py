@@ -19,6 +19,12 @@ text from another producer (the tutorial's ``emit_log.py``): its text is the mes
 severity comes from the routing key when that names one, else from a ``severity: message``
 prefix, else ``info``. A record without ``ts`` (and plain text, and malformed bodies) gets
 the message's timestamp property, else the time it was parsed.
+
+The broker's events (exchange ``amq.rabbitmq.event``: empty bodies, the event in the routing
+key, its details in headers) are records of their own, built from the headers (only when a
+batch has any): facility ``broker``, host the ``node`` header, severity ``warning`` for a
+failed login and ``info`` otherwise, a one-line message (``queue.created name=orders
+vhost=/ by guest``), ``ts`` from ``timestamp_in_ms``, and every header in ``extra``.
 """
 
 from __future__ import annotations

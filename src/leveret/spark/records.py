@@ -18,7 +18,9 @@ severity   string      the record's, normalised (``WARN`` -> ``warning``); else,
                        plain text, else from a ``severity: message`` prefix; else ``info``
 facility   string      the record's; else from a ``facility.severity`` key; else ``user``;
                        ``broker`` for the broker's own log (exchange ``amq.rabbitmq.log``)
-host, app  string      for the broker's log, host is its ``node`` header
+                       and its events (``amq.rabbitmq.event``: the event and who did it
+                       as message, its headers as JSON in ``extra``)
+host, app  string      for the broker's log and events, host is the ``node`` header
 pid        bigint
 message    string
 logger     string      optional
