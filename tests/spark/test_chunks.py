@@ -3,6 +3,7 @@ batches, the range's bounds, the CRC check, and messages of another shape."""
 
 from __future__ import annotations
 
+import json
 import struct
 
 import pytest
@@ -107,3 +108,34 @@ def test_compressed_sub_entry_batches_are_opened(kind: str) -> None:
     snappy = struct.pack(">BHII", 0x80 | (2 << 4), 5, len(inner), len(packed)) + packed
     with pytest.raises(AmqpSourceError, match="type 2"):
         Columns(full=False).add_chunk(_deliver(build(20, 0, snappy, entries=1, records=5)), 0, 99)
+
+
+def test_the_brokers_events_in_a_chunk_are_facility_broker_records() -> None:
+    """An event of amq.rabbitmq.event as a stream stores it (empty body, the details in the
+    application properties) becomes a record from its headers; a log record beside it
+    stays one."""
+    key = (("symbol", "x-routing-key"), ("string", "queue.deleted"))
+    exchange = (("symbol", "x-exchange"), ("string", "amq.rabbitmq.event"))
+    annotations = ("map", [key, exchange])
+    null = ("null", None)
+    props = [*[null] * 9, ("timestamp", 1_700_000_000_000)]
+    app = ("map", [(("string", "name"), ("string", "orders")),
+                   (("string", "vhost"), ("string", "/")),
+                   (("string", "user_who_performed_action"), ("string", "admin")),
+                   (("string", "timestamp_in_ms"), ("long", 1_700_000_000_250))])  # fmt: skip
+    event = (
+        amqp10.section(amqp10.MESSAGE_ANNOTATIONS, annotations)
+        + amqp10.section(amqp10.PROPERTIES, ("list", props))
+        + amqp10.section(amqp10.APPLICATION_PROPERTIES, app)
+        + amqp10.section(amqp10.DATA, ("binary", b""))
+    )
+    chunk = build(0, 0, simple_entries([_message(0), event]), entries=2)
+    cols = Columns(full=False)
+    cols.add_chunk(_deliver(chunk), 0, 100)
+    rows = {r["offset"]: r for r in cols.records().to_pylist()}
+    assert rows[0]["message"] == "record 0"
+    deleted = rows[1]
+    assert (deleted["facility"], deleted["severity"], deleted["message"]) == (
+        "broker", "info", "queue.deleted name=orders vhost=/ by admin")  # fmt: skip
+    assert deleted["ts"].timestamp() == 1_700_000_000.25
+    assert json.loads(deleted["extra"])["timestamp_in_ms"] == "1700000000250"
