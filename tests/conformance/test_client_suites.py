@@ -12,6 +12,8 @@ where that fails the run."""
 
 from __future__ import annotations
 
+import contextlib
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -37,6 +39,21 @@ SUITES = (
 )
 
 
+# The suites compare behaviour, not speed under contention, yet some set themselves short
+# deadlines (aio-pika's reconnection tests wait 1-2 s for a broker's frame). Beside the rest
+# of this suite, which keeps both cores busy with Spark and clusters, both brokers missed
+# them (measured: 9 of 14 of one test's cases failed on RabbitMQ and on Leveret at load
+# 25-30, and one test on Leveret alone). So both brokers and the client run a step ahead
+# of the rest of the suite in the scheduler's queue (nice -5, root only): the suites mostly
+# wait, and take little CPU from the other tests.
+PRIORITY = -5
+
+
+def _ahead_of_the_suite() -> None:
+    with contextlib.suppress(PermissionError):  # not root: the same priority as the rest
+        os.nice(PRIORITY)
+
+
 @pytest.mark.rabbitmq
 @pytest.mark.timeout(2400)
 @pytest.mark.parametrize("suite", SUITES)
@@ -50,6 +67,7 @@ def test_client_suite_passes_on_leveret_as_on_rabbitmq(
         text=True,
         timeout=2400,
         check=False,
+        preexec_fn=_ahead_of_the_suite,
     )
     print(proc.stdout)
     print(proc.stderr, file=sys.stderr)
