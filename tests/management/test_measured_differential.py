@@ -243,7 +243,7 @@ def test_exchange_and_channel_stats(sites: tuple[Site, Site]) -> None:
                 # whatever happened; Leveret counts what it dropped and what found nothing
                 stats.pop("drop_unroutable", None)
                 stats.pop("get_empty", None)
-                out.append((c["number"], c["messages_unconfirmed"], stats))
+                out.append((c["number"], c.get("messages_unconfirmed"), stats))
             return sorted(out)
 
         ours = exchanges(lev), channels(lev)

@@ -78,6 +78,12 @@ def _committed(lake: Path) -> int:
     return SinkLog(lake).refresh()
 
 
+def _latest_compact(lake: Path) -> int:
+    """The batch of the sink log's latest compact file, -1 before the first."""
+    files = (lake / "_spark_metadata").glob("*.compact")
+    return max((int(f.name.split(".")[0]) for f in files), default=-1)
+
+
 def _compact_killed_after_commit(lake: Path) -> int:
     script = (
         "import os; from pathlib import Path; from leveret.logs import compaction\n"
@@ -134,6 +140,15 @@ def test_compaction_and_retention_while_the_ingest_runs(
             compact_once()
             check(_by_search(lake))
         check(_by_spark(spark, lake))
+        # Compaction takes only files named in the sink log's latest compact file: after the
+        # two above, new files become compactable when Spark compacts its log again (every
+        # ten batches). Without that wait, a slow ingest left nothing to compact and the
+        # compaction to be killed finished cleanly (measured under load).
+        base = _latest_compact(lake)
+        while _latest_compact(lake) <= base:
+            assert proc.poll() is None, proc.communicate()[0]
+            assert time.monotonic() < deadline + 600
+            time.sleep(0.2)
         assert _compact_killed_after_commit(lake) == -signal.SIGKILL
         check(_by_search(lake))
         _kill_after_batches(proc, lake, _committed(lake) + 3)
