@@ -54,9 +54,6 @@ def _start_server(
             args += [flag, str(port)]
     if config is not None:
         args += ["--config", str(config)]
-    plugins = _server_plugins(config)
-    if plugins is not None:
-        args += ["--plugins", ",".join(plugins)]
     proc = subprocess.Popen(
         _cli(*args),
         stdout=subprocess.PIPE,
@@ -113,22 +110,6 @@ def _why_not_started(log: IO[str], start: int) -> str:
 # The broker's own log lines that go to the lake (amq.rabbitmq.log's routing key is the
 # level): warnings and worse, not every connection's info lines.
 BROKER_LOG_LEVELS = ("warning", "error", "critical")
-# rabbitmq_event_exchange's exchange: all of its events go to the lake
-EVENT_EXCHANGE = "amq.rabbitmq.event"
-
-
-def _server_plugins(config: Path | None) -> tuple[str, ...] | None:
-    """The plugins up's broker runs with: the event exchange (its events go to the lake)
-    besides those the user's config file or LEVERET_PLUGINS enable (--plugins replaces
-    them, so they are passed on). None when the configuration is bad: the server says why."""
-    from leveret.broker.plugins import EVENT_EXCHANGE
-    from leveret.server.config import Config, ConfigError
-
-    try:
-        asked = Config.load(config).plugins
-    except (ConfigError, OSError, ValueError):
-        return None
-    return asked if EVENT_EXCHANGE in asked else (*asked, EVENT_EXCHANGE)
 
 
 def _bind_broker_log(url: str, stream: str = "logs") -> None:
@@ -141,31 +122,6 @@ def _bind_broker_log(url: str, stream: str = "logs") -> None:
         ch = conn.channel()
         for level in BROKER_LOG_LEVELS:
             ch.queue_bind(stream, "amq.rabbitmq.log", level)
-    finally:
-        conn.close()
-
-
-def _bind_broker_events(url: str, stream: str = "logs") -> bool:
-    """Bind the lake's stream to the broker's event exchange (every event: who connected,
-    failed to log in, declared or deleted what), as facility broker. A broker without
-    rabbitmq_event_exchange (an external one) has no amq.rabbitmq.event: one line says so
-    and up goes on. Whether it was bound."""
-    import pika
-    import pika.exceptions
-
-    conn = pika.BlockingConnection(pika.URLParameters(url))
-    try:
-        try:
-            conn.channel().queue_bind(stream, EVENT_EXCHANGE, "#")
-        except pika.exceptions.ChannelClosedByBroker as exc:
-            if exc.reply_code != 404:
-                raise
-            console.print(
-                f"[yellow]broker events not in the lake:[/yellow] {exc.reply_text} "
-                "(the broker runs without rabbitmq_event_exchange)"
-            )
-            return False
-        return True
     finally:
         conn.close()
 
@@ -356,7 +312,6 @@ def up(
             # the stream is bound before anyone is told to send: nothing sent is lost
             ensure_log_stream(url)
             _bind_broker_log(url)
-            _bind_broker_events(url)
             ingest_log = open(ingest_log_path, "a")  # noqa: SIM115
             ingest_log_start = ingest_log.seek(0, os.SEEK_END)
             ingesting = _Child(
