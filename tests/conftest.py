@@ -80,6 +80,11 @@ LONG_FIRST = (
 LONG_TIMEOUT = 1200  # seconds, for the tests in LONG_FIRST that set no timeout of their own
 
 
+def _long(nodeid: str) -> bool:
+    """Whether a test is one of the long ones (``LONG_FIRST``)."""
+    return nodeid.startswith(LONG_FIRST)
+
+
 def _is_fast(item: pytest.Item) -> bool:
     path = item.nodeid.split("::", 1)[0]
     if not path.startswith(FAST_DIRS) and path not in FAST_MODULES:
@@ -106,7 +111,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(slow)
         # The suite's 300 s per test is a guard against hangs; the long tests, which run
         # side by side on two cores, can take longer than that without hanging.
-        if item.nodeid.startswith(LONG_FIRST) and item.get_closest_marker("timeout") is None:
+        if _long(item.nodeid) and item.get_closest_marker("timeout") is None:
             item.add_marker(long_timeout)
         if _module_scoped(item):
             item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
@@ -118,10 +123,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return len(LONG_FIRST)
 
     items.sort(key=rank)  # stable: the rest keep pytest's order
-
-
-def _long(nodeid: str) -> bool:
-    return nodeid.startswith(LONG_FIRST)
 
 
 @pytest.hookimpl(optionalhook=True)  # xdist's hook: unknown under -p no:xdist
