@@ -79,7 +79,9 @@ def test_an_alert_fires_once_within_one_trigger(leveret: BrokerUnderTest, tmp_pa
     declare_stream(leveret, stream)
     config = tmp_path / "leveret.toml"
     config.write_text(CONFIG)
-    conn = pika.BlockingConnection(leveret.pika_params())
+    # the test's connection sits idle while Spark starts (minutes on a loaded machine), and a
+    # BlockingConnection answers heartbeats only while it is pumped: no heartbeats for it
+    conn = pika.BlockingConnection(leveret.pika_params(heartbeat=0))
     ch = conn.channel()
     ch.exchange_declare("alerts", "fanout", durable=True)
     alerts = ch.queue_declare("", exclusive=True).method.queue
