@@ -236,8 +236,9 @@ def _java_causes(exc: BaseException) -> str:
 
 #: The ingest's log line once its query runs (``leveret up`` waits for it to say "running").
 QUERY_STARTED = "ingest query started"
-# how long the main thread waits in Spark at a time (seconds) before it looks at its signals
-AWAIT_SLICE = 0.5
+# how long the main thread waits in Spark at a time (whole seconds: PySpark's type) before it
+# looks at its signals
+AWAIT_SLICE = 1
 
 
 def run_ingest(
