@@ -69,7 +69,10 @@ LONG_FIRST = (
     "tests/conformance/",
     "tests/spark/test_spark_cluster.py",
     "tests/spark/test_ingest.py",
+    # ran last in the last full runs (241 s, and 87 s): the run waited on them alone
+    "tests/spark/test_compaction.py",
     "tests/server/test_limits.py::test_failed_logins",
+    "tests/spark/test_alerts.py",
     "tests/logs/test_backlog.py",
     "tests/spark/test_spark_connect.py",
     "tests/test_checks.py",
