@@ -112,8 +112,13 @@ def test_login_and_overview_shows_live_rates(chromium: Any, leveret_site: Site) 
         # keyboard: g then e goes to the exchanges
         p.keyboard.press("g")
         p.keyboard.press("e")
-        p.wait_for_selector("#exchanges-table")
-        assert p.locator(f"#exchanges-table tbody tr:has(td:text-is('{site.vhost}'))").count() >= 7
+        # the table is drawn empty, then filled once its fetch returns (seconds, under load)
+        p.wait_for_function(
+            """(vhost) => [...document.querySelectorAll('#exchanges-table tbody tr')]
+                 .filter(tr => tr.cells[0] && tr.cells[0].textContent === vhost).length >= 7""",
+            arg=site.vhost,
+            timeout=15_000,
+        )
         assert view.errors == []
     finally:
         publisher.stop.set()

@@ -245,6 +245,10 @@ def spark_session(
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.shuffle.partitions", "4")
         .config("spark.ui.showConsoleProgress", "false")
+        # how long a Python process Spark starts (the streaming source's planner among
+        # them) waits for the JVM to answer its connection: Spark's 15 s ran out on a
+        # loaded 2-core machine, failing the ingest's first batch into a restart
+        .config("spark.python.authenticate.socketTimeout", "120s")
         .config(
             "spark.driver.extraJavaOptions",
             f"-Dlog4j2.configurationFile=file:{_log4j2_file(log_level)}",
