@@ -59,7 +59,8 @@ def test_up_runs_the_whole_stack(tmp_path: Path) -> None:
             banner += up.stderr.readline()
         url = re.search(r"AMQP\s+(amqp://\S+)", banner)
         dashboard = re.search(r"Dashboard\s+(http://\S+)", banner)
-        assert url and dashboard, banner
+        streams = re.search(r"Streams\s+rabbitmq-stream://\S+@127\.0\.0\.1:(\d+)/%2f", banner)
+        assert url and dashboard and streams, banner
         for severity, lines in (
             ("info", [f"line {i}" for i in range(80)]),
             ("error", [f"failure number {i}" for i in range(20)]),
@@ -85,6 +86,11 @@ def test_up_runs_the_whole_stack(tmp_path: Path) -> None:
             except (OSError, ValueError):  # a file still being written
                 continue
         assert rows == 100
+        # the ingest read whole chunks from the port the broker bound, not 5552
+        ingest_log = (tmp_path / "leveret-data" / "logs" / "ingest.log").read_text()
+        assert f"over the stream protocol (127.0.0.1:{streams.group(1)})" in ingest_log, (
+            ingest_log[-3000:]
+        )
         # the dashboard reads the same lake: its numbers, and no offset left behind
         api = Api(dashboard.group(1).rstrip("/"))
         numbers = wait_for(

@@ -46,6 +46,8 @@ PORT_FLAGS = {
     "amqp/ssl": "--amqps-port",
     "http": "--http-port",
     "prometheus": "--prometheus-port",
+    "stream": "--stream-port",
+    "stream/ssl": "--stream-tls-port",
 }
 
 

@@ -39,6 +39,7 @@ def _start_server(
     prometheus_port: int | None,
     log: IO[str],
     config: Path | None = None,
+    stream_port: int | None = None,
 ) -> tuple[subprocess.Popen[str], dict[str, str]]:
     """Start the broker; return it and the ports it listens on (asked-for 0 is filled in).
     A port not given is the config file's, else the server's default."""
@@ -49,6 +50,7 @@ def _start_server(
         ("--amqp-port", amqp_port),
         ("--http-port", http_port),
         ("--prometheus-port", prometheus_port),
+        ("--stream-port", stream_port),
     ):
         if port is not None:
             args += [flag, str(port)]
@@ -75,6 +77,8 @@ def _start_server(
             ports["http"] = bound
         elif line.startswith("Prometheus metrics listening"):
             ports["prometheus"] = bound
+        elif line.startswith("Stream protocol listening"):
+            ports["stream"] = bound
         elif line.startswith("Server startup complete"):
             ports["amqp"] = bound
             return proc, ports
@@ -232,6 +236,16 @@ def up(
             show_default=False,
         ),
     ] = None,
+    stream_port: Annotated[
+        int | None,
+        typer.Option(
+            "--stream-port",
+            envvar="LEVERET_STREAM_PORT",
+            help="RabbitMQ's stream protocol port, which the lake ingest reads from "
+            "(default 5552; 0 picks a free port).",
+            show_default=False,
+        ),
+    ] = None,
     config: Annotated[
         Path | None,
         typer.Option(
@@ -296,7 +310,7 @@ def up(
     try:
         try:
             server, ports = _start_server(
-                data_dir, amqp_port, http_port, prometheus_port, broker_log, config
+                data_dir, amqp_port, http_port, prometheus_port, broker_log, config, stream_port
             )
         except RuntimeError as exc:
             fail(str(exc))  # one plain line, unwrapped, as leveret server's
@@ -328,6 +342,8 @@ def up(
                         str(data_dir / "checkpoints" / "ingest"),
                         "--trigger",
                         trigger,
+                        # the port the broker bound: the ingest reads whole chunks from it
+                        *(["--stream-port", ports["stream"]] if "stream" in ports else []),
                         *(["--alerts-config", str(config)] if lake_cfg.alerts else []),
                     ),
                     stdout=ingest_log,
@@ -361,6 +377,10 @@ def up(
         console.print(f"AMQP        {url}")
         console.print(f"Dashboard   http://127.0.0.1:{ports.get('http')}/   (guest / guest)")
         console.print(f"Metrics     http://127.0.0.1:{ports.get('prometheus')}/metrics")
+        if "stream" in ports:
+            console.print(
+                f"Streams     rabbitmq-stream://guest:guest@127.0.0.1:{ports['stream']}/%2f"
+            )
         console.print(f"Lake ingest {ingest_note} -> {lake}")
         leveret = _leveret_command()
         console.print(f"Send logs   {leveret} emit-log --url {url} 'info: hello'")

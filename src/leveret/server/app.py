@@ -189,28 +189,31 @@ class Server:
         limits = self.state.limits
         verify = context is not None and self.config.tls.verify == "verify_peer"
         bound = [0]
-        server = await self.loop.create_server(
-            lambda: StreamProtocol(
-                self.state,
-                (advertised_host, bound[0]),
-                1_048_576,
-                limits.heartbeat,
-                tls=context is not None,
-                verify_peer=verify,
-            ),
-            host=host,
-            port=port,
-            reuse_address=True,
-            backlog=1024,
-            ssl=context,
-            ssl_handshake_timeout=limits.handshake_timeout if context else None,
-        )
+        name = "stream/ssl" if context is not None else "stream"
+        try:
+            server = await self.loop.create_server(
+                lambda: StreamProtocol(
+                    self.state,
+                    (advertised_host, bound[0]),
+                    1_048_576,
+                    limits.heartbeat,
+                    tls=context is not None,
+                    verify_peer=verify,
+                ),
+                host=host,
+                port=port,
+                reuse_address=True,
+                backlog=1024,
+                ssl=context,
+                ssl_handshake_timeout=limits.handshake_timeout if context else None,
+            )
+        except OSError as exc:
+            raise ListenError(name, self.config.bind, port, exc) from exc
         self._servers.append(server)
         for sock in server.sockets:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         bound_host, bound_port = server.sockets[0].getsockname()[:2]
         bound[0] = int(bound_port)
-        name = "stream/ssl" if context is not None else "stream"
         self.listeners.append((name, str(bound_host), int(bound_port)))
         return str(bound_host), int(bound_port)
 

@@ -10,11 +10,14 @@ SERVES = {
     "amqp/ssl": "AMQP over TLS",
     "http": "management API and dashboard",
     "prometheus": "Prometheus metrics",
+    "stream": "stream protocol",
+    "stream/ssl": "stream protocol over TLS",
 }
 
 
 class ListenError(OSError):
-    """A listener (``amqp``, ``amqp/ssl``, ``http``, ``prometheus``) could not listen on
+    """A listener (``amqp``, ``amqp/ssl``, ``http``, ``prometheus``, ``stream``,
+    ``stream/ssl``) could not listen on
     ``host:port``. An :class:`OSError` with the cause's errno and text, so callers that
     catch ``OSError`` for a port in use still do."""
 

@@ -87,6 +87,20 @@ def _stream(opts: ReadOptions) -> str:
     return opts.stream
 
 
+def _planner_logging() -> None:
+    """Spark plans a Python streaming source in a Python process of its own, whose logging
+    nobody configures (its INFO lines went nowhere) and whose stderr is the driver's: there,
+    this module's lines (which protocol ``auto`` chose, and why) go to stderr, formatted
+    as the pipeline commands format theirs. A process whose logging is configured keeps it."""
+    if logging.getLogger().handlers or log.handlers:
+        return
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(asctime)s [%(levelname)s] %(name)s: %(message)s"))
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
+    log.propagate = False
+
+
 def choose_protocol(opts: ReadOptions) -> tuple[ReadOptions, StreamClient | None]:
     """The options with ``protocol=auto`` settled, once, on the driver: ``stream`` when the
     stream port of one of the URLs' nodes answers, logs in and holds the stream (asked with
@@ -207,6 +221,7 @@ class StreamQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
     """Structured Streaming from a stream queue (``option("stream", ...)``)."""
 
     def __init__(self, opts: ReadOptions) -> None:
+        _planner_logging()
         self.opts, client = choose_protocol(opts)
         self._target: int | None = None  # the tail fixed by availableNow
         # the driver's one held stream-protocol connection (dropped when pickled)
