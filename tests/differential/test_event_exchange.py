@@ -16,6 +16,7 @@ import pytest
 
 import leveret
 from tests.support import rabbitmq
+from tests.support.mgmt import Api
 
 VOLATILE = {"timestamp_in_ms", "connected_at", "peer_port", "port", "pid", "channel",
             "connection", "owner_pid", "node", "consumer_tag"}  # fmt: skip
@@ -23,15 +24,24 @@ PORTS = re.compile(r":\d+")
 
 
 @pytest.fixture(scope="module")
-def urls() -> Iterator[dict[str, str]]:
+def brokers() -> Iterator[dict[str, tuple[str, str]]]:
+    """Each broker's AMQP URL and management API root."""
     if not rabbitmq.installed():
         pytest.skip("RabbitMQ is not installed here")
-    node = rabbitmq.RabbitNode(plugins=["rabbitmq_event_exchange"]).start()
+    node = rabbitmq.RabbitNode(management=True, plugins=["rabbitmq_event_exchange"]).start()
     try:
-        with leveret.Broker(plugins=["rabbitmq_event_exchange"]) as b:
-            yield {"leveret": b.url, "rabbitmq": node.url}
+        with leveret.Broker(plugins=["rabbitmq_event_exchange"], management=True) as b:
+            yield {
+                "leveret": (b.url, b.management_url),
+                "rabbitmq": (node.url, f"http://127.0.0.1:{node.http_port}"),
+            }
     finally:
         node.close()
+
+
+@pytest.fixture(scope="module")
+def urls(brokers: dict[str, tuple[str, str]]) -> dict[str, str]:
+    return {name: amqp for name, (amqp, _) in brokers.items()}
 
 
 def normal(headers: dict[str, Any]) -> dict[str, Any]:
@@ -121,3 +131,85 @@ def test_events_as_rabbitmq_publishes_them(urls: dict[str, str]) -> None:
     ):
         assert (key, ours) == (key, theirs)
         assert (key, our_order) == (key, their_order)
+
+
+def _collect(ech: Any, q: str) -> list[tuple[str, dict[str, Any], list[str]]]:
+    out = []
+    while True:
+        m, p, _ = ech.basic_get(q, auto_ack=True)
+        if m is None:
+            return out
+        out.append((m.routing_key, normal(p.headers), list(p.headers)))
+
+
+# what the management API is asked, in order; each step's events are compared
+ADMIN_STEPS: list[tuple[str, str, dict[str, Any] | None]] = [
+    ("PUT", "/api/users/evu", {"password": "p1", "tags": "monitoring"}),
+    ("PUT", "/api/users/evu", {"password": "p2", "tags": "monitoring,management"}),
+    ("PUT", "/api/users/evu", {"tags": ""}),  # clears the password
+    ("PUT", "/api/users/evu2", {"password": "p", "tags": ""}),
+    (
+        "PUT",
+        "/api/topic-permissions/%2F/evu",
+        {"exchange": "amq.topic", "write": "^a", "read": ".*"},
+    ),
+    (
+        "PUT",
+        "/api/topic-permissions/%2F/evu",
+        {"exchange": "amq.topic", "write": "^a", "read": ".*"},
+    ),
+    ("DELETE", "/api/topic-permissions/%2F/evu", None),
+    ("PUT", "/api/vhost-limits/%2F/max-connections", {"value": 100}),
+    ("PUT", "/api/vhost-limits/%2F/max-queues", {"value": 10}),
+    ("PUT", "/api/vhost-limits/%2F/max-queues", {"value": 10}),  # the same: no event
+    ("DELETE", "/api/vhost-limits/%2F/max-queues", None),
+    ("DELETE", "/api/vhost-limits/%2F/max-connections", None),
+    ("PUT", "/api/user-limits/evu/max-channels", {"value": 5}),
+    ("DELETE", "/api/user-limits/evu/max-channels", None),
+    ("PUT", "/api/queues/%2F/evq", {"durable": False}),
+    ("DELETE", "/api/queues/%2F/evq", None),
+    ("DELETE", "/api/users/evu", None),
+    ("DELETE", "/api/users/evu2", None),
+]
+
+
+def admin_scenario(url: str, http: str) -> list[list[tuple[str, dict[str, Any], list[str]]]]:
+    api = Api(http)
+    ev = pika.BlockingConnection(pika.URLParameters(url))
+    ech = ev.channel()
+    q = ech.queue_declare("", exclusive=True).method.queue
+    for key in ("user.#", "topic.#", "vhost.limits.#", "parameter.#", "permission.#", "queue.#"):
+        ech.queue_bind(q, "amq.rabbitmq.event", key)
+    time.sleep(0.3)
+    _collect(ech, q)
+    per_step = []
+    try:
+        for method, path, body in ADMIN_STEPS:
+            status, reply = api.call(method, path, body)
+            assert status in (201, 204), (method, path, status, reply)
+            time.sleep(0.2)  # the broker's events of this step, and no other's
+            per_step.append(_collect(ech, q))
+    finally:
+        ev.close()
+    return per_step
+
+
+def test_the_management_apis_user_permission_and_limit_events(
+    brokers: dict[str, tuple[str, str]],
+) -> None:
+    """user.tags.set, user.password.changed / cleared, topic.permission.*, vhost.limits.*
+    with their parameter.set, user.limits.*: as RabbitMQ tells of them, each credited to
+    the API's user (not rmq-internal)."""
+    got = {name: admin_scenario(*where) for name, where in brokers.items()}
+    keys = [[k for k, _, _ in step] for step in got["rabbitmq"]]
+    assert keys[2] == ["user.tags.set", "user.password.cleared"]
+    assert keys[9] == []
+    for (method, path, _), theirs, ours in zip(
+        ADMIN_STEPS, got["rabbitmq"], got["leveret"], strict=True
+    ):
+        assert [(k, h, order) for k, h, order in ours] == [
+            (k, h, order) for k, h, order in theirs
+        ], (method, path)
+    assert any(
+        h["user_who_performed_action"] == "guest" for step in got["leveret"] for _, h, _ in step
+    )

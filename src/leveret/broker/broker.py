@@ -13,7 +13,7 @@ from leveret.broker import plugins
 from leveret.broker.events import Event, Observers
 from leveret.broker.memory import MemoryBudget, release
 from leveret.broker.reply_to import DirectReplyTo
-from leveret.broker.users import TopicPermission, UserDatabase
+from leveret.broker.users import TopicPermission, UserDatabase, hash_password
 from leveret.broker.vhost import VirtualHost
 from leveret.protocol import spec
 
@@ -179,6 +179,41 @@ class BrokerCore:
         if user is not None:
             user.tags = list(tags)
             self.observers.emit(Event.USER_CHANGED, name)
+            self.observers.emit(Event.USER_TAGS_SET, name)
+
+    def put_user(
+        self,
+        name: str,
+        tags: list[str],
+        password: str | None = None,
+        password_hash: str | None = None,
+    ) -> bool:
+        """The management API's PUT of a user (rabbit_auth_backend_internal:put_user):
+        made, or updated in place (its limits kept). An existing user given neither a
+        password nor a hash has its password cleared. True when the user is new."""
+        user = self.users.users.get(name)
+        if user is None:
+            self.users.add_user(name, password, tags, password_hash=password_hash)
+            self.observers.emit(Event.USER_CHANGED, name)
+            if tags:
+                self.observers.emit(Event.USER_TAGS_SET, name)
+            return True
+        if password is not None:
+            user.password_hash = hash_password(password)
+        elif password_hash is not None:
+            # a hash is set as it is, and RabbitMQ tells no one
+            user.password_hash = password_hash
+        else:
+            user.password_hash = ""
+        user.tags = list(tags)
+        self.observers.emit(Event.USER_CHANGED, name)
+        if password is not None:
+            self.observers.emit(Event.USER_PASSWORD_CHANGED, name)
+            self.observers.emit(Event.USER_TAGS_SET, name)
+        elif password_hash is None:
+            self.observers.emit(Event.USER_TAGS_SET, name)
+            self.observers.emit(Event.USER_PASSWORD_CLEARED, name)
+        return False
 
     def delete_user(self, name: str) -> bool:
         if not self.users.delete_user(name):
@@ -195,6 +230,21 @@ class BrokerCore:
             user.limits = dict(limits)
             self.observers.emit(Event.LIMITS_CHANGED, name)
 
+    def set_user_limit(self, name: str, limit: str, value: int) -> None:
+        """One limit of a user (kept in key order, as internal_user's map)."""
+        user = self.users.users.get(name)
+        if user is not None:
+            self.set_user_limits(name, dict(sorted({**user.limits, limit: value}.items())))
+            self.observers.emit(Event.USER_LIMITS_SET, (name, {limit: value}))
+
+    def clear_user_limit(self, name: str, limit: str) -> None:
+        """One limit of a user; RabbitMQ tells of the clearing even of a limit not set."""
+        user = self.users.users.get(name)
+        if user is not None:
+            if limit in user.limits:
+                self.set_user_limits(name, {k: x for k, x in user.limits.items() if k != limit})
+            self.observers.emit(Event.USER_LIMITS_CLEARED, name)
+
     def set_permissions(self, user: str, vhost: str, configure: str, write: str, read: str) -> None:
         self.users.set_permissions(user, vhost, configure, write, read)
         self.observers.emit(Event.PERMISSION_CHANGED, (user, vhost))
@@ -210,8 +260,10 @@ class BrokerCore:
         self, user: str, vhost: str, exchange: str, write: str, read: str
     ) -> None:
         v = self.vhosts[vhost]
-        v.topic_permissions[(user, exchange)] = TopicPermission(user, vhost, exchange, write, read)
+        perm = TopicPermission(user, vhost, exchange, write, read)
+        v.topic_permissions[(user, exchange)] = perm
         self.observers.emit(Event.TOPIC_PERMISSION_CHANGED, (user, vhost))
+        self.observers.emit(Event.TOPIC_PERMISSION_SET, perm)
 
     def clear_topic_permissions(self, user: str, vhost: str, exchange: str | None = None) -> bool:
         """One exchange's topic permission of a user in a vhost, or all of them."""
@@ -227,6 +279,7 @@ class BrokerCore:
             del v.topic_permissions[key]
         if keys:
             self.observers.emit(Event.TOPIC_PERMISSION_CHANGED, (user, vhost))
+            self.observers.emit(Event.TOPIC_PERMISSION_CLEARED, (user, vhost, exchange))
         return bool(keys)
 
     def topic_permissions(

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from leveret.broker.clock import wall_ms
-from leveret.broker.events import Event
+from leveret.broker.events import API_ACTOR, Event
 from leveret.broker.message import Message
 from leveret.protocol import table
 from leveret.protocol.spec import TYPE_NAMES, type_of
@@ -182,7 +182,7 @@ class EventExchange:
         return self.pid(1, int(getattr(channel.host, "id", 0)), int(channel.number))
 
     def actor(self) -> str:
-        return str(getattr(self.broker, "actor", "") or INTERNAL_USER)
+        return API_ACTOR.get() or str(getattr(self.broker, "actor", "") or INTERNAL_USER)
 
     # --------------------------------------------------------------- the exchange
     def _declare(self, vhost: Any) -> None:
@@ -482,6 +482,72 @@ class EventExchange:
                 [("user", user), ("vhost", vhost), ("user_who_performed_action", self.actor())],
             )
 
+    def _user_event(self, key: str, name: str, *props: tuple[str, Value]) -> None:
+        self.emit(key, [("name", name), *props, ("user_who_performed_action", self.actor())])
+
+    def _user_tags_set(self, name: str) -> None:
+        user = self.broker.users.users.get(name)
+        tags: list[Value] = list(user.tags) if user is not None else []
+        self._user_event("user.tags.set", name, ("tags", tags))
+
+    def _user_limits_set(self, subject: tuple[str, dict[str, int]]) -> None:
+        name, limits = subject
+        self.emit(
+            "user.limits.set",
+            [
+                ("name", "limits"),
+                ("user_who_performed_action", self.actor()),
+                ("username", name),
+                *sorted(limits.items()),
+            ],
+        )
+
+    def _user_limits_cleared(self, name: str) -> None:
+        self.emit(
+            "user.limits.cleared",
+            [("name", "limits"), ("user_who_performed_action", self.actor()), ("username", name)],
+        )
+
+    def _topic_permission_set(self, perm: Any) -> None:
+        self.emit(
+            "topic.permission.created",
+            [
+                ("user", perm.user),
+                ("vhost", perm.vhost),
+                ("exchange", perm.exchange),
+                ("write", perm.write),
+                ("read", perm.read),
+                ("user_who_performed_action", self.actor()),
+            ],
+        )
+
+    def _topic_permission_cleared(self, subject: tuple[str, str, str | None]) -> None:
+        user, vhost, exchange = subject
+        # RabbitMQ tells of one exchange's clearing as permission.deleted
+        key = "topic.permission.deleted" if exchange is None else "permission.deleted"
+        self.emit(
+            key, [("user", user), ("vhost", vhost), ("user_who_performed_action", self.actor())]
+        )
+
+    def _limits_changed(self, subject: Any) -> None:
+        if isinstance(subject, str):  # a user's: told of by user.limits.*
+            return
+        limits: list[tuple[str, Value]] = list(subject.limits.items())
+        actor = ("user_who_performed_action", self.actor())
+        # the parameter's value is its proplist: an empty one is a list
+        value: Value = dict(limits) if limits else []
+        self.emit(
+            "parameter.set",
+            [
+                ("vhost", subject.name),
+                ("component", "vhost-limits"),
+                ("name", "limits"),
+                ("value", value),
+                actor,
+            ],
+        )
+        self.emit("vhost.limits.set", [("name", "limits"), actor, *limits])
+
     @staticmethod
     def _policy_map(vhost: Any) -> dict[tuple[str, bool], Any]:
         policies = vhost.policies
@@ -547,6 +613,14 @@ _HANDLERS: dict[Event, Callable[[EventExchange, Any], None]] = {
     Event.CHANNEL_OPENED: EventExchange._channel_opened,
     Event.CHANNEL_CLOSED: EventExchange._channel_closed,
     Event.USER_CHANGED: EventExchange._user_changed,
+    Event.USER_TAGS_SET: EventExchange._user_tags_set,
+    Event.USER_PASSWORD_CHANGED: lambda e, name: e._user_event("user.password.changed", name),
+    Event.USER_PASSWORD_CLEARED: lambda e, name: e._user_event("user.password.cleared", name),
+    Event.USER_LIMITS_SET: EventExchange._user_limits_set,
+    Event.USER_LIMITS_CLEARED: EventExchange._user_limits_cleared,
+    Event.TOPIC_PERMISSION_SET: EventExchange._topic_permission_set,
+    Event.TOPIC_PERMISSION_CLEARED: EventExchange._topic_permission_cleared,
+    Event.LIMITS_CHANGED: EventExchange._limits_changed,
     Event.PERMISSION_CHANGED: EventExchange._permission_changed,
     Event.POLICY_CHANGED: EventExchange._policy_changed,
 }

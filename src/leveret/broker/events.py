@@ -5,6 +5,7 @@ nothing is attached to its objects afterwards."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextvars import ContextVar
 from enum import Enum, auto
 from typing import Any
 
@@ -16,6 +17,15 @@ class Event(Enum):
     VHOST_CHANGED = auto()  # VirtualHost
     VHOST_DELETED = auto()  # VirtualHost
     USER_CHANGED = auto()  # user name: added, changed or deleted
+    # what RabbitMQ's user operations tell of (rabbit_auth_backend_internal), each after
+    # its USER_CHANGED or LIMITS_CHANGED
+    USER_TAGS_SET = auto()  # user name
+    USER_PASSWORD_CHANGED = auto()  # user name
+    USER_PASSWORD_CLEARED = auto()  # user name
+    USER_LIMITS_SET = auto()  # (user name, the limits this operation set)
+    USER_LIMITS_CLEARED = auto()  # user name
+    TOPIC_PERMISSION_SET = auto()  # TopicPermission: set, changed or not
+    TOPIC_PERMISSION_CLEARED = auto()  # (user, vhost, exchange or None for all of them)
     PERMISSION_CHANGED = auto()  # (user, vhost): set or cleared
     TOPIC_PERMISSION_CHANGED = auto()  # (user, vhost): set or cleared
     POLICY_CHANGED = auto()  # VirtualHost: a policy or operator policy set or cleared
@@ -38,6 +48,11 @@ class Event(Enum):
     USER_AUTHENTICATED = auto()  # the connection
     USER_AUTHENTICATION_FAILED = auto()  # (the connection, user name, why)
     CONNECTION_AUTHORIZED = auto()  # the connection: into its vhost (connection.open)
+
+
+#: Who performs what the management API does: set in each request's own task (an AMQP
+#: session names its user in ``Broker.actor`` around each method it handles).
+API_ACTOR: ContextVar[str] = ContextVar("api_actor", default="")
 
 
 Observer = Callable[[Event, Any], None]

@@ -176,6 +176,10 @@ class VirtualHost:
         return value if value is not None and value >= 0 else None
 
     def set_limits(self, limits: dict[str, int]) -> None:
+        """The vhost's limits, in the order given: a change is told of, the same limits in
+        the same order are not (rabbit_runtime_parameters compares the whole term)."""
+        if list(limits.items()) == list(self.limits.items()):
+            return
         self.limits = dict(limits)
         self.observers.emit(Event.LIMITS_CHANGED, self)
 

@@ -64,18 +64,16 @@ async def user_put(request: web.Request) -> web.Response:
     body = await json_body(request)
     if "tags" not in body:
         raise bad_request("tags_not_present")
-    existing = b.users.users.get(name)
     tags = _tags(body["tags"])
-    if "password" in body:
-        b.add_user(name, str(body["password"]), tags)
-    elif "password_hash" in body:
-        b.add_user(name, None, tags, password_hash=str(body["password_hash"]))
-    elif existing is not None:
-        b.set_user_tags(name, tags)
-    else:
-        # RabbitMQ creates a user without a password: it cannot log in with one.
-        b.add_user(name, None, tags)
-    return created_or_updated(existing is None)
+    # without a password or a hash, RabbitMQ makes a user that cannot log in with one, or
+    # clears an existing user's password
+    created = b.put_user(
+        name,
+        tags,
+        password=str(body["password"]) if "password" in body else None,
+        password_hash=str(body["password_hash"]) if "password_hash" in body else None,
+    )
+    return created_or_updated(created)
 
 
 async def user_delete(request: web.Request) -> web.Response:

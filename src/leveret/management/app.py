@@ -7,6 +7,7 @@ from importlib import resources
 
 from aiohttp import web
 
+from leveret.broker.events import API_ACTOR
 from leveret.management import admin, api, dashboard, objects, operate, streamconns
 from leveret.management.context import MANAGEMENT, Management, mgmt
 from leveret.management.httputil import (
@@ -50,6 +51,9 @@ async def middleware(request: web.Request, handler: Handler) -> web.StreamRespon
             if not MANAGEMENT_TAGS.intersection(user.tags):
                 raise ApiError(401, "not_authorised", "Not management user")
             request[USER] = user
+            # who performs what this request does (this task's own: no other request or
+            # AMQP session sees it)
+            API_ACTOR.set(user.name)
         return await handler(request)
     except ApiError as exc:
         return json_response({"error": exc.error, "reason": exc.reason}, exc.status)

@@ -189,8 +189,7 @@ async def user_limit_put(request: web.Request) -> web.Response:
     err = limit_error(name, body["value"], USER_LIMITS, "user-limits")
     if err is not None:
         raise bad_request(err)
-    # internal_user keeps a map: listed in key order
-    b.set_user_limits(user_name, dict(sorted({**user.limits, name: body["value"]}.items())))
+    b.set_user_limit(user_name, name, body["value"])
     return no_content()
 
 
@@ -201,8 +200,7 @@ async def user_limit_delete(request: web.Request) -> web.Response:
     user = b.users.users.get(user_name)
     if user is None:
         raise bad_request(["no_such_user", user_name])
-    if name in user.limits:
-        b.set_user_limits(user_name, {k: x for k, x in user.limits.items() if k != name})
+    b.clear_user_limit(user_name, name)
     return no_content()
 
 
