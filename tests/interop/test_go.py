@@ -74,7 +74,10 @@ def run_go(
     binary: Path, scenario: str, broker: BrokerUnderTest, name: str, *args: str
 ) -> dict[str, Any]:
     proc = subprocess.run(
-        [str(binary), scenario, broker.url, name, *args], capture_output=True, text=True, timeout=120
+        [str(binary), scenario, broker.url, name, *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert proc.returncode == 0, (
         f"{scenario} on {broker.name} exited {proc.returncode}:\n{proc.stdout}{proc.stderr}"
