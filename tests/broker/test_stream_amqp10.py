@@ -7,7 +7,7 @@ from __future__ import annotations
 import datetime
 import struct
 
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 from pamqp import commands
 
@@ -94,6 +94,9 @@ def test_the_splice_agrees_with_the_general_conversion(
 
 
 @given(properties(), st.binary(max_size=300), _short, _short)
+# a body ending with the bytes of an empty data section came back empty (found by
+# hypothesis: the fast path took the body's tail for the message's data section)
+@example(b"\x00\x00", b"\x00Su\xa0\x00", "", "")
 def test_stored_and_read_back_over_amqp091_as_rabbitmq_gives_it(
     raw: bytes, body: bytes, exchange: str, key: str
 ) -> None:

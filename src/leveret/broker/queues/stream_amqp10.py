@@ -391,6 +391,11 @@ def to_amqp091(message: bytes, stream: str) -> tuple[bytes, bytes, bytes]:
         hit = _BACK.get(key)
         if hit is None:
             try:
+                # the sections before it must end where it starts: a body that ends with
+                # the bytes of a data section ("\x00Su\xa0\x00") is found by rfind first,
+                # inside the real one, whose header the prefix then cuts short
+                for _ in amqp10.sections(key[0]):
+                    pass
                 exchange_and_key, properties, _ = _to_amqp091(key[0] + _EMPTY_DATA, stream)
             except ValueError:  # the last "data section" was not one
                 return _to_amqp091(message, stream)
