@@ -9,6 +9,7 @@ import logging
 import signal
 import socket
 import ssl
+from collections.abc import Callable
 from typing import Any
 
 from leveret.broker import consumer_timeout, plugins
@@ -156,12 +157,49 @@ class Server:
     async def _listen(
         self, port: int, listener: Listener, context: ssl.SSLContext | None
     ) -> tuple[str, int]:
+        return await self._serve(
+            lambda: AMQPProtocol(self.state, listener), listener.protocol, port, context
+        )
+
+    async def _listen_stream(self, port: int, context: ssl.SSLContext | None) -> tuple[str, int]:
+        """RabbitMQ's stream protocol, plain or over TLS. Clients connect to the host and
+        port a stream's metadata advertises: the configured host, else this machine's
+        name, as RabbitMQ's plugin does, and the port actually bound."""
+        advertised_host = self.config.stream_advertised_host or socket.gethostname()
+        limits = self.state.limits
+        verify = context is not None and self.config.tls.verify == "verify_peer"
+        bound = [0]  # the port, once bound: the metadata the protocol answers names it
+        host, port = await self._serve(
+            lambda: StreamProtocol(
+                self.state,
+                (advertised_host, bound[0]),
+                1_048_576,
+                limits.heartbeat,
+                tls=context is not None,
+                verify_peer=verify,
+            ),
+            "stream/ssl" if context is not None else "stream",
+            port,
+            context,
+        )
+        bound[0] = port
+        return host, port
+
+    async def _serve(
+        self,
+        factory: Callable[[], asyncio.Protocol],
+        name: str,
+        port: int,
+        context: ssl.SSLContext | None,
+    ) -> tuple[str, int]:
+        """A listener of ``name`` (as RabbitMQ lists it) on the configured address; a port
+        it cannot have is a :class:`ListenError` naming it. Returns the address bound."""
         host: str | None = self.config.bind
-        if host in ("", "0.0.0.0", "::"):
-            host = None if host != "0.0.0.0" else "0.0.0.0"
+        if host in ("", "::"):
+            host = None
         try:
             server = await self.loop.create_server(
-                lambda: AMQPProtocol(self.state, listener),
+                factory,
                 host=host,
                 port=port,
                 reuse_address=True,
@@ -170,50 +208,11 @@ class Server:
                 ssl_handshake_timeout=self.state.limits.handshake_timeout if context else None,
             )
         except OSError as exc:
-            raise ListenError(listener.protocol, self.config.bind, port, exc) from exc
-        self._servers.append(server)
-        for sock in server.sockets:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        bound_host, bound_port = server.sockets[0].getsockname()[:2]
-        self.listeners.append((listener.protocol, str(bound_host), int(bound_port)))
-        return str(bound_host), int(bound_port)
-
-    async def _listen_stream(self, port: int, context: ssl.SSLContext | None) -> tuple[str, int]:
-        """RabbitMQ's stream protocol, plain or over TLS. Clients connect to the host and
-        port a stream's metadata advertises: the configured host, else this machine's
-        name, as RabbitMQ's plugin does, and the port actually bound."""
-        host: str | None = self.config.bind
-        if host in ("", "::"):
-            host = None
-        advertised_host = self.config.stream_advertised_host or socket.gethostname()
-        limits = self.state.limits
-        verify = context is not None and self.config.tls.verify == "verify_peer"
-        bound = [0]
-        name = "stream/ssl" if context is not None else "stream"
-        try:
-            server = await self.loop.create_server(
-                lambda: StreamProtocol(
-                    self.state,
-                    (advertised_host, bound[0]),
-                    1_048_576,
-                    limits.heartbeat,
-                    tls=context is not None,
-                    verify_peer=verify,
-                ),
-                host=host,
-                port=port,
-                reuse_address=True,
-                backlog=1024,
-                ssl=context,
-                ssl_handshake_timeout=limits.handshake_timeout if context else None,
-            )
-        except OSError as exc:
             raise ListenError(name, self.config.bind, port, exc) from exc
         self._servers.append(server)
         for sock in server.sockets:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         bound_host, bound_port = server.sockets[0].getsockname()[:2]
-        bound[0] = int(bound_port)
         self.listeners.append((name, str(bound_host), int(bound_port)))
         return str(bound_host), int(bound_port)
 
