@@ -174,13 +174,6 @@ class BrokerCore:
         self.users.add_user(name, password, tags, password_hash=password_hash)
         self.observers.emit(Event.USER_CHANGED, name)
 
-    def set_user_tags(self, name: str, tags: list[str]) -> None:
-        user = self.users.users.get(name)
-        if user is not None:
-            user.tags = list(tags)
-            self.observers.emit(Event.USER_CHANGED, name)
-            self.observers.emit(Event.USER_TAGS_SET, name)
-
     def put_user(
         self,
         name: str,
@@ -198,21 +191,20 @@ class BrokerCore:
             if tags:
                 self.observers.emit(Event.USER_TAGS_SET, name)
             return True
+        told: tuple[Event, ...]
         if password is not None:
             user.password_hash = hash_password(password)
+            told = (Event.USER_PASSWORD_CHANGED, Event.USER_TAGS_SET)
         elif password_hash is not None:
-            # a hash is set as it is, and RabbitMQ tells no one
             user.password_hash = password_hash
+            told = ()  # a hash is set as it is, and RabbitMQ tells no one
         else:
             user.password_hash = ""
+            told = (Event.USER_TAGS_SET, Event.USER_PASSWORD_CLEARED)
         user.tags = list(tags)
         self.observers.emit(Event.USER_CHANGED, name)
-        if password is not None:
-            self.observers.emit(Event.USER_PASSWORD_CHANGED, name)
-            self.observers.emit(Event.USER_TAGS_SET, name)
-        elif password_hash is None:
-            self.observers.emit(Event.USER_TAGS_SET, name)
-            self.observers.emit(Event.USER_PASSWORD_CLEARED, name)
+        for event in told:
+            self.observers.emit(event, name)
         return False
 
     def delete_user(self, name: str) -> bool:
