@@ -39,6 +39,7 @@ from leveret.server.app import Server
 from leveret.server.config import (
     Config,
     ConfigError,
+    MemoryWatermark,
     PermissionConfig,
     UserConfig,
     VhostConfig,
@@ -340,6 +341,15 @@ class Broker:
         self.clock.advance(seconds)
         server = self._started()
         self._call(lambda _core: server.housekeeping())
+
+    # -------------------------------------------------------------- resources
+    def set_vm_memory_high_watermark(self, value: float | str) -> None:
+        """As ``rabbitmqctl set_vm_memory_high_watermark``: a fraction of the machine's
+        RAM (``0.4``) or an absolute size (``"512MiB"``). The memory alarm is set or
+        cleared at once: a test can see publishers blocked without filling the memory."""
+        watermark = MemoryWatermark.parse(value)
+        server = self._started()
+        self._call(lambda _core: server.resources.set_memory_watermark(watermark))
 
     # -------------------------------------------------------------- administration
     def _call(self, fn: Callable[[Core], T]) -> T:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pika
@@ -17,10 +17,15 @@ import pytest
 import leveret
 from tests.support import rabbitmq
 from tests.support.mgmt import Api
+from tests.support.waiting import wait_for
 
 VOLATILE = {"timestamp_in_ms", "connected_at", "peer_port", "port", "pid", "channel",
             "connection", "owner_pid", "node", "consumer_tag"}  # fmt: skip
 PORTS = re.compile(r":\d+")
+
+
+# each broker's way to move its memory high watermark while it runs
+WATERMARK: dict[str, Callable[[str], None]] = {}
 
 
 @pytest.fixture(scope="module")
@@ -29,13 +34,21 @@ def brokers() -> Iterator[dict[str, tuple[str, str]]]:
     if not rabbitmq.installed():
         pytest.skip("RabbitMQ is not installed here")
     node = rabbitmq.RabbitNode(management=True, plugins=["rabbitmq_event_exchange"]).start()
+
+    def rabbitmq_watermark(value: str) -> None:
+        args = ("absolute", value) if not value.startswith("0.") else (value,)
+        result = node.ctl("set_vm_memory_high_watermark", *args)
+        assert result.returncode == 0, result.stderr
+
     try:
         with leveret.Broker(plugins=["rabbitmq_event_exchange"], management=True) as b:
+            WATERMARK.update(leveret=b.set_vm_memory_high_watermark, rabbitmq=rabbitmq_watermark)
             yield {
                 "leveret": (b.url, b.management_url),
                 "rabbitmq": (node.url, f"http://127.0.0.1:{node.http_port}"),
             }
     finally:
+        WATERMARK.clear()
         node.close()
 
 
@@ -55,6 +68,8 @@ def normal(headers: dict[str, Any]) -> dict[str, Any]:
             v = PORTS.sub(":P", v)
         elif k == "client_properties":
             v = len(v)
+        elif k == "cluster_state":  # {node name: running}
+            v = sorted(v.values())
         out[k] = v
     return out
 
@@ -170,7 +185,39 @@ ADMIN_STEPS: list[tuple[str, str, dict[str, Any] | None]] = [
     ("DELETE", "/api/queues/%2F/evq", None),
     ("DELETE", "/api/users/evu", None),
     ("DELETE", "/api/users/evu2", None),
+    # a virtual host with objects of each kind, then deleted with them all
+    ("PUT", "/api/vhosts/evh", None),
+    ("PUT", "/api/exchanges/evh/evhx", {"type": "fanout", "durable": True}),
+    ("PUT", "/api/queues/evh/evhq", {"durable": True}),
+    ("POST", "/api/bindings/evh/e/evhx/q/evhq", {"routing_key": "k"}),
+    ("PUT", "/api/policies/evh/evhp", {"pattern": "^evhq$", "definition": {"max-length": 3}}),
+    ("PUT", "/api/policies/evh/evhp2", {"pattern": "^none$", "definition": {"max-length": 4}}),
+    ("DELETE", "/api/policies/evh/evhp", None),
+    ("PUT", "/api/policies/evh/evhp", {"pattern": "^evhq$", "definition": {"max-length": 5}}),
+    ("PUT", "/api/vhost-limits/evh/max-queues", {"value": 9}),
+    ("DELETE", "/api/vhosts/evh", None),
 ]
+
+
+def _exchanges_unordered(events: list[Any]) -> list[Any]:
+    """Each run of exchange deletions (a deleted vhost's) sorted by exchange: RabbitMQ
+    deletes a vhost's exchanges in the order of its table's hash, not one to copy."""
+    out: list[Any] = []
+    run: list[Any] = []
+    i = 0
+    while i < len(events):
+        if events[i][1].get("component") == "exchange-delete-in-progress":
+            run.append(events[i : i + 3])
+            i += 3
+            continue
+        if run:
+            out.append(sorted(run, key=lambda three: three[0][1]["name"]))
+            run = []
+        out.append(events[i])
+        i += 1
+    if run:
+        out.append(sorted(run, key=lambda three: three[0][1]["name"]))
+    return out
 
 
 def admin_scenario(url: str, http: str) -> list[list[tuple[str, dict[str, Any], list[str]]]]:
@@ -178,7 +225,8 @@ def admin_scenario(url: str, http: str) -> list[list[tuple[str, dict[str, Any], 
     ev = pika.BlockingConnection(pika.URLParameters(url))
     ech = ev.channel()
     q = ech.queue_declare("", exclusive=True).method.queue
-    for key in ("user.#", "topic.#", "vhost.limits.#", "parameter.#", "permission.#", "queue.#"):
+    for key in ("user.#", "topic.#", "vhost.#", "parameter.#", "permission.#", "queue.#",
+                "exchange.#", "binding.#", "policy.#"):  # fmt: skip
         ech.queue_bind(q, "amq.rabbitmq.event", key)
     time.sleep(0.3)
     _collect(ech, q)
@@ -207,9 +255,39 @@ def test_the_management_apis_user_permission_and_limit_events(
     for (method, path, _), theirs, ours in zip(
         ADMIN_STEPS, got["rabbitmq"], got["leveret"], strict=True
     ):
-        assert [(k, h, order) for k, h, order in ours] == [
-            (k, h, order) for k, h, order in theirs
-        ], (method, path)
+        assert _exchanges_unordered(ours) == _exchanges_unordered(theirs), (method, path)
+    deleted = [k for k, _, _ in got["leveret"][-1]]
+    assert deleted[:3] == ["permission.deleted", "binding.deleted", "queue.deleted"]
+    assert deleted[deleted.index("vhost.deleted") :] == [
+        "vhost.deleted", "parameter.cleared", "vhost.limits.cleared", "policy.cleared",
+        "policy.cleared", "vhost.down",
+    ]  # fmt: skip
     assert any(
         h["user_who_performed_action"] == "guest" for step in got["leveret"] for _, h, _ in step
     )
+
+
+def test_resource_alarm_events(urls: dict[str, str]) -> None:
+    """alarm.set and alarm.cleared, as the memory high watermark is moved below what the
+    broker uses and back (rabbitmqctl set_vm_memory_high_watermark)."""
+    got = {name: _alarm_events(name, url) for name, url in urls.items()}
+    assert [k for k, _, _ in got["rabbitmq"]] == ["alarm.set", "alarm.cleared"]
+    assert got["leveret"] == got["rabbitmq"]
+    assert got["leveret"][0][1]["source"] == "memory"
+
+
+def _alarm_events(name: str, url: str) -> list[tuple[str, dict[str, Any], list[str]]]:
+    ev = pika.BlockingConnection(pika.URLParameters(url))
+    try:
+        ech = ev.channel()
+        q = ech.queue_declare("", exclusive=True).method.queue
+        ech.queue_bind(q, "amq.rabbitmq.event", "alarm.#")
+        try:
+            WATERMARK[name]("1MiB")
+            assert wait_for(lambda: ech.queue_declare(q, passive=True).method.message_count)
+        finally:
+            WATERMARK[name]("0.4")
+        time.sleep(1)
+        return _collect(ech, q)
+    finally:
+        ev.close()

@@ -83,10 +83,15 @@ def test_administrative_events() -> None:
         "policy.set",
         "policy.cleared",
         "user.deleted",
+        # the vhost's exchanges go one by one, then the vhost, then its supervisor
+        *["parameter.set", "exchange.deleted", "parameter.cleared"] * 7,
         "vhost.deleted",
+        "vhost.down",
     ]
     by_key = dict(events)
     assert by_key["vhost.created"]["name"] == "evv"
+    assert by_key["vhost.created"]["tags"] == []
+    assert by_key["vhost.down"]["user_who_performed_action"] == "rmq-internal"
     assert by_key["user.created"]["name"] == "evu"
     perm = by_key["permission.created"]
     assert (perm["user"], perm["vhost"], perm["configure"]) == ("evu", "evv", ".*")
@@ -100,3 +105,41 @@ def test_administrative_events() -> None:
         "apply-to", "priority", "definition", "pattern", "user_who_performed_action",
         "vhost", "name", "timestamp_in_ms",
     ]  # fmt: skip
+
+
+def test_a_watermark_moved_below_the_memory_in_use_sets_the_alarm_and_blocks() -> None:
+    """Broker.set_vm_memory_high_watermark, as rabbitmqctl's: the memory alarm is set at
+    once (alarm.set), publishers are blocked at their next publish, and a watermark moved
+    back clears it (alarm.cleared) and unblocks them."""
+    with leveret.Broker(plugins=["rabbitmq_event_exchange"]) as b:
+        events = pika.BlockingConnection(pika.URLParameters(b.url))
+        ech = events.channel()
+        q = ech.queue_declare("", exclusive=True).method.queue
+        ech.queue_bind(q, "amq.rabbitmq.event", "alarm.*")
+        blocked: list[str] = []
+        params = pika.URLParameters(b.url)
+        params.blocked_connection_timeout = None
+        pub = pika.BlockingConnection(params)
+        pub.add_on_connection_blocked_callback(
+            lambda _c, frame: blocked.append(frame.method.reason)
+        )
+        pub.add_on_connection_unblocked_callback(lambda _c, _f: blocked.append("unblocked"))
+        pch = pub.channel()
+        with pytest.raises(ValueError):
+            b.set_vm_memory_high_watermark("lots")
+        b.set_vm_memory_high_watermark("1MiB")
+        pch.basic_publish("", "nowhere", b"x")
+        deadline = time.monotonic() + 10
+        while not blocked and time.monotonic() < deadline:
+            pub.process_data_events(0.1)
+        assert blocked == ["low on memory"]
+        b.set_vm_memory_high_watermark(0.4)
+        while len(blocked) < 2 and time.monotonic() < deadline:
+            pub.process_data_events(0.1)
+        assert blocked == ["low on memory", "unblocked"]
+        got = []
+        while (m := ech.basic_get(q, auto_ack=True))[0] is not None:
+            got.append((m[0].routing_key, m[1].headers["source"]))
+        assert got == [("alarm.set", "memory"), ("alarm.cleared", "memory")]
+        pub.close()
+        events.close()

@@ -10,16 +10,19 @@ from __future__ import annotations
 import base64
 import contextlib
 import socket
+import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
 import pika
 import pytest
 
 from tests.support.mgmt import Site, q
-from tests.support.waiting import STATS_WAIT, wait_for
+from tests.support.waiting import RABBITMQ_STATS_INTERVAL, STATS_WAIT, wait_for
+
+T = TypeVar("T")
 
 pytestmark = pytest.mark.rabbitmq
 
@@ -74,10 +77,25 @@ def test_node_is_rabbit_at_host(sites: tuple[Site, Site]) -> None:
 def test_aliveness_round_trip(sites: tuple[Site, Site]) -> None:
     """The aliveness test declares aliveness-test, publishes to it and gets the message
     back: the queue stays, empty, counted as published and fetched; without permission to
-    configure it the user is refused; a missing vhost is 404."""
+    configure it the user is refused; a missing vhost is 404.
+
+    RabbitMQ's statistics collector drops a channel's figures for a queue it does not know
+    yet, and the aliveness test's channel closes at once: the first round trip, which
+    creates the queue, is counted on the queue or not, by a race (seen in full runs: no
+    message_stats at all after 60 s). Leveret counts it. So each broker is compared on a
+    round trip made once the queue is known: it adds one publish and one get."""
     answers = []
     for site in sites:
         ok = site.api.call("GET", f"/api/aliveness-test/{q(site.vhost)}")
+
+        def queue(site: Site = site) -> Any:
+            data = site.api.get(f"/api/queues/{q(site.vhost)}/aliveness-test")
+            stats = data.get("message_stats", {})
+            return (data.get("messages"), data["durable"], data["arguments"],
+                    stats.get("publish", 0), stats.get("get_no_ack", 0))
+
+        assert wait_for(lambda: queue()[0] is not None, timeout=STATS_WAIT, interval=0.2)
+        before = _settled(queue)  # the first round trip's figures, if they count, are in
         again = site.api.call("GET", f"/api/aliveness-test/{q(site.vhost)}")
         missing = site.api.call("GET", "/api/aliveness-test/no-such-vhost-x")
         # the test's user may configure only ^t- names
@@ -85,19 +103,27 @@ def test_aliveness_round_trip(sites: tuple[Site, Site]) -> None:
             "GET", f"/api/aliveness-test/{q(site.vhost)}")
         refused = (refused[0], str(refused[1]).replace(site.vhost, "VHOST")
                    .replace(site.user, "USER"))
-
-        def queue(site: Site = site) -> Any:
-            data = site.api.get(f"/api/queues/{q(site.vhost)}/aliveness-test")
-            stats = data.get("message_stats", {})
-            return (data.get("messages"), data["durable"], data["arguments"],
-                    stats.get("publish"), stats.get("get_no_ack"))
-
-        answers.append([ok, again, missing, refused, queue])
+        after = (*before[:3], before[3] + 1, before[4] + 1)
+        assert before[:3] == (0, False, {}), before
+        assert wait_for(lambda a=after: queue() == a, timeout=STATS_WAIT, interval=0.2), (
+            site.broker.name, before, queue())
+        answers.append([ok, again, missing, refused, before])
     ours, theirs = answers
     assert ours[:4] == theirs[:4]
-    expected = ours[4]()
-    assert expected == (0, False, {}, 2, 2)
-    assert wait_for(lambda: theirs[4]() == expected, timeout=STATS_WAIT), theirs[4]()
+    assert ours[4][3:] == (1, 1)  # Leveret counted the first round trip
+
+
+def _settled(probe: Callable[[], T]) -> T:
+    """``probe``'s value once it stays the same for three statistics intervals."""
+    deadline = time.monotonic() + STATS_WAIT
+    last = probe()
+    while time.monotonic() < deadline:
+        time.sleep(3 * RABBITMQ_STATS_INTERVAL)
+        now = probe()
+        if now == last:
+            return now
+        last = now
+    raise AssertionError(f"still changing after {STATS_WAIT} s: {last}")
 
 
 def queue_scenario(site: Site) -> pika.BlockingConnection:

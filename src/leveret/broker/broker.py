@@ -149,18 +149,25 @@ class BrokerCore:
         self.observers.emit(Event.VHOST_CHANGED, vhost)
 
     def delete_vhost(self, name: str) -> bool:
-        vhost = self.vhosts.pop(name, None)
+        """Delete a vhost in RabbitMQ's order (rabbit_vhost:delete), each step told of: its
+        permissions first (no new connection gets in), then each queue and each exchange,
+        then the vhost itself; its connections are closed last (320)."""
+        vhost = self.vhosts.get(name)
         if vhost is None:
             return False
+        for user in [u for u, v in self.users.permissions if v == name]:
+            self.clear_permissions(user, name)
+        for user in dict.fromkeys(u for u, _ in vhost.topic_permissions):
+            self.clear_topic_permissions(user, name)
+        for queue in list(vhost.queues.values()):
+            vhost.remove_queue(queue)
+        for exchange in list(vhost.exchanges):
+            vhost.delete_exchange(exchange)
+        del self.vhosts[name]
+        self.observers.emit(Event.VHOST_DELETED, vhost)
         for connection in list(self.connections.values()):
             if connection.vhost == name:
                 connection.force_close("vhost deleted")
-        for queue in list(vhost.queues.values()):
-            vhost.remove_queue(queue)
-        for key in [k for k in self.users.permissions if k[1] == name]:
-            del self.users.permissions[key]
-        vhost.topic_permissions.clear()
-        self.observers.emit(Event.VHOST_DELETED, vhost)
         return True
 
     # ------------------------------------------------------- users, permissions

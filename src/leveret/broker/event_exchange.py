@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ipaddress
 import logging
+import re
 import struct
 from collections.abc import Callable
 from typing import Any
@@ -80,8 +81,21 @@ def encode_headers(props: list[tuple[str, Value]]) -> list[table.Field]:
 
 # --------------------------------------------------------------- Erlang's prints
 def binary(text: str) -> str:
+    """A binary as Erlang's ~p prints it: ``<<"abc">>``, ``<<>>`` when empty."""
+    if not text:
+        return "<<>>"
     escaped = text.replace("\\", "\\\\").replace('"', '\\"')
     return f'<<"{escaped}">>' if text.isascii() else f'<<"{escaped}"/utf8>>'
+
+
+_BARE_ATOM = re.compile(r"[a-z][A-Za-z0-9_@]*")
+
+
+def atom(text: str) -> str:
+    """An atom as Erlang's ~p prints it: bare, or quoted when it must be."""
+    if _BARE_ATOM.fullmatch(text):
+        return text
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
 def ip_term(address: str) -> Term:
@@ -156,6 +170,8 @@ class EventExchange:
         self._pending: list[tuple[str, list[tuple[str, Value]], int]] = []
         self._users = set(broker.users.users)
         self._policies: dict[str, dict[tuple[str, bool], Any]] = {}
+        # vhosts with a vhost-limits parameter: it stays, empty, once its last limit goes
+        self._limited = {v.name for v in broker.vhosts.values() if v.limits}
         # asks the event loop to flush soon (set by the server)
         self.schedule: Callable[[], None] | None = None
         broker.observers.subscribe(self.observe)
@@ -234,7 +250,8 @@ class EventExchange:
             x = vhost.exchanges.get(name)
             if x is not None:
                 self._exchange_created(x)
-        tags = ",".join(vhost.tags)
+        # the tags as rabbit_vhost parses them: a list of atoms
+        tags: list[Value] = list(vhost.tags)
         self.emit(
             "vhost.created",
             [
@@ -244,7 +261,7 @@ class EventExchange:
                     "metadata",
                     Term(
                         f"#{{description => {binary(vhost.description)},"
-                        f"tags => {binary(tags) if tags else '<<>>'}}}"
+                        f"tags => [{','.join(atom(t) for t in vhost.tags)}]}}"
                     ),
                 ),
                 ("tracing", bool(vhost.tracing)),
@@ -255,10 +272,33 @@ class EventExchange:
             ],
         )
 
+    def _alarm(self, key: str, resource: str) -> None:
+        """rabbit_alarm's resource alarms: the source, and the node it is on."""
+        self.emit(key, [("source", resource), ("node", self.node)])
+
     def _vhost_deleted(self, vhost: Any) -> None:
-        self._policies.pop(vhost.name, None)
+        """vhost.deleted, then what went with the vhost's record (rabbit_vhost:delete):
+        its runtime parameters (the limits, the operator policies), its policies, and at
+        last its supervisor (vhost.down)."""
+        actor = ("user_who_performed_action", self.actor())
+        self.emit("vhost.deleted", [("name", vhost.name), actor])
+        if vhost.limits or vhost.name in self._limited:
+            self._limited.discard(vhost.name)
+            marker = [("vhost", vhost.name), ("component", "vhost-limits"), ("name", "limits")]
+            self.emit("parameter.cleared", [*marker, actor])
+            self.emit("vhost.limits.cleared", [("name", "limits"), actor])
+        policies = self._policies.pop(vhost.name, {})
+        for operator in (True, False):
+            for (name, op), _ in policies.items():
+                if op is operator:
+                    self.emit("policy.cleared", [("name", name), ("vhost", vhost.name), actor])
         self.emit(
-            "vhost.deleted", [("name", vhost.name), ("user_who_performed_action", self.actor())]
+            "vhost.down",
+            [
+                ("name", vhost.name),
+                ("node", self.node),
+                ("user_who_performed_action", INTERNAL_USER),
+            ],
         )
 
     def _queue_created(self, q: Any) -> None:
@@ -532,6 +572,7 @@ class EventExchange:
     def _limits_changed(self, subject: Any) -> None:
         if isinstance(subject, str):  # a user's: told of by user.limits.*
             return
+        self._limited.add(subject.name)
         limits: list[tuple[str, Value]] = list(subject.limits.items())
         actor = ("user_who_performed_action", self.actor())
         # the parameter's value is its proplist: an empty one is a list
@@ -547,6 +588,30 @@ class EventExchange:
             ],
         )
         self.emit("vhost.limits.set", [("name", "limits"), actor, *limits])
+
+    def _queue_policy_changed(self, subject: tuple[Any, Any]) -> None:
+        """rabbit_policy:update_matched_objects: a queue whose policies changed with the
+        policy being set (its definition comes along) or cleared."""
+        q, policy = subject
+        props: list[tuple[str, Value]] = [
+            ("name", Resource(q.vhost, q.name)),
+            ("vhost", q.vhost),
+            ("type", q.rabbit_type),
+            ("user_who_performed_action", self.actor()),
+        ]
+        if policy is None:
+            self.emit("queue.policy.cleared", props)
+            return
+        self.emit(
+            "queue.policy.updated",
+            [
+                *props,
+                ("pattern", policy.pattern),
+                ("definition", dict(policy.definition)),
+                ("priority", policy.priority),
+                ("apply-to", policy.apply_to),
+            ],
+        )
 
     @staticmethod
     def _policy_map(vhost: Any) -> dict[tuple[str, bool], Any]:
@@ -623,6 +688,9 @@ _HANDLERS: dict[Event, Callable[[EventExchange, Any], None]] = {
     Event.LIMITS_CHANGED: EventExchange._limits_changed,
     Event.PERMISSION_CHANGED: EventExchange._permission_changed,
     Event.POLICY_CHANGED: EventExchange._policy_changed,
+    Event.QUEUE_POLICY_CHANGED: EventExchange._queue_policy_changed,
+    Event.ALARM_SET: lambda e, resource: e._alarm("alarm.set", resource),
+    Event.ALARM_CLEARED: lambda e, resource: e._alarm("alarm.cleared", resource),
 }
 
 __all__ = ["EXCHANGE", "TYPE_NAMES", "EventExchange", "Resource", "Term", "ip_term"]

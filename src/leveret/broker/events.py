@@ -29,6 +29,9 @@ class Event(Enum):
     PERMISSION_CHANGED = auto()  # (user, vhost): set or cleared
     TOPIC_PERMISSION_CHANGED = auto()  # (user, vhost): set or cleared
     POLICY_CHANGED = auto()  # VirtualHost: a policy or operator policy set or cleared
+    # (Queue, the Policy being set, or None when one was cleared): the queue's policies
+    # changed with it; told of before the POLICY_CHANGED
+    QUEUE_POLICY_CHANGED = auto()
     LIMITS_CHANGED = auto()  # VirtualHost (vhost limits) or user name (user limits)
     DEFINITIONS_IMPORTED = auto()  # None
     QUEUE_CREATED = auto()  # Queue
@@ -48,6 +51,8 @@ class Event(Enum):
     USER_AUTHENTICATED = auto()  # the connection
     USER_AUTHENTICATION_FAILED = auto()  # (the connection, user name, why)
     CONNECTION_AUTHORIZED = auto()  # the connection: into its vhost (connection.open)
+    ALARM_SET = auto()  # the resource: "memory" or "disk"
+    ALARM_CLEARED = auto()  # the resource
 
 
 #: Who performs what the management API does: set in each request's own task (an AMQP

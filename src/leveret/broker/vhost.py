@@ -151,23 +151,29 @@ class VirtualHost:
     def set_policy(self, policy: Policy) -> None:
         """Add or replace a policy (or operator policy): it applies to what exists now."""
         if self.policies.set(policy):
-            self.apply_policies()
+            for q in self.apply_policies():
+                self.observers.emit(Event.QUEUE_POLICY_CHANGED, (q, policy))
             self.observers.emit(Event.POLICY_CHANGED, self)
 
     def clear_policy(self, name: str, operator: bool = False) -> bool:
         if self.policies.delete(name, operator) is None:
             return False
-        self.apply_policies()
+        for q in self.apply_policies():
+            self.observers.emit(Event.QUEUE_POLICY_CHANGED, (q, None))
         self.observers.emit(Event.POLICY_CHANGED, self)
         return True
 
-    def apply_policies(self) -> None:
+    def apply_policies(self) -> list[Queue]:
         """Match every exchange and queue again; those whose policies changed take the
-        new settings at once (rabbit_policy:update_matched_objects)."""
+        new settings at once (rabbit_policy:update_matched_objects). The queues that
+        changed."""
         for x in list(self.exchanges.values()):
             x.apply_policies(*self.policies.match("exchange", x.name))
-        for q in list(self.queues.values()):
-            q.apply_policies(*self.policies.match("queue", q.name, q.UNSUPPORTED_POLICIES))
+        return [
+            q
+            for q in list(self.queues.values())
+            if q.apply_policies(*self.policies.match("queue", q.name, q.UNSUPPORTED_POLICIES))
+        ]
 
     # ------------------------------------------------------------------- limits
     def limit(self, name: str) -> int | None:

@@ -26,7 +26,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from leveret.broker.broker import BrokerCore
-from leveret.server.config import Config
+from leveret.broker.events import Event
+from leveret.server.config import Config, MemoryWatermark
 from leveret.server.state import ServerState
 
 log = logging.getLogger(__name__)
@@ -221,13 +222,22 @@ class ResourceMonitor:
             )
             self._set(DISK, alarm)
 
+    def set_memory_watermark(self, watermark: MemoryWatermark) -> None:
+        """rabbitmqctl set_vm_memory_high_watermark: the new limit, acted on at once."""
+        self.mem_limit = watermark.limit(self.total_memory)
+        self.log_limits()
+        self._check_memory()
+
     def _set(self, resource: str, alarm: bool) -> None:
         alarms = self.state.alarms
+        events = self.broker.observers
         if alarm:
             # publishers are blocked at their next publish, as RabbitMQ does
             alarms.add(resource)
+            events.emit(Event.ALARM_SET, resource)
             return
         alarms.discard(resource)
+        events.emit(Event.ALARM_CLEARED, resource)
         if not alarms:
             for conn in list(self.state.connections):
                 conn.set_blocked(False, "")
