@@ -40,6 +40,7 @@ def _start_server(
     log: IO[str],
     config: Path | None = None,
     stream_port: int | None = None,
+    plugins: str | None = None,
 ) -> tuple[subprocess.Popen[str], dict[str, str]]:
     """Start the broker; return it and the ports it listens on (asked-for 0 is filled in).
     A port not given is the config file's, else the server's default."""
@@ -56,6 +57,8 @@ def _start_server(
             args += [flag, str(port)]
     if config is not None:
         args += ["--config", str(config)]
+    if plugins:
+        args += ["--plugins", plugins]
     proc = subprocess.Popen(
         _cli(*args),
         stdout=subprocess.PIPE,
@@ -116,9 +119,49 @@ def _why_not_started(log: IO[str], start: int) -> str:
 BROKER_LOG_LEVELS = ("warning", "error", "critical")
 
 
+EVENT_EXCHANGE_PLUGIN = "rabbitmq_event_exchange"
+# The broker's events that go to the lake: refused logins, alarms, and what was made,
+# changed or deleted, and by whom. Not the churn of connections, channels, consumers and
+# accepted logins: the ingest's own readers make those with every micro-batch, and bound,
+# each batch would bring the next one, forever (measured: a micro-batch a second with
+# nothing emitted).
+BROKER_EVENT_KEYS = (
+    "user.authentication.failure",
+    "user.created",
+    "user.deleted",
+    "user.password.*",
+    "user.tags.*",
+    "user.limits.*",
+    "permission.*",
+    "topic.permission.*",
+    "vhost.#",
+    "policy.*",
+    "queue.created",
+    "queue.deleted",
+    "exchange.created",
+    "exchange.deleted",
+    "binding.*",
+    "alarm.*",
+)
+
+
+def _server_plugins(config: Path | None) -> str:
+    """The plugins the broker runs with: the user's own (the config file's, or
+    LEVERET_PLUGINS), and the event exchange, whose events go to the lake."""
+    from leveret.server.config import Config, ConfigError
+
+    try:
+        chosen = Config.load(config).plugins
+    except (ConfigError, OSError, ValueError):
+        chosen = ()  # the broker itself says what is wrong, in one line
+    return ",".join(dict.fromkeys([*chosen, EVENT_EXCHANGE_PLUGIN]))
+
+
 def _bind_broker_log(url: str, stream: str = "logs") -> None:
     """Bind the lake's stream to the broker's log exchange (the server runs with
-    --log-exchange), so its warnings and errors land in the lake as facility broker."""
+    --log-exchange) and to its event exchange (amq.rabbitmq.event), so that its warnings
+    and errors, and who failed to log in, or made, changed or deleted what, land in the
+    lake as facility broker."""
     import pika
 
     conn = pika.BlockingConnection(pika.URLParameters(url))
@@ -126,6 +169,8 @@ def _bind_broker_log(url: str, stream: str = "logs") -> None:
         ch = conn.channel()
         for level in BROKER_LOG_LEVELS:
             ch.queue_bind(stream, "amq.rabbitmq.log", level)
+        for key in BROKER_EVENT_KEYS:
+            ch.queue_bind(stream, "amq.rabbitmq.event", key)
     finally:
         conn.close()
 
@@ -310,7 +355,14 @@ def up(
     try:
         try:
             server, ports = _start_server(
-                data_dir, amqp_port, http_port, prometheus_port, broker_log, config, stream_port
+                data_dir,
+                amqp_port,
+                http_port,
+                prometheus_port,
+                broker_log,
+                config,
+                stream_port,
+                _server_plugins(config),
             )
         except RuntimeError as exc:
             fail(str(exc))  # one plain line, unwrapped, as leveret server's
