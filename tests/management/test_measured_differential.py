@@ -10,19 +10,16 @@ from __future__ import annotations
 import base64
 import contextlib
 import socket
-import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
-from typing import Any, TypeVar
+from collections.abc import Iterator
+from typing import Any
 
 import pika
 import pytest
 
 from tests.support.mgmt import Site, q
-from tests.support.waiting import RABBITMQ_STATS_INTERVAL, STATS_WAIT, wait_for
-
-T = TypeVar("T")
+from tests.support.waiting import STATS_WAIT, settled, wait_for
 
 pytestmark = pytest.mark.rabbitmq
 
@@ -97,7 +94,7 @@ def test_aliveness_round_trip(sites: tuple[Site, Site]) -> None:
                     stats.get("publish", 0), stats.get("get_no_ack", 0))
 
         assert wait_for(lambda: queue()[0] is not None, timeout=STATS_WAIT, interval=0.2)
-        before = _settled(queue)  # the first round trip's figures, if they count, are in
+        before = settled(queue)  # the first round trip's figures, if they count, are in
         again = site.api.call("GET", f"/api/aliveness-test/{q(site.vhost)}")
         missing = site.api.call("GET", "/api/aliveness-test/no-such-vhost-x")
         # the test's user may configure only ^t- names
@@ -117,19 +114,6 @@ def test_aliveness_round_trip(sites: tuple[Site, Site]) -> None:
     ours, theirs = answers
     assert ours[:4] == theirs[:4]
     assert ours[4] == (0, False, {}, 2, 2)  # Leveret counted both round trips
-
-
-def _settled(probe: Callable[[], T]) -> T:
-    """``probe``'s value once it stays the same for three statistics intervals."""
-    deadline = time.monotonic() + STATS_WAIT
-    last = probe()
-    while time.monotonic() < deadline:
-        time.sleep(3 * RABBITMQ_STATS_INTERVAL)
-        now = probe()
-        if now == last:
-            return now
-        last = now
-    raise AssertionError(f"still changing after {STATS_WAIT} s: {last}")
 
 
 def queue_scenario(site: Site) -> pika.BlockingConnection:

@@ -27,3 +27,18 @@ def wait_for(probe: Callable[[], T], timeout: float = 30, interval: float = 0.5)
         if value or time.monotonic() >= deadline:
             return value
         time.sleep(interval)
+
+
+def settled(probe: Callable[[], T], timeout: float = STATS_WAIT) -> T:
+    """``probe``'s value once it stays the same for three of RabbitMQ's statistics
+    intervals (its figures for one thing can arrive over several collections); an
+    AssertionError if it is still changing after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    last = probe()
+    while time.monotonic() < deadline:
+        time.sleep(3 * RABBITMQ_STATS_INTERVAL)
+        now = probe()
+        if now == last:
+            return now
+        last = now
+    raise AssertionError(f"still changing after {timeout} s: {last}")

@@ -287,11 +287,9 @@ class EventExchange:
             marker = [("vhost", vhost.name), ("component", "vhost-limits"), ("name", "limits")]
             self.emit("parameter.cleared", [*marker, actor])
             self.emit("vhost.limits.cleared", [("name", "limits"), actor])
-        policies = self._policies.pop(vhost.name, {})
-        for operator in (True, False):
-            for (name, op), _ in policies.items():
-                if op is operator:
-                    self.emit("policy.cleared", [("name", name), ("vhost", vhost.name), actor])
+        # the operator policies (runtime parameters) first, then the policies
+        for name, _ in sorted(self._policies.pop(vhost.name, {}), key=lambda key: not key[1]):
+            self.emit("policy.cleared", [("name", name), ("vhost", vhost.name), actor])
         self.emit(
             "vhost.down",
             [
