@@ -5,7 +5,10 @@ ring, Erlang's phash2 and the jump hash's exs1024 draws."""
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 from typing import Any
 
 import pika
@@ -127,6 +130,80 @@ def test_hash_header_and_hash_property(urls: dict[str, str]) -> None:
     assert got["leveret"] == got["rabbitmq"]
     for spread in got["leveret"].values():
         assert len(set(spread.values())) == 3
+
+
+class F32(float):
+    """A header value sent as a 32-bit float ('f'); a plain float goes as a double ('d')."""
+
+
+@pytest.fixture
+def float_headers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """pika encodes no floats in tables: these tests send them as 'f' and 'd'."""
+    original = pika.data.encode_value
+
+    def encode_value(pieces: list[bytes], value: Any) -> int:
+        if isinstance(value, float):
+            tag, layout = (b"f", ">f") if isinstance(value, F32) else (b"d", ">d")
+            pieces.append(tag + struct.pack(layout, value))
+            return len(pieces[-1])
+        return int(original(pieces, value))
+
+    monkeypatch.setattr(pika.data, "encode_value", encode_value)
+
+
+def typed_value(i: int) -> Any:
+    """Header values of every field type RabbitMQ decodes, nested ones too."""
+    kind = i % 8
+    if kind == 0:
+        return F32(i / 8 - 7)
+    if kind == 1:
+        return i * -1.1e10
+    if kind == 2:
+        return Decimal(i) / 100
+    if kind == 3:
+        return Decimal(-i) / 1000  # sent signed; RabbitMQ reads the value unsigned
+    if kind == 4:
+        return {"n": i, "f": F32(0.5), "inner": {"s": f"t-{i}", "d": i / 3}, "e": {}, "a": []}
+    if kind == 5:
+        return [i, f"a-{i}", -i * 0.25, [], {}, None, True, [F32(i), Decimal(i) / 10]]
+    if kind == 6:
+        return datetime(2023, 11, 14, tzinfo=UTC) + timedelta(seconds=i)
+    return [{"k": i % 256, "b": bytes([i % 256])}, False]
+
+
+TYPED = [typed_value(i) for i in range(240)] + [
+    0.0,
+    -0.0,
+    F32(-0.0),
+    F32(3.4e38),
+    1e300,
+    -5e-324,
+    Decimal(0),
+    {},
+    [],
+    [[]],
+    None,
+    True,
+    False,
+    b"",
+    1 << 62,
+]
+
+
+def test_hash_header_of_every_field_type(urls: dict[str, str], float_headers: None) -> None:
+    weights = {"chx-t1": "10", "chx-t2": "10", "chx-t3": "10"}
+
+    def scenario(ch: Any) -> dict[str, str]:
+        setup(ch, "chx-typed", weights, {"hash-header": "hash-on"})
+        for i, value in enumerate(TYPED):
+            props = pika.BasicProperties(headers={"hash-on": value})
+            ch.basic_publish("chx-typed", "same", f"typed-{i}".encode(), props)
+        return drain(ch, list(weights))
+
+    got = on_both(urls, scenario)
+    assert got["leveret"] == got["rabbitmq"]
+    assert len(got["leveret"]) == len(TYPED)
+    assert len(set(got["leveret"].values())) == 3
 
 
 def test_refusals(urls: dict[str, str]) -> None:

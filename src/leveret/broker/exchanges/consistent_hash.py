@@ -5,7 +5,9 @@ ring, in the order destinations were first bound. A message goes to the one dest
 whose bucket the jump consistent hash of its routing key (or of the ``hash-header``
 header, or of the ``hash-property`` property) picks. The hash is Erlang's ``phash2`` and
 the jump hash draws from Erlang's ``exs1024``, both reproduced, so a key picks the same
-bucket as on RabbitMQ.
+bucket as on RabbitMQ. A header is hashed as the term RabbitMQ looks it up as: the
+``{Type, Value}`` pair its table parser decodes the field to, whatever the field's type
+(strings, integers, floats, decimals, booleans, void, and nested tables and arrays).
 
 As RabbitMQ's, a second binding to a destination already on the ring adds no buckets, and
 removing any binding of a destination takes all of its buckets off the ring; buckets
@@ -13,13 +15,14 @@ further round move down."""
 
 from __future__ import annotations
 
+import math
 import re
+import struct
 from typing import TYPE_CHECKING, Any
 
 from leveret.broker.exchanges.base import Binding, Destination, Exchange
 from leveret.broker.exchanges.erlhash import Atom, jump_consistent_hash, phash2
 from leveret.protocol import errors, table
-from leveret.protocol.spec import decode_field
 
 if TYPE_CHECKING:
     from leveret.broker.message import Message
@@ -30,17 +33,27 @@ _MESSAGE_ID = 0x0080
 _INTEGER = re.compile(r"^[+-]?[0-9]+$")
 _UNDEFINED = Atom("undefined")
 
-# RabbitMQ's names of field types (rabbit_binary_parser), for hashing {Type, Value}
-_INT_TYPES = {
-    b"b": "byte",
-    b"B": "unsignedbyte",
-    b"s": "short",
-    b"u": "unsignedshort",
-    b"I": "signedint",
-    b"i": "unsignedint",
-    b"l": "long",
-    b"T": "timestamp",
+# How rabbit_binary_parser decodes each fixed-size field type: layout, type name
+_FIXED: dict[int, tuple[struct.Struct, Atom]] = {
+    ord(tag): (struct.Struct(layout), Atom(name))
+    for tag, layout, name in (
+        ("b", ">b", "byte"),
+        ("B", ">B", "unsignedbyte"),
+        ("s", ">h", "short"),
+        ("u", ">H", "unsignedshort"),
+        ("I", ">i", "signedint"),
+        ("i", ">I", "unsignedint"),
+        ("l", ">q", "long"),
+        ("L", ">q", "long"),  # as RabbitMQ: signed, as 'l'
+        ("T", ">Q", "timestamp"),
+        ("f", ">f", "float"),  # widened to a double, as Erlang's floats are
+        ("d", ">d", "double"),
+        ("D", ">BI", "decimal"),  # {Scale, Value}: the value unsigned, as RabbitMQ
+    )
 }
+_LONGSTR, _BINARY, _TABLE, _ARRAY = (Atom(n) for n in ("longstr", "binary", "table", "array"))
+_BOOL, _VOID = Atom("bool"), Atom("void")
+_U32 = struct.Struct(">I")
 
 
 def _text(value: Any) -> str | None:
@@ -50,20 +63,68 @@ def _text(value: Any) -> str | None:
 
 
 def _erlang_field(raw: bytes) -> object:
-    """A header's wire value as the Erlang term RabbitMQ's table_lookup returns."""
-    tag = raw[:1]
-    if tag in (b"S", b"x"):
-        n = int.from_bytes(raw[1:5], "big")
-        return (Atom("longstr" if tag == b"S" else "binary"), raw[5 : 5 + n])
-    if tag in _INT_TYPES:
-        return (Atom(_INT_TYPES[tag]), int(decode_field(raw)))
-    if tag == b"t":
-        return (Atom("bool"), Atom("true" if raw[1] else "false"))
-    if tag == b"V":
-        return (Atom("void"), _UNDEFINED)
-    # floats, decimals, tables and arrays: hashed by their wire bytes (RabbitMQ hashes
-    # the decoded term; these keys spread evenly but not onto RabbitMQ's buckets)
-    return raw
+    """A header's wire value (type tag first) as the ``{Type, Value}`` term RabbitMQ's
+    table_lookup returns: rabbit_binary_parser's decoding, tables as lists of
+    ``{Name, Type, Value}`` and arrays as lists of ``{Type, Value}``, nested alike.
+    A value RabbitMQ could not decode (a NaN or infinite float, a malformed table) is
+    hashed by its wire bytes."""
+    try:
+        return _decode(raw)
+    except (ValueError, IndexError, struct.error):
+        return raw
+
+
+def _decode(raw: bytes) -> object:
+    top: list[object] = []
+    # the lists being filled: items, where their bytes end, whether a table (named)
+    open_: list[tuple[list[object], int, bool]] = [(top, len(raw), False)]
+    pos = 0
+    while open_:
+        items, end, named = open_[-1]
+        if pos >= end:
+            if pos > end:
+                raise ValueError("field overruns its table or array")
+            open_.pop()
+            continue
+        key: tuple[object, ...] = ()
+        if named:
+            n = raw[pos]
+            key = (raw[pos + 1 : pos + 1 + n],)
+            pos += 1 + n
+        tag = raw[pos]
+        pos += 1
+        fixed = _FIXED.get(tag)
+        value: object
+        if fixed is not None:
+            layout, kind = fixed
+            values = layout.unpack_from(raw, pos)
+            pos += layout.size
+            value = values if len(values) > 1 else values[0]
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ValueError("Erlang has no NaN or infinite float")
+        elif tag == ord("t"):
+            kind, value = _BOOL, raw[pos] != 0
+            pos += 1
+        elif tag == ord("V"):
+            kind, value = _VOID, _UNDEFINED
+        elif tag in b"SxFA":
+            (n,) = _U32.unpack_from(raw, pos)
+            pos += 4
+            if pos + n > end:
+                raise ValueError("field overruns its table or array")
+            if tag in b"FA":
+                children: list[object] = []
+                items.append((*key, _TABLE if tag == ord("F") else _ARRAY, children))
+                open_.append((children, pos + n, tag == ord("F")))
+                continue
+            kind, value = (_LONGSTR if tag == ord("S") else _BINARY), raw[pos : pos + n]
+            pos += n
+        else:
+            raise ValueError(f"field type {chr(tag)!r}")
+        items.append((*key, kind, value))
+    if len(top) != 1:
+        raise ValueError("not one field value")
+    return top[0]
 
 
 class ConsistentHashExchange(Exchange):

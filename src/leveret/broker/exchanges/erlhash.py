@@ -1,25 +1,51 @@
 """The two Erlang functions RabbitMQ's consistent-hash exchange picks a bucket with, so
-that a key lands in the same bucket as on RabbitMQ: ``erlang:phash2/1`` (for the terms the
-exchange hashes: binaries, atoms, small integers and tuples of them) and the jump
-consistent hash it draws from ``rand``'s ``exs1024`` generator seeded with that hash.
+that a key lands in the same bucket as on RabbitMQ: ``erlang:phash2/1`` (ERTS's
+``make_hash2``, for the terms the exchange can be given to hash) and the jump consistent
+hash it draws from ``rand``'s ``exs1024`` generator seeded with that hash.
+
+Erlang terms are written as Python values: ``bytes`` (or ``str``, taken as UTF-8) for a
+binary, :class:`Atom` for an atom (``True``/``False`` for ``true``/``false``), ``int`` for
+an integer of any size, ``float`` for a float (finite: Erlang has no NaN or infinity),
+``tuple`` for a tuple and ``list`` for a proper list (``[]`` is the empty list).
 
 Written from the published algorithms (Bob Jenkins' lookup2 block hash as ERTS mixes
 terms with it, hashpjw for atom names, xorshift1024* / xorshift64* as OTP's rand seeds
-and steps them) and checked against a running Erlang VM in the tests."""
+and steps them) and checked against a running Erlang VM (OTP 25) in the tests."""
 
 from __future__ import annotations
 
+import math
+import struct
+
 M32 = 0xFFFFFFFF
 M64 = 0xFFFFFFFFFFFFFFFF
-HCONST = 0x9E3779B9
+HCONST = 0x9E3779B9  # the golden ratio; the others are its multiples mod 2^32
+HCONST_2 = 0x3C6EF372
 HCONST_3 = 0xDAA66D2B
+HCONST_4 = 0x78DDE6E4
 HCONST_9 = 0x8FF34781
+HCONST_10 = 0x2E2AC13A
+HCONST_11 = 0xCC623AF3
+HCONST_12 = 0x6A99B4AC
 HCONST_13 = 0x08D12E65
+_NIL_FIRST = 3468870702  # the empty list's hash when nothing was hashed before it
+_NIL_TAG = 2  # the empty list's type number, mixed in after other terms
 _PHASH2_RANGE = 1 << 27
+_DOUBLE = struct.Struct("<d")
 
 
 class Atom(str):
     """An Erlang atom (a plain ``str`` stands for a binary)."""
+
+
+class _Rest:
+    """The rest of a list still to hash: ``items[start:]``, then the empty list."""
+
+    __slots__ = ("items", "start")
+
+    def __init__(self, items: list[object], start: int) -> None:
+        self.items = items
+        self.start = start
 
 
 def _mix(a: int, b: int, c: int) -> tuple[int, int, int]:
@@ -88,43 +114,83 @@ def atom_hash(name: str) -> int:
     return h
 
 
-def _small(value: int, hash_: int) -> int:
+def _integer(value: int, hash_: int) -> int:
     if -(1 << 27) <= value < (1 << 27):
         if value < 0:
-            hash_ = _uint32_hash(-value, HCONST, hash_)
+            hash_ = _uint32_hash(-value, HCONST, hash_)  # negatives are mixed twice
         return _uint32_hash(value & M32, HCONST, hash_)
-    if value < 0:
-        const, t = 0x2E2AC13A, -value  # HCONST_10
-    else:
-        const, t = 0xCC623AF3, value  # HCONST_11
-    return _uint32_hash_2(t & M32, (t >> 32) & M32, const, hash_)
+    # beyond 28 bits: as a bignum, its magnitude's 64-bit digits from the least
+    # significant, each as two 32-bit halves (low, high)
+    const, t = (HCONST_10, -value) if value < 0 else (HCONST_11, value)
+    while True:
+        hash_ = _uint32_hash_2(t & M32, (t >> 32) & M32, const, hash_)
+        t >>= 64
+        if not t:
+            return hash_
+
+
+def _float(value: float, hash_: int) -> int:
+    if not math.isfinite(value):
+        raise TypeError(f"{value!r} is not an Erlang float")
+    if value == 0.0:
+        value = 0.0  # -0.0 hashes as 0.0
+    bits = int.from_bytes(_DOUBLE.pack(value), "little")
+    return _uint32_hash_2(bits >> 32, bits & M32, HCONST_12, hash_)
 
 
 def make_hash2(term: object) -> int:
-    """ERTS make_hash2 for binaries (bytes or str as UTF-8), atoms, small integers
-    (within 60 bits) and tuples of them."""
-    return _hash2(term, 0)
-
-
-def _hash2(term: object, hash_: int) -> int:
-    if isinstance(term, Atom):
-        h = atom_hash(str(term))
-        return h if hash_ == 0 else _uint32_hash(h, HCONST_3, hash_)
-    if isinstance(term, bool):
-        return _hash2(Atom("true" if term else "false"), hash_)
-    if isinstance(term, int):
-        return _small(term, hash_)
-    if isinstance(term, str):
-        term = term.encode()
-    if isinstance(term, (bytes, bytearray, memoryview)):
-        con = (HCONST_13 + hash_) & M32
-        return _block_hash(bytes(term), con) if len(term) else con
-    if isinstance(term, tuple):
-        hash_ = _uint32_hash(len(term), HCONST_9, hash_)
-        for item in term:
-            hash_ = _hash2(item, hash_)
-        return hash_
-    raise TypeError(f"cannot hash {term!r} as Erlang would")
+    """ERTS make_hash2 for binaries, atoms, integers, floats, tuples and proper lists
+    (see the module's docstring for how they are written)."""
+    hash_ = 0
+    stack: list[object] = [term]
+    while stack:
+        term = stack.pop()
+        if isinstance(term, list):
+            term = _Rest(term, 0)
+        if isinstance(term, _Rest):
+            # a run of small integers 0..255 (a string) goes in four bytes at a time,
+            # big-endian; the first other element is hashed on its own, then the rest
+            # of the list (a new run); the empty list ends it
+            items, i = term.items, term.start
+            n = len(items)
+            packed = count = 0
+            while i < n:
+                item = items[i]
+                if type(item) is not int or not 0 <= item <= 255:
+                    break
+                packed = ((packed << 8) | item) & M32
+                i += 1
+                count += 1
+                if count == 4:
+                    hash_ = _uint32_hash(packed, HCONST_4, hash_)
+                    packed = count = 0
+            if count:
+                hash_ = _uint32_hash(packed, HCONST_4, hash_)
+            if i < n:
+                stack.append(_Rest(items, i + 1))
+                stack.append(items[i])
+            else:
+                hash_ = _NIL_FIRST if hash_ == 0 else _uint32_hash(_NIL_TAG, HCONST_2, hash_)
+            continue
+        if isinstance(term, Atom):
+            h = atom_hash(str(term))
+            hash_ = h if hash_ == 0 else _uint32_hash(h, HCONST_3, hash_)
+        elif isinstance(term, bool):
+            stack.append(Atom("true" if term else "false"))
+        elif isinstance(term, int):
+            hash_ = _integer(term, hash_)
+        elif isinstance(term, float):
+            hash_ = _float(term, hash_)
+        elif isinstance(term, (str, bytes, bytearray, memoryview)):
+            data = term.encode() if isinstance(term, str) else bytes(term)
+            con = (HCONST_13 + hash_) & M32
+            hash_ = _block_hash(data, con) if data else con
+        elif isinstance(term, tuple):
+            hash_ = _uint32_hash(len(term), HCONST_9, hash_)
+            stack.extend(reversed(term))
+        else:
+            raise TypeError(f"cannot hash {term!r} as Erlang would")
+    return hash_
 
 
 def phash2(term: object) -> int:
