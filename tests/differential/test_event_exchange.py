@@ -148,6 +148,119 @@ def test_events_as_rabbitmq_publishes_them(urls: dict[str, str]) -> None:
         assert (key, our_order) == (key, their_order)
 
 
+# Each step of an exchange's removal, as the events tell it: bindings both ways go with an
+# exchange, a source left with none goes too if auto-delete, and exchange.delete marks
+# itself in progress (parameter.set / parameter.cleared) even when nothing is deleted.
+def _deletion_steps(ch: Any) -> list[tuple[str, Callable[[], Any]]]:
+    return [
+        ("delete with bindings both ways", lambda: ch.exchange_delete("evd-x")),
+        ("delete a missing exchange", lambda: ch.exchange_delete("evd-missing")),
+        ("if-unused, bound into only", lambda: ch.exchange_delete("evd-d", if_unused=True)),
+        ("unbind the last", lambda: ch.queue_unbind("evd-q1", "evd-ad", "k")),
+        ("delete the queue", lambda: ch.queue_delete("evd-q2")),
+    ]
+
+
+def _deletion_scenario(url: str) -> list[list[tuple[str, dict[str, Any], list[str]]]]:
+    ev = pika.BlockingConnection(pika.URLParameters(url))
+    ech = ev.channel()
+    q = ech.queue_declare("", exclusive=True).method.queue
+    for key in ("parameter.#", "exchange.deleted", "binding.deleted", "queue.deleted"):
+        ech.queue_bind(q, "amq.rabbitmq.event", key)
+    c = pika.BlockingConnection(pika.URLParameters(url))
+    ch = c.channel()
+    for name, kind, auto_delete in (
+        ("evd-x", "fanout", False),
+        ("evd-src", "direct", True),
+        ("evd-src2", "topic", False),
+        ("evd-d", "direct", False),
+        ("evd-s", "direct", False),
+        ("evd-ad", "direct", True),
+        ("evd-ad2", "direct", True),
+    ):
+        ch.exchange_declare(name, kind, auto_delete=auto_delete)
+    ch.queue_declare("evd-q1")
+    ch.queue_declare("evd-q2")
+    for queue, source, key in (
+        ("evd-q1", "evd-x", "b"),
+        ("evd-q1", "evd-x", "a"),
+        ("evd-q2", "evd-x", "a"),
+        ("evd-q1", "evd-ad", "k"),
+        ("evd-q2", "evd-ad2", "k2"),
+        ("evd-q2", "evd-ad2", "k1"),
+        ("evd-q2", "evd-src2", "z"),
+        ("evd-q1", "evd-src2", "w"),  # keeps it in use to the end
+    ):
+        ch.queue_bind(queue, source, key)
+    for source, destination, key in (
+        ("evd-src", "evd-x", "k2"),
+        ("evd-src", "evd-x", "k1"),
+        ("evd-src2", "evd-x", "y"),
+        ("evd-s", "evd-d", "k"),
+    ):
+        ch.exchange_bind(destination, source, key)
+    time.sleep(0.3)
+    _collect(ech, q)
+    per_step = []
+    try:
+        for _, step in _deletion_steps(ch):
+            step()
+            time.sleep(0.3)
+            per_step.append(_collect(ech, q))
+        with pytest.raises(pika.exceptions.ChannelClosedByBroker) as refused:
+            ch.exchange_delete("evd-src2", if_unused=True)
+        assert refused.value.reply_code == 406
+        time.sleep(0.3)
+        per_step.append(_collect(ech, q))
+        ch = c.channel()
+        ch.exchange_delete("evd-src2")
+        ch.exchange_delete("evd-s")
+        ch.queue_delete("evd-q1")
+    finally:
+        c.close()
+        ev.close()
+    return per_step
+
+
+def _sources_unordered(events: list[Any]) -> list[Any]:
+    """Each run of exchange and binding deletions grouped by source exchange, the groups
+    sorted by name: RabbitMQ tells of one removal's groups in its dictionary's hash order,
+    and within a group in the order kept here (the exchange first, then its bindings)."""
+    out: list[Any] = []
+    run: list[Any] = []
+
+    def flush() -> None:
+        groups: dict[str, list[Any]] = {}
+        for event in run:
+            key, headers, _ = event
+            source = headers["name"] if key == "exchange.deleted" else headers["source_name"]
+            groups.setdefault(source, []).append(event)
+        out.extend(groups[name] for name in sorted(groups))
+        run.clear()
+
+    for event in events:
+        if event[0] in ("exchange.deleted", "binding.deleted"):
+            run.append(event)
+            continue
+        flush()
+        out.append(event)
+    flush()
+    return out
+
+
+def test_what_goes_with_a_deleted_exchange_queue_or_binding(urls: dict[str, str]) -> None:
+    """exchange.deleted and binding.deleted for everything an exchange.delete, a
+    queue.delete or a queue.unbind takes with it, each credited as RabbitMQ credits it."""
+    got = {name: _deletion_scenario(url) for name, url in urls.items()}
+    keys = [[k for k, _, _ in step] for step in got["rabbitmq"]]
+    assert keys[1] == ["parameter.set", "parameter.cleared"]  # nothing to delete
+    assert keys[-1] == ["parameter.set", "parameter.cleared"]  # refused: in use
+    assert keys[0].count("binding.deleted") == 6
+    names = [n for n, _ in _deletion_steps(None)] + ["if-unused, in use"]
+    for name, theirs, ours in zip(names, got["rabbitmq"], got["leveret"], strict=True):
+        assert _sources_unordered(ours) == _sources_unordered(theirs), name
+
+
 def _collect(ech: Any, q: str) -> list[tuple[str, dict[str, Any], list[str]]]:
     out = []
     while True:

@@ -82,10 +82,13 @@ class RawStreamClient:
         password: str = "guest",
         vhost: str = "/",
         mechanism: str = "PLAIN",
+        properties: dict[str, str] | None = None,
+        response: bytes | None = None,
     ) -> int:
         """Up to open; the first response code that is not OK, or 1. The mechanisms the
-        server offered are kept in ``mechanisms``."""
-        self.request(ev.PeerProperties(self.next_id(), {}), 0x11)
+        server offered are kept in ``mechanisms``. ``properties``: the client's peer
+        properties; ``response``: the SASL bytes, instead of PLAIN's of user and password."""
+        self.request(ev.PeerProperties(self.next_id(), properties or {}), 0x11)
         code, rest = self.request(ev.SaslHandshake(self.next_id()), 0x12)
         count = struct.unpack_from(">I", rest)[0]
         self.mechanisms, pos = [], 4
@@ -94,6 +97,8 @@ class RawStreamClient:
             self.mechanisms.append(rest[pos + 2 : pos + 2 + n].decode())
             pos += 2 + n
         data = f"\0{user}\0{password}".encode() if mechanism == "PLAIN" else b""
+        if response is not None:
+            data = response
         code, _ = self.request(ev.SaslAuthenticate(self.next_id(), mechanism, data), 0x13)
         if code != 1:
             return code

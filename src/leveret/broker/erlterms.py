@@ -60,3 +60,38 @@ def tuple_term(prefix: str, items: list[str]) -> str:
         return prefix + flat
     indent = "\n" + " " * (len(prefix) + 1)
     return prefix + "{" + ("," + indent).join(items) + "}"
+
+
+# What io_lib prints of a printable binary, escaped (latin1 printing, RabbitMQ's default).
+_STRING_ESCAPES = {
+    ord("\n"): "\\n",
+    ord("\r"): "\\r",
+    ord("\t"): "\\t",
+    ord("\v"): "\\v",
+    ord("\b"): "\\b",
+    ord("\f"): "\\f",
+    0x1B: "\\e",
+    ord('"'): '\\"',
+    ord("\\"): "\\\\",
+}
+
+
+def binary_term(data: bytes, column: int = 0) -> str:
+    """``~p`` of an Erlang binary printed from ``column``: ``<<"text">>`` when every byte
+    is printable (latin1), else its bytes, ``<<0,103,117>>``, filled into lines as io_lib
+    fills them (each line to column 79 at most, the next ones under the first byte);
+    ``<<>>`` when empty."""
+    if not data:
+        return "<<>>"
+    if all(32 <= b <= 126 or b >= 160 or b in _STRING_ESCAPES for b in data):
+        return '<<"' + "".join(_STRING_ESCAPES.get(b) or chr(b) for b in data) + '">>'
+    numbers = [str(b) for b in data]
+    pieces = [n + "," for n in numbers[:-1]] + [numbers[-1]]
+    indent = " " * (column + 2)
+    lines = [" " * column + "<<" + pieces[0]]
+    for piece in pieces[1:]:
+        if len(lines[-1]) + len(piece) <= LINE_WIDTH - 1:
+            lines[-1] += piece
+        else:
+            lines.append(indent + piece)
+    return "\n".join(lines)[column:] + ">>"

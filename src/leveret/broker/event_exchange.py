@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from leveret.broker.clock import wall_ms
-from leveret.broker.events import API_ACTOR, Event
+from leveret.broker.events import API_ACTOR, INTERNAL_USER, Event
 from leveret.broker.message import Message
 from leveret.protocol import table
 from leveret.protocol.spec import TYPE_NAMES, type_of
@@ -29,7 +29,6 @@ log = logging.getLogger(__name__)
 
 EXCHANGE = "amq.rabbitmq.event"
 VHOST = "/"
-INTERNAL_USER = "rmq-internal"
 # headers (0x2000), delivery-mode (0x1000), timestamp (0x0040)
 _FLAGS = (0x2000 | 0x1000 | 0x0040).to_bytes(2, "big")
 _EXCHANGE_AND_KEY_PREFIX = bytes((len(EXCHANGE),)) + EXCHANGE.encode()
@@ -160,6 +159,53 @@ def table_terms(values: dict[str, Any]) -> list[Value]:
     """A field table (arguments, client properties) as the plugin shows one: an array of
     its fields, each printed as an Erlang tuple."""
     return [Term(_typed_term(k, v, type_of(values, k) or _guess(v))) for k, v in values.items()]
+
+
+# --------------------------------------------------------------- connections
+# The TLS items an authentication event carries when the connection has them.
+_AUTH_TLS_KEYS = (
+    "ssl_protocol",
+    "ssl_cipher",
+    "peer_cert_issuer",
+    "peer_cert_subject",
+    "peer_cert_validity",
+)
+_AMQP_091 = Term("{0,9,1}")
+
+
+def _is_stream(c: Any) -> bool:
+    """A stream-protocol connection (rabbit_stream_reader's), not an AMQP 0-9-1 one."""
+    return getattr(c, "protocol", None) == "stream"
+
+
+def _protocol(c: Any) -> Value:
+    """The info item protocol: the version tuple {0,9,1}, or <<"stream">>."""
+    return "stream" if _is_stream(c) else _AMQP_091
+
+
+def _tls(c: Any) -> dict[str, Any]:
+    """What the transport says of the connection's TLS (nothing without it)."""
+    return getattr(c, "transport_details", None) or {}
+
+
+def _client_properties(c: Any) -> list[Value]:
+    """The client's properties: an AMQP table as it came; a stream connection's peer
+    properties are a map, listed in key order (rabbit_misc:to_amqp_table of a map)."""
+    props: dict[str, Any] = getattr(c, "client_properties", None) or {}
+    return table_terms(dict(sorted(props.items())) if _is_stream(c) else props)
+
+
+def _user_provided_name(c: Any) -> list[tuple[str, Value]]:
+    """augment_infos_with_user_provided_connection_name: the client's
+    ``connection_name`` (a longstr, in an AMQP table) as ``user_provided_name``."""
+    props: dict[str, Any] = getattr(c, "client_properties", None) or {}
+    name = props.get("connection_name")
+    if not isinstance(name, (str, bytes)) or type_of(props, "connection_name") not in (
+        None,
+        "longstr",
+    ):
+        return []
+    return [("user_provided_name", name)]
 
 
 class EventExchange:
@@ -335,18 +381,30 @@ class EventExchange:
             ],
         )
 
+    def _exchange_delete_marker(self, key: str, subject: tuple[str, str]) -> None:
+        # RabbitMQ 3.10 marks an exchange.delete with a runtime parameter, set before the
+        # exchange is looked up and cleared however the deletion ends
+        vhost, name = subject
+        value = [("value", True)] if key == "parameter.set" else []
+        self.emit(
+            key,
+            [
+                ("vhost", vhost),
+                ("component", "exchange-delete-in-progress"),
+                ("name", name),
+                *value,
+                ("user_who_performed_action", self.actor()),
+            ],
+        )
+
     def _exchange_deleted(self, x: Any) -> None:
-        # RabbitMQ 3.10 marks the deletion with a runtime parameter, set and cleared
-        # around it, and its events show
-        marker = [
-            ("vhost", x.vhost),
-            ("component", "exchange-delete-in-progress"),
-            ("name", x.name),
-        ]
-        actor = ("user_who_performed_action", self.actor())
-        self.emit("parameter.set", [*marker, ("value", True), actor])
-        self.emit("exchange.deleted", [("name", Resource(x.vhost, x.name)), actor])
-        self.emit("parameter.cleared", [*marker, actor])
+        actor = self.actor()
+        if isinstance(x, tuple):
+            x, actor = x
+        self.emit(
+            "exchange.deleted",
+            [("name", Resource(x.vhost, x.name)), ("user_who_performed_action", actor)],
+        )
 
     def _binding(self, key: str, b: Any) -> None:
         # a binding that went with its queue comes with who removed it: RabbitMQ itself
@@ -395,38 +453,53 @@ class EventExchange:
             ],
         )
 
-    def _auth_props(self, c: Any, username: str) -> list[tuple[str, Value]]:
+    # An AMQP 0-9-1 connection (rabbit_reader) and a stream-protocol one
+    # (rabbit_stream_reader) tell of themselves alike; where their info items differ
+    # (protocol, client properties, the keys of connection_created) see _is_stream.
+    def _auth_props(self, c: Any, username: str | None) -> list[tuple[str, Value]]:
+        """notify_auth_result: who (left out when there was no name to tell), then
+        ?AUTH_NOTIFICATION_INFO_KEYS, those without a value ('', no TLS) left out."""
         peer = c.peer or ("", 0)
         local = c.local or ("", 0)
+        tls = _tls(c)
+        who: list[tuple[str, Value]] = [] if username is None else [("name", username)]
         return [
             ("connection_type", "network"),
-            ("name", username),
+            *who,
             ("host", ip_term(str(local[0]))),
             ("connection_name", c.name),
             ("peer_host", ip_term(str(peer[0]))),
             ("peer_port", int(peer[1])),
-            ("protocol", Term("{0,9,1}")),
+            ("protocol", _protocol(c)),
             ("auth_mechanism", c.auth_mechanism),
-            ("ssl", bool((getattr(c, "transport_details", None) or {}).get("ssl", False))),
+            ("ssl", bool(tls.get("ssl", False))),
+            *[(key, tls[key]) for key in _AUTH_TLS_KEYS if tls.get(key)],
         ]
 
     def _authenticated(self, c: Any) -> None:
         self.emit("user.authentication.success", self._auth_props(c, c.username))
 
     def _authentication_failed(self, subject: Any) -> None:
+        # (connection, user name or None when none was told, why)
         c, username, error = subject
         # the plugin prints the reason, an Erlang string, as a list of character codes
         props = [*self._auth_props(c, username), ("error", [ord(ch) for ch in error])]
         self.emit("user.authentication.failure", props)
 
     def _connection_opened(self, c: Any) -> None:
+        """connection_created: rabbit_reader's ?CREATION_EVENT_KEYS after {type,
+        network}; rabbit_stream_reader's have no type and name protocol twice (after
+        user and after vhost). A name the client gave comes first."""
+        stream = _is_stream(c)
         peer = c.peer or ("", 0)
         local = c.local or ("", 0)
-        tls = getattr(c, "transport_details", {}) or {}
+        tls = _tls(c)
+        protocol = ("protocol", _protocol(c))
         self.emit(
             "connection.created",
             [
-                ("type", "network"),
+                *_user_provided_name(c),
+                *([] if stream else [("type", "network")]),
                 ("pid", self.connection_pid(c)),
                 ("name", c.name),
                 ("port", int(local[1])),
@@ -434,21 +507,22 @@ class EventExchange:
                 ("host", ip_term(str(local[0]))),
                 ("peer_host", ip_term(str(peer[0]))),
                 ("ssl", bool(tls.get("ssl", False))),
-                ("peer_cert_subject", ""),
-                ("peer_cert_issuer", ""),
-                ("peer_cert_validity", ""),
+                ("peer_cert_subject", tls.get("peer_cert_subject", "")),
+                ("peer_cert_issuer", tls.get("peer_cert_issuer", "")),
+                ("peer_cert_validity", tls.get("peer_cert_validity", "")),
                 ("auth_mechanism", c.auth_mechanism),
-                ("ssl_protocol", ""),
-                ("ssl_key_exchange", ""),
-                ("ssl_cipher", ""),
-                ("ssl_hash", ""),
-                ("protocol", Term("{0,9,1}")),
+                ("ssl_protocol", tls.get("ssl_protocol", "")),
+                ("ssl_key_exchange", tls.get("ssl_key_exchange", "")),
+                ("ssl_cipher", tls.get("ssl_cipher", "")),
+                ("ssl_hash", tls.get("ssl_hash", "")),
+                protocol,
                 ("user", c.username),
                 ("vhost", c.vhost),
+                *([protocol] if stream else []),
                 ("timeout", int(getattr(c, "heartbeat", 0))),
                 ("frame_max", int(getattr(c, "frame_max", 0))),
                 ("channel_max", int(getattr(c, "channel_max", 0))),
-                ("client_properties", table_terms(c.client_properties)),
+                ("client_properties", _client_properties(c)),
                 ("connected_at", int(getattr(c, "connected_at", 0))),
                 ("node", self.node),
                 ("user_who_performed_action", c.username),
@@ -456,15 +530,22 @@ class EventExchange:
         )
 
     def _connection_closed(self, c: Any) -> None:
-        if not getattr(c, "client_properties", None) and not getattr(c, "auth_mechanism", ""):
-            return  # it never got as far as connection.start-ok
+        # rabbit_reader tells of a connection that got as far as connection.start-ok;
+        # rabbit_stream_reader of every one (its terminate), even one that sent nothing
+        if (
+            not _is_stream(c)
+            and not getattr(c, "client_properties", None)
+            and not getattr(c, "auth_mechanism", "")
+        ):
+            return
         self.emit(
             "connection.closed",
             [
+                *_user_provided_name(c),
                 ("name", c.name),
                 ("pid", self.connection_pid(c)),
                 ("node", self.node),
-                ("client_properties", table_terms(c.client_properties)),
+                ("client_properties", _client_properties(c)),
             ],
         )
 
@@ -664,7 +745,9 @@ _HANDLERS: dict[Event, Callable[[EventExchange, Any], None]] = {
     Event.QUEUE_CREATED: EventExchange._queue_created,
     Event.QUEUE_DELETED: EventExchange._queue_deleted,
     Event.EXCHANGE_CREATED: EventExchange._exchange_created,
+    Event.EXCHANGE_DELETE_STARTED: lambda e, s: e._exchange_delete_marker("parameter.set", s),
     Event.EXCHANGE_DELETED: EventExchange._exchange_deleted,
+    Event.EXCHANGE_DELETE_FINISHED: lambda e, s: e._exchange_delete_marker("parameter.cleared", s),
     Event.BINDING_CREATED: lambda e, b: e._binding("binding.created", b),
     Event.BINDING_DELETED: lambda e, b: e._binding("binding.deleted", b),
     Event.CONSUMER_CREATED: EventExchange._consumer_created,

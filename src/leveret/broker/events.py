@@ -43,7 +43,12 @@ class Event(Enum):
     CHANNEL_CLOSED = auto()  # the channel
     QUEUE_DECLARED = auto()  # (vhost, queue name): a declaration (new queue or not)
     EXCHANGE_CREATED = auto()  # Exchange
-    EXCHANGE_DELETED = auto()  # Exchange
+    # (vhost name, exchange name): an exchange.delete began and ended, whether or not
+    # there was such an exchange; RabbitMQ marks the time between with a runtime parameter
+    EXCHANGE_DELETE_STARTED = auto()
+    EXCHANGE_DELETE_FINISHED = auto()
+    # Exchange, or (Exchange, who) when RabbitMQ itself removed it with a queue
+    EXCHANGE_DELETED = auto()
     BINDING_CREATED = auto()  # Binding
     BINDING_DELETED = auto()  # Binding, or (Binding, who) when it went with its queue
     CONSUMER_CREATED = auto()  # Consumer
@@ -54,6 +59,10 @@ class Event(Enum):
     ALARM_SET = auto()  # the resource: "memory" or "disk"
     ALARM_CLEARED = auto()  # the resource
 
+
+#: Who RabbitMQ names as the remover of what goes with a queue (its bindings, and a source
+#: exchange auto-deleted with them).
+INTERNAL_USER = "rmq-internal"
 
 #: Who performs what the management API does: set in each request's own task (an AMQP
 #: session names its user in ``Broker.actor`` around each method it handles).

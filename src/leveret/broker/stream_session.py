@@ -15,9 +15,11 @@ import time
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 from leveret.broker.broker import BrokerCore
+from leveret.broker.erlterms import binary_term
+from leveret.broker.events import Event
 from leveret.broker.message import Message
 from leveret.broker.operations import Actor, authorization, check_access
 from leveret.broker.ports import ChunkRef, Traffic
@@ -114,7 +116,25 @@ def count_error(broker: BrokerCore, code: int) -> None:
         broker.stream_counters[f"stream_error_{name}"] += 1
 
 
+# rabbit_auth_backend_internal's refusal of a blank password
+_BLANK_PASSWORD = (
+    "user '{}' attempted to log in with a blank password, which is prohibited by the "
+    "internal authN backend. To use TLS/x509 certificate-based authentication, see the "
+    "rabbitmq_auth_mechanism_ssl plugin and configure the client to use the EXTERNAL "
+    "authentication mechanism. Alternatively change the password for the user to be "
+    "non-blank."
+)
+
+
+def _chars(name: str) -> str:
+    """A user name as ``~s`` writes a binary: each of its bytes a character."""
+    return name.encode().decode("latin-1")
+
+
 class StreamSession:
+    # the info item protocol of rabbit_stream_reader's connections (the events say it)
+    protocol: ClassVar[str] = "stream"
+
     def __init__(
         self,
         broker: BrokerCore,
@@ -164,42 +184,73 @@ class StreamSession:
             for k in ("product", "version", "cluster_name", "platform", "copyright", "information")
         }
 
-    def authenticate(self, mechanism: str, data: bytes, external_name: str | None = None) -> int:
+    def authenticate(
+        self,
+        mechanism: str,
+        data: bytes,
+        external_name: str | None = None,
+        external_refusal: str = "connection peer presented no TLS (x.509) certificate",
+    ) -> int:
         """A SASL authenticate: the response code. ``external_name``: who the client's
-        TLS certificate says it is (EXTERNAL)."""
-        code = self._authenticate(mechanism, data, external_name)
-        if code == Code.OK:
-            self.auth_mechanism = mechanism
-        else:
+        TLS certificate says it is (EXTERNAL); ``external_refusal``: why there is no one.
+
+        As rabbit_stream_reader, a login refused by the credentials (or SASL bytes its
+        mechanism cannot read) is told of as user.authentication.failure, and one that
+        succeeds as user.authentication.success; an unknown mechanism and a loopback
+        user from elsewhere are refused without an event."""
+        code = self._authenticate(mechanism, data, external_name, external_refusal)
+        if code != Code.OK:
             count_error(self.broker, code)
         return code
 
-    def _authenticate(self, mechanism: str, data: bytes, external_name: str | None) -> int:
+    def _authenticate(
+        self, mechanism: str, data: bytes, external_name: str | None, external_refusal: str
+    ) -> int:
         if mechanism not in self.mechanisms:
             return Code.SASL_MECHANISM_NOT_SUPPORTED
+        self.auth_mechanism = mechanism  # as RabbitMQ, from here on, refused or not
         users = self.broker.users
         address = self.peer[0] if self.peer else None
         if mechanism == "EXTERNAL":
-            user = None if external_name is None else users.users.get(external_name)
+            if external_name is None:
+                log.warning("stream EXTERNAL login refused: %s", external_refusal)
+                return self._refused(None, external_refusal, Code.AUTHENTICATION_FAILURE)
+            user = users.users.get(external_name)
             if user is None:
                 log.warning("stream EXTERNAL login refused for %r", external_name)
-                return Code.AUTHENTICATION_FAILURE
+                why = f"user '{_chars(external_name)}' - invalid credentials"
+                return self._refused(external_name, why, Code.AUTHENTICATION_FAILURE)
             name = user.name
         else:
             try:
                 name, password = sasl.plain(data) if mechanism == "PLAIN" else sasl.amqplain(data)
             except sasl.BadResponse:
-                return Code.SASL_ERROR
-            found = users.check_credentials(name, password)
+                if mechanism != "PLAIN":  # (RabbitMQ's AMQPLAIN fails on what it cannot parse)
+                    return Code.SASL_ERROR
+                # rabbit_auth_mechanism_plain's protocol error: no one to name
+                why = f"response {binary_term(data, len('response '))} invalid"
+                return self._refused(None, why, Code.SASL_ERROR)
+            found = None if password == "" else users.check_credentials(name, password)
             if found is None:
-                log.warning("stream login refused: user '%s' - invalid credentials", name)
-                return Code.AUTHENTICATION_FAILURE
+                if password == "":  # refused before it is checked, as RabbitMQ's backend
+                    why = _BLANK_PASSWORD.format(_chars(name))
+                else:
+                    why = f"user '{_chars(name)}' - invalid credentials"
+                log.warning("stream login refused: %s", why)
+                return self._refused(name, why, Code.AUTHENTICATION_FAILURE)
             user = found
         if users.loopback_only(name, address):
             log.warning("User '%s' can only connect via localhost", name)
             return Code.SASL_AUTHENTICATION_FAILURE_LOOPBACK
         self.user = user
+        self.broker.observers.emit(Event.USER_AUTHENTICATED, self)
         return Code.OK
+
+    def _refused(self, name: str | None, why: str, code: int) -> int:
+        """Tell of a refused login (user.authentication.failure; ``name`` None when the
+        mechanism named no one); ``code`` is the answer."""
+        self.broker.observers.emit(Event.USER_AUTHENTICATION_FAILED, (self, name, why))
+        return code
 
     def open(self, vhost: str) -> int:
         if self.user is None:
@@ -214,6 +265,7 @@ class StreamSession:
         # connection limits, a deleted vhost closing it)
         self.broker.register(self)
         self.registered = True
+        self.broker.observers.emit(Event.CONNECTION_AUTHORIZED, self)  # connection.created
         return Code.OK
 
     # ------------------------------------------------- as others see it (ports)
@@ -627,6 +679,9 @@ class StreamSession:
         self.closed = True
         if self.registered:
             self.broker.unregister(self)
+        else:
+            # as rabbit_stream_reader's terminate: told of even if it never opened
+            self.broker.observers.emit(Event.CONNECTION_CLOSED, self)
         self.subscriptions.clear()
         self.publishers.clear()
         self._confirms.clear()

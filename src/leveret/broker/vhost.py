@@ -21,7 +21,7 @@ from leveret.broker.arguments import (
 )
 from leveret.broker.deadletter import dead_lettered, death_queues, deaths, is_cycle
 from leveret.broker.entry import now_ms
-from leveret.broker.events import Event, Observers
+from leveret.broker.events import INTERNAL_USER, Event, Observers
 from leveret.broker.exchanges import (
     EXCHANGE_TYPES,
     Binding,
@@ -103,6 +103,39 @@ _YES = Accepted.YES
 ROUTED = PublishResult(routed=True)
 UNROUTED = PublishResult()
 RETURNED = PublishResult(returned=True)
+
+
+def _route_order(binding: Binding) -> tuple[str, str, str]:
+    """The order of one source's bindings in RabbitMQ's route table: key, then destination."""
+    return (binding.routing_key, binding.destination.kind, binding.destination.name)
+
+
+def _reverse_route_order(binding: Binding) -> str:
+    """The order of one destination's bindings from one source: by key."""
+    return binding.routing_key
+
+
+class Deletions:
+    """What one removal took with it, grouped by source exchange as RabbitMQ's
+    rabbit_binding deletions are: whether the exchange itself went, and which of its
+    bindings. A source met twice (a cascade) is merged into its first group."""
+
+    __slots__ = ("_groups",)
+
+    def __init__(self) -> None:
+        self._groups: dict[str, tuple[Exchange | None, bool, list[Binding]]] = {}
+
+    def add(
+        self, source: str, exchange: Exchange | None, deleted: bool, bindings: list[Binding]
+    ) -> None:
+        known = self._groups.get(source)
+        if known is None:
+            self._groups[source] = (exchange, deleted, list(bindings))
+        else:
+            self._groups[source] = (known[0] or exchange, known[1] or deleted, known[2] + bindings)
+
+    def groups(self) -> list[tuple[Exchange | None, bool, list[Binding]]]:
+        return list(self._groups.values())
 
 
 class VirtualHost:
@@ -275,32 +308,76 @@ class VirtualHost:
             raise err
 
     def delete_exchange(self, name: str, if_unused: bool = False) -> bool:
-        x = self.exchanges.get(name)
-        if x is None:
-            return False
-        if if_unused and (x.bindings or self._incoming.get(("exchange", name))):
-            raise errors.precondition_failed(f"exchange '{name}' in vhost '{self.name}' in use")
-        self._remove_exchange(x)
-        return True
+        """exchange.delete, in rabbit_exchange:delete's steps: the deletion is marked as in
+        progress (told of) before the exchange is even looked up, and the mark is cleared
+        however it ends: gone, missing, or refused in use."""
+        self.observers.emit(Event.EXCHANGE_DELETE_STARTED, (self.name, name))
+        try:
+            x = self.exchanges.get(name)
+            if x is None:
+                return False
+            # in use: a source of bindings (rabbit_exchange:conditional_delete); bindings
+            # into it do not count, and go with it
+            if if_unused and x.bindings:
+                raise errors.precondition_failed(f"exchange '{name}' in vhost '{self.name}' in use")
+            deletions = Deletions()
+            self._remove_exchange(x, deletions)
+            self._tell(deletions)
+            return True
+        finally:
+            self.observers.emit(Event.EXCHANGE_DELETE_FINISHED, (self.name, name))
 
-    def _remove_exchange(self, x: Exchange) -> None:
+    def _remove_exchange(self, x: Exchange, deletions: Deletions) -> None:
+        """Remove an exchange with its bindings both ways (rabbit_exchange:internal_delete);
+        a source left with no binding is auto-deleted in turn. What went is recorded."""
         del self.exchanges[x.name]
         x.detach()
-        self.observers.emit(Event.EXCHANGE_DELETED, x)
-        for binding in list(x.bindings.values()):
+        own = sorted(x.bindings.values(), key=_route_order)
+        for binding in own:
             self._forget_incoming(binding)
         x.bindings.clear()
-        for binding in list(self._incoming.pop(("exchange", x.name), {}).values()):
-            src = self.exchanges.get(binding.source)
-            if src is not None:
-                src.unbind(binding.key)
-                self._maybe_auto_delete(src)
+        deletions.add(x.name, x, True, own)
+        self._remove_incoming(("exchange", x.name), deletions)
         if x.durable:
             self.observers.emit(Event.DEFINITION_CHANGED, x)
 
-    def _maybe_auto_delete(self, x: Exchange) -> None:
-        if x.auto_delete and not x.bindings and x.name in self.exchanges:
-            self._remove_exchange(x)
+    def _remove_incoming(self, destination: tuple[str, str], deletions: Deletions) -> None:
+        """Remove every binding into a destination that is going
+        (rabbit_binding:remove_for_destination): grouped by source in name order, each
+        group's routing keys last first, as RabbitMQ's fold gathers them."""
+        incoming = self._incoming.pop(destination, {})
+        groups: dict[str, list[Binding]] = {}
+        for binding in sorted(incoming.values(), key=lambda b: b.source):
+            groups.setdefault(binding.source, []).append(binding)
+        for source, bindings in groups.items():
+            bindings.sort(key=_reverse_route_order, reverse=True)
+            src = self.exchanges.get(source)
+            if src is None:
+                deletions.add(source, None, False, bindings)
+            else:
+                self._remove_from_source(src, bindings, deletions)
+
+    def _remove_from_source(
+        self, src: Exchange, bindings: list[Binding], deletions: Deletions
+    ) -> None:
+        """Bindings of one source gone (rabbit_binding:maybe_auto_delete): an auto-delete
+        source left with none goes too, and is told of before them."""
+        for binding in bindings:
+            src.unbind(binding.key)
+        if src.auto_delete and not src.bindings and self.exchanges.get(src.name) is src:
+            self._remove_exchange(src, deletions)
+        deletions.add(src.name, src, False, bindings)
+
+    def _tell(self, deletions: Deletions, who: str | None = None) -> None:
+        """rabbit_binding:process_deletions: each source's group, its exchange first if
+        it went, then its bindings; ``who`` names the remover when it is not the actor."""
+        for x, deleted, bindings in deletions.groups():
+            if deleted:
+                self.observers.emit(Event.EXCHANGE_DELETED, x if who is None else (x, who))
+            for binding in bindings:
+                self.observers.emit(
+                    Event.BINDING_DELETED, binding if who is None else (binding, who)
+                )
 
     # ------------------------------------------------------------------- queues
     def get_queue(self, name: str) -> Queue:
@@ -388,12 +465,9 @@ class VirtualHost:
         if self.queues.get(q.name) is not q:
             return 0
         del self.queues[q.name]
-        for binding in list(self._incoming.pop(("queue", q.name), {}).values()):
-            src = self.exchanges.get(binding.source)
-            if src is not None:
-                src.unbind(binding.key)
-                self.observers.emit(Event.BINDING_DELETED, (binding, "rmq-internal"))
-                self._maybe_auto_delete(src)
+        deletions = Deletions()
+        self._remove_incoming(("queue", q.name), deletions)
+        self._tell(deletions, INTERNAL_USER)
         consumers = list(q.consumers)
         q.consumers.clear()
         count = q.delete()
@@ -443,14 +517,15 @@ class VirtualHost:
         probe = Binding(
             source.name, destination, routing_key, arguments.copy() if arguments else {}
         )
-        removed = source.unbind(probe.key)
+        removed = source.bindings.get(probe.key)
         if removed is None:
             return False
         self._forget_incoming(removed)
-        self.observers.emit(Event.BINDING_DELETED, removed)
+        deletions = Deletions()
+        self._remove_from_source(source, [removed], deletions)
         if source.durable and destination.durable:
             self.observers.emit(Event.DEFINITION_CHANGED, removed)
-        self._maybe_auto_delete(source)
+        self._tell(deletions)
         return True
 
     def bindings(self) -> list[Binding]:

@@ -120,6 +120,24 @@ class StreamProtocol(asyncio.Protocol):
         if not self.tls and sock is not None and hasattr(os, "sendfile"):
             self._sendfile_fd = sock.fileno()
         self.state.connections.add(self)
+        # the broker's side of it from the start, as rabbit_stream_reader's process: one
+        # that never gets as far as open is told of as it closes (connection.closed)
+        peer = transport.get_extra_info("peername")
+        local = transport.get_extra_info("sockname")
+        # EXTERNAL (the client certificate) only where the listener verifies peers
+        offered = sorted(
+            m for m in self.state.mechanisms if m != "EXTERNAL" or (self.tls and self.verify_peer)
+        )
+        self.session = StreamSession(
+            self.state.broker,
+            self,
+            _address(peer),
+            self.advertised,
+            tuple(offered),
+            _address(local),
+            self.traffic,
+        )
+        self.session.transport_details = connection_details(transport)
         self._timer = self.loop.call_later(
             self.state.limits.handshake_timeout, self._handshake_timeout
         )
@@ -231,26 +249,7 @@ class StreamProtocol(asyncio.Protocol):
     def _control(self, event: ev.Event) -> None:
         conn = self.conn
         if isinstance(event, ev.PeerProperties):
-            transport = self.transport
-            peer = transport.get_extra_info("peername") if transport else None
-            local = transport.get_extra_info("sockname") if transport else None
-            # EXTERNAL (the client certificate) only where the listener verifies peers
-            offered = sorted(
-                m
-                for m in self.state.mechanisms
-                if m != "EXTERNAL" or (self.tls and self.verify_peer)
-            )
-            self.session = StreamSession(
-                self.state.broker,
-                self,
-                _address(peer),
-                self.advertised,
-                tuple(offered),
-                _address(local),
-                self.traffic,
-            )
-            if transport is not None:
-                self.session.transport_details = connection_details(transport)
+            assert self.session is not None
             props = self.session.peer_properties(event.properties)
             conn.send(encode.peer_properties(event.correlation_id, Code.OK, props))
         elif isinstance(event, ev.SaslHandshake):
@@ -258,12 +257,13 @@ class StreamProtocol(asyncio.Protocol):
             conn.send(encode.sasl_handshake(event.correlation_id, Code.OK, mechanisms))
         elif isinstance(event, ev.SaslAuthenticate):
             assert self.session is not None
-            external = None
+            external, refusal = None, "connection peer presented no TLS (x.509) certificate"
             if event.mechanism == "EXTERNAL" and self.transport is not None:
                 cert = peer_certificate(self.transport)
                 if cert is not None:
                     external = login_name(cert, self.state.cert_login_from)
-            code = self.session.authenticate(event.mechanism, event.data, external)
+                    refusal = "no name found"  # (rabbit_auth_mechanism_ssl's words)
+            code = self.session.authenticate(event.mechanism, event.data, external, refusal)
             conn.send(encode.sasl_authenticate(event.correlation_id, code))
             if code == Code.OK:
                 conn.send_tune()
