@@ -11,6 +11,7 @@ from collections.abc import Iterator
 import pytest
 from hypothesis import HealthCheck, settings
 
+from tests.support import jvm
 from tests.support.brokers import BrokerUnderTest, ensure_rabbitmq, start_leveret
 
 # Tests stop subprocesses with SIGINT and check the Ctrl-C path. A suite started as a
@@ -35,16 +36,8 @@ os.environ.setdefault("LEVERET_STREAM_PORT", "0")
 os.environ.setdefault("LEVERET_STREAM_TLS_PORT", "0")
 
 # Spark's JVMs in the tests (the shared session's, and those of every ``leveret pipeline``
-# and ``leveret up`` a test starts, which inherit this): the C1 compiler alone and the
-# serial collector, and no web UI (a spark.* system property is read as a setting). The
-# suite is CPU-bound on two cores, and JIT compiler threads are much of what a short-lived
-# JVM spends. Measured here, alone on the machine: the classic-queue
-# ingest test took 90 CPU-seconds with the JVM's defaults and 58 with these (61 s and 50 s
-# of wall time); the 200,000-record exactly-once test 102 and 85, in the same wall time.
-# The tests check behaviour; the benchmarks (benchmarks/) run Spark as users do.
-os.environ.setdefault(
-    "SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -Dspark.ui.enabled=false"
-)
+# and ``leveret up`` a test starts, which inherit this), as tests/support/jvm.py says why.
+os.environ.setdefault("SPARK_SUBMIT_OPTS", jvm.SUBMIT_OPTS)
 
 # The fast tier (``scripts/test --fast``, or ``-m "not slow"``): the codec, the domain
 # through its ports, the stores and the in-process broker. Everything else is marked slow

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pyspark
 
+from tests.support import jvm
 from tests.support.ports import free_port
 
 SPARK_HOME = Path(pyspark.__file__).resolve().parent
@@ -52,7 +53,13 @@ def worker_python(cache: Path = ROOT / ".cache") -> Path:
 
 def spark_env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYSPARK_", "SPARK_"))}
-    env.update(SPARK_HOME=str(SPARK_HOME), SPARK_LOCAL_IP="127.0.0.1", **extra)
+    env.update(
+        SPARK_HOME=str(SPARK_HOME),
+        SPARK_LOCAL_IP="127.0.0.1",
+        SPARK_SUBMIT_OPTS=jvm.SUBMIT_OPTS,
+        SPARK_DAEMON_JAVA_OPTS=jvm.DAEMON_OPTS,
+        **extra,
+    )
     return env
 
 
