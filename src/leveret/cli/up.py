@@ -22,6 +22,7 @@ import typer
 from rich.console import Console
 
 from leveret.cli.common import fail, interrupt_on_sigterm
+from leveret.logs.record import BROKER_EVENT_EXCHANGE, BROKER_LOG_EXCHANGE
 
 # soft_wrap: lines are never broken by rich (at 80 columns when the output is not a
 # terminal); a terminal wraps them itself, so the commands printed stay copyable whole
@@ -168,9 +169,9 @@ def _bind_broker_log(url: str, stream: str = "logs") -> None:
     try:
         ch = conn.channel()
         for level in BROKER_LOG_LEVELS:
-            ch.queue_bind(stream, "amq.rabbitmq.log", level)
+            ch.queue_bind(stream, BROKER_LOG_EXCHANGE, level)
         for key in BROKER_EVENT_KEYS:
-            ch.queue_bind(stream, "amq.rabbitmq.event", key)
+            ch.queue_bind(stream, BROKER_EVENT_EXCHANGE, key)
     finally:
         conn.close()
 

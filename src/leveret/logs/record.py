@@ -36,6 +36,12 @@ ERROR_SEVERITIES: tuple[str, ...] = ("error", "critical")
 
 DEFAULT_FACILITY = "user"
 
+#: Where a broker publishes its own log lines (RabbitMQ's ``log.exchange``; the routing key
+#: is the severity) and its events (``rabbitmq_event_exchange``): what ``leveret up`` binds
+#: into the lake, and the records the parser files under facility ``broker``.
+BROKER_LOG_EXCHANGE = "amq.rabbitmq.log"
+BROKER_EVENT_EXCHANGE = "amq.rabbitmq.event"
+
 HOST = socket.gethostname()
 PID = os.getpid()
 

@@ -14,9 +14,7 @@ from aiohttp import web
 from leveret.broker import errors as rabbit
 from leveret.broker import operations
 from leveret.broker.consumer import Consumer
-from leveret.broker.limits import check_queue_limit
 from leveret.broker.message import Message
-from leveret.broker.operations import Actor
 from leveret.management import views
 from leveret.management.context import Management, mgmt
 from leveret.management.httputil import (
@@ -153,25 +151,22 @@ ALIVENESS_QUEUE = "aliveness-test"
 
 
 async def aliveness(request: web.Request) -> web.Response:
-    """RabbitMQ's round trip, as the user asking: declare the aliveness-test queue (kept
-    for the next test), publish test_message to it through the default exchange, and
-    get it back."""
+    """RabbitMQ's round trip (rabbit_mgmt_wm_aliveness_test), as the user asking, through
+    the broker's operations as a channel of theirs would: declare the aliveness-test queue
+    (kept for the next test), publish test_message to it through the default exchange,
+    and get it back."""
     m = mgmt(request)
     v = m.vhost(request)
     user = current_user(request).name
-    perm = m.broker.users.permission(user, v.name)
+    actor = m.actor(request, v)
     try:
-        if perm is None or not perm.allows("configure", ALIVENESS_QUEUE):
+        if actor.permission is None:  # no access to the vhost: no channel to open
             raise rabbit.access_refused("queue", ALIVENESS_QUEUE, v.name, user)
-        if ALIVENESS_QUEUE not in v.queues:
-            check_queue_limit(v, ALIVENESS_QUEUE)
-        queue, _ = v.declare_queue(ALIVENESS_QUEUE)
+        operations.declare_queue(v, actor, ALIVENESS_QUEUE)
         message = Message.build("", ALIVENESS_QUEUE, b"test_message", None)
-        operations.publish(v, Actor(user, perm), "", message, False)
+        operations.publish(v, actor, "", message, False)
         m.stats.count_publish(v.name)
-        if not perm.allows("read", ALIVENESS_QUEUE):
-            raise rabbit.access_refused("queue", ALIVENESS_QUEUE, v.name, user)
-        entry = queue.get(no_ack=True)
+        entry = operations.open_queue(v, actor, ALIVENESS_QUEUE).get(no_ack=True)
     except AMQPError as exc:
         # as rabbit_mgmt_util:with_channel answers a channel the broker closed
         if exc.code == spec.ACCESS_REFUSED:

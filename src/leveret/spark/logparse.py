@@ -41,13 +41,18 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pj
 
-from leveret.logs.record import ALIASES, DEFAULT_FACILITY, SEVERITIES, SEVERITY_PREFIX
+from leveret.logs.record import (
+    ALIASES,
+    BROKER_EVENT_EXCHANGE,
+    BROKER_LOG_EXCHANGE,
+    DEFAULT_FACILITY,
+    SEVERITIES,
+    SEVERITY_PREFIX,
+)
 from leveret.spark.frames import U8, Mask, gather, string_array
 from leveret.spark.schema import DEFAULT_KEEP, LOG_ARROW_SCHEMA, RECORD_COLUMNS, header_text
 from leveret.spark.wire import Positions
 
-BROKER_LOG_EXCHANGE = "amq.rabbitmq.log"  # RabbitMQ's (and Leveret's) log.exchange
-BROKER_EVENT_EXCHANGE = "amq.rabbitmq.event"  # rabbitmq_event_exchange's
 BROKER_FACILITY = "broker"
 JSON_CONTENT_TYPE = "application/json"
 
