@@ -13,18 +13,18 @@ from typing import Any, TypeVar
 from pamqp import commands, encode
 from pamqp.base import Frame as Method
 
-from leveret.protocol import properties
+from leveret.protocol import frames, properties
 
 __all__ = ["Method", "commands"]
 
 PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
 
-FRAME_METHOD = 1
-FRAME_HEADER = 2
-FRAME_BODY = 3
-FRAME_HEARTBEAT = 8
-FRAME_END = 0xCE
-FRAME_END_BYTE = b"\xce"
+FRAME_METHOD = frames.METHOD
+FRAME_HEADER = frames.HEADER
+FRAME_BODY = frames.BODY
+FRAME_HEARTBEAT = frames.HEARTBEAT
+FRAME_END = frames.END
+FRAME_END_BYTE = frames.END_BYTE
 FRAME_HEAD_SIZE = 7  # type (1), channel (2), payload size (4)
 FRAME_OVERHEAD = FRAME_HEAD_SIZE + 1  # and the frame-end octet
 FRAME_MIN_SIZE = 4096
@@ -194,7 +194,7 @@ def encode_table(table: dict[str, Any]) -> bytes:
     return struct.pack(">I", len(body)) + body
 
 
-_frame_head = struct.Struct(">BHI").pack
+_frame_head = frames.HEAD.pack
 
 
 M = TypeVar("M", bound=Method)

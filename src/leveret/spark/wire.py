@@ -37,14 +37,18 @@ from pamqp import commands
 from pamqp import frame as pframe
 from pamqp import header as pheader
 
-_FRAME_HEAD = struct.Struct(">BHI")
-_METHOD_HEAD = struct.Struct(">BHII")  # type, channel, size, class << 16 | method
-_CONTENT_HEAD = struct.Struct(">BHI4xQ")  # type, channel, size, (class, weight), body size
+from leveret.protocol import frames
+
+_FRAME_HEAD = frames.HEAD
+_METHOD_HEAD = frames.METHOD_HEAD
+_CONTENT_HEAD = frames.CONTENT_HEAD
 _U32 = struct.Struct(">I")
 _U64 = struct.Struct(">Q")
-_FRAME_END = 0xCE
-_DELIVER = (60 << 16) | 60
-_FRAME_MAX = 131072
+_FRAME_END = frames.END
+_METHOD = frames.METHOD  # the frame types, as names local to the hot loop's module
+_BODY = frames.BODY
+_DELIVER = frames.BASIC_DELIVER
+_FRAME_MAX = frames.DEFAULT_FRAME_MAX
 _RECV = 1 << 22
 _MIN_BUFFER = 1 << 23
 _TARGET = 1 << 22  # a block is what the socket has ready, up to about this many bytes
@@ -107,7 +111,7 @@ def walk(
     n = 0
     while n < limit and end - pos >= 11:
         ftype, _channel, size, method = unpack_method(buf, pos)
-        if ftype != 1 or method != _DELIVER:
+        if ftype != _METHOD or method != _DELIVER:
             break
         h = pos + 8 + size
         if end - h < 19:
@@ -131,7 +135,7 @@ def walk(
                 break
             btype, _channel, bsize = unpack_head(buf, b)
             nxt = b + 8 + bsize
-            if bsize == body_size and btype == 3:
+            if bsize == body_size and btype == _BODY:
                 if nxt > end:
                     break
                 body(buf[b + 7 : nxt - 1])
@@ -180,7 +184,8 @@ def check_block(data: bytes, starts: Positions, multi: frozenset[int]) -> bool:
     a = np.frombuffer(data, np.uint8)
     h = starts + 8 + be32(a, starts + 3)
     b = h + 8 + be32(a, h + 3)
-    ok = (a[h - 1] == _FRAME_END) & (a[h] == 2) & (a[np.minimum(b, len(a)) - 1] == _FRAME_END)
+    ok = (a[h - 1] == _FRAME_END) & (a[h] == frames.HEADER)
+    ok &= a[np.minimum(b, len(a)) - 1] == _FRAME_END
     body_size = be64(a, h + 11)
     one = body_size > 0
     if multi:
@@ -190,7 +195,7 @@ def check_block(data: bytes, starts: Positions, multi: frozenset[int]) -> bool:
         in_block = bs + 8 + size <= len(a)
         ok[one] &= in_block
         bs, size = bs[in_block], size[in_block]
-        good = (a[bs] == 3) & (be32(a, bs + 3) == size) & (a[bs + 7 + size] == _FRAME_END)
+        good = (a[bs] == frames.BODY) & (be32(a, bs + 3) == size) & (a[bs + 7 + size] == _FRAME_END)
         ok[np.flatnonzero(one)[in_block]] &= good
     return bool(ok.all())
 
@@ -220,8 +225,8 @@ def consume_frame(queue: str, offset: int) -> bytes:
     table = bytes([len(key)]) + key + b"l" + struct.pack(">q", offset)
     raw_queue = queue.encode()
     payload = (
-        struct.pack(">HH", 60, 20)
-        + b"\x00\x00"
+        _U32.pack(frames.BASIC_CONSUME)
+        + b"\x00\x00"  # reserved-1
         + bytes([len(raw_queue)])
         + raw_queue
         + b"\x00"  # consumer tag: the broker's
@@ -229,13 +234,13 @@ def consume_frame(queue: str, offset: int) -> bytes:
         + _U32.pack(len(table))
         + table
     )
-    return _FRAME_HEAD.pack(1, 1, len(payload)) + payload + b"\xce"
+    return _FRAME_HEAD.pack(frames.METHOD, 1, len(payload)) + payload + frames.END_BYTE
 
 
 def ack_frame(delivery_tag: int) -> bytes:
     """``basic.ack(multiple=true)`` on channel 1."""
-    payload = struct.pack(">HH", 60, 80) + _U64.pack(delivery_tag) + b"\x01"
-    return _FRAME_HEAD.pack(1, 1, len(payload)) + payload + b"\xce"
+    payload = _U32.pack(frames.BASIC_ACK) + _U64.pack(delivery_tag) + b"\x01"
+    return _FRAME_HEAD.pack(frames.METHOD, 1, len(payload)) + payload + frames.END_BYTE
 
 
 class StreamConsumer:

@@ -1,0 +1,38 @@
+"""AMQP 0-9-1's frame layout (the specification's section 4.2.3): the frame types, the
+end octet and the fixed heads, as ``struct`` layouts.
+
+No project imports and no I/O, so that both sides of the wire build on the one layout:
+the broker's codec (:mod:`leveret.protocol.spec`, :mod:`leveret.protocol.connection`) and
+the Spark source's lean reader (``leveret.spark.wire``), which reaches a broker only over
+the network and may import nothing else of this package."""
+
+from __future__ import annotations
+
+import struct
+
+METHOD = 1
+HEADER = 2
+BODY = 3
+HEARTBEAT = 8
+END = 0xCE
+END_BYTE = bytes((END,))
+
+#: Every frame's head: type, channel, payload size.
+HEAD = struct.Struct(">BHI")
+#: A method frame's head and the method's index: class id << 16 | method id.
+METHOD_HEAD = struct.Struct(">BHII")
+#: A content header frame's head, then (class id, weight) skipped, then the body size.
+CONTENT_HEAD = struct.Struct(">BHI4xQ")
+#: The frame size a peer may always send before tuning (the specification's minimum
+#: frame_max is 4096; RabbitMQ's default is 131072, which the reader asks for).
+DEFAULT_FRAME_MAX = 131072
+
+
+def method_index(class_id: int, method_id: int) -> int:
+    """The 32-bit index a method frame's payload starts with."""
+    return (class_id << 16) | method_id
+
+
+BASIC_CONSUME = method_index(60, 20)
+BASIC_DELIVER = method_index(60, 60)
+BASIC_ACK = method_index(60, 80)
