@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 from pamqp import commands
@@ -351,68 +352,81 @@ class AMQPProtocol(asyncio.Protocol):
             self._end(wait_for_peer=conn.state is State.DRAINING)
 
     def _control(self, event: Any) -> None:
-        conn = self.conn
+        """A connection or channel event, by its handler in :data:`_CONTROL`."""
+        _CONTROL[type(event)](self, event)
+
+    def _channel_open(self, event: ChannelOpenReceived) -> None:
         session = self.session
-        if isinstance(event, ChannelOpenReceived):
-            refused = session.channel_opened(event.channel) if session is not None else None
-            if refused is not None:
-                # a user's channel limit: the connection goes, as rabbit_reader ends it
-                session.close()  # type: ignore[union-attr]
-                self.close_connection(refused)
-            else:
-                conn.send_channel_open_ok(event.channel)
-        elif isinstance(event, ChannelCloseReceived):
-            if session is not None:
-                session.channel_closed(event.channel)
-            conn.send_channel_close_ok(event.channel)
-        elif isinstance(event, ChannelCloseOkReceived):
-            if session is not None:
-                session.channel_closed(event.channel)
-        elif isinstance(event, AccessRequestReceived):
-            conn.send_access_request_ok(event.channel)  # RabbitMQ answers ticket 1
-        elif isinstance(event, UpdateSecretReceived):
-            # As RabbitMQ with its internal users: their state cannot expire, so
-            # rabbit_access_control:update_state accepts any new secret as it is.
-            conn.send_update_secret_ok()
-        elif isinstance(event, HeaderReceived):
-            conn.send_start(
-                self.state.broker.server_properties(), mechanisms=" ".join(self._mechanisms())
-            )
-        elif isinstance(event, UnsupportedProtocol):
-            conn.send_protocol_header()
-        elif isinstance(event, StartOkReceived):
-            self._start_ok(event)
-        elif isinstance(event, TuneOkReceived):
-            if session is not None:
-                session.frame_max = event.frame_max
-                session.channel_max = event.channel_max
-                session.heartbeat = event.heartbeat
-            self._start_heartbeats(event.heartbeat)
-        elif isinstance(event, OpenReceived):
-            assert session is not None
-            err = session.open_vhost(event.virtual_host)
-            if err is not None:
-                self.close_connection(err.with_method(*spec.method_ids(commands.Connection.Open)))
-            else:
-                conn.send_open_ok()
-                if self._timer is not None:
-                    self._timer.cancel()
-                    self._timer = None
-        elif isinstance(event, ConnectionCloseReceived):
-            if session is not None:
-                session.close()
-            conn.send_close_ok()
-        elif isinstance(event, ConnectionCloseOkReceived):
-            if session is not None:
-                session.close()
-        elif isinstance(event, ConnectionFailed):
-            log.info("protocol error from %s: %s", self.name, event.error.reply_text)
-            if session is not None:
-                session.close()
-            if event.reply:
-                self.close_connection(event.error)
-            else:
-                conn.drop()
+        refused = session.channel_opened(event.channel) if session is not None else None
+        if refused is not None:
+            # a user's channel limit: the connection goes, as rabbit_reader ends it
+            session.close()  # type: ignore[union-attr]
+            self.close_connection(refused)
+        else:
+            self.conn.send_channel_open_ok(event.channel)
+
+    def _channel_close(self, event: ChannelCloseReceived) -> None:
+        if self.session is not None:
+            self.session.channel_closed(event.channel)
+        self.conn.send_channel_close_ok(event.channel)
+
+    def _channel_close_ok(self, event: ChannelCloseOkReceived) -> None:
+        if self.session is not None:
+            self.session.channel_closed(event.channel)
+
+    def _access_request(self, event: AccessRequestReceived) -> None:
+        self.conn.send_access_request_ok(event.channel)  # RabbitMQ answers ticket 1
+
+    def _update_secret(self, event: UpdateSecretReceived) -> None:
+        # As RabbitMQ with its internal users: their state cannot expire, so
+        # rabbit_access_control:update_state accepts any new secret as it is.
+        self.conn.send_update_secret_ok()
+
+    def _header(self, event: HeaderReceived) -> None:
+        self.conn.send_start(
+            self.state.broker.server_properties(), mechanisms=" ".join(self._mechanisms())
+        )
+
+    def _unsupported_protocol(self, event: UnsupportedProtocol) -> None:
+        self.conn.send_protocol_header()
+
+    def _tune_ok(self, event: TuneOkReceived) -> None:
+        session = self.session
+        if session is not None:
+            session.frame_max = event.frame_max
+            session.channel_max = event.channel_max
+            session.heartbeat = event.heartbeat
+        self._start_heartbeats(event.heartbeat)
+
+    def _open(self, event: OpenReceived) -> None:
+        session = self.session
+        assert session is not None
+        err = session.open_vhost(event.virtual_host)
+        if err is not None:
+            self.close_connection(err.with_method(*spec.method_ids(commands.Connection.Open)))
+        else:
+            self.conn.send_open_ok()
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+
+    def _connection_close(self, event: ConnectionCloseReceived) -> None:
+        if self.session is not None:
+            self.session.close()
+        self.conn.send_close_ok()
+
+    def _connection_close_ok(self, event: ConnectionCloseOkReceived) -> None:
+        if self.session is not None:
+            self.session.close()
+
+    def _connection_failed(self, event: ConnectionFailed) -> None:
+        log.info("protocol error from %s: %s", self.name, event.error.reply_text)
+        if self.session is not None:
+            self.session.close()
+        if event.reply:
+            self.close_connection(event.error)
+        else:
+            self.conn.drop()
 
     def _start_ok(self, event: StartOkReceived) -> None:
         assert self.transport is not None
@@ -551,3 +565,22 @@ class AMQPProtocol(asyncio.Protocol):
 def _alarm_reason(alarms: set[str]) -> str:
     """connection.blocked's reason, as RabbitMQ words it."""
     return "low on disk" if "disk" in alarms and "memory" not in alarms else "low on memory"
+
+
+#: The connection's and channels' own events (not a channel's methods, which the session
+#: dispatches), each to its handler.
+_CONTROL: dict[type, Callable[[AMQPProtocol, Any], None]] = {
+    HeaderReceived: AMQPProtocol._header,
+    UnsupportedProtocol: AMQPProtocol._unsupported_protocol,
+    StartOkReceived: AMQPProtocol._start_ok,
+    TuneOkReceived: AMQPProtocol._tune_ok,
+    OpenReceived: AMQPProtocol._open,
+    ChannelOpenReceived: AMQPProtocol._channel_open,
+    ChannelCloseReceived: AMQPProtocol._channel_close,
+    ChannelCloseOkReceived: AMQPProtocol._channel_close_ok,
+    AccessRequestReceived: AMQPProtocol._access_request,
+    UpdateSecretReceived: AMQPProtocol._update_secret,
+    ConnectionCloseReceived: AMQPProtocol._connection_close,
+    ConnectionCloseOkReceived: AMQPProtocol._connection_close_ok,
+    ConnectionFailed: AMQPProtocol._connection_failed,
+}
