@@ -5,7 +5,8 @@ The lake is generated once (it takes a while) and reused: a Leveret server of it
 (``leveret server``, a data directory under ``--root``), a stream filled with ``--records``
 records whose times spread over one day (20 apps, 50 hosts, 3 facilities, severities from
 debug to critical, messages from a small vocabulary plus a rare word now and then),
-ingested by ``leveret pipeline ingest --trigger availableNow`` (local[2], a batch per
+published over the stream protocol and ingested by ``leveret pipeline ingest --trigger
+availableNow`` (local[2], a batch per
 ``--per-trigger`` records: the small files of a real ingest). ``--measure`` then runs each
 search of SEARCHES ``--rounds`` times (the first one, which reads the sink's log and warms
 the page cache, is reported apart) on a copy of the lake as the ingest left it, compacts the
@@ -18,6 +19,7 @@ copy and runs them again.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import shutil
@@ -32,14 +34,12 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "src"), str(ROOT)]
 
-import pika  # noqa: E402
 from tests.support.brokers import start_leveret  # noqa: E402
 from tests.support.ports import free_port  # noqa: E402
 
 from leveret.logs import compaction  # noqa: E402
 from leveret.logs.lake import SinkLog  # noqa: E402
 from leveret.logs.search import Filters, LakeSearch  # noqa: E402
-from leveret.spark.client import Outgoing, publish  # noqa: E402
 
 DAY = 1_795_564_800.0  # 2026-11-25T00:00:00Z
 SEVERITIES = ("debug",) * 10 + ("info",) * 70 + ("warning",) * 14 + ("error",) * 5 + ("critical",)
@@ -99,28 +99,69 @@ def _body(i: int) -> bytes:
 N_RECORDS = 10_000_000
 
 
+def _amqp10(body: bytes, properties: bytes) -> bytes:
+    """An AMQP 1.0 message: the encoded properties section, then the body as one data
+    section (vbin8 or vbin32), as a stream client would send it."""
+    n = len(body)
+    size = bytes((0xA0, n)) if n < 256 else b"\xb0" + n.to_bytes(4, "big")
+    return properties + b"\x00\x53\x75" + size + body
+
+
+async def _publish_stream(port: int, stream: str, n: int, batch: int = 2000) -> None:
+    """The records into the stream over the stream protocol (rstream, confirms awaited),
+    as AMQP 1.0 messages with content type application/json, with progress. The messages
+    are encoded here (one properties section for all, checked against rstream's own
+    encoding): rstream's encoder held the publisher to a few thousand a second."""
+    from rstream import AMQPMessage, ConfirmationStatus, Producer
+    from rstream._pyamqp.message import Properties
+
+    typed = AMQPMessage(body=b"x", properties=Properties(content_type="application/json"))
+    properties = bytes(typed)[: -len(b"\x00\x53\x75\xa0\x01x")]
+    for sample in (b"x", _body(0), b"y" * 300):
+        expected = AMQPMessage(body=sample, properties=Properties(content_type="application/json"))
+        assert _amqp10(sample, properties) == bytes(expected), "encoding differs from rstream's"
+    confirmed = 0
+    done = asyncio.Event()
+
+    async def on_confirm(_status: ConfirmationStatus) -> None:
+        nonlocal confirmed
+        confirmed += 1
+        if confirmed == n:
+            done.set()
+
+    kw: dict[str, Any] = {"username": "guest", "password": "guest", "load_balancer_mode": True}
+    async with Producer("127.0.0.1", port, **kw) as producer:
+        await producer.create_stream(stream, exists_ok=True)
+        for start in range(0, n, batch):
+            messages = [_amqp10(_body(i), properties) for i in range(start, min(n, start + batch))]
+            await producer.send_batch(stream, messages, on_publish_confirm=on_confirm)  # type: ignore[arg-type]
+            if start % 1_000_000 == 0:
+                print(f"  {start:,} sent, {confirmed:,} confirmed", flush=True)
+        await done.wait()
+
+
 def generate(root: Path, n: int, per_trigger: int) -> None:
+    """The lake the real way: a Leveret server of its own, the records published to the
+    ``logs`` stream over the stream protocol, then ``leveret pipeline ingest --trigger
+    availableNow`` reading it (protocol ``auto``: the chunk reader over the stream port)."""
     global N_RECORDS
     N_RECORDS = n
     lake = root / "lake"
     if (lake / "_spark_metadata").is_dir():
         print(f"{lake} exists: reusing it (delete it to generate again)")
         return
-    broker = start_leveret(root / "broker", extra=["--stream-port", str(free_port())])
+    stream_port = free_port()
+    broker = start_leveret(root / "broker", extra=["--stream-port", str(stream_port)])
     try:
-        conn = pika.BlockingConnection(pika.URLParameters(broker.url))
-        conn.channel().queue_declare("logs", durable=True, arguments={"x-queue-type": "stream"})
-        conn.close()
         t = time.perf_counter()
-        props = pika.BasicProperties(content_type="application/json")
-        publish(broker.url, (Outgoing("", "logs", _body(i), props) for i in range(n)),
-                window=5000)  # fmt: skip
+        asyncio.run(_publish_stream(stream_port, "logs", n))
         print(f"published {n} records in {time.perf_counter() - t:.0f} s", flush=True)
         t = time.perf_counter()
         env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}:{ROOT}"}
         subprocess.run(
             [sys.executable, "-m", "leveret.cli.main", "pipeline", "ingest", "--url",
-             broker.url, "--stream", "logs", "--exchange", "", "--lake", str(lake),
+             broker.url, "--stream", "logs", "--stream-port", str(stream_port),
+             "--exchange", "", "--lake", str(lake),
              "--checkpoint", str(root / "checkpoint"), "--master", "local[2]",
              "--trigger", "availableNow", "--max-records-per-trigger", str(per_trigger),
              "--log-level", "warning"],
