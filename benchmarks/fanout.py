@@ -6,6 +6,11 @@ each, 100-byte bodies):
   a  no confirms, no-ack consumers
   b  publisher confirms (window of unconfirmed publishes), manual acks with prefetch 100,
      acked with multiple=true every ``--ack-every`` deliveries
+  c  as b, but published at a fixed ``--rate`` that both brokers sustain, in batches of
+     ``--rate-batch``: the confirm latency of a broker that is not saturated
+
+With confirms (b, c) the producer times each batch from its send to the confirm that
+covers all of it; the tables give the median, p99 and p99.9 of those latencies.
 
 Leveret is started here (free ports, temporary data dir, a fresh broker per run);
 RabbitMQ is used where reachable. The load generator (benchmarks/loadgen.py) runs one
@@ -34,6 +39,7 @@ import tempfile
 import threading
 import time
 import uuid
+from array import array
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
@@ -56,6 +62,7 @@ console = Console() if sys.stdout.isatty() else Console(width=132)
 CASES = {
     "a": "no confirms, no-ack consumers",
     "b": "confirms + manual acks (prefetch)",
+    "c": "confirms + manual acks (prefetch) at a fixed rate",
 }
 
 
@@ -76,6 +83,11 @@ class CaseResult:
     generator_cpu_pct: float | None = None  # all generator processes, of one core
     # CPU used by everything else on the machine meanwhile (noise), of one core
     other_cpu_pct: float | None = None
+    # publish -> confirm of each batch sent in the measured window, in ms
+    confirm_ms_p50: float | None = None
+    confirm_ms_p99: float | None = None
+    confirm_ms_p999: float | None = None
+    confirm_ms_max: float | None = None
     error: str | None = None
 
     @property
@@ -273,16 +285,25 @@ def wait_ready(
     return pids
 
 
-def check_errors(status: Any) -> str | None:
+def check_errors(status: Any, latencies: array | None = None) -> str | None:
+    """The errors the workers reported; their latency samples go into ``latencies``."""
     errors = []
     while True:
         try:
-            kind, role, info = status.get_nowait()
+            kind, role, info = status.get(timeout=0.2)
         except Exception:
             break
         if kind == "error":
             errors.append(f"{role}: {info}")
+        elif kind == "latency" and latencies is not None:
+            latencies.frombytes(info)
     return "; ".join(errors) or None
+
+
+def percentile(sorted_values: Sequence[float], q: float) -> float:
+    """The nearest-rank ``q`` quantile (0 < q <= 1) of values sorted ascending."""
+    rank = max(1, -(-int(q * 1_000_000) * len(sorted_values) // 1_000_000))
+    return sorted_values[rank - 1]
 
 
 # ------------------------------------------------------------------ one run
@@ -298,6 +319,8 @@ class Load:
     ack_every: int
     lowat: bool = True
     consumers: int = 2
+    rate: float = 10_000.0  # case c: messages/s
+    rate_batch: int = 10  # case c: publishes per send
 
 
 def run_case(
@@ -314,11 +337,13 @@ def run_case(
     ctl = CTX.RawArray(ctypes.c_int, 1)
     status = CTX.Queue()
     slots = [loadgen.CONSUMER0 + i for i in range(load.consumers)]
-    confirms = case == "b"
-    prefetch = load.prefetch if case == "b" else 0
+    confirms = case in ("b", "c")
+    prefetch = load.prefetch if confirms else 0
     # Deliveries the broker may have in flight to one consumer: the low-water mark of
     # the consumers' reads stays well below their bytes.
-    in_flight = (load.prefetch - load.ack_every) if case == "b" else (load.backlog or 1000)
+    in_flight = (load.prefetch - load.ack_every) if confirms else (load.backlog or 1000)
+    if case == "c":  # at a low rate a consumer must not wait for a batch to fill
+        in_flight = 0
     lowat = loadgen.safe_lowat(load.body_size, in_flight) if load.lowat else 0
     result = CaseResult(broker, case, load.seconds, 0.0, [])
     with workers() as procs:
@@ -353,13 +378,14 @@ def run_case(
                         port,
                         exchange,
                         load.body_size,
-                        load.batch,
+                        load.rate_batch if case == "c" else load.batch,
                         load.confirm_window if confirms else 0,
                         load.backlog,
                         slots,
                         counts,
                         ctl,
                         status,
+                        load.rate if case == "c" else 0.0,
                     ),
                 )
             )
@@ -370,7 +396,7 @@ def run_case(
             def snapshot() -> tuple[float, list[int], float | None, float | None, float]:
                 gen = [cpu_seconds(pid) for pid in pids.values()]
                 return (
-                    time.perf_counter(),
+                    time.monotonic(),
                     list(counts),
                     cpu_seconds(broker_pid) if broker_pid else None,
                     None if None in gen else sum(g for g in gen if g is not None),
@@ -382,7 +408,7 @@ def run_case(
             first = snapshot()
             samples = [first]
             end = first[0] + load.seconds
-            while (now := time.perf_counter()) < end:
+            while (now := time.monotonic()) < end:
                 time.sleep(min(1.0, end - now))
                 samples.append(snapshot())
                 if any(not p.is_alive() for p in procs):
@@ -390,7 +416,8 @@ def run_case(
             last = samples[-1]
         finally:
             ctl[0] = 1
-        error = check_errors(status)
+        latencies = array("d")
+        error = check_errors(status, latencies)
     elapsed = last[0] - first[0]
     if error or elapsed <= 0:
         result.error = error or "no measurement"
@@ -410,6 +437,17 @@ def run_case(
         result.consumer_min_1s = min(per_second)
         result.consumer_max_1s = max(per_second)
     result.backlog_end = c1[loadgen.PUBLISHED] - min(c1[s] for s in slots)
+    # (sent at, latency) pairs; only batches sent in the measured window
+    window = sorted(
+        latencies[i + 1] * 1000
+        for i in range(0, len(latencies), 2)
+        if first[0] <= latencies[i] <= last[0]
+    )
+    if window:
+        result.confirm_ms_p50 = percentile(window, 0.5)
+        result.confirm_ms_p99 = percentile(window, 0.99)
+        result.confirm_ms_p999 = percentile(window, 0.999)
+        result.confirm_ms_max = window[-1]
     if first[2] is not None and last[2] is not None:
         result.broker_cpu_pct = 100 * (last[2] - first[2]) / elapsed
     if first[3] is not None and last[3] is not None:
@@ -513,6 +551,12 @@ def _rate(x: float | None) -> str:
     return "-" if x is None else f"{x:,.0f}"
 
 
+def _latency(r: CaseResult) -> str:
+    if r.confirm_ms_p50 is None:
+        return "-"
+    return f"{r.confirm_ms_p50:.1f}/{r.confirm_ms_p99:.1f}/{r.confirm_ms_p999:.1f}"
+
+
 def _pct(x: float | None) -> str:
     return "-" if x is None else f"{x:.0f}%"
 
@@ -554,11 +598,13 @@ def print_results(results: list[CaseResult], load: Load, repeat: int) -> None:
         )
         table.add_column("broker", no_wrap=True)
         table.add_column("published", justify="right")
-        if case == "b":
+        if case != "a":
             table.add_column("confirmed", justify="right")
         for i in range(load.consumers):
             table.add_column(f"consumer\n{i + 1}", justify="right")
         table.add_column("per\nconsumer", justify="right", style="bold")
+        if case != "a":
+            table.add_column("confirm ms\np50/p99/p99.9", justify="right", no_wrap=True)
         table.add_column("slowest 1 s\nmin-max", justify="right", no_wrap=True)
         table.add_column("backlog\nat end", justify="right")
         table.add_column("CPU\nbroker", justify="right")
@@ -569,11 +615,13 @@ def print_results(results: list[CaseResult], load: Load, repeat: int) -> None:
                 table.add_row(r.broker, f"[red]error: {r.error}[/red]")
                 continue
             cells = [r.broker, _rate(r.published_per_s)]
-            if case == "b":
+            if case != "a":
                 cells.append(_rate(r.confirmed_per_s))
             cells += [_rate(x) for x in r.consumer_per_s]
+            cells += [_rate(r.delivered_per_s)]
+            if case != "a":
+                cells.append(_latency(r))
             cells += [
-                _rate(r.delivered_per_s),
                 f"{_rate(r.consumer_min_1s)}-{_rate(r.consumer_max_1s)}",
                 f"{r.backlog_end:,}",
                 _pct(r.broker_cpu_pct),
@@ -584,9 +632,11 @@ def print_results(results: list[CaseResult], load: Load, repeat: int) -> None:
         ratio = ratios(rows)
         if ratio is not None:
             cells = ["Leveret/RabbitMQ", f"{ratio['published']:.2f}"]
-            if case == "b":
+            if case != "a":
                 cells.append(f"{ratio['confirmed']:.2f}")
             cells += [""] * load.consumers + [f"{ratio['delivered']:.2f}"]
+            if case != "a" and "confirm_p99" in ratio:
+                cells.append(f"p99 {ratio['confirm_p99']:.2f}")
             table.add_row(*cells, style="cyan")
         console.print(table)
 
@@ -602,6 +652,8 @@ def ratios(rows: list[CaseResult]) -> dict[str, float] | None:
     }
     if lev.confirmed_per_s is not None and rmq.confirmed_per_s:
         out["confirmed"] = lev.confirmed_per_s / rmq.confirmed_per_s
+    if lev.confirm_ms_p99 is not None and rmq.confirm_ms_p99:
+        out["confirm_p99"] = lev.confirm_ms_p99 / rmq.confirm_ms_p99
     return out
 
 
@@ -624,7 +676,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--brokers", default="leveret,rabbitmq", help="comma-separated: leveret, rabbitmq"
     )
-    p.add_argument("--cases", default="a,b", help="comma-separated: a, b")
+    p.add_argument("--cases", default="a,b,c", help="comma-separated: a, b, c")
     p.add_argument(
         "--repeat",
         type=int,
@@ -664,7 +716,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--confirm-window", type=int, default=1000, help="case b: most unconfirmed publishes"
     )
-    p.add_argument("--prefetch", type=int, default=100, help="case b: basic.qos per consumer")
+    p.add_argument("--prefetch", type=int, default=100, help="cases b, c: basic.qos per consumer")
+    p.add_argument("--rate", type=float, default=10_000.0, help="case c: messages/s")
+    p.add_argument("--rate-batch", type=int, default=10, help="case c: publishes per send")
     p.add_argument(
         "--ack-every",
         type=int,
@@ -736,6 +790,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         prefetch=args.prefetch,
         ack_every=args.ack_every,
         lowat=not args.no_lowat,
+        rate=args.rate,
+        rate_batch=args.rate_batch,
     )
     brokers = [b.strip() for b in args.brokers.split(",") if b.strip()]
     cases = [c.strip() for c in args.cases.split(",") if c.strip()]

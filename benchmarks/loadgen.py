@@ -18,10 +18,13 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import signal
 import socket
 import struct
 import time
+from array import array
+from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
@@ -328,13 +331,18 @@ def publish_loop(
     consumer_slots: Sequence[int] = (),
     backlog: int = 0,
     confirm_window: int = 0,
+    rate: float = 0.0,
+    latencies: array | None = None,
 ) -> None:
     """Send ``batch`` publishes at a time until ``ctl[0]`` is set.
 
     ``backlog``: keep at most that many messages between the producer and the slowest
     consumer (read from the shared counters), so a broker without flow control is not
     flooded. ``confirm_window``: publisher confirms are on; keep at most that many
-    unconfirmed."""
+    unconfirmed. ``rate``: publish at most that many messages/s (0: as fast as allowed),
+    waiting for confirms meanwhile. ``latencies``: with confirms, gets two numbers per
+    batch: when it was sent and how long until the broker confirmed all of it
+    (``time.monotonic()`` seconds)."""
     blob = memoryview(unit * batch)
     counter = FrameCounter()
     published = 0
@@ -342,7 +350,36 @@ def publish_loop(
     recv_into = sock.recv_into
     dontwait = socket.MSG_DONTWAIT
     checks = 0
+    sent: deque[tuple[int, float]] = deque()  # (last delivery tag, sent at) per batch
+    monotonic = time.monotonic
+    start = monotonic()
+
+    def take(n: int) -> None:
+        counter.feed(n)
+        acked = counter.acked_upto
+        counts[CONFIRMED] = acked
+        if latencies is not None and sent and sent[0][0] <= acked:
+            now = monotonic()
+            while sent and sent[0][0] <= acked:
+                _, at = sent.popleft()
+                latencies.append(at)
+                latencies.append(now - at)
+
     while not ctl[0]:
+        if rate:
+            # Paced: wait for the next send time, reading confirms as they come.
+            while (wait := start + published / rate - monotonic()) > 0:
+                if not select.select([sock], [], [], wait)[0]:
+                    break
+                try:
+                    n = recv_into(counter.space(), 0, dontwait)
+                except (BlockingIOError, InterruptedError):
+                    continue
+                if not n:
+                    if ctl[0]:
+                        return
+                    raise BrokerClosed("connection closed by the broker")
+                take(n)
         if confirm_window:
             # Drain acks without blocking; block only while the window is full.
             while True:
@@ -359,8 +396,7 @@ def publish_loop(
                     if ctl[0]:
                         return
                     raise BrokerClosed("connection closed by the broker")
-                counter.feed(n)
-                counts[CONFIRMED] = counter.acked_upto
+                take(n)
                 if not full:
                     break
         else:
@@ -381,6 +417,8 @@ def publish_loop(
                 if ctl[0]:
                     return
                 time.sleep(0.001)
+        if latencies is not None:
+            sent.append((published + batch, monotonic()))
         if not send_all(sock, blob, ctl):
             return
         published += batch
@@ -466,7 +504,10 @@ def producer_worker(
     counts: Any,
     ctl: Any,
     status: Any,
+    rate: float = 0.0,
 ) -> None:
+    """With confirms, reports ``("latency", "producer", samples)`` on ``status`` at the end:
+    see :func:`publish_loop`'s ``latencies``."""
     _worker_init()
     conn: SetupConnection | None = None
     try:
@@ -478,6 +519,7 @@ def producer_worker(
         if confirm_window:
             conn.rpc(commands.Confirm.Select(), commands.Confirm.SelectOk)
         status.put(("ready", "producer", os.getpid()))
+        latencies = array("d") if confirm_window else None
         publish_loop(
             conn.sock,
             publish_unit(exchange, body_size),
@@ -487,7 +529,11 @@ def producer_worker(
             consumer_slots,
             backlog,
             confirm_window,
+            rate,
+            latencies,
         )
+        if latencies is not None:
+            status.put(("latency", "producer", latencies.tobytes()))
     except BaseException as exc:
         _report_error(status, "producer", exc)
         raise SystemExit(1) from None
