@@ -50,9 +50,20 @@ from tests.support.brokers import (  # noqa: E402
 )
 from tests.support.ports import free_port  # noqa: E402
 
+from leveret.protocol.stream.spec import OffsetType as StreamOffset  # noqa: E402
+from leveret.spark.chunkreader import CREDIT, CREDIT_BATCH  # noqa: E402
+from leveret.spark.streamclient import StreamClient, Target, chunk_bounds  # noqa: E402
+
 KW: dict[str, Any] = {"username": "guest", "password": "guest", "load_balancer_mode": True}
 BODY = b'{"ts":"2026-11-26T07:00:00Z","level":"info","msg":"' + b"x" * 150 + b'"}'
-KEYS = ("publish_per_s", "publish_broker_us", "read_per_s", "read_broker_us")
+KEYS = (
+    "publish_per_s",
+    "publish_broker_us",
+    "read_per_s",
+    "read_broker_us",
+    "chunks_per_s",
+    "chunks_broker_us",
+)
 
 
 def cpu_seconds(pid: int) -> float:
@@ -96,6 +107,7 @@ async def one_run(port: int, pid: int, records: int) -> dict[str, float]:
     await finished.wait()
     read_s, read_cpu = time.perf_counter() - t0, cpu_seconds(pid) - c0
     await c.close()
+    chunks_s, chunks_cpu = chunk_read(port, pid, stream, records)
     async with Producer("127.0.0.1", port, **KW) as p:
         await p.delete_stream(stream)
     return {
@@ -103,7 +115,33 @@ async def one_run(port: int, pid: int, records: int) -> dict[str, float]:
         "publish_broker_us": publish_cpu / records * 1e6,
         "read_per_s": records / read_s,
         "read_broker_us": read_cpu / records * 1e6,
+        "chunks_per_s": records / chunks_s,
+        "chunks_broker_us": chunks_cpu / records * 1e6,
     }
+
+
+def chunk_read(port: int, pid: int, stream: str, records: int) -> tuple[float, float]:
+    """Read the stream from its first offset as whole chunks, with the blocking client
+    Spark's executors use (256 credits, 64 given back at a time), doing nothing per record:
+    the rate the broker delivers at when the reader is not the bound. Seconds and broker
+    CPU-seconds."""
+    client = StreamClient(Target.of("amqp://guest:guest@127.0.0.1/", port))
+    try:
+        t0, c0 = time.perf_counter(), cpu_seconds(pid)
+        client.subscribe(1, stream, StreamOffset.OFFSET, 0, CREDIT)
+        got = owed = 0
+        while got < records:
+            frame = client.chunk(1, 30)
+            if frame is None:
+                raise TimeoutError(f"read {got} of {records} records")
+            got += chunk_bounds(frame)[2]
+            owed += 1
+            if owed >= CREDIT_BATCH:
+                client.credit(1, owed)
+                owed = 0
+        return time.perf_counter() - t0, cpu_seconds(pid) - c0
+    finally:
+        client.close()
 
 
 def shared_rabbitmq_pid() -> int | None:
@@ -203,16 +241,25 @@ def main() -> None:
             f"{s['read_broker_us']:.2f} µs/delivered record "
             f"({spread([r['read_broker_us'] for r in runs])})"
         )
+        print(
+            f"  {'':8} chunks  {s['chunks_per_s']:>9,.0f}/s "
+            f"({spread([r['chunks_per_s'] for r in runs])}), broker "
+            f"{s['chunks_broker_us']:.2f} µs/delivered record "
+            f"({spread([r['chunks_broker_us'] for r in runs])})"
+        )
     if "rabbitmq" in summary:
         rb = results["rabbitmq"]
         for name in (n for n in results if n != "rabbitmq"):
             lv = results[name]
             ratios = [a["read_per_s"] / b["read_per_s"] for a, b in zip(lv, rb, strict=True)]
             pub = [a["publish_per_s"] / b["publish_per_s"] for a, b in zip(lv, rb, strict=True)]
+            whole = [a["chunks_per_s"] / b["chunks_per_s"] for a, b in zip(lv, rb, strict=True)]
             print(
                 f"  {name} / rabbitmq: read {statistics.median(ratios):.2f} ({spread(ratios)}), "
+                f"chunks {statistics.median(whole):.2f} ({spread(whole)}), "
                 f"publish {statistics.median(pub):.2f} ({spread(pub)})"
             )
+            summary[f"{name}_chunks_ratio"] = {"median": statistics.median(whole), "runs": whole}
             summary[f"{name}_read_ratio"] = {"median": statistics.median(ratios), "runs": ratios}
             summary[f"{name}_publish_ratio"] = {"median": statistics.median(pub), "runs": pub}
     if args.json:
