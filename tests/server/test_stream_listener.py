@@ -117,3 +117,74 @@ def test_a_subscriber_that_does_not_read_costs_bounded_memory(tmp_path: Path) ->
         assert max(buffered) < 6 * 1024 * 1024
         reader.close()
         writer.close()
+
+
+def test_tracking_is_read_back_from_the_log_after_a_restart() -> None:
+    """rstream stores an offset (a tracking chunk, which takes an offset) and a named
+    publisher publishes (its sequence in the chunk's trailer); after a restart both are
+    read back from the stream's own files (no tracking.json beside them), and the next
+    message takes the offset after the last chunk."""
+    import asyncio
+
+    import pytest
+
+    rstream = pytest.importorskip("rstream")
+    kw = {"username": "guest", "password": "guest", "load_balancer_mode": True}
+    data = Path(tempfile.mkdtemp(prefix="leveret-stream-"))
+    name = f"s-{uuid.uuid4().hex[:10]}"
+
+    async def before(port: int) -> None:
+        async with rstream.Producer("127.0.0.1", port, **kw) as p:
+            await p.create_stream(name)
+            await p.send_wait(name, b"m0")
+            c = rstream.Consumer("127.0.0.1", port, **kw)
+            await c.start()
+            await c.store_offset(name, "reader", 0)
+            for _ in range(100):
+                if await c.query_offset(name, "reader") == 0:
+                    break
+                await asyncio.sleep(0.05)
+            await c.close()
+        async with rstream.Producer("127.0.0.1", port, **kw) as p:  # a publisher of its own
+            msg = rstream.AMQPMessage(body=b"m2")
+            msg.publishing_id = 5
+            await p.send_batch(name, [msg], publisher_name="named")
+            await asyncio.sleep(0.3)
+
+    async def after(port: int) -> tuple[int, int, list[int]]:
+        c = rstream.Consumer("127.0.0.1", port, **kw)
+        await c.start()
+        got: list[int] = []
+        try:
+            stored = await c.query_offset(name, "reader")
+            async with rstream.Producer("127.0.0.1", port, **kw) as p:
+                locator = await p.default_client
+                seq = await locator.query_publisher_sequence(name, "named")
+                await p.send_wait(name, b"m3")
+
+            async def on_message(msg: object, ctx: rstream.MessageContext) -> None:
+                got.append(ctx.offset)
+
+            spec = rstream.ConsumerOffsetSpecification(rstream.OffsetType.FIRST)
+            await c.subscribe(name, on_message, offset_specification=spec)
+            for _ in range(100):
+                if len(got) >= 3:
+                    break
+                await asyncio.sleep(0.05)
+        finally:
+            await c.close()
+        return stored, seq, got
+
+    broker = start_leveret(data)
+    try:
+        asyncio.run(asyncio.wait_for(before(broker.stream_port), 30))
+    finally:
+        broker.stop()
+    assert not list(data.rglob("tracking.json"))
+    broker = start_leveret(data)
+    try:
+        stored, seq, offsets = asyncio.run(asyncio.wait_for(after(broker.stream_port), 30))
+    finally:
+        broker.stop()
+    assert (stored, seq) == (0, 5)
+    assert offsets == [0, 2, 3]  # offset 1: the tracking chunk of the stored offset

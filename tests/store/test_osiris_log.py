@@ -3,6 +3,7 @@ timestamp, torn tails after a crash, retention, and the conversion of the old la
 
 from __future__ import annotations
 
+import json
 import os
 import struct
 import zlib
@@ -180,10 +181,12 @@ def test_the_old_layout_is_converted_at_start(tmp_path: Path) -> None:
             old.append(b"\x02ex\x02rk", _PROPS, f"b{i}".encode(), ts_ms=1000 * i)
         if i % 3 == 2:
             old.sync()
-    old.store_offset("consumer", 7)
-    old.set_writer_sequence("writer", 41)
     old.sync()
     old.close()
+    # the tracking the old layout kept beside its records
+    (tmp_path / "tracking.json").write_text(
+        json.dumps({"offsets": {"consumer": 7}, "sequences": {"writer": 41}})
+    )
     old_chunks = [c for s in SegmentLog(tmp_path).segments for c in s.chunks]
     assert list(tmp_path.glob("*.seg"))
 
@@ -204,10 +207,14 @@ def test_the_old_layout_is_converted_at_start(tmp_path: Path) -> None:
         ts for _, _, ts in old_chunks
     ]
     assert (log.query_offset("consumer"), log.writer_sequence("writer")) == (7, 41)
+    assert not (tmp_path / "tracking.json").exists()  # in the last chunk's trailer now
     assert log.append(b"new") == 12
     log.sync()
     log.close()
-    assert messages(OsirisLog(tmp_path))[-1] == b"new"
+    again = OsirisLog(tmp_path)
+    assert messages(again)[-1] == b"new"
+    assert (again.query_offset("consumer"), again.writer_sequence("writer")) == (7, 41)
+    again.close()
 
 
 def test_a_conversion_cut_short_is_done_again(tmp_path: Path) -> None:

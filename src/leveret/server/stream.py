@@ -231,6 +231,9 @@ class StreamProtocol(asyncio.Protocol):
                         published = True
                 elif session is not None and conn.phase is Phase.OPEN and _is_command(event):
                     session.handle(event)  # type: ignore[arg-type]
+                    # as osiris's writer: a stored offset is written (a tracking chunk,
+                    # or the trailer of this batch's chunk) once the batch is read
+                    published = published or isinstance(event, ev.StoreOffset)
                 else:
                     self._control(event)  # type: ignore[arg-type]
             except Exception:

@@ -7,12 +7,9 @@ Layout, one directory per stream, as osiris lays it out::
                                    first offset u64 | timestamp i64 | epoch u64 |
                                    file position u32 | chunk type u8
 
-A chunk is osiris's 48-byte header (magic 5 and version 0 in one byte, chunk type, entry
-count, record count, timestamp, epoch, first offset, CRC32 of the data, data length,
-trailer length, reserved) and its data entries: each message is a simple entry
-(``0 | u31 size`` and the AMQP 1.0-encoded message). A Deliver frame of the stream
-protocol carries the header and data of a chunk exactly as stored, so readers of that
-protocol are served straight from the file (:meth:`OsirisLog.chunk_at`).
+A chunk is in osiris's format (:mod:`leveret.store.osiris_chunks`). A Deliver frame of
+the stream protocol carries the header and data of a chunk exactly as stored, so readers
+of that protocol are served straight from the file (:meth:`OsirisLog.chunk_at`).
 
 Appends are buffered and written as one chunk by :meth:`OsirisLog.sync`, which fsyncs;
 only synced chunks are visible to readers. On open, a torn tail left by a crash is cut at
@@ -21,17 +18,19 @@ again. Retention (``max_bytes``, ``max_age_ms``) drops whole segments, oldest fi
 the active one. Readers seek through the in-memory copy of the index by offset or by
 timestamp; no message is held in memory.
 
-Consumers' stored offsets and named publishers' last publishing ids are kept beside the
-chunks in ``tracking.json`` (osiris keeps them in tracking chunks; here they take no
-offsets)."""
+Consumers' stored offsets and named publishers' last publishing ids are kept in the log
+as osiris keeps them (see :mod:`leveret.store.osiris_tracking`): in chunk trailers, in
+tracking-delta chunks and in the tracking snapshot that starts each segment, and they are
+recovered from there at open. The ``tracking.json`` an older Leveret kept beside the
+chunks is taken in once (what the chunks lack is written as a snapshot chunk), then
+removed."""
 
 from __future__ import annotations
 
 import bisect
-import json
+import contextlib
 import logging
 import os
-import shutil
 import struct
 import zlib
 from array import array
@@ -40,29 +39,32 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from leveret.broker.clock import wall_ms
+from leveret.store.osiris_chunks import (
+    CHUNK_TRK_DELTA,
+    CHUNK_TRK_SNAPSHOT,
+    CHUNK_USER,
+    EPOCH,
+    HEADER,
+    HEADER_SIZE,
+    MAGIC_VERSION,
+    U32,
+    build_chunk,
+    build_framed_chunk,
+    chunk_records,
+)
+from leveret.store.osiris_tracking import TRK_OFFSET, TRK_SEQUENCE, Tracking, read_tracking_json
+from leveret.store.segmented import SegmentedLog, segment_name
 
 log = logging.getLogger(__name__)
 
 LOG_HEADER = b"OSIL\x00\x00\x00\x01"
 IDX_HEADER = b"OSII\x00\x00\x00\x01"
-MAGIC_VERSION = 0x50  # magic 5, chunk format version 0 (osiris 1.3.1, RabbitMQ 3.10.8)
-CHUNK_USER = 0
-CHUNK_TRK_DELTA = 1
-CHUNK_TRK_SNAPSHOT = 2
-HEADER = struct.Struct(">BBHIqQQIIII")
-HEADER_SIZE = HEADER.size  # 48
 _IDX = struct.Struct(">QqQIB")  # first offset, timestamp, epoch, file position, chunk type
-_U32 = struct.Struct(">I")
-_U64 = struct.Struct(">Q")
 _SUB = struct.Struct(">BHII")  # sub-batch entry: flag and compression, records, sizes
-GZIP = 1  # sub-batch compression types: 0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd
-TRK_SEQUENCE = 0
-TRK_OFFSET = 1
 MAX_SEGMENT_CHUNKS = 256_000  # osiris's default max_segment_size_chunks
 # A chunk is cut at this many bytes of entries (a Deliver frame stays well within the
 # 1 MiB frame size clients ask for), and at 65,535 entries (the header's entry count).
 CHUNK_BYTES = 512 * 1024
-EPOCH = 1
 
 Record = tuple[int, int, bytes]  # offset, chunk timestamp ms, AMQP 1.0 message
 
@@ -78,10 +80,6 @@ class ChunkRef:
     first: int
     records: int
     timestamp: int
-
-
-def _name(base: int) -> str:
-    return f"{base:020d}"
 
 
 class _Segment:
@@ -103,8 +101,8 @@ class _Segment:
 
     def __init__(self, directory: Path, base: int) -> None:
         self.base = base
-        self.path = directory / f"{_name(base)}.segment"
-        self.idx_path = directory / f"{_name(base)}.index"
+        self.path = directory / f"{segment_name(base)}.segment"
+        self.idx_path = directory / f"{segment_name(base)}.index"
         self.firsts = array("q")  # first offset of each chunk
         self.positions = array("q")  # its file position
         self.timestamps = array("q")
@@ -147,107 +145,7 @@ class _Segment:
         return nxt - self.positions[i]
 
 
-def build_chunk(
-    messages: list[bytes],
-    first: int,
-    ts: int,
-    trailer: bytes = b"",
-    kind: int = CHUNK_USER,
-    epoch: int = EPOCH,
-) -> bytes:
-    """A chunk of simple entries (and a tracking trailer), as osiris writes it; the CRC
-    covers the entries only."""
-    pack = _U32.pack
-    data = b"".join([b for m in messages for b in (pack(len(m)), m)])
-    n = len(messages)
-    head = HEADER.pack(
-        MAGIC_VERSION, kind, n, n, ts, epoch, first, zlib.crc32(data), len(data), len(trailer), 0
-    )
-    return head + data + trailer
-
-
-def build_framed_chunk(
-    entries: list[bytes], records: int, first: int, ts: int, trailer: bytes = b""
-) -> bytes:
-    """A user chunk of entries already framed (simple or sub-batch)."""
-    data = b"".join(entries)
-    n = len(entries)
-    head = HEADER.pack(
-        MAGIC_VERSION,
-        CHUNK_USER,
-        n,
-        records,
-        ts,
-        EPOCH,
-        first,
-        zlib.crc32(data),
-        len(data),
-        len(trailer),
-        0,
-    )
-    return head + data + trailer
-
-
-def tracking_entry(kind: int, reference: str, value: int, chunk_id: int | None = None) -> bytes:
-    """One tracking record: type (0 sequence, 1 offset), the reference, then the value
-    (in a snapshot, a sequence is preceded by the chunk id it was written in)."""
-    ref = reference.encode()[:255]
-    head = bytes((kind, len(ref))) + ref
-    if chunk_id is not None:
-        head += _U64.pack(chunk_id)
-    return head + _U64.pack(value & 0xFFFFFFFFFFFFFFFF)
-
-
-def chunk_records(
-    chunk: bytes | memoryview, first: int, start: int = 0, limit: int = 1 << 62
-) -> list[tuple[int, bytes]]:
-    """The (offset, message) of a stored user chunk's entries from offset ``start`` on, at
-    most ``limit``; sub-batches of compression type 0 are opened, a compressed one is one
-    record of its raw batch (as osiris)."""
-    out: list[tuple[int, bytes]] = []
-    (_, _, entries, _, _, _, _, _, length, _, _) = HEADER.unpack_from(chunk)
-    pos = HEADER_SIZE
-    end = pos + length
-    unpack = _U32.unpack_from
-    offset = first
-    while pos < end and entries and len(out) < limit:
-        entries -= 1
-        (size,) = unpack(chunk, pos)
-        if size & 0x80000000:
-            flag = chunk[pos]
-            count = int.from_bytes(chunk[pos + 1 : pos + 3], "big")
-            (blen,) = unpack(chunk, pos + 7)
-            at = pos + 11
-            batch: bytes | memoryview = chunk[at : at + blen]
-            kind = (flag >> 4) & 0x7
-            if kind == GZIP:
-                try:
-                    batch = zlib.decompress(batch, 16 + zlib.MAX_WBITS)
-                except zlib.error:
-                    kind = -1
-            if kind not in (0, GZIP):  # as osiris: the batch as it is, one record
-                out.append((offset, bytes(batch)))
-                offset += count
-            else:
-                p = 0
-                try:
-                    for i in range(count):
-                        (n,) = unpack(batch, p)
-                        out.append((offset + i, bytes(batch[p + 4 : p + 4 + n])))
-                        p += 4 + n
-                except struct.error:  # records that do not add up: the rest as it is
-                    out.append((offset + i, bytes(batch[p:])))
-                offset += count
-            pos = at + blen
-        else:
-            if offset >= start:
-                out.append((offset, bytes(chunk[pos + 4 : pos + 4 + size])))
-            offset += 1
-            pos += 4 + size
-    return [r for r in out if r[0] >= start] if start > first else out
-
-
-class OsirisLog:
+class OsirisLog(SegmentedLog[_Segment]):
     def __init__(
         self,
         directory: Path,
@@ -272,13 +170,10 @@ class OsirisLog:
         self._idx_writer = -1
         self._open(start)
         self.next_offset = self.committed
-        self._tracking_path = self.dir / "tracking.json"
-        self.offsets: dict[str, int] = {}
-        self.sequences: dict[str, int] = {}
-        self._seq_chunks: dict[str, int] = {}  # the chunk each sequence was written in
-        self._pending_trk: dict[tuple[int, str], int] = {}
-        self._tracking_dirty = False
-        self._load_tracking()
+        self.tracking = Tracking()
+        self._snapshot: bytes | None = None  # a snapshot chunk to write at the next sync
+        self._recover_tracking()
+        self._take_in_tracking_json()
 
     # ------------------------------------------------------------------ open
     def _open(self, start: int) -> None:
@@ -376,68 +271,81 @@ class OsirisLog:
         os.replace(tmp, seg.idx_path)
 
     # ------------------------------------------------------------- tracking
-    def _load_tracking(self) -> None:
+    def _recover_tracking(self) -> None:
+        """The tracking state from the chunks, in log order, from the last segment that
+        starts with a snapshot (osiris reads its last segment, which starts with one
+        whenever the state was not empty when it was opened)."""
+        segs = self.segments
+        start = 0
+        for si in range(len(segs) - 1, -1, -1):
+            if segs[si].types[:1] == bytes((CHUNK_TRK_SNAPSHOT,)):
+                start = si
+                break
+        trk = self.tracking
+        for seg in segs[start:]:
+            fd = seg.reader()
+            for i in range(len(seg.firsts)):
+                pos, kind, chunk_id = seg.positions[i], seg.types[i], seg.firsts[i]
+                dlen, tlen = HEADER.unpack(os.pread(fd, HEADER_SIZE, pos))[8:10]
+                seg.dlens[i] = dlen
+                if kind == CHUNK_USER:
+                    if tlen:
+                        trk.apply_trailer(chunk_id, os.pread(fd, tlen, pos + HEADER_SIZE + dlen))
+                    continue
+                data = os.pread(fd, dlen, pos + HEADER_SIZE)  # one simple entry
+                entry = data[4 : 4 + (U32.unpack_from(data)[0] if dlen >= 4 else 0)]
+                if kind == CHUNK_TRK_SNAPSHOT:
+                    trk.load_snapshot(entry)
+                else:
+                    trk.apply_trailer(chunk_id, entry)
+
+    def _take_in_tracking_json(self) -> None:
+        """The ``tracking.json`` an older Leveret wrote: what the chunks do not hold of it
+        is written in a snapshot chunk of the whole state, then the file goes."""
+        path = self.dir / "tracking.json"
         try:
-            data = json.loads(self._tracking_path.read_text())
-        except (OSError, ValueError):
+            offsets, sequences = read_tracking_json(path)
+        except FileNotFoundError:
             return
-        self.offsets = {str(k): int(v) for k, v in data.get("offsets", {}).items()}
-        self.sequences = {str(k): int(v) for k, v in data.get("sequences", {}).items()}
+        except (OSError, ValueError) as exc:
+            log.warning("%s: tracking.json left as it is, it cannot be read: %s", path, exc)
+            return
+        trk = self.tracking
+        missing = {r: o for r, o in offsets.items() if r not in trk.offsets}
+        missing_seqs = {r: q for r, q in sequences.items() if r not in trk.sequences}
+        if missing or missing_seqs:
+            trk.offsets.update(missing)
+            trk.sequences.update({r: (self.next_offset, q) for r, q in missing_seqs.items()})
+            # kept whole (osiris's snapshot at the next segment drops offsets it left behind)
+            self._snapshot = trk.snapshot(0, -(1 << 63))
+            self.sync()
+            log.info(
+                "%s: %d stored offsets and %d publisher sequences taken in from tracking.json",
+                self.dir,
+                len(missing),
+                len(missing_seqs),
+            )
+        path.unlink()
+        with contextlib.suppress(FileNotFoundError):
+            path.with_suffix(".tmp").unlink()
 
     def store_offset(self, reference: str, offset: int) -> None:
         """A consumer's offset, written at the next sync: in the trailer of the chunk
         then written, or, when no message waits, in a tracking chunk of its own, which
         takes an offset (as osiris's writer does it)."""
-        self.offsets[reference] = offset
-        self._pending_trk[(TRK_OFFSET, reference)] = offset
-        self._tracking_dirty = True
+        self.tracking.set(TRK_OFFSET, reference, offset)
 
     def query_offset(self, reference: str) -> int | None:
-        return self.offsets.get(reference)
+        return self.tracking.offsets.get(reference)
 
     def writer_sequence(self, reference: str) -> int | None:
-        return self.sequences.get(reference)
+        return self.tracking.sequence(reference)
 
     def set_writer_sequence(self, reference: str, sequence: int) -> None:
-        if self.sequences.get(reference) == sequence:
-            return
-        self.sequences[reference] = sequence
-        self._pending_trk[(TRK_SEQUENCE, reference)] = sequence
-        self._tracking_dirty = True
-
-    def _save_tracking(self) -> None:
-        if not self._tracking_dirty:
-            return
-        self._tracking_dirty = False
-        tmp = self._tracking_path.with_suffix(".tmp")
-        with open(tmp, "w") as f:
-            json.dump({"offsets": self.offsets, "sequences": self.sequences}, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self._tracking_path)
+        if self.tracking.sequence(reference) != sequence:
+            self.tracking.set(TRK_SEQUENCE, reference, sequence)
 
     # ---------------------------------------------------------------- state
-    @property
-    def first(self) -> int:
-        """The oldest offset still stored."""
-        for seg in self.segments:
-            if seg.end > seg.base:
-                return seg.base
-        return self.segments[-1].base
-
-    @property
-    def committed(self) -> int:
-        """One past the last offset on disk: readers see offsets below it."""
-        return self.segments[-1].end
-
-    @property
-    def total_bytes(self) -> int:
-        return sum(s.size for s in self.segments)
-
-    @property
-    def segment_count(self) -> int:
-        return len(self.segments)
-
     @property
     def chunk_count(self) -> int:
         return sum(len(s.firsts) for s in self.segments)
@@ -504,11 +412,10 @@ class OsirisLog:
     def sync(self, ts_ms: int | None = None) -> bool:
         """Write what was appended as chunks (stamped now, or ``ts_ms``) and fsync them.
         True if anything was written. Tracking that changed goes in the last chunk's
-        trailer, or in a tracking chunk when no message waits; ``tracking.json`` is written
-        too, after the chunks it may refer to."""
-        if not self._pending and not self._pending_trk:
-            if self._tracking_dirty and self.dir.exists():
-                self._save_tracking()
+        trailer, or in a tracking chunk when no message waits; a new segment starts with a
+        snapshot of the tracking state (unless it is empty), as osiris's writer does."""
+        trk = self.tracking
+        if not self._pending and not trk.pending and self._snapshot is None:
             return False
         ts = wall_ms() if ts_ms is None else ts_ms  # the broker's clock
         seg = self.segments[-1]
@@ -531,22 +438,22 @@ class OsirisLog:
             self._roll()
             seg = self.segments[-1]
             pos, first = seg.size, seg.end
-            snapshot = self._snapshot()
-            if snapshot:  # a new segment starts with the tracking state, as osiris's
-                add(build_chunk([snapshot], first, ts, kind=CHUNK_TRK_SNAPSHOT), 1, 2, -1)
-        trailer = b"".join(
-            tracking_entry(kind, ref, value) for (kind, ref), value in self._pending_trk.items()
-        )
+            if not trk.is_empty():  # offsets and timestamps from the first chunk on
+                first_ts = self.segments[0].timestamps[0] if self.segments[0].firsts else 0
+                self._snapshot = trk.snapshot(self.first, first_ts)
+        if self._snapshot is not None:
+            snapshot, self._snapshot = self._snapshot, None
+            add(build_chunk([snapshot], first, ts, kind=CHUNK_TRK_SNAPSHOT), 1, 2, -1)
         pending = self._pending
         self._pending = []
         batches = self._pending_batches
         self._pending_batches = {}
         # entries framed (a simple entry is ``u32 size | message``; a sub-batch came framed)
         if batches:
-            entries = [m if i in batches else _U32.pack(len(m)) + m for i, m in enumerate(pending)]
+            entries = [m if i in batches else U32.pack(len(m)) + m for i, m in enumerate(pending)]
             counts = [batches.get(i, 1) for i in range(len(pending))]
         else:
-            pack = _U32.pack
+            pack = U32.pack
             entries = [pack(len(m)) + m for m in pending]
         i = 0
         while i < len(entries):  # chunks of at most CHUNK_BYTES (one entry at least)
@@ -555,16 +462,12 @@ class OsirisLog:
                 size += len(entries[j])
                 j += 1
             records = sum(counts[i:j]) if batches else j - i
-            tail = trailer if j == len(entries) else b""
+            tail = trk.flush(first) if j == len(entries) and trk.pending else b""
             add(build_framed_chunk(entries[i:j], records, first, ts, tail), records, 0, size)
             i = j
-        if pending:
-            for kind, ref in self._pending_trk:
-                if kind == TRK_SEQUENCE:
-                    self._seq_chunks[ref] = seg.firsts[-1]
-        else:  # tracking alone: a chunk of its own, one entry, one offset
-            add(build_chunk([trailer], first, ts, kind=CHUNK_TRK_DELTA), 1, CHUNK_TRK_DELTA, -1)
-        self._pending_trk.clear()
+        if trk.pending:  # tracking alone: a chunk of its own, one entry, one offset
+            delta = build_chunk([trk.flush(first)], first, ts, kind=CHUNK_TRK_DELTA)
+            add(delta, 1, CHUNK_TRK_DELTA, -1)
         self.next_offset = first
         if self._writer < 0:
             self._writer = os.open(seg.path, os.O_WRONLY | os.O_APPEND)
@@ -575,54 +478,14 @@ class OsirisLog:
         seg.size = pos
         seg.end = first
         seg.last_ts = ts
-        self._save_tracking()
         self.apply_retention()
         return True
-
-    def _snapshot(self) -> bytes:
-        """The tracking state as osiris's snapshot chunk holds it (offsets below the first
-        offset still stored are dropped, as osiris drops them)."""
-        low = self.first
-        self.offsets = {ref: o for ref, o in self.offsets.items() if o >= low}
-        return b"".join(
-            [
-                tracking_entry(TRK_SEQUENCE, ref, seq, self._seq_chunks.get(ref, 0))
-                for ref, seq in self.sequences.items()
-            ]
-            + [tracking_entry(TRK_OFFSET, ref, o) for ref, o in self.offsets.items()]
-        )
 
     def _roll(self) -> None:
         self._close_writers()
         seg = _Segment(self.dir, self.segments[-1].end)
         _create(seg)
         self.segments.append(seg)
-
-    def set_retention(
-        self, max_bytes: int | None, max_age_ms: int | None, max_segment_bytes: int
-    ) -> None:
-        """New limits (a policy changed): applied now and at every chunk from now on."""
-        self.max_bytes = max_bytes
-        self.max_age_ms = max_age_ms
-        self.max_segment_bytes = max_segment_bytes
-        self.apply_retention()
-
-    def apply_retention(self, now_ms: int | None = None) -> int:
-        """Drop whole old segments beyond the length or age limit; how many went."""
-        dropped = 0
-        now = wall_ms() if now_ms is None else now_ms
-        while len(self.segments) > 1:
-            oldest = self.segments[0]
-            too_big = self.max_bytes is not None and self.total_bytes > self.max_bytes
-            too_old = self.max_age_ms is not None and oldest.last_ts < now - self.max_age_ms
-            if not (too_big or too_old):
-                break
-            oldest.close()
-            oldest.path.unlink(missing_ok=True)
-            oldest.idx_path.unlink(missing_ok=True)
-            self.segments.pop(0)
-            dropped += 1
-        return dropped
 
     # ----------------------------------------------------------------- read
     def chunk_at(self, offset: int) -> ChunkRef | None:
@@ -684,20 +547,11 @@ class OsirisLog:
                 os.close(fd)
         self._writer = self._idx_writer = -1
 
-    def close(self) -> None:
-        self.sync()
-        self._close_writers()
-        for seg in self.segments:
-            seg.close()
-
-    def delete(self) -> None:
+    def _drop_pending(self) -> None:
         self._pending.clear()
         self._pending_batches.clear()
-        self._tracking_dirty = False
-        self._close_writers()
-        for seg in self.segments:
-            seg.close()
-        shutil.rmtree(self.dir, ignore_errors=True)
+        self.tracking.pending.clear()
+        self._snapshot = None
 
 
 def _create(seg: _Segment) -> None:

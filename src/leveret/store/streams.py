@@ -16,14 +16,14 @@ index and read what they need: no copy of the whole stream is held in memory."""
 from __future__ import annotations
 
 import bisect
-import json
 import os
-import shutil
 import struct
 import time
 import zlib
 from pathlib import Path
 from typing import BinaryIO
+
+from leveret.store.segmented import SegmentedLog, segment_name
 
 _REC = struct.Struct(">QqII")  # offset, timestamp ms, payload length, crc32
 _IDX = struct.Struct(">QQq")  # first offset of chunk, file position, timestamp ms
@@ -32,15 +32,11 @@ _U32 = struct.Struct(">I")
 Record = tuple[int, int, bytes, bytes, bytes]  # offset, ts ms, exchange+key, props, body
 
 
-def _name(base: int) -> str:
-    return f"{base:020d}"
-
-
 class _Segment:
     def __init__(self, directory: Path, base: int) -> None:
         self.base = base
-        self.path = directory / f"{_name(base)}.seg"
-        self.idx_path = directory / f"{_name(base)}.idx"
+        self.path = directory / f"{segment_name(base)}.seg"
+        self.idx_path = directory / f"{segment_name(base)}.idx"
         self.chunks: list[tuple[int, int, int]] = []  # (first offset, position, ts)
         self.firsts: list[int] = []
         self.size = 0
@@ -63,7 +59,7 @@ class _Segment:
         self.firsts.append(first)
 
 
-class SegmentLog:
+class SegmentLog(SegmentedLog[_Segment]):
     def __init__(
         self,
         directory: Path,
@@ -84,13 +80,6 @@ class SegmentLog:
         self._idx_writer: BinaryIO | None = None
         self._open()
         self.next_offset = self.committed
-        # What the stream protocol tracks beside the records: consumers' stored offsets
-        # and named publishers' last publishing ids (de-duplication), both by reference.
-        self._tracking_path = self.dir / "tracking.json"
-        self.offsets: dict[str, int] = {}
-        self.sequences: dict[str, int] = {}
-        self._tracking_dirty = False
-        self._load_tracking()
 
     # ------------------------------------------------------------------ open
     def _open(self) -> None:
@@ -147,62 +136,6 @@ class SegmentLog:
             for chunk in seg.chunks:
                 f.write(_IDX.pack(*chunk))
 
-    # ------------------------------------------------------------- tracking
-    def _load_tracking(self) -> None:
-        try:
-            data = json.loads(self._tracking_path.read_text())
-        except (OSError, ValueError):
-            return
-        self.offsets = {str(k): int(v) for k, v in data.get("offsets", {}).items()}
-        self.sequences = {str(k): int(v) for k, v in data.get("sequences", {}).items()}
-
-    def store_offset(self, reference: str, offset: int) -> None:
-        self.offsets[reference] = offset
-        self._tracking_dirty = True
-
-    def query_offset(self, reference: str) -> int | None:
-        return self.offsets.get(reference)
-
-    def writer_sequence(self, reference: str) -> int | None:
-        return self.sequences.get(reference)
-
-    def set_writer_sequence(self, reference: str, sequence: int) -> None:
-        self.sequences[reference] = sequence
-        self._tracking_dirty = True
-
-    def _save_tracking(self) -> None:
-        if not self._tracking_dirty:
-            return
-        self._tracking_dirty = False
-        tmp = self._tracking_path.with_suffix(".tmp")
-        with open(tmp, "w") as f:
-            json.dump({"offsets": self.offsets, "sequences": self.sequences}, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self._tracking_path)
-
-    # ---------------------------------------------------------------- state
-    @property
-    def first(self) -> int:
-        """The oldest offset still stored."""
-        for seg in self.segments:
-            if seg.end > seg.base:
-                return seg.base
-        return self.segments[-1].base
-
-    @property
-    def committed(self) -> int:
-        """One past the last offset on disk: readers see offsets below it."""
-        return self.segments[-1].end
-
-    @property
-    def total_bytes(self) -> int:
-        return sum(s.size for s in self.segments)
-
-    @property
-    def segment_count(self) -> int:
-        return len(self.segments)
-
     def last_chunk_start(self) -> int:
         for seg in reversed(self.segments):
             if seg.chunks:
@@ -242,11 +175,8 @@ class SegmentLog:
         return offset
 
     def sync(self) -> bool:
-        """Write what was appended as one chunk and fsync it. True if anything was new.
-        Tracking that changed is written too, after the records it may refer to."""
+        """Write what was appended as one chunk and fsync it. True if anything was new."""
         if not self._pending:
-            if self._tracking_dirty and self.dir.exists():
-                self._save_tracking()
             return False
         seg = self.segments[-1]
         if self._writer is None:
@@ -265,7 +195,6 @@ class SegmentLog:
         seg.end = self.next_offset
         seg.last_ts = int(time.time() * 1000)
         self._pending.clear()
-        self._save_tracking()
         if seg.size >= self.max_segment_bytes:
             self._roll()
         self.apply_retention()
@@ -276,32 +205,6 @@ class SegmentLog:
         seg = _Segment(self.dir, self.next_offset)
         seg.path.touch()
         self.segments.append(seg)
-
-    def set_retention(
-        self, max_bytes: int | None, max_age_ms: int | None, max_segment_bytes: int
-    ) -> None:
-        """New limits (a policy changed): applied now and at every chunk from now on."""
-        self.max_bytes = max_bytes
-        self.max_age_ms = max_age_ms
-        self.max_segment_bytes = max_segment_bytes
-        self.apply_retention()
-
-    def apply_retention(self, now_ms: int | None = None) -> int:
-        """Drop whole old segments beyond the length or age limit; how many went."""
-        dropped = 0
-        now = int(time.time() * 1000) if now_ms is None else now_ms
-        while len(self.segments) > 1:
-            oldest = self.segments[0]
-            too_big = self.max_bytes is not None and self.total_bytes > self.max_bytes
-            too_old = self.max_age_ms is not None and oldest.last_ts < now - self.max_age_ms
-            if not (too_big or too_old):
-                break
-            oldest.close()
-            oldest.path.unlink(missing_ok=True)
-            oldest.idx_path.unlink(missing_ok=True)
-            self.segments.pop(0)
-            dropped += 1
-        return dropped
 
     # ----------------------------------------------------------------- read
     def read(self, offset: int, max_count: int, max_bytes: int = 4 * 1024 * 1024) -> list[Record]:
@@ -386,16 +289,5 @@ class SegmentLog:
                 f.close()
         self._writer = self._idx_writer = None
 
-    def close(self) -> None:
-        self.sync()
-        self._close_writers()
-        for seg in self.segments:
-            seg.close()
-
-    def delete(self) -> None:
+    def _drop_pending(self) -> None:
         self._pending.clear()
-        self._tracking_dirty = False
-        self._close_writers()
-        for seg in self.segments:
-            seg.close()
-        shutil.rmtree(self.dir, ignore_errors=True)
