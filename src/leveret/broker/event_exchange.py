@@ -631,13 +631,10 @@ class EventExchange:
         )
 
     def _user_limits_cleared(self, event: ev.UserLimitsCleared) -> None:
+        name = event.user
         self.emit(
             "user.limits.cleared",
-            [
-                ("name", "limits"),
-                ("user_who_performed_action", self.actor()),
-                ("username", event.user),
-            ],
+            [("name", "limits"), ("user_who_performed_action", self.actor()), ("username", name)],
         )
 
     def _topic_permission_set(self, event: ev.TopicPermissionSet) -> None:
@@ -655,29 +652,25 @@ class EventExchange:
         )
 
     def _topic_permission_cleared(self, event: ev.TopicPermissionCleared) -> None:
+        user, vhost = event.user, event.vhost
         # RabbitMQ tells of one exchange's clearing as permission.deleted
         key = "topic.permission.deleted" if event.exchange is None else "permission.deleted"
         self.emit(
-            key,
-            [
-                ("user", event.user),
-                ("vhost", event.vhost),
-                ("user_who_performed_action", self.actor()),
-            ],
+            key, [("user", user), ("vhost", vhost), ("user_who_performed_action", self.actor())]
         )
 
     def _limits_changed(self, event: ev.VhostLimitsChanged) -> None:
         # a user's limits (UserLimitsChanged) are told of by user.limits.*
-        subject = event.vhost
-        self._limited.add(subject.name)
-        limits: list[tuple[str, Value]] = list(subject.limits.items())
+        vhost = event.vhost
+        self._limited.add(vhost.name)
+        limits: list[tuple[str, Value]] = list(vhost.limits.items())
         actor = ("user_who_performed_action", self.actor())
         # the parameter's value is its proplist: an empty one is a list
         value: Value = dict(limits) if limits else []
         self.emit(
             "parameter.set",
             [
-                ("vhost", subject.name),
+                ("vhost", vhost.name),
                 ("component", "vhost-limits"),
                 ("name", "limits"),
                 ("value", value),
