@@ -10,7 +10,26 @@ from typing import TYPE_CHECKING, Any
 
 import leveret
 from leveret.broker import plugins
-from leveret.broker.events import Event, Observers
+from leveret.broker.events import (
+    ConnectionClosed,
+    ConnectionOpened,
+    Observers,
+    PermissionChanged,
+    TopicPermissionChanged,
+    TopicPermissionCleared,
+    TopicPermissionSet,
+    UserChanged,
+    UserEvent,
+    UserLimitsChanged,
+    UserLimitsCleared,
+    UserLimitsSet,
+    UserPasswordChanged,
+    UserPasswordCleared,
+    UserTagsSet,
+    VhostAdded,
+    VhostChanged,
+    VhostDeleted,
+)
 from leveret.broker.memory import MemoryBudget, release
 from leveret.broker.reply_to import DirectReplyTo
 from leveret.broker.users import TopicPermission, UserDatabase, hash_password
@@ -121,7 +140,7 @@ class BrokerCore:
                 # as rabbit_logger_exchange_h: topic, durable, internal
                 vhost.add_builtin_exchange(LOG_EXCHANGE, "topic", internal=True)
             self.vhosts[name] = vhost
-            self.observers.emit(Event.VHOST_ADDED, vhost)
+            self.observers.emit(VhostAdded(vhost))
         return vhost
 
     def set_tracing(self, name: str, on: bool) -> None:
@@ -146,7 +165,7 @@ class BrokerCore:
     def update_vhost(self, vhost: VirtualHost, description: str, tags: list[str]) -> None:
         vhost.description = description
         vhost.tags = list(tags)
-        self.observers.emit(Event.VHOST_CHANGED, vhost)
+        self.observers.emit(VhostChanged(vhost))
 
     def delete_vhost(self, name: str) -> bool:
         """Delete a vhost in RabbitMQ's order (rabbit_vhost:delete), each step told of: its
@@ -164,7 +183,7 @@ class BrokerCore:
         for exchange in list(vhost.exchanges):
             vhost.delete_exchange(exchange)
         del self.vhosts[name]
-        self.observers.emit(Event.VHOST_DELETED, vhost)
+        self.observers.emit(VhostDeleted(vhost))
         for connection in list(self.connections.values()):
             if connection.vhost == name:
                 connection.force_close("vhost deleted")
@@ -179,7 +198,7 @@ class BrokerCore:
         password_hash: str | None = None,
     ) -> None:
         self.users.add_user(name, password, tags, password_hash=password_hash)
-        self.observers.emit(Event.USER_CHANGED, name)
+        self.observers.emit(UserChanged(name))
 
     def put_user(
         self,
@@ -194,24 +213,24 @@ class BrokerCore:
         user = self.users.users.get(name)
         if user is None:
             self.users.add_user(name, password, tags, password_hash=password_hash)
-            self.observers.emit(Event.USER_CHANGED, name)
+            self.observers.emit(UserChanged(name))
             if tags:
-                self.observers.emit(Event.USER_TAGS_SET, name)
+                self.observers.emit(UserTagsSet(name))
             return True
-        told: tuple[Event, ...]
+        told: tuple[type[UserEvent], ...]
         if password is not None:
             user.password_hash = hash_password(password)
-            told = (Event.USER_PASSWORD_CHANGED, Event.USER_TAGS_SET)
+            told = (UserPasswordChanged, UserTagsSet)
         elif password_hash is not None:
             user.password_hash = password_hash
             told = ()  # a hash is set as it is, and RabbitMQ tells no one
         else:
             user.password_hash = ""
-            told = (Event.USER_TAGS_SET, Event.USER_PASSWORD_CLEARED)
+            told = (UserTagsSet, UserPasswordCleared)
         user.tags = list(tags)
-        self.observers.emit(Event.USER_CHANGED, name)
+        self.observers.emit(UserChanged(name))
         for event in told:
-            self.observers.emit(event, name)
+            self.observers.emit(event(name))
         return False
 
     def delete_user(self, name: str) -> bool:
@@ -220,21 +239,21 @@ class BrokerCore:
         for vhost in self.vhosts.values():
             for key in [k for k in vhost.topic_permissions if k[0] == name]:
                 del vhost.topic_permissions[key]
-        self.observers.emit(Event.USER_CHANGED, name)
+        self.observers.emit(UserChanged(name))
         return True
 
     def set_user_limits(self, name: str, limits: dict[str, int]) -> None:
         user = self.users.users.get(name)
         if user is not None:
             user.limits = dict(limits)
-            self.observers.emit(Event.LIMITS_CHANGED, name)
+            self.observers.emit(UserLimitsChanged(name))
 
     def set_user_limit(self, name: str, limit: str, value: int) -> None:
         """One limit of a user (kept in key order, as internal_user's map)."""
         user = self.users.users.get(name)
         if user is not None:
             self.set_user_limits(name, dict(sorted({**user.limits, limit: value}.items())))
-            self.observers.emit(Event.USER_LIMITS_SET, (name, {limit: value}))
+            self.observers.emit(UserLimitsSet(name, {limit: value}))
 
     def clear_user_limit(self, name: str, limit: str) -> None:
         """One limit of a user; RabbitMQ tells of the clearing even of a limit not set."""
@@ -242,16 +261,16 @@ class BrokerCore:
         if user is not None:
             if limit in user.limits:
                 self.set_user_limits(name, {k: x for k, x in user.limits.items() if k != limit})
-            self.observers.emit(Event.USER_LIMITS_CLEARED, name)
+            self.observers.emit(UserLimitsCleared(name))
 
     def set_permissions(self, user: str, vhost: str, configure: str, write: str, read: str) -> None:
         self.users.set_permissions(user, vhost, configure, write, read)
-        self.observers.emit(Event.PERMISSION_CHANGED, (user, vhost))
+        self.observers.emit(PermissionChanged(user, vhost))
 
     def clear_permissions(self, user: str, vhost: str) -> bool:
         if not self.users.clear_permissions(user, vhost):
             return False
-        self.observers.emit(Event.PERMISSION_CHANGED, (user, vhost))
+        self.observers.emit(PermissionChanged(user, vhost))
         return True
 
     # ---------------------------------------------------------- topic permissions
@@ -261,8 +280,8 @@ class BrokerCore:
         v = self.vhosts[vhost]
         perm = TopicPermission(user, vhost, exchange, write, read)
         v.topic_permissions[(user, exchange)] = perm
-        self.observers.emit(Event.TOPIC_PERMISSION_CHANGED, (user, vhost))
-        self.observers.emit(Event.TOPIC_PERMISSION_SET, perm)
+        self.observers.emit(TopicPermissionChanged(user, vhost))
+        self.observers.emit(TopicPermissionSet(perm))
 
     def clear_topic_permissions(self, user: str, vhost: str, exchange: str | None = None) -> bool:
         """One exchange's topic permission of a user in a vhost, or all of them."""
@@ -277,8 +296,8 @@ class BrokerCore:
         for key in keys:
             del v.topic_permissions[key]
         if keys:
-            self.observers.emit(Event.TOPIC_PERMISSION_CHANGED, (user, vhost))
-            self.observers.emit(Event.TOPIC_PERMISSION_CLEARED, (user, vhost, exchange))
+            self.observers.emit(TopicPermissionChanged(user, vhost))
+            self.observers.emit(TopicPermissionCleared(user, vhost, exchange))
         return bool(keys)
 
     def topic_permissions(
@@ -332,8 +351,8 @@ class BrokerCore:
 
     def register(self, connection: ConnectionInfo) -> None:
         self.connections[connection.id] = connection
-        self.observers.emit(Event.CONNECTION_OPENED, connection)
+        self.observers.emit(ConnectionOpened(connection))
 
     def unregister(self, connection: ConnectionInfo) -> None:
         if self.connections.pop(connection.id, None) is not None:
-            self.observers.emit(Event.CONNECTION_CLOSED, connection)
+            self.observers.emit(ConnectionClosed(connection))

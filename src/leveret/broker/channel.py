@@ -14,7 +14,7 @@ from pamqp import commands
 from leveret.broker import names
 from leveret.broker.consumer import UNLIMITED, Consumer
 from leveret.broker.entry import Entry, now_ms
-from leveret.broker.events import Event
+from leveret.broker.events import ConsumerCreated, ConsumerDeleted
 from leveret.broker.message import Message
 from leveret.broker.ports import ConnectionInfo, FlowHolder
 from leveret.broker.queues.base import Queue
@@ -177,7 +177,7 @@ class Channel:
     def start_consumer(self, consumer: Consumer, start: Any = None) -> None:
         """Attach after consume-ok went out, so no delivery overtakes it."""
         consumer.queue.add_consumer(consumer, start)
-        self.host.vhost_obj.observers.emit(Event.CONSUMER_CREATED, consumer)
+        self.host.vhost_obj.observers.emit(ConsumerCreated(consumer))
 
     def cancel(self, tag: str) -> Consumer | None:
         consumer = self.consumers.pop(tag, None)
@@ -185,7 +185,7 @@ class Channel:
             return None
         queue = consumer.queue
         queue.remove_consumer(consumer)
-        self.host.vhost_obj.observers.emit(Event.CONSUMER_DELETED, consumer)
+        self.host.vhost_obj.observers.emit(ConsumerDeleted(consumer))
         if queue.auto_delete and not queue.consumers and not queue.deleted:
             self.host.vhost_obj.remove_queue(queue)
         return consumer

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from leveret.broker.broker import COMPATIBLE_VERSION, BrokerCore
-from leveret.broker.events import Event
+from leveret.broker.events import DefinitionsImported
 from leveret.broker.policies import make_policy
 from leveret.broker.users import HASHING_ALGORITHM
 
@@ -254,7 +254,7 @@ def import_definitions(
         dest = (vhost.queues if dest_kind == "queue" else vhost.exchanges).get(b["destination"])
         if src is not None and dest is not None and src.name != "":
             vhost.bind(src, dest, b.get("routing_key", ""), b.get("arguments") or {})
-    broker.observers.emit(Event.DEFINITIONS_IMPORTED)
+    broker.observers.emit(DefinitionsImported())
 
 
 def _limits(value: dict[str, Any]) -> dict[str, int]:

@@ -17,13 +17,17 @@ import logging
 import re
 import struct
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from leveret.broker import events as ev
 from leveret.broker.clock import wall_ms
-from leveret.broker.events import API_ACTOR, INTERNAL_USER, Event
+from leveret.broker.events import API_ACTOR, INTERNAL_USER
 from leveret.broker.message import Message
 from leveret.protocol import table
 from leveret.protocol.spec import TYPE_NAMES, type_of
+
+if TYPE_CHECKING:
+    from leveret.broker.exchanges.base import Binding, Exchange
 
 log = logging.getLogger(__name__)
 
@@ -282,12 +286,11 @@ class EventExchange:
                 log.exception("publishing event %s", key)
 
     # --------------------------------------------------------------- events
-    def observe(self, event: Event, subject: Any) -> None:
-        handler = _HANDLERS.get(event)
-        if handler is not None:
-            handler(self, subject)
+    def observe(self, event: ev.BrokerEvent) -> None:
+        _HANDLERS(self, event)
 
-    def _vhost_added(self, vhost: Any) -> None:
+    def _vhost_added(self, event: ev.VhostAdded) -> None:
+        vhost = event.vhost
         if vhost.name == VHOST:
             self._declare(vhost)
         self._policies[vhost.name] = self._policy_map(vhost)
@@ -318,14 +321,15 @@ class EventExchange:
             ],
         )
 
-    def _alarm(self, key: str, resource: str) -> None:
+    def _alarm(self, key: str, event: ev.AlarmEvent) -> None:
         """rabbit_alarm's resource alarms: the source, and the node it is on."""
-        self.emit(key, [("source", resource), ("node", self.node)])
+        self.emit(key, [("source", event.resource), ("node", self.node)])
 
-    def _vhost_deleted(self, vhost: Any) -> None:
+    def _vhost_deleted(self, event: ev.VhostDeleted) -> None:
         """vhost.deleted, then what went with the vhost's record (rabbit_vhost:delete):
         its runtime parameters (the limits, the operator policies), its policies, and at
         last its supervisor (vhost.down)."""
+        vhost = event.vhost
         actor = ("user_who_performed_action", self.actor())
         self.emit("vhost.deleted", [("name", vhost.name), actor])
         if vhost.limits or vhost.name in self._limited:
@@ -345,7 +349,8 @@ class EventExchange:
             ],
         )
 
-    def _queue_created(self, q: Any) -> None:
+    def _queue_created(self, event: ev.QueueCreated) -> None:
+        q = event.queue
         owner = q.exclusive_owner
         self.emit(
             "queue.created",
@@ -360,13 +365,14 @@ class EventExchange:
             ],
         )
 
-    def _queue_deleted(self, q: Any) -> None:
+    def _queue_deleted(self, event: ev.QueueDeleted) -> None:
+        q = event.queue
         self.emit(
             "queue.deleted",
             [("name", Resource(q.vhost, q.name)), ("user_who_performed_action", self.actor())],
         )
 
-    def _exchange_created(self, x: Any) -> None:
+    def _exchange_created(self, x: Exchange) -> None:
         self.emit(
             "exchange.created",
             [
@@ -381,36 +387,32 @@ class EventExchange:
             ],
         )
 
-    def _exchange_delete_marker(self, key: str, subject: tuple[str, str]) -> None:
+    def _exchange_delete_marker(self, key: str, event: ev.ExchangeDeleteMarker) -> None:
         # RabbitMQ 3.10 marks an exchange.delete with a runtime parameter, set before the
         # exchange is looked up and cleared however the deletion ends
-        vhost, name = subject
         value = [("value", True)] if key == "parameter.set" else []
         self.emit(
             key,
             [
-                ("vhost", vhost),
+                ("vhost", event.vhost),
                 ("component", "exchange-delete-in-progress"),
-                ("name", name),
+                ("name", event.exchange),
                 *value,
                 ("user_who_performed_action", self.actor()),
             ],
         )
 
-    def _exchange_deleted(self, x: Any) -> None:
-        actor = self.actor()
-        if isinstance(x, tuple):
-            x, actor = x
+    def _exchange_deleted(self, event: ev.ExchangeDeleted) -> None:
+        x = event.exchange
+        actor = self.actor() if event.who is None else event.who
         self.emit(
             "exchange.deleted",
             [("name", Resource(x.vhost, x.name)), ("user_who_performed_action", actor)],
         )
 
-    def _binding(self, key: str, b: Any) -> None:
+    def _binding(self, key: str, b: Binding, who: str | None = None) -> None:
         # a binding that went with its queue comes with who removed it: RabbitMQ itself
-        actor = self.actor()
-        if isinstance(b, tuple):
-            b, actor = b
+        actor = self.actor() if who is None else who
         vhost = getattr(b.destination, "vhost", "")
         self.emit(
             key,
@@ -426,7 +428,8 @@ class EventExchange:
             ],
         )
 
-    def _consumer_created(self, c: Any) -> None:
+    def _consumer_created(self, event: ev.ConsumerCreated) -> None:
+        c = event.consumer
         channel = c.channel
         self.emit(
             "consumer.created",
@@ -442,7 +445,8 @@ class EventExchange:
             ],
         )
 
-    def _consumer_deleted(self, c: Any) -> None:
+    def _consumer_deleted(self, event: ev.ConsumerDeleted) -> None:
+        c = event.consumer
         self.emit(
             "consumer.deleted",
             [
@@ -476,20 +480,21 @@ class EventExchange:
             *[(key, tls[key]) for key in _AUTH_TLS_KEYS if tls.get(key)],
         ]
 
-    def _authenticated(self, c: Any) -> None:
+    def _authenticated(self, event: ev.UserAuthenticated) -> None:
+        c = event.connection
         self.emit("user.authentication.success", self._auth_props(c, c.username))
 
-    def _authentication_failed(self, subject: Any) -> None:
-        # (connection, user name or None when none was told, why)
-        c, username, error = subject
+    def _authentication_failed(self, event: ev.UserAuthenticationFailed) -> None:
         # the plugin prints the reason, an Erlang string, as a list of character codes
-        props = [*self._auth_props(c, username), ("error", [ord(ch) for ch in error])]
+        reason: list[Value] = [ord(ch) for ch in event.why]
+        props = [*self._auth_props(event.connection, event.user), ("error", reason)]
         self.emit("user.authentication.failure", props)
 
-    def _connection_opened(self, c: Any) -> None:
+    def _connection_opened(self, event: ev.ConnectionAuthorized) -> None:
         """connection_created: rabbit_reader's ?CREATION_EVENT_KEYS after {type,
         network}; rabbit_stream_reader's have no type and name protocol twice (after
         user and after vhost). A name the client gave comes first."""
+        c: Any = event.connection  # what the sessions know beyond ConnectionInfo
         stream = _is_stream(c)
         peer = c.peer or ("", 0)
         local = c.local or ("", 0)
@@ -529,7 +534,8 @@ class EventExchange:
             ],
         )
 
-    def _connection_closed(self, c: Any) -> None:
+    def _connection_closed(self, event: ev.ConnectionClosed) -> None:
+        c = event.connection
         # rabbit_reader tells of a connection that got as far as connection.start-ok;
         # rabbit_stream_reader of every one (its terminate), even one that sent nothing
         if (
@@ -549,7 +555,8 @@ class EventExchange:
             ],
         )
 
-    def _channel_opened(self, ch: Any) -> None:
+    def _channel_opened(self, event: ev.ChannelOpened) -> None:
+        ch = event.channel
         host = ch.host
         self.emit(
             "channel.created",
@@ -564,13 +571,15 @@ class EventExchange:
             ],
         )
 
-    def _channel_closed(self, ch: Any) -> None:
+    def _channel_closed(self, event: ev.ChannelClosed) -> None:
+        ch = event.channel
         self.emit(
             "channel.closed",
             [("pid", self.channel_pid(ch)), ("user_who_performed_action", ch.host.username)],
         )
 
-    def _user_changed(self, name: str) -> None:
+    def _user_changed(self, event: ev.UserChanged) -> None:
+        name = event.user
         exists = name in self.broker.users.users
         known = name in self._users
         if exists and not known:
@@ -580,8 +589,8 @@ class EventExchange:
             self._users.discard(name)
             self.emit("user.deleted", [("name", name), ("user_who_performed_action", self.actor())])
 
-    def _permission_changed(self, subject: tuple[str, str]) -> None:
-        user, vhost = subject
+    def _permission_changed(self, event: ev.PermissionChanged) -> None:
+        user, vhost = event.user, event.vhost
         perm = self.broker.users.permission(user, vhost)
         if perm is not None:
             self.emit(
@@ -604,13 +613,13 @@ class EventExchange:
     def _user_event(self, key: str, name: str, *props: tuple[str, Value]) -> None:
         self.emit(key, [("name", name), *props, ("user_who_performed_action", self.actor())])
 
-    def _user_tags_set(self, name: str) -> None:
-        user = self.broker.users.users.get(name)
+    def _user_tags_set(self, event: ev.UserTagsSet) -> None:
+        user = self.broker.users.users.get(event.user)
         tags: list[Value] = list(user.tags) if user is not None else []
-        self._user_event("user.tags.set", name, ("tags", tags))
+        self._user_event("user.tags.set", event.user, ("tags", tags))
 
-    def _user_limits_set(self, subject: tuple[str, dict[str, int]]) -> None:
-        name, limits = subject
+    def _user_limits_set(self, event: ev.UserLimitsSet) -> None:
+        name, limits = event.user, event.limits
         self.emit(
             "user.limits.set",
             [
@@ -621,13 +630,15 @@ class EventExchange:
             ],
         )
 
-    def _user_limits_cleared(self, name: str) -> None:
+    def _user_limits_cleared(self, event: ev.UserLimitsCleared) -> None:
+        name = event.user
         self.emit(
             "user.limits.cleared",
             [("name", "limits"), ("user_who_performed_action", self.actor()), ("username", name)],
         )
 
-    def _topic_permission_set(self, perm: Any) -> None:
+    def _topic_permission_set(self, event: ev.TopicPermissionSet) -> None:
+        perm = event.permission
         self.emit(
             "topic.permission.created",
             [
@@ -640,26 +651,26 @@ class EventExchange:
             ],
         )
 
-    def _topic_permission_cleared(self, subject: tuple[str, str, str | None]) -> None:
-        user, vhost, exchange = subject
+    def _topic_permission_cleared(self, event: ev.TopicPermissionCleared) -> None:
+        user, vhost = event.user, event.vhost
         # RabbitMQ tells of one exchange's clearing as permission.deleted
-        key = "topic.permission.deleted" if exchange is None else "permission.deleted"
+        key = "topic.permission.deleted" if event.exchange is None else "permission.deleted"
         self.emit(
             key, [("user", user), ("vhost", vhost), ("user_who_performed_action", self.actor())]
         )
 
-    def _limits_changed(self, subject: Any) -> None:
-        if isinstance(subject, str):  # a user's: told of by user.limits.*
-            return
-        self._limited.add(subject.name)
-        limits: list[tuple[str, Value]] = list(subject.limits.items())
+    def _limits_changed(self, event: ev.VhostLimitsChanged) -> None:
+        # a user's limits (UserLimitsChanged) are told of by user.limits.*
+        vhost = event.vhost
+        self._limited.add(vhost.name)
+        limits: list[tuple[str, Value]] = list(vhost.limits.items())
         actor = ("user_who_performed_action", self.actor())
         # the parameter's value is its proplist: an empty one is a list
         value: Value = dict(limits) if limits else []
         self.emit(
             "parameter.set",
             [
-                ("vhost", subject.name),
+                ("vhost", vhost.name),
                 ("component", "vhost-limits"),
                 ("name", "limits"),
                 ("value", value),
@@ -668,10 +679,10 @@ class EventExchange:
         )
         self.emit("vhost.limits.set", [("name", "limits"), actor, *limits])
 
-    def _queue_policy_changed(self, subject: tuple[Any, Any]) -> None:
+    def _queue_policy_changed(self, event: ev.QueuePolicyChanged) -> None:
         """rabbit_policy:update_matched_objects: a queue whose policies changed with the
         policy being set (its definition comes along) or cleared."""
-        q, policy = subject
+        q, policy = event.queue, event.policy
         props: list[tuple[str, Value]] = [
             ("name", Resource(q.vhost, q.name)),
             ("vhost", q.vhost),
@@ -697,7 +708,8 @@ class EventExchange:
         policies = vhost.policies
         return {(name, op): p for op in (False, True) for name, p in policies.table(op).items()}
 
-    def _policy_changed(self, vhost: Any) -> None:
+    def _policy_changed(self, event: ev.PolicyChanged) -> None:
+        vhost = event.vhost
         before = self._policies.get(vhost.name, {})
         after = self._policy_map(vhost)
         self._policies[vhost.name] = after
@@ -739,39 +751,40 @@ _BUILTIN_ORDER = (
 )
 
 
-_HANDLERS: dict[Event, Callable[[EventExchange, Any], None]] = {
-    Event.VHOST_ADDED: EventExchange._vhost_added,
-    Event.VHOST_DELETED: EventExchange._vhost_deleted,
-    Event.QUEUE_CREATED: EventExchange._queue_created,
-    Event.QUEUE_DELETED: EventExchange._queue_deleted,
-    Event.EXCHANGE_CREATED: EventExchange._exchange_created,
-    Event.EXCHANGE_DELETE_STARTED: lambda e, s: e._exchange_delete_marker("parameter.set", s),
-    Event.EXCHANGE_DELETED: EventExchange._exchange_deleted,
-    Event.EXCHANGE_DELETE_FINISHED: lambda e, s: e._exchange_delete_marker("parameter.cleared", s),
-    Event.BINDING_CREATED: lambda e, b: e._binding("binding.created", b),
-    Event.BINDING_DELETED: lambda e, b: e._binding("binding.deleted", b),
-    Event.CONSUMER_CREATED: EventExchange._consumer_created,
-    Event.CONSUMER_DELETED: EventExchange._consumer_deleted,
-    Event.USER_AUTHENTICATED: EventExchange._authenticated,
-    Event.USER_AUTHENTICATION_FAILED: EventExchange._authentication_failed,
-    Event.CONNECTION_AUTHORIZED: EventExchange._connection_opened,
-    Event.CONNECTION_CLOSED: EventExchange._connection_closed,
-    Event.CHANNEL_OPENED: EventExchange._channel_opened,
-    Event.CHANNEL_CLOSED: EventExchange._channel_closed,
-    Event.USER_CHANGED: EventExchange._user_changed,
-    Event.USER_TAGS_SET: EventExchange._user_tags_set,
-    Event.USER_PASSWORD_CHANGED: lambda e, name: e._user_event("user.password.changed", name),
-    Event.USER_PASSWORD_CLEARED: lambda e, name: e._user_event("user.password.cleared", name),
-    Event.USER_LIMITS_SET: EventExchange._user_limits_set,
-    Event.USER_LIMITS_CLEARED: EventExchange._user_limits_cleared,
-    Event.TOPIC_PERMISSION_SET: EventExchange._topic_permission_set,
-    Event.TOPIC_PERMISSION_CLEARED: EventExchange._topic_permission_cleared,
-    Event.LIMITS_CHANGED: EventExchange._limits_changed,
-    Event.PERMISSION_CHANGED: EventExchange._permission_changed,
-    Event.POLICY_CHANGED: EventExchange._policy_changed,
-    Event.QUEUE_POLICY_CHANGED: EventExchange._queue_policy_changed,
-    Event.ALARM_SET: lambda e, resource: e._alarm("alarm.set", resource),
-    Event.ALARM_CLEARED: lambda e, resource: e._alarm("alarm.cleared", resource),
-}
+_HANDLERS = (
+    ev.Dispatch[EventExchange]()
+    .on(ev.VhostAdded, EventExchange._vhost_added)
+    .on(ev.VhostDeleted, EventExchange._vhost_deleted)
+    .on(ev.QueueCreated, EventExchange._queue_created)
+    .on(ev.QueueDeleted, EventExchange._queue_deleted)
+    .on(ev.ExchangeCreated, lambda e, c: e._exchange_created(c.exchange))
+    .on(ev.ExchangeDeleteStarted, lambda e, m: e._exchange_delete_marker("parameter.set", m))
+    .on(ev.ExchangeDeleted, EventExchange._exchange_deleted)
+    .on(ev.ExchangeDeleteFinished, lambda e, m: e._exchange_delete_marker("parameter.cleared", m))
+    .on(ev.BindingCreated, lambda e, b: e._binding("binding.created", b.binding))
+    .on(ev.BindingDeleted, lambda e, b: e._binding("binding.deleted", b.binding, b.who))
+    .on(ev.ConsumerCreated, EventExchange._consumer_created)
+    .on(ev.ConsumerDeleted, EventExchange._consumer_deleted)
+    .on(ev.UserAuthenticated, EventExchange._authenticated)
+    .on(ev.UserAuthenticationFailed, EventExchange._authentication_failed)
+    .on(ev.ConnectionAuthorized, EventExchange._connection_opened)
+    .on(ev.ConnectionClosed, EventExchange._connection_closed)
+    .on(ev.ChannelOpened, EventExchange._channel_opened)
+    .on(ev.ChannelClosed, EventExchange._channel_closed)
+    .on(ev.UserChanged, EventExchange._user_changed)
+    .on(ev.UserTagsSet, EventExchange._user_tags_set)
+    .on(ev.UserPasswordChanged, lambda e, u: e._user_event("user.password.changed", u.user))
+    .on(ev.UserPasswordCleared, lambda e, u: e._user_event("user.password.cleared", u.user))
+    .on(ev.UserLimitsSet, EventExchange._user_limits_set)
+    .on(ev.UserLimitsCleared, EventExchange._user_limits_cleared)
+    .on(ev.TopicPermissionSet, EventExchange._topic_permission_set)
+    .on(ev.TopicPermissionCleared, EventExchange._topic_permission_cleared)
+    .on(ev.VhostLimitsChanged, EventExchange._limits_changed)
+    .on(ev.PermissionChanged, EventExchange._permission_changed)
+    .on(ev.PolicyChanged, EventExchange._policy_changed)
+    .on(ev.QueuePolicyChanged, EventExchange._queue_policy_changed)
+    .on(ev.AlarmSet, lambda e, a: e._alarm("alarm.set", a))
+    .on(ev.AlarmCleared, lambda e, a: e._alarm("alarm.cleared", a))
+)
 
 __all__ = ["EXCHANGE", "TYPE_NAMES", "EventExchange", "Resource", "Term", "ip_term"]

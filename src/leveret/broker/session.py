@@ -15,7 +15,13 @@ from leveret.broker import errors as rabbit
 from leveret.broker import names, operations
 from leveret.broker.broker import BrokerCore
 from leveret.broker.channel import CONFIRMED, DROPPED, PUBLISHED, RETURNED, Channel, TxPublish
-from leveret.broker.events import Event
+from leveret.broker.events import (
+    ChannelClosed,
+    ChannelOpened,
+    ConnectionAuthorized,
+    UserAuthenticated,
+    UserAuthenticationFailed,
+)
 from leveret.broker.message import Message
 from leveret.broker.operations import Actor, BindingRequest, authorize_publish
 from leveret.broker.queues import Queue
@@ -165,8 +171,8 @@ class Session:
             user = self.broker.users.authenticate(username, password, address)
             if user is None:
                 why = f"user '{username}' - invalid credentials"
-                failed = (self, username, why)
-                self.broker.observers.emit(Event.USER_AUTHENTICATION_FAILED, failed)
+                failed = UserAuthenticationFailed(self, username, why)
+                self.broker.observers.emit(failed)
                 # as rabbit_reader words it, at its level
                 log.error(
                     "Error on AMQP connection (%s, state: starting):\n"
@@ -178,7 +184,7 @@ class Session:
                 return _login_refused(mechanism)
         self.user = user
         self._username = user.name
-        self.broker.observers.emit(Event.USER_AUTHENTICATED, self)
+        self.broker.observers.emit(UserAuthenticated(self))
         return None
 
     def open_vhost(self, vhost: str) -> AMQPError | None:
@@ -209,7 +215,7 @@ class Session:
         self.vhost_obj = obj
         self.permission = perm
         self.actor = Actor(self.user.name, perm, self, strips_names=True)
-        broker.observers.emit(Event.CONNECTION_AUTHORIZED, self)
+        broker.observers.emit(ConnectionAuthorized(self))
         return None
 
     @property
@@ -238,7 +244,7 @@ class Session:
                 f"maximum allowed user limit of ({limit})"
             )
         ch = self.channels[number] = Channel(self, number)
-        self.broker.observers.emit(Event.CHANNEL_OPENED, ch)
+        self.broker.observers.emit(ChannelOpened(ch))
         return None
 
     def channel_closed(self, number: int) -> None:
@@ -248,7 +254,7 @@ class Session:
             if ch.reply is not None:
                 self.broker.replies.unregister(ch.cancel_replies())
             ch.close()
-            self.broker.observers.emit(Event.CHANNEL_CLOSED, ch)
+            self.broker.observers.emit(ChannelClosed(ch))
 
     def handle(self, number: int, method: Method) -> None:
         ch = self.channels.get(number)

@@ -19,7 +19,12 @@ from typing import Any, ClassVar, Protocol
 
 from leveret.broker.broker import BrokerCore
 from leveret.broker.erlterms import binary_term
-from leveret.broker.events import Event
+from leveret.broker.events import (
+    ConnectionAuthorized,
+    ConnectionClosed,
+    UserAuthenticated,
+    UserAuthenticationFailed,
+)
 from leveret.broker.message import Message
 from leveret.broker.operations import Actor, authorization, check_access
 from leveret.broker.ports import ChunkRef, Traffic
@@ -243,13 +248,13 @@ class StreamSession:
             log.warning("User '%s' can only connect via localhost", name)
             return Code.SASL_AUTHENTICATION_FAILURE_LOOPBACK
         self.user = user
-        self.broker.observers.emit(Event.USER_AUTHENTICATED, self)
+        self.broker.observers.emit(UserAuthenticated(self))
         return Code.OK
 
     def _refused(self, name: str | None, why: str, code: int) -> int:
         """Tell of a refused login (user.authentication.failure; ``name`` None when the
         mechanism named no one); ``code`` is the answer."""
-        self.broker.observers.emit(Event.USER_AUTHENTICATION_FAILED, (self, name, why))
+        self.broker.observers.emit(UserAuthenticationFailed(self, name, why))
         return code
 
     def open(self, vhost: str) -> int:
@@ -265,7 +270,7 @@ class StreamSession:
         # connection limits, a deleted vhost closing it)
         self.broker.register(self)
         self.registered = True
-        self.broker.observers.emit(Event.CONNECTION_AUTHORIZED, self)  # connection.created
+        self.broker.observers.emit(ConnectionAuthorized(self))  # connection.created
         return Code.OK
 
     # ------------------------------------------------- as others see it (ports)
@@ -681,7 +686,7 @@ class StreamSession:
             self.broker.unregister(self)
         else:
             # as rabbit_stream_reader's terminate: told of even if it never opened
-            self.broker.observers.emit(Event.CONNECTION_CLOSED, self)
+            self.broker.observers.emit(ConnectionClosed(self))
         self.subscriptions.clear()
         self.publishers.clear()
         self._confirms.clear()

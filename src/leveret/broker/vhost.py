@@ -21,7 +21,22 @@ from leveret.broker.arguments import (
 )
 from leveret.broker.deadletter import dead_lettered, death_queues, deaths, is_cycle
 from leveret.broker.entry import now_ms
-from leveret.broker.events import INTERNAL_USER, Event, Observers
+from leveret.broker.events import (
+    INTERNAL_USER,
+    BindingCreated,
+    BindingDeleted,
+    DefinitionChanged,
+    ExchangeCreated,
+    ExchangeDeleted,
+    ExchangeDeleteFinished,
+    ExchangeDeleteStarted,
+    Observers,
+    PolicyChanged,
+    QueueCreated,
+    QueueDeleted,
+    QueuePolicyChanged,
+    VhostLimitsChanged,
+)
 from leveret.broker.exchanges import (
     EXCHANGE_TYPES,
     Binding,
@@ -185,15 +200,15 @@ class VirtualHost:
         """Add or replace a policy (or operator policy): it applies to what exists now."""
         if self.policies.set(policy):
             for q in self.apply_policies():
-                self.observers.emit(Event.QUEUE_POLICY_CHANGED, (q, policy))
-            self.observers.emit(Event.POLICY_CHANGED, self)
+                self.observers.emit(QueuePolicyChanged(q, policy))
+            self.observers.emit(PolicyChanged(self))
 
     def clear_policy(self, name: str, operator: bool = False) -> bool:
         if self.policies.delete(name, operator) is None:
             return False
         for q in self.apply_policies():
-            self.observers.emit(Event.QUEUE_POLICY_CHANGED, (q, None))
-        self.observers.emit(Event.POLICY_CHANGED, self)
+            self.observers.emit(QueuePolicyChanged(q, None))
+        self.observers.emit(PolicyChanged(self))
         return True
 
     def apply_policies(self) -> list[Queue]:
@@ -220,7 +235,7 @@ class VirtualHost:
         if list(limits.items()) == list(self.limits.items()):
             return
         self.limits = dict(limits)
-        self.observers.emit(Event.LIMITS_CHANGED, self)
+        self.observers.emit(VhostLimitsChanged(self))
 
     # ---------------------------------------------------------------- exchanges
     def add_builtin_exchange(self, name: str, type_name: str, internal: bool) -> Exchange:
@@ -272,9 +287,9 @@ class VirtualHost:
                 x.apply_policies(*self.policies.match("exchange", name))
             x.attach(self)
             self.exchanges[name] = x
-            self.observers.emit(Event.EXCHANGE_CREATED, x)
+            self.observers.emit(ExchangeCreated(x))
             if durable:
-                self.observers.emit(Event.DEFINITION_CHANGED, x)
+                self.observers.emit(DefinitionChanged(x))
             return x, True
         self.assert_exchange_equivalence(
             existing, type_name, durable, auto_delete, internal, arguments
@@ -311,7 +326,7 @@ class VirtualHost:
         """exchange.delete, in rabbit_exchange:delete's steps: the deletion is marked as in
         progress (told of) before the exchange is even looked up, and the mark is cleared
         however it ends: gone, missing, or refused in use."""
-        self.observers.emit(Event.EXCHANGE_DELETE_STARTED, (self.name, name))
+        self.observers.emit(ExchangeDeleteStarted(self.name, name))
         try:
             x = self.exchanges.get(name)
             if x is None:
@@ -325,7 +340,7 @@ class VirtualHost:
             self._tell(deletions)
             return True
         finally:
-            self.observers.emit(Event.EXCHANGE_DELETE_FINISHED, (self.name, name))
+            self.observers.emit(ExchangeDeleteFinished(self.name, name))
 
     def _remove_exchange(self, x: Exchange, deletions: Deletions) -> None:
         """Remove an exchange with its bindings both ways (rabbit_exchange:internal_delete);
@@ -339,7 +354,7 @@ class VirtualHost:
         deletions.add(x.name, x, True, own)
         self._remove_incoming(("exchange", x.name), deletions)
         if x.durable:
-            self.observers.emit(Event.DEFINITION_CHANGED, x)
+            self.observers.emit(DefinitionChanged(x))
 
     def _remove_incoming(self, destination: tuple[str, str], deletions: Deletions) -> None:
         """Remove every binding into a destination that is going
@@ -372,12 +387,10 @@ class VirtualHost:
         """rabbit_binding:process_deletions: each source's group, its exchange first if
         it went, then its bindings; ``who`` names the remover when it is not the actor."""
         for x, deleted, bindings in deletions.groups():
-            if deleted:
-                self.observers.emit(Event.EXCHANGE_DELETED, x if who is None else (x, who))
+            if deleted and x is not None:  # a deleted source is always known
+                self.observers.emit(ExchangeDeleted(x, who))
             for binding in bindings:
-                self.observers.emit(
-                    Event.BINDING_DELETED, binding if who is None else (binding, who)
-                )
+                self.observers.emit(BindingDeleted(binding, who))
 
     # ------------------------------------------------------------------- queues
     def get_queue(self, name: str) -> Queue:
@@ -419,9 +432,9 @@ class VirtualHost:
         if self.policies:
             q.apply_policies(*self.policies.match("queue", name, q.UNSUPPORTED_POLICIES))
         self.queues[name] = q
-        self.observers.emit(Event.QUEUE_CREATED, q)
+        self.observers.emit(QueueCreated(q))
         if q.durable:
-            self.observers.emit(Event.DEFINITION_CHANGED, q)
+            self.observers.emit(DefinitionChanged(q))
         return q, True
 
     def assert_queue_equivalence(
@@ -473,9 +486,9 @@ class VirtualHost:
         count = q.delete()
         for consumer in consumers:
             consumer.cancelled()
-        self.observers.emit(Event.QUEUE_DELETED, q)
+        self.observers.emit(QueueDeleted(q))
         if q.durable:
-            self.observers.emit(Event.DEFINITION_CHANGED, q)
+            self.observers.emit(DefinitionChanged(q))
         return count
 
     # ----------------------------------------------------------------- bindings
@@ -502,9 +515,9 @@ class VirtualHost:
         self._incoming.setdefault((destination.kind, destination.name), {})[
             (source.name, *binding.key)
         ] = binding
-        self.observers.emit(Event.BINDING_CREATED, binding)
+        self.observers.emit(BindingCreated(binding))
         if source.durable and destination.durable:
-            self.observers.emit(Event.DEFINITION_CHANGED, binding)
+            self.observers.emit(DefinitionChanged(binding))
         return True
 
     def unbind(
@@ -524,7 +537,7 @@ class VirtualHost:
         deletions = Deletions()
         self._remove_from_source(source, [removed], deletions)
         if source.durable and destination.durable:
-            self.observers.emit(Event.DEFINITION_CHANGED, removed)
+            self.observers.emit(DefinitionChanged(removed))
         self._tell(deletions)
         return True
 

@@ -22,7 +22,17 @@ from leveret.broker.channel import (
     REDELIVER,
     RETURNED,
 )
-from leveret.broker.events import Event
+from leveret.broker.events import (
+    BrokerEvent,
+    ChannelClosed,
+    ChannelOpened,
+    ConnectionClosed,
+    ConnectionOpened,
+    QueueCreated,
+    QueueDeclared,
+    QueueDeleted,
+    VhostDeleted,
+)
 from leveret.broker.session import Session
 from leveret.broker.stream_session import StreamSession
 
@@ -246,31 +256,32 @@ class Stats:
         broker.observers.subscribe(self._event)
 
     # ----------------------------------------------------------------- events
-    def _event(self, event: Event, subject: Any) -> None:
-        if event is Event.VHOST_DELETED:
-            # a vhost made again under the same name starts from zero, as in RabbitMQ
-            self.vhost_retired.pop(subject.name, None)
-            self.vhosts.pop(subject.name, None)
-        elif event is Event.QUEUE_CREATED:
-            self.churn["queues_created"] += 1
-        elif event is Event.QUEUE_DELETED:
-            self.churn["queues_deleted"] += 1
-            counters = queue_counters(subject)
-            del counters["publish"]  # publishes are counted where they arrive
-            self._retire(subject.vhost, counters)
-            self.queues.pop(subject, None)
-        elif event is Event.CHANNEL_OPENED:
-            self.churn["channels_opened"] += 1
-        elif event is Event.CHANNEL_CLOSED:
-            self.churn["channels_closed"] += 1
-        elif event is Event.QUEUE_DECLARED:
-            self.churn["queues_declared"] += 1
-        elif event is Event.CONNECTION_OPENED:
-            self.churn["connections_opened"] += 1
-        elif event is Event.CONNECTION_CLOSED:
-            self.churn["connections_closed"] += 1
-            if isinstance(subject, Session) and subject.vhost:
-                self._retire(subject.vhost, session_counters(subject))
+    def _event(self, event: BrokerEvent) -> None:
+        match event:
+            case VhostDeleted(vhost=vhost):
+                # a vhost made again under the same name starts from zero, as in RabbitMQ
+                self.vhost_retired.pop(vhost.name, None)
+                self.vhosts.pop(vhost.name, None)
+            case QueueCreated():
+                self.churn["queues_created"] += 1
+            case QueueDeleted(queue=queue):
+                self.churn["queues_deleted"] += 1
+                counters = queue_counters(queue)
+                del counters["publish"]  # publishes are counted where they arrive
+                self._retire(queue.vhost, counters)
+                self.queues.pop(queue, None)
+            case ChannelOpened():
+                self.churn["channels_opened"] += 1
+            case ChannelClosed():
+                self.churn["channels_closed"] += 1
+            case QueueDeclared():
+                self.churn["queues_declared"] += 1
+            case ConnectionOpened():
+                self.churn["connections_opened"] += 1
+            case ConnectionClosed(connection=connection):
+                self.churn["connections_closed"] += 1
+                if isinstance(connection, Session) and connection.vhost:
+                    self._retire(connection.vhost, session_counters(connection))
 
     def count_publish(self, vhost: str) -> None:
         """A message published through the API (no AMQP session counts it)."""

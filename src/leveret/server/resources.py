@@ -26,7 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from leveret.broker.broker import BrokerCore
-from leveret.broker.events import Event
+from leveret.broker.events import AlarmCleared, AlarmSet
 from leveret.server.config import Config, MemoryWatermark
 from leveret.server.state import ServerState
 
@@ -234,10 +234,10 @@ class ResourceMonitor:
         if alarm:
             # publishers are blocked at their next publish, as RabbitMQ does
             alarms.add(resource)
-            events.emit(Event.ALARM_SET, resource)
+            events.emit(AlarmSet(resource))
             return
         alarms.discard(resource)
-        events.emit(Event.ALARM_CLEARED, resource)
+        events.emit(AlarmCleared(resource))
         if not alarms:
             for conn in list(self.state.connections):
                 conn.set_blocked(False, "")

@@ -19,7 +19,22 @@ from urllib.parse import quote
 from leveret.broker.arguments import text
 from leveret.broker.definitions import export_definitions, import_definitions
 from leveret.broker.entry import Entry
-from leveret.broker.events import Event
+from leveret.broker.events import (
+    BrokerEvent,
+    DefinitionChanged,
+    DefinitionsImported,
+    PermissionChanged,
+    PolicyChanged,
+    QueueCreated,
+    QueueDeleted,
+    TopicPermissionChanged,
+    UserChanged,
+    UserLimitsChanged,
+    VhostAdded,
+    VhostChanged,
+    VhostDeleted,
+    VhostLimitsChanged,
+)
 from leveret.broker.queues import Queue
 from leveret.broker.queues.stream import interval_ms
 from leveret.store.definitions import FileDefinitionStore
@@ -31,18 +46,19 @@ from leveret.store.quorum import QuorumLog
 from leveret.store.stream_layout import convert as convert_layout
 
 # Events after which the definitions file is written again.
-_DEFINITION_EVENTS = frozenset(
+_DEFINITION_EVENTS: frozenset[type[BrokerEvent]] = frozenset(
     (
-        Event.DEFINITION_CHANGED,
-        Event.VHOST_ADDED,
-        Event.VHOST_CHANGED,
-        Event.VHOST_DELETED,
-        Event.USER_CHANGED,
-        Event.PERMISSION_CHANGED,
-        Event.TOPIC_PERMISSION_CHANGED,
-        Event.POLICY_CHANGED,
-        Event.LIMITS_CHANGED,
-        Event.DEFINITIONS_IMPORTED,
+        DefinitionChanged,
+        VhostAdded,
+        VhostChanged,
+        VhostDeleted,
+        UserChanged,
+        PermissionChanged,
+        TopicPermissionChanged,
+        PolicyChanged,
+        VhostLimitsChanged,
+        UserLimitsChanged,
+        DefinitionsImported,
     )
 )
 
@@ -140,13 +156,13 @@ class Persistence:
         self.messages.sync()
         self._definitions_dirty = False
 
-    def observe(self, event: Event, subject: Any) -> None:
-        if event in _DEFINITION_EVENTS:
+    def observe(self, event: BrokerEvent) -> None:
+        if type(event) in _DEFINITION_EVENTS:
             self._definitions_dirty = True
-        if event is Event.QUEUE_CREATED and isinstance(subject, Queue) and subject.keeps_log:
-            self.logs[(subject.vhost, subject.name)] = subject
-        elif event is Event.QUEUE_DELETED and isinstance(subject, Queue):
-            self.logs.pop((subject.vhost, subject.name), None)
+        if isinstance(event, QueueCreated) and event.queue.keeps_log:
+            self.logs[(event.queue.vhost, event.queue.name)] = event.queue
+        elif isinstance(event, QueueDeleted):
+            self.logs.pop((event.queue.vhost, event.queue.name), None)
 
     def sync(self) -> None:
         if self._definitions_dirty and self._broker is not None:

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from leveret.broker import names
-from leveret.broker.events import Event
+from leveret.broker.events import QueueDeclared
 from leveret.broker.operations import authorization
 from leveret.broker.operations.authorization import check_access
 from leveret.broker.queues import queue_type_name
@@ -56,7 +56,7 @@ def declare_queue(
         name = names.queue_name()
     owner = actor.connection if exclusive else None
     authorization.queue_declare(vhost, actor, name, arguments, server_named)
-    vhost.observers.emit(Event.QUEUE_DECLARED, (vhost.name, name))
+    vhost.observers.emit(QueueDeclared(vhost.name, name))
     q, created = vhost.declare_queue(name, durable and not exclusive, owner, auto_delete, arguments)
     return Declared(q, created, q.message_count)
 
