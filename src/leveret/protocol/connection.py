@@ -45,6 +45,14 @@ from leveret.protocol.events import (
     UnsupportedProtocol,
     UpdateSecretReceived,
 )
+from leveret.protocol.spec import BASIC as _BASIC
+from leveret.protocol.spec import FRAME_BODY as _BODY
+from leveret.protocol.spec import FRAME_END as _END
+from leveret.protocol.spec import FRAME_END_BYTE as _END_BYTE
+from leveret.protocol.spec import FRAME_HEAD_SIZE as _HEAD
+from leveret.protocol.spec import FRAME_HEADER as _HEADER
+from leveret.protocol.spec import FRAME_METHOD as _METHOD
+from leveret.protocol.spec import FRAME_OVERHEAD as _OVERHEAD
 from leveret.protocol.states import (
     CHANNEL_TRANSITIONS,
     CLOSE_UNDER_WAY,
@@ -64,14 +72,6 @@ from leveret.protocol.texts import erlang_binary, frame_text
 
 __all__ = ["ServerConnection", "State"]
 
-_HEAD = spec.FRAME_HEAD_SIZE
-_END = spec.FRAME_END
-_OVERHEAD = spec.FRAME_OVERHEAD
-_METHOD = spec.FRAME_METHOD
-_HEADER = spec.FRAME_HEADER
-_BODY = spec.FRAME_BODY
-_BASIC = spec.BASIC
-_END_BYTE = spec.FRAME_END_BYTE
 _END_HEADER = spec.FRAME_END << 8 | spec.FRAME_HEADER
 _END_BODY = spec.FRAME_END << 8 | spec.FRAME_BODY
 _BASIC_WEIGHT_0 = spec.BASIC << 16  # a content header's class and weight, as one int
