@@ -4,7 +4,8 @@ restart. (What a queue sees of its consumers is in :mod:`leveret.broker.queues.b
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from leveret.protocol.errors import AMQPError
@@ -15,6 +16,7 @@ if TYPE_CHECKING:
 
     from leveret.broker.entry import Entry
     from leveret.broker.message import Message
+    from leveret.protocol.connection import ServerConnection
 
 
 class Output(Protocol):
@@ -42,6 +44,42 @@ class Output(Protocol):
     def close_channel(self, channel: int, error: AMQPError) -> None: ...
 
     def close_connection(self, error: AMQPError) -> None: ...
+
+
+class Edge(Output, Protocol):
+    """The server's side of a client's socket, as the session of a real connection sees
+    it: frames out, and what the connection's events start or stop there."""
+
+    def start_heartbeats(self, interval: int) -> None:
+        """connection.tune-ok agreed on ``interval`` seconds (0: none)."""
+        ...
+
+    def opened(self) -> None:
+        """connection.open-ok went out: the handshake's clock stops."""
+        ...
+
+    def released(self) -> None:
+        """Credit flow: nothing holds this publisher back any more; it is read again."""
+        ...
+
+
+def _no_certificate() -> str | None:
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    """What the server knows of a client's socket, told to its session once: the sans-IO
+    connection that frames its replies, the edge that drives the socket, and the facts of
+    the transport."""
+
+    connection: ServerConnection
+    edge: Edge
+    mechanisms: tuple[str, ...] = ("AMQPLAIN", "PLAIN")  # what connection.start offers
+    # what the transport says for management (TLS: protocol, suite, client certificate)
+    details: Mapping[str, Any] = field(default_factory=dict)
+    # who the client's TLS certificate names (EXTERNAL), when it presents one
+    certificate_name: Callable[[], str | None] = _no_certificate
 
 
 class ConnectionInfo(Protocol):

@@ -1,6 +1,11 @@
 """One client connection's view of the broker: authentication, its vhost, its channels,
-and the meaning of every method it sends. Errors are raised as AMQPError anywhere below
-and turned into channel.close or connection.close in :meth:`Session.handle`."""
+and the meaning of every event and method it sends, from the protocol header to the close.
+Errors are raised as AMQPError anywhere below and turned into channel.close or
+connection.close in :meth:`Session.handle`.
+
+The connection's own events (the handshake, channels opening and closing, the close) are
+answered through the sans-IO connection of the session's :class:`Endpoint`; what the
+channels' methods produce goes out through its :class:`Output`."""
 
 from __future__ import annotations
 
@@ -12,15 +17,15 @@ from typing import TYPE_CHECKING, Any
 from pamqp import commands
 
 from leveret.broker import errors as rabbit
-from leveret.broker import names, operations
+from leveret.broker import login, names, operations
 from leveret.broker.broker import BrokerCore
 from leveret.broker.channel import CONFIRMED, DROPPED, PUBLISHED, RETURNED, Channel, TxPublish
+from leveret.broker.connection_events import ConnectionEvents
 from leveret.broker.events import (
     ChannelClosed,
     ChannelOpened,
     ConnectionAuthorized,
     UserAuthenticated,
-    UserAuthenticationFailed,
 )
 from leveret.broker.message import Message
 from leveret.broker.operations import Actor, BindingRequest, authorize_publish
@@ -28,12 +33,12 @@ from leveret.broker.queues import Queue
 from leveret.broker.reply_to import REPLY_PREFIX, REPLY_QUEUE
 from leveret.broker.users import Permission, User
 from leveret.broker.vhost import ROUTED, PublishResult, VirtualHost
-from leveret.protocol import errors, sasl, spec
+from leveret.protocol import errors, spec
 from leveret.protocol.errors import AMQPError
 from leveret.protocol.spec import Method
 
 if TYPE_CHECKING:
-    from leveret.broker.ports import FlowHolder, Output, Traffic
+    from leveret.broker.ports import Endpoint, FlowHolder, Output, Traffic
 
 log = logging.getLogger(__name__)
 
@@ -46,14 +51,7 @@ def _arguments(method: Method) -> dict[str, Any]:
     return args.copy() if args else {}
 
 
-def _login_refused(mechanism: str) -> AMQPError:
-    return errors.access_refused(
-        f"Login was refused using authentication mechanism {mechanism}. "
-        "For details see the broker logfile."
-    )
-
-
-class Session:
+class Session(ConnectionEvents):
     def __init__(
         self,
         broker: BrokerCore,
@@ -61,13 +59,17 @@ class Session:
         peer: tuple[str, int] | None = None,
         local: tuple[str, int] | None = None,
         traffic: Traffic | None = None,
+        endpoint: Endpoint | None = None,
     ) -> None:
+        """``endpoint``: the socket's connection, edge and facts, for a session that
+        answers a real connection's events (in-process callers drive it by method)."""
         self.broker = broker
         self.traffic = traffic  # the socket's figures, when there is a socket
         self.output = output
+        self.endpoint = endpoint
         self.peer = peer
         self.local = local
-        self.id = broker.next_connection_id()
+        self.id = 0  # the broker's number for it, from its start-ok on
         self.user: User | None = None
         self._username = ""
         self.vhost = ""
@@ -81,27 +83,25 @@ class Session:
         self.pending_confirms: set[Channel] = set()
         self.exclusive_queues: list[Queue] = []
         self.closed = False
-        self.connected_at = int(time.time() * 1000)
+        self.connected_at = 0
         self.frame_max = spec.DEFAULT_FRAME_MAX
         self.channel_max = spec.DEFAULT_CHANNEL_MAX
         self.heartbeat = spec.DEFAULT_HEARTBEAT
         self.auth_mechanism = ""
         # What the transport says of the connection for management (TLS: protocol, suite,
-        # client certificate); set by the server, shown as RabbitMQ shows it.
-        self.transport_details: dict[str, Any] = {}
+        # client certificate), shown as RabbitMQ shows it.
+        self.transport_details: dict[str, Any] = dict(endpoint.details) if endpoint else {}
         # Credit flow: connections whose congestion holds this publisher back, and the
-        # publishers this session holds back; on_released resumes reading.
+        # publishers this session holds back; the edge reads again once released.
         self.held_by: set[FlowHolder] = set()
         self.holding: set[FlowHolder] = set()
         self.blocked = False  # a resource alarm stopped reading its publishes
-        self.on_released: Callable[[], None] | None = None
         # counters for management
         self.recv_publish = 0
         self.send_deliver = 0
         self.closed_channel_confirms = 0  # confirms sent on channels since closed
         self.returned_unroutable = 0
         self.dropped_unroutable = 0
-        broker.register(self)
         self._handlers: dict[type[Method], Callable[[Channel, Any], None]] = {
             C.Exchange.Declare: self._exchange_declare,
             C.Exchange.Delete: self._exchange_delete,
@@ -141,47 +141,20 @@ class Session:
         offered: tuple[str, ...] = ("AMQPLAIN", "PLAIN"),
         external_name: str | None = None,
     ) -> AMQPError | None:
-        """Check the credentials in connection.start-ok. None when accepted.
+        """Check the credentials in connection.start-ok. None when accepted. From here on
+        the broker knows of the connection, logged in or not.
 
         ``offered``: the mechanisms connection.start listed on this connection;
         ``external_name``: who the client's TLS certificate says it is (EXTERNAL)."""
+        if not self.id:
+            self.id = self.broker.next_connection_id()
+            self.connected_at = int(time.time() * 1000)
+            self.broker.register(self)
         self.client_properties = client_properties
         self.auth_mechanism = mechanism
-        if mechanism not in sasl.MECHANISMS:
-            return errors.command_invalid(f"unknown authentication mechanism '{mechanism}'")
-        if mechanism not in offered:
-            return errors.command_invalid(f"invalid authentication mechanism '{mechanism}'")
-        address = self.peer[0] if self.peer else None
-        if mechanism == "EXTERNAL":
-            # the response is not read: the certificate is the credential
-            user = None
-            if external_name is not None:
-                user = self.broker.users.authenticate_external(external_name, address)
-            if user is None:
-                log.warning("EXTERNAL login refused for %r from %s", external_name, address)
-                return _login_refused(mechanism)
-        else:
-            try:
-                if mechanism == "PLAIN":
-                    username, password = sasl.plain(response)
-                else:
-                    username, password = sasl.amqplain(response)
-            except sasl.BadResponse:
-                return _login_refused(mechanism)
-            user = self.broker.users.authenticate(username, password, address)
-            if user is None:
-                why = f"user '{username}' - invalid credentials"
-                failed = UserAuthenticationFailed(self, username, why)
-                self.broker.observers.emit(failed)
-                # as rabbit_reader words it, at its level
-                log.error(
-                    "Error on AMQP connection (%s, state: starting):\n"
-                    "%s login refused: user '%s' - invalid credentials",
-                    self.name,
-                    mechanism,
-                    username,
-                )
-                return _login_refused(mechanism)
+        user = login.authenticate(self.broker, self, mechanism, response, offered, external_name)
+        if isinstance(user, AMQPError):
+            return user
         self.user = user
         self._username = user.name
         self.broker.observers.emit(UserAuthenticated(self))
@@ -189,33 +162,13 @@ class Session:
 
     def open_vhost(self, vhost: str) -> AMQPError | None:
         assert self.user is not None
-        broker = self.broker
-        obj = broker.vhosts.get(vhost)
-        if obj is None:
-            return errors.not_allowed(f"vhost {vhost} not found")
-        # As rabbit_reader: the vhost's connection limit, the user's, then access.
-        limit = obj.limit("max-connections")
-        if limit is not None and broker.open_connections(vhost=vhost) >= limit:
-            return errors.not_allowed(
-                f"access to vhost '{vhost}' refused for user '{self.user.name}': "
-                f"connection limit ({limit}) is reached"
-            )
-        limit = broker.user_limit(self.user.name, "max-connections")
-        if limit is not None and broker.open_connections(user=self.user.name) >= limit:
-            return errors.not_allowed(
-                f"connection refused for user '{self.user.name}': "
-                f"user connection limit ({limit}) is reached"
-            )
-        perm = broker.users.permission(self.user.name, vhost)
-        if perm is None:
-            return errors.not_allowed(
-                f"access to vhost '{vhost}' refused for user '{self.user.name}'"
-            )
+        access = login.vhost_access(self.broker, self.user, vhost)
+        if isinstance(access, AMQPError):
+            return access
         self.vhost = vhost
-        self.vhost_obj = obj
-        self.permission = perm
-        self.actor = Actor(self.user.name, perm, self, strips_names=True)
-        broker.observers.emit(ConnectionAuthorized(self))
+        self.vhost_obj, self.permission = access
+        self.actor = Actor(self.user.name, self.permission, self, strips_names=True)
+        self.broker.observers.emit(ConnectionAuthorized(self))
         return None
 
     @property
@@ -307,8 +260,8 @@ class Session:
                 publisher.released()
 
     def released(self) -> None:
-        if self.on_released is not None:
-            self.on_released()
+        if self.endpoint is not None:
+            self.endpoint.edge.released()
 
     def force_close(self, reason: str) -> None:
         self.output.close_connection(errors.error(spec.CONNECTION_FORCED, reason))

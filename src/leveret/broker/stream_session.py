@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import time
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
@@ -149,7 +149,10 @@ class StreamSession:
         mechanisms: tuple[str, ...] = ("AMQPLAIN", "PLAIN"),
         local: tuple[str, int] | None = None,
         traffic: Traffic | None = None,
+        transport_details: Mapping[str, Any] | None = None,
     ) -> None:
+        """``transport_details``: what the transport says of the connection for
+        management (TLS)."""
         self.broker = broker
         self.output = output
         self.peer = peer
@@ -160,8 +163,7 @@ class StreamSession:
         self.auth_mechanism = ""
         self.heartbeat = 0
         self.blocked = False  # a resource alarm stopped reading its publishes
-        # What the transport says of the connection for management (TLS); set by the server
-        self.transport_details: dict[str, Any] = {}
+        self.transport_details: dict[str, Any] = dict(transport_details or {})
         self.registered = False
         self.advertised = advertised
         self.mechanisms = mechanisms
@@ -678,6 +680,15 @@ class StreamSession:
         self.output.send(encode.streams_response(Key.PARTITIONS, e.correlation_id, Code.OK, names))
 
     # -------------------------------------------------------------------- close
+    def tuned(self, frame_max: int, heartbeat: int) -> None:
+        """The client's Tune: what it agreed to."""
+        self.frame_max = frame_max
+        self.heartbeat = heartbeat
+
+    def set_blocked(self, blocked: bool) -> None:
+        """A resource alarm stops reading its publishes, or no longer does."""
+        self.blocked = blocked
+
     def close(self) -> None:
         if self.closed:
             return

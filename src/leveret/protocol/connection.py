@@ -45,10 +45,21 @@ from leveret.protocol.events import (
     UnsupportedProtocol,
     UpdateSecretReceived,
 )
+from leveret.protocol.spec import BASIC as _BASIC
+from leveret.protocol.spec import FRAME_BODY as _BODY
+from leveret.protocol.spec import FRAME_END as _END
+from leveret.protocol.spec import FRAME_END_BYTE as _END_BYTE
+from leveret.protocol.spec import FRAME_HEAD_SIZE as _HEAD
+from leveret.protocol.spec import FRAME_HEADER as _HEADER
+from leveret.protocol.spec import FRAME_METHOD as _METHOD
+from leveret.protocol.spec import FRAME_OVERHEAD as _OVERHEAD
 from leveret.protocol.states import (
     CHANNEL_TRANSITIONS,
+    CLOSE_UNDER_WAY,
+    EXPECTED,
     OVER,
     READING,
+    SILENT_FAILURE,
     TRANSITIONS,
     WINDING_DOWN,
     ChannelState,
@@ -61,14 +72,6 @@ from leveret.protocol.texts import erlang_binary, frame_text
 
 __all__ = ["ServerConnection", "State"]
 
-_HEAD = spec.FRAME_HEAD_SIZE
-_END = spec.FRAME_END
-_OVERHEAD = spec.FRAME_OVERHEAD
-_METHOD = spec.FRAME_METHOD
-_HEADER = spec.FRAME_HEADER
-_BODY = spec.FRAME_BODY
-_BASIC = spec.BASIC
-_END_BYTE = spec.FRAME_END_BYTE
 _END_HEADER = spec.FRAME_END << 8 | spec.FRAME_HEADER
 _END_BODY = spec.FRAME_END << 8 | spec.FRAME_BODY
 _BASIC_WEIGHT_0 = spec.BASIC << 16  # a content header's class and weight, as one int
@@ -171,15 +174,6 @@ _IGNORED_WHEN_OPEN = frozenset(
         spec.CONNECTION_UPDATE_SECRET_OK_INDEX,
     )
 )
-# The method each handshake state waits for.
-_EXPECTED = {
-    State.AWAIT_START_OK: spec.CONNECTION_START_OK_INDEX,
-    State.AWAIT_TUNE_OK: spec.CONNECTION_TUNE_OK_INDEX,
-    State.AWAIT_OPEN: spec.CONNECTION_OPEN_INDEX,
-}
-# Until tune-ok, RabbitMQ answers a broken byte stream by closing the socket, not with
-# connection.close.
-_SILENT_FAILURE = frozenset((State.AWAIT_START_OK, State.AWAIT_TUNE_OK))
 
 
 @dataclass(slots=True, eq=False)
@@ -261,6 +255,11 @@ class ServerConnection:
         """The conversation is over: the owner ends the TCP connection (at once when
         CLOSED; once the peer has ended its side when DRAINING)."""
         return self._state in OVER
+
+    @property
+    def closing(self) -> bool:
+        """A close is under way (either side's) or done: no further close is sent."""
+        return self._state in CLOSE_UNDER_WAY
 
     def _can(self, trigger: Trigger) -> bool:
         return trigger in TRANSITIONS[self._state]
@@ -345,7 +344,7 @@ class ServerConnection:
     def send_close(self, error: AMQPError) -> None:
         """connection.close; from now on every frame but close / close-ok is dropped.
         A second close while one is pending is ignored."""
-        if self._state in (State.CLOSING, State.CLOSE_RECEIVED, State.DRAINING, State.CLOSED):
+        if self._state in CLOSE_UNDER_WAY:
             return
         self._move(Trigger.SEND_CLOSE)
         self._method(
@@ -363,8 +362,7 @@ class ServerConnection:
         self._method(0, commands.Connection.CloseOk())
 
     def send_update_secret_ok(self) -> None:
-        if self._state is not State.OPEN:
-            raise LocalProtocolError(f"update-secret-ok in state {self._state.name}")
+        self._move(Trigger.SEND_UPDATE_SECRET_OK)
         self._method(0, commands.Connection.UpdateSecretOk())
 
     def drop(self) -> None:
@@ -379,8 +377,7 @@ class ServerConnection:
         self._content.clear()
 
     def send_channel_open_ok(self, channel: int) -> None:
-        if self._channels.get(channel) is not ChannelState.OPEN:
-            raise LocalProtocolError(f"channel.open-ok for channel {channel}, not opening")
+        self._channel_move(channel, ChannelTrigger.SEND_OPEN_OK)
         self._method(channel, commands.Channel.OpenOk())
 
     def send_channel_close(self, channel: int, error: AMQPError) -> None:
@@ -404,8 +401,7 @@ class ServerConnection:
         self._method(channel, commands.Channel.CloseOk())
 
     def send_access_request_ok(self, channel: int) -> None:
-        if channel not in self.open_channels:
-            raise LocalProtocolError(f"access.request-ok on channel {channel}, not open")
+        self._channel_move(channel, ChannelTrigger.SEND_ACCESS_REQUEST_OK)
         self._out.append(
             _pack_head(spec.FRAME_METHOD, channel, len(spec.ACCESS_REQUEST_OK_PAYLOAD))
             + spec.ACCESS_REQUEST_OK_PAYLOAD
@@ -620,7 +616,7 @@ class ServerConnection:
         if state in WINDING_DOWN:
             self._move(Trigger.RECV_GARBAGE)
             return NEED_DATA
-        reply = state not in _SILENT_FAILURE
+        reply = state not in SILENT_FAILURE
         if broken:
             # No frame boundary can be trusted any more: whatever follows is dropped.
             self._in = b""
@@ -655,30 +651,23 @@ class ServerConnection:
                 and hstop < end
                 and buf[hstop] == _END
             ):
-                if body_size == 0:
-                    self._pos = hstop + 1
-                    return _new_publish(
-                        PublishReceived,
-                        (
-                            channel,
-                            exchange,
-                            routing_key,
-                            mandatory,
-                            immediate,
-                            exchange_and_key,
-                            buf[pos + _HEAD + 12 : hstop],
-                            b"",
-                        ),
-                    )
                 bpos = hstop + 1
                 bstop = bpos + _HEAD + body_size
-                if (
+                body: bytes | None
+                if body_size == 0:
+                    body = b""
+                    self._pos = bpos
+                elif (
                     bstop < end  # so the body frame's head is here too
                     and _unpack_head(buf, bpos) == (_BODY, channel, body_size)
                     and body_size <= self.frame_max
                     and buf[bstop] == _END
                 ):
+                    body = buf[bpos + _HEAD : bstop]
                     self._pos = bstop + 1
+                else:
+                    body = None
+                if body is not None:
                     return _new_publish(
                         PublishReceived,
                         (
@@ -689,7 +678,7 @@ class ServerConnection:
                             immediate,
                             exchange_and_key,
                             buf[pos + _HEAD + 12 : hstop],
-                            buf[bpos + _HEAD : bstop],
+                            body,
                         ),
                     )
         # The content is not all here (or comes in several frames): assemble it frame
@@ -879,7 +868,7 @@ class ServerConnection:
             raise errors.channel_error("unexpected method in connection state running").with_method(
                 index >> 16, index & 0xFFFF
             )
-        if index != _EXPECTED.get(state):
+        if index != EXPECTED.get(state):
             raise _Drop()
         method = self._decode(payload, index)
         if isinstance(method, commands.Connection.StartOk):

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from enum import Enum, auto
 
+from leveret.protocol import spec
+
 
 class State(Enum):
     AWAIT_HEADER = auto()  # nothing read yet
@@ -45,6 +47,7 @@ class Trigger(Enum):
     SEND_CLOSE_OK = auto()
     SEND_CLOSE = auto()
     RECV_CLOSE_OK = auto()
+    SEND_UPDATE_SECRET_OK = auto()
     RECV_GARBAGE = auto()  # bytes that cannot be framed: read no further
     DROP = auto()  # end without a word, as RabbitMQ does for some handshake errors
     LOST = auto()  # the transport went away
@@ -92,6 +95,7 @@ TRANSITIONS: dict[State, dict[Trigger, State]] = {
         T.DROP: S.CLOSED,
     },
     S.OPEN: {
+        T.SEND_UPDATE_SECRET_OK: S.OPEN,
         T.RECV_CLOSE: S.CLOSE_RECEIVED,
         T.SEND_CLOSE: S.CLOSING,
         T.RECV_GARBAGE: S.FAILED,
@@ -130,6 +134,17 @@ READING = frozenset(
 OVER = frozenset({S.DRAINING, S.CLOSED})
 # States in which only connection.close / close-ok are read; everything else is dropped.
 WINDING_DOWN = frozenset({S.CLOSING, S.DRAINING})
+# States in which a close is under way or done: a further connection.close is not sent.
+CLOSE_UNDER_WAY = frozenset({S.CLOSE_RECEIVED, S.CLOSING, S.DRAINING, S.CLOSED})
+# The method each handshake state waits for: any other ends the connection without a word.
+EXPECTED = {
+    S.AWAIT_START_OK: spec.CONNECTION_START_OK_INDEX,
+    S.AWAIT_TUNE_OK: spec.CONNECTION_TUNE_OK_INDEX,
+    S.AWAIT_OPEN: spec.CONNECTION_OPEN_INDEX,
+}
+# Until tune-ok, RabbitMQ answers a broken byte stream by closing the socket, not with
+# connection.close.
+SILENT_FAILURE = frozenset({S.AWAIT_START_OK, S.AWAIT_TUNE_OK})
 
 
 class ChannelState(Enum):
@@ -140,6 +155,8 @@ class ChannelState(Enum):
 
 class ChannelTrigger(Enum):
     RECV_OPEN = auto()
+    SEND_OPEN_OK = auto()
+    SEND_ACCESS_REQUEST_OK = auto()
     RECV_CLOSE = auto()
     SEND_CLOSE_OK = auto()
     SEND_CLOSE = auto()
@@ -152,7 +169,12 @@ CT = ChannelTrigger
 # (channel state or None for a free number, trigger) -> next state or None (free again)
 CHANNEL_TRANSITIONS: dict[ChannelState | None, dict[ChannelTrigger, ChannelState | None]] = {
     None: {CT.RECV_OPEN: CS.OPEN},
-    CS.OPEN: {CT.RECV_CLOSE: CS.CLOSE_RECEIVED, CT.SEND_CLOSE: CS.CLOSING},
+    CS.OPEN: {
+        CT.SEND_OPEN_OK: CS.OPEN,
+        CT.SEND_ACCESS_REQUEST_OK: CS.OPEN,
+        CT.RECV_CLOSE: CS.CLOSE_RECEIVED,
+        CT.SEND_CLOSE: CS.CLOSING,
+    },
     CS.CLOSE_RECEIVED: {CT.SEND_CLOSE_OK: None},
     # Both ends closed at once: the owner answers the peer's close, and the number stays
     # taken until the peer's close-ok.

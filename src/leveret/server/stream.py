@@ -20,8 +20,15 @@ from leveret.protocol.stream import encode
 from leveret.protocol.stream import events as ev
 from leveret.protocol.stream.connection import Phase, ServerConnection
 from leveret.protocol.stream.spec import Code
+from leveret.server.flow import FlowControl, Heartbeats
 from leveret.server.state import ServerState
-from leveret.server.tls import connection_details, login_name, peer_certificate
+from leveret.server.tls import (
+    connection_details,
+    connection_name,
+    login_name,
+    offered_mechanisms,
+    peer_certificate,
+)
 
 log = logging.getLogger(__name__)
 
@@ -46,12 +53,11 @@ class StreamProtocol(asyncio.Protocol):
         self.session: StreamSession | None = None
         self.traffic = Traffic()
         self._flush_scheduled = False
-        self._paused = False  # the transport's buffer is above its high-water mark
-        self.blocked = False
         self._ending = False
-        self._last_recv = self._last_send = time.monotonic()
+        # made with the transport, in connection_made
+        self.flow: FlowControl
+        self._heartbeats: Heartbeats
         self._timer: asyncio.TimerHandle | None = None
-        self._heartbeat: asyncio.TimerHandle | None = None
         self._sendfile_fd = -1  # the plain TCP socket chunks are sent to with sendfile
 
     # ----------------------------------------------------------- session output
@@ -90,10 +96,10 @@ class StreamProtocol(asyncio.Protocol):
         traffic = self.traffic
         traffic.send_oct += len(pending) + len(header) + size
         traffic.send_cnt += 1
-        self._last_send = time.monotonic()
+        self.flow.sent = time.monotonic()
 
     def writable(self) -> bool:
-        return not self._paused and self.transport is not None and not self._ending
+        return not self.flow.writing_paused and self.transport is not None and not self._ending
 
     def force_close(self, reason: str) -> None:
         """Management closes it: as rabbit_stream_reader stops on a shutdown call, the
@@ -104,11 +110,7 @@ class StreamProtocol(asyncio.Protocol):
     # --------------------------------------------------------------- transport
     @property
     def name(self) -> str:
-        if self.transport is None:
-            return "?"
-        peer = self.transport.get_extra_info("peername")
-        local = self.transport.get_extra_info("sockname")
-        return f"{peer[0]}:{peer[1]} -> {local[0]}:{local[1]}" if peer and local else "?"
+        return connection_name(self.transport)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -116,6 +118,8 @@ class StreamProtocol(asyncio.Protocol):
             high=4 * 1024 * 1024, low=1024 * 1024
         )
         self.traffic.pending = transport.get_write_buffer_size  # type: ignore[attr-defined]
+        self.flow = FlowControl(transport)  # type: ignore[arg-type]
+        self._heartbeats = Heartbeats(self.loop, self.flow, self._send_heartbeat, self._silent)
         sock = transport.get_extra_info("socket")
         if not self.tls and sock is not None and hasattr(os, "sendfile"):
             self._sendfile_fd = sock.fileno()
@@ -124,20 +128,16 @@ class StreamProtocol(asyncio.Protocol):
         # that never gets as far as open is told of as it closes (connection.closed)
         peer = transport.get_extra_info("peername")
         local = transport.get_extra_info("sockname")
-        # EXTERNAL (the client certificate) only where the listener verifies peers
-        offered = sorted(
-            m for m in self.state.mechanisms if m != "EXTERNAL" or (self.tls and self.verify_peer)
-        )
         self.session = StreamSession(
             self.state.broker,
             self,
             _address(peer),
             self.advertised,
-            tuple(offered),
+            offered_mechanisms(self.state.mechanisms, self.tls and self.verify_peer),
             _address(local),
             self.traffic,
+            connection_details(transport),
         )
-        self.session.transport_details = connection_details(transport)
         self._timer = self.loop.call_later(
             self.state.limits.handshake_timeout, self._handshake_timeout
         )
@@ -150,10 +150,10 @@ class StreamProtocol(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.state.connections.discard(self)
-        for handle in (self._timer, self._heartbeat):
-            if handle is not None:
-                handle.cancel()
-        self._timer = self._heartbeat = None
+        self._heartbeats.stop()
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         self.transport = None
         if self.session is not None:
             self.session.close()
@@ -162,25 +162,20 @@ class StreamProtocol(asyncio.Protocol):
         """The peer does not read what we send: no chunk is read for it, and what it
         sends waits unread (its confirms would pile up here otherwise), as TCP back
         pressure holds a RabbitMQ stream connection."""
-        self._paused = True
+        self.flow.writing_paused = True
         self._update_reading()
 
     def resume_writing(self) -> None:
-        self._paused = False
+        self.flow.writing_paused = False
         self._update_reading()
         if self.session is not None:
             self.session.feed_all()
-        if not self.blocked:
+        if not self.flow.blocked:
             self.loop.call_soon(self._resume)
 
     def _update_reading(self) -> None:
-        if self.transport is None or self._ending:
-            return
-        if self._paused or self.blocked:
-            self.transport.pause_reading()
-        else:
-            self._last_recv = time.monotonic()  # the heartbeat monitor resumes now
-            self.transport.resume_reading()
+        if self.transport is not None and not self._ending:
+            self.flow.update()
 
     def _schedule(self) -> None:
         if not self._flush_scheduled:
@@ -194,13 +189,14 @@ class StreamProtocol(asyncio.Protocol):
             self.transport.write(data)
             self.traffic.send_oct += len(data)
             self.traffic.send_cnt += 1
-            self._last_send = time.monotonic()
+            self.flow.sent = time.monotonic()
 
     def _end(self) -> None:
         """Flush what is left and close the socket."""
         if self._ending or self.transport is None:
             return
         self._ending = True
+        self._heartbeats.stop()
         self._flush()
         if self.session is not None:
             self.session.close()
@@ -208,7 +204,7 @@ class StreamProtocol(asyncio.Protocol):
 
     # ------------------------------------------------------------------- input
     def data_received(self, data: bytes) -> None:
-        self._last_recv = time.monotonic()
+        self.flow.heard = time.monotonic()
         self.traffic.recv_oct += len(data)
         self.traffic.recv_cnt += 1
         if self._ending:
@@ -219,7 +215,8 @@ class StreamProtocol(asyncio.Protocol):
     def _process(self) -> None:
         conn = self.conn
         published = False
-        while not (self.blocked or self._paused or self._ending):
+        flow = self.flow
+        while not (flow.blocked or flow.writing_paused or self._ending):
             event = conn.next_event()
             if event is ev.NEED_DATA:
                 break
@@ -274,9 +271,8 @@ class StreamProtocol(asyncio.Protocol):
                 conn.drop()  # as RabbitMQ: the connection fails after the answer
         elif isinstance(event, ev.Tune):
             if self.session is not None:
-                self.session.frame_max = event.frame_max
-                self.session.heartbeat = event.heartbeat
-            self._start_heartbeats(event.heartbeat)
+                self.session.tuned(event.frame_max, event.heartbeat)
+            self._heartbeats.start(event.heartbeat)
         elif isinstance(event, ev.Open):
             assert self.session is not None
             code = self.session.open(event.virtual_host)
@@ -303,34 +299,22 @@ class StreamProtocol(asyncio.Protocol):
             log.info("stream connection %s failed: %s", self.name, event.reason)
 
     # -------------------------------------------------------------- heartbeats
-    def _start_heartbeats(self, interval: int) -> None:
-        if self._heartbeat is not None:
-            self._heartbeat.cancel()
-            self._heartbeat = None
-        if interval > 0:
-            self._heartbeat = self.loop.call_later(interval / 2, self._beat, interval)
+    def _send_heartbeat(self) -> None:
+        self.conn.send_heartbeat()
+        self._flush()
 
-    def _beat(self, interval: int) -> None:
-        if self.transport is None or self._ending:
-            return
-        now = time.monotonic()
-        if now - self._last_recv > 2 * interval and not (self.blocked or self._paused):
-            log.error("closing stream connection %s: missed heartbeats", self.name)
-            self._end()
-            return
-        if now - self._last_send >= interval / 2:
-            self.conn.send_heartbeat()
-            self._flush()
-        self._heartbeat = self.loop.call_later(interval / 2, self._beat, interval)
+    def _silent(self, interval: int) -> None:
+        log.error("closing stream connection %s: missed heartbeats", self.name)
+        self._end()
 
     # ------------------------------------------------- driven by the server
     def set_blocked(self, blocked: bool, reason: str) -> None:
         """A resource alarm: stop reading (publishers wait), as RabbitMQ blocks."""
-        if blocked == self.blocked or self.transport is None or self._ending:
+        if blocked == self.flow.blocked or self.transport is None or self._ending:
             return
-        self.blocked = blocked
+        self.flow.blocked = blocked
         if self.session is not None:
-            self.session.blocked = blocked
+            self.session.set_blocked(blocked)
         self._update_reading()
         if not blocked:
             self.loop.call_soon(self._resume)

@@ -4,6 +4,7 @@ who a client certificate says the peer is (for SASL EXTERNAL)."""
 from __future__ import annotations
 
 import ssl
+from collections.abc import Iterable
 from typing import Any
 
 from cryptography import x509
@@ -82,6 +83,29 @@ def peer_certificate(transport: Any) -> x509.Certificate | None:
     if not der:
         return None
     return x509.load_der_x509_certificate(der)
+
+
+def connection_name(transport: Any) -> str:
+    """RabbitMQ's name for a client connection, ``peer:port -> local:port`` (``?`` once
+    its transport is gone)."""
+    if transport is None:
+        return "?"
+    peer = transport.get_extra_info("peername")
+    local = transport.get_extra_info("sockname")
+    return f"{peer[0]}:{peer[1]} -> {local[0]}:{local[1]}" if peer and local else "?"
+
+
+def certificate_login(transport: Any, login_from: str) -> str | None:
+    """Who the client's certificate on a TLS transport names, to log in as (EXTERNAL)."""
+    cert = peer_certificate(transport)
+    return None if cert is None else login_name(cert, login_from)
+
+
+def offered_mechanisms(enabled: Iterable[str], verify_peer: bool) -> tuple[str, ...]:
+    """What a listener offers of the SASL mechanisms enabled, by name: EXTERNAL only where
+    it verifies client certificates. (RabbitMQ lists them in its registry's order, which
+    varies between starts.)"""
+    return tuple(sorted(m for m in enabled if m != "EXTERNAL" or verify_peer))
 
 
 def _cipher_parts(name: str, version: str) -> tuple[str, str, str] | None:
