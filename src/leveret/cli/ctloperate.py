@@ -163,58 +163,52 @@ def _list_policies(ctl: Ctl, operator: bool) -> None:
     _rows(ctl, POLICY_COLUMNS, rows)
 
 
-@verb("policies")
-def set_policy(
-    ctl: Ctl,
-    name: str,
-    pattern: str,
-    definition: str,
-    priority: Priority = 0,
-    apply_to: ApplyTo = "all",
-) -> None:
+def _policy_verbs(operator: bool, set_doc: str, clear_doc: str, list_doc: str) -> None:
+    """Register the set, clear and list verbs of policies (or of operator policies)."""
+    kind = "operator_policy" if operator else "policy"
+    kinds = "operator_policies" if operator else "policies"
+
+    def set_(
+        ctl: Ctl,
+        name: str,
+        pattern: str,
+        definition: str,
+        priority: Priority = 0,
+        apply_to: ApplyTo = "all",
+    ) -> None:
+        _set_policy(ctl, operator, name, pattern, definition, priority, apply_to)
+
+    def clear(ctl: Ctl, name: str) -> None:
+        _clear_policy(ctl, operator, name)
+
+    def list_(ctl: Ctl) -> None:
+        _list_policies(ctl, operator)
+
+    for fn, verb_name, doc in (
+        (set_, f"set_{kind}", set_doc),
+        (clear, f"clear_{kind}", clear_doc),
+        (list_, f"list_{kinds}", list_doc),
+    ):
+        fn.__doc__ = doc
+        verb("policies", name=verb_name)(fn)
+
+
+_policy_verbs(
+    False,
     """Sets a policy in the virtual host given by -p: queues and exchanges whose names
     match PATTERN (a regular expression) take DEFINITION (a JSON object of keys such as
-    max-length, message-ttl, dead-letter-exchange)."""
-    _set_policy(ctl, False, name, pattern, definition, priority, apply_to)
-
-
-@verb("policies")
-def clear_policy(ctl: Ctl, name: str) -> None:
-    """Clears a policy in the virtual host given by -p."""
-    _clear_policy(ctl, False, name)
-
-
-@verb("policies")
-def list_policies(ctl: Ctl) -> None:
-    """The policies of the virtual host given by -p, lowest priority first."""
-    _list_policies(ctl, False)
-
-
-@verb("policies")
-def set_operator_policy(
-    ctl: Ctl,
-    name: str,
-    pattern: str,
-    definition: str,
-    priority: Priority = 0,
-    apply_to: ApplyTo = "all",
-) -> None:
+    max-length, message-ttl, dead-letter-exchange).""",
+    "Clears a policy in the virtual host given by -p.",
+    "The policies of the virtual host given by -p, lowest priority first.",
+)
+_policy_verbs(
+    True,
     """Sets an operator policy in the virtual host given by -p: its limits (expires,
     message-ttl, max-length, max-length-bytes, delivery-limit) win over a policy's where
-    they are stricter."""
-    _set_policy(ctl, True, name, pattern, definition, priority, apply_to)
-
-
-@verb("policies")
-def clear_operator_policy(ctl: Ctl, name: str) -> None:
-    """Clears an operator policy in the virtual host given by -p."""
-    _clear_policy(ctl, True, name)
-
-
-@verb("policies")
-def list_operator_policies(ctl: Ctl) -> None:
-    """The operator policies of the virtual host given by -p."""
-    _list_policies(ctl, True)
+    they are stricter.""",
+    "Clears an operator policy in the virtual host given by -p.",
+    "The operator policies of the virtual host given by -p.",
+)
 
 
 # ------------------------------------------------------------------ vhost limits
