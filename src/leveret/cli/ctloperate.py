@@ -212,6 +212,19 @@ _policy_verbs(
 
 
 # ------------------------------------------------------------------ vhost limits
+def _list_every_limit(ctl: Ctl, who: str) -> None:
+    """The limits of every virtual host (``who`` "vhost") or user ("user") that has some,
+    as --global lists them."""
+    json_out = ctl.opts.formatter == "json"
+    if not json_out:
+        ctl.banner(f"Listing limits for all {who}s ...")
+    items = ctl.client.get(f"/api/{who}-limits")
+    if json_out:
+        _json_rows([{who: i[who], "limits": _compact(i["value"])} for i in items])
+        return
+    _rows(ctl, (who, "limits"), [[i[who], _compact(i["value"])] for i in items])
+
+
 def _vhost_limits(ctl: Ctl, vhost: str) -> dict[str, Any] | None:
     items = ctl.client.get(f"/api/vhost-limits/{q(vhost)}", missing=None)
     if items is None:
@@ -264,16 +277,10 @@ def list_vhost_limits(
     ] = False,
 ) -> None:
     """The limits of the virtual host given by -p, or of every one (--global)."""
-    json_out = ctl.opts.formatter == "json"
     if all_vhosts:
-        if not json_out:
-            ctl.banner("Listing limits for all vhosts ...")
-        items = ctl.client.get("/api/vhost-limits")
-        if json_out:
-            _json_rows([{"vhost": i["vhost"], "limits": _compact(i["value"])} for i in items])
-            return
-        _rows(ctl, ("vhost", "limits"), [[i["vhost"], _compact(i["value"])] for i in items])
+        _list_every_limit(ctl, "vhost")
         return
+    json_out = ctl.opts.formatter == "json"
     vhost = ctl.opts.vhost
     if not json_out:
         ctl.banner(f'Listing limits for vhost "{vhost}" ...')
@@ -342,16 +349,10 @@ def list_user_limits(
 ) -> None:
     """The limits of a user (--user, default the one ctl logs in as), or of every user
     that has some (--global)."""
-    json_out = ctl.opts.formatter == "json"
     if all_users:
-        if not json_out:
-            ctl.banner("Listing limits for all users ...")
-        items = ctl.client.get("/api/user-limits")
-        if json_out:
-            _json_rows([{"user": i["user"], "limits": _compact(i["value"])} for i in items])
-            return
-        _rows(ctl, ("user", "limits"), [[i["user"], _compact(i["value"])] for i in items])
+        _list_every_limit(ctl, "user")
         return
+    json_out = ctl.opts.formatter == "json"
     name = user or ctl.opts.username
     if not json_out:
         ctl.banner(f'Listing limits for user "{name}" ...')
