@@ -9,7 +9,8 @@ from leveret.protocol import errors
 from leveret.protocol.errors import AMQPError
 from leveret.protocol.spec import type_of
 
-# The queue arguments whose values must match on redeclaration (rabbit_amqqueue).
+# The queue arguments whose values must match on redeclaration: rabbit_amqqueue checks
+# the queue type's queue_arguments, a classic queue's are these.
 QUEUE_EQUIVALENCE_KEYS = (
     "x-expires",
     "x-message-ttl",
@@ -40,24 +41,9 @@ OTHER_QUEUE_TYPE_ARGS = (
     "x-max-in-memory-bytes",
     "x-queue-leader-locator",
 )
-# The queue arguments a classic queue takes (rabbit_classic_queue:capabilities()).
-CLASSIC_ARGS = frozenset(
-    (
-        "x-expires",
-        "x-message-ttl",
-        "x-dead-letter-exchange",
-        "x-dead-letter-routing-key",
-        "x-max-length",
-        "x-max-length-bytes",
-        "x-max-priority",
-        "x-overflow",
-        "x-queue-mode",
-        "x-queue-version",
-        "x-single-active-consumer",
-        "x-queue-type",
-        "x-queue-master-locator",
-    )
-)
+# The queue arguments a classic queue takes (rabbit_classic_queue:capabilities()): the
+# same list RabbitMQ checks for equivalence on redeclaration.
+CLASSIC_ARGS = frozenset(QUEUE_EQUIVALENCE_KEYS)
 _INTEGER_ARGS = (
     "x-expires",
     "x-message-ttl",
@@ -193,35 +179,7 @@ __all__ = [
 # then every argument another type takes and this one does not is refused.
 
 # Every queue argument some queue type takes (rabbit_queue_type:arguments(queue_arguments)).
-KNOWN_QUEUE_ARGS = frozenset(
-    (
-        # classic
-        "x-expires",
-        "x-message-ttl",
-        "x-dead-letter-exchange",
-        "x-dead-letter-routing-key",
-        "x-max-length",
-        "x-max-length-bytes",
-        "x-max-priority",
-        "x-overflow",
-        "x-queue-mode",
-        "x-queue-version",
-        "x-single-active-consumer",
-        "x-queue-type",
-        "x-queue-master-locator",
-        # quorum
-        "x-dead-letter-strategy",
-        "x-max-in-memory-length",
-        "x-max-in-memory-bytes",
-        "x-quorum-initial-group-size",
-        "x-delivery-limit",
-        "x-queue-leader-locator",
-        # stream
-        "x-max-age",
-        "x-stream-max-segment-size-bytes",
-        "x-initial-cluster-size",
-    )
-)
+KNOWN_QUEUE_ARGS = frozenset((*CLASSIC_ARGS, *OTHER_QUEUE_TYPE_ARGS))
 _INTEGER_WIRE_TYPES = frozenset(
     ("byte", "short", "signedint", "long", "unsignedbyte", "unsignedshort", "unsignedint")
 )

@@ -18,7 +18,7 @@ from leveret.broker.events import ConsumerCreated, ConsumerDeleted
 from leveret.broker.message import Message
 from leveret.broker.ports import ConnectionInfo, FlowHolder
 from leveret.broker.queues.base import Queue
-from leveret.broker.vhost import Tap
+from leveret.broker.trace import Tap
 from leveret.protocol import errors, spec
 
 if TYPE_CHECKING:

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from leveret.broker import events as ev
 from leveret.broker.clock import wall_ms
+from leveret.broker.errors import type_name
 from leveret.broker.events import API_ACTOR, INTERNAL_USER
 from leveret.broker.message import Message
 from leveret.protocol import table
@@ -116,12 +117,12 @@ def ip_term(address: str) -> Term:
     return Term("{" + ",".join(str(b) for b in ip.packed) + "}")
 
 
-def _typed_term(key: str, value: Any, type_name: str) -> str:
+def _typed_term(key: str, value: Any, kind: str) -> str:
     """``{<<"key">>,type,value}`` as ``~p`` prints a field of a table."""
-    return "{" + f"{binary(key)},{type_name},{_value_term(value, type_name)}" + "}"
+    return "{" + f"{binary(key)},{kind},{_value_term(value, kind)}" + "}"
 
 
-def _value_term(value: Any, type_name: str) -> str:
+def _value_term(value: Any, kind: str) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, (bytes, bytearray)):
@@ -130,12 +131,12 @@ def _value_term(value: Any, type_name: str) -> str:
         return binary(value)
     if isinstance(value, dict):
         types = getattr(value, "types", {})
-        inner = [_typed_term(k, v, types.get(k) or _guess(v)) for k, v in value.items()]
+        inner = [_typed_term(k, v, types.get(k) or type_name(v)) for k, v in value.items()]
         return "[" + ",".join(inner) + "]"
     if isinstance(value, list):
         return (
             "["
-            + ",".join("{" + f"{_guess(v)},{_value_term(v, _guess(v))}" + "}" for v in value)
+            + ",".join("{" + f"{type_name(v)},{_value_term(v, type_name(v))}" + "}" for v in value)
             + "]"
         )
     if value is None:
@@ -143,26 +144,10 @@ def _value_term(value: Any, type_name: str) -> str:
     return str(value)
 
 
-def _guess(value: Any) -> str:
-    if isinstance(value, bool):
-        return "bool"
-    if isinstance(value, int):
-        return "signedint" if -(2**31) <= value < 2**31 else "long"
-    if isinstance(value, float):
-        return "double"
-    if isinstance(value, dict):
-        return "table"
-    if isinstance(value, list):
-        return "array"
-    if value is None:
-        return "void"
-    return "longstr"
-
-
 def table_terms(values: dict[str, Any]) -> list[Value]:
     """A field table (arguments, client properties) as the plugin shows one: an array of
     its fields, each printed as an Erlang tuple."""
-    return [Term(_typed_term(k, v, type_of(values, k) or _guess(v))) for k, v in values.items()]
+    return [Term(_typed_term(k, v, type_of(values, k) or type_name(v))) for k, v in values.items()]
 
 
 # --------------------------------------------------------------- connections

@@ -1,5 +1,5 @@
-"""Server-generated names, as RabbitMQ makes them: a prefix, a dash and 16 random bytes in
-unpadded base64url (22 characters)."""
+"""Server-made names, as RabbitMQ makes them: generated ones (a prefix, a dash and 16 random
+bytes in unpadded base64url, 22 characters) and a connection's."""
 
 from __future__ import annotations
 
@@ -18,3 +18,10 @@ def queue_name() -> str:
 
 def consumer_tag() -> str:
     return generate("amq.ctag")
+
+
+def connection_name(peer: tuple[str, int] | None, local: tuple[str, int] | None) -> str:
+    """RabbitMQ's name for a connection: ``peer:port -> local:port``."""
+    peer = peer or ("", 0)
+    local = local or ("", 0)
+    return f"{peer[0]}:{peer[1]} -> {local[0]}:{local[1]}"

@@ -178,9 +178,7 @@ class Session(ConnectionEvents):
     @property
     def name(self) -> str:
         """RabbitMQ's name for a connection: ``peer:port -> local:port``."""
-        peer = self.peer or ("", 0)
-        local = self.local or ("", 0)
-        return f"{peer[0]}:{peer[1]} -> {local[0]}:{local[1]}"
+        return names.connection_name(self.peer, self.local)
 
     # -------------------------------------------------------------- channels
     @property

@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
+from leveret.broker import names
 from leveret.broker.broker import BrokerCore
 from leveret.broker.erlterms import binary_term
 from leveret.broker.events import (
@@ -279,9 +280,7 @@ class StreamSession:
     @property
     def name(self) -> str:
         """RabbitMQ's name for a connection: ``peer:port -> local:port``."""
-        peer = self.peer or ("", 0)
-        local = self.local or ("", 0)
-        return f"{peer[0]}:{peer[1]} -> {local[0]}:{local[1]}"
+        return names.connection_name(self.peer, self.local)
 
     @property
     def username(self) -> str:

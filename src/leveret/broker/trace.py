@@ -7,6 +7,7 @@ message's."""
 from __future__ import annotations
 
 import struct
+from typing import NamedTuple
 
 from leveret.broker.message import Message
 from leveret.protocol import table
@@ -68,51 +69,43 @@ def message_fields(message: Message, node: str) -> list[Field]:
     ]
 
 
+class Tap(NamedTuple):
+    """Who published, for the firehose trace: the connection's name, the channel, the
+    user."""
+
+    connection: str
+    channel: int
+    user: str
+
+
+def _tap_fields(vhost: str, tap: Tap) -> list[Field]:
+    return [
+        ("vhost", table.longstr(vhost)),
+        ("connection", table.longstr(tap.connection)),
+        ("channel", signedint(tap.channel)),
+        ("user", table.longstr(tap.user)),
+    ]
+
+
 def publish_trace(
-    message: Message,
-    queues: list[str],
-    vhost: str,
-    connection: str,
-    channel: int,
-    user: str,
-    node: str,
+    message: Message, queues: list[str], vhost: str, tap: Tap, node: str
 ) -> Message | None:
     """The trace of a publish (None for a message published to the trace exchange)."""
-    if message.exchange == TRACE_EXCHANGE:
-        return None
-    extra: list[Field] = [
-        ("vhost", table.longstr(vhost)),
-        ("connection", table.longstr(connection)),
-        ("channel", signedint(channel)),
-        ("user", table.longstr(user)),
-        ("routed_queues", table.array([table.longstr(q) for q in sorted(set(queues))])),
-    ]
+    routed = table.array([table.longstr(q) for q in sorted(set(queues))])
+    extra = [*_tap_fields(vhost, tap), ("routed_queues", routed)]
     return _trace("publish." + message.exchange, message, node, extra)
 
 
 def deliver_trace(
-    message: Message,
-    queue: str,
-    redelivered: bool,
-    vhost: str,
-    connection: str,
-    channel: int,
-    user: str,
-    node: str,
+    message: Message, queue: str, redelivered: bool, vhost: str, tap: Tap, node: str
 ) -> Message | None:
     """The trace of a delivery (None for a message published to the trace exchange)."""
-    if message.exchange == TRACE_EXCHANGE:
-        return None
-    extra: list[Field] = [
-        ("redelivered", signedint(1 if redelivered else 0)),
-        ("vhost", table.longstr(vhost)),
-        ("connection", table.longstr(connection)),
-        ("channel", signedint(channel)),
-        ("user", table.longstr(user)),
-    ]
+    extra = [("redelivered", signedint(1 if redelivered else 0)), *_tap_fields(vhost, tap)]
     return _trace("deliver." + queue, message, node, extra)
 
 
-def _trace(routing_key: str, message: Message, node: str, extra: list[Field]) -> Message:
+def _trace(routing_key: str, message: Message, node: str, extra: list[Field]) -> Message | None:
+    if message.exchange == TRACE_EXCHANGE:
+        return None  # the trace exchange's own messages are not traced
     properties = _HEADERS_ONLY + table.encode_table([*message_fields(message, node), *extra])
     return Message.from_parts(TRACE_EXCHANGE, routing_key, properties, message.body)

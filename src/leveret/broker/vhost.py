@@ -10,7 +10,7 @@ here."""
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 from leveret.broker import errors as rabbit
 from leveret.broker.arguments import (
@@ -60,7 +60,7 @@ from leveret.broker.reply_to import (
     ReplyConsumer,
     is_reply_address,
 )
-from leveret.broker.trace import TRACE_EXCHANGE, deliver_trace, publish_trace
+from leveret.broker.trace import TRACE_EXCHANGE, Tap, deliver_trace, publish_trace
 from leveret.protocol import errors, spec
 
 if TYPE_CHECKING:
@@ -77,15 +77,6 @@ BUILTIN_EXCHANGES = (
     ("amq.rabbitmq.trace", "topic", True),
     ("amq.topic", "topic", False),
 )
-
-
-class Tap(NamedTuple):
-    """Who published, for the firehose trace: the connection's name, the channel, the
-    user."""
-
-    connection: str
-    channel: int
-    user: str
 
 
 class PublishResult:
@@ -713,23 +704,12 @@ class VirtualHost:
             names = [k for k in message.routing_keys if not k.startswith(REPLY_PREFIX)]
         else:
             names = [q.name for q in queues]
-        trace = publish_trace(
-            message, names, self.name, tap.connection, tap.channel, tap.user, self.node
-        )
+        trace = publish_trace(message, names, self.name, tap, self.node)
         if trace is not None:
             self._publish_trace(trace)
 
     def trace_delivery(self, queue: str, message: Message, redelivered: bool, tap: Tap) -> None:
-        trace = deliver_trace(
-            message,
-            queue,
-            redelivered,
-            self.name,
-            tap.connection,
-            tap.channel,
-            tap.user,
-            self.node,
-        )
+        trace = deliver_trace(message, queue, redelivered, self.name, tap, self.node)
         if trace is not None:
             self._publish_trace(trace)
 

@@ -38,10 +38,10 @@ from leveret.cli.ctlclient import (
     q,
 )
 from leveret.cli.ctllist import node_name
-from leveret.cli.ctloperate import set_policy
+from leveret.cli.ctloperate import set_vhost_limits
 
 # the operator verbs (policies, limits, topic permissions) register as ctloperate loads
-_OPERATOR_VERBS = (set_policy,)
+_OPERATOR_VERBS = (set_vhost_limits,)
 
 OptionalArg = Annotated[str | None, typer.Argument(show_default=False)]
 MoreArgs = Annotated[list[str] | None, typer.Argument(show_default=False)]

@@ -7,6 +7,8 @@ import json
 import zlib
 from typing import Any
 
+from leveret.broker.errors import type_name
+
 
 def erlang(value: Any) -> str:
     """A value inside an Erlang term: strings quoted, tables as lists of pairs."""
@@ -43,28 +45,12 @@ def table_cell(value: Any) -> str:
     return cell(value)
 
 
-def amqp_type(value: Any) -> str:
-    if isinstance(value, bool):
-        return "bool"
-    if isinstance(value, int):
-        return "signedint" if -(2**31) <= value < 2**31 else "long"
-    if isinstance(value, float):
-        return "double"
-    if isinstance(value, dict):
-        return "table"
-    if isinstance(value, list):
-        return "array"
-    if value is None:
-        return "void"
-    return "longstr"
-
-
 def typed(value: Any) -> Any:
     """An AMQP table in rabbitmqctl's JSON: ``[[key, type, value], ...]``."""
     if isinstance(value, dict):
-        return [[k, amqp_type(v), typed(v)] for k, v in value.items()]
+        return [[k, type_name(v), typed(v)] for k, v in value.items()]
     if isinstance(value, list):
-        return [[amqp_type(v), typed(v)] for v in value]
+        return [[type_name(v), typed(v)] for v in value]
     return value
 
 

@@ -4,12 +4,14 @@ listing is a row of ``LISTINGS``, registered as a verb from it."""
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
+from functools import partial
 from typing import Annotated, Any
 
 import typer
 
+from leveret.broker.errors import type_name
 from leveret.cli import ctlformat as fmt
 from leveret.cli.ctlapp import verb
 from leveret.cli.ctlclient import (
@@ -290,15 +292,22 @@ def node_name(client: Client) -> str:
         return "leveret"
 
 
-def run_listing(spec: Listing, columns: list[str], ctl: Ctl) -> None:
-    opts, client = ctl.opts, ctl.client
-    columns = columns or spec.default
-    unknown = [c for c in columns if c not in spec.columns]
+def _chosen(columns: list[str], default: list[str], known: Collection[str]) -> list[str]:
+    """The columns asked for (the default ones when none are); an unknown one is refused
+    as rabbitmqctl refuses it."""
+    columns = columns or default
+    unknown = [c for c in columns if c not in known]
     if unknown:
         raise CtlError(
             f"(argument validation): Info key(s) {','.join(unknown)} are not supported",
             EX_USAGE,
         )
+    return columns
+
+
+def run_listing(spec: Listing, columns: list[str], ctl: Ctl) -> None:
+    opts, client = ctl.opts, ctl.client
+    columns = _chosen(columns, spec.default, spec.columns)
     items = client.get(spec.path(opts), missing=[])
     needs_node = any(c in ("pid", "channel_pid", "connection", "owner_pid") for c in columns)
     node = node_name(client) if needs_node else ""
@@ -325,15 +334,22 @@ def run_listing(spec: Listing, columns: list[str], ctl: Ctl) -> None:
 Columns = Annotated[list[str] | None, typer.Argument(metavar="COLUMN", show_default=False)]
 
 
-def _listing_with_columns(spec: Listing) -> Callable[[Ctl, list[str] | None], None]:
+def _with_columns(
+    run: Callable[[list[str], Ctl], None], summary: str, known: Collection[str], default: list[str]
+) -> Callable[[Ctl, list[str] | None], None]:
+    """A listing verb that takes the columns to show, ``run(columns, ctl)``."""
+
     def listing(ctl: Ctl, columns: Columns = None) -> None:
-        run_listing(spec, columns or [], ctl)
+        run(columns or [], ctl)
 
     listing.__doc__ = (
-        f"{spec.summary}\n\nCOLUMN is one of {', '.join(sorted(spec.columns))} "
-        f"(default: {' '.join(spec.default)})."
+        f"{summary}\n\nCOLUMN is one of {', '.join(sorted(known))} (default: {' '.join(default)})."
     )
     return listing
+
+
+def _listing_with_columns(spec: Listing) -> Callable[[Ctl, list[str] | None], None]:
+    return _with_columns(partial(run_listing, spec), spec.summary, spec.columns, spec.default)
 
 
 def _listing(spec: Listing) -> Callable[[Ctl], None]:
@@ -381,8 +397,12 @@ class StreamListing:
     summary: str
     path: Callable[[Options], str]
     banner: str
-    default: list[str]
     columns: dict[str, tuple[str, str | None]]  # column -> (API field, kind)
+    default: list[str] | None = None  # the columns shown by default; None: all of them
+
+    @property
+    def default_columns(self) -> list[str]:
+        return list(self.columns) if self.default is None else self.default
 
 
 def _stream_value(item: dict[str, Any], field: str) -> Any:
@@ -423,7 +443,7 @@ def _stream_cell(kind: str | None, value: Any, node: str, formatter: str) -> Any
             return fmt.typed(props)
         if pretty:
             return "".join(
-                f"{{{fmt.erlang_binary(k)},{fmt.amqp_type(v)},{fmt.erlang_binary(str(v))}}}"
+                f"{{{fmt.erlang_binary(k)},{type_name(v)},{fmt.erlang_binary(str(v))}}}"
                 for k, v in props.items()
             )
         return fmt.table_cell(props)
@@ -443,13 +463,7 @@ def _subscriptions(client: Client) -> dict[str, int]:
 
 def run_stream_listing(spec: StreamListing, columns: list[str], ctl: Ctl) -> None:
     opts, client = ctl.opts, ctl.client
-    columns = columns or spec.default
-    unknown = [c for c in columns if c not in spec.columns]
-    if unknown:
-        raise CtlError(
-            f"(argument validation): Info key(s) {','.join(unknown)} are not supported",
-            EX_USAGE,
-        )
+    columns = _chosen(columns, spec.default_columns, spec.columns)
     formatter = opts.formatter if opts.formatter_given else "pretty_table"
     items = client.get(spec.path(opts), missing=[]) or []
     if "subscriptions" in columns:
@@ -486,7 +500,6 @@ STREAM_LISTINGS: dict[str, StreamListing] = {
         "Lists stream connections.",
         lambda o: "/api/stream/connections",
         "Listing stream connections ...",
-        ["conn_name"],
         {
             "conn_name": ("name", None),
             "port": ("port", None),
@@ -511,21 +524,12 @@ STREAM_LISTINGS: dict[str, StreamListing] = {
             "client_properties": ("client_properties", CLIENT),
             "connected_at": ("connected_at", None),
         },
+        ["conn_name"],
     ),
     "list_stream_consumers": StreamListing(
         "Lists all stream consumers for a vhost.",
         lambda o: f"/api/stream/consumers/{q(o.vhost)}",
         "Listing stream consumers ...",
-        [
-            "connection_pid",
-            "subscription_id",
-            "stream",
-            "messages_consumed",
-            "offset",
-            "offset_lag",
-            "credits",
-            "properties",
-        ],
         {
             "connection_pid": ("connection_details.name", PID),
             "subscription_id": ("subscription_id", None),
@@ -541,15 +545,6 @@ STREAM_LISTINGS: dict[str, StreamListing] = {
         "Lists all stream publishers for a vhost.",
         lambda o: f"/api/stream/publishers/{q(o.vhost)}",
         "Listing stream publishers ...",
-        [
-            "connection_pid",
-            "publisher_id",
-            "stream",
-            "reference",
-            "messages_published",
-            "messages_confirmed",
-            "messages_errored",
-        ],
         {
             "connection_pid": ("connection_details.name", PID),
             "publisher_id": ("publisher_id", None),
@@ -564,14 +559,9 @@ STREAM_LISTINGS: dict[str, StreamListing] = {
 
 
 def _stream_listing(spec: StreamListing) -> Callable[[Ctl, list[str] | None], None]:
-    def listing(ctl: Ctl, columns: Columns = None) -> None:
-        run_stream_listing(spec, columns or [], ctl)
-
-    listing.__doc__ = (
-        f"{spec.summary}\n\nCOLUMN is one of {', '.join(sorted(spec.columns))} "
-        f"(default: {' '.join(spec.default)})."
+    return _with_columns(
+        partial(run_stream_listing, spec), spec.summary, spec.columns, spec.default_columns
     )
-    return listing
 
 
 for _name, _stream_spec in STREAM_LISTINGS.items():

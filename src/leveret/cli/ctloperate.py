@@ -163,61 +163,68 @@ def _list_policies(ctl: Ctl, operator: bool) -> None:
     _rows(ctl, POLICY_COLUMNS, rows)
 
 
-@verb("policies")
-def set_policy(
-    ctl: Ctl,
-    name: str,
-    pattern: str,
-    definition: str,
-    priority: Priority = 0,
-    apply_to: ApplyTo = "all",
-) -> None:
+def _policy_verbs(operator: bool, set_doc: str, clear_doc: str, list_doc: str) -> None:
+    """Register the set, clear and list verbs of policies (or of operator policies)."""
+    kind = "operator_policy" if operator else "policy"
+    kinds = "operator_policies" if operator else "policies"
+
+    def set_(
+        ctl: Ctl,
+        name: str,
+        pattern: str,
+        definition: str,
+        priority: Priority = 0,
+        apply_to: ApplyTo = "all",
+    ) -> None:
+        _set_policy(ctl, operator, name, pattern, definition, priority, apply_to)
+
+    def clear(ctl: Ctl, name: str) -> None:
+        _clear_policy(ctl, operator, name)
+
+    def list_(ctl: Ctl) -> None:
+        _list_policies(ctl, operator)
+
+    for fn, verb_name, doc in (
+        (set_, f"set_{kind}", set_doc),
+        (clear, f"clear_{kind}", clear_doc),
+        (list_, f"list_{kinds}", list_doc),
+    ):
+        fn.__doc__ = doc
+        verb("policies", name=verb_name)(fn)
+
+
+_policy_verbs(
+    False,
     """Sets a policy in the virtual host given by -p: queues and exchanges whose names
     match PATTERN (a regular expression) take DEFINITION (a JSON object of keys such as
-    max-length, message-ttl, dead-letter-exchange)."""
-    _set_policy(ctl, False, name, pattern, definition, priority, apply_to)
-
-
-@verb("policies")
-def clear_policy(ctl: Ctl, name: str) -> None:
-    """Clears a policy in the virtual host given by -p."""
-    _clear_policy(ctl, False, name)
-
-
-@verb("policies")
-def list_policies(ctl: Ctl) -> None:
-    """The policies of the virtual host given by -p, lowest priority first."""
-    _list_policies(ctl, False)
-
-
-@verb("policies")
-def set_operator_policy(
-    ctl: Ctl,
-    name: str,
-    pattern: str,
-    definition: str,
-    priority: Priority = 0,
-    apply_to: ApplyTo = "all",
-) -> None:
+    max-length, message-ttl, dead-letter-exchange).""",
+    "Clears a policy in the virtual host given by -p.",
+    "The policies of the virtual host given by -p, lowest priority first.",
+)
+_policy_verbs(
+    True,
     """Sets an operator policy in the virtual host given by -p: its limits (expires,
     message-ttl, max-length, max-length-bytes, delivery-limit) win over a policy's where
-    they are stricter."""
-    _set_policy(ctl, True, name, pattern, definition, priority, apply_to)
-
-
-@verb("policies")
-def clear_operator_policy(ctl: Ctl, name: str) -> None:
-    """Clears an operator policy in the virtual host given by -p."""
-    _clear_policy(ctl, True, name)
-
-
-@verb("policies")
-def list_operator_policies(ctl: Ctl) -> None:
-    """The operator policies of the virtual host given by -p."""
-    _list_policies(ctl, True)
+    they are stricter.""",
+    "Clears an operator policy in the virtual host given by -p.",
+    "The operator policies of the virtual host given by -p.",
+)
 
 
 # ------------------------------------------------------------------ vhost limits
+def _list_every_limit(ctl: Ctl, who: str) -> None:
+    """The limits of every virtual host (``who`` "vhost") or user ("user") that has some,
+    as --global lists them."""
+    json_out = ctl.opts.formatter == "json"
+    if not json_out:
+        ctl.banner(f"Listing limits for all {who}s ...")
+    items = ctl.client.get(f"/api/{who}-limits")
+    if json_out:
+        _json_rows([{who: i[who], "limits": _compact(i["value"])} for i in items])
+        return
+    _rows(ctl, (who, "limits"), [[i[who], _compact(i["value"])] for i in items])
+
+
 def _vhost_limits(ctl: Ctl, vhost: str) -> dict[str, Any] | None:
     items = ctl.client.get(f"/api/vhost-limits/{q(vhost)}", missing=None)
     if items is None:
@@ -270,16 +277,10 @@ def list_vhost_limits(
     ] = False,
 ) -> None:
     """The limits of the virtual host given by -p, or of every one (--global)."""
-    json_out = ctl.opts.formatter == "json"
     if all_vhosts:
-        if not json_out:
-            ctl.banner("Listing limits for all vhosts ...")
-        items = ctl.client.get("/api/vhost-limits")
-        if json_out:
-            _json_rows([{"vhost": i["vhost"], "limits": _compact(i["value"])} for i in items])
-            return
-        _rows(ctl, ("vhost", "limits"), [[i["vhost"], _compact(i["value"])] for i in items])
+        _list_every_limit(ctl, "vhost")
         return
+    json_out = ctl.opts.formatter == "json"
     vhost = ctl.opts.vhost
     if not json_out:
         ctl.banner(f'Listing limits for vhost "{vhost}" ...')
@@ -348,16 +349,10 @@ def list_user_limits(
 ) -> None:
     """The limits of a user (--user, default the one ctl logs in as), or of every user
     that has some (--global)."""
-    json_out = ctl.opts.formatter == "json"
     if all_users:
-        if not json_out:
-            ctl.banner("Listing limits for all users ...")
-        items = ctl.client.get("/api/user-limits")
-        if json_out:
-            _json_rows([{"user": i["user"], "limits": _compact(i["value"])} for i in items])
-            return
-        _rows(ctl, ("user", "limits"), [[i["user"], _compact(i["value"])] for i in items])
+        _list_every_limit(ctl, "user")
         return
+    json_out = ctl.opts.formatter == "json"
     name = user or ctl.opts.username
     if not json_out:
         ctl.banner(f'Listing limits for user "{name}" ...')

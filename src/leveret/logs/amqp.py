@@ -14,6 +14,24 @@ import pika.exceptions
 
 DEFAULT_URL = "amqp://guest:guest@localhost:5672/"
 DEFAULT_EXCHANGE = "logs"
+#: basic's content-header properties in the specification's order, by the names the
+#: management API (and Spark's columns) give them.
+PROPERTY_NAMES = (
+    "content_type",
+    "content_encoding",
+    "headers",
+    "delivery_mode",
+    "priority",
+    "correlation_id",
+    "reply_to",
+    "expiration",
+    "message_id",
+    "timestamp",
+    "type",
+    "user_id",
+    "app_id",
+    "cluster_id",
+)
 
 
 class ExchangeType(StrEnum):

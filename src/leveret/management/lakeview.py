@@ -27,8 +27,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote, urlparse
+from urllib.parse import unquote
 
+from leveret.logs.lake import METADATA, local_path, log_batches, log_file
 from leveret.logs.record import ERROR_SEVERITIES, SEVERITIES
 
 log = logging.getLogger(__name__)
@@ -36,7 +37,6 @@ log = logging.getLogger(__name__)
 KEEP_MINUTES = 24 * 60
 FILES_PER_REFRESH = 200
 REFRESH_SECONDS = 2.0
-METADATA = "_spark_metadata"
 
 
 @dataclass
@@ -98,13 +98,6 @@ def _ms_type(kind: Any) -> Any:
     return pa.timestamp("ms", tz=getattr(kind, "tz", None))
 
 
-def _local_path(uri: str) -> str:
-    parsed = urlparse(uri)
-    if parsed.scheme in ("", "file"):
-        return unquote(parsed.path)
-    return uri
-
-
 class Lake:
     """Incremental aggregates of one lake directory. ``refresh()`` blocks (a thread's work);
     ``state()`` may be called from the event loop at any time."""
@@ -136,23 +129,10 @@ class Lake:
         self.unreadable_error: str | None = None
 
     # ------------------------------------------------------------ the file sink log
-    def _log_files(self) -> tuple[list[int], set[int]]:
-        ids: list[int] = []
-        compacts: set[int] = set()
-        for p in (self.path / METADATA).iterdir():
-            name = p.name
-            if name.endswith(".compact") and name[:-8].isdigit():
-                compacts.add(int(name[:-8]))
-                ids.append(int(name[:-8]))
-            elif name.isdigit():
-                ids.append(int(name))
-        return sorted(ids), compacts
-
     def _entries(self, batch: int, compact: bool, deleted: set[str]) -> list[dict[str, Any]]:
         """The entries of one log file that are new (see the module docstring), newest last;
         the paths its ``delete`` entries name are added to ``deleted``."""
-        name = f"{batch}.compact" if compact else str(batch)
-        raw = (self.path / METADATA / name).read_bytes()
+        raw = log_file(self.path, batch, compact).read_bytes()
         lines = raw.split(b"\n")[1:]  # the first line is the log's version ("v1")
         out: list[dict[str, Any]] = []
         for line in reversed(lines):
@@ -180,9 +160,8 @@ class Lake:
         if not ids:
             return None
         base = max(compacts) if compacts else ids[0]
-        name = f"{base}.compact" if base in compacts else str(base)
         try:
-            st = (self.path / METADATA / name).stat()
+            st = log_file(self.path, base, base in compacts).stat()
         except FileNotFoundError:
             return None
         return (base, st.st_ino, st.st_size, st.st_mtime_ns)
@@ -200,7 +179,7 @@ class Lake:
             self.minutes = {}
 
     def _list_new(self) -> None:
-        ids, compacts = self._log_files()
+        ids, compacts = log_batches(self.path)
         signature = self._base_signature(ids, compacts)
         if self._base is not None and signature is not None and signature != self._base:
             # files were replaced (a compaction) or dropped (retention): count again
@@ -263,7 +242,7 @@ class Lake:
                 path = self._pending.pop(0)
                 budget -= 1
                 try:
-                    counts = read_file(_local_path(path))
+                    counts = read_file(local_path(path))
                 except FileNotFoundError:
                     continue
                 except Exception as exc:  # one unreadable file is skipped, and said

@@ -48,6 +48,7 @@ from urllib.parse import quote
 from aiohttp import web
 
 from leveret.broker.queues import StreamQueue
+from leveret.logs.amqp import PROPERTY_NAMES
 from leveret.logs.record import SEVERITIES, Record
 from leveret.management.context import mgmt
 from leveret.management.httputil import bad_request, credentials, current_user
@@ -87,19 +88,8 @@ EXCHANGE_CHECK = 1.0
 #: (fanout ignores the key, topic matches ``#``, direct matches a severity).
 BINDING_KEYS = ("#", *SEVERITIES)
 
-_PROPERTIES = (
-    "content_type",
-    "content_encoding",
-    "delivery_mode",
-    "priority",
-    "correlation_id",
-    "reply_to",
-    "expiration",
-    "message_id",
-    "type",
-    "user_id",
-    "app_id",
-)
+# the headers and the timestamp are shown apart; nobody sets cluster_id
+_PROPERTIES = tuple(n for n in PROPERTY_NAMES if n not in ("headers", "timestamp", "cluster_id"))
 
 
 def _jsonable(value: Any) -> Any:

@@ -18,6 +18,7 @@ from leveret.broker.message import Message
 from leveret.broker.operations import BindingRequest
 from leveret.broker.queues import Queue
 from leveret.broker.vhost import VirtualHost
+from leveret.logs.amqp import PROPERTY_NAMES
 from leveret.management import views
 from leveret.management.context import mgmt
 from leveret.management.httputil import (
@@ -36,23 +37,6 @@ from leveret.management.httputil import (
 )
 from leveret.protocol import errors, spec
 from leveret.protocol.errors import AMQPError
-
-PROPERTY_NAMES = (
-    "content_type",
-    "content_encoding",
-    "headers",
-    "delivery_mode",
-    "priority",
-    "correlation_id",
-    "reply_to",
-    "expiration",
-    "message_id",
-    "timestamp",
-    "type",
-    "user_id",
-    "app_id",
-    "cluster_id",
-)
 
 
 # -------------------------------------------------------------------- exchanges

@@ -278,53 +278,69 @@ def flow_state(s: Session, alarm: bool) -> str:
     return "flow" if s.held_by else "running"
 
 
-def connection(s: Session, stats: Stats | None = None, alarm: bool = False) -> dict[str, Any]:
+def _connection_common(s: Session | StreamSession) -> dict[str, Any]:
+    """What an AMQP and a stream-protocol connection show alike: the socket's ends, who
+    and where."""
     peer = s.peer or ("", 0)
     local = s.local or ("", 0)
-    props = jsonable(s.client_properties)
-    name = props.get("connection_name") if isinstance(props, dict) else None
-    out: dict[str, Any] = {
+    return {
         "auth_mechanism": s.auth_mechanism,
-        "channel_max": s.channel_max,
-        "channels": len(s.channels),
-        "client_properties": props,
         "connected_at": s.connected_at,
         "frame_max": s.frame_max,
         "host": local[0],
         "name": s.name,
         "node": s.broker.node_name,
-        "peer_cert_issuer": s.transport_details.get("peer_cert_issuer"),
-        "peer_cert_subject": s.transport_details.get("peer_cert_subject"),
-        "peer_cert_validity": s.transport_details.get("peer_cert_validity"),
         "peer_host": peer[0],
         "peer_port": peer[1],
         "port": local[1],
-        "protocol": "AMQP 0-9-1",
-        "ssl": s.transport_details.get("ssl", False),
-        "ssl_cipher": s.transport_details.get("ssl_cipher"),
-        "ssl_hash": s.transport_details.get("ssl_hash"),
-        "ssl_key_exchange": s.transport_details.get("ssl_key_exchange"),
-        "ssl_protocol": s.transport_details.get("ssl_protocol"),
-        "state": flow_state(s, alarm),
         "timeout": s.heartbeat,
-        "type": "network",
         "user": s.username,
         "user_who_performed_action": s.username,
         "vhost": s.vhost,
     }
+
+
+def _add_traffic(out: dict[str, Any], s: Session | StreamSession, stats: Stats | None) -> None:
+    """What the server counted on the socket (RabbitMQ's inet statistics), with the rates
+    of the bytes."""
+    traffic = s.traffic
+    if traffic is None:
+        return
+    windows = stats.connections.get(s) if stats is not None else None
+    out["recv_cnt"] = traffic.recv_cnt
+    out["recv_oct"] = traffic.recv_oct
+    out["send_cnt"] = traffic.send_cnt
+    out["send_oct"] = traffic.send_oct
+    out["send_pend"] = traffic.pending()
+    for key in ("recv_oct", "send_oct"):
+        out[f"{key}_details"] = windows.details(key) if windows is not None else {"rate": 0.0}
+
+
+def connection(s: Session, stats: Stats | None = None, alarm: bool = False) -> dict[str, Any]:
+    props = jsonable(s.client_properties)
+    name = props.get("connection_name") if isinstance(props, dict) else None
+    out = _connection_common(s)
+    out.update(
+        {
+            "channel_max": s.channel_max,
+            "channels": len(s.channels),
+            "client_properties": props,
+            "peer_cert_issuer": s.transport_details.get("peer_cert_issuer"),
+            "peer_cert_subject": s.transport_details.get("peer_cert_subject"),
+            "peer_cert_validity": s.transport_details.get("peer_cert_validity"),
+            "protocol": "AMQP 0-9-1",
+            "ssl": s.transport_details.get("ssl", False),
+            "ssl_cipher": s.transport_details.get("ssl_cipher"),
+            "ssl_hash": s.transport_details.get("ssl_hash"),
+            "ssl_key_exchange": s.transport_details.get("ssl_key_exchange"),
+            "ssl_protocol": s.transport_details.get("ssl_protocol"),
+            "state": flow_state(s, alarm),
+            "type": "network",
+        }
+    )
     if name is not None:
         out["user_provided_name"] = name
-    traffic = s.traffic
-    if traffic is not None:
-        # what the server counted on the socket (RabbitMQ's inet statistics)
-        windows = stats.connections.get(s) if stats is not None else None
-        out["recv_cnt"] = traffic.recv_cnt
-        out["recv_oct"] = traffic.recv_oct
-        out["send_cnt"] = traffic.send_cnt
-        out["send_oct"] = traffic.send_oct
-        out["send_pend"] = traffic.pending()
-        for key in ("recv_oct", "send_oct"):
-            out[f"{key}_details"] = windows.details(key) if windows is not None else {"rate": 0.0}
+    _add_traffic(out, s, stats)
     return dict(sorted(out.items()))
 
 
@@ -346,46 +362,25 @@ def stream_connection(
 ) -> dict[str, Any]:
     """A stream-protocol connection as RabbitMQ 3.10's management API shows it (in
     /api/connections and /api/stream/connections): rabbit_stream_reader's infos."""
-    peer = s.peer or ("", 0)
-    local = s.local or ("", 0)
     props = dict(sorted(s.client_properties.items()))  # a map in rabbit_stream_reader
     details = s.transport_details
     blank = "" if single else None
-    out: dict[str, Any] = {
-        "auth_mechanism": s.auth_mechanism,
-        "channel_max": 0,
-        "channels": 0,
-        "client_properties": props,
-        "connected_at": s.connected_at,
-        "frame_max": s.frame_max,
-        "host": local[0],
-        "name": s.name,
-        "node": s.broker.node_name,
-        "peer_host": peer[0],
-        "peer_port": peer[1],
-        "port": local[1],
-        "protocol": "stream",
-        "ssl": details.get("ssl", False),
-        "state": "blocked" if s.blocked else "running",
-        "timeout": s.heartbeat,
-        "user": s.username,
-        "user_who_performed_action": s.username,
-        "vhost": s.vhost,
-    }
+    out = _connection_common(s)
+    out.update(
+        {
+            "channel_max": 0,
+            "channels": 0,
+            "client_properties": props,
+            "protocol": "stream",
+            "ssl": details.get("ssl", False),
+            "state": "blocked" if s.blocked else "running",
+        }
+    )
     for key in _STREAM_TLS_KEYS:
         out[key] = details.get(key, blank)
     if "connection_name" in props:
         out["user_provided_name"] = props["connection_name"]
-    traffic = s.traffic
-    if traffic is not None:
-        windows = stats.connections.get(s) if stats is not None else None
-        out["recv_cnt"] = traffic.recv_cnt
-        out["recv_oct"] = traffic.recv_oct
-        out["send_cnt"] = traffic.send_cnt
-        out["send_oct"] = traffic.send_oct
-        out["send_pend"] = traffic.pending()
-        for key in ("recv_oct", "send_oct"):
-            out[f"{key}_details"] = windows.details(key) if windows is not None else {"rate": 0.0}
+    _add_traffic(out, s, stats)
     return dict(sorted(out.items()))
 
 

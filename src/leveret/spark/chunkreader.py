@@ -10,14 +10,13 @@ timeout, as the AMQP 0-9-1 reader does (:func:`leveret.spark.reader.read_stream_
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Iterator, Sequence
 
 import pyarrow as pa
 
 from leveret.protocol.stream.spec import OffsetType
 from leveret.spark.chunks import Columns
-from leveret.spark.client import AmqpSourceError
+from leveret.spark.client import AmqpSourceError, RangeProgress
 from leveret.spark.streamclient import StreamClient, open_any, targets_of
 
 log = logging.getLogger(__name__)
@@ -55,8 +54,7 @@ def read_chunk_range(
     shown = targets[0].shown
     node = 0
     next_offset = start
-    last_progress = time.monotonic()
-    attempt = 0
+    progress = RangeProgress(stream, shown, start, end, stall_timeout, fail_on_data_loss, log)
     first = True
     cols = Columns(full=not records)
     while next_offset < end:
@@ -68,24 +66,19 @@ def read_chunk_range(
             while next_offset < end:
                 frame = client.chunk(_SUBSCRIPTION, 0.05)
                 if frame is None:
-                    if time.monotonic() - last_progress > stall_timeout:
-                        raise AmqpSourceError(
-                            f"stream {stream!r} on {shown}: no message at offset "
-                            f"{next_offset} within {stall_timeout:g}s (range {start}..{end})"
-                        )
+                    progress.check(next_offset)
                     continue
                 owed += 1
                 if owed >= CREDIT_BATCH:
                     client.credit(_SUBSCRIPTION, owed)
                     owed = 0
-                last_progress = time.monotonic()
-                attempt = 0
+                progress.moved()
                 chunk_first, chunk_end = cols.add_chunk(frame, next_offset, end)
                 if chunk_end <= next_offset:
                     continue  # before the range (a chunk seen before a reconnect)
                 if first:
                     if chunk_first > next_offset:
-                        _data_loss(stream, next_offset, chunk_first, fail_on_data_loss)
+                        progress.lost(next_offset, chunk_first)
                     first = False
                 next_offset = min(chunk_end, end)
                 if len(cols) >= batch_rows or (next_offset >= end and len(cols)):
@@ -93,27 +86,14 @@ def read_chunk_range(
                     cols = Columns(full=not records)
                     yield batch
         except AmqpSourceError as exc:
-            if not exc.transient or time.monotonic() - last_progress > stall_timeout:
+            if not progress.retry(exc, next_offset):
                 raise
-            attempt += 1
             node += 1  # another node of the cluster, if there is one
-            log.warning("stream %r: %s; retrying from offset %d", stream, exc, next_offset)
-            time.sleep(min(0.2 * 2**attempt, 5.0))
         finally:
             if client is not None:
                 client.close()
     if len(cols):
         yield cols.records() if records else cols.messages()
-
-
-def _data_loss(stream: str, wanted: int, got: int, fail: bool) -> None:
-    text = (
-        f"stream {stream!r}: offsets {wanted}..{got - 1} are no longer stored (retention "
-        "dropped them before they were read)"
-    )
-    if fail:
-        raise AmqpSourceError(text + "; set failOnDataLoss=false to skip them")
-    log.warning("%s; skipping them", text)
 
 
 __all__ = ["BATCH_ROWS", "read_chunk_range"]

@@ -62,6 +62,62 @@ class AmqpSourceError(RuntimeError):
         self.transient = transient
 
 
+@dataclass
+class RangeProgress:
+    """How a read of an offset range is getting on: when it last got a message and how
+    often it has retried since. A read that gets nothing for ``stall_timeout`` seconds
+    fails; until then a transient error is retried after a growing pause (a broker
+    restart during a read costs time, not data). Offsets below the stream's head, dropped
+    by retention before they were read, are data loss."""
+
+    stream: str
+    shown: str  # the broker, as errors name it
+    start: int
+    end: int
+    stall_timeout: float
+    fail_on_data_loss: bool
+    log: logging.Logger
+    last: float = field(default_factory=time.monotonic)  # when a message last came
+    attempt: int = 0  # retries since
+
+    def moved(self) -> None:
+        """A message came."""
+        self.last = time.monotonic()
+        self.attempt = 0
+
+    def stalled(self) -> bool:
+        return time.monotonic() - self.last > self.stall_timeout
+
+    def check(self, next_offset: int) -> None:
+        """Nothing came this time: the read fails once it has stalled."""
+        if self.stalled():
+            raise AmqpSourceError(
+                f"stream {self.stream!r} on {self.shown}: no message at offset "
+                f"{next_offset} within {self.stall_timeout:g}s (range {self.start}..{self.end})"
+            )
+
+    def retry(self, exc: AmqpSourceError, next_offset: int) -> bool:
+        """Whether to read again from ``next_offset`` after ``exc`` (having paused); False:
+        the read fails with it."""
+        if not exc.transient or self.stalled():
+            return False
+        self.attempt += 1
+        self.log.warning("stream %r: %s; retrying from offset %d", self.stream, exc, next_offset)
+        time.sleep(min(0.2 * 2**self.attempt, 5.0))
+        return True
+
+    def lost(self, wanted: int, got: int) -> None:
+        """The first offset read is ``got``, past the ``wanted`` one: retention dropped
+        those between. An error, or a warning without ``fail_on_data_loss``."""
+        text = (
+            f"stream {self.stream!r}: offsets {wanted}..{got - 1} are no longer stored "
+            "(retention dropped them before they were read)"
+        )
+        if self.fail_on_data_loss:
+            raise AmqpSourceError(text + "; set failOnDataLoss=false to skip them")
+        self.log.warning("%s; skipping them", text)
+
+
 def error_from(exc: BaseException, url: str, what: str = "") -> AmqpSourceError:
     """pika's failure as one sentence, prefixed with what was being done."""
     if (

@@ -7,7 +7,6 @@ either the message rows of ``format("amqp")`` or, parsed on the spot, log record
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -16,7 +15,7 @@ import pika.exceptions
 import pyarrow as pa
 
 from leveret.logs.amqp import LogsError, parameters, redact
-from leveret.spark.client import AmqpSourceError, error_from, urls_of
+from leveret.spark.client import AmqpSourceError, RangeProgress, error_from, urls_of
 from leveret.spark.frames import NO_OFFSET, Fields
 from leveret.spark.logparse import Bodies, Messages, broker_events, broker_nodes, parse
 from leveret.spark.schema import (
@@ -188,9 +187,8 @@ def read_stream_range(
     Offsets below the head (dropped by retention) are data loss: an error, or a warning
     with ``fail_on_data_loss=False``."""
     next_offset = start
-    last_progress = time.monotonic()
-    attempt = 0
     shown = redact(url)
+    progress = RangeProgress(stream, shown, start, end, stall_timeout, fail_on_data_loss, log)
     node = 0
     while next_offset < end:
         consumer = None
@@ -201,38 +199,25 @@ def read_stream_range(
             while next_offset < end:
                 block = consumer.read(0.05)
                 if block is None:
-                    if time.monotonic() - last_progress > stall_timeout:
-                        raise AmqpSourceError(
-                            f"stream {stream!r} on {shown}: no message at offset "
-                            f"{next_offset} within {stall_timeout:g}s (range {start}..{end})"
-                        )
+                    progress.check(next_offset)
                     continue
-                last_progress = time.monotonic()
-                attempt = 0
+                progress.moved()
                 unacked += len(block)
                 if unacked >= prefetch // 4:
                     consumer.ack(block.last_tag)  # acks on a stream return credit
                     unacked = 0
-                batch, next_offset, first = _take(
-                    block, stream, shown, next_offset, end, first, fail_on_data_loss, records
-                )
+                batch, next_offset, first = _take(block, progress, next_offset, end, first, records)
                 if batch is not None:
                     yield batch
         except AmqpSourceError as exc:
-            if not exc.transient or time.monotonic() - last_progress > stall_timeout:
+            if not progress.retry(exc, next_offset):
                 raise
-            attempt += 1
             node += 1  # another node of the cluster, if there is one
-            log.warning("stream %r: %s; retrying from offset %d", stream, exc, next_offset)
-            time.sleep(min(0.2 * 2**attempt, 5.0))
         except (pika.exceptions.AMQPError, OSError) as exc:
             err = error_from(exc, url, f"reading stream {stream!r}")
-            if not err.transient or time.monotonic() - last_progress > stall_timeout:
+            if not progress.retry(err, next_offset):
                 raise err from None
-            attempt += 1
             node += 1
-            log.warning("stream %r: %s; retrying from offset %d", stream, err, next_offset)
-            time.sleep(min(0.2 * 2**attempt, 5.0))
         finally:
             if consumer is not None:
                 consumer.close()
@@ -240,12 +225,10 @@ def read_stream_range(
 
 def _take(
     block: Deliveries,
-    stream: str,
-    shown: str,
+    progress: RangeProgress,
     next_offset: int,
     end: int,
     first: bool,
-    fail_on_data_loss: bool,
     records: bool,
 ) -> tuple[pa.RecordBatch | None, int, bool]:
     """The rows of a block that belong to ``[next_offset, end)``: (their batch, the next
@@ -254,14 +237,15 @@ def _take(
     offsets = fields.offsets()
     if bool((offsets == NO_OFFSET).any()):
         raise AmqpSourceError(
-            f"queue {stream!r} on {shown} is not a stream (its deliveries carry no x-stream-offset)"
+            f"queue {progress.stream!r} on {progress.shown} is not a stream (its deliveries "
+            "carry no x-stream-offset)"
         )
     # a consumer starts at the chunk that holds the offset: skip what comes before it
     wanted = offsets >= next_offset
     if first and bool(wanted.any()):
         got = int(offsets[np.argmax(wanted)])
         if got > next_offset:
-            _data_loss(stream, next_offset, got, fail_on_data_loss)
+            progress.lost(next_offset, got)
         first = False
     rows = np.flatnonzero(wanted & (offsets < end))
     past_end = bool((offsets >= end).any())
@@ -270,16 +254,6 @@ def _take(
     following = int(offsets[rows[-1]]) + 1
     batch = record_batch(fields, offsets, rows) if records else message_batch(fields, offsets, rows)
     return batch, end if past_end else following, first
-
-
-def _data_loss(stream: str, wanted: int, got: int, fail: bool) -> None:
-    text = (
-        f"stream {stream!r}: offsets {wanted}..{got - 1} are no longer stored (retention "
-        "dropped them before they were read)"
-    )
-    if fail:
-        raise AmqpSourceError(text + "; set failOnDataLoss=false to skip them")
-    log.warning("%s; skipping them", text)
 
 
 __all__ = ["message_batch", "open_stream_consumer", "read_stream_range", "record_batch"]

@@ -26,20 +26,12 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from leveret.logs.amqp import PROPERTY_NAMES
+
 #: The message properties carried as columns of their own, in the order of the schema.
-PROPERTY_COLUMNS: tuple[str, ...] = (
-    "content_type",
-    "content_encoding",
-    "delivery_mode",
-    "priority",
-    "correlation_id",
-    "reply_to",
-    "expiration",
-    "message_id",
-    "timestamp",
-    "type",
-    "user_id",
-    "app_id",
+#: The headers are a map column of their own; cluster_id is not kept.
+PROPERTY_COLUMNS: tuple[str, ...] = tuple(
+    n for n in PROPERTY_NAMES if n not in ("headers", "cluster_id")
 )
 _INT_PROPERTIES = frozenset({"delivery_mode", "priority"})
 

@@ -4,7 +4,7 @@
 
 import * as api from "./api.js";
 import { enc } from "./api.js";
-import { Table, act, card, confirmDialog, field, fmtInt, h, input, link, parseArguments, select, setOptions } from "./ui.js";
+import { Table, act, actionForm, card, confirmDialog, field, fmtInt, h, input, link, parseArguments, select, setOptions } from "./ui.js";
 
 const TAGS = ["administrator", "monitoring", "policymaker", "management", "impersonator"];
 
@@ -60,21 +60,17 @@ function usersTab() {
     { empty: "No users.", id: "users-table", rowKey: (u) => u.name },
   );
   const tagsIn = input("tags", { id: "user-tags", placeholder: "management" });
-  const form = h(
+  const form = actionForm(
     "form#add-user.form-grid",
     {
-      onsubmit: async (e) => {
-        e.preventDefault();
-        const fd = new FormData(form);
+      action: (fd) => {
         const name = String(fd.get("username")).trim();
         const body = { tags: String(fd.get("tags")) };
         if (fd.get("password")) body.password = fd.get("password");
-        const ok = await act(form, () => api.put(`/users/${enc(name)}`, body), `User ${name} saved`);
-        if (ok !== undefined) {
-          form.reset();
-          refresh();
-        }
+        return [() => api.put(`/users/${enc(name)}`, body), `User ${name} saved`];
       },
+      after: refresh,
+      reset: true,
     },
     field("Username", input("username", { required: true, id: "user-name" })),
     field("Password", input("password", { type: "password", id: "user-password", autocomplete: "new-password" }), "leave empty for a user who cannot log in with one"),
@@ -109,19 +105,15 @@ function vhostsTab() {
     ],
     { empty: "No virtual hosts.", id: "vhosts-table", rowKey: (v) => v.name },
   );
-  const form = h(
+  const form = actionForm(
     "form#add-vhost.form-grid",
     {
-      onsubmit: async (e) => {
-        e.preventDefault();
-        const fd = new FormData(form);
+      action: (fd) => {
         const name = String(fd.get("name")).trim();
-        const ok = await act(form, () => api.put(`/vhosts/${enc(name)}`, { description: fd.get("description"), tags: fd.get("tags") }), `Virtual host ${name} saved`);
-        if (ok !== undefined) {
-          form.reset();
-          refresh();
-        }
+        return [() => api.put(`/vhosts/${enc(name)}`, { description: fd.get("description"), tags: fd.get("tags") }), `Virtual host ${name} saved`];
       },
+      after: refresh,
+      reset: true,
     },
     field("Name", input("name", { required: true, id: "vhost-name" })),
     field("Description", input("description")),
@@ -154,16 +146,14 @@ function permissionsTab() {
   );
   const userSel = select("user", [], { id: "perm-user" });
   const vhostSel = select("vhost", [], { id: "perm-vhost" });
-  const form = h(
+  const form = actionForm(
     "form#set-permission.form-grid",
     {
-      onsubmit: async (e) => {
-        e.preventDefault();
-        const fd = new FormData(form);
+      action: (fd) => {
         const body = { configure: fd.get("configure"), write: fd.get("write"), read: fd.get("read") };
-        const ok = await act(form, () => api.put(`/permissions/${enc(fd.get("vhost"))}/${enc(fd.get("user"))}`, body), "Permission set");
-        if (ok !== undefined) refresh();
+        return [() => api.put(`/permissions/${enc(fd.get("vhost"))}/${enc(fd.get("user"))}`, body), "Permission set"];
       },
+      after: refresh,
     },
     field("User", userSel),
     field("Virtual host", vhostSel),
@@ -201,16 +191,14 @@ function topicPermissionsTab() {
   );
   const userSel = select("user", [], { id: "topic-user" });
   const vhostSel = select("vhost", [], { id: "topic-vhost" });
-  const form = h(
+  const form = actionForm(
     "form#set-topic-permission.form-grid",
     {
-      onsubmit: async (e) => {
-        e.preventDefault();
-        const fd = new FormData(form);
+      action: (fd) => {
         const body = { exchange: fd.get("exchange"), write: fd.get("write"), read: fd.get("read") };
-        const ok = await act(form, () => api.put(`/topic-permissions/${enc(fd.get("vhost"))}/${enc(fd.get("user"))}`, body), "Topic permission set");
-        if (ok !== undefined) refresh();
+        return [() => api.put(`/topic-permissions/${enc(fd.get("vhost"))}/${enc(fd.get("user"))}`, body), "Topic permission set"];
       },
+      after: refresh,
     },
     field("User", userSel),
     field("Virtual host", vhostSel),
@@ -285,29 +273,24 @@ function policySection(kind) {
   const vhostSel = select("vhost", [], { id: `${prefix}-vhost` });
   const applySel = select("apply-to", [["all", "Exchanges and queues"], ["queues", "Queues"], ["exchanges", "Exchanges"]], { id: `${prefix}-apply-to` });
   const definition = h("textarea", { name: "definition", rows: 4, id: `${prefix}-definition`, placeholder: "max-length = 1000\noverflow = reject-publish" });
-  const form = h(
+  const form = actionForm(
     `form#set-${prefix}.form-grid`,
     {
-      onsubmit: async (e) => {
-        e.preventDefault();
-        const fd = new FormData(form);
+      action: (fd) => {
         const name = String(fd.get("name")).trim();
         const vhost = String(fd.get("vhost"));
-        const ok = await act(
-          form,
-          () => {
-            const body = {
-              pattern: fd.get("pattern"),
-              definition: parseArguments(fd.get("definition")),
-              priority: Number(fd.get("priority") || 0),
-              "apply-to": fd.get("apply-to"),
-            };
-            return api.put(`${path}/${enc(vhost)}/${enc(name)}`, body);
-          },
-          `${operator ? "Operator policy" : "Policy"} ${name} saved`,
-        );
-        if (ok !== undefined) refresh();
+        const put = () => {
+          const body = {
+            pattern: fd.get("pattern"),
+            definition: parseArguments(fd.get("definition")),
+            priority: Number(fd.get("priority") || 0),
+            "apply-to": fd.get("apply-to"),
+          };
+          return api.put(`${path}/${enc(vhost)}/${enc(name)}`, body);
+        };
+        return [put, `${operator ? "Operator policy" : "Policy"} ${name} saved`];
       },
+      after: refresh,
     },
     field("Virtual host", vhostSel),
     field("Name", input("name", { required: true, id: `${prefix}-name` })),
@@ -374,18 +357,16 @@ function limitsSection(kind) {
   );
   const ownerSel = select(who, [], { id: `${prefix}-${who}` });
   const nameSel = select("name", names, { id: `${prefix}-name` });
-  const form = h(
+  const form = actionForm(
     `form#set-${prefix}.form-grid`,
     {
-      onsubmit: async (e) => {
-        e.preventDefault();
-        const fd = new FormData(form);
+      action: (fd) => {
         const owner = String(fd.get(who));
         const name = String(fd.get("name"));
         const value = Number(fd.get("value"));
-        const ok = await act(form, () => api.put(`${path}/${enc(owner)}/${enc(name)}`, { value }), `${name} of ${owner} set to ${value}`);
-        if (ok !== undefined) refresh();
+        return [() => api.put(`${path}/${enc(owner)}/${enc(name)}`, { value }), `${name} of ${owner} set to ${value}`];
       },
+      after: refresh,
     },
     field(vhostKind ? "Virtual host" : "User", ownerSel),
     field("Limit", nameSel),

@@ -6,8 +6,8 @@ import * as api from "./api.js";
 import { enc } from "./api.js";
 import { navigate } from "./nav.js";
 import {
-  Table, act, card, confirmDialog, exchangeHref, exchangeLabel, features, field, figures, h,
-  input, link, parseArguments, queueHref, select, setOptions, toast,
+  Table, act, actionForm, card, confirmDialog, exchangeHref, exchangeLabel, features, field, figures,
+  formArguments, h, input, link, queueHref, select, setOptions, toast,
 } from "./ui.js";
 
 const TYPES = ["direct", "fanout", "topic", "headers", "x-consistent-hash", "x-delayed-message", "x-message-deduplication"];
@@ -26,30 +26,21 @@ export function exchangesPage() {
   );
   const filterBox = h("input.filter", { type: "search", placeholder: "Filter exchanges  ( / )", "data-search": "", "aria-label": "Filter exchanges", oninput: () => table.filter(filterBox.value) });
   const vhostSel = select("vhost", []);
-  const form = h(
+  const form = actionForm(
     "form#add-exchange.form-grid",
     {
-      onsubmit: async (e) => {
-        e.preventDefault();
-        const fd = new FormData(form);
+      action: (fd) => {
         const name = String(fd.get("name")).trim();
-        let args;
-        try {
-          args = parseArguments(fd.get("arguments"));
-        } catch (err) {
-          toast(err.message, "error");
-          return;
-        }
+        const args = formArguments(fd);
+        if (args === undefined) return undefined;
         const body = {
           type: fd.get("type"), durable: fd.get("durable") === "true", auto_delete: fd.get("auto_delete") === "true",
           internal: fd.get("internal") === "true", arguments: args,
         };
-        const ok = await act(form, () => api.put(`/exchanges/${enc(fd.get("vhost"))}/${enc(name)}`, body), `Exchange ${name} declared`);
-        if (ok !== undefined) {
-          form.reset();
-          refresh();
-        }
+        return [() => api.put(`/exchanges/${enc(fd.get("vhost"))}/${enc(name)}`, body), `Exchange ${name} declared`];
       },
+      after: refresh,
+      reset: true,
     },
     field("Virtual host", vhostSel),
     field("Name", input("name", { required: true })),
@@ -101,31 +92,18 @@ export function exchangePage(vhost, urlName) {
     { empty: "No exchange binds to this one.", id: "exchange-incoming" },
   );
 
-  const bindForm = h(
+  const bindForm = actionForm(
     "form#exchange-bind.form-grid",
     {
-      onsubmit: async (e) => {
-        e.preventDefault();
-        const fd = new FormData(bindForm);
-        let args;
-        try {
-          args = parseArguments(fd.get("arguments"));
-        } catch (err) {
-          toast(err.message, "error");
-          return;
-        }
+      action: (fd) => {
+        const args = formArguments(fd);
+        if (args === undefined) return undefined;
         const kind = fd.get("kind");
         const to = String(fd.get("destination")).trim();
-        const ok = await act(
-          bindForm,
-          () => api.post(`/bindings/${enc(vhost)}/e/${enc(name)}/${kind}/${enc(to)}`, { routing_key: fd.get("routing_key"), arguments: args }),
-          `Bound ${to}`,
-        );
-        if (ok !== undefined) {
-          bindForm.reset();
-          refresh();
-        }
+        return [() => api.post(`/bindings/${enc(vhost)}/e/${enc(name)}/${kind}/${enc(to)}`, { routing_key: fd.get("routing_key"), arguments: args }), `Bound ${to}`];
       },
+      after: refresh,
+      reset: true,
     },
     field("To", select("kind", [["q", "Queue"], ["e", "Exchange"]])),
     field("Name", input("destination", { required: true, list: "destination-names" })),
@@ -142,14 +120,10 @@ export function exchangePage(vhost, urlName) {
       onsubmit: async (e) => {
         e.preventDefault();
         const fd = new FormData(publishForm);
-        let headers, props;
-        try {
-          headers = parseArguments(fd.get("headers"));
-          props = parseArguments(fd.get("properties"));
-        } catch (err) {
-          toast(err.message, "error");
-          return;
-        }
+        const headers = formArguments(fd, "headers");
+        if (headers === undefined) return;
+        const props = formArguments(fd, "properties");
+        if (props === undefined) return;
         const properties = {};
         for (const [k, v] of Object.entries(props)) {
           properties[k] = ["priority", "timestamp", "delivery_mode"].includes(k) ? v : String(v);

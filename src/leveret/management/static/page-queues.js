@@ -6,8 +6,8 @@ import * as api from "./api.js";
 import { enc } from "./api.js";
 import { navigate } from "./nav.js";
 import {
-  Table, act, card, confirmDialog, exchangeHref, exchangeLabel, features, field, figures, fmtBytes,
-  fmtInt, fmtRate, h, input, link, parseArguments, queueHref, rate, select, setOptions, toast,
+  Table, act, actionForm, card, confirmDialog, exchangeHref, exchangeLabel, features, field, figures,
+  fmtBytes, fmtInt, fmtRate, formArguments, h, input, link, queueHref, rate, select, setOptions,
 } from "./ui.js";
 
 const queueType = (q) => q.type || (q.arguments && q.arguments["x-queue-type"]) || "classic";
@@ -33,28 +33,19 @@ export function queuesPage() {
   const filterBox = h("input.filter", { type: "search", placeholder: "Filter queues  ( / )", "data-search": "", "aria-label": "Filter queues", oninput: () => table.filter(filterBox.value) });
 
   const vhostSel = select("vhost", [], { id: "new-queue-vhost" });
-  const form = h(
+  const form = actionForm(
     "form#add-queue.form-grid",
     {
-      onsubmit: async (e) => {
-        e.preventDefault();
-        const fd = new FormData(form);
+      action: (fd) => {
         const name = String(fd.get("name")).trim();
-        let args;
-        try {
-          args = parseArguments(fd.get("arguments"));
-        } catch (err) {
-          toast(err.message, "error");
-          return;
-        }
+        const args = formArguments(fd);
+        if (args === undefined) return undefined;
         if (fd.get("type") === "stream") args["x-queue-type"] = "stream";
         const body = { durable: fd.get("durable") === "true", auto_delete: fd.get("auto_delete") === "true", arguments: args };
-        const ok = await act(form, () => api.put(`/queues/${enc(fd.get("vhost"))}/${enc(name)}`, body), `Queue ${name} declared`);
-        if (ok !== undefined) {
-          form.reset();
-          refresh();
-        }
+        return [() => api.put(`/queues/${enc(fd.get("vhost"))}/${enc(name)}`, body), `Queue ${name} declared`];
       },
+      after: refresh,
+      reset: true,
     },
     field("Virtual host", vhostSel),
     field("Type", select("type", [["classic", "Classic"], ["stream", "Stream"]])),
@@ -114,30 +105,17 @@ export function queuePage(vhost, name) {
     { empty: "No bindings.", id: "queue-bindings" },
   );
 
-  const bindForm = h(
+  const bindForm = actionForm(
     "form#queue-bind.form-grid",
     {
-      onsubmit: async (e) => {
-        e.preventDefault();
-        const fd = new FormData(bindForm);
-        let args;
-        try {
-          args = parseArguments(fd.get("arguments"));
-        } catch (err) {
-          toast(err.message, "error");
-          return;
-        }
+      action: (fd) => {
+        const args = formArguments(fd);
+        if (args === undefined) return undefined;
         const source = String(fd.get("source")).trim();
-        const ok = await act(
-          bindForm,
-          () => api.post(`/bindings/${enc(vhost)}/e/${enc(source)}/q/${enc(name)}`, { routing_key: fd.get("routing_key"), arguments: args }),
-          `Bound to ${source}`,
-        );
-        if (ok !== undefined) {
-          bindForm.reset();
-          refresh();
-        }
+        return [() => api.post(`/bindings/${enc(vhost)}/e/${enc(source)}/q/${enc(name)}`, { routing_key: fd.get("routing_key"), arguments: args }), `Bound to ${source}`];
       },
+      after: refresh,
+      reset: true,
     },
     field("From exchange", input("source", { required: true, list: "exchange-names", id: "bind-source" })),
     field("Routing key", input("routing_key", { id: "bind-key" })),

@@ -309,6 +309,39 @@ export async function act(form, fn, success) {
   }
 }
 
+/** The "key = value" rows of a form's field (see parseArguments), or undefined when they
+ * do not parse: a toast says why. */
+export function formArguments(fd, name = "arguments") {
+  try {
+    return parseArguments(fd.get(name));
+  } catch (err) {
+    toast(err.message, "error");
+    return undefined;
+  }
+}
+
+/** A form that runs an action when submitted: ``action(fd)`` gives act's ``[fn, success]``
+ * (or nothing, to do nothing); after a success the form is reset when ``reset`` is set and
+ * ``after`` runs. */
+export function actionForm(spec, { action, after, reset = false }, ...children) {
+  const form = h(
+    spec,
+    {
+      onsubmit: async (e) => {
+        e.preventDefault();
+        const todo = action(new FormData(form));
+        if (!todo) return;
+        const ok = await act(form, ...todo);
+        if (ok === undefined) return;
+        if (reset) form.reset();
+        after();
+      },
+    },
+    ...children,
+  );
+  return form;
+}
+
 // --------------------------------------------------------------------- toasts
 export function toast(text, kind = "ok") {
   const box = $("#toasts");
