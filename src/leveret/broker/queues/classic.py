@@ -16,18 +16,26 @@ from leveret.broker.arguments import (
     check_credit_argument,
     check_queue_arguments,
     optional_text,
-    text,
 )
 from leveret.broker.entry import Entry, now_ms
 from leveret.broker.memory import MemoryBudget
 from leveret.broker.message import Message
 from leveret.broker.policies import Rule, smaller
-from leveret.broker.queues.base import Accepted, DeadLetters, Queue, Subscriber
+from leveret.broker.queues.base import (
+    Accepted,
+    DeadLetters,
+    Declaration,
+    Overflow,
+    Queue,
+    QueueHome,
+    Subscriber,
+)
 from leveret.broker.queues.paging import Paging
 from leveret.broker.queues.utilisation import ConsumerUse
+from leveret.broker.ring import PriorityRing
 
 if TYPE_CHECKING:
-    from leveret.broker.ports import ConnectionInfo, FlowHolder, Pager, QueueStore, Storage
+    from leveret.broker.ports import FlowHolder, Pager, QueueStore
 
 # The consumer arguments a classic queue takes (rabbit_classic_queue:capabilities()).
 CONSUMER_ARGS = frozenset(("x-cancel-on-ha-failover", "x-priority", "x-credit"))
@@ -78,28 +86,20 @@ class ClassicQueue(Queue):
 
     def __init__(
         self,
-        name: str,
-        vhost: str,
-        durable: bool = False,
-        exclusive_owner: ConnectionInfo | None = None,
-        auto_delete: bool = False,
-        arguments: dict[str, Any] | None = None,
+        declaration: Declaration,
         dead_letters: DeadLetters | None = None,
         store: QueueStore | None = None,
         pager: Pager | None = None,
         memory: MemoryBudget | None = None,
     ) -> None:
-        super().__init__(
-            name, vhost, durable, exclusive_owner, auto_delete, arguments, dead_letters
-        )
+        single_active = declaration.arguments.get("x-single-active-consumer") is True
+        super().__init__(declaration, dead_letters, PriorityRing(single_active))
         self._store = store
         # The head of the ready messages; with a pager, the rest may be on disk.
         self.ready: deque[Entry] = deque()
         self._ready_bytes = 0
-        self._rr = 0
         self._seq = 0
-        self._single_active = self.arguments.get("x-single-active-consumer") is True
-        self._active: Subscriber | None = None
+        self._next_consumer = self.ring.next
         # whether consumers could take messages at once, over time (consumer_capacity)
         self._use = ConsumerUse()
         # delivered and not yet settled, by sequence number (RabbitMQ's pending acks)
@@ -113,7 +113,7 @@ class ClassicQueue(Queue):
         self.message_ttl: int | None = None
         self.max_length: int | None = None
         self.max_length_bytes: int | None = None
-        self.overflow = "drop-head"
+        self.overflow = Overflow.DROP_HEAD
         self._expires: int | None = None
         self.dead_letter_exchange: str | None = None
         self.dead_letter_routing_key: str | None = None
@@ -137,47 +137,19 @@ class ClassicQueue(Queue):
         self.configure()
 
     @classmethod
-    def validate(
-        cls,
-        name: str,
-        vhost: str,
-        durable: bool,
-        exclusive: bool,
-        auto_delete: bool,
-        arguments: dict[str, Any],
-    ) -> None:
-        check_queue_arguments(name, vhost, arguments)
+    def validate(cls, declaration: Declaration) -> None:
+        check_queue_arguments(declaration.name, declaration.vhost, declaration.arguments)
 
     @classmethod
-    def create(
-        cls,
-        name: str,
-        vhost: str,
-        durable: bool,
-        exclusive_owner: ConnectionInfo | None,
-        auto_delete: bool,
-        arguments: dict[str, Any],
-        dead_letters: DeadLetters,
-        storage: Storage | None,
-        memory: MemoryBudget | None = None,
-    ) -> ClassicQueue:
+    def create(cls, declaration: Declaration, home: QueueHome) -> ClassicQueue:
         store = pager = None
+        storage = home.storage
         if storage is not None:
-            if durable:
+            vhost, name = declaration.vhost, declaration.name
+            if declaration.durable:
                 store = storage.queue_store(vhost, name)
             pager = storage.pager(vhost, name, store)
-        return cls(
-            name,
-            vhost,
-            durable=durable,
-            exclusive_owner=exclusive_owner,
-            auto_delete=auto_delete,
-            arguments=arguments,
-            dead_letters=dead_letters,
-            store=store,
-            pager=pager,
-            memory=memory,
-        )
+        return cls(declaration, home, store, pager, home.memory)
 
     @property
     def expires(self) -> int | None:
@@ -192,7 +164,7 @@ class ClassicQueue(Queue):
         self.message_ttl = _int(setting("message-ttl"))
         self.max_length = _int(setting("max-length"))
         self.max_length_bytes = _int(setting("max-length-bytes"))
-        self.overflow = text(setting("overflow") or "drop-head")
+        self.overflow = Overflow.of(setting("overflow"))
         expires = _int(setting("expires"))
         if expires != self._expires:
             self._expires = expires
@@ -214,7 +186,7 @@ class ClassicQueue(Queue):
             and self._dedup is None
         )
         if self.ready:
-            if self.overflow == "drop-head" and (
+            if self.overflow is Overflow.DROP_HEAD and (
                 self.max_length is not None or self.max_length_bytes is not None
             ):
                 self._drop_head_overflow()
@@ -302,8 +274,8 @@ class ClassicQueue(Queue):
         if (
             (self.max_length is not None or self.max_length_bytes is not None)
             and self.is_full(len(message.body))
-        ) and self.overflow != "drop-head":
-            if self.overflow == "reject-publish-dlx":
+        ) and self.overflow is not Overflow.DROP_HEAD:
+            if self.overflow is Overflow.REJECT_PUBLISH_DLX:
                 self._dead_letter(message, "maxlen")
             return _REFUSED
         if self._dedup is not None and not self._dedup.admit(message):
@@ -314,9 +286,7 @@ class ClassicQueue(Queue):
         if self.max_priority is not None:
             entry.priority = self._priority_of(message)
         if self.message_ttl is not None:
-            if self.message_ttl == 0 and (
-                self.ready or not any(c.has_credit() for c in self.consumers)
-            ):
+            if self.message_ttl == 0 and (self.ready or not self.ring.any_credit()):
                 # TTL 0: delivered now or never
                 if self._dedup is not None:
                     self._dedup.left(message)
@@ -345,11 +315,7 @@ class ClassicQueue(Queue):
         return _YES
 
     def congested(self) -> FlowHolder | None:
-        if self.ready and self.consumers:
-            holder = self.consumers[0].holder
-            if not holder.writable:
-                return holder
-        return None
+        return self._congested_when(bool(self.ready))
 
     def _priority_of(self, message: Message) -> int:
         """A message's priority in this queue: none is 0, above the maximum is the maximum."""
@@ -405,49 +371,17 @@ class ClassicQueue(Queue):
             self.dead_letters.dead_letter(self, message, reason)
 
     # ---------------------------------------------------------------- consuming
-    @property
-    def single_active_consumer_on(self) -> bool:
-        return self._single_active
-
-    @property
-    def active_consumer(self) -> Subscriber | None:
-        return self._active
-
     def admits(self, exclusive: bool) -> bool:
         # As rabbit_amqqueue_process: a single-active-consumer queue refuses every
         # exclusive consumer, even the first.
-        if self._single_active:
+        if self.ring.single_active:
             return not exclusive
         return super().admits(exclusive)
-
-    def _next_consumer(self) -> Subscriber | None:
-        if self._single_active:
-            active = self._active
-            return active if active is not None and active.has_credit() else None
-        consumers = self.consumers
-        n = len(consumers)
-        if n == 1:
-            c = consumers[0]
-            return c if c.has_credit() else None
-        top = consumers[0].priority
-        for i in range(n):
-            idx = (self._rr + i) % n
-            c = consumers[idx]
-            if c.priority != top:
-                continue
-            if c.has_credit():
-                self._rr = idx + 1
-                return c
-        # no consumer of the top priority can take it: fall back to lower priorities
-        for c in consumers:
-            if c.priority != top and c.has_credit():
-                return c
-        return None
 
     def dispatch(self) -> None:
         ready = self.ready
         use = self._use
-        if not use.is_active and self.consumers and any(c.has_credit() for c in self.consumers):
+        if not use.is_active and self.consumers and self.ring.any_credit():
             use.active()  # a consumer can take messages again (RabbitMQ's unblock)
         while ready and self.consumers:
             entry = ready[0]
@@ -491,21 +425,9 @@ class ClassicQueue(Queue):
         return entry
 
     def add_consumer(self, consumer: Subscriber, start: Any = None) -> None:
-        self.had_consumers = True
-        self.last_used = now_ms()
-        self.consumers.append(consumer)
-        self.consumers.sort(key=lambda c: -c.priority)
-        if self._single_active and self._active is None:
-            self._active = consumer  # the first to subscribe
+        self._subscribe(consumer)
         self._use.active()
         self.dispatch()
-
-    def remove_consumer(self, consumer: Subscriber) -> None:
-        super().remove_consumer(consumer)
-        if consumer is self._active:
-            # the next: highest priority, then the earliest to subscribe
-            self._active = self.consumers[0] if self.consumers else None
-            self.dispatch()
 
     # ---------------------------------------------------------------- settling
     def ack(self, entries: Iterable[Entry]) -> None:
