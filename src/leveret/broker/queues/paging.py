@@ -3,7 +3,9 @@ them (rabbit_variable_queue's q4 / delta / q1, simplified).
 
 The ready messages are, in order::
 
-    head (``head``, in memory) -> paged (a Pager, on disk) -> tail (in memory)
+    head (in memory) -> paged (a Pager, on disk) -> tail (in memory)
+
+in a :class:`PagedReady`, the ready store of a classic queue that has a pager.
 
 - While nothing is paged, every ready message is in the head, as before paging existed.
 - A queue pages when its mode is lazy, or when the memory budget of all queues is spent
@@ -16,8 +18,9 @@ The ready messages are, in order::
   everything in memory again.
 
 Invariant the classic queue's hot path relies on: whenever anything is paged or in the
-tail, the head is not empty. So "no ready message" is still ``not queue.ready``, and a
-message is delivered straight to a consumer only when nothing waits before it.
+tail, the head is not empty. So "no ready message" is still ``not queue.ready`` (the
+head), and a message is delivered straight to a consumer only when nothing waits before
+it.
 
 The in-flight (delivered, unacknowledged) messages are not paged, as in RabbitMQ."""
 
@@ -181,16 +184,15 @@ class PagedReady(FifoReady):
     def clear(self) -> list[int]:
         ids = self.pager.clear()
         ids.extend(e.store_id for e in self.tail if e.store_id)
-        self.head.clear()
-        self.bytes = 0
-        self.budget.used -= self.head_bytes + self.tail_bytes
-        self.head_bytes = 0
-        self.tail.clear()
-        self.tail_bytes = 0
-        self.spilled = False
+        self._empty()
         return ids
 
     def close(self) -> None:
+        self._empty()
+        self.pager.close()
+
+    def _empty(self) -> None:
+        """What is held in memory goes, and what the budget counted of it."""
         self.head.clear()
         self.bytes = 0
         self.budget.used -= self.head_bytes + self.tail_bytes
@@ -198,7 +200,6 @@ class PagedReady(FifoReady):
         self.tail.clear()
         self.tail_bytes = 0
         self.spilled = False
-        self.pager.close()
 
     # ------------------------------------------------------------- figures
     @property

@@ -30,6 +30,7 @@ from __future__ import annotations
 import logging
 from collections import deque
 from collections.abc import Iterable
+from enum import StrEnum
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from leveret.broker import dedup
@@ -86,6 +87,13 @@ DEFAULT_PREFETCH = 2000  # what a consumer without prefetch gets (rabbit_quorum_
 LOW_LIMIT = 0.8  # reject-publish lets publishers in again below this share of the limit
 SETTLE_TIMEOUT_MS = 180_000  # at-least-once retry interval (RabbitMQ's default)
 _EXPIRATION_FLAG = 0x01  # byte 0 of the property flags: expiration (0x0100)
+
+
+class Strategy(StrEnum):
+    """x-dead-letter-strategy, as it takes effect (rabbit_quorum_queue)."""
+
+    AT_MOST_ONCE = "at-most-once"  # routed once, whatever becomes of it
+    AT_LEAST_ONCE = "at-least-once"  # kept until every target queue has taken it
 
 
 def _int(value: Any) -> int | None:
@@ -218,24 +226,24 @@ class QuorumQueue(Queue):
         self.strategy = self._dead_letter_strategy()
         self._evaluate_limit()
 
-    def _dead_letter_strategy(self) -> str | None:
-        """rabbit_quorum_queue:dead_letter_handler: None (no dead-lettering),
-        'at-most-once' or 'at-least-once'."""
+    def _dead_letter_strategy(self) -> Strategy | None:
+        """rabbit_quorum_queue:dead_letter_handler: None (no dead-lettering) or the
+        strategy."""
         exchange = self.setting("dead-letter-exchange")
         strategy = optional_text(self.setting("dead-letter-strategy"))
         if exchange is None:
             return None
         overflow = self.overflow
-        if strategy == "at-least-once":
+        if strategy == Strategy.AT_LEAST_ONCE:
             if overflow is Overflow.REJECT_PUBLISH:
-                return "at-least-once"
+                return Strategy.AT_LEAST_ONCE
             log.warning(
                 "Falling back to dead-letter-strategy at-most-once because configured "
                 "dead-letter-strategy at-least-once is incompatible with effective overflow "
                 "strategy drop-head. To enable dead-letter-strategy at-least-once, set "
                 "overflow strategy to reject-publish."
             )
-        return "at-most-once"
+        return Strategy.AT_MOST_ONCE
 
     # ------------------------------------------------------------ declaration
     @classmethod
@@ -470,14 +478,14 @@ class QuorumQueue(Queue):
     def _discard(self, msg: _Msg, reason: str) -> None:
         """A message leaves the queue for ``reason``: dead-lettered as the strategy says,
         or dropped."""
-        if self.strategy == "at-least-once":
+        if self.strategy is Strategy.AT_LEAST_ONCE:
             if self._store is not None:
                 self._store.dead_lettered(msg.id, reason)
             self._dlx[msg.id] = _Letter(msg, reason, 0)
             self._dlx_bytes += msg.size
             self._try_dead_letter(self._dlx[msg.id])
             return
-        if self.strategy == "at-most-once" and self.dead_letters is not None:
+        if self.strategy is Strategy.AT_MOST_ONCE and self.dead_letters is not None:
             self.dead_letters.dead_letter(self, msg.message, reason)
         self._settled(msg)
 
