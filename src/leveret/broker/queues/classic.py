@@ -19,15 +19,7 @@ from leveret.broker.entry import Entry, now_ms
 from leveret.broker.memory import MemoryBudget
 from leveret.broker.message import Message
 from leveret.broker.policies import Rule, smaller
-from leveret.broker.queues.base import (
-    Accepted,
-    DeadLetters,
-    Declaration,
-    Overflow,
-    Queue,
-    QueueHome,
-    Subscriber,
-)
+from leveret.broker.queues.base import Accepted, Overflow, Queue
 from leveret.broker.queues.paging import PagedReady
 from leveret.broker.queues.ready import FifoReady, PriorityReady
 from leveret.broker.queues.utilisation import ConsumerUse
@@ -35,6 +27,7 @@ from leveret.broker.ring import PriorityRing
 
 if TYPE_CHECKING:
     from leveret.broker.ports import FlowHolder, Pager, QueueStore
+    from leveret.broker.queues.base import DeadLetters, Declaration, QueueHome, Subscriber
 
 # The consumer arguments a classic queue takes (rabbit_classic_queue:capabilities()).
 CONSUMER_ARGS = frozenset(("x-cancel-on-ha-failover", "x-priority", "x-credit"))

@@ -43,21 +43,13 @@ from leveret.broker.entry import Entry, now_ms
 from leveret.broker.message import Message
 from leveret.broker.policies import Rule, policy_wins, smaller
 from leveret.broker.ports import DEAD_LETTERED, OUT, RETURNED
-from leveret.broker.queues.base import (
-    Accepted,
-    DeadLetters,
-    Declaration,
-    Overflow,
-    Queue,
-    QueueHome,
-    Subscriber,
-    check_replicated_declaration,
-)
+from leveret.broker.queues.base import Accepted, Overflow, Queue, check_replicated_declaration
 from leveret.broker.ring import ConsumerRing
 from leveret.protocol import errors, table
 
 if TYPE_CHECKING:
     from leveret.broker.ports import FlowHolder, QuorumStore
+    from leveret.broker.queues.base import DeadLetters, Declaration, QueueHome, Subscriber
 
 log = logging.getLogger(__name__)
 

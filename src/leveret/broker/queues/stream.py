@@ -16,14 +16,7 @@ from leveret.broker.clock import wall_ms
 from leveret.broker.entry import Entry
 from leveret.broker.message import Message
 from leveret.broker.policies import Rule, policy_wins
-from leveret.broker.queues.base import (
-    Accepted,
-    Declaration,
-    Queue,
-    QueueHome,
-    Subscriber,
-    check_replicated_declaration,
-)
+from leveret.broker.queues.base import Accepted, Queue, check_replicated_declaration
 from leveret.broker.queues.stream_amqp10 import to_amqp091, to_amqp10
 from leveret.broker.queues.stream_properties import refused_by_a_stream
 from leveret.broker.spec_texts import stream_not_supported
@@ -32,6 +25,7 @@ from leveret.protocol.spec import add_header
 
 if TYPE_CHECKING:
     from leveret.broker.ports import ChunkRef, StreamLog
+    from leveret.broker.queues.base import Declaration, QueueHome, Subscriber
 
 _long = struct.Struct(">q").pack
 _INTERVAL = re.compile(r"^(\d+)([YMDhms])$")
