@@ -7,7 +7,7 @@ import pytest
 from pamqp import commands as C
 
 from leveret.broker import operations
-from leveret.broker.channel import Channel
+from leveret.broker.channel import Channel, Settle
 from leveret.broker.message import Message
 from leveret.broker.operations import Actor
 from leveret.broker.queues import Queue
@@ -72,7 +72,7 @@ def test_consumer_prefetch_and_ack_release_the_next(
     channel.consumer_prefetch = 2
     consume(channel, q)
     assert [t for _, t, _, _ in delivered(host)] == [1, 2]
-    channel.settle("ack", 2, True, False)
+    channel.settle(Settle.ACK, 2, True, False)
     assert [t for _, t, _, _ in delivered(host)] == [1, 2, 3, 4]
     assert q.message_count == 1
 
@@ -101,7 +101,7 @@ def test_global_prefetch_spans_the_channel_queues(
     publish(vhost, "a", 2)
     publish(vhost, "b", 2)
     assert [tag for tag, _, _, _ in delivered(host)] == ["ca", "ca", "cb"]
-    channel.settle("ack", 1, False, False)
+    channel.settle(Settle.ACK, 1, False, False)
     assert [tag for tag, _, _, _ in delivered(host)][-1] == "cb"
 
 
@@ -109,7 +109,7 @@ def test_settling_an_unknown_tag_is_a_precondition_failure(
     vhost: VirtualHost, channel: Channel
 ) -> None:
     with pytest.raises(AMQPError) as info:
-        channel.settle("ack", 5, False, False)
+        channel.settle(Settle.ACK, 5, False, False)
     assert (info.value.code, info.value.reply_text) == (
         406,
         "PRECONDITION_FAILED - unknown delivery tag 5",
@@ -122,8 +122,8 @@ def test_nack_without_requeue_drops_and_with_requeue_redelivers(
     q, _ = vhost.declare_queue("q")
     publish(vhost, "q", 2)
     consume(channel, q)
-    channel.settle("nack", 1, False, False)
-    channel.settle("nack", 2, False, True)
+    channel.settle(Settle.NACK, 1, False, False)
+    channel.settle(Settle.NACK, 2, False, True)
     assert delivered(host)[-1] == ("c", 3, True, b"m1")
     assert q.message_count == 0 and list(channel.unacked) == [3]
 
@@ -216,16 +216,16 @@ def test_tx_settles_leave_unacked_at_once_and_rollback_puts_them_back(
     publish(vhost, "q", 3)
     channel.tx_select()
     consume(channel, q)
-    channel.settle("ack", 1, False, False)
-    channel.settle("reject", 3, False, True)
+    channel.settle(Settle.ACK, 1, False, False)
+    channel.settle(Settle.REJECT, 3, False, True)
     assert list(channel.unacked) == [2]
     assert (channel.tx_held, channel.acks_uncommitted) == (2, 1)
     with pytest.raises(AMQPError, match="unknown delivery tag 3"):
-        channel.settle("ack", 3, False, False)
+        channel.settle(Settle.ACK, 3, False, False)
     channel.tx_rollback()
     assert list(channel.unacked) == [1, 2, 3]
     assert (channel.tx_held, channel.acks_uncommitted) == (0, 0)
-    channel.settle("ack", 2, False, False)
+    channel.settle(Settle.ACK, 2, False, False)
     assert q.unacked == 3  # the queue hears of the ack at the commit
     assert channel.tx_commit(lambda publish: True)
     assert list(channel.unacked) == [1, 3] and q.unacked == 2
@@ -238,7 +238,7 @@ def test_tx_settles_hold_global_prefetch_until_commit(vhost: VirtualHost, channe
     channel.global_prefetch = 1
     channel.tx_select()
     consume(channel, q)
-    channel.settle("ack", 1, False, False)
+    channel.settle(Settle.ACK, 1, False, False)
     assert channel.unacked == {} and channel.credit() == 0 and not channel.can_deliver()
     assert q.message_count == 1
     channel.tx_commit(lambda publish: True)
@@ -252,7 +252,7 @@ def test_a_closed_channel_requeues_what_its_transaction_settled(
     publish(vhost, "q", 2)
     channel.tx_select()
     consume(channel, q)
-    channel.settle("ack", 2, False, False)
+    channel.settle(Settle.ACK, 2, False, False)
     channel.close()
     assert (q.message_count, q.unacked) == (2, 0)
 

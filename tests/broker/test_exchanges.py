@@ -11,6 +11,7 @@ from leveret.broker.exchanges.headers import headers_match
 from leveret.broker.exchanges.topic import topic_matches
 from leveret.broker.message import Message
 from leveret.broker.queues import ClassicQueue as Queue
+from leveret.broker.queues import Declaration
 
 
 def reference(binding: str, key: str) -> bool:
@@ -47,7 +48,7 @@ def test_topic_exchange_routes_each_queue_once(bindings: list[str], key: str) ->
     from leveret.broker.vhost import VirtualHost
 
     vhost = VirtualHost("/")
-    queues = [Queue(f"q{i}", "/") for i in range(len(bindings))]
+    queues = [Queue(Declaration(f"q{i}", "/")) for i in range(len(bindings))]
     for q, b in zip(queues, bindings, strict=True):
         vhost.bind(x, q, b)
         vhost.bind(x, q, b + ".#" if b else "#")  # overlapping bindings
@@ -84,7 +85,7 @@ def test_fanout_counts_duplicate_bindings() -> None:
 
     vhost = VirtualHost("/")
     x = FanoutExchange("f", "/")
-    q = Queue("q", "/")
+    q = Queue(Declaration("q", "/"))
     vhost.bind(x, q, "one")
     vhost.bind(x, q, "two")
     assert x.route(Message.build("f", "", b"")) == [q]

@@ -19,6 +19,7 @@ from leveret.broker.entry import Entry
 from leveret.broker.memory import MemoryBudget
 from leveret.broker.message import Message
 from leveret.broker.queues import paging
+from leveret.broker.queues.base import Declaration
 from leveret.broker.queues.classic import ClassicQueue
 from leveret.store.messages import MessageLog
 from leveret.store.paging import PageFiles
@@ -43,7 +44,7 @@ class PagingModel(RuleBasedStateMachine):
             self.log.recover()
             store = QueueMessages(self.log, self.log.queue_id("/", "q"), None)
         self.queue = ClassicQueue(
-            "q", "/", durable=self.durable, store=store,
+            Declaration("q", "/", durable=self.durable), store=store,
             pager=PageFiles(self.dir / "pages", "q", self.log), memory=self.budget)
         self.model: list[tuple[int, bytes]] = []  # (seq, body) ready, in queue order
         self.held: list[Entry] = []  # delivered, not settled

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from leveret.broker.broker import BrokerCore
+from leveret.broker.channel import Settle
 from leveret.broker.session import Session
 from leveret.protocol.errors import AMQPError
 
@@ -80,19 +81,19 @@ class QueueModel(RuleBasedStateMachine):
     @precondition(lambda self: bool(self.ch.unacked))
     @rule(
         data=st.data(),
-        kind=st.sampled_from(["ack", "nack", "reject"]),
+        kind=st.sampled_from(list(Settle)),
         multiple=st.booleans(),
         requeue=st.booleans(),
     )
-    def settle(self, data: st.DataObject, kind: str, multiple: bool, requeue: bool) -> None:
+    def settle(self, data: st.DataObject, kind: Settle, multiple: bool, requeue: bool) -> None:
         tags = list(self.ch.unacked)
         tag = data.draw(st.sampled_from(tags))
-        if kind == "reject":
+        if kind is Settle.REJECT:
             multiple = False
         hit = [t for t in tags if t <= tag] if multiple else [tag]
         bodies = {self.ch.unacked[t].entry.message.body for t in hit}
         self.ch.settle(kind, tag, multiple, requeue)
-        if kind == "ack" or not requeue:
+        if kind is Settle.ACK or not requeue:
             self.gone |= bodies
         else:
             self.requeued |= bodies
@@ -100,7 +101,7 @@ class QueueModel(RuleBasedStateMachine):
     @rule(tag=st.integers(min_value=1000, max_value=2000))
     def unknown_tag(self, tag: int) -> None:
         try:
-            self.ch.settle("ack", tag, False, False)
+            self.ch.settle(Settle.ACK, tag, False, False)
         except AMQPError as exc:
             assert exc.code == 406 and exc.text == f"unknown delivery tag {tag}"
         else:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable
+from enum import StrEnum
 from itertools import takewhile
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
@@ -50,7 +51,19 @@ PUBLISHED, CONFIRMED, RETURNED, DROPPED = range(4)
 TxPublish = tuple["Exchange", Message, bool, list[str]]
 # A transaction's ack, nack or reject: its kind, requeue, and the (tag, delivery) pairs
 # it took off the unacked list
-TxSettle = tuple[str, bool, list[tuple[int, "Delivery"]]]
+
+
+class Settle(StrEnum):
+    """How a client settles a delivery (the method's name)."""
+
+    ACK = "ack"  # basic.ack: done with
+    NACK = "nack"  # basic.nack: returned or dropped, several at once
+    REJECT = "reject"  # basic.reject: returned or dropped, one
+
+
+_ACK = Settle.ACK
+
+TxSettle = tuple[Settle, bool, list[tuple[int, "Delivery"]]]
 
 
 class Delivery(NamedTuple):
@@ -306,11 +319,11 @@ class Channel:
         d = self.unacked.get(tag)
         return [d] if d is not None else []
 
-    def settle(self, kind: str, tag: int, multiple: bool, requeue: bool) -> None:
+    def settle(self, kind: Settle, tag: int, multiple: bool, requeue: bool) -> None:
         """ack, nack or reject. In a transaction, what it settles leaves the unacked list
         at once, as in RabbitMQ (settling a tag twice is an unknown tag), and the queues
         hear of it at the commit; a rollback puts it back."""
-        if kind != "ack":
+        if kind is not _ACK:
             for d in self._covered(tag, multiple):
                 d.queue.check_reject()
         if self.tx:
@@ -320,7 +333,7 @@ class Channel:
             return
         self._apply(kind, self._collect(tag, multiple), requeue)
 
-    def _apply(self, kind: str, deliveries: list[Delivery], requeue: bool) -> None:
+    def _apply(self, kind: Settle, deliveries: list[Delivery], requeue: bool) -> None:
         """Settle ``deliveries`` with their queues."""
         by_queue: dict[Queue, list[Entry]] = {}
         last: Queue | None = None
@@ -334,7 +347,7 @@ class Channel:
                 entries = by_queue.setdefault(last, [])
             entries.append(d.entry)
         for queue, entries in by_queue.items():
-            if kind == "ack":
+            if kind is _ACK:
                 counts = self.by_queue.get(queue)
                 if counts is not None:
                     counts[ACK] += len(entries)
@@ -416,7 +429,7 @@ class Channel:
     @property
     def acks_uncommitted(self) -> int:
         """The deliveries the transaction acked (RabbitMQ counts no nack or reject)."""
-        return sum(len(taken) for kind, _, taken in self.tx_settles if kind == "ack")
+        return sum(len(taken) for kind, _, taken in self.tx_settles if kind is _ACK)
 
     def _take_held(self) -> list[tuple[int, Delivery]]:
         held = [pair for _, _, taken in self.tx_settles for pair in taken]

@@ -19,7 +19,15 @@ from pamqp import commands
 from leveret.broker import errors as rabbit
 from leveret.broker import login, names, operations
 from leveret.broker.broker import BrokerCore
-from leveret.broker.channel import CONFIRMED, DROPPED, PUBLISHED, RETURNED, Channel, TxPublish
+from leveret.broker.channel import (
+    CONFIRMED,
+    DROPPED,
+    PUBLISHED,
+    RETURNED,
+    Channel,
+    Settle,
+    TxPublish,
+)
 from leveret.broker.connection_events import ConnectionEvents
 from leveret.broker.events import (
     ChannelClosed,
@@ -462,13 +470,13 @@ class Session(ConnectionEvents):
         ch.get(operations.open_queue(self.vhost_obj, self.actor, name), m.no_ack)
 
     def _basic_ack(self, ch: Channel, m: C.Basic.Ack) -> None:
-        ch.settle("ack", m.delivery_tag, m.multiple, False)
+        ch.settle(Settle.ACK, m.delivery_tag, m.multiple, False)
 
     def _basic_nack(self, ch: Channel, m: C.Basic.Nack) -> None:
-        ch.settle("nack", m.delivery_tag, m.multiple, m.requeue)
+        ch.settle(Settle.NACK, m.delivery_tag, m.multiple, m.requeue)
 
     def _basic_reject(self, ch: Channel, m: C.Basic.Reject) -> None:
-        ch.settle("reject", m.delivery_tag or 0, False, m.requeue)
+        ch.settle(Settle.REJECT, m.delivery_tag or 0, False, m.requeue)
 
     def _basic_recover_async(self, ch: Channel, m: C.Basic.RecoverAsync) -> None:
         if not m.requeue:

@@ -51,6 +51,7 @@ from leveret.broker.queues import (
     QUEUE_TYPES,
     Accepted,
     ClassicQueue,
+    Declaration,
     Queue,
     queue_type_name,
 )
@@ -408,18 +409,9 @@ class VirtualHost:
             existing.last_used = now_ms()
             return existing, False
         kind = QUEUE_TYPES.get(queue_type_name(arguments), ClassicQueue)
-        kind.validate(name, self.name, durable, exclusive_owner is not None, auto_delete, arguments)
-        q = kind.create(
-            name,
-            self.name,
-            durable,
-            exclusive_owner,
-            auto_delete,
-            arguments,
-            self,
-            self.storage,
-            self.memory,
-        )
+        declaration = Declaration(name, self.name, durable, exclusive_owner, auto_delete, arguments)
+        kind.validate(declaration)
+        q = kind.create(declaration, self)
         if self.policies:
             q.apply_policies(*self.policies.match("queue", name, q.UNSUPPORTED_POLICIES))
         self.queues[name] = q
@@ -472,8 +464,7 @@ class VirtualHost:
         deletions = Deletions()
         self._remove_incoming(("queue", q.name), deletions)
         self._tell(deletions, INTERNAL_USER)
-        consumers = list(q.consumers)
-        q.consumers.clear()
+        consumers = q.ring.clear()
         count = q.delete()
         for consumer in consumers:
             consumer.cancelled()

@@ -6,7 +6,15 @@ from __future__ import annotations
 from typing import Any
 
 from leveret.broker.arguments import text
-from leveret.broker.queues.base import Accepted, DeadLetters, Queue, Subscriber
+from leveret.broker.queues.base import (
+    Accepted,
+    DeadLetters,
+    Declaration,
+    Overflow,
+    Queue,
+    QueueHome,
+    Subscriber,
+)
 from leveret.broker.queues.classic import ClassicQueue
 from leveret.broker.queues.quorum import QuorumQueue
 from leveret.broker.queues.stream import StreamQueue
@@ -28,7 +36,10 @@ __all__ = [
     "Accepted",
     "ClassicQueue",
     "DeadLetters",
+    "Declaration",
+    "Overflow",
     "Queue",
+    "QueueHome",
     "QuorumQueue",
     "StreamQueue",
     "Subscriber",

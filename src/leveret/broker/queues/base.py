@@ -7,12 +7,16 @@ A queue sees its consumers through :class:`Subscriber` and sends dead letters th
 from __future__ import annotations
 
 from collections.abc import Iterable
-from enum import Enum
+from dataclasses import dataclass, field
+from enum import Enum, StrEnum
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
+from leveret.broker.arguments import check_typed_arguments, text
 from leveret.broker.entry import Entry, now_ms
 from leveret.broker.message import Message
 from leveret.broker.policies import Policy, Rule, arg_wins, effective_definition, resolve
+from leveret.broker.ring import ConsumerRing
+from leveret.protocol import errors
 
 if TYPE_CHECKING:
     from leveret.broker.memory import MemoryBudget
@@ -57,6 +61,80 @@ class DeadLetters(Protocol):
         ...
 
 
+class QueueHome(DeadLetters, Protocol):
+    """Where a queue is made (its vhost): what it keeps on disk and in memory, and where
+    its dead letters go."""
+
+    @property
+    def storage(self) -> Storage | None:
+        """What keeps queue contents on disk (None: nothing is kept)."""
+        ...
+
+    @property
+    def memory(self) -> MemoryBudget:
+        """The memory budget classic queues page against."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class Declaration:
+    """What a queue.declare asks for, as a queue type validates and creates it."""
+
+    name: str
+    vhost: str
+    durable: bool = False
+    exclusive_owner: ConnectionInfo | None = None
+    auto_delete: bool = False
+    arguments: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def exclusive(self) -> bool:
+        return self.exclusive_owner is not None
+
+    @property
+    def where(self) -> str:
+        """The queue as RabbitMQ names it in its error texts."""
+        return f"queue '{self.name}' in vhost '{self.vhost}'"
+
+
+def check_replicated_declaration(
+    declaration: Declaration, type_args: frozenset[str], rabbit_type: str
+) -> None:
+    """What RabbitMQ refuses a quorum queue or stream declaration with: its arguments
+    first (rabbit_amqqueue, ``type_args`` the ones the type takes), then the properties
+    such a queue cannot have, in that order."""
+    d = declaration
+    check_typed_arguments(d.name, d.vhost, d.arguments, type_args, rabbit_type)
+    if d.auto_delete:
+        raise errors.precondition_failed(f"invalid property 'auto-delete' for {d.where}")
+    if d.exclusive:
+        raise errors.precondition_failed(f"invalid property 'exclusive-owner' for {d.where}")
+    if not d.durable:
+        raise errors.precondition_failed(f"invalid property 'non-durable' for {d.where}")
+
+
+class Overflow(StrEnum):
+    """x-overflow: what a queue does at its length limit (the value as RabbitMQ spells
+    it)."""
+
+    DROP_HEAD = "drop-head"  # the oldest messages go (dead-lettered)
+    REJECT_PUBLISH = "reject-publish"  # new messages are refused (nacked)
+    REJECT_PUBLISH_DLX = "reject-publish-dlx"  # refused, and dead-lettered
+
+    @classmethod
+    def of(cls, value: Any) -> Overflow:
+        """The mode a setting names (None: the default, drop-head). Declarations and
+        policies are checked before they get here; a value that still names no mode
+        refuses new messages without dead-lettering them, as one that is not drop-head
+        always did."""
+        if not value:
+            return cls.DROP_HEAD
+        try:
+            return cls(text(value))
+        except ValueError:
+            return cls.REJECT_PUBLISH
+
+
 class Accepted(Enum):
     """What a queue did with a published message."""
 
@@ -86,25 +164,24 @@ class Queue:
 
     def __init__(
         self,
-        name: str,
-        vhost: str,
-        durable: bool = False,
-        exclusive_owner: ConnectionInfo | None = None,
-        auto_delete: bool = False,
-        arguments: dict[str, Any] | None = None,
+        declaration: Declaration,
         dead_letters: DeadLetters | None = None,
+        ring: ConsumerRing[Subscriber] | None = None,
     ) -> None:
-        self.name = name
-        self.vhost = vhost
-        self.durable = durable
-        self.exclusive_owner = exclusive_owner
-        self.auto_delete = auto_delete
-        self.arguments: dict[str, Any] = arguments.copy() if arguments else {}
+        self.name = declaration.name
+        self.vhost = declaration.vhost
+        self.durable = declaration.durable
+        self.exclusive_owner = declaration.exclusive_owner
+        self.auto_delete = declaration.auto_delete
+        self.arguments: dict[str, Any] = declaration.arguments.copy()
         self.dead_letters = dead_letters
         # x-dead-letter-exchange / -routing-key, for the types that dead-letter
         self.dead_letter_exchange: str | None = None
         self.dead_letter_routing_key: str | None = None
-        self.consumers: list[Subscriber] = []
+        # who consumes, and who gets the next message (priorities, round-robin, single
+        # active consumer, credit); ``consumers`` is its list, in its order
+        self.ring: ConsumerRing[Subscriber] = ring if ring is not None else ConsumerRing()
+        self.consumers: list[Subscriber] = self.ring.members
         self.unacked = 0
         self.deleted = False
         self.had_consumers = False
@@ -124,31 +201,12 @@ class Queue:
 
     # ------------------------------------------------------------ declaration
     @classmethod
-    def validate(
-        cls,
-        name: str,
-        vhost: str,
-        durable: bool,
-        exclusive: bool,
-        auto_delete: bool,
-        arguments: dict[str, Any],
-    ) -> None:
+    def validate(cls, declaration: Declaration) -> None:
         """Raise what RabbitMQ refuses a declaration of this type with."""
 
     @classmethod
-    def create(
-        cls,
-        name: str,
-        vhost: str,
-        durable: bool,
-        exclusive_owner: ConnectionInfo | None,
-        auto_delete: bool,
-        arguments: dict[str, Any],
-        dead_letters: DeadLetters,
-        storage: Storage | None,
-        memory: MemoryBudget | None = None,
-    ) -> Queue:
-        """A new queue of this type, with what it keeps on disk if ``storage`` keeps it."""
+    def create(cls, declaration: Declaration, home: QueueHome) -> Queue:
+        """A new queue of this type, with what it keeps on disk if ``home`` keeps it."""
         raise NotImplementedError
 
     @property
@@ -221,20 +279,35 @@ class Queue:
     @property
     def single_active_consumer_on(self) -> bool:
         """x-single-active-consumer: one consumer gets messages, the others wait."""
-        return False
+        return self.ring.single_active
 
     @property
     def active_consumer(self) -> Subscriber | None:
         """With a single active consumer, the one that gets messages now."""
-        return None
+        return self.ring.active
 
     def add_consumer(self, consumer: Subscriber, start: Any = None) -> None:
         raise NotImplementedError
 
-    def remove_consumer(self, consumer: Subscriber) -> None:
-        if consumer in self.consumers:
-            self.consumers.remove(consumer)
+    def _subscribe(self, consumer: Subscriber) -> None:
+        """A consumer joins the ring (what every type does first in add_consumer)."""
+        self.had_consumers = True
         self.last_used = now_ms()
+        self.ring.add(consumer)
+
+    def remove_consumer(self, consumer: Subscriber) -> None:
+        self.last_used = now_ms()
+        if self.ring.remove(consumer):
+            self.dispatch()  # another consumer became the single active one
+
+    def _congested_when(self, waiting: bool) -> FlowHolder | None:
+        """:meth:`congested` for a queue that hands each message to one consumer: the
+        first consumer's connection, when messages are ``waiting`` and it cannot drain."""
+        if waiting and self.consumers:
+            holder = self.consumers[0].holder
+            if not holder.writable:
+                return holder
+        return None
 
     def dispatch(self) -> None:
         """Push to consumers while any has credit."""

@@ -5,8 +5,6 @@ to disk (:mod:`leveret.broker.queues.paging`)."""
 
 from __future__ import annotations
 
-import sys
-from collections import deque
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -16,33 +14,29 @@ from leveret.broker.arguments import (
     check_credit_argument,
     check_queue_arguments,
     optional_text,
-    text,
 )
 from leveret.broker.entry import Entry, now_ms
 from leveret.broker.memory import MemoryBudget
 from leveret.broker.message import Message
 from leveret.broker.policies import Rule, smaller
-from leveret.broker.queues.base import Accepted, DeadLetters, Queue, Subscriber
-from leveret.broker.queues.paging import Paging
+from leveret.broker.queues.base import Accepted, Overflow, Queue
+from leveret.broker.queues.paging import PagedReady
+from leveret.broker.queues.ready import FifoReady, PriorityReady
 from leveret.broker.queues.utilisation import ConsumerUse
+from leveret.broker.ring import PriorityRing
 
 if TYPE_CHECKING:
-    from leveret.broker.ports import ConnectionInfo, FlowHolder, Pager, QueueStore, Storage
+    from leveret.broker.ports import FlowHolder, Pager, QueueStore
+    from leveret.broker.queues.base import DeadLetters, Declaration, QueueHome, Subscriber
 
 # The consumer arguments a classic queue takes (rabbit_classic_queue:capabilities()).
 CONSUMER_ARGS = frozenset(("x-cancel-on-ha-failover", "x-priority", "x-credit"))
 _EXPIRATION_FLAG = 0x01  # byte 0 of the property flags: expiration (0x0100)
-_PRIORITY_FLAG = 0x08  # byte 0: priority (0x0800)
 
 
 _YES = Accepted.YES
 _BACKLOG = Accepted.BACKLOG
 _REFUSED = Accepted.REFUSED
-
-
-def _order(entry: Entry) -> tuple[int, int]:
-    """Where an entry stands in ``ready``: higher priority first, then publish order."""
-    return (-entry.priority, entry.seq)
 
 
 def _int(value: Any) -> int | None:
@@ -78,106 +72,68 @@ class ClassicQueue(Queue):
 
     def __init__(
         self,
-        name: str,
-        vhost: str,
-        durable: bool = False,
-        exclusive_owner: ConnectionInfo | None = None,
-        auto_delete: bool = False,
-        arguments: dict[str, Any] | None = None,
+        declaration: Declaration,
         dead_letters: DeadLetters | None = None,
         store: QueueStore | None = None,
         pager: Pager | None = None,
         memory: MemoryBudget | None = None,
     ) -> None:
-        super().__init__(
-            name, vhost, durable, exclusive_owner, auto_delete, arguments, dead_letters
-        )
+        single_active = declaration.arguments.get("x-single-active-consumer") is True
+        super().__init__(declaration, dead_letters, PriorityRing(single_active))
         self._store = store
-        # The head of the ready messages; with a pager, the rest may be on disk.
-        self.ready: deque[Entry] = deque()
-        self._ready_bytes = 0
-        self._rr = 0
         self._seq = 0
-        self._single_active = self.arguments.get("x-single-active-consumer") is True
-        self._active: Subscriber | None = None
+        self._next_consumer = self.ring.next
         # whether consumers could take messages at once, over time (consumer_capacity)
         self._use = ConsumerUse()
         # delivered and not yet settled, by sequence number (RabbitMQ's pending acks)
         self._outstanding: dict[int, Entry] = {}
-        # x-max-priority: ready is kept highest priority first, FIFO within a priority,
-        # as RabbitMQ's priority queue (one sub-queue per priority 0..max).
         max_priority = _int(self.arguments.get("x-max-priority"))
         self.max_priority: int | None = (
             min(max_priority, 255) if max_priority is not None and max_priority >= 0 else None
         )
+        # The ready messages, in the store the declaration picks: by priority
+        # (x-max-priority), paged (the queue has a pager), or in memory in order.
+        # ``ready`` is its head: with a pager, more may wait on disk behind it.
+        if pager is not None:
+            # messages kept from before a restart wait in the pager, numbered 1..count
+            self._seq = pager.count
+        ready: FifoReady
+        self._priorities: PriorityReady | None = None
+        if self.max_priority is not None:
+            ready = self._priorities = PriorityReady(self.max_priority, pager)
+        elif pager is not None:
+            ready = PagedReady(pager, memory or MemoryBudget())
+        else:
+            ready = FifoReady()
+        self._ready = ready
+        self.ready = ready.head
+        self._keep = ready.append  # a ready message at the end of the queue
         self.message_ttl: int | None = None
         self.max_length: int | None = None
         self.max_length_bytes: int | None = None
-        self.overflow = "drop-head"
+        self.overflow = Overflow.DROP_HEAD
         self._expires: int | None = None
         self.dead_letter_exchange: str | None = None
         self.dead_letter_routing_key: str | None = None
         self._plain = False
         # x-message-deduplication: the identities of the messages in the queue
         self._dedup = dedup.QueueIdentities() if dedup.queue_enabled(self.arguments) else None
-        self._paging: Paging | None = None
-        if pager is not None:
-            # messages kept from before a restart wait in the pager, numbered 1..count
-            self._seq = pager.count
-            if self.max_priority is not None:
-                # priority queues keep their messages in memory, ordered by priority
-                for entry in pager.read(sys.maxsize):
-                    entry.priority = self._priority_of(entry.message)
-                    self._append(entry)
-                    self._ready_bytes += len(entry.message.body)
-                pager.close()
-            else:
-                self._paging = Paging(pager, memory or MemoryBudget(), self.ready, False)
-                self._ready_bytes = self._paging.head_bytes + self._paging.bytes_paged
         self.configure()
 
     @classmethod
-    def validate(
-        cls,
-        name: str,
-        vhost: str,
-        durable: bool,
-        exclusive: bool,
-        auto_delete: bool,
-        arguments: dict[str, Any],
-    ) -> None:
-        check_queue_arguments(name, vhost, arguments)
+    def validate(cls, declaration: Declaration) -> None:
+        check_queue_arguments(declaration.name, declaration.vhost, declaration.arguments)
 
     @classmethod
-    def create(
-        cls,
-        name: str,
-        vhost: str,
-        durable: bool,
-        exclusive_owner: ConnectionInfo | None,
-        auto_delete: bool,
-        arguments: dict[str, Any],
-        dead_letters: DeadLetters,
-        storage: Storage | None,
-        memory: MemoryBudget | None = None,
-    ) -> ClassicQueue:
+    def create(cls, declaration: Declaration, home: QueueHome) -> ClassicQueue:
         store = pager = None
+        storage = home.storage
         if storage is not None:
-            if durable:
+            vhost, name = declaration.vhost, declaration.name
+            if declaration.durable:
                 store = storage.queue_store(vhost, name)
             pager = storage.pager(vhost, name, store)
-        return cls(
-            name,
-            vhost,
-            durable=durable,
-            exclusive_owner=exclusive_owner,
-            auto_delete=auto_delete,
-            arguments=arguments,
-            dead_letters=dead_letters,
-            store=store,
-            pager=pager,
-            memory=memory,
-        )
+        return cls(declaration, home, store, pager, home.memory)
 
     @property
     def expires(self) -> int | None:
@@ -192,7 +148,7 @@ class ClassicQueue(Queue):
         self.message_ttl = _int(setting("message-ttl"))
         self.max_length = _int(setting("max-length"))
         self.max_length_bytes = _int(setting("max-length-bytes"))
-        self.overflow = text(setting("overflow") or "drop-head")
+        self.overflow = Overflow.of(setting("overflow"))
         expires = _int(setting("expires"))
         if expires != self._expires:
             self._expires = expires
@@ -214,7 +170,7 @@ class ClassicQueue(Queue):
             and self._dedup is None
         )
         if self.ready:
-            if self.overflow == "drop-head" and (
+            if self.overflow is Overflow.DROP_HEAD and (
                 self.max_length is not None or self.max_length_bytes is not None
             ):
                 self._drop_head_overflow()
@@ -232,7 +188,7 @@ class ClassicQueue(Queue):
             return True
         return (
             self.max_length_bytes is not None
-            and self._ready_bytes + extra_bytes > self.max_length_bytes
+            and self._ready.bytes + extra_bytes > self.max_length_bytes
         )
 
     def enqueue(self, message: Message) -> Accepted:
@@ -264,17 +220,6 @@ class ClassicQueue(Queue):
             return _YES
         return self._enqueue_checked(message)
 
-    def _keep(self, entry: Entry) -> None:
-        """A ready message at the end of the queue (the hot path's): in memory, or
-        behind what is paged."""
-        size = len(entry.message.body)
-        self._ready_bytes += size
-        paging = self._paging
-        if paging is None:
-            self.ready.append(entry)
-        else:
-            paging.add(entry, size)
-
     def _hand(self, consumer: Subscriber, entry: Entry) -> None:
         """Account for a delivery, then give the message to the consumer."""
         entry.delivery_count += 1
@@ -302,8 +247,8 @@ class ClassicQueue(Queue):
         if (
             (self.max_length is not None or self.max_length_bytes is not None)
             and self.is_full(len(message.body))
-        ) and self.overflow != "drop-head":
-            if self.overflow == "reject-publish-dlx":
+        ) and self.overflow is not Overflow.DROP_HEAD:
+            if self.overflow is Overflow.REJECT_PUBLISH_DLX:
                 self._dead_letter(message, "maxlen")
             return _REFUSED
         if self._dedup is not None and not self._dedup.admit(message):
@@ -311,12 +256,10 @@ class ClassicQueue(Queue):
         self._seq += 1
         self.published += 1
         entry = Entry(message, self._seq)
-        if self.max_priority is not None:
-            entry.priority = self._priority_of(message)
+        if self._priorities is not None:
+            entry.priority = self._priorities.priority_of(message)
         if self.message_ttl is not None:
-            if self.message_ttl == 0 and (
-                self.ready or not any(c.has_credit() for c in self.consumers)
-            ):
+            if self.message_ttl == 0 and (self.ready or not self.ring.any_credit()):
                 # TTL 0: delivered now or never
                 if self._dedup is not None:
                     self._dedup.left(message)
@@ -334,8 +277,7 @@ class ClassicQueue(Queue):
             if consumer is not None:
                 self._hand(consumer, entry)
                 return _YES
-        self._ready_bytes += len(message.body)
-        self._append(entry)
+        self._keep(entry)
         if self.max_length is not None or self.max_length_bytes is not None:
             self._drop_head_overflow()
         if self.consumers:
@@ -345,52 +287,16 @@ class ClassicQueue(Queue):
         return _YES
 
     def congested(self) -> FlowHolder | None:
-        if self.ready and self.consumers:
-            holder = self.consumers[0].holder
-            if not holder.writable:
-                return holder
-        return None
-
-    def _priority_of(self, message: Message) -> int:
-        """A message's priority in this queue: none is 0, above the maximum is the maximum."""
-        assert self.max_priority is not None
-        if len(message.properties) < 2 or not message.properties[0] & _PRIORITY_FLAG:
-            return 0
-        priority = message.props.priority or 0
-        return min(priority, self.max_priority)
-
-    def _append(self, entry: Entry) -> None:
-        """Add to ``ready`` behind every entry of the same or a higher priority."""
-        if self._paging is not None:  # no priorities: at the end, maybe paged
-            self._paging.add(entry, len(entry.message.body))
-            return
-        ready = self.ready
-        if not ready or ready[-1].priority >= entry.priority:
-            ready.append(entry)
-            return
-        i = len(ready) - 1
-        while i > 0 and ready[i - 1].priority < entry.priority:
-            i -= 1
-        ready.insert(i, entry)
+        return self._congested_when(bool(self.ready))
 
     def _drop_head_overflow(self) -> None:
         while self.ready and (
             (self.max_length is not None and self.message_count > self.max_length)
-            or (self.max_length_bytes is not None and self._ready_bytes > self.max_length_bytes)
+            or (self.max_length_bytes is not None and self._ready.bytes > self.max_length_bytes)
         ):
-            entry = self._pop()
+            entry = self._ready.popleft()
             self._forget(entry)
             self._dead_letter(entry.message, "maxlen")
-
-    def _pop(self) -> Entry:
-        entry = self.ready.popleft()
-        size = len(entry.message.body)
-        self._ready_bytes -= size
-        paging = self._paging
-        if paging is not None:
-            # the head emptied: the next messages come back from disk
-            self._ready_bytes -= paging.removed(size)
-        return entry
 
     def _forget(self, entry: Entry) -> None:
         """The message has left the queue for good."""
@@ -405,49 +311,17 @@ class ClassicQueue(Queue):
             self.dead_letters.dead_letter(self, message, reason)
 
     # ---------------------------------------------------------------- consuming
-    @property
-    def single_active_consumer_on(self) -> bool:
-        return self._single_active
-
-    @property
-    def active_consumer(self) -> Subscriber | None:
-        return self._active
-
     def admits(self, exclusive: bool) -> bool:
         # As rabbit_amqqueue_process: a single-active-consumer queue refuses every
         # exclusive consumer, even the first.
-        if self._single_active:
+        if self.ring.single_active:
             return not exclusive
         return super().admits(exclusive)
-
-    def _next_consumer(self) -> Subscriber | None:
-        if self._single_active:
-            active = self._active
-            return active if active is not None and active.has_credit() else None
-        consumers = self.consumers
-        n = len(consumers)
-        if n == 1:
-            c = consumers[0]
-            return c if c.has_credit() else None
-        top = consumers[0].priority
-        for i in range(n):
-            idx = (self._rr + i) % n
-            c = consumers[idx]
-            if c.priority != top:
-                continue
-            if c.has_credit():
-                self._rr = idx + 1
-                return c
-        # no consumer of the top priority can take it: fall back to lower priorities
-        for c in consumers:
-            if c.priority != top and c.has_credit():
-                return c
-        return None
 
     def dispatch(self) -> None:
         ready = self.ready
         use = self._use
-        if not use.is_active and self.consumers and any(c.has_credit() for c in self.consumers):
+        if not use.is_active and self.consumers and self.ring.any_credit():
             use.active()  # a consumer can take messages again (RabbitMQ's unblock)
         while ready and self.consumers:
             entry = ready[0]
@@ -458,11 +332,11 @@ class ClassicQueue(Queue):
             if consumer is None:
                 use.inactive()
                 return
-            self._pop()
+            self._ready.popleft()
             self._hand(consumer, entry)
 
     def _expire_head(self) -> None:
-        entry = self._pop()
+        entry = self._ready.popleft()
         self._forget(entry)
         self._dead_letter(entry.message, "expired")
 
@@ -478,7 +352,7 @@ class ClassicQueue(Queue):
             self.got_empty += 1
             return None
         self.last_used = now_ms()
-        entry = self._pop()
+        entry = self._ready.popleft()
         entry.delivery_count += 1
         if entry.redelivered:
             self.redelivered_count += 1
@@ -491,21 +365,9 @@ class ClassicQueue(Queue):
         return entry
 
     def add_consumer(self, consumer: Subscriber, start: Any = None) -> None:
-        self.had_consumers = True
-        self.last_used = now_ms()
-        self.consumers.append(consumer)
-        self.consumers.sort(key=lambda c: -c.priority)
-        if self._single_active and self._active is None:
-            self._active = consumer  # the first to subscribe
+        self._subscribe(consumer)
         self._use.active()
         self.dispatch()
-
-    def remove_consumer(self, consumer: Subscriber) -> None:
-        super().remove_consumer(consumer)
-        if consumer is self._active:
-            # the next: highest priority, then the earliest to subscribe
-            self._active = self.consumers[0] if self.consumers else None
-            self.dispatch()
 
     # ---------------------------------------------------------------- settling
     def ack(self, entries: Iterable[Entry]) -> None:
@@ -539,21 +401,9 @@ class ClassicQueue(Queue):
             e.redelivered = True
             self._back(e)
             size += len(e.message.body)
-        self._ready_bytes += size
         if self.deleted:
             return
-        back.sort(key=_order)
-        ready = self.ready
-        if not ready or _order(back[-1]) < _order(ready[0]):
-            ready.extendleft(reversed(back))
-        else:
-            # Only the head can hold messages older than a delivered one: whatever is
-            # paged or in the tail came after everything delivered so far.
-            merged = sorted([*back, *ready], key=_order)
-            ready.clear()
-            ready.extend(merged)
-        if self._paging is not None:
-            self._paging.returned(size)
+        self._ready.requeue(back, size)
         self.dispatch()
 
     def purge(self) -> int:
@@ -562,22 +412,16 @@ class ClassicQueue(Queue):
             self._dedup.clear()  # as the plugin's purge flushes its cache
         for entry in self.ready:
             self._forget(entry)
-        self.ready.clear()
-        self._ready_bytes = 0
-        if self._paging is not None:
-            store = self._store
-            for store_id in self._paging.clear():
-                if store is not None:
-                    store.remove(store_id)
+        store = self._store
+        for store_id in self._ready.clear():
+            if store is not None:
+                store.remove(store_id)
         return count
 
     def delete(self) -> int:
         self.deleted = True
         count = self.message_count
-        self.ready.clear()
-        self._ready_bytes = 0
-        if self._paging is not None:
-            self._paging.close()
+        self._ready.close()
         if self._store is not None:
             self._store.drop()
         return count
@@ -585,58 +429,41 @@ class ClassicQueue(Queue):
     # ---------------------------------------------------------------- paging
     def set_queue_mode(self, mode: str | None) -> None:
         """``default`` or ``lazy`` (None: default), from x-queue-mode or a policy, on a
-        live queue: lazy keeps only a read-ahead's worth of bodies in memory."""
-        if self._paging is not None:
-            self._paging.set_lazy(mode == "lazy")
+        live queue: lazy keeps only a read-ahead's worth of bodies in memory (a store
+        that does not page stays as it is)."""
+        self._ready.set_lazy(mode == "lazy")
 
     @property
     def queue_mode(self) -> str:
-        return "lazy" if self._paging is not None and self._paging.lazy else "default"
+        return "lazy" if self._ready.lazy else "default"
 
     @property
     def ram_bytes(self) -> int:
-        if self._paging is None:
-            return self._ready_bytes
-        return self._paging.ram_bytes
+        return self._ready.ram_bytes
 
     def page_out(self) -> int:
         """Memory is short: page what is held beyond the head."""
-        if self._paging is None:
-            return 0
-        return self._paging.page_out()
+        return self._ready.page_out()
 
     # ---------------------------------------------------------------- figures
     @property
     def message_count(self) -> int:
-        if self._paging is None:
-            return len(self.ready)
-        return len(self.ready) + self._paging.count
+        return len(self._ready)
 
     @property
     def ready_bytes(self) -> int:
-        return self._ready_bytes
+        return self._ready.bytes
 
     def ram_figures(self) -> tuple[int, int]:
         """Ready messages held in memory, and their body bytes."""
-        if self._paging is None:
-            return len(self.ready), self._ready_bytes
-        return len(self.ready) + len(self._paging.tail), self._paging.ram_bytes
+        return self._ready.ram_figures()
 
     def persistent_figures(self) -> tuple[int, int]:
         """Persistent messages kept by a durable queue (as RabbitMQ counts
         messages_persistent: those its store holds), and their body bytes."""
-        count = size = 0
         if not self.durable:
             return 0, 0
-        for e in self.ready:
-            if e.store_id:
-                count += 1
-                size += len(e.message.body)
-        if self._paging is not None:
-            more, more_size = self._paging.persistent_figures()
-            count += more
-            size += more_size
-        return count, size
+        return self._ready.persistent_figures()
 
     @property
     def unacked_figures(self) -> tuple[int, int, int]:

@@ -3,7 +3,9 @@ them (rabbit_variable_queue's q4 / delta / q1, simplified).
 
 The ready messages are, in order::
 
-    head (``ready``, in memory) -> paged (a Pager, on disk) -> tail (in memory)
+    head (in memory) -> paged (a Pager, on disk) -> tail (in memory)
+
+in a :class:`PagedReady`, the ready store of a classic queue that has a pager.
 
 - While nothing is paged, every ready message is in the head, as before paging existed.
 - A queue pages when its mode is lazy, or when the memory budget of all queues is spent
@@ -16,8 +18,9 @@ The ready messages are, in order::
   everything in memory again.
 
 Invariant the classic queue's hot path relies on: whenever anything is paged or in the
-tail, the head is not empty. So "no ready message" is still ``not queue.ready``, and a
-message is delivered straight to a consumer only when nothing waits before it.
+tail, the head is not empty. So "no ready message" is still ``not queue.ready`` (the
+head), and a message is delivered straight to a consumer only when nothing waits before
+it.
 
 The in-flight (delivered, unacknowledged) messages are not paged, as in RabbitMQ."""
 
@@ -28,6 +31,7 @@ from collections import deque
 from typing import TYPE_CHECKING
 
 from leveret.broker.entry import Entry
+from leveret.broker.queues.ready import FifoReady
 
 if TYPE_CHECKING:
     from leveret.broker.memory import MemoryBudget
@@ -40,25 +44,25 @@ READ_AHEAD = 1 << 20  # bytes read back from disk at a time
 WRITE_BATCH = 1 << 20  # tail bytes written to disk at a time
 
 
-class Paging:
-    """The paged part and the tail of one classic queue's ready messages, and the
-    bytes of its head (the queue's ``ready`` deque, shared) held in memory."""
+class PagedReady(FifoReady):
+    """A classic queue's ready messages: its head, the paged part and the tail; and the
+    bytes of them held in memory."""
 
     __slots__ = (
         "budget",
         "head_bytes",
         "lazy",
         "pager",
-        "ready",
         "spilled",
         "tail",
         "tail_bytes",
     )
 
-    def __init__(self, pager: Pager, budget: MemoryBudget, ready: deque[Entry], lazy: bool) -> None:
+    def __init__(self, pager: Pager, budget: MemoryBudget, lazy: bool = False) -> None:
+        """``pager`` holds what the queue kept from before a restart, if anything."""
+        super().__init__()
         self.pager = pager
         self.budget = budget
-        self.ready = ready
         self.lazy = lazy
         self.head_bytes = 0
         self.tail: deque[Entry] = deque()
@@ -67,10 +71,14 @@ class Paging:
         self.spilled = pager.count > 0
         if self.spilled:
             self.refill()
+        self.bytes = self.head_bytes + pager.bytes
 
     # ------------------------------------------------------------- adding
-    def add(self, entry: Entry, size: int) -> None:
-        """A ready message at the end of the queue."""
+    def append(self, entry: Entry) -> None:
+        """A ready message at the end of the queue: in the head, or behind what is
+        paged."""
+        size = len(entry.message.body)
+        self.bytes += size
         budget = self.budget
         budget.used += size
         if self.spilled:
@@ -79,31 +87,38 @@ class Paging:
             if self.tail_bytes >= WRITE_BATCH:
                 self._write_tail()
             return
-        self.ready.append(entry)
+        self.head.append(entry)
         self.head_bytes += size
         if self.head_bytes > HEAD_BYTES and (self.lazy or budget.used > budget.limit):
             self.page_out()
 
-    def returned(self, size: int) -> None:
-        """Messages of ``size`` bytes came back to the head (requeued)."""
+    def requeue(self, back: list[Entry], size: int) -> None:
+        """Messages of ``size`` bytes came back to the head."""
+        super().requeue(back, size)
         self.head_bytes += size
         self.budget.used += size
 
-    def removed(self, size: int) -> int:
-        """A message of ``size`` bytes left the head; when the head is empty, the next
-        messages come back from disk. Returns what :meth:`refill` could not read."""
+    def popleft(self) -> Entry:
+        """The message at the head leaves; when the head is empty, the next messages
+        come back from disk (what cannot be read back is no longer counted)."""
+        entry = self.head.popleft()
+        size = len(entry.message.body)
+        self.bytes -= size
         self.head_bytes -= size
         self.budget.used -= size
-        if not self.ready and self.spilled:
-            return self.refill()
-        return 0
+        if not self.head and self.spilled:
+            self.bytes -= self.refill()
+        return entry
+
+    def __len__(self) -> int:
+        return len(self.head) + self.pager.count + len(self.tail)
 
     # ------------------------------------------------------------- paging
     def page_out(self) -> int:
         """Write what is held beyond the head to disk; the bytes released."""
         if self.spilled:
             return self._write_tail()
-        ready = self.ready
+        ready = self.head
         moved: list[Entry] = []
         size = 0
         head = self.head_bytes
@@ -146,13 +161,13 @@ class Paging:
             size = 0
             for entry in entries:
                 size += len(entry.message.body)
-            self.ready.extend(entries)
+            self.head.extend(entries)
             self.head_bytes += size
             self.budget.used += size
             lost = before - pager.bytes - size
         if not pager.count:
             # the rest is in memory: the queue holds everything there again
-            self.ready.extend(self.tail)
+            self.head.extend(self.tail)
             self.head_bytes += self.tail_bytes
             self.tail.clear()
             self.tail_bytes = 0
@@ -167,43 +182,38 @@ class Paging:
 
     # ------------------------------------------------------------- emptying
     def clear(self) -> list[int]:
-        """Everything ready is gone (purge): the store ids of persistent messages that
-        were paged or in the tail (the head's are the queue's to forget)."""
         ids = self.pager.clear()
         ids.extend(e.store_id for e in self.tail if e.store_id)
-        self.budget.used -= self.head_bytes + self.tail_bytes
-        self.head_bytes = 0
-        self.tail.clear()
-        self.tail_bytes = 0
-        self.spilled = False
+        self._empty()
         return ids
 
     def close(self) -> None:
-        """The queue is deleted."""
+        self._empty()
+        self.pager.close()
+
+    def _empty(self) -> None:
+        """What is held in memory goes, and what the budget counted of it."""
+        self.head.clear()
+        self.bytes = 0
         self.budget.used -= self.head_bytes + self.tail_bytes
         self.head_bytes = 0
         self.tail.clear()
         self.tail_bytes = 0
         self.spilled = False
-        self.pager.close()
 
     # ------------------------------------------------------------- figures
-    @property
-    def count(self) -> int:
-        """Ready messages beyond the head: paged and in the tail."""
-        return self.pager.count + len(self.tail)
-
-    @property
-    def bytes_paged(self) -> int:
-        return self.pager.bytes
-
     @property
     def ram_bytes(self) -> int:
         return self.head_bytes + self.tail_bytes
 
+    def ram_figures(self) -> tuple[int, int]:
+        return len(self.head) + len(self.tail), self.ram_bytes
+
     def persistent_figures(self) -> tuple[int, int]:
-        """Persistent messages beyond the head, and their body bytes."""
-        count, size = self.pager.persistent
+        count, size = super().persistent_figures()
+        more, more_size = self.pager.persistent
+        count += more
+        size += more_size
         for e in self.tail:
             if e.store_id:
                 count += 1

@@ -30,26 +30,26 @@ from __future__ import annotations
 import logging
 from collections import deque
 from collections.abc import Iterable
+from enum import StrEnum
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from leveret.broker import dedup
 from leveret.broker.arguments import (
     check_consume_arguments,
     check_credit_argument,
-    check_typed_arguments,
     optional_text,
-    text,
 )
 from leveret.broker.entry import Entry, now_ms
 from leveret.broker.message import Message
 from leveret.broker.policies import Rule, policy_wins, smaller
 from leveret.broker.ports import DEAD_LETTERED, OUT, RETURNED
-from leveret.broker.queues.base import Accepted, DeadLetters, Queue, Subscriber
+from leveret.broker.queues.base import Accepted, Overflow, Queue, check_replicated_declaration
+from leveret.broker.ring import ConsumerRing
 from leveret.protocol import errors, table
 
 if TYPE_CHECKING:
-    from leveret.broker.memory import MemoryBudget
-    from leveret.broker.ports import ConnectionInfo, FlowHolder, QuorumStore, Storage
+    from leveret.broker.ports import FlowHolder, QuorumStore
+    from leveret.broker.queues.base import DeadLetters, Declaration, QueueHome, Subscriber
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +79,13 @@ DEFAULT_PREFETCH = 2000  # what a consumer without prefetch gets (rabbit_quorum_
 LOW_LIMIT = 0.8  # reject-publish lets publishers in again below this share of the limit
 SETTLE_TIMEOUT_MS = 180_000  # at-least-once retry interval (RabbitMQ's default)
 _EXPIRATION_FLAG = 0x01  # byte 0 of the property flags: expiration (0x0100)
+
+
+class Strategy(StrEnum):
+    """x-dead-letter-strategy, as it takes effect (rabbit_quorum_queue)."""
+
+    AT_MOST_ONCE = "at-most-once"  # routed once, whatever becomes of it
+    AT_LEAST_ONCE = "at-least-once"  # kept until every target queue has taken it
 
 
 def _int(value: Any) -> int | None:
@@ -151,17 +158,16 @@ class QuorumQueue(Queue):
 
     def __init__(
         self,
-        name: str,
-        vhost: str,
-        arguments: dict[str, Any] | None = None,
+        declaration: Declaration,
         dead_letters: DeadLetters | None = None,
         store: QuorumStore | None = None,
     ) -> None:
-        super().__init__(name, vhost, durable=True, arguments=arguments, dead_letters=dead_letters)
-        a = self.arguments
+        # rabbit_fifo: with a single active consumer the next is the earliest subscribed;
+        # a consumer without a prefetch takes DEFAULT_PREFETCH
+        single_active = declaration.arguments.get("x-single-active-consumer") is True
+        super().__init__(declaration, dead_letters, ConsumerRing(single_active, DEFAULT_PREFETCH))
+        self.durable = True
         self._store = store
-        self._single_active = a.get("x-single-active-consumer") is True
-        self._active: Subscriber | None = None
         self._messages: deque[_Msg] = deque()  # enqueued and requeued, in order
         self._returns: deque[_Msg] = deque()  # returned: served first
         self._pending: list[_Msg] = []  # enqueued, visible once synced
@@ -176,7 +182,6 @@ class QuorumQueue(Queue):
         self._dedup = dedup.QueueIdentities() if dedup.queue_enabled(self.arguments) else None
         self._next_id = 0  # ids when there is no store
         self._released_at = 0
-        self._rr = 0
         self._expires: int | None = None
         self.configure()
         if store is not None:
@@ -190,15 +195,15 @@ class QuorumQueue(Queue):
         setting = self.setting
         self.max_length = _int(setting("max-length"))
         self.max_bytes = _int(setting("max-length-bytes"))
-        overflow = text(setting("overflow") or "drop-head")
-        if overflow == "reject-publish-dlx":
+        overflow = Overflow.of(setting("overflow"))
+        if overflow is Overflow.REJECT_PUBLISH_DLX:
             log.warning(
                 "Invalid overflow strategy <<\"%s\">> for quorum queue: queue '%s' in vhost '%s'",
-                overflow,
+                overflow.value,
                 self.name,
                 self.vhost,
             )
-            overflow = "drop-head"
+            overflow = Overflow.DROP_HEAD
         self.overflow = overflow
         # Any value is taken, as RabbitMQ takes it; one that is not an integer never
         # limits (Erlang orders every number below every binary), but still makes
@@ -213,61 +218,39 @@ class QuorumQueue(Queue):
         self.strategy = self._dead_letter_strategy()
         self._evaluate_limit()
 
-    def _dead_letter_strategy(self) -> str | None:
-        """rabbit_quorum_queue:dead_letter_handler: None (no dead-lettering),
-        'at-most-once' or 'at-least-once'."""
+    def _dead_letter_strategy(self) -> Strategy | None:
+        """rabbit_quorum_queue:dead_letter_handler: None (no dead-lettering) or the
+        strategy."""
         exchange = self.setting("dead-letter-exchange")
         strategy = optional_text(self.setting("dead-letter-strategy"))
         if exchange is None:
             return None
         overflow = self.overflow
-        if strategy == "at-least-once":
-            if overflow == "reject-publish":
-                return "at-least-once"
+        if strategy == Strategy.AT_LEAST_ONCE:
+            if overflow is Overflow.REJECT_PUBLISH:
+                return Strategy.AT_LEAST_ONCE
             log.warning(
                 "Falling back to dead-letter-strategy at-most-once because configured "
                 "dead-letter-strategy at-least-once is incompatible with effective overflow "
                 "strategy drop-head. To enable dead-letter-strategy at-least-once, set "
                 "overflow strategy to reject-publish."
             )
-        return "at-most-once"
+        return Strategy.AT_MOST_ONCE
 
     # ------------------------------------------------------------ declaration
     @classmethod
-    def validate(
-        cls,
-        name: str,
-        vhost: str,
-        durable: bool,
-        exclusive: bool,
-        auto_delete: bool,
-        arguments: dict[str, Any],
-    ) -> None:
-        # arguments first (rabbit_amqqueue), then the type's own checks, in its order
-        check_typed_arguments(name, vhost, arguments, QUORUM_ARGS, cls.rabbit_type)
-        where = f"queue '{name}' in vhost '{vhost}'"
-        if auto_delete:
-            raise errors.precondition_failed(f"invalid property 'auto-delete' for {where}")
-        if exclusive:
-            raise errors.precondition_failed(f"invalid property 'exclusive-owner' for {where}")
-        if not durable:
-            raise errors.precondition_failed(f"invalid property 'non-durable' for {where}")
+    def validate(cls, declaration: Declaration) -> None:
+        check_replicated_declaration(declaration, QUORUM_ARGS, cls.rabbit_type)
 
     @classmethod
-    def create(
-        cls,
-        name: str,
-        vhost: str,
-        durable: bool,
-        exclusive_owner: ConnectionInfo | None,
-        auto_delete: bool,
-        arguments: dict[str, Any],
-        dead_letters: DeadLetters,
-        storage: Storage | None,
-        memory: MemoryBudget | None = None,
-    ) -> QuorumQueue:
-        store = storage.quorum_store(vhost, name) if storage is not None else None
-        return cls(name, vhost, arguments, dead_letters, store)
+    def create(cls, declaration: Declaration, home: QueueHome) -> QuorumQueue:
+        storage = home.storage
+        store = (
+            storage.quorum_store(declaration.vhost, declaration.name)
+            if storage is not None
+            else None
+        )
+        return cls(declaration, home, store)
 
     @property
     def expires(self) -> int | None:
@@ -339,11 +322,7 @@ class QuorumQueue(Queue):
             self._store.close()
 
     def congested(self) -> FlowHolder | None:
-        if self._ready_count() and self.consumers:
-            holder = self.consumers[0].holder
-            if not holder.writable:
-                return holder
-        return None
+        return self._congested_when(bool(self._ready_count()))
 
     # ------------------------------------------------------------------ limits
     def _ready_count(self) -> int:
@@ -369,7 +348,7 @@ class QuorumQueue(Queue):
         if self.max_length is None and self.max_bytes is None:
             return
         if self._over_limit():
-            if self.overflow == "drop-head":
+            if self.overflow is Overflow.DROP_HEAD:
                 while self._over_limit():
                     msg = self._take()
                     if msg is None:
@@ -381,14 +360,6 @@ class QuorumQueue(Queue):
             self._blocked = False
 
     # -------------------------------------------------------------- consuming
-    @property
-    def single_active_consumer_on(self) -> bool:
-        return self._single_active
-
-    @property
-    def active_consumer(self) -> Subscriber | None:
-        return self._active
-
     def admits(self, exclusive: bool) -> bool:
         return True  # rabbit_quorum_queue ignores the exclusive flag of consumers
 
@@ -402,44 +373,8 @@ class QuorumQueue(Queue):
         check_credit_argument(arguments)
 
     def add_consumer(self, consumer: Subscriber, start: Any = None) -> None:
-        self.had_consumers = True
-        self.last_used = now_ms()
-        self.consumers.append(consumer)  # in subscription order
-        if self._single_active and self._active is None:
-            self._active = consumer
+        self._subscribe(consumer)
         self.dispatch()
-
-    def remove_consumer(self, consumer: Subscriber) -> None:
-        super().remove_consumer(consumer)
-        if consumer is self._active:
-            # rabbit_fifo activates the first waiting consumer, in subscription order
-            self._active = self.consumers[0] if self.consumers else None
-            self.dispatch()
-
-    def _has_credit(self, c: Subscriber) -> bool:
-        if not c.has_credit():
-            return False
-        return c.no_ack or bool(c.prefetch) or c.unacked < DEFAULT_PREFETCH
-
-    def _next_consumer(self) -> Subscriber | None:
-        if self._single_active:
-            active = self._active
-            return active if active is not None and self._has_credit(active) else None
-        consumers = self.consumers
-        n = len(consumers)
-        if not n:
-            return None
-        top = max(c.priority for c in consumers)
-        for i in range(n):
-            idx = (self._rr + i) % n
-            c = consumers[idx]
-            if c.priority == top and self._has_credit(c):
-                self._rr = idx + 1
-                return c
-        for c in sorted(consumers, key=lambda c: -c.priority):
-            if c.priority != top and self._has_credit(c):
-                return c
-        return None
 
     def _take(self) -> _Msg | None:
         """The next message: returned ones first (rabbit_fifo:take_next_msg)."""
@@ -470,7 +405,7 @@ class QuorumQueue(Queue):
             self._expire_head()
             if self._head() is None:
                 break
-            consumer = self._next_consumer()
+            consumer = self.ring.next()
             if consumer is None:
                 break
             msg = self._take()
@@ -500,7 +435,7 @@ class QuorumQueue(Queue):
         return m.with_properties(table.with_headers(m.properties, fields))
 
     def get(self, no_ack: bool) -> Entry | None:
-        if self._single_active:
+        if self.ring.single_active:
             raise errors.resource_locked(
                 f"cannot obtain access to locked queue '{self.name}' in vhost '{self.vhost}'. "
                 "basic.get operations are not supported by quorum queues with single active "
@@ -535,14 +470,14 @@ class QuorumQueue(Queue):
     def _discard(self, msg: _Msg, reason: str) -> None:
         """A message leaves the queue for ``reason``: dead-lettered as the strategy says,
         or dropped."""
-        if self.strategy == "at-least-once":
+        if self.strategy is Strategy.AT_LEAST_ONCE:
             if self._store is not None:
                 self._store.dead_lettered(msg.id, reason)
             self._dlx[msg.id] = _Letter(msg, reason, 0)
             self._dlx_bytes += msg.size
             self._try_dead_letter(self._dlx[msg.id])
             return
-        if self.strategy == "at-most-once" and self.dead_letters is not None:
+        if self.strategy is Strategy.AT_MOST_ONCE and self.dead_letters is not None:
             self.dead_letters.dead_letter(self, msg.message, reason)
         self._settled(msg)
 

@@ -11,12 +11,12 @@ import struct
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from leveret.broker.arguments import check_consume_arguments, check_typed_arguments, text
+from leveret.broker.arguments import check_consume_arguments, text
 from leveret.broker.clock import wall_ms
 from leveret.broker.entry import Entry
 from leveret.broker.message import Message
 from leveret.broker.policies import Rule, policy_wins
-from leveret.broker.queues.base import Accepted, Queue, Subscriber
+from leveret.broker.queues.base import Accepted, Queue, check_replicated_declaration
 from leveret.broker.queues.stream_amqp10 import to_amqp091, to_amqp10
 from leveret.broker.queues.stream_properties import refused_by_a_stream
 from leveret.broker.spec_texts import stream_not_supported
@@ -24,9 +24,8 @@ from leveret.protocol import errors
 from leveret.protocol.spec import add_header
 
 if TYPE_CHECKING:
-    from leveret.broker.memory import MemoryBudget
-    from leveret.broker.ports import ChunkRef, ConnectionInfo, Storage, StreamLog
-    from leveret.broker.queues.base import DeadLetters
+    from leveret.broker.ports import ChunkRef, StreamLog
+    from leveret.broker.queues.base import Declaration, QueueHome, Subscriber
 
 _long = struct.Struct(">q").pack
 _INTERVAL = re.compile(r"^(\d+)([YMDhms])$")
@@ -61,26 +60,6 @@ def interval_ms(text: str) -> int | None:
     if m is None:
         return None
     return int(m.group(1)) * _UNIT_MS[m.group(2)]
-
-
-def check_stream_declaration(
-    name: str,
-    vhost: str,
-    durable: bool,
-    exclusive: bool,
-    auto_delete: bool,
-    arguments: dict[str, Any],
-) -> None:
-    """What RabbitMQ refuses a stream declaration with: its arguments first
-    (rabbit_amqqueue), then the properties a stream cannot have, in that order."""
-    check_typed_arguments(name, vhost, arguments, STREAM_ARGS, StreamQueue.rabbit_type)
-    where = f"queue '{name}' in vhost '{vhost}'"
-    if auto_delete:
-        raise errors.precondition_failed(f"invalid property 'auto-delete' for {where}")
-    if exclusive:
-        raise errors.precondition_failed(f"invalid property 'exclusive-owner' for {where}")
-    if not durable:
-        raise errors.precondition_failed(f"invalid property 'non-durable' for {where}")
 
 
 DEFAULT_SEGMENT_BYTES = 500_000_000  # osiris's default max_segment_size_bytes
@@ -120,8 +99,9 @@ class StreamQueue(Queue):
         )
     )
 
-    def __init__(self, name: str, vhost: str, arguments: dict[str, Any], log: StreamLog) -> None:
-        super().__init__(name, vhost, durable=True, arguments=arguments)
+    def __init__(self, declaration: Declaration, log: StreamLog) -> None:
+        super().__init__(declaration)
+        self.durable = True
         self.log = log
         self._offsets: dict[Subscriber, int] = {}  # each consumer's next offset
         # stream-protocol subscriptions: told when new records are committed
@@ -143,33 +123,16 @@ class StreamQueue(Queue):
         )
 
     @classmethod
-    def validate(
-        cls,
-        name: str,
-        vhost: str,
-        durable: bool,
-        exclusive: bool,
-        auto_delete: bool,
-        arguments: dict[str, Any],
-    ) -> None:
-        check_stream_declaration(name, vhost, durable, exclusive, auto_delete, arguments)
+    def validate(cls, declaration: Declaration) -> None:
+        check_replicated_declaration(declaration, STREAM_ARGS, cls.rabbit_type)
 
     @classmethod
-    def create(
-        cls,
-        name: str,
-        vhost: str,
-        durable: bool,
-        exclusive_owner: ConnectionInfo | None,
-        auto_delete: bool,
-        arguments: dict[str, Any],
-        dead_letters: DeadLetters,
-        storage: Storage | None,
-        memory: MemoryBudget | None = None,
-    ) -> StreamQueue:
+    def create(cls, declaration: Declaration, home: QueueHome) -> StreamQueue:
+        storage = home.storage
         if storage is None:
             raise errors.not_implemented("stream queues need a data directory")
-        return cls(name, vhost, arguments, storage.open_stream(vhost, name, arguments))
+        d = declaration
+        return cls(d, storage.open_stream(d.vhost, d.name, d.arguments))
 
     def declare_ok_count(self, arguments: dict[str, Any]) -> int:
         # Leveret's extension: a passive declare with x-stream-offsets learns the committed
@@ -259,7 +222,7 @@ class StreamQueue(Queue):
 
     def add_consumer(self, consumer: Subscriber, start: Any = None) -> None:
         self.had_consumers = True
-        self.consumers.append(consumer)
+        self.ring.add(consumer)
         self._offsets[consumer] = self.log.committed if start is None else int(start)
         self._feed(consumer)
 
