@@ -173,6 +173,9 @@ def test_the_frame_walker_loses_nothing_however_the_bytes_arrive(
             gate.release()
             while take(0.005):
                 pass
+        # the writer has every piece by now; on a busy machine it may not have sent the
+        # last ones yet: let it finish, then read what is left
+        t.join(5)
         while len(got) < len(bodies) and take(0.05):
             pass
     finally:
