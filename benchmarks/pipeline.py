@@ -268,6 +268,25 @@ def broker_pid(broker: BrokerUnderTest) -> int | None:
         return None
 
 
+def delivery(broker: BrokerUnderTest, n: int) -> dict[str, Any]:
+    """The broker delivering a stream over AMQP 0-9-1 alone (no Spark): ``n`` records with
+    distinct message ids (see :func:`_props`) read from offset 0 by a raw consumer, in
+    reads/s and the broker's CPU µs per record (RabbitMQ's too when its pid is known)."""
+    stream = f"bench-{uuid.uuid4().hex[:8]}"
+    _declare(broker.url, stream)
+    try:
+        fill(broker.url, stream, n)
+        time.sleep(1)
+        pid = broker_pid(broker)
+        with stages.Meter(n, pid=pid, tree=False) as m:
+            _chunks, seconds = stages.raw_read(broker.host, broker.port, stream, n)
+        result = m.result if pid is not None else {}
+        return {"broker": broker.name, "records": n, "raw_read_per_s": n / seconds,
+                "broker_cpu_us": result.get("cpu_us")}  # fmt: skip
+    finally:
+        _delete(broker.url, stream)
+
+
 def profile(broker: BrokerUnderTest, spark: Any, n: int) -> dict[str, Any]:
     """Each stage of the ingest alone, in µs per record (see pipeline_stages.py)."""
     from pyspark.sql.pandas.types import from_arrow_schema
@@ -503,9 +522,18 @@ def main() -> None:
         default=4,
         help="the warm ingest: the records in this many equal batches, the first not counted",
     )
+    ap.add_argument(
+        "--delivery",
+        action="store_true",
+        help="only the brokers' AMQP 0-9-1 stream delivery (--profile-records records, "
+        "--repeat rounds), in broker CPU per record; no Spark",
+    )
     ap.add_argument("--master", default="local[2]")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
+    if args.delivery:
+        delivery_only(args)
+        return
     spark = spark_session(args.master, "leveret-bench")
     spark.sparkContext.setLogLevel("ERROR")
     spark.dataSource.register(stages.memory_source())
@@ -558,6 +586,37 @@ def main() -> None:
     if args.json:
         args.json.write_text(json.dumps(summary, indent=2))
     spark.stop()
+
+
+def delivery_only(args: argparse.Namespace) -> None:
+    """``--delivery``: each broker's delivery, ``--repeat`` rounds, and the medians."""
+    brokers: list[BrokerUnderTest] = []
+    leveret = None
+    try:
+        for name in args.brokers.split(","):
+            if name == "leveret":
+                leveret = start_leveret(extra=["--log-level", "warning"])
+                brokers.append(leveret)
+            elif name == "rabbitmq":
+                rabbit = ensure_rabbitmq()
+                if rabbit is None:
+                    print("RabbitMQ is not reachable: skipped", file=sys.stderr)
+                else:
+                    brokers.append(rabbit)
+        rounds: dict[str, list[dict[str, Any]]] = {b.name: [] for b in brokers}
+        for _ in range(args.repeat):
+            for broker in brokers:
+                result = delivery(broker, args.profile_records)
+                rounds[broker.name].append(result)
+                print(json.dumps(result), flush=True)
+    finally:
+        if leveret is not None:
+            leveret.stop()
+    for name, results in rounds.items():
+        cpu = [r["broker_cpu_us"] for r in results if r["broker_cpu_us"] is not None]
+        print(json.dumps({"broker": name, "median_raw_read_per_s": statistics.median(
+            r["raw_read_per_s"] for r in results), "median_broker_cpu_us":
+            statistics.median(cpu) if cpu else None}), flush=True)  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -11,11 +11,8 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 from pamqp import commands
 
-from leveret.broker.queues.stream_amqp10 import (
-    _to_amqp10_decoded,
-    to_amqp091,
-    to_amqp10,
-)
+from leveret.broker.queues.stream_amqp091 import to_amqp091
+from leveret.broker.queues.stream_amqp10 import _to_amqp10_decoded, to_amqp10
 from leveret.broker.queues.stream_properties import as_stored_in_a_stream
 from leveret.protocol import properties as props091
 from leveret.protocol.spec import add_header
@@ -162,7 +159,7 @@ _tricky_bodies = st.one_of(
 
 @given(properties(), _tricky_bodies)
 def test_the_cached_way_back_agrees_with_the_general_one(raw: bytes, body: bytes) -> None:
-    from leveret.broker.queues.stream_amqp10 import _to_amqp091
+    from leveret.broker.queues.stream_amqp091 import _to_amqp091
 
     message = to_amqp10("ex", "rk", raw, body)
     assert to_amqp091(message, "s") == _to_amqp091(message, "s")

@@ -12,7 +12,8 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from leveret.broker.queues.stream_amqp10 import to_amqp091, to_amqp10
+from leveret.broker.queues.stream_amqp091 import to_amqp091
+from leveret.broker.queues.stream_amqp10 import to_amqp10
 from leveret.broker.queues.stream_properties import as_stored_in_a_stream
 from leveret.protocol.stream import chunk
 from leveret.store.osiris import CHUNK_BYTES, HEADER, OsirisLog, build_chunk

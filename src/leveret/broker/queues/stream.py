@@ -17,7 +17,8 @@ from leveret.broker.entry import Entry
 from leveret.broker.message import Message
 from leveret.broker.policies import Rule, policy_wins
 from leveret.broker.queues.base import Accepted, Queue, check_replicated_declaration
-from leveret.broker.queues.stream_amqp10 import to_amqp091, to_amqp10
+from leveret.broker.queues.stream_amqp091 import to_amqp091
+from leveret.broker.queues.stream_amqp10 import to_amqp10
 from leveret.broker.queues.stream_properties import refused_by_a_stream
 from leveret.broker.spec_texts import stream_not_supported
 from leveret.protocol import errors
@@ -244,13 +245,13 @@ class StreamQueue(Queue):
             if not records:
                 return
             for offset, _ts, stored in records:
-                exchange_and_key, properties, body = self._as_amqp091(stored)
+                exchange_and_key, properties, body = self._as_amqp091(stored, offset)
                 elen = exchange_and_key[0]
                 message = Message(
                     exchange_and_key[1 : 1 + elen].decode(),
                     exchange_and_key[2 + elen :].decode(),
                     exchange_and_key,
-                    add_header(properties, "x-stream-offset", b"l" + _long(offset)),
+                    properties,
                     body,
                 )
                 offsets[consumer] = offset + 1
@@ -260,15 +261,16 @@ class StreamQueue(Queue):
                 if consumer not in offsets:
                     return
 
-    def _as_amqp091(self, message: bytes) -> tuple[bytes, bytes, bytes]:
-        """A stored message as AMQP 0-9-1 delivers it. Bytes that are not AMQP 1.0
-        (RabbitMQ 3.10 fails the consuming connection) go out as the body, with no
-        properties."""
+    def _as_amqp091(self, message: bytes, offset: int) -> tuple[bytes, bytes, bytes]:
+        """A stored message as AMQP 0-9-1 delivers it, with its offset in an
+        ``x-stream-offset`` header. Bytes that are not AMQP 1.0 (RabbitMQ 3.10 fails the
+        consuming connection) go out as the body, with no other properties."""
         try:
-            return to_amqp091(message, self.name)
+            return to_amqp091(message, self.name, offset)
         except ValueError:
             k = self.name.encode()[:255]
-            return b"\x00" + bytes((len(k),)) + k, b"\x00\x00", message
+            properties = add_header(b"\x00\x00", "x-stream-offset", b"l" + _long(offset))
+            return b"\x00" + bytes((len(k),)) + k, properties, message
 
     # -- settling: acks only return credit --------------------------------------
     def check_reject(self) -> None:

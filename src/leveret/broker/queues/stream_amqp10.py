@@ -1,5 +1,5 @@
 """How a RabbitMQ 3.10 stream turns AMQP 0-9-1 messages into the AMQP 1.0 messages its
-stream protocol delivers, and back (rabbit_msg_record), as measured on RabbitMQ 3.10.8:
+stream protocol delivers (rabbit_msg_record), as measured on RabbitMQ 3.10.8:
 
 - message annotations: ``x-routing-key``, ``x-exchange``, then ``x-basic-priority``,
   ``x-basic-delivery-mode`` (ubyte) and ``x-basic-expiration`` when set;
@@ -9,13 +9,10 @@ stream protocol delivers, and back (rabbit_msg_record), as measured on RabbitMQ 
 - application properties: ``x-basic-type``, ``x-basic-app-id``, then the headers;
 - one data section, the body.
 
-Back to AMQP 0-9-1, a message published over the stream protocol has exchange ``""`` and
-the stream's name as routing key unless its annotations say otherwise; subject and
-group-id have no place and are dropped."""
+The way back to AMQP 0-9-1 is in :mod:`stream_amqp091`."""
 
 from __future__ import annotations
 
-import base64
 import datetime
 import struct
 from typing import Any
@@ -55,10 +52,10 @@ def _header_value(v: Any) -> Value | None:
 
 # Everything of a converted message but its data section depends on the exchange, the
 # routing key and the property bytes only: publishers repeat them, so the sections before
-# the body are kept by those (bounded; cleared when full), both ways.
+# the body are kept by those (bounded; cleared when full). The way back is in
+# stream_amqp091.
 _CACHE_SIZE = 4096
 _PREFIXES: dict[tuple[str, str, bytes], bytes] = {}
-_BACK: dict[tuple[bytes, str], tuple[bytes, bytes]] = {}
 _EMPTY_DATA = b"\x00Su\xa0\x00"
 
 
@@ -107,13 +104,9 @@ def _compound(code8: int, count: int, parts: list[bytes]) -> bytes:
 _U32 = struct.Struct(">I")
 _LIST32 = struct.Struct(">II")
 _I8 = struct.Struct(">b")
-_I16 = struct.Struct(">h")
-_U16 = struct.Struct(">H")
 _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
 _U64 = struct.Struct(">Q")
-_F32 = struct.Struct(">f")
-_F64 = struct.Struct(">d")
 _SYM = {name: _vbin(0xA3, name.encode()) for name in (
     "x-routing-key", "x-exchange", "x-basic-priority", "x-basic-delivery-mode",
     "x-basic-expiration",
@@ -307,194 +300,3 @@ def _to_amqp10_decoded(exchange: str, routing_key: str, properties: bytes, body:
         out.append(amqp10.section(amqp10.APPLICATION_PROPERTIES, ("map", app)))
     out.append(amqp10.section(amqp10.DATA, ("binary", body)))
     return b"".join(out)
-
-
-# AMQP 1.0 application-property types and the AMQP 0-9-1 field types RabbitMQ 3.10 gives
-# them back as (rabbit_msg_record:to_091): every type keeps its width and sign.
-_TO_091: dict[str, Any] = {
-    "string": lambda v: b"S" + _U32.pack(len(v.encode())) + v.encode(),
-    "long": lambda v: b"l" + _I64.pack(v),
-    "byte": lambda v: b"b" + _I8.pack(v),
-    "ubyte": lambda v: b"B" + bytes((v,)),
-    "short": lambda v: b"s" + _I16.pack(v),
-    "ushort": lambda v: b"u" + _U16.pack(v),
-    "uint": lambda v: b"i" + _U32.pack(v),
-    "int": lambda v: b"I" + _I32.pack(v),
-    "double": lambda v: b"d" + _F64.pack(v),
-    "float": lambda v: b"f" + _F32.pack(v),
-    "timestamp": lambda v: b"T" + _U64.pack(_ms_to_s(v) & 0xFFFFFFFFFFFFFFFF),
-    "binary": lambda v: b"x" + _U32.pack(len(v)) + v,
-    "bool": lambda v: b"t\x01" if v else b"t\x00",
-    "null": lambda v: b"V",
-}
-
-
-def _ms_to_s(ms: int) -> int:
-    """Erlang's ``div``: truncated toward zero."""
-    return ms // 1000 if ms >= 0 else -((-ms) // 1000)
-
-
-def _short091(v: str | bytes) -> bytes:
-    raw = (v.encode() if isinstance(v, str) else v)[:255]
-    return bytes((len(raw),)) + raw
-
-
-def _message_id(value: Value, type_key: str, headers: list[bytes]) -> bytes | None:
-    """A message or correlation id as AMQP 0-9-1 carries it (rabbit_msg_record:
-    message_id): numbers, uuids and binaries as text with a header naming their type;
-    text over 256 bytes as a header instead."""
-    kind, v = value
-    if kind == "null":
-        return None
-    key = _short091(type_key)
-    if kind == "ulong":
-        headers.insert(0, key + b"S\x00\x00\x00\x05ulong")
-        return str(v).encode()
-    if kind == "uuid":
-        headers.insert(0, key + b"S\x00\x00\x00\x04uuid")
-        h = bytes(v).hex()
-        return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}".encode()
-    if kind == "binary":
-        encoded = base64.b64encode(v)
-        if len(encoded) > 256:
-            headers.insert(0, _short091(type_key[:-5]) + b"x" + _U32.pack(len(v)) + v)
-            return None
-        headers.insert(0, key + b"S\x00\x00\x00\x06binary")
-        return encoded
-    if kind in ("string", "symbol"):
-        raw: bytes = v.encode()
-        if len(raw) > 256:
-            headers.insert(0, _short091(type_key[:-5]) + b"S" + _U32.pack(len(raw)) + raw)
-            return None
-        return raw
-    return str(v).encode()
-
-
-def to_amqp091(message: bytes, stream: str) -> tuple[bytes, bytes, bytes]:
-    """A stored AMQP 1.0 message as RabbitMQ 3.10 delivers it over AMQP 0-9-1 (see
-    :func:`_to_amqp091`): the exchange and key as short strings, the property bytes and the
-    body. A message that ends with its one data section is converted by the sections
-    before it, which are mostly the same from message to message."""
-    at = message.rfind(b"\x00Su")
-    end = len(message)
-    if at >= 0 and at + 5 <= end:
-        code = message[at + 3]
-        if code == 0xA0 and message[at + 4] == end - at - 5:
-            body = message[at + 5 :]
-        elif (
-            code == 0xB0 and at + 8 <= end and _U32.unpack_from(message, at + 4)[0] == end - at - 8
-        ):
-            body = message[at + 8 :]
-        else:
-            return _to_amqp091(message, stream)
-        key = (message[:at], stream)
-        hit = _BACK.get(key)
-        if hit is None:
-            try:
-                # the sections before it must end where it starts: a body that ends with
-                # the bytes of a data section ("\x00Su\xa0\x00") is found by rfind first,
-                # inside the real one, whose header the prefix then cuts short
-                for _ in amqp10.sections(key[0]):
-                    pass
-                exchange_and_key, properties, _ = _to_amqp091(key[0] + _EMPTY_DATA, stream)
-            except ValueError:  # the last "data section" was not one
-                return _to_amqp091(message, stream)
-            hit = (exchange_and_key, properties)
-            if len(_BACK) >= _CACHE_SIZE:
-                _BACK.clear()
-            _BACK[key] = hit
-        return hit[0], hit[1], body
-    return _to_amqp091(message, stream)
-
-
-def _to_amqp091(message: bytes, stream: str) -> tuple[bytes, bytes, bytes]:
-    """A stored AMQP 1.0 message as RabbitMQ 3.10 delivers it from a stream over AMQP
-    0-9-1 (rabbit_stream_queue:binary_to_msg, rabbit_msg_record:to_amqp091): the exchange
-    and routing key as short strings, the content-header property bytes, the body.
-
-    The exchange and routing key come from the ``x-exchange`` and ``x-routing-key``
-    annotations (``""`` and the stream's name without them), priority, delivery mode and
-    expiration from ``x-basic-*`` annotations, type and app-id from ``x-basic-*``
-    application properties; the other application properties are the headers, each
-    with the AMQP 0-9-1 type of its AMQP 1.0 type. Raises ValueError for bytes that are
-    not an AMQP 1.0 message."""
-    exchange = b""
-    key = stream.encode()
-    annotations: dict[str, Any] = {}
-    fields: list[Value] = []
-    app: list[tuple[Value, Value]] = []
-    body = b""
-    for code, value in amqp10.sections(message):
-        if code == amqp10.MESSAGE_ANNOTATIONS and value[0] == "map":
-            for k, v in value[1]:
-                name = k[1]
-                if name not in annotations:
-                    annotations[name] = v
-        elif code == amqp10.PROPERTIES and value[0] == "list":
-            fields = list(value[1])
-        elif code == amqp10.APPLICATION_PROPERTIES and value[0] == "map":
-            app = list(value[1])
-        elif code == amqp10.DATA and value[0] == "binary":
-            body = value[1]  # as RabbitMQ: the last data section
-        elif code == amqp10.AMQP_VALUE and value[0] in ("binary", "string"):
-            v = value[1]
-            body = v if isinstance(v, bytes) else v.encode()
-    ex = annotations.get("x-exchange")
-    if ex is not None and ex[0] in ("string", "symbol"):
-        exchange = ex[1].encode()
-    rk = annotations.get("x-routing-key")
-    if rk is not None and rk[0] in ("string", "symbol"):
-        key = rk[1].encode()
-    basic_type = app_id = None
-    headers: list[bytes] = []
-    for k, v in app:
-        name = str(k[1])
-        if name == "x-basic-type" and basic_type is None:
-            basic_type = v[1]
-            continue
-        if name == "x-basic-app-id" and app_id is None:
-            app_id = v[1]
-            continue
-        encode = _TO_091.get(v[0])
-        if encode is not None:
-            headers.append(_short091(name) + encode(v[1]))
-    f = fields + [("null", None)] * (13 - len(fields))
-    message_id = _message_id(f[0], "x-message-id-type", headers)
-    correlation_id = _message_id(f[5], "x-correlation-id-type", headers)
-    flags = 0
-    out: list[bytes] = []
-
-    def short(bit: int, value: Any) -> None:
-        nonlocal flags
-        if value is not None:
-            flags |= bit
-            out.append(_short091(value if isinstance(value, (str, bytes)) else str(value)))
-
-    def octet(bit: int, value: Value | None) -> None:
-        nonlocal flags
-        if value is not None and isinstance(value[1], int):
-            flags |= bit
-            out.append(bytes((value[1] & 0xFF,)))
-
-    short(0x8000, f[6][1])  # content-type
-    short(0x4000, f[7][1])  # content-encoding
-    if headers:
-        flags |= 0x2000
-        table = b"".join(headers)
-        out.append(_U32.pack(len(table)) + table)
-    octet(0x1000, annotations.get("x-basic-delivery-mode"))
-    octet(0x0800, annotations.get("x-basic-priority"))
-    short(0x0400, correlation_id)
-    short(0x0200, f[4][1])  # reply-to
-    expiration = annotations.get("x-basic-expiration")
-    short(0x0100, expiration[1] if expiration is not None else None)
-    short(0x0080, message_id)
-    if f[9][0] == "timestamp":
-        flags |= 0x0040
-        out.append(_U64.pack(_ms_to_s(f[9][1]) & 0xFFFFFFFFFFFFFFFF))
-    short(0x0020, basic_type)
-    short(0x0010, f[1][1])  # user-id
-    short(0x0008, app_id)
-    properties = flags.to_bytes(2, "big") + b"".join(out)
-    exchange, key = exchange[:255], key[:255]
-    return bytes((len(exchange),)) + exchange + bytes((len(key),)) + key, properties, body
