@@ -24,6 +24,7 @@ from leveret.management.httputil import (
     rate_ages,
     require_admin,
     require_keys,
+    resource,
 )
 
 
@@ -51,10 +52,7 @@ async def users_without_permissions(request: web.Request) -> web.Response:
 
 async def user_get(request: web.Request) -> web.Response:
     require_admin(request)
-    u = mgmt(request).broker.users.users.get(request.match_info["user"])
-    if u is None:
-        raise not_found()
-    return json_response(views.user(u))
+    return json_response(views.user(mgmt(request).user(request)))
 
 
 async def user_put(request: web.Request) -> web.Response:
@@ -104,13 +102,10 @@ async def users_bulk_delete(request: web.Request) -> web.Response:
 
 async def user_permissions(request: web.Request) -> web.Response:
     require_admin(request)
-    b = mgmt(request).broker
-    name = request.match_info["user"]
-    if name not in b.users.users:
-        raise not_found()
-    return json_response(
-        [views.permission(p) for (u, _), p in sorted(b.users.permissions.items()) if u == name]
-    )
+    m = mgmt(request)
+    name = m.user(request).name
+    permissions = sorted(m.broker.users.permissions.items())
+    return json_response([views.permission(p) for (u, _), p in permissions if u == name])
 
 
 # ----------------------------------------------------------------------- vhosts
@@ -280,23 +275,21 @@ async def definitions_post(request: web.Request) -> web.Response:
 
 def routes(app: web.Application) -> None:
     r = app.router
-    r.add_get("/api/users", users)
-    r.add_get("/api/users/without-permissions", users_without_permissions)
-    r.add_post("/api/users/bulk-delete", users_bulk_delete)
-    r.add_get("/api/users/{user}", user_get)
-    r.add_put("/api/users/{user}", user_put)
-    r.add_delete("/api/users/{user}", user_delete)
-    r.add_get("/api/users/{user}/permissions", user_permissions)
-    r.add_get("/api/vhosts", vhosts)
-    r.add_get("/api/vhosts/{vhost}", vhost_get)
-    r.add_put("/api/vhosts/{vhost}", vhost_put)
-    r.add_delete("/api/vhosts/{vhost}", vhost_delete)
-    r.add_get("/api/vhosts/{vhost}/permissions", vhost_permissions)
-    r.add_get("/api/permissions", permissions)
-    r.add_get("/api/permissions/{vhost}/{user}", permission_get)
-    r.add_put("/api/permissions/{vhost}/{user}", permission_put)
-    r.add_delete("/api/permissions/{vhost}/{user}", permission_delete)
-    r.add_get("/api/definitions", definitions_get)
-    r.add_post("/api/definitions", definitions_post)
-    r.add_get("/api/definitions/{vhost}", definitions_get)
-    r.add_post("/api/definitions/{vhost}", definitions_post)
+    resource(r, "/api/users", users)
+    resource(r, "/api/users/without-permissions", users_without_permissions)
+    resource(r, "/api/users/bulk-delete", post=users_bulk_delete)
+    resource(r, "/api/users/{user}", user_get, put=user_put, delete=user_delete)
+    resource(r, "/api/users/{user}/permissions", user_permissions)
+    resource(r, "/api/vhosts", vhosts)
+    resource(r, "/api/vhosts/{vhost}", vhost_get, put=vhost_put, delete=vhost_delete)
+    resource(r, "/api/vhosts/{vhost}/permissions", vhost_permissions)
+    resource(r, "/api/permissions", permissions)
+    resource(
+        r,
+        "/api/permissions/{vhost}/{user}",
+        permission_get,
+        put=permission_put,
+        delete=permission_delete,
+    )
+    resource(r, "/api/definitions", definitions_get, post=definitions_post)
+    resource(r, "/api/definitions/{vhost}", definitions_get, post=definitions_post)

@@ -26,6 +26,8 @@ from leveret.management.httputil import (
     no_content,
     not_found,
     rate_ages,
+    resource,
+    scoped,
 )
 from leveret.protocol import spec
 from leveret.protocol.errors import AMQPError
@@ -282,22 +284,20 @@ async def consumers(request: web.Request) -> web.Response:
 
 def routes(app: web.Application) -> None:
     r = app.router
-    r.add_get("/api/overview", overview)
-    r.add_get("/api/whoami", whoami)
-    r.add_get("/api/nodes", nodes)
-    r.add_get("/api/nodes/{node}", node_one)
-    r.add_get("/api/cluster-name", cluster_name)
-    r.add_get("/api/extensions", extensions)
-    r.add_get("/api/health/checks/alarms", alarms)
-    r.add_get("/api/health/checks/local-alarms", local_alarms)
-    r.add_get("/api/aliveness-test/{vhost}", aliveness)
-    r.add_get("/api/connections", connections)
-    r.add_get("/api/connections/{name}", connection_one)
-    r.add_delete("/api/connections/{name}", connection_delete)
-    r.add_get("/api/connections/{name}/channels", connection_channels)
-    r.add_get("/api/vhosts/{vhost}/connections", connections)
-    r.add_get("/api/channels", channels)
-    r.add_get("/api/channels/{name}", channel_one)
-    r.add_get("/api/vhosts/{vhost}/channels", channels)
-    r.add_get("/api/consumers", consumers)
-    r.add_get("/api/consumers/{vhost}", consumers)
+    resource(r, "/api/overview", overview)
+    resource(r, "/api/whoami", whoami)
+    resource(r, "/api/nodes", nodes)
+    resource(r, "/api/nodes/{node}", node_one)
+    resource(r, "/api/cluster-name", cluster_name)
+    resource(r, "/api/extensions", extensions)
+    resource(r, "/api/health/checks/alarms", alarms)
+    resource(r, "/api/health/checks/local-alarms", local_alarms)
+    resource(r, "/api/aliveness-test/{vhost}", aliveness)
+    resource(r, "/api/connections", connections)
+    resource(r, "/api/connections/{name}", connection_one, delete=connection_delete)
+    resource(r, "/api/connections/{name}/channels", connection_channels)
+    resource(r, "/api/vhosts/{vhost}/connections", connections)
+    resource(r, "/api/channels", channels)
+    resource(r, "/api/channels/{name}", channel_one)
+    resource(r, "/api/vhosts/{vhost}/channels", channels)
+    scoped(r, "/api/consumers", consumers, "{vhost}")

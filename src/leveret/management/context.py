@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from leveret.broker.channel import Channel
     from leveret.broker.session import Session
     from leveret.broker.stream_session import StreamSession
-    from leveret.broker.users import Permission
+    from leveret.broker.users import Permission, User
     from leveret.broker.vhost import VirtualHost
     from leveret.management.stats import Stats
     from leveret.server.app import Server
@@ -107,6 +107,13 @@ class Management:
 
     def channels(self, request: web.Request) -> list[Channel]:
         return [ch for s in self.sessions(request) for _, ch in sorted(s.channels.items())]
+
+    def user(self, request: web.Request) -> User:
+        """The user the path names (``{user}``); 404 when there is none."""
+        user = self.broker.users.users.get(request.match_info["user"])
+        if user is None:
+            raise not_found()
+        return user
 
     def session_named(self, request: web.Request) -> Session:
         name = request.match_info["name"]

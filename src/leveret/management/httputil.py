@@ -234,3 +234,33 @@ def rate_ages(
             return None
 
     return num("lengths_age"), num("lengths_incr"), num("msg_rates_age"), num("msg_rates_incr")
+
+
+def resource(
+    router: web.UrlDispatcher,
+    path: str,
+    get: Handler | None = None,
+    *,
+    put: Handler | None = None,
+    post: Handler | None = None,
+    delete: Handler | None = None,
+) -> None:
+    """One path's handlers by method; GET answers HEAD too, as ``add_get`` makes it."""
+    if get is not None:
+        router.add_get(path, get)
+    if put is not None:
+        router.add_put(path, put)
+    if post is not None:
+        router.add_post(path, post)
+    if delete is not None:
+        router.add_delete(path, delete)
+
+
+def scoped(router: web.UrlDispatcher, path: str, listing: Handler, *scopes: str) -> None:
+    """A listing at ``path`` and again under each scope in turn, narrower each time:
+    ``scoped(r, "/api/queues", queues, "{vhost}")`` serves ``/api/queues`` and
+    ``/api/queues/{vhost}``."""
+    router.add_get(path, listing)
+    for scope in scopes:
+        path = f"{path}/{scope}"
+        router.add_get(path, listing)

@@ -34,6 +34,8 @@ from leveret.management.httputil import (
     not_found,
     rate_ages,
     require_keys,
+    resource,
+    scoped,
 )
 from leveret.protocol import errors, spec
 from leveret.protocol.errors import AMQPError
@@ -420,27 +422,18 @@ async def binding_one(request: web.Request) -> web.Response:
 
 def routes(app: web.Application) -> None:
     r = app.router
-    r.add_get("/api/exchanges", exchanges)
-    r.add_get("/api/exchanges/{vhost}", exchanges)
-    r.add_get("/api/exchanges/{vhost}/{name}", exchange_get)
-    r.add_put("/api/exchanges/{vhost}/{name}", exchange_put)
-    r.add_delete("/api/exchanges/{vhost}/{name}", exchange_delete)
-    r.add_get(
-        "/api/exchanges/{vhost}/{name}/bindings/{direction:source|destination}", exchange_bindings
-    )
-    r.add_post("/api/exchanges/{vhost}/{name}/publish", exchange_publish)
-    r.add_get("/api/queues", queues)
-    r.add_get("/api/queues/{vhost}", queues)
-    r.add_get("/api/queues/{vhost}/{name}", queue_get)
-    r.add_put("/api/queues/{vhost}/{name}", queue_put)
-    r.add_delete("/api/queues/{vhost}/{name}", queue_delete)
-    r.add_delete("/api/queues/{vhost}/{name}/contents", queue_purge)
-    r.add_post("/api/queues/{vhost}/{name}/get", queue_get_messages)
-    r.add_get("/api/queues/{vhost}/{name}/bindings", queue_bindings)
-    r.add_get("/api/bindings", bindings)
-    r.add_get("/api/bindings/{vhost}", bindings)
+    item = "/api/exchanges/{vhost}/{name}"
+    scoped(r, "/api/exchanges", exchanges, "{vhost}")
+    resource(r, item, exchange_get, put=exchange_put, delete=exchange_delete)
+    resource(r, item + "/bindings/{direction:source|destination}", exchange_bindings)
+    resource(r, item + "/publish", post=exchange_publish)
+    item = "/api/queues/{vhost}/{name}"
+    scoped(r, "/api/queues", queues, "{vhost}")
+    resource(r, item, queue_get, put=queue_put, delete=queue_delete)
+    resource(r, item + "/contents", delete=queue_purge)
+    resource(r, item + "/get", post=queue_get_messages)
+    resource(r, item + "/bindings", queue_bindings)
+    scoped(r, "/api/bindings", bindings, "{vhost}")
     ends = "/api/bindings/{vhost}/e/{source}/{kind:q|e}/{dest}"
-    r.add_get(ends, bindings_between)
-    r.add_post(ends, binding_create)
-    r.add_get(ends + "/{props}", binding_one)
-    r.add_delete(ends + "/{props}", binding_one)
+    resource(r, ends, bindings_between, post=binding_create)
+    resource(r, ends + "/{props}", binding_one, delete=binding_one)

@@ -26,6 +26,8 @@ from leveret.management.httputil import (
     not_found,
     require_admin,
     require_keys,
+    resource,
+    scoped,
 )
 
 
@@ -233,11 +235,9 @@ async def vhost_topic_permissions(request: web.Request) -> web.Response:
 
 async def user_topic_permissions(request: web.Request) -> web.Response:
     require_admin(request)
-    b = mgmt(request).broker
-    name = request.match_info["user"]
-    if name not in b.users.users:
-        raise not_found()
-    return json_response(_sorted_topics(b.topic_permissions(user=name)))
+    m = mgmt(request)
+    name = m.user(request).name
+    return json_response(_sorted_topics(m.broker.topic_permissions(user=name)))
 
 
 def _topic_key(request: web.Request) -> tuple[str, str]:
@@ -294,27 +294,27 @@ async def topic_permission_delete(request: web.Request) -> web.Response:
 
 def routes(app: web.Application) -> None:
     r = app.router
-    r.add_get("/api/policies", policies)
-    r.add_get("/api/policies/{vhost}", policies)
-    r.add_get("/api/policies/{vhost}/{name}", policy_get)
-    r.add_put("/api/policies/{vhost}/{name}", policy_put)
-    r.add_delete("/api/policies/{vhost}/{name}", policy_delete)
-    r.add_get("/api/operator-policies", operator_policies)
-    r.add_get("/api/operator-policies/{vhost}", operator_policies)
-    r.add_get("/api/operator-policies/{vhost}/{name}", operator_policy_get)
-    r.add_put("/api/operator-policies/{vhost}/{name}", operator_policy_put)
-    r.add_delete("/api/operator-policies/{vhost}/{name}", operator_policy_delete)
-    r.add_get("/api/vhost-limits", vhost_limits)
-    r.add_get("/api/vhost-limits/{vhost}", vhost_limits)
-    r.add_put("/api/vhost-limits/{vhost}/{name}", vhost_limit_put)
-    r.add_delete("/api/vhost-limits/{vhost}/{name}", vhost_limit_delete)
-    r.add_get("/api/user-limits", user_limits)
-    r.add_get("/api/user-limits/{user}", user_limits)
-    r.add_put("/api/user-limits/{user}/{name}", user_limit_put)
-    r.add_delete("/api/user-limits/{user}/{name}", user_limit_delete)
-    r.add_get("/api/topic-permissions", topic_permissions)
-    r.add_get("/api/topic-permissions/{vhost}/{user}", topic_permission_get)
-    r.add_put("/api/topic-permissions/{vhost}/{user}", topic_permission_put)
-    r.add_delete("/api/topic-permissions/{vhost}/{user}", topic_permission_delete)
-    r.add_get("/api/vhosts/{vhost}/topic-permissions", vhost_topic_permissions)
-    r.add_get("/api/users/{user}/topic-permissions", user_topic_permissions)
+    scoped(r, "/api/policies", policies, "{vhost}")
+    resource(r, "/api/policies/{vhost}/{name}", policy_get, put=policy_put, delete=policy_delete)
+    scoped(r, "/api/operator-policies", operator_policies, "{vhost}")
+    resource(
+        r,
+        "/api/operator-policies/{vhost}/{name}",
+        operator_policy_get,
+        put=operator_policy_put,
+        delete=operator_policy_delete,
+    )
+    scoped(r, "/api/vhost-limits", vhost_limits, "{vhost}")
+    resource(r, "/api/vhost-limits/{vhost}/{name}", put=vhost_limit_put, delete=vhost_limit_delete)
+    scoped(r, "/api/user-limits", user_limits, "{user}")
+    resource(r, "/api/user-limits/{user}/{name}", put=user_limit_put, delete=user_limit_delete)
+    resource(r, "/api/topic-permissions", topic_permissions)
+    resource(
+        r,
+        "/api/topic-permissions/{vhost}/{user}",
+        topic_permission_get,
+        put=topic_permission_put,
+        delete=topic_permission_delete,
+    )
+    resource(r, "/api/vhosts/{vhost}/topic-permissions", vhost_topic_permissions)
+    resource(r, "/api/users/{user}/topic-permissions", user_topic_permissions)

@@ -28,6 +28,8 @@ from leveret.management.httputil import (
     listing,
     no_content,
     not_found,
+    resource,
+    scoped,
 )
 
 if TYPE_CHECKING:
@@ -164,14 +166,10 @@ async def consumers(request: web.Request) -> web.Response:
 
 def routes(app: web.Application) -> None:
     r = app.router
-    r.add_get("/api/stream/connections", connections)
-    r.add_get("/api/stream/connections/{vhost}", connections)
-    r.add_get("/api/stream/connections/{vhost}/{name}", connection_one)
-    r.add_delete("/api/stream/connections/{vhost}/{name}", connection_delete)
-    r.add_get("/api/stream/connections/{vhost}/{name}/publishers", connection_publishers)
-    r.add_get("/api/stream/connections/{vhost}/{name}/consumers", connection_consumers)
-    r.add_get("/api/stream/publishers", publishers)
-    r.add_get("/api/stream/publishers/{vhost}", publishers)
-    r.add_get("/api/stream/publishers/{vhost}/{stream}", publishers)
-    r.add_get("/api/stream/consumers", consumers)
-    r.add_get("/api/stream/consumers/{vhost}", consumers)
+    item = "/api/stream/connections/{vhost}/{name}"
+    scoped(r, "/api/stream/connections", connections, "{vhost}")
+    resource(r, item, connection_one, delete=connection_delete)
+    resource(r, item + "/publishers", connection_publishers)
+    resource(r, item + "/consumers", connection_consumers)
+    scoped(r, "/api/stream/publishers", publishers, "{vhost}", "{stream}")
+    scoped(r, "/api/stream/consumers", consumers, "{vhost}")

@@ -31,7 +31,7 @@ from leveret.protocol import errors, spec
 from leveret.protocol.connection import ServerConnection, State
 from leveret.protocol.errors import AMQPError
 from leveret.protocol.events import NEED_DATA, MethodReceived, PublishReceived
-from leveret.server.flow import FlowControl, Heartbeats
+from leveret.server.flow import FlowControl, Heartbeats, take_transport
 from leveret.server.state import CLOSING_TIMEOUT, PLAIN_LISTENER, Listener, ServerState
 from leveret.server.tls import (
     certificate_login,
@@ -154,13 +154,8 @@ class AMQPProtocol(asyncio.Protocol):
         return connection_name(self.transport)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        # uvloop's transports do not subclass asyncio.Transport, hence no isinstance check
         self.transport = transport  # type: ignore[assignment]
-        transport.set_write_buffer_limits(  # type: ignore[attr-defined]
-            high=4 * 1024 * 1024, low=1024 * 1024
-        )
-        self.traffic.pending = transport.get_write_buffer_size  # type: ignore[attr-defined]
-        self.flow = flow = FlowControl(transport)  # type: ignore[arg-type]
+        self.flow = flow = take_transport(transport, self.traffic)
         self._heartbeats = Heartbeats(self.loop, flow, self._send_heartbeat, self._silent)
         listener = self.listener
         endpoint = Endpoint(

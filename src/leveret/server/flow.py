@@ -12,7 +12,10 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from leveret.broker.ports import Traffic
 
 
 class Readable(Protocol):
@@ -71,6 +74,17 @@ class FlowControl:
         if self.paused:
             self.heard = now
         return now - self.heard
+
+
+def take_transport(transport: asyncio.BaseTransport, traffic: Traffic) -> FlowControl:
+    """A new connection's socket: its write buffer bounds (pause writing above 4 MiB,
+    resume below 1 MiB), ``traffic`` told how much waits in it, and its flow control.
+    uvloop's transports do not subclass asyncio.Transport, hence no isinstance check."""
+    transport.set_write_buffer_limits(  # type: ignore[attr-defined]
+        high=4 * 1024 * 1024, low=1024 * 1024
+    )
+    traffic.pending = transport.get_write_buffer_size  # type: ignore[attr-defined]
+    return FlowControl(transport)  # type: ignore[arg-type]
 
 
 class Heartbeats:

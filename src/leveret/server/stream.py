@@ -20,7 +20,7 @@ from leveret.protocol.stream import encode
 from leveret.protocol.stream import events as ev
 from leveret.protocol.stream.connection import Phase, ServerConnection
 from leveret.protocol.stream.spec import Code
-from leveret.server.flow import FlowControl, Heartbeats
+from leveret.server.flow import FlowControl, Heartbeats, take_transport
 from leveret.server.state import ServerState
 from leveret.server.tls import (
     connection_details,
@@ -114,11 +114,7 @@ class StreamProtocol(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
-        transport.set_write_buffer_limits(  # type: ignore[attr-defined]
-            high=4 * 1024 * 1024, low=1024 * 1024
-        )
-        self.traffic.pending = transport.get_write_buffer_size  # type: ignore[attr-defined]
-        self.flow = FlowControl(transport)  # type: ignore[arg-type]
+        self.flow = take_transport(transport, self.traffic)
         self._heartbeats = Heartbeats(self.loop, self.flow, self._send_heartbeat, self._silent)
         sock = transport.get_extra_info("socket")
         if not self.tls and sock is not None and hasattr(os, "sendfile"):
