@@ -6,6 +6,7 @@ from __future__ import annotations
 from pamqp import commands as C
 
 from leveret.broker.broker import BrokerCore
+from leveret.broker.ports import WriteStalls
 from tests.broker.fakes import Client, ClientChannel, Deliver, delivered
 
 
@@ -315,3 +316,33 @@ def test_rejected_message_is_dead_lettered(ch: ClientChannel) -> None:
         1,
     )
     assert got.props.headers["x-first-death-reason"] == "rejected"
+
+
+# ------------------------------------------------------------- credit flow
+def test_a_consumer_that_cannot_write_holds_its_publisher_back_until_it_drains_or_goes(
+    domain: BrokerCore,
+) -> None:
+    """While a consumer's connection cannot write, a publish that leaves messages waiting
+    for it holds the publisher back (RabbitMQ's credit flow); the connection counts itself
+    among the process's write stalls until it drains again or closes."""
+    base = WriteStalls.count
+    consumer, publisher = Client(domain), Client(domain)
+    cch, pch = consumer.channel(), publisher.channel()
+    cch.declare_queue("q")
+    cch.consume("q", no_ack=True)
+    consumer.session.set_writable(False)
+    assert WriteStalls.count == base + 1
+    pch.publish("", "q", b"waits")
+    assert publisher.session.held_by == {consumer.session}
+    consumer.session.set_writable(True)
+    assert WriteStalls.count == base
+    assert publisher.session.held_by == set()
+    assert [d.body for d in delivered(consumer.out.log)] == [b"waits"]
+    consumer.session.set_writable(False)
+    pch.publish("", "q", b"again")
+    assert publisher.session.held_by == {consumer.session}
+    consumer.close()
+    assert WriteStalls.count == base
+    assert publisher.session.held_by == set()
+    pch.publish("", "q", b"nobody")  # a queue without consumers holds no one back
+    assert publisher.session.held_by == set()

@@ -124,6 +124,17 @@ class Traffic:
         self.pending: Callable[[], int] = pending or (lambda: 0)
 
 
+class WriteStalls:
+    """How many connections of this process cannot write now (their transport paused
+    writing). A publish that leaves messages waiting asks the queues which consumer's
+    connection holds them back (credit flow) only while this is above zero: a queue is
+    congested only behind a connection that cannot write. A :class:`FlowHolder` whose
+    ``writable`` turns false counts itself here, and uncounts itself when it turns true or
+    goes away. Shared by every broker of the process, so it can only err towards asking."""
+
+    count = 0
+
+
 class FlowHolder(Protocol):
     """A connection whose socket can stop draining; while it cannot, the publishers that
     feed its consumers are held back (RabbitMQ's credit flow)."""

@@ -37,6 +37,7 @@ from leveret.broker.events import (
 )
 from leveret.broker.message import Message
 from leveret.broker.operations import Actor, BindingRequest, authorize_publish
+from leveret.broker.ports import WriteStalls
 from leveret.broker.queues import Queue
 from leveret.broker.reply_to import REPLY_PREFIX, REPLY_QUEUE
 from leveret.broker.users import Permission, User
@@ -246,6 +247,7 @@ class Session(ConnectionEvents):
         if writable == self.writable:
             return
         self.writable = writable
+        WriteStalls.count += -1 if writable else 1
         if writable:
             for ch in list(self.channels.values()):
                 ch.kick()
@@ -289,6 +291,9 @@ class Session(ConnectionEvents):
             if isinstance(holder, Session):
                 holder.holding.discard(self)
         self.held_by.clear()
+        if not self.writable:  # it stalls no one any more
+            self.writable = True
+            WriteStalls.count -= 1
         self.broker.unregister(self)
 
     # ------------------------------------------------------------ permissions

@@ -47,6 +47,7 @@ from leveret.broker.exchanges import (
 from leveret.broker.memory import MemoryBudget
 from leveret.broker.message import Message
 from leveret.broker.policies import Policies, Policy
+from leveret.broker.ports import WriteStalls
 from leveret.broker.queues import (
     QUEUE_TYPES,
     Accepted,
@@ -646,9 +647,10 @@ class VirtualHost:
         congested: list[FlowHolder] = []
         for q, accepted in uneven:
             if accepted is Accepted.BACKLOG:
-                holder = q.congested()
-                if holder is not None:
-                    congested.append(holder)
+                if WriteStalls.count:  # else no consumer's connection holds it back
+                    holder = q.congested()
+                    if holder is not None:
+                        congested.append(holder)
             elif accepted is Accepted.REFUSED:
                 refused = True
             else:
