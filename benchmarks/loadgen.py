@@ -365,53 +365,46 @@ def publish_loop(
                 latencies.append(at)
                 latencies.append(now - at)
 
+    def receive(flags: int) -> int | None:
+        """Read what the broker sent and take it: the bytes read (0: nothing was waiting,
+        or a signal or SO_RCVTIMEO cut the wait short), None when the broker hung up as
+        the run ended."""
+        try:
+            n = recv_into(counter.space(), 0, flags)
+        except (BlockingIOError, InterruptedError):
+            return 0
+        if not n:
+            if ctl[0]:
+                return None
+            raise BrokerClosed("connection closed by the broker")
+        take(n)
+        return n
+
     while not ctl[0]:
         if rate:
             # Paced: wait for the next send time, reading confirms as they come.
             while (wait := start + published / rate - monotonic()) > 0:
                 if not select.select([sock], [], [], wait)[0]:
                     break
-                try:
-                    n = recv_into(counter.space(), 0, dontwait)
-                except (BlockingIOError, InterruptedError):
-                    continue
-                if not n:
-                    if ctl[0]:
-                        return
-                    raise BrokerClosed("connection closed by the broker")
-                take(n)
+                if receive(dontwait) is None:
+                    return
         if confirm_window:
             # Drain acks without blocking; block only while the window is full.
             while True:
                 full = published - counter.acked_upto + batch > confirm_window
-                try:
-                    n = recv_into(counter.space(), 0, 0 if full else dontwait)
-                except (BlockingIOError, InterruptedError):
-                    if not full:
-                        break
-                    if ctl[0]:
-                        return
-                    continue
-                if not n:
-                    if ctl[0]:
-                        return
-                    raise BrokerClosed("connection closed by the broker")
-                take(n)
+                got = receive(0 if full else dontwait)
+                if got is None:
+                    return
                 if not full:
                     break
+                if not got and ctl[0]:
+                    return
         else:
             checks += 1
             if checks >= 64:  # notice connection.close / channel.close now and then
                 checks = 0
-                try:
-                    n = recv_into(counter.space(), 0, dontwait)
-                    if not n:
-                        if ctl[0]:
-                            return
-                        raise BrokerClosed("connection closed by the broker")
-                    counter.feed(n)
-                except (BlockingIOError, InterruptedError):
-                    pass
+                if receive(dontwait) is None:
+                    return
         if backlog and consumer_slots:
             while published - min(counts[s] for s in consumer_slots) > backlog:
                 if ctl[0]:
