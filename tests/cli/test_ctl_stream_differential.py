@@ -2,7 +2,13 @@
 ``list_stream_publishers`` print what ``rabbitmqctl`` (and ``rabbitmq-streams``) print on
 RabbitMQ 3.10.8, for the same rstream clients in a vhost of the test's own: the
 pretty_table they default to, and the table and json formatters. Pids and ports are the
-brokers' own; RabbitMQ lists rows in no particular order."""
+brokers' own; RabbitMQ lists rows in no particular order.
+
+RabbitMQ runs as a node of this module's own. Its ``rabbitmqctl list_stream_*`` asks
+every stream connection of the node for its vhost, and a connection still in its
+handshake crashes on the question (``function_clause`` in ``rabbit_stream_reader``, state
+``peer_properties_exchanged``): on the shared node, the listing would kill a connection
+that another test was opening at that moment, and fail itself."""
 
 from __future__ import annotations
 
@@ -13,7 +19,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.support.mgmt import Site
+from tests.support import rabbitmq
+from tests.support.brokers import BrokerUnderTest
+from tests.support.mgmt import Site, make_site
+from tests.support.ports import free_port
 from tests.support.streamscenario import StreamClients
 
 pytestmark = pytest.mark.rabbitmq
@@ -21,6 +30,36 @@ rstream = pytest.importorskip("rstream")
 
 BAR = "\x1b(0x\x1b(B"
 PID = re.compile(r"(#PID)?<[^<>]*>")
+
+
+@pytest.fixture(scope="module")
+def own_rabbitmq() -> Iterator[tuple[BrokerUnderTest, rabbitmq.RabbitNode]]:
+    if not rabbitmq.installed():
+        pytest.skip("RabbitMQ is not installed here")
+    stream_port = free_port()
+    node = rabbitmq.RabbitNode(
+        management=True,
+        plugins=["rabbitmq_stream", "rabbitmq_stream_management"],
+        config={
+            "stream.listeners.tcp.1": f"127.0.0.1:{stream_port}",
+            # statistics every second, as on the shared node: the clients settle sooner
+            "collect_statistics_interval": "1000",
+        },
+    ).start()
+    try:
+        broker = BrokerUnderTest(
+            "rabbitmq", node.host, node.port, http_port=node.http_port, stream_port=stream_port
+        )
+        yield broker, node
+    finally:
+        node.close()
+
+
+@pytest.fixture
+def rabbitmq_site(own_rabbitmq: tuple[BrokerUnderTest, rabbitmq.RabbitNode]) -> Iterator[Site]:
+    """A vhost and a user of the test's own on this module's RabbitMQ node."""
+    broker, node = own_rabbitmq
+    yield from make_site(broker, node_ctl=node.server.ctl)
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ import sys
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
@@ -94,9 +94,16 @@ class Site:
     vhost: str
     user: str
     password: str
+    # a RabbitMQ node of the test's own: its rabbitmqctl (``-n`` and environment set)
+    node_ctl: Callable[..., subprocess.CompletedProcess[str]] | None = None
 
     def ctl(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         """``rabbitmqctl`` on RabbitMQ, ``leveret ctl`` on Leveret."""
+        if self.node_ctl is not None:
+            result = self.node_ctl(*args, timeout=120)
+            if check:
+                assert result.returncode == 0, (args, result.stdout, result.stderr)
+            return result
         if self.broker.name == "rabbitmq":
             cmd = ["rabbitmqctl", *args]
         else:
@@ -115,7 +122,11 @@ class Site:
         return result
 
 
-def make_site(broker: BrokerUnderTest, tag: str = "t") -> Iterator[Site]:
+def make_site(
+    broker: BrokerUnderTest,
+    tag: str = "t",
+    node_ctl: Callable[..., subprocess.CompletedProcess[str]] | None = None,
+) -> Iterator[Site]:
     api = Api(broker.http_url)
     vhost = f"{tag}-{uuid.uuid4().hex[:8]}"
     user = f"{vhost}-user"
@@ -136,7 +147,7 @@ def make_site(broker: BrokerUnderTest, tag: str = "t") -> Iterator[Site]:
         == 201
     )
     try:
-        yield Site(broker, api, vhost, user, "s3cret")
+        yield Site(broker, api, vhost, user, "s3cret", node_ctl)
     finally:
         api.delete(f"/api/vhosts/{q(vhost)}")
         api.delete(f"/api/users/{q(user)}")

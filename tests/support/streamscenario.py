@@ -27,8 +27,8 @@ PUBLISHED = 3  # messages, each confirmed before the next: one chunk each on bot
 
 def stream_port(site: Site) -> int:
     """The site's stream listener; on RabbitMQ, its plugins enabled if need be."""
-    if site.broker.name != "rabbitmq":
-        return site.broker.stream_port
+    if site.broker.name != "rabbitmq" or site.broker.stream_port:
+        return site.broker.stream_port  # Leveret, or a RabbitMQ node of the test's own
     if not ensure_rabbitmq_stream() or not _stream_management(site):
         if IN_CI:
             pytest.fail("RabbitMQ's stream management plugin could not be enabled")
@@ -84,7 +84,12 @@ class StreamClients:
         self.consumer = Consumer(
             "127.0.0.1", port, connection_name=self.consumer_name, **common
         )
-        self.run(self._start())
+        try:
+            self.run(self._start())
+        except BaseException:
+            with contextlib.suppress(Exception):
+                self.close()  # no connection of a failed start outlives the test
+            raise
 
     def run(self, coro: Any, timeout: float = 30) -> Any:
         return self.loop.run_until_complete(asyncio.wait_for(coro, timeout))
