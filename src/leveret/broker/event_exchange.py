@@ -16,7 +16,7 @@ import ipaddress
 import logging
 import re
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from leveret.broker import events as ev
@@ -28,7 +28,11 @@ from leveret.protocol import table
 from leveret.protocol.spec import TYPE_NAMES, type_of
 
 if TYPE_CHECKING:
+    from leveret.broker.consumer import Consumer
     from leveret.broker.exchanges.base import Binding, Exchange
+    from leveret.broker.policies import Policy
+    from leveret.broker.queues.base import Queue
+    from leveret.broker.users import TopicPermission
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +57,11 @@ class Resource:
     def __init__(self, vhost: str, name: str) -> None:
         self.vhost = vhost
         self.name = name
+
+    @classmethod
+    def of(cls, named: Any) -> Resource:
+        """The resource of a queue or an exchange (its vhost and name)."""
+        return cls(named.vhost, named.name)
 
 
 def _field(value: Value) -> bytes:
@@ -274,6 +283,22 @@ class EventExchange:
     def observe(self, event: ev.BrokerEvent) -> None:
         _HANDLERS(self, event)
 
+    def notify(
+        self,
+        key: str,
+        props: list[tuple[str, Value]],
+        rest: Sequence[tuple[str, Value]] = (),
+        who: str | None = None,
+    ) -> None:
+        """rabbit_event:notify of an action: the event's items, who performed it (the
+        actor, unless ``who`` names another), then ``rest``."""
+        actor = self.actor() if who is None else who
+        self.emit(key, [*props, ("user_who_performed_action", actor), *rest])
+
+    def _limits(self, key: str, *rest: tuple[str, Value]) -> None:
+        """A vhost's or a user's limits, the runtime parameter named ``limits``."""
+        self.notify(key, [("name", "limits")], rest)
+
     def _vhost_added(self, event: ev.VhostAdded) -> None:
         vhost = event.vhost
         if vhost.name == VHOST:
@@ -286,7 +311,7 @@ class EventExchange:
                 self._exchange_created(x)
         # the tags as rabbit_vhost parses them: a list of atoms
         tags: list[Value] = list(vhost.tags)
-        self.emit(
+        self.notify(
             "vhost.created",
             [
                 ("name", vhost.name),
@@ -300,10 +325,8 @@ class EventExchange:
                 ),
                 ("tracing", bool(vhost.tracing)),
                 ("cluster_state", {self.node: "running"}),
-                ("user_who_performed_action", self.actor()),
-                ("description", vhost.description),
-                ("tags", tags),
             ],
+            [("description", vhost.description), ("tags", tags)],
         )
 
     def _alarm(self, key: str, event: ev.AlarmEvent) -> None:
@@ -315,60 +338,42 @@ class EventExchange:
         its runtime parameters (the limits, the operator policies), its policies, and at
         last its supervisor (vhost.down)."""
         vhost = event.vhost
-        actor = ("user_who_performed_action", self.actor())
-        self.emit("vhost.deleted", [("name", vhost.name), actor])
+        self.notify("vhost.deleted", [("name", vhost.name)])
         if vhost.limits or vhost.name in self._limited:
             self._limited.discard(vhost.name)
             marker = [("vhost", vhost.name), ("component", "vhost-limits"), ("name", "limits")]
-            self.emit("parameter.cleared", [*marker, actor])
-            self.emit("vhost.limits.cleared", [("name", "limits"), actor])
+            self.notify("parameter.cleared", marker)
+            self._limits("vhost.limits.cleared")
         # the operator policies (runtime parameters) first, then the policies
         for name, _ in sorted(self._policies.pop(vhost.name, {}), key=lambda key: not key[1]):
-            self.emit("policy.cleared", [("name", name), ("vhost", vhost.name), actor])
-        self.emit(
-            "vhost.down",
-            [
-                ("name", vhost.name),
-                ("node", self.node),
-                ("user_who_performed_action", INTERNAL_USER),
-            ],
-        )
+            self.notify("policy.cleared", [("name", name), ("vhost", vhost.name)])
+        self.notify("vhost.down", [("name", vhost.name), ("node", self.node)], who=INTERNAL_USER)
 
-    def _queue_created(self, event: ev.QueueCreated) -> None:
-        q = event.queue
+    def _queue_created(self, q: Queue) -> None:
         owner = q.exclusive_owner
-        self.emit(
+        self.notify(
             "queue.created",
             [
-                ("name", Resource(q.vhost, q.name)),
+                ("name", Resource.of(q)),
                 ("durable", bool(q.durable)),
                 ("auto_delete", bool(q.auto_delete)),
                 ("arguments", table_terms(q.arguments)),
                 ("owner_pid", self.connection_pid(owner) if owner is not None else ""),
                 ("exclusive", owner is not None),
-                ("user_who_performed_action", self.actor()),
             ],
         )
 
-    def _queue_deleted(self, event: ev.QueueDeleted) -> None:
-        q = event.queue
-        self.emit(
-            "queue.deleted",
-            [("name", Resource(q.vhost, q.name)), ("user_who_performed_action", self.actor())],
-        )
-
     def _exchange_created(self, x: Exchange) -> None:
-        self.emit(
+        self.notify(
             "exchange.created",
             [
-                ("name", Resource(x.vhost, x.name)),
+                ("name", Resource.of(x)),
                 ("type", x.type_name),
                 ("durable", bool(x.durable)),
                 ("auto_delete", bool(x.auto_delete)),
                 ("internal", bool(x.internal)),
                 ("arguments", table_terms(x.arguments)),
                 ("policy", x.policy.name if x.policy is not None else ""),
-                ("user_who_performed_action", self.actor()),
             ],
         )
 
@@ -376,30 +381,19 @@ class EventExchange:
         # RabbitMQ 3.10 marks an exchange.delete with a runtime parameter, set before the
         # exchange is looked up and cleared however the deletion ends
         value = [("value", True)] if key == "parameter.set" else []
-        self.emit(
+        self.notify(
             key,
             [
                 ("vhost", event.vhost),
                 ("component", "exchange-delete-in-progress"),
                 ("name", event.exchange),
                 *value,
-                ("user_who_performed_action", self.actor()),
             ],
-        )
-
-    def _exchange_deleted(self, event: ev.ExchangeDeleted) -> None:
-        x = event.exchange
-        actor = self.actor() if event.who is None else event.who
-        self.emit(
-            "exchange.deleted",
-            [("name", Resource(x.vhost, x.name)), ("user_who_performed_action", actor)],
         )
 
     def _binding(self, key: str, b: Binding, who: str | None = None) -> None:
         # a binding that went with its queue comes with who removed it: RabbitMQ itself
-        actor = self.actor() if who is None else who
-        vhost = getattr(b.destination, "vhost", "")
-        self.emit(
+        self.notify(
             key,
             [
                 ("source_name", b.source),
@@ -408,37 +402,32 @@ class EventExchange:
                 ("destination_kind", b.destination.kind),
                 ("routing_key", b.routing_key),
                 ("arguments", table_terms(b.arguments)),
-                ("vhost", vhost),
-                ("user_who_performed_action", actor),
+                ("vhost", getattr(b.destination, "vhost", "")),
             ],
+            who=who,
         )
 
-    def _consumer_created(self, event: ev.ConsumerCreated) -> None:
-        c = event.consumer
-        channel = c.channel
-        self.emit(
+    def _consumer_created(self, c: Consumer) -> None:
+        self.notify(
             "consumer.created",
             [
                 ("consumer_tag", c.tag),
                 ("exclusive", bool(c.exclusive)),
                 ("ack_required", not c.no_ack),
-                ("channel", self.channel_pid(channel)),
-                ("queue", Resource(c.queue.vhost, c.queue.name)),
+                ("channel", self.channel_pid(c.channel)),
+                ("queue", Resource.of(c.queue)),
                 ("prefetch_count", int(getattr(c, "prefetch", 0) or 0)),
                 ("arguments", table_terms(c.arguments)),
-                ("user_who_performed_action", self.actor()),
             ],
         )
 
-    def _consumer_deleted(self, event: ev.ConsumerDeleted) -> None:
-        c = event.consumer
-        self.emit(
+    def _consumer_deleted(self, c: Consumer) -> None:
+        self.notify(
             "consumer.deleted",
             [
                 ("consumer_tag", c.tag),
                 ("channel", self.channel_pid(c.channel)),
-                ("queue", Resource(c.queue.vhost, c.queue.name)),
-                ("user_who_performed_action", self.actor()),
+                ("queue", Resource.of(c.queue)),
             ],
         )
 
@@ -485,7 +474,7 @@ class EventExchange:
         local = c.local or ("", 0)
         tls = _tls(c)
         protocol = ("protocol", _protocol(c))
-        self.emit(
+        self.notify(
             "connection.created",
             [
                 *_user_provided_name(c),
@@ -515,8 +504,8 @@ class EventExchange:
                 ("client_properties", _client_properties(c)),
                 ("connected_at", int(getattr(c, "connected_at", 0))),
                 ("node", self.node),
-                ("user_who_performed_action", c.username),
             ],
+            who=c.username,
         )
 
     def _connection_closed(self, event: ev.ConnectionClosed) -> None:
@@ -540,10 +529,9 @@ class EventExchange:
             ],
         )
 
-    def _channel_opened(self, event: ev.ChannelOpened) -> None:
-        ch = event.channel
+    def _channel_opened(self, ch: ev.ChannelInfo) -> None:
         host = ch.host
-        self.emit(
+        self.notify(
             "channel.created",
             [
                 ("pid", self.channel_pid(ch)),
@@ -552,15 +540,8 @@ class EventExchange:
                 ("number", int(ch.number)),
                 ("user", host.username),
                 ("vhost", host.vhost),
-                ("user_who_performed_action", host.username),
             ],
-        )
-
-    def _channel_closed(self, event: ev.ChannelClosed) -> None:
-        ch = event.channel
-        self.emit(
-            "channel.closed",
-            [("pid", self.channel_pid(ch)), ("user_who_performed_action", ch.host.username)],
+            who=host.username,
         )
 
     def _user_changed(self, event: ev.UserChanged) -> None:
@@ -569,16 +550,16 @@ class EventExchange:
         known = name in self._users
         if exists and not known:
             self._users.add(name)
-            self.emit("user.created", [("name", name), ("user_who_performed_action", self.actor())])
+            self.notify("user.created", [("name", name)])
         elif known and not exists:
             self._users.discard(name)
-            self.emit("user.deleted", [("name", name), ("user_who_performed_action", self.actor())])
+            self.notify("user.deleted", [("name", name)])
 
     def _permission_changed(self, event: ev.PermissionChanged) -> None:
         user, vhost = event.user, event.vhost
         perm = self.broker.users.permission(user, vhost)
         if perm is not None:
-            self.emit(
+            self.notify(
                 "permission.created",
                 [
                     ("user", user),
@@ -586,45 +567,18 @@ class EventExchange:
                     ("configure", perm.configure),
                     ("write", perm.write),
                     ("read", perm.read),
-                    ("user_who_performed_action", self.actor()),
                 ],
             )
         else:
-            self.emit(
-                "permission.deleted",
-                [("user", user), ("vhost", vhost), ("user_who_performed_action", self.actor())],
-            )
-
-    def _user_event(self, key: str, name: str, *props: tuple[str, Value]) -> None:
-        self.emit(key, [("name", name), *props, ("user_who_performed_action", self.actor())])
+            self.notify("permission.deleted", [("user", user), ("vhost", vhost)])
 
     def _user_tags_set(self, event: ev.UserTagsSet) -> None:
         user = self.broker.users.users.get(event.user)
         tags: list[Value] = list(user.tags) if user is not None else []
-        self._user_event("user.tags.set", event.user, ("tags", tags))
+        self.notify("user.tags.set", [("name", event.user), ("tags", tags)])
 
-    def _user_limits_set(self, event: ev.UserLimitsSet) -> None:
-        name, limits = event.user, event.limits
-        self.emit(
-            "user.limits.set",
-            [
-                ("name", "limits"),
-                ("user_who_performed_action", self.actor()),
-                ("username", name),
-                *sorted(limits.items()),
-            ],
-        )
-
-    def _user_limits_cleared(self, event: ev.UserLimitsCleared) -> None:
-        name = event.user
-        self.emit(
-            "user.limits.cleared",
-            [("name", "limits"), ("user_who_performed_action", self.actor()), ("username", name)],
-        )
-
-    def _topic_permission_set(self, event: ev.TopicPermissionSet) -> None:
-        perm = event.permission
-        self.emit(
+    def _topic_permission_set(self, perm: TopicPermission) -> None:
+        self.notify(
             "topic.permission.created",
             [
                 ("user", perm.user),
@@ -632,61 +586,45 @@ class EventExchange:
                 ("exchange", perm.exchange),
                 ("write", perm.write),
                 ("read", perm.read),
-                ("user_who_performed_action", self.actor()),
             ],
         )
 
     def _topic_permission_cleared(self, event: ev.TopicPermissionCleared) -> None:
-        user, vhost = event.user, event.vhost
         # RabbitMQ tells of one exchange's clearing as permission.deleted
         key = "topic.permission.deleted" if event.exchange is None else "permission.deleted"
-        self.emit(
-            key, [("user", user), ("vhost", vhost), ("user_who_performed_action", self.actor())]
-        )
+        self.notify(key, [("user", event.user), ("vhost", event.vhost)])
 
     def _limits_changed(self, event: ev.VhostLimitsChanged) -> None:
         # a user's limits (UserLimitsChanged) are told of by user.limits.*
         vhost = event.vhost
         self._limited.add(vhost.name)
         limits: list[tuple[str, Value]] = list(vhost.limits.items())
-        actor = ("user_who_performed_action", self.actor())
         # the parameter's value is its proplist: an empty one is a list
         value: Value = dict(limits) if limits else []
-        self.emit(
+        self.notify(
             "parameter.set",
             [
                 ("vhost", vhost.name),
                 ("component", "vhost-limits"),
                 ("name", "limits"),
                 ("value", value),
-                actor,
             ],
         )
-        self.emit("vhost.limits.set", [("name", "limits"), actor, *limits])
+        self._limits("vhost.limits.set", *limits)
 
     def _queue_policy_changed(self, event: ev.QueuePolicyChanged) -> None:
         """rabbit_policy:update_matched_objects: a queue whose policies changed with the
         policy being set (its definition comes along) or cleared."""
         q, policy = event.queue, event.policy
         props: list[tuple[str, Value]] = [
-            ("name", Resource(q.vhost, q.name)),
+            ("name", Resource.of(q)),
             ("vhost", q.vhost),
             ("type", q.rabbit_type),
-            ("user_who_performed_action", self.actor()),
         ]
         if policy is None:
-            self.emit("queue.policy.cleared", props)
-            return
-        self.emit(
-            "queue.policy.updated",
-            [
-                *props,
-                ("pattern", policy.pattern),
-                ("definition", dict(policy.definition)),
-                ("priority", policy.priority),
-                ("apply-to", policy.apply_to),
-            ],
-        )
+            self.notify("queue.policy.cleared", props)
+        else:
+            self.notify("queue.policy.updated", props, _definition(policy))
 
     @staticmethod
     def _policy_map(vhost: Any) -> dict[tuple[str, bool], Any]:
@@ -700,28 +638,20 @@ class EventExchange:
         self._policies[vhost.name] = after
         for key, p in after.items():
             if before.get(key) != p:
-                self.emit(
-                    "policy.set",
-                    [
-                        ("name", p.name),
-                        ("vhost", vhost.name),
-                        ("user_who_performed_action", self.actor()),
-                        ("pattern", p.pattern),
-                        ("definition", dict(p.definition)),
-                        ("priority", p.priority),
-                        ("apply-to", p.apply_to),
-                    ],
-                )
+                self.notify("policy.set", [("name", p.name), ("vhost", vhost.name)], _definition(p))
         for key, p in before.items():
             if key not in after:
-                self.emit(
-                    "policy.cleared",
-                    [
-                        ("name", p.name),
-                        ("vhost", vhost.name),
-                        ("user_who_performed_action", self.actor()),
-                    ],
-                )
+                self.notify("policy.cleared", [("name", p.name), ("vhost", vhost.name)])
+
+
+def _definition(policy: Policy) -> list[tuple[str, Value]]:
+    """What a policy says, as its events carry it after who set it."""
+    return [
+        ("pattern", policy.pattern),
+        ("definition", dict(policy.definition)),
+        ("priority", policy.priority),
+        ("apply-to", policy.apply_to),
+    ]
 
 
 # the exchanges RabbitMQ declares in a new vhost, in its order
@@ -740,29 +670,40 @@ _HANDLERS = (
     ev.Dispatch[EventExchange]()
     .on(ev.VhostAdded, EventExchange._vhost_added)
     .on(ev.VhostDeleted, EventExchange._vhost_deleted)
-    .on(ev.QueueCreated, EventExchange._queue_created)
-    .on(ev.QueueDeleted, EventExchange._queue_deleted)
+    .on(ev.QueueCreated, lambda e, q: e._queue_created(q.queue))
+    .on(ev.QueueDeleted, lambda e, q: e.notify("queue.deleted", [("name", Resource.of(q.queue))]))
     .on(ev.ExchangeCreated, lambda e, c: e._exchange_created(c.exchange))
     .on(ev.ExchangeDeleteStarted, lambda e, m: e._exchange_delete_marker("parameter.set", m))
-    .on(ev.ExchangeDeleted, EventExchange._exchange_deleted)
+    .on(
+        ev.ExchangeDeleted,
+        lambda e, d: e.notify("exchange.deleted", [("name", Resource.of(d.exchange))], who=d.who),
+    )
     .on(ev.ExchangeDeleteFinished, lambda e, m: e._exchange_delete_marker("parameter.cleared", m))
     .on(ev.BindingCreated, lambda e, b: e._binding("binding.created", b.binding))
     .on(ev.BindingDeleted, lambda e, b: e._binding("binding.deleted", b.binding, b.who))
-    .on(ev.ConsumerCreated, EventExchange._consumer_created)
-    .on(ev.ConsumerDeleted, EventExchange._consumer_deleted)
+    .on(ev.ConsumerCreated, lambda e, c: e._consumer_created(c.consumer))
+    .on(ev.ConsumerDeleted, lambda e, c: e._consumer_deleted(c.consumer))
     .on(ev.UserAuthenticated, EventExchange._authenticated)
     .on(ev.UserAuthenticationFailed, EventExchange._authentication_failed)
     .on(ev.ConnectionAuthorized, EventExchange._connection_opened)
     .on(ev.ConnectionClosed, EventExchange._connection_closed)
-    .on(ev.ChannelOpened, EventExchange._channel_opened)
-    .on(ev.ChannelClosed, EventExchange._channel_closed)
+    .on(ev.ChannelOpened, lambda e, c: e._channel_opened(c.channel))
+    .on(
+        ev.ChannelClosed,
+        lambda e, c: e.notify(
+            "channel.closed", [("pid", e.channel_pid(c.channel))], who=c.channel.host.username
+        ),
+    )
     .on(ev.UserChanged, EventExchange._user_changed)
     .on(ev.UserTagsSet, EventExchange._user_tags_set)
-    .on(ev.UserPasswordChanged, lambda e, u: e._user_event("user.password.changed", u.user))
-    .on(ev.UserPasswordCleared, lambda e, u: e._user_event("user.password.cleared", u.user))
-    .on(ev.UserLimitsSet, EventExchange._user_limits_set)
-    .on(ev.UserLimitsCleared, EventExchange._user_limits_cleared)
-    .on(ev.TopicPermissionSet, EventExchange._topic_permission_set)
+    .on(ev.UserPasswordChanged, lambda e, u: e.notify("user.password.changed", [("name", u.user)]))
+    .on(ev.UserPasswordCleared, lambda e, u: e.notify("user.password.cleared", [("name", u.user)]))
+    .on(
+        ev.UserLimitsSet,
+        lambda e, u: e._limits("user.limits.set", ("username", u.user), *sorted(u.limits.items())),
+    )
+    .on(ev.UserLimitsCleared, lambda e, u: e._limits("user.limits.cleared", ("username", u.user)))
+    .on(ev.TopicPermissionSet, lambda e, t: e._topic_permission_set(t.permission))
     .on(ev.TopicPermissionCleared, EventExchange._topic_permission_cleared)
     .on(ev.VhostLimitsChanged, EventExchange._limits_changed)
     .on(ev.PermissionChanged, EventExchange._permission_changed)
