@@ -56,7 +56,7 @@ class DefaultExchange(Exchange):
         super().__init__("", vhost, durable=True)
         self._lookup = lookup
 
-    def _configure(self) -> None:
+    def configure(self) -> None:
         # A policy shows on it, but RabbitMQ's default exchange routes by queue name
         # only: never to an alternate exchange.
         self.alternate = None

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 from leveret.broker.arguments import check_typed_arguments, text
 from leveret.broker.entry import Entry, now_ms
 from leveret.broker.message import Message
-from leveret.broker.policies import Policy, Rule, arg_wins, effective_definition, resolve
+from leveret.broker.policies import Governed, Rule, arg_wins, resolve
 from leveret.broker.ring import ConsumerRing
 from leveret.protocol import errors
 
@@ -91,11 +91,6 @@ class Declaration:
     def exclusive(self) -> bool:
         return self.exclusive_owner is not None
 
-    @property
-    def where(self) -> str:
-        """The queue as RabbitMQ names it in its error texts."""
-        return f"queue '{self.name}' in vhost '{self.vhost}'"
-
 
 def check_replicated_declaration(
     declaration: Declaration, type_args: frozenset[str], rabbit_type: str
@@ -146,7 +141,7 @@ class Accepted(Enum):
     UNSTORABLE = 3  # RabbitMQ's stream cannot store it: the publishing connection closes
 
 
-class Queue:
+class Queue(Governed):
     """State every queue type has, and the operations each type implements."""
 
     kind = "queue"  # what a binding points at
@@ -187,8 +182,8 @@ class Queue:
         self.had_consumers = False
         self.last_used = now_ms()
         # the policy and operator policy that apply (VirtualHost.apply_policies sets them)
-        self.policy: Policy | None = None
-        self.operator_policy: Policy | None = None
+        self.policy = None
+        self.operator_policy = None
         # counters for management and metrics
         self.published = 0
         self.delivered = 0  # to consumers that ack
@@ -225,24 +220,6 @@ class Queue:
             self.operator_policy,
             self.POLICY_RULES.get(key, arg_wins),
         )
-
-    def apply_policies(self, policy: Policy | None, operator_policy: Policy | None) -> bool:
-        """The policies that apply to the queue now: when they changed, it takes the
-        settings they give at once (rabbit_amqqueue:policy_changed). Whether they did."""
-        if policy == self.policy and operator_policy == self.operator_policy:
-            return False
-        self.policy = policy
-        self.operator_policy = operator_policy
-        self.configure()
-        return True
-
-    def configure(self) -> None:
-        """Take the settings (:meth:`setting`) from arguments and policies: when the
-        queue is made, and again whenever its policies change."""
-
-    @property
-    def effective_policy_definition(self) -> dict[str, Any]:
-        return effective_definition(self.policy, self.operator_policy)
 
     def declare_ok_count(self, arguments: dict[str, Any]) -> int:
         """The message count of queue.declare-ok."""
