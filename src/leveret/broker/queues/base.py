@@ -91,6 +91,11 @@ class Declaration:
     def exclusive(self) -> bool:
         return self.exclusive_owner is not None
 
+    @property
+    def where(self) -> str:
+        """The queue as RabbitMQ names it in its error texts."""
+        return f"queue '{self.name}' in vhost '{self.vhost}'"
+
 
 def check_replicated_declaration(
     declaration: Declaration, type_args: frozenset[str], rabbit_type: str
@@ -99,7 +104,7 @@ def check_replicated_declaration(
     first (rabbit_amqqueue, ``type_args`` the ones the type takes), then the properties
     such a queue cannot have, in that order."""
     d = declaration
-    check_typed_arguments(d.name, d.vhost, d.arguments, type_args, rabbit_type)
+    check_typed_arguments(d.where, d.arguments, type_args, rabbit_type)
     if d.auto_delete:
         raise errors.precondition_failed(f"invalid property 'auto-delete' for {d.where}")
     if d.exclusive:
@@ -203,6 +208,11 @@ class Queue(Governed):
     def create(cls, declaration: Declaration, home: QueueHome) -> Queue:
         """A new queue of this type, with what it keeps on disk if ``home`` keeps it."""
         raise NotImplementedError
+
+    @property
+    def where(self) -> str:
+        """The queue as RabbitMQ names it in its error texts."""
+        return f"queue '{self.name}' in vhost '{self.vhost}'"
 
     @property
     def expires(self) -> int | None:
