@@ -46,29 +46,25 @@ class Binding:
         )
 
 
+@dataclass(eq=False, repr=False)
 class Exchange(Governed):
     """An exchange: a name, flags, and a routing index kept by its type."""
 
+    # (class attributes, not fields: no annotations)
     type_name = ""
     kind = "exchange"
     # what /api/overview's exchange_types says of a plugin's type (AMQP's: generated)
     description = ""
 
-    def __init__(
-        self,
-        name: str,
-        vhost: str,
-        durable: bool = False,
-        auto_delete: bool = False,
-        internal: bool = False,
-        arguments: dict[str, Any] | None = None,
-    ) -> None:
-        self.name = name
-        self.vhost = vhost
-        self.durable = durable
-        self.auto_delete = auto_delete
-        self.internal = internal
-        self.arguments: dict[str, Any] = arguments.copy() if arguments else {}
+    name: str
+    vhost: str
+    durable: bool = False
+    auto_delete: bool = False
+    internal: bool = False
+    arguments: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.arguments = self.arguments.copy()  # its own, whoever declared it
         self.bindings: dict[tuple[Any, ...], Binding] = {}
         # How many bindings lead to other exchanges: routing takes a slower path then.
         self.exchange_bindings = 0

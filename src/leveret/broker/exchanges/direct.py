@@ -14,8 +14,8 @@ if TYPE_CHECKING:
 class DirectExchange(Exchange):
     type_name = "direct"
 
-    def __init__(self, *args: object, **kwargs: object) -> None:
-        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+    def __post_init__(self) -> None:
+        super().__post_init__()
         self._index: dict[str, dict[Destination, int]] = {}
         self._routes: dict[str, list[Destination]] = {}
 
