@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from leveret.broker.errors import _show, type_name
@@ -121,9 +122,10 @@ def _reason(key: str, value: Any, wire: str) -> str | None:
     return None
 
 
-def check_queue_arguments(name: str, vhost: str, arguments: dict[str, Any]) -> None:
-    """A classic queue's declaration arguments, as RabbitMQ checks them."""
-    check_typed_arguments(name, vhost, arguments, CLASSIC_ARGS, "rabbit_classic_queue")
+def check_queue_arguments(where: str, arguments: dict[str, Any]) -> None:
+    """A classic queue's declaration arguments, as RabbitMQ checks them (``where``
+    names the queue as its error texts do)."""
+    check_typed_arguments(where, arguments, CLASSIC_ARGS, "rabbit_classic_queue")
 
 
 def assert_args_equivalence(
@@ -219,7 +221,11 @@ def _one_of(value: Any, wire: str, known: tuple[str, ...], invalid: str) -> str 
     return None if text(value) in known else invalid
 
 
-def _declare_validators(arguments: dict[str, Any]) -> list[tuple[str, Any]]:
+# An argument's check: the reason RabbitMQ refuses (value, wire type) with, or None.
+Validator = Callable[[Any, str], "str | None"]
+
+
+def _declare_validators(arguments: dict[str, Any]) -> list[tuple[str, Validator]]:
     """rabbit_amqqueue:declare_args(), in its order: key -> reason(value, wire type)."""
     has_dlx = "x-dead-letter-exchange" in arguments
 
@@ -281,15 +287,10 @@ def _declare_validators(arguments: dict[str, Any]) -> list[tuple[str, Any]]:
 
 
 def check_typed_arguments(
-    name: str,
-    vhost: str,
-    arguments: dict[str, Any],
-    type_args: frozenset[str],
-    rabbit_type: str,
+    where: str, arguments: dict[str, Any], type_args: frozenset[str], rabbit_type: str
 ) -> None:
-    """Raise what rabbit_amqqueue:check_declare_arguments raises for a queue of a type
-    that takes ``type_args``."""
-    where = f"queue '{name}' in vhost '{vhost}'"
+    """Raise what rabbit_amqqueue:check_declare_arguments raises for a queue (``where``,
+    as its error texts name it) of a type that takes ``type_args``."""
     dlx = arguments.get("x-dead-letter-exchange")
     if dlx is not None and not _is_str(dlx):  # rabbit_channel checks this one first
         raise errors.precondition_failed(
@@ -302,50 +303,58 @@ def check_typed_arguments(
         )
         if reason is not None:
             raise errors.precondition_failed(f"invalid arg 'x-queue-type' for {where}: {reason}")
-    for key, validate in _declare_validators(arguments):
-        if key in type_args and key in arguments:
-            value = arguments[key]
-            reason = validate(value, wire_type(arguments, key))
-            if reason is not None:
-                raise errors.precondition_failed(f"invalid arg '{key}' for {where}: {reason}")
-    for key in arguments:
-        if key in KNOWN_QUEUE_ARGS and key not in type_args:
-            raise errors.precondition_failed(
-                f"invalid arg '{key}' for {where} of queue type {rabbit_type}"
-            )
+    _check_type_arguments(
+        where, arguments, _declare_validators(arguments), KNOWN_QUEUE_ARGS, type_args, rabbit_type
+    )
 
 
 # Every consumer argument some queue type takes (rabbit_queue_type's consumer_arguments).
 KNOWN_CONSUMER_ARGS = frozenset(
     ("x-priority", "x-cancel-on-ha-failover", "x-credit", "x-stream-offset")
 )
+# The consumer arguments' validators, in RabbitMQ's order (x-stream-offset's values are
+# the stream's own business).
+_CONSUME_VALIDATORS: list[tuple[str, Validator]] = [
+    (
+        "x-priority",
+        lambda v, w: (
+            None if w in _INTEGER_WIRE_TYPES and _is_int(v) else f'"expected integer, got {w}"'
+        ),
+    ),
+    (
+        "x-cancel-on-ha-failover",
+        lambda v, w: None if v is None or isinstance(v, bool) else f"{{unacceptable_type,{w}}}",
+    ),
+]
 
 
 def check_consume_arguments(
-    name: str,
-    vhost: str,
+    where: str, arguments: dict[str, Any], type_args: frozenset[str], rabbit_type: str
+) -> None:
+    """Raise what rabbit_amqqueue:check_consume_arguments raises for a basic.consume on a
+    queue (``where``) of a type that takes ``type_args``."""
+    _check_type_arguments(
+        where, arguments, _CONSUME_VALIDATORS, KNOWN_CONSUMER_ARGS, type_args, rabbit_type
+    )
+
+
+def _check_type_arguments(
+    where: str,
     arguments: dict[str, Any],
+    validators: list[tuple[str, Validator]],
+    known: frozenset[str],
     type_args: frozenset[str],
     rabbit_type: str,
 ) -> None:
-    """Raise what rabbit_amqqueue:check_consume_arguments raises for a basic.consume on a
-    queue of a type that takes ``type_args`` (x-stream-offset's values are the stream's
-    own business)."""
-    where = f"queue '{name}' in vhost '{vhost}'"
-    if "x-priority" in type_args and "x-priority" in arguments:
-        wire = wire_type(arguments, "x-priority")
-        if wire not in _INTEGER_WIRE_TYPES or not _is_int(arguments["x-priority"]):
-            raise errors.precondition_failed(
-                f"invalid arg 'x-priority' for {where}: \"expected integer, got {wire}\""
-            )
-    ha = arguments.get("x-cancel-on-ha-failover")
-    if "x-cancel-on-ha-failover" in type_args and ha is not None and not isinstance(ha, bool):
-        wire = wire_type(arguments, "x-cancel-on-ha-failover")
-        raise errors.precondition_failed(
-            f"invalid arg 'x-cancel-on-ha-failover' for {where}: {{unacceptable_type,{wire}}}"
-        )
+    """The validators of the arguments the type takes, in their order; then any of the
+    ``known`` arguments another type takes and this one does not is refused."""
+    for key, validate in validators:
+        if key in type_args and key in arguments:
+            reason = validate(arguments[key], wire_type(arguments, key))
+            if reason is not None:
+                raise errors.precondition_failed(f"invalid arg '{key}' for {where}: {reason}")
     for key in arguments:
-        if key in KNOWN_CONSUMER_ARGS and key not in type_args:
+        if key in known and key not in type_args:
             raise errors.precondition_failed(
                 f"invalid arg '{key}' for {where} of queue type {rabbit_type}"
             )

@@ -32,7 +32,13 @@ from leveret.broker.events import (
 )
 from leveret.broker.memory import MemoryBudget, release
 from leveret.broker.reply_to import DirectReplyTo
-from leveret.broker.users import TopicPermission, UserDatabase, hash_password
+from leveret.broker.users import (
+    TopicPermission,
+    User,
+    UserDatabase,
+    hash_password,
+    new_user_hash,
+)
 from leveret.broker.vhost import VirtualHost
 from leveret.protocol import spec
 
@@ -197,7 +203,7 @@ class BrokerCore:
         tags: list[str] | None = None,
         password_hash: str | None = None,
     ) -> None:
-        self.users.add_user(name, password, tags, password_hash=password_hash)
+        self.users.add(User(name, new_user_hash(password, password_hash), list(tags or [])))
         self.observers.emit(UserChanged(name))
 
     def put_user(
@@ -212,8 +218,7 @@ class BrokerCore:
         password nor a hash has its password cleared. True when the user is new."""
         user = self.users.users.get(name)
         if user is None:
-            self.users.add_user(name, password, tags, password_hash=password_hash)
-            self.observers.emit(UserChanged(name))
+            self.add_user(name, password, tags, password_hash)
             if tags:
                 self.observers.emit(UserTagsSet(name))
             return True

@@ -290,6 +290,34 @@ def effective_definition(policy: Policy | None, operator: Policy | None) -> dict
     }
 
 
+class Governed:
+    """What policies govern, an exchange or a queue: the policy and operator policy that
+    apply to it (VirtualHost.apply_policies sets them), and the settings it takes from
+    its arguments and them."""
+
+    policy: Policy | None
+    operator_policy: Policy | None
+
+    def apply_policies(self, policy: Policy | None, operator_policy: Policy | None) -> bool:
+        """The policies that apply now: when they changed, it takes the settings they
+        give at once (rabbit_exchange:policy_changed, rabbit_amqqueue:policy_changed).
+        Whether they did."""
+        if policy == self.policy and operator_policy == self.operator_policy:
+            return False
+        self.policy = policy
+        self.operator_policy = operator_policy
+        self.configure()
+        return True
+
+    def configure(self) -> None:
+        """Take the settings from arguments and policies: when it is made, and again
+        whenever its policies change."""
+
+    @property
+    def effective_policy_definition(self) -> dict[str, Any]:
+        return effective_definition(self.policy, self.operator_policy)
+
+
 def resolve(
     key: str,
     arguments: Mapping[str, Any],

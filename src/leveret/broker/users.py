@@ -22,6 +22,14 @@ def hash_password(password: str, salt: bytes | None = None) -> str:
     return base64.b64encode(salt + digest).decode()
 
 
+def new_user_hash(password: str | None, password_hash: str | None) -> str:
+    """What a new user keeps: the hash it was given, else its password's, else none (it
+    cannot log in with a password)."""
+    if password_hash is not None:
+        return password_hash
+    return hash_password(password) if password is not None else ""
+
+
 def check_password(password: str, password_hash: str) -> bool:
     try:
         raw = base64.b64decode(password_hash)
@@ -120,18 +128,9 @@ class UserDatabase:
         self.permissions: dict[tuple[str, str], Permission] = {}
         self.loopback_users: set[str] = {"guest"}
 
-    def add_user(
-        self,
-        name: str,
-        password: str | None = None,
-        tags: list[str] | None = None,
-        password_hash: str | None = None,
-    ) -> User:
-        if password_hash is None:
-            password_hash = hash_password(password) if password is not None else ""
-        user = User(name, password_hash, list(tags or []))
-        self.users[name] = user
-        return user
+    def add(self, user: User) -> None:
+        """A new user, or one that replaces the user of that name."""
+        self.users[user.name] = user
 
     def delete_user(self, name: str) -> bool:
         if self.users.pop(name, None) is None:

@@ -10,7 +10,8 @@ here."""
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from leveret.broker import errors as rabbit
 from leveret.broker.arguments import (
@@ -111,6 +112,19 @@ _YES = Accepted.YES
 ROUTED = PublishResult(routed=True)
 UNROUTED = PublishResult()
 RETURNED = PublishResult(returned=True)
+
+
+_Named = TypeVar("_Named", Exchange, Queue)
+
+
+def _found(
+    table: dict[str, _Named], name: str, vhost: str, missing: Callable[[str, str], errors.AMQPError]
+) -> _Named:
+    """The exchange or queue of that name in the vhost, or RabbitMQ's 404 for it."""
+    found = table.get(name)
+    if found is None:
+        raise missing(name, vhost)
+    return found
 
 
 def _route_order(binding: Binding) -> tuple[str, str, str]:
@@ -240,10 +254,7 @@ class VirtualHost:
         return x
 
     def get_exchange(self, name: str) -> Exchange:
-        x = self.exchanges.get(name)
-        if x is None:
-            raise rabbit.no_exchange(name, self.name)
-        return x
+        return _found(self.exchanges, name, self.name, rabbit.no_exchange)
 
     def declare_exchange(
         self,
@@ -387,10 +398,7 @@ class VirtualHost:
 
     # ------------------------------------------------------------------- queues
     def get_queue(self, name: str) -> Queue:
-        q = self.queues.get(name)
-        if q is None:
-            raise rabbit.no_queue(name, self.name)
-        return q
+        return _found(self.queues, name, self.name, rabbit.no_queue)
 
     def declare_queue(
         self,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from leveret.broker.policies import Policy, effective_definition, policy_value
+from leveret.broker.policies import Governed, policy_value
 
 if TYPE_CHECKING:
     from leveret.broker.message import Message
@@ -46,35 +46,31 @@ class Binding:
         )
 
 
-class Exchange:
+@dataclass(eq=False, repr=False)
+class Exchange(Governed):
     """An exchange: a name, flags, and a routing index kept by its type."""
 
+    # (class attributes, not fields: no annotations)
     type_name = ""
     kind = "exchange"
     # what /api/overview's exchange_types says of a plugin's type (AMQP's: generated)
     description = ""
 
-    def __init__(
-        self,
-        name: str,
-        vhost: str,
-        durable: bool = False,
-        auto_delete: bool = False,
-        internal: bool = False,
-        arguments: dict[str, Any] | None = None,
-    ) -> None:
-        self.name = name
-        self.vhost = vhost
-        self.durable = durable
-        self.auto_delete = auto_delete
-        self.internal = internal
-        self.arguments: dict[str, Any] = arguments.copy() if arguments else {}
+    name: str
+    vhost: str
+    durable: bool = False
+    auto_delete: bool = False
+    internal: bool = False
+    arguments: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.arguments = self.arguments.copy()  # its own, whoever declared it
         self.bindings: dict[tuple[Any, ...], Binding] = {}
         # How many bindings lead to other exchanges: routing takes a slower path then.
         self.exchange_bindings = 0
         self.user_who_performed_action = ""
-        self.policy: Policy | None = None
-        self.operator_policy: Policy | None = None
+        self.policy = None
+        self.operator_policy = None
         # The alternate exchange routing falls back to: the argument's, else a policy's
         # (rabbit_policy:get_arg: the argument wins).
         self.alternate: str | None = None
@@ -82,18 +78,9 @@ class Exchange:
         # they made (publish_in / publish_out)
         self.published_in = 0
         self.published_out = 0
-        self._configure()
+        self.configure()
 
-    def apply_policies(self, policy: Policy | None, operator_policy: Policy | None) -> bool:
-        """The policies that apply now; whether they changed."""
-        if policy == self.policy and operator_policy == self.operator_policy:
-            return False
-        self.policy = policy
-        self.operator_policy = operator_policy
-        self._configure()
-        return True
-
-    def _configure(self) -> None:
+    def configure(self) -> None:
         arg = self.arguments.get("alternate-exchange")
         if arg is not None:
             self.alternate = (
@@ -104,10 +91,6 @@ class Exchange:
             return
         value = policy_value("alternate-exchange", self.policy, self.operator_policy)
         self.alternate = value if isinstance(value, str) else None
-
-    @property
-    def effective_policy_definition(self) -> dict[str, Any]:
-        return effective_definition(self.policy, self.operator_policy)
 
     # -- the part a type implements -------------------------------------------------
     def attach(self, vhost: Any) -> None:

@@ -131,8 +131,8 @@ class ConsistentHashExchange(Exchange):
     type_name = "x-consistent-hash"
     description = "Consistent Hashing Exchange"
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    def __post_init__(self) -> None:
+        super().__post_init__()
         self._ring: list[Destination] = []  # bucket number -> destination
         self._hash_on = self._hash_args()
 

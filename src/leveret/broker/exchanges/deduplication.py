@@ -22,8 +22,8 @@ class DeduplicationExchange(FanoutExchange):
     type_name = "x-message-deduplication"
     description = "Message Deduplication Exchange."
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    def __post_init__(self) -> None:
+        super().__post_init__()
         size, ttl, on_disk = dedup.validate_exchange_arguments(self.arguments)
         self._on_disk = on_disk
         self.cache = dedup.Cache(size, ttl)

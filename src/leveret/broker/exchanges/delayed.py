@@ -26,8 +26,8 @@ class DelayedMessageExchange(Exchange):
     description = "Delayed Message Exchange."
     delays = True
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    def __post_init__(self) -> None:
+        super().__post_init__()
         inner_type = self.arguments.get("x-delayed-type")
         if isinstance(inner_type, bytes):
             inner_type = inner_type.decode("utf-8", "replace")

@@ -14,8 +14,8 @@ if TYPE_CHECKING:
 class DirectExchange(Exchange):
     type_name = "direct"
 
-    def __init__(self, *args: object, **kwargs: object) -> None:
-        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+    def __post_init__(self) -> None:
+        super().__post_init__()
         self._index: dict[str, dict[Destination, int]] = {}
         self._routes: dict[str, list[Destination]] = {}
 
@@ -56,7 +56,7 @@ class DefaultExchange(Exchange):
         super().__init__("", vhost, durable=True)
         self._lookup = lookup
 
-    def _configure(self) -> None:
+    def configure(self) -> None:
         # A policy shows on it, but RabbitMQ's default exchange routes by queue name
         # only: never to an alternate exchange.
         self.alternate = None

@@ -13,8 +13,8 @@ if TYPE_CHECKING:
 class FanoutExchange(Exchange):
     type_name = "fanout"
 
-    def __init__(self, *args: object, **kwargs: object) -> None:
-        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+    def __post_init__(self) -> None:
+        super().__post_init__()
         self._counts: dict[Destination, int] = {}
         self._route: list[Destination] = []
 

@@ -61,8 +61,8 @@ def headers_match(arguments: dict[str, Any], headers: dict[str, Any]) -> bool:
 class HeadersExchange(Exchange):
     type_name = "headers"
 
-    def __init__(self, *args: object, **kwargs: object) -> None:
-        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+    def __post_init__(self) -> None:
+        super().__post_init__()
         self._bindings: list[Binding] = []
 
     def validate_binding(self, binding: Binding) -> None:

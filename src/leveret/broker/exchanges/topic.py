@@ -53,8 +53,8 @@ def _match(node: _Node, words: list[str], i: int, out: dict[Destination, None]) 
 class TopicExchange(Exchange):
     type_name = "topic"
 
-    def __init__(self, *args: object, **kwargs: object) -> None:
-        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+    def __post_init__(self) -> None:
+        super().__post_init__()
         self._root = _Node()
         self._cache: dict[str, list[Destination]] = {}
 

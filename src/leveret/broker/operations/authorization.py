@@ -46,27 +46,25 @@ def exchange_declare(
         return
     if name.startswith("amq."):
         raise rabbit.reserved_name("exchange", name)
-    ae = exchange_named_by(vhost, arguments, "alternate-exchange", "exchange", name)
-    if ae is None:
-        return
-    check_access(vhost, actor, "read", "exchange", name)
-    check_access(vhost, actor, "write", "exchange", ae)
+    check_named_exchange(vhost, actor, arguments, "alternate-exchange", "exchange", name)
 
 
-def exchange_named_by(
-    vhost: VirtualHost, arguments: dict[str, Any], key: str, kind: str, name: str
-) -> str | None:
-    """The exchange an argument names (alternate-exchange, x-dead-letter-exchange), None
-    when absent; a value that is no string is refused as RabbitMQ does."""
+def check_named_exchange(
+    vhost: VirtualHost, actor: Actor, arguments: dict[str, Any], key: str, kind: str, name: str
+) -> None:
+    """A new exchange's alternate exchange, a new queue's dead-letter exchange: when the
+    argument ``key`` names one (a value that is no string is refused as RabbitMQ does),
+    read on the resource being declared, then write on the exchange it names."""
     value = arguments.get(key)
     if value is None:
-        return None
+        return
     if not isinstance(value, (str, bytes)):
         raise errors.precondition_failed(
             f"invalid type '{wire_type(arguments, key)}' for arg '{key}' in {kind} "
             f"'{name}' in vhost '{vhost.name}'"
         )
-    return text(value)
+    check_access(vhost, actor, "read", kind, name)
+    check_access(vhost, actor, "write", "exchange", text(value))
 
 
 def queue_declare(
@@ -85,11 +83,7 @@ def queue_declare(
     if name in vhost.queues:
         return
     check_queue_limit(vhost, name)  # for new queues only, as rabbit_channel
-    dlx = exchange_named_by(vhost, arguments, "x-dead-letter-exchange", "queue", name)
-    if dlx is None:
-        return
-    check_access(vhost, actor, "read", "queue", name)
-    check_access(vhost, actor, "write", "exchange", dlx)
+    check_named_exchange(vhost, actor, arguments, "x-dead-letter-exchange", "queue", name)
 
 
 def binding(

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 from leveret.broker.arguments import check_typed_arguments, text
 from leveret.broker.entry import Entry, now_ms
 from leveret.broker.message import Message
-from leveret.broker.policies import Policy, Rule, arg_wins, effective_definition, resolve
+from leveret.broker.policies import Governed, Rule, arg_wins, resolve
 from leveret.broker.ring import ConsumerRing
 from leveret.protocol import errors
 
@@ -104,7 +104,7 @@ def check_replicated_declaration(
     first (rabbit_amqqueue, ``type_args`` the ones the type takes), then the properties
     such a queue cannot have, in that order."""
     d = declaration
-    check_typed_arguments(d.name, d.vhost, d.arguments, type_args, rabbit_type)
+    check_typed_arguments(d.where, d.arguments, type_args, rabbit_type)
     if d.auto_delete:
         raise errors.precondition_failed(f"invalid property 'auto-delete' for {d.where}")
     if d.exclusive:
@@ -146,7 +146,7 @@ class Accepted(Enum):
     UNSTORABLE = 3  # RabbitMQ's stream cannot store it: the publishing connection closes
 
 
-class Queue:
+class Queue(Governed):
     """State every queue type has, and the operations each type implements."""
 
     kind = "queue"  # what a binding points at
@@ -187,8 +187,8 @@ class Queue:
         self.had_consumers = False
         self.last_used = now_ms()
         # the policy and operator policy that apply (VirtualHost.apply_policies sets them)
-        self.policy: Policy | None = None
-        self.operator_policy: Policy | None = None
+        self.policy = None
+        self.operator_policy = None
         # counters for management and metrics
         self.published = 0
         self.delivered = 0  # to consumers that ack
@@ -210,6 +210,11 @@ class Queue:
         raise NotImplementedError
 
     @property
+    def where(self) -> str:
+        """The queue as RabbitMQ names it in its error texts."""
+        return f"queue '{self.name}' in vhost '{self.vhost}'"
+
+    @property
     def expires(self) -> int | None:
         """x-expires: milliseconds unused before the queue goes."""
         return None
@@ -225,24 +230,6 @@ class Queue:
             self.operator_policy,
             self.POLICY_RULES.get(key, arg_wins),
         )
-
-    def apply_policies(self, policy: Policy | None, operator_policy: Policy | None) -> bool:
-        """The policies that apply to the queue now: when they changed, it takes the
-        settings they give at once (rabbit_amqqueue:policy_changed). Whether they did."""
-        if policy == self.policy and operator_policy == self.operator_policy:
-            return False
-        self.policy = policy
-        self.operator_policy = operator_policy
-        self.configure()
-        return True
-
-    def configure(self) -> None:
-        """Take the settings (:meth:`setting`) from arguments and policies: when the
-        queue is made, and again whenever its policies change."""
-
-    @property
-    def effective_policy_definition(self) -> dict[str, Any]:
-        return effective_definition(self.policy, self.operator_policy)
 
     def declare_ok_count(self, arguments: dict[str, Any]) -> int:
         """The message count of queue.declare-ok."""

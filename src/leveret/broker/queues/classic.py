@@ -122,7 +122,7 @@ class ClassicQueue(Queue):
 
     @classmethod
     def validate(cls, declaration: Declaration) -> None:
-        check_queue_arguments(declaration.name, declaration.vhost, declaration.arguments)
+        check_queue_arguments(declaration.where, declaration.arguments)
 
     @classmethod
     def create(cls, declaration: Declaration, home: QueueHome) -> ClassicQueue:
@@ -179,7 +179,7 @@ class ClassicQueue(Queue):
     def consumer_start(
         self, no_ack: bool, prefetch: int, arguments: dict[str, Any], global_prefetch: int = 0
     ) -> None:
-        check_consume_arguments(self.name, self.vhost, arguments, CONSUMER_ARGS, self.rabbit_type)
+        check_consume_arguments(self.where, arguments, CONSUMER_ARGS, self.rabbit_type)
         check_credit_argument(arguments)
 
     # ---------------------------------------------------------------- publishing

@@ -366,10 +366,9 @@ class QuorumQueue(Queue):
     def consumer_start(
         self, no_ack: bool, prefetch: int, arguments: dict[str, Any], global_prefetch: int = 0
     ) -> None:
-        where = f"queue '{self.name}' in vhost '{self.vhost}'"
-        check_consume_arguments(self.name, self.vhost, arguments, CONSUMER_ARGS, self.rabbit_type)
+        check_consume_arguments(self.where, arguments, CONSUMER_ARGS, self.rabbit_type)
         if global_prefetch:
-            raise errors.not_implemented(f"{where} does not support global qos")
+            raise errors.not_implemented(f"{self.where} does not support global qos")
         check_credit_argument(arguments)
 
     def add_consumer(self, consumer: Subscriber, start: Any = None) -> None:

@@ -185,7 +185,7 @@ class StreamQueue(Queue):
     def consumer_start(
         self, no_ack: bool, prefetch: int, arguments: dict[str, Any], global_prefetch: int = 0
     ) -> int:
-        check_consume_arguments(self.name, self.vhost, arguments, CONSUMER_ARGS, self.rabbit_type)
+        check_consume_arguments(self.where, arguments, CONSUMER_ARGS, self.rabbit_type)
         if no_ack:
             raise stream_not_supported("automatic acknowledgement", self)
         if not prefetch:
