@@ -26,12 +26,10 @@ def erlang(value: Any) -> str:
 
 
 def cell(value: Any) -> str:
-    """A table cell as rabbitmqctl prints it."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
+    """A table cell as rabbitmqctl prints it: booleans and tables as Erlang terms."""
     if value is None:
         return ""
-    if isinstance(value, dict):
+    if isinstance(value, bool | dict):
         return erlang(value)
     if isinstance(value, list):
         return "[" + ", ".join(str(v) for v in value) + "]"
