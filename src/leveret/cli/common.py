@@ -1,11 +1,13 @@
-"""What every ``leveret`` command shares: how a user error ends the command."""
+"""What every ``leveret`` command shares: how a user error ends the command, and the
+options several commands take."""
 
 from __future__ import annotations
 
 import signal
 import sys
+from pathlib import Path
 from types import FrameType
-from typing import NoReturn
+from typing import Annotated, NoReturn
 
 import typer
 
@@ -24,3 +26,10 @@ def interrupt_on_sigterm() -> None:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, handler)
+
+
+# the log lake of leveret pipeline and leveret logs search
+Lake = Annotated[
+    Path,
+    typer.Option("--lake", envvar="LEVERET_LAKE", help="The Parquet log lake directory."),
+]
