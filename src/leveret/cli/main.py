@@ -12,7 +12,7 @@ from typing import Annotated, Any
 import typer
 
 from leveret import __version__
-from leveret.cli.common import fail
+from leveret.cli.common import fail, setting_parameter
 from leveret.server.listen import ListenError
 
 app = typer.Typer(
@@ -61,8 +61,7 @@ def listen_failure(exc: ListenError) -> str:
 
 
 # leveret server's options, in the order its help lists them: each is the Config setting of
-# its name (--amqp-port: amqp_port), unset by default, and is also read from LEVERET_<NAME>
-# (LEVERET_AMQP_PORT); but for --config and --log-level, the command's own.
+# its name, unset by default; but for --config and --log-level, the command's own.
 @dataclass(frozen=True)
 class _Option:
     flag: str
@@ -73,20 +72,7 @@ class _Option:
 
     def parameter(self) -> inspect.Parameter:
         """The option as a parameter of the command function (--amqp-port: amqp_port)."""
-        name = self.flag.split("/")[0].removeprefix("--").replace("-", "_")
-        option = typer.Option(
-            self.flag,
-            envvar=f"LEVERET_{name.upper()}",
-            help=self.help,
-            show_default=self.show_default,
-        )
-        annotated: Any = Annotated
-        return inspect.Parameter(
-            name,
-            inspect.Parameter.KEYWORD_ONLY,
-            annotation=annotated[self.kind, option],
-            default=self.default,
-        )
+        return setting_parameter(self.flag, self.kind, self.help, self.default, self.show_default)
 
 
 SERVER_OPTIONS: tuple[_Option, ...] = (
