@@ -36,13 +36,6 @@ def cell(value: Any) -> str:
     return str(value)
 
 
-def table_cell(value: Any) -> str:
-    """Cells that hold AMQP tables (arguments, client properties)."""
-    if isinstance(value, dict):
-        return erlang(value)
-    return cell(value)
-
-
 def typed(value: Any) -> Any:
     """An AMQP table in rabbitmqctl's JSON: ``[[key, type, value], ...]``."""
     if isinstance(value, dict):

@@ -326,9 +326,7 @@ def run_listing(spec: Listing, columns: list[str], ctl: Ctl) -> None:
     if rows and opts.table_headers:
         out.write("\t".join(columns) + "\n")
     for row in rows:
-        out.write(
-            "\t".join(fmt.table_cell(v) if c in TABLE_KEYS else fmt.cell(v) for c, v in row) + "\n"
-        )
+        out.write("\t".join(fmt.cell(v) for _, v in row) + "\n")
 
 
 Columns = Annotated[list[str] | None, typer.Argument(metavar="COLUMN", show_default=False)]
@@ -446,7 +444,7 @@ def _stream_cell(kind: str | None, value: Any, node: str, formatter: str) -> Any
                 f"{{{fmt.erlang_binary(k)},{type_name(v)},{fmt.erlang_binary(str(v))}}}"
                 for k, v in props.items()
             )
-        return fmt.table_cell(props)
+        return fmt.cell(props)
     if value is None:  # what the stream reader shows as '' (TLS fields without TLS)
         value = ""
     return value if formatter == "json" else fmt.cell(value)
