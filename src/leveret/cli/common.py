@@ -1,11 +1,14 @@
-"""What every ``leveret`` command shares: how a user error ends the command."""
+"""What every ``leveret`` command shares: how a user error ends the command, and the
+options several commands take."""
 
 from __future__ import annotations
 
+import inspect
 import signal
 import sys
+from pathlib import Path
 from types import FrameType
-from typing import NoReturn
+from typing import Annotated, Any, NoReturn
 
 import typer
 
@@ -24,3 +27,26 @@ def interrupt_on_sigterm() -> None:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, handler)
+
+
+# the log lake of leveret pipeline and leveret logs search
+Lake = Annotated[
+    Path,
+    typer.Option("--lake", envvar="LEVERET_LAKE", help="The Parquet log lake directory."),
+]
+
+
+def setting_parameter(
+    flag: str, kind: Any, help: str, default: Any = None, show_default: bool = True
+) -> inspect.Parameter:
+    """An option for one of the broker's settings, as a parameter of a command function:
+    named after its flag (--amqp-port: amqp_port) and also read from LEVERET_<NAME>
+    (LEVERET_AMQP_PORT), in leveret server and leveret up alike."""
+    name = flag.split("/")[0].removeprefix("--").replace("-", "_")
+    option = typer.Option(
+        flag, envvar=f"LEVERET_{name.upper()}", help=help, show_default=show_default
+    )
+    annotated: Any = Annotated
+    return inspect.Parameter(
+        name, inspect.Parameter.KEYWORD_ONLY, annotation=annotated[kind, option], default=default
+    )

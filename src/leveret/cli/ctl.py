@@ -35,7 +35,9 @@ from leveret.cli.ctlclient import (
     CtlError,
     HttpError,
     Options,
+    put_permissions,
     q,
+    user_and_vhost,
 )
 from leveret.cli.ctllist import node_name
 from leveret.cli.ctloperate import set_vhost_limits
@@ -152,28 +154,17 @@ def delete_vhost(ctl: Ctl, vhost: str) -> None:
     ctl.client.request("DELETE", f"/api/vhosts/{q(vhost)}", missing=missing)
 
 
-def _user_and_vhost(client: Client, user: str, vhost: str) -> None:
-    if not _user_exists(client, user):
-        raise CtlError(f"User {user} does not exist", EX_NOUSER)
-    if not _vhost_exists(client, vhost):
-        raise CtlError(f"Virtual host {vhost} does not exist", EX_UNAVAILABLE)
-
-
 @verb("vhosts")
 def set_permissions(ctl: Ctl, username: str, conf: str, write: str, read: str) -> None:
     """Sets a user's configure, write and read permissions (regular expressions) in the
     virtual host given by -p."""
     vhost = ctl.opts.vhost
     ctl.banner(f'Setting permissions for user "{username}" in vhost "{vhost}" ...')
-    _user_and_vhost(ctl.client, username, vhost)
-    try:
-        ctl.client.request(
-            "PUT",
-            f"/api/permissions/{q(vhost)}/{q(username)}",
-            {"configure": conf, "write": write, "read": read},
-        )
-    except HttpError as exc:
-        raise CtlError(exc.reason, EX_DATAERR) from exc
+    user_and_vhost(ctl.client, username, vhost)
+    body = {"configure": conf, "write": write, "read": read}
+    put_permissions(
+        ctl, "permissions", username, body, lambda exc: CtlError(exc.reason, EX_DATAERR)
+    )
 
 
 @verb("vhosts")
@@ -181,7 +172,7 @@ def clear_permissions(ctl: Ctl, username: str) -> None:
     """Takes a user's permissions in the virtual host given by -p away."""
     vhost = ctl.opts.vhost
     ctl.banner(f'Clearing permissions for user "{username}" in vhost "{vhost}" ...')
-    _user_and_vhost(ctl.client, username, vhost)
+    user_and_vhost(ctl.client, username, vhost)
     ctl.client.request("DELETE", f"/api/permissions/{q(vhost)}/{q(username)}", missing=None)
 
 

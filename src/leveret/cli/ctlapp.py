@@ -28,7 +28,7 @@ import sys
 import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Annotated, Any, Concatenate, ParamSpec, get_args, get_origin
+from typing import Annotated, Any, Concatenate, ParamSpec, TypeVar, get_args, get_origin
 
 import typer
 
@@ -50,17 +50,27 @@ from leveret.cli.ctlclient import (
 )
 
 P = ParamSpec("P")
+T = TypeVar("T")
 Verb = Callable[Concatenate[Ctl, P], None]
 
 PROG = "leveret ctl"
 FORMATTERS = ("table", "json", "pretty_table")
 
 
-def _timeout(value: str) -> float:
-    try:
-        return float(value)
-    except ValueError:
-        raise CtlError("(argument validation): timeout must be a number", EX_USAGE) from None
+def option_value(convert: Callable[[str], T], error: str) -> Callable[[str], T]:
+    """An option's parser: ``convert`` the text given, or fail as rabbitmqctl's argument
+    validation does, with ``error``."""
+
+    def parse(value: str) -> T:
+        try:
+            return convert(value)
+        except ValueError:
+            raise CtlError(f"(argument validation): {error}", EX_USAGE) from None
+
+    return parse
+
+
+_timeout = option_value(float, "timeout must be a number")
 
 
 def _formatter(value: str) -> str:

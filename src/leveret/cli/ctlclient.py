@@ -8,6 +8,7 @@ import base64
 import json
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
@@ -136,3 +137,25 @@ class Ctl:
 
     def banner(self, line: str) -> None:
         banner_line(self.opts, line)
+
+
+def user_and_vhost(
+    client: Client, user: str, vhost: str, error: Callable[[str, int], CtlError] = CtlError
+) -> None:
+    """A user and a virtual host a verb names must exist: rabbitmqctl's texts and codes
+    if not (``error`` frames them: the permission verbs and the topic permission verbs
+    print them differently)."""
+    client.get(f"/api/users/{q(user)}", missing=error(f"User {user} does not exist", EX_NOUSER))
+    missing = error(f"Virtual host {vhost} does not exist", EX_UNAVAILABLE)
+    client.get(f"/api/vhosts/{q(vhost)}", missing=missing)
+
+
+def put_permissions(
+    ctl: Ctl, kind: str, user: str, body: dict[str, str], error: Callable[[HttpError], CtlError]
+) -> None:
+    """Set ``user``'s permissions (``kind``: "permissions" or "topic-permissions") in the
+    virtual host given by -p; the API's refusal as ``error`` makes it."""
+    try:
+        ctl.client.request("PUT", f"/api/{kind}/{q(ctl.opts.vhost)}/{q(user)}", body)
+    except HttpError as exc:
+        raise error(exc) from exc

@@ -26,23 +26,14 @@ def erlang(value: Any) -> str:
 
 
 def cell(value: Any) -> str:
-    """A table cell as rabbitmqctl prints it."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
+    """A table cell as rabbitmqctl prints it: booleans and tables as Erlang terms."""
     if value is None:
         return ""
-    if isinstance(value, dict):
+    if isinstance(value, bool | dict):
         return erlang(value)
     if isinstance(value, list):
         return "[" + ", ".join(str(v) for v in value) + "]"
     return str(value)
-
-
-def table_cell(value: Any) -> str:
-    """Cells that hold AMQP tables (arguments, client properties)."""
-    if isinstance(value, dict):
-        return erlang(value)
-    return cell(value)
 
 
 def typed(value: Any) -> Any:

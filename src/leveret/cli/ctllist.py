@@ -326,9 +326,7 @@ def run_listing(spec: Listing, columns: list[str], ctl: Ctl) -> None:
     if rows and opts.table_headers:
         out.write("\t".join(columns) + "\n")
     for row in rows:
-        out.write(
-            "\t".join(fmt.table_cell(v) if c in TABLE_KEYS else fmt.cell(v) for c, v in row) + "\n"
-        )
+        out.write("\t".join(fmt.cell(v) for _, v in row) + "\n")
 
 
 Columns = Annotated[list[str] | None, typer.Argument(metavar="COLUMN", show_default=False)]
@@ -446,7 +444,7 @@ def _stream_cell(kind: str | None, value: Any, node: str, formatter: str) -> Any
                 f"{{{fmt.erlang_binary(k)},{type_name(v)},{fmt.erlang_binary(str(v))}}}"
                 for k, v in props.items()
             )
-        return fmt.table_cell(props)
+        return fmt.cell(props)
     if value is None:  # what the stream reader shows as '' (TLS fields without TLS)
         value = ""
     return value if formatter == "json" else fmt.cell(value)
@@ -495,6 +493,30 @@ def run_stream_listing(spec: StreamListing, columns: list[str], ctl: Ctl) -> Non
         out.write("\t".join(str(v) for v in row) + "\n")
 
 
+StreamColumns = dict[str, tuple[str, str | None]]
+
+
+def _fields(*names: str) -> StreamColumns:
+    """Columns that are the API's fields of the same names, shown as they are."""
+    return {n: (n, None) for n in names}
+
+
+def _per_vhost(what: str, own_id: str, columns: StreamColumns) -> StreamListing:
+    """The stream consumers or publishers of the virtual host given by -p: the connection,
+    the id, the stream, then ``columns``."""
+    return StreamListing(
+        f"Lists all stream {what} for a vhost.",
+        lambda o: f"/api/stream/{what}/{q(o.vhost)}",
+        f"Listing stream {what} ...",
+        {
+            "connection_pid": ("connection_details.name", PID),
+            **_fields(own_id),
+            "stream": ("queue.name", None),
+            **columns,
+        },
+    )
+
+
 STREAM_LISTINGS: dict[str, StreamListing] = {
     "list_stream_connections": StreamListing(
         "Lists stream connections.",
@@ -502,21 +524,12 @@ STREAM_LISTINGS: dict[str, StreamListing] = {
         "Listing stream connections ...",
         {
             "conn_name": ("name", None),
-            "port": ("port", None),
-            "peer_port": ("peer_port", None),
+            **_fields("port", "peer_port"),
             "host": ("host", IP),
-            "peer_cert_issuer": ("peer_cert_issuer", None),
-            "peer_cert_subject": ("peer_cert_subject", None),
-            "peer_cert_validity": ("peer_cert_validity", None),
+            **_fields("peer_cert_issuer", "peer_cert_subject", "peer_cert_validity"),
             "peer_host": ("peer_host", IP),
-            "user": ("user", None),
-            "vhost": ("vhost", None),
-            "subscriptions": ("subscriptions", None),
-            "ssl": ("ssl", None),
-            "ssl_cipher": ("ssl_cipher", None),
-            "ssl_hash": ("ssl_hash", None),
-            "ssl_key_exchange": ("ssl_key_exchange", None),
-            "ssl_protocol": ("ssl_protocol", None),
+            **_fields("user", "vhost", "subscriptions", "ssl", "ssl_cipher", "ssl_hash"),
+            **_fields("ssl_key_exchange", "ssl_protocol"),
             "connection_state": ("state", None),
             "auth_mechanism": ("auth_mechanism", None),
             "heartbeat": ("timeout", None),
@@ -526,30 +539,20 @@ STREAM_LISTINGS: dict[str, StreamListing] = {
         },
         ["conn_name"],
     ),
-    "list_stream_consumers": StreamListing(
-        "Lists all stream consumers for a vhost.",
-        lambda o: f"/api/stream/consumers/{q(o.vhost)}",
-        "Listing stream consumers ...",
+    "list_stream_consumers": _per_vhost(
+        "consumers",
+        "subscription_id",
         {
-            "connection_pid": ("connection_details.name", PID),
-            "subscription_id": ("subscription_id", None),
-            "stream": ("queue.name", None),
             "messages_consumed": ("consumed", None),
-            "offset": ("offset", None),
-            "offset_lag": ("offset_lag", None),
-            "credits": ("credits", None),
+            **_fields("offset", "offset_lag", "credits"),
             "properties": ("properties", PROPERTIES),
         },
     ),
-    "list_stream_publishers": StreamListing(
-        "Lists all stream publishers for a vhost.",
-        lambda o: f"/api/stream/publishers/{q(o.vhost)}",
-        "Listing stream publishers ...",
+    "list_stream_publishers": _per_vhost(
+        "publishers",
+        "publisher_id",
         {
-            "connection_pid": ("connection_details.name", PID),
-            "publisher_id": ("publisher_id", None),
-            "stream": ("queue.name", None),
-            "reference": ("reference", None),
+            **_fields("reference"),
             "messages_published": ("published", None),
             "messages_confirmed": ("confirmed", None),
             "messages_errored": ("errored", None),

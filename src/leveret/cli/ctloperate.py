@@ -8,25 +8,25 @@ from __future__ import annotations
 import html
 import json
 import sys
+from collections.abc import Iterable
 from typing import Annotated, Any
 
 import typer
 
 from leveret.broker.limits import USER_LIMITS, VHOST_LIMITS, limit_error
 from leveret.cli import ctlformat as fmt
-from leveret.cli.ctlapp import verb
+from leveret.cli.ctlapp import option_value, verb
 from leveret.cli.ctlclient import (
     EX_DATAERR,
-    EX_NOUSER,
-    EX_USAGE,
+    EX_UNAVAILABLE,
     Ctl,
     CtlError,
     HttpError,
+    put_permissions,
     q,
+    user_and_vhost,
 )
 from leveret.cli.ctllist import node_name
-
-EX_UNAVAILABLE = 69
 
 POLICY_COLUMNS = ("vhost", "name", "pattern", "apply-to", "definition", "priority")
 
@@ -52,11 +52,7 @@ def _compact(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), sort_keys=True, ensure_ascii=False)
 
 
-def _priority(value: str) -> int:
-    try:
-        return int(value)
-    except ValueError:
-        raise CtlError("(argument validation): priority must be an integer", EX_USAGE) from None
+_priority = option_value(int, "priority must be an integer")
 
 
 def _apply_to(value: str) -> str:
@@ -225,11 +221,27 @@ def _list_every_limit(ctl: Ctl, who: str) -> None:
     _rows(ctl, (who, "limits"), [[i[who], _compact(i["value"])] for i in items])
 
 
-def _vhost_limits(ctl: Ctl, vhost: str) -> dict[str, Any] | None:
-    items = ctl.client.get(f"/api/vhost-limits/{q(vhost)}", missing=None)
+def _limits(ctl: Ctl, who: str, name: str, missing: Any) -> dict[str, Any] | None:
+    """The limits of the virtual host (``who`` "vhost") or user ("user") ``name``; for one
+    that does not exist, ``missing`` (raised if an exception)."""
+    items = ctl.client.get(f"/api/{who}-limits/{q(name)}", missing=missing)
     if items is None:
         return None
     return dict(items[0]["value"]) if items else {}
+
+
+def _delete_limits(ctl: Ctl, who: str, name: str, keys: Iterable[str]) -> None:
+    for key in keys:
+        ctl.client.request("DELETE", f"/api/{who}-limits/{q(name)}/{q(key)}")
+
+
+def _put_limits(ctl: Ctl, who: str, name: str, limits: Iterable[tuple[str, Any]]) -> None:
+    for key, value in limits:
+        ctl.client.request("PUT", f"/api/{who}-limits/{q(name)}/{q(key)}", {"value": value})
+
+
+def _vhost_limits(ctl: Ctl, vhost: str) -> dict[str, Any] | None:
+    return _limits(ctl, "vhost", vhost, None)
 
 
 @verb("limits")
@@ -248,13 +260,9 @@ def set_vhost_limits(ctl: Ctl, definition: str) -> None:
         err = limit_error(key, value, VHOST_LIMITS, "limits")
         if err is not None:
             raise _error(f"Validation failed\n\n{err}\n")
-    base = f"/api/vhost-limits/{q(vhost)}"
-    for key in current:
-        if key not in limits:
-            ctl.client.request("DELETE", f"{base}/{q(key)}")
+    _delete_limits(ctl, "vhost", vhost, [key for key in current if key not in limits])
     # each PUT puts its limit first: the last one set is listed first
-    for key, value in sorted(limits.items(), reverse=True):
-        ctl.client.request("PUT", f"{base}/{q(key)}", {"value": value})
+    _put_limits(ctl, "vhost", vhost, sorted(limits.items(), reverse=True))
 
 
 @verb("limits")
@@ -265,8 +273,7 @@ def clear_vhost_limits(ctl: Ctl) -> None:
     current = _vhost_limits(ctl, vhost)
     if not current:
         raise _error("Parameter does not exist")
-    for key in current:
-        ctl.client.request("DELETE", f"/api/vhost-limits/{q(vhost)}/{q(key)}")
+    _delete_limits(ctl, "vhost", vhost, current)
 
 
 @verb("limits")
@@ -304,8 +311,7 @@ def _no_user(user: str) -> CtlError:
 
 
 def _user_limits(ctl: Ctl, user: str) -> dict[str, Any]:
-    items = ctl.client.get(f"/api/user-limits/{q(user)}", missing=_no_user(user))
-    return dict(items[0]["value"]) if items else {}
+    return _limits(ctl, "user", user, _no_user(user)) or {}
 
 
 @verb("limits")
@@ -321,8 +327,7 @@ def set_user_limits(ctl: Ctl, username: str, definition: str) -> None:
         if err is not None:
             raise _error(err)
     _user_limits(ctl, username)  # the user must exist
-    for key, value in sorted(limits.items()):
-        ctl.client.request("PUT", f"/api/user-limits/{q(username)}/{q(key)}", {"value": value})
+    _put_limits(ctl, "user", username, sorted(limits.items()))
 
 
 @verb("limits")
@@ -334,9 +339,7 @@ def clear_user_limits(ctl: Ctl, username: str, limit_name: str) -> None:
         ctl.banner(f'Clearing "{limit_name}" limit for user "{username}" ...')
     current = _user_limits(ctl, username)
     names = list(current) if limit_name == "all" else [limit_name]
-    for key in names:
-        if key in current:
-            ctl.client.request("DELETE", f"/api/user-limits/{q(username)}/{q(key)}")
+    _delete_limits(ctl, "user", username, [key for key in names if key in current])
 
 
 @verb("limits")
@@ -364,13 +367,15 @@ def list_user_limits(
 
 
 # ------------------------------------------------------------- topic permissions
-def _user_and_vhost(ctl: Ctl, user: str, vhost: str) -> None:
-    ctl.client.get(
-        f"/api/users/{q(user)}", missing=_error(f"User {user} does not exist", EX_NOUSER)
-    )
-    ctl.client.get(
-        f"/api/vhosts/{q(vhost)}", missing=_error(f"Virtual host {vhost} does not exist")
-    )
+def _topic_permissions_refused(exc: HttpError) -> CtlError:
+    """The API's refusal of topic permissions as rabbitmqctl prints it: a pattern that is
+    not a regular expression as Erlang's re reports it."""
+    reason = exc.body.get("reason") if isinstance(exc.body, dict) else None
+    if isinstance(reason, list) and reason and reason[0] == "invalid_regexp":
+        codes, at = reason[2]
+        message = "".join(map(chr, codes))
+        return _error(f"{{:invalid_regexp, \"{reason[1]}\", {{'{message}', {at}}}}}")
+    return _error(exc.reason)
 
 
 @verb("topic permissions")
@@ -382,20 +387,9 @@ def set_topic_permissions(ctl: Ctl, user: str, exchange: str, write: str, read: 
     ctl.banner(
         f'Setting topic permissions on "{exchange}" for user "{user}" in vhost "{vhost}" ...'
     )
-    _user_and_vhost(ctl, user, vhost)
-    try:
-        ctl.client.request(
-            "PUT",
-            f"/api/topic-permissions/{q(vhost)}/{q(user)}",
-            {"exchange": exchange, "write": write, "read": read},
-        )
-    except HttpError as exc:
-        reason = exc.body.get("reason") if isinstance(exc.body, dict) else None
-        if isinstance(reason, list) and reason and reason[0] == "invalid_regexp":
-            codes, at = reason[2]
-            message = "".join(map(chr, codes))
-            raise _error(f"{{:invalid_regexp, \"{reason[1]}\", {{'{message}', {at}}}}}") from exc
-        raise _error(exc.reason) from exc
+    user_and_vhost(ctl.client, user, vhost, _error)
+    body = {"exchange": exchange, "write": write, "read": read}
+    put_permissions(ctl, "topic-permissions", user, body, _topic_permissions_refused)
 
 
 @verb("topic permissions")
@@ -412,7 +406,7 @@ def clear_topic_permissions(
             f'Clearing topic permissions on "{exchange}" for user "{username}" in vhost '
             f'"{vhost}" ...'
         )
-    _user_and_vhost(ctl, username, vhost)
+    user_and_vhost(ctl.client, username, vhost, _error)
     path = f"/api/topic-permissions/{q(vhost)}/{q(username)}"
     current = ctl.client.get(path, missing=None)
     if current is None:

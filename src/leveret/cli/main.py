@@ -5,13 +5,14 @@ from __future__ import annotations
 import inspect
 import logging
 import sys
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from leveret import __version__
-from leveret.cli.common import fail
+from leveret.cli.common import fail, setting_parameter
 from leveret.server.listen import ListenError
 
 app = typer.Typer(
@@ -59,215 +60,124 @@ def listen_failure(exc: ListenError) -> str:
     return f"{exc} by another program; pick another port with {flag} (0 picks a free one)"
 
 
-@app.command()
-def server(
-    amqp_port: Annotated[
+# leveret server's options, in the order its help lists them: each is the Config setting of
+# its name, unset by default; but for --config and --log-level, the command's own.
+@dataclass(frozen=True)
+class _Option:
+    flag: str
+    kind: Any
+    help: str
+    default: Any = None
+    show_default: bool = True
+
+    def parameter(self) -> inspect.Parameter:
+        """The option as a parameter of the command function (--amqp-port: amqp_port)."""
+        return setting_parameter(self.flag, self.kind, self.help, self.default, self.show_default)
+
+
+SERVER_OPTIONS: tuple[_Option, ...] = (
+    _Option("--amqp-port", int | None, "AMQP port (default 5672; 0 picks a free port)."),
+    _Option(
+        "--http-port",
         int | None,
-        typer.Option(
-            "--amqp-port",
-            envvar="LEVERET_AMQP_PORT",
-            help="AMQP port (default 5672; 0 picks a free port).",
-        ),
-    ] = None,
-    http_port: Annotated[
+        "Management API and dashboard port (default 15672; 0 picks a free port).",
+    ),
+    _Option(
+        "--prometheus-port",
         int | None,
-        typer.Option(
-            "--http-port",
-            envvar="LEVERET_HTTP_PORT",
-            help="Management API and dashboard port (default 15672; 0 picks a free port).",
-        ),
-    ] = None,
-    prometheus_port: Annotated[
-        int | None,
-        typer.Option(
-            "--prometheus-port",
-            envvar="LEVERET_PROMETHEUS_PORT",
-            help="Prometheus /metrics port (default 15692; 0 picks a free port).",
-        ),
-    ] = None,
-    bind: Annotated[
+        "Prometheus /metrics port (default 15692; 0 picks a free port).",
+    ),
+    _Option("--bind", str | None, "Address to listen on (default all interfaces, as RabbitMQ)."),
+    _Option("--data-dir", Path | None, "Where durable definitions and persistent messages live."),
+    _Option(
+        "--vm-memory-high-watermark",
         str | None,
-        typer.Option(
-            "--bind",
-            envvar="LEVERET_BIND",
-            help="Address to listen on (default all interfaces, as RabbitMQ).",
-        ),
-    ] = None,
-    data_dir: Annotated[
-        Path | None,
-        typer.Option(
-            "--data-dir",
-            envvar="LEVERET_DATA_DIR",
-            help="Where durable definitions and persistent messages live.",
-        ),
-    ] = None,
-    vm_memory_high_watermark: Annotated[
+        "Memory alarm: a fraction of RAM (default 0.4) or a size such as 512MiB "
+        "or 2GB. Classic queues page to disk from half of it.",
+    ),
+    _Option(
+        "--disk-free-limit",
         str | None,
-        typer.Option(
-            "--vm-memory-high-watermark",
-            envvar="LEVERET_VM_MEMORY_HIGH_WATERMARK",
-            help="Memory alarm: a fraction of RAM (default 0.4) or a size such as 512MiB "
-            "or 2GB. Classic queues page to disk from half of it.",
-        ),
-    ] = None,
-    disk_free_limit: Annotated[
-        str | None,
-        typer.Option(
-            "--disk-free-limit",
-            envvar="LEVERET_DISK_FREE_LIMIT",
-            help="Disk alarm: free space below which publishers are blocked (default "
-            "50MB), or '{mem_relative, 1.0}' for a multiple of RAM.",
-        ),
-    ] = None,
-    config: Annotated[
-        Path | None,
-        typer.Option("--config", envvar="LEVERET_CONFIG", help="TOML configuration file."),
-    ] = None,
-    tcp_listener: Annotated[
+        "Disk alarm: free space below which publishers are blocked (default "
+        "50MB), or '{mem_relative, 1.0}' for a multiple of RAM.",
+    ),
+    _Option("--config", Path | None, "TOML configuration file."),
+    _Option(
+        "--tcp-listener/--no-tcp-listener",
         bool | None,
-        typer.Option(
-            "--tcp-listener/--no-tcp-listener",
-            envvar="LEVERET_TCP_LISTENER",
-            help="The plain AMQP listener (on by default; off leaves amqps alone).",
-        ),
-    ] = None,
-    amqps_port: Annotated[
+        "The plain AMQP listener (on by default; off leaves amqps alone).",
+    ),
+    _Option(
+        "--amqps-port", int | None, "AMQP over TLS port, once a certificate is set (default 5671)."
+    ),
+    _Option(
+        "--stream-port",
         int | None,
-        typer.Option(
-            "--amqps-port",
-            envvar="LEVERET_AMQPS_PORT",
-            help="AMQP over TLS port, once a certificate is set (default 5671).",
-        ),
-    ] = None,
-    stream_port: Annotated[
+        "RabbitMQ's stream protocol port (default 5552; 0 picks a free one).",
+    ),
+    _Option(
+        "--stream-tls-port",
         int | None,
-        typer.Option(
-            "--stream-port",
-            envvar="LEVERET_STREAM_PORT",
-            help="RabbitMQ's stream protocol port (default 5552; 0 picks a free one).",
-        ),
-    ] = None,
-    stream_tls_port: Annotated[
-        int | None,
-        typer.Option(
-            "--stream-tls-port",
-            envvar="LEVERET_STREAM_TLS_PORT",
-            help="The stream protocol over TLS, once a certificate is set (default 5551).",
-        ),
-    ] = None,
-    stream_listener: Annotated[
+        "The stream protocol over TLS, once a certificate is set (default 5551).",
+    ),
+    _Option(
+        "--stream-listener/--no-stream-listener",
         bool | None,
-        typer.Option(
-            "--stream-listener/--no-stream-listener",
-            envvar="LEVERET_STREAM_LISTENER",
-            help="The stream protocol listener (on by default).",
-        ),
-    ] = None,
-    tls_cert: Annotated[
-        Path | None,
-        typer.Option("--tls-cert", envvar="LEVERET_TLS_CERT", help="Server certificate (PEM)."),
-    ] = None,
-    tls_key: Annotated[
-        Path | None,
-        typer.Option("--tls-key", envvar="LEVERET_TLS_KEY", help="Its private key (PEM)."),
-    ] = None,
-    tls_ca: Annotated[
-        Path | None,
-        typer.Option(
-            "--tls-ca", envvar="LEVERET_TLS_CA", help="CA bundle that client certificates chain to."
-        ),
-    ] = None,
-    tls_verify_peer: Annotated[
+        "The stream protocol listener (on by default).",
+    ),
+    _Option("--tls-cert", Path | None, "Server certificate (PEM)."),
+    _Option("--tls-key", Path | None, "Its private key (PEM)."),
+    _Option("--tls-ca", Path | None, "CA bundle that client certificates chain to."),
+    _Option(
+        "--tls-verify-peer",
         bool | None,
-        typer.Option(
-            "--tls-verify-peer",
-            envvar="LEVERET_TLS_VERIFY_PEER",
-            help="Ask clients for a certificate and check it (RabbitMQ's verify_peer).",
-        ),
-    ] = None,
-    tls_fail_if_no_peer_cert: Annotated[
+        "Ask clients for a certificate and check it (RabbitMQ's verify_peer).",
+    ),
+    _Option(
+        "--tls-fail-if-no-peer-cert",
         bool | None,
-        typer.Option(
-            "--tls-fail-if-no-peer-cert",
-            envvar="LEVERET_TLS_FAIL_IF_NO_PEER_CERT",
-            help="With --tls-verify-peer: refuse clients without a certificate.",
-        ),
-    ] = None,
-    http_tls: Annotated[
+        "With --tls-verify-peer: refuse clients without a certificate.",
+    ),
+    _Option(
+        "--http-tls", bool | None, "Serve the management API, dashboard and metrics over HTTPS."
+    ),
+    _Option("--log-level", str, "Logging level.", default="info"),
+    _Option(
+        "--log-exchange/--no-log-exchange",
         bool | None,
-        typer.Option(
-            "--http-tls",
-            envvar="LEVERET_HTTP_TLS",
-            help="Serve the management API, dashboard and metrics over HTTPS.",
-        ),
-    ] = None,
-    log_level: Annotated[
-        str, typer.Option("--log-level", envvar="LEVERET_LOG_LEVEL", help="Logging level.")
-    ] = "info",
-    log_exchange: Annotated[
-        bool | None,
-        typer.Option(
-            "--log-exchange/--no-log-exchange",
-            envvar="LEVERET_LOG_EXCHANGE",
-            help="Publish the broker's log to amq.rabbitmq.log (RabbitMQ's log.exchange).",
-            show_default=False,
-        ),
-    ] = None,
-    plugins: Annotated[
+        "Publish the broker's log to amq.rabbitmq.log (RabbitMQ's log.exchange).",
+        show_default=False,
+    ),
+    _Option(
+        "--plugins",
         str | None,
-        typer.Option(
-            "--plugins",
-            envvar="LEVERET_PLUGINS",
-            help="Plugins to enable beyond those on by default, by RabbitMQ's names, "
-            "separated by commas (rabbitmq_event_exchange).",
-        ),
-    ] = None,
-    consumer_timeout: Annotated[
+        "Plugins to enable beyond those on by default, by RabbitMQ's names, "
+        "separated by commas (rabbitmq_event_exchange).",
+    ),
+    _Option(
+        "--consumer-timeout",
         str | None,
-        typer.Option(
-            "--consumer-timeout",
-            envvar="LEVERET_CONSUMER_TIMEOUT",
-            help="Close a channel whose delivery stays unacknowledged this long, in ms "
-            "(default 1800000, as RabbitMQ; infinity: never).",
-        ),
-    ] = None,
-) -> None:
+        "Close a channel whose delivery stays unacknowledged this long, in ms "
+        "(default 1800000, as RabbitMQ; infinity: never).",
+    ),
+)
+
+
+def server(**options: Any) -> None:
     """Run the broker in the foreground until SIGINT or SIGTERM."""
     from leveret.management.runner import Running, run
     from leveret.server.config import Config, ConfigError
     from leveret.server.listen import ListenError
     from leveret.store.lock import DataDirInUse
 
+    config, log_level = options.pop("config"), options.pop("log_level")
     logging.basicConfig(
         level=log_level.upper(),
         stream=sys.stderr,
         format="%(asctime)s [%(levelname)s] %(name)s: %(message)s",
     )
     try:
-        cfg = Config.load(
-            config,
-            amqp_port=amqp_port,
-            http_port=http_port,
-            prometheus_port=prometheus_port,
-            bind=bind,
-            data_dir=data_dir,
-            tcp_listener=tcp_listener,
-            amqps_port=amqps_port,
-            stream_port=stream_port,
-            stream_tls_port=stream_tls_port,
-            stream_listener=stream_listener,
-            tls_cert=tls_cert,
-            tls_key=tls_key,
-            tls_ca=tls_ca,
-            tls_verify_peer=tls_verify_peer,
-            tls_fail_if_no_peer_cert=tls_fail_if_no_peer_cert,
-            http_tls=http_tls,
-            log_exchange=log_exchange,
-            vm_memory_high_watermark=vm_memory_high_watermark,
-            disk_free_limit=disk_free_limit,
-            plugins=plugins,
-            consumer_timeout=consumer_timeout,
-        )
+        cfg = Config.load(config, **options)
     except ConfigError as exc:
         fail(str(exc))
 
@@ -300,6 +210,12 @@ def server(
         fail(f"cannot listen on {cfg.bind}: {exc.strerror or exc}")
     except KeyboardInterrupt:
         pass
+
+
+server.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+    [option.parameter() for option in SERVER_OPTIONS]
+)
+app.command()(server)
 
 
 @app.command(

@@ -19,7 +19,7 @@ from typing import Annotated
 
 import typer
 
-from leveret.cli.common import fail
+from leveret.cli.common import Lake, fail
 
 app = typer.Typer(
     no_args_is_help=True,
@@ -36,10 +36,6 @@ Url = Annotated[
         "amqp://guest:guest@localhost:5672/",
         show_default=False,
     ),
-]
-Lake = Annotated[
-    Path,
-    typer.Option("--lake", envvar="LEVERET_LAKE", help="The Parquet log lake directory."),
 ]
 Master = Annotated[
     str,
@@ -247,12 +243,9 @@ def ingest(
     if protocol not in ("amqp", "stream", "auto"):
         fail(f"--protocol: {protocol!r} is not amqp, stream or auto")
     settings = _conf(conf)
-    from leveret.logs.amqp import LogsError, split_urls
+    from leveret.cli.logs import _urls
 
-    try:
-        urls = split_urls(url or ["amqp://guest:guest@localhost:5672/"])
-    except LogsError as exc:
-        fail(str(exc))
+    urls = _urls(url)
     from leveret.logs.lakeconfig import AlertRule, LakeConfigError
     from leveret.logs.lakeconfig import load as load_lake
 

@@ -10,13 +10,20 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
-from leveret.cli.common import fail
+from leveret.cli.common import Lake, fail
 
 app = typer.Typer(no_args_is_help=True, help="The log lake: search the records it keeps.")
+
+
+def _only(field: str, *short: str) -> Any:
+    """A filter on one field of the records: ``--FIELD``, repeatable (any value given)."""
+    return typer.Option(
+        f"--{field}", *short, help=f"Only this {field} (repeatable).", show_default=False
+    )
 
 
 @app.command()
@@ -28,10 +35,7 @@ def search(
             show_default=False,
         ),
     ] = None,
-    lake: Annotated[
-        Path,
-        typer.Option("--lake", envvar="LEVERET_LAKE", help="The Parquet log lake directory."),
-    ] = Path("leveret-data/lake"),
+    lake: Lake = Path("leveret-data/lake"),
     since: Annotated[
         str | None,
         typer.Option(
@@ -45,26 +49,10 @@ def search(
         str | None,
         typer.Option("--until", help="Before this time (same forms).", show_default=False),
     ] = None,
-    severity: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--severity", "-s", help="Only this severity (repeatable).", show_default=False
-        ),
-    ] = None,
-    app_name: Annotated[
-        list[str] | None,
-        typer.Option("--app", help="Only this app (repeatable).", show_default=False),
-    ] = None,
-    host: Annotated[
-        list[str] | None,
-        typer.Option("--host", help="Only this host (repeatable).", show_default=False),
-    ] = None,
-    facility: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--facility", "-f", help="Only this facility (repeatable).", show_default=False
-        ),
-    ] = None,
+    severity: Annotated[list[str] | None, _only("severity", "-s")] = None,
+    app_name: Annotated[list[str] | None, _only("app")] = None,
+    host: Annotated[list[str] | None, _only("host")] = None,
+    facility: Annotated[list[str] | None, _only("facility", "-f")] = None,
     limit: Annotated[
         int,
         typer.Option("--limit", "-n", min=0, help="The newest N matching records; 0: all."),

@@ -8,6 +8,7 @@ Parquet lake (``local[*]``), and, in the foreground, a terminal receiver of the 
 from __future__ import annotations
 
 import contextlib
+import inspect
 import os
 import shutil
 import signal
@@ -21,7 +22,7 @@ from typing import IO, Annotated
 import typer
 from rich.console import Console
 
-from leveret.cli.common import fail, interrupt_on_sigterm
+from leveret.cli.common import fail, interrupt_on_sigterm, setting_parameter
 from leveret.logs.record import BROKER_EVENT_EXCHANGE, BROKER_LOG_EXCHANGE
 
 # soft_wrap: lines are never broken by rich (at 80 columns when the output is not a
@@ -33,27 +34,33 @@ def _cli(*args: str) -> list[str]:
     return [sys.executable, "-m", "leveret.cli.main", *args]
 
 
+# the broker's ports: up's options of leveret server's names, passed on to it as given
+PORTS = (
+    ("--amqp-port", "AMQP port (default 5672, or the config file's; 0 picks a free port)."),
+    ("--http-port", "Dashboard and management API port (default 15672; 0 picks a free port)."),
+    ("--prometheus-port", "Prometheus metrics port (default 15692; 0 picks a free port)."),
+    (
+        "--stream-port",
+        "RabbitMQ's stream protocol port, which the lake ingest reads from "
+        "(default 5552; 0 picks a free port).",
+    ),
+)
+
+
 def _start_server(
     data_dir: Path,
-    amqp_port: int | None,
-    http_port: int | None,
-    prometheus_port: int | None,
+    asked: dict[str, int | None],
     log: IO[str],
     config: Path | None = None,
-    stream_port: int | None = None,
     plugins: str | None = None,
 ) -> tuple[subprocess.Popen[str], dict[str, str]]:
-    """Start the broker; return it and the ports it listens on (asked-for 0 is filled in).
-    A port not given is the config file's, else the server's default."""
+    """Start the broker with the ports ``asked`` (by flag); return it and the ports it
+    listens on (asked-for 0 is filled in). A port not given is the config file's, else the
+    server's default."""
     log.flush()
     start = log.seek(0, os.SEEK_END)
     args = ["server", "--data-dir", str(data_dir), "--log-exchange"]
-    for flag, port in (
-        ("--amqp-port", amqp_port),
-        ("--http-port", http_port),
-        ("--prometheus-port", prometheus_port),
-        ("--stream-port", stream_port),
-    ):
+    for flag, port in asked.items():
         if port is not None:
             args += [flag, str(port)]
     if config is not None:
@@ -255,43 +262,6 @@ def up(
             help="Broker data, the lake, checkpoints and logs all go here.",
         ),
     ] = Path("leveret-data"),
-    amqp_port: Annotated[
-        int | None,
-        typer.Option(
-            "--amqp-port",
-            envvar="LEVERET_AMQP_PORT",
-            help="AMQP port (default 5672, or the config file's; 0 picks a free port).",
-            show_default=False,
-        ),
-    ] = None,
-    http_port: Annotated[
-        int | None,
-        typer.Option(
-            "--http-port",
-            envvar="LEVERET_HTTP_PORT",
-            help="Dashboard and management API port (default 15672; 0 picks a free port).",
-            show_default=False,
-        ),
-    ] = None,
-    prometheus_port: Annotated[
-        int | None,
-        typer.Option(
-            "--prometheus-port",
-            envvar="LEVERET_PROMETHEUS_PORT",
-            help="Prometheus metrics port (default 15692; 0 picks a free port).",
-            show_default=False,
-        ),
-    ] = None,
-    stream_port: Annotated[
-        int | None,
-        typer.Option(
-            "--stream-port",
-            envvar="LEVERET_STREAM_PORT",
-            help="RabbitMQ's stream protocol port, which the lake ingest reads from "
-            "(default 5552; 0 picks a free port).",
-            show_default=False,
-        ),
-    ] = None,
     config: Annotated[
         Path | None,
         typer.Option(
@@ -327,6 +297,7 @@ def up(
             show_default=False,
         ),
     ] = None,
+    **port_options: int | None,  # PORTS, by their parameters' names
 ) -> None:
     """Run the broker, dashboard, a terminal receiver and the lake ingest together."""
     # stopped by a service manager or kill as by Ctrl-C: its children stop with it (a
@@ -355,15 +326,9 @@ def up(
     broker_log = open(logs_dir / "broker.log", "a")  # noqa: SIM115 - lives as long as up
     try:
         try:
+            asked = {flag: port_options[p.name] for flag, p in _PORT_PARAMETERS.items()}
             server, ports = _start_server(
-                data_dir,
-                amqp_port,
-                http_port,
-                prometheus_port,
-                broker_log,
-                config,
-                stream_port,
-                _server_plugins(config),
+                data_dir, asked, broker_log, config, _server_plugins(config)
             )
         except RuntimeError as exc:
             fail(str(exc))  # one plain line, unwrapped, as leveret server's
@@ -469,3 +434,17 @@ def up(
     finally:
         _stop(children)
         broker_log.close()
+
+
+# up's parameters: --data-dir, then the ports, then the rest of its own
+_PORT_PARAMETERS = {
+    flag: setting_parameter(flag, int | None, help, show_default=False) for flag, help in PORTS
+}
+_OWN = [
+    p.replace(kind=inspect.Parameter.KEYWORD_ONLY)
+    for p in inspect.signature(up, eval_str=True).parameters.values()
+    if p.kind is not inspect.Parameter.VAR_KEYWORD
+]
+up.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+    [_OWN[0], *_PORT_PARAMETERS.values(), *_OWN[1:]]
+)
