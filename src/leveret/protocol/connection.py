@@ -74,6 +74,7 @@ __all__ = ["ServerConnection", "State"]
 
 _END_HEADER = spec.FRAME_END << 8 | spec.FRAME_HEADER
 _END_BODY = spec.FRAME_END << 8 | spec.FRAME_BODY
+_CONTENT_FRAMES = (_HEADER, _BODY)
 _BASIC_WEIGHT_0 = spec.BASIC << 16  # a content header's class and weight, as one int
 # A content header frame's head, class and weight, and body size, read at once
 _content_head = struct.Struct(">BHIIQ")
@@ -691,16 +692,25 @@ class ServerConnection:
 
     # -------------------------------------------------------------- frame kinds
     def _frame(self, frame_type: int, channel: int, payload: bytes) -> Event | None:
-        if frame_type == spec.FRAME_METHOD:
+        if frame_type == _METHOD:
             return self._method_frame(channel, payload)
-        if frame_type == spec.FRAME_HEADER:
+        if frame_type in _CONTENT_FRAMES:
+            # A publish's content: dropped while the connection winds down or the channel
+            # closes; without a publish before it, unexpected.
             if channel == 0:
                 raise errors.unexpected_frame(frame_text(frame_type, payload))
-            return self._header_frame(channel, payload)
-        if frame_type == spec.FRAME_BODY:
-            if channel == 0:
-                raise errors.unexpected_frame(frame_text(frame_type, payload))
-            return self._body_frame(channel, payload)
+            state = self._state
+            # (identity test first: an Enum's hash, which set membership needs, is slow)
+            if state is not _OPEN and state in WINDING_DOWN:
+                return None
+            if self._channels.get(channel) is ChannelState.CLOSING:
+                return None
+            content = self._content.get(channel)
+            if content is None:
+                raise errors.unexpected_frame("expected method frame, got non method frame instead")
+            if frame_type == _HEADER:
+                return self._header_frame(channel, payload, content)
+            return self._body_frame(channel, payload, content)
         if frame_type == spec.FRAME_HEARTBEAT:
             if payload:
                 raise _unknown_frame(frame_type, payload)
@@ -788,12 +798,7 @@ class ServerConnection:
     def _start_publish(self, channel: int, payload: bytes) -> None:
         self._content[channel] = _Content(*_publish_fields(payload[4:]))
 
-    def _header_frame(self, channel: int, payload: bytes) -> Event | None:
-        if self._state in WINDING_DOWN or self._channels.get(channel) is ChannelState.CLOSING:
-            return None
-        content = self._content.get(channel)
-        if content is None:
-            raise errors.unexpected_frame("expected method frame, got non method frame instead")
+    def _header_frame(self, channel: int, payload: bytes, content: _Content) -> Event | None:
         if content.properties is not None:
             raise errors.unexpected_frame(
                 "expected content body, got non content body frame instead"
@@ -819,12 +824,7 @@ class ServerConnection:
             return content.published(channel, b"")
         return None
 
-    def _body_frame(self, channel: int, payload: bytes) -> Event | None:
-        if self._state in WINDING_DOWN or self._channels.get(channel) is ChannelState.CLOSING:
-            return None
-        content = self._content.get(channel)
-        if content is None:
-            raise errors.unexpected_frame("expected method frame, got non method frame instead")
+    def _body_frame(self, channel: int, payload: bytes, content: _Content) -> Event | None:
         if content.properties is None:
             raise errors.unexpected_frame(
                 "expected content header for class 60, got non content header frame instead"

@@ -4,6 +4,8 @@ the whole connection. They are raised anywhere below the server and turned into
 
 from __future__ import annotations
 
+from functools import partial
+
 from leveret.protocol import spec
 
 
@@ -56,48 +58,18 @@ def error(code: int, text: str, class_id: int = 0, method_id: int = 0) -> AMQPEr
     return AMQPError(text, class_id, method_id, code=code)
 
 
-def not_found(text: str) -> AMQPError:
-    return error(spec.NOT_FOUND, text)
-
-
-def precondition_failed(text: str) -> AMQPError:
-    return error(spec.PRECONDITION_FAILED, text)
-
-
-def access_refused(text: str) -> AMQPError:
-    return error(spec.ACCESS_REFUSED, text)
-
-
-def resource_locked(text: str) -> AMQPError:
-    return error(spec.RESOURCE_LOCKED, text)
-
-
-def not_allowed(text: str) -> AMQPError:
-    return error(spec.NOT_ALLOWED, text)
-
-
-def command_invalid(text: str) -> AMQPError:
-    return error(spec.COMMAND_INVALID, text)
-
-
-def channel_error(text: str) -> AMQPError:
-    return error(spec.CHANNEL_ERROR, text)
-
-
-def frame_error(text: str) -> AMQPError:
-    return error(spec.FRAME_ERROR, text)
-
-
-def syntax_error(text: str) -> AMQPError:
-    return error(spec.SYNTAX_ERROR, text)
-
-
-def unexpected_frame(text: str) -> AMQPError:
-    return error(spec.UNEXPECTED_FRAME, text)
-
-
-def not_implemented(text: str) -> AMQPError:
-    return error(spec.NOT_IMPLEMENTED, text)
+# The errors of one reply code each, from their text.
+not_found = partial(error, spec.NOT_FOUND)
+precondition_failed = partial(error, spec.PRECONDITION_FAILED)
+access_refused = partial(error, spec.ACCESS_REFUSED)
+resource_locked = partial(error, spec.RESOURCE_LOCKED)
+not_allowed = partial(error, spec.NOT_ALLOWED)
+command_invalid = partial(error, spec.COMMAND_INVALID)
+channel_error = partial(error, spec.CHANNEL_ERROR)
+frame_error = partial(error, spec.FRAME_ERROR)
+syntax_error = partial(error, spec.SYNTAX_ERROR)
+unexpected_frame = partial(error, spec.UNEXPECTED_FRAME)
+not_implemented = partial(error, spec.NOT_IMPLEMENTED)
 
 
 class Crash(AMQPError):

@@ -17,36 +17,10 @@ from typing import Any
 
 from pamqp import commands, encode
 
-FIELDS = (
-    (0x8000, "content_type", "shortstr"),
-    (0x4000, "content_encoding", "shortstr"),
-    (0x2000, "headers", "table"),
-    (0x1000, "delivery_mode", "octet"),
-    (0x0800, "priority", "octet"),
-    (0x0400, "correlation_id", "shortstr"),
-    (0x0200, "reply_to", "shortstr"),
-    (0x0100, "expiration", "shortstr"),
-    (0x0080, "message_id", "shortstr"),
-    (0x0040, "timestamp", "timestamp"),
-    (0x0020, "message_type", "shortstr"),
-    (0x0010, "user_id", "shortstr"),
-    (0x0008, "app_id", "shortstr"),
-    (0x0004, "cluster_id", "shortstr"),
-)
-_FIXED = {
-    "b": 1,
-    "B": 1,
-    "s": 2,
-    "u": 2,
-    "I": 4,
-    "i": 4,
-    "l": 8,
-    "L": 8,
-    "T": 8,
-    "t": 1,
-    "D": 5,
-    "V": 0,
-}
+from leveret.protocol.frames import BASIC_PROPERTIES, FIXED_FIELD_SIZES
+
+# Floats are read apart: RabbitMQ refuses a NaN or an infinity.
+_FIXED = {tag: size for tag, size in FIXED_FIELD_SIZES.items() if tag not in "fd"}
 _SIZED = frozenset("SFAx")
 _u32 = struct.Struct(">I").unpack_from
 _u64 = struct.Struct(">Q").unpack_from
@@ -85,7 +59,7 @@ def _check(raw: bytes) -> int | None:
     pos, end = 2, len(raw)
     mode = None
     try:
-        for flag, _, kind in FIELDS:
+        for flag, _, kind in BASIC_PROPERTIES:
             if not flags & flag:
                 continue
             if kind == "shortstr":
@@ -229,7 +203,7 @@ def decode(raw: bytes) -> commands.Basic.Properties:
     props = commands.Basic.Properties.__new__(commands.Basic.Properties)
     flags = raw[0] << 8 | raw[1]
     pos = 2
-    for flag, name, kind in FIELDS:
+    for flag, name, kind in BASIC_PROPERTIES:
         value: Any = None
         if flags & flag:
             if kind == "shortstr":
@@ -281,7 +255,7 @@ def encode_properties(props: commands.Basic.Properties) -> bytes:
     1 or 2, a cluster-id, bytes that are not UTF-8) is encoded as it is."""
     flags = 0
     out: list[bytes] = []
-    for flag, name, kind in FIELDS:
+    for flag, name, kind in BASIC_PROPERTIES:
         value = getattr(props, name, None)
         if value is None or (kind == "shortstr" and value == ""):
             continue

@@ -255,22 +255,6 @@ TYPE_NAMES = {
     "x": "binary",
     "V": "void",
 }
-_FIXED = {
-    "t": 1,
-    "b": 1,
-    "B": 1,
-    "s": 2,
-    "u": 2,
-    "I": 4,
-    "i": 4,
-    "l": 8,
-    "L": 8,
-    "f": 4,
-    "d": 8,
-    "D": 5,
-    "T": 8,
-    "V": 0,
-}
 
 
 class TypedTable(dict):  # type: ignore[type-arg]
@@ -294,7 +278,7 @@ def type_of(table: dict[str, Any], key: str) -> str | None:
 def field_end(raw: bytes, pos: int) -> int:
     """Where the field value whose type tag is at ``raw[pos]`` ends; ValueError if unknown."""
     tag = chr(raw[pos])
-    size = _FIXED.get(tag)
+    size = frames.FIXED_FIELD_SIZES.get(tag)
     if size is not None:
         return pos + 1 + size
     if tag in "SxAF":

@@ -11,6 +11,7 @@ from __future__ import annotations
 import struct
 from typing import Any
 
+from leveret.protocol.frames import BASIC_PROPERTIES
 from leveret.protocol.spec import HEADERS_FLAG, decode_field, field_end, headers_start
 
 Field = tuple[str, bytes]  # key, encoded value (type tag, then the value's bytes)
@@ -19,24 +20,9 @@ _u32 = struct.Struct(">I")
 _i64 = struct.Struct(">q")
 _u64 = struct.Struct(">Q")
 
-# Basic properties in wire order: flag, and how the value is laid out ("s" short string,
-# "t" table, a number: that many bytes).
-_PROPERTY_LAYOUT: tuple[tuple[int, str | int], ...] = (
-    (0x8000, "s"),  # content-type
-    (0x4000, "s"),  # content-encoding
-    (0x2000, "t"),  # headers
-    (0x1000, 1),  # delivery-mode
-    (0x0800, 1),  # priority
-    (0x0400, "s"),  # correlation-id
-    (0x0200, "s"),  # reply-to
-    (0x0100, "s"),  # expiration
-    (0x0080, "s"),  # message-id
-    (0x0040, 8),  # timestamp
-    (0x0020, "s"),  # type
-    (0x0010, "s"),  # user-id
-    (0x0008, "s"),  # app-id
-    (0x0004, "s"),  # cluster-id
-)
+# The size of a basic property that has a fixed one, by its type.
+_PROPERTY_SIZES = {"octet": 1, "timestamp": 8}
+
 REPLY_TO_FLAG = 0x0200
 EXPIRATION_FLAG = 0x0100
 
@@ -173,18 +159,17 @@ def property_spans(raw: bytes) -> dict[int, tuple[int, int]]:
     if flags & 1:  # a continuation word: no basic property uses one
         raise ValueError("unexpected property flag continuation")
     out: dict[int, tuple[int, int]] = {}
-    for flag, layout in _PROPERTY_LAYOUT:
+    for flag, _, kind in BASIC_PROPERTIES:
         if not flags & flag:
             continue
         start = pos
-        if layout == "s":
+        if kind == "shortstr":
             pos += 1 + raw[pos]
-        elif layout == "t":
+        elif kind == "table":
             (n,) = _u32.unpack_from(raw, pos)
             pos += 4 + n
         else:
-            assert isinstance(layout, int)
-            pos += layout
+            pos += _PROPERTY_SIZES[kind]
         out[flag] = (start, pos)
     return out
 
@@ -213,7 +198,7 @@ def with_short_property(raw: bytes, flag: int, value: str | None) -> bytes:
     else:
         # where it would go: after the last present property that precedes it
         start = 2
-        for f, _layout in _PROPERTY_LAYOUT:
+        for f, _, _ in BASIC_PROPERTIES:
             if f == flag:
                 break
             if f in spans:

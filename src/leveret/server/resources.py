@@ -34,6 +34,12 @@ log = logging.getLogger(__name__)
 
 MEMORY = "memory"
 DISK = "disk"
+# What the log says when a resource's alarm is raised or cleared (RabbitMQ's words): the
+# text, then its first argument either way.
+_ALARM_LOGS = {
+    MEMORY: ("vm_memory_high_watermark %s. Memory used:%d allowed:%d", "set", "clear"),
+    DISK: ("Free disk space is %s. Free bytes: %d. Limit: %d", "insufficient", "sufficient"),
+}
 _PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 _TRIM_INTERVAL = 2.0  # seconds between malloc_trim calls while memory is short
 
@@ -195,15 +201,7 @@ class ResourceMonitor:
                     rss = self.mem_used = self._read_rss()
         else:
             budget.limit = budget.used + (threshold - rss)
-        alarm = rss > self.mem_limit
-        if alarm != self.mem_alarm:
-            log.warning(
-                "vm_memory_high_watermark %s. Memory used:%d allowed:%d",
-                "set" if alarm else "clear",
-                rss,
-                self.mem_limit,
-            )
-            self._set(MEMORY, alarm)
+        self._set(MEMORY, rss > self.mem_limit, rss, self.mem_limit)
 
     # ------------------------------------------------------------------ disk
     def _check_disk(self) -> None:
@@ -212,15 +210,7 @@ class ResourceMonitor:
         free = self.disk_free = self._disk_free(self.data_dir)
         if free is None:
             return
-        alarm = free < self.disk_free_limit
-        if alarm != self.disk_alarm:
-            log.warning(
-                "Free disk space is %s. Free bytes: %d. Limit: %d",
-                "insufficient" if alarm else "sufficient",
-                free,
-                self.disk_free_limit,
-            )
-            self._set(DISK, alarm)
+        self._set(DISK, free < self.disk_free_limit, free, self.disk_free_limit)
 
     def set_memory_watermark(self, watermark: MemoryWatermark) -> None:
         """rabbitmqctl set_vm_memory_high_watermark: the new limit, acted on at once."""
@@ -228,8 +218,14 @@ class ResourceMonitor:
         self.log_limits()
         self._check_memory()
 
-    def _set(self, resource: str, alarm: bool) -> None:
+    def _set(self, resource: str, alarm: bool, amount: int, limit: int) -> None:
+        """Whether ``resource`` is in alarm, by ``amount`` against ``limit``: a change is
+        logged in RabbitMQ's words and told to the broker."""
         alarms = self.state.alarms
+        if alarm == (resource in alarms):
+            return
+        text, raised, cleared = _ALARM_LOGS[resource]
+        log.warning(text, raised if alarm else cleared, amount, limit)
         events = self.broker.observers
         if alarm:
             # publishers are blocked at their next publish, as RabbitMQ does

@@ -22,6 +22,7 @@ import numpy.typing as npt
 import pyarrow as pa
 from pamqp import decode
 
+from leveret.protocol.frames import BASIC_PROPERTIES
 from leveret.spark.wire import Deliveries, Positions, be16, be32, be64
 
 U8 = npt.NDArray[np.uint8]
@@ -31,22 +32,11 @@ Mask = npt.NDArray[np.bool_]
 OFFSET_ENTRY = np.frombuffer(b"\x0fx-stream-offsetl", np.uint8)
 NO_OFFSET = -1
 
-# property flag bit -> (name, kind): s short string, t table, o octet, q 64-bit integer
-PROPERTY_BITS = (
-    (15, "content_type", "s"),
-    (14, "content_encoding", "s"),
-    (13, "headers", "t"),
-    (12, "delivery_mode", "o"),
-    (11, "priority", "o"),
-    (10, "correlation_id", "s"),
-    (9, "reply_to", "s"),
-    (8, "expiration", "s"),
-    (7, "message_id", "s"),
-    (6, "timestamp", "q"),
-    (5, "type", "s"),
-    (4, "user_id", "s"),
-    (3, "app_id", "s"),
-    (2, "cluster_id", "s"),
+# basic's properties as the columns name them (pamqp's message_type is "type"): flag,
+# name, type
+PROPERTIES = tuple(
+    (flag, "type" if name == "message_type" else name, kind)
+    for flag, name, kind in BASIC_PROPERTIES
 )
 
 
@@ -130,23 +120,23 @@ class Fields:
         self.start: dict[str, Positions] = {}
         self.length: dict[str, Positions] = {}
         last = len(a) - 1
-        for bit, name, kind in PROPERTY_BITS:
-            there = (flags & (1 << bit)) != 0
+        for flag, name, kind in PROPERTIES:
+            there = (flags & flag) != 0
             self.present[name] = there
             if not there.any():
                 self.start[name] = p
                 self.length[name] = np.zeros(n, np.int64)
                 continue
             q = np.minimum(p, last)
-            if kind == "s":
+            if kind == "shortstr":
                 size = np.where(there, a[q], 0).astype(np.int64)
                 self.start[name], self.length[name] = p + 1, size
                 p = p + np.where(there, 1 + size, 0)
-            elif kind == "t":
+            elif kind == "table":
                 size = np.where(there, be32(a, np.minimum(p, last - 3)), 0)
                 self.start[name], self.length[name] = p + 4, size
                 p = p + np.where(there, 4 + size, 0)
-            elif kind == "o":
+            elif kind == "octet":
                 self.start[name], self.length[name] = p, there.astype(np.int64)
                 p = p + there
             else:

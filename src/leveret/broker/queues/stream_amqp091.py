@@ -20,17 +20,17 @@ import base64
 import struct
 from typing import Any
 
+from leveret.protocol.binary import I8 as _I8
+from leveret.protocol.binary import I16 as _I16
+from leveret.protocol.binary import I32 as _I32
+from leveret.protocol.binary import I64 as _I64
+from leveret.protocol.binary import U16 as _U16
+from leveret.protocol.binary import U32 as _U32
+from leveret.protocol.binary import U64 as _U64
 from leveret.protocol.spec import add_header
 from leveret.protocol.stream import amqp10
 from leveret.protocol.stream.amqp10 import Value
 
-_U32 = struct.Struct(">I")
-_I8 = struct.Struct(">b")
-_I16 = struct.Struct(">h")
-_U16 = struct.Struct(">H")
-_I32 = struct.Struct(">i")
-_I64 = struct.Struct(">q")
-_U64 = struct.Struct(">Q")
 _F32 = struct.Struct(">f")
 _F64 = struct.Struct(">d")
 

@@ -20,6 +20,11 @@ from typing import Any
 from pamqp import commands
 
 from leveret.protocol import properties as props091
+from leveret.protocol.binary import I8 as _I8
+from leveret.protocol.binary import I32 as _I32
+from leveret.protocol.binary import I64 as _I64
+from leveret.protocol.binary import U32 as _U32
+from leveret.protocol.binary import U64 as _U64
 from leveret.protocol.stream import amqp10
 from leveret.protocol.stream.amqp10 import Value
 
@@ -101,12 +106,7 @@ def _compound(code8: int, count: int, parts: list[bytes]) -> bytes:
     return bytes((code8 | 0x10,)) + _LIST32.pack(len(body) + 4, count) + body
 
 
-_U32 = struct.Struct(">I")
 _LIST32 = struct.Struct(">II")
-_I8 = struct.Struct(">b")
-_I32 = struct.Struct(">i")
-_I64 = struct.Struct(">q")
-_U64 = struct.Struct(">Q")
 _SYM = {name: _vbin(0xA3, name.encode()) for name in (
     "x-routing-key", "x-exchange", "x-basic-priority", "x-basic-delivery-mode",
     "x-basic-expiration",

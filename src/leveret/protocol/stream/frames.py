@@ -9,21 +9,30 @@ import struct
 from collections.abc import Callable
 from typing import Any
 
+from leveret.protocol.binary import I16, I32, I64, U8, U16, U32, U64
 from leveret.protocol.stream import events as ev
 from leveret.protocol.stream.spec import RESPONSE, VERSION_1, Key, OffsetType
 
-_U8 = struct.Struct(">B")
-_U16 = struct.Struct(">H")
-_I16 = struct.Struct(">h")
-_U32 = struct.Struct(">I")
-_I32 = struct.Struct(">i")
-_U64 = struct.Struct(">Q")
-_I64 = struct.Struct(">q")
 _HEAD = struct.Struct(">HH")
 
 
 class FrameError(ValueError):
     """A frame that does not parse as its key says."""
+
+
+def _number(layout: struct.Struct) -> Callable[[Reader], int]:
+    """The reader of a number laid out as ``layout``."""
+    unpack, size = layout.unpack_from, layout.size
+
+    def read(self: Reader) -> int:
+        try:
+            (value,) = unpack(self.data, self.pos)
+        except struct.error as exc:
+            raise FrameError("frame too short") from exc
+        self.pos += size
+        return int(value)
+
+    return read
 
 
 class Reader:
@@ -33,34 +42,13 @@ class Reader:
         self.data = data
         self.pos = pos
 
-    def _take(self, s: struct.Struct) -> Any:
-        try:
-            (value,) = s.unpack_from(self.data, self.pos)
-        except struct.error as exc:
-            raise FrameError("frame too short") from exc
-        self.pos += s.size
-        return value
-
-    def u8(self) -> int:
-        return int(self._take(_U8))
-
-    def u16(self) -> int:
-        return int(self._take(_U16))
-
-    def i16(self) -> int:
-        return int(self._take(_I16))
-
-    def u32(self) -> int:
-        return int(self._take(_U32))
-
-    def i32(self) -> int:
-        return int(self._take(_I32))
-
-    def u64(self) -> int:
-        return int(self._take(_U64))
-
-    def i64(self) -> int:
-        return int(self._take(_I64))
+    u8 = _number(U8)
+    u16 = _number(U16)
+    i16 = _number(I16)
+    u32 = _number(U32)
+    i32 = _number(I32)
+    u64 = _number(U64)
+    i64 = _number(I64)
 
     def raw(self, n: int) -> bytes:
         end = self.pos + n
@@ -106,19 +94,19 @@ class Reader:
 
 def string(s: str) -> bytes:
     raw = s.encode()
-    return _U16.pack(len(raw)) + raw
+    return U16.pack(len(raw)) + raw
 
 
 def bytes_field(b: bytes) -> bytes:
-    return _I32.pack(len(b)) + b
+    return I32.pack(len(b)) + b
 
 
 def strings(items: tuple[str, ...] | list[str]) -> bytes:
-    return _I32.pack(len(items)) + b"".join(string(s) for s in items)
+    return I32.pack(len(items)) + b"".join(string(s) for s in items)
 
 
 def mapping(m: dict[str, str]) -> bytes:
-    return _I32.pack(len(m)) + b"".join(string(k) + string(v) for k, v in m.items())
+    return I32.pack(len(m)) + b"".join(string(k) + string(v) for k, v in m.items())
 
 
 _READ: dict[str, Callable[[Reader], Any]] = {
@@ -133,11 +121,11 @@ _READ: dict[str, Callable[[Reader], Any]] = {
     "map": Reader.map,
 }
 _WRITE: dict[str, Callable[[Any], bytes]] = {
-    "u8": _U8.pack,
-    "u16": _U16.pack,
-    "i16": _I16.pack,
-    "u32": _U32.pack,
-    "u64": _U64.pack,
+    "u8": U8.pack,
+    "u16": U16.pack,
+    "i16": I16.pack,
+    "u32": U32.pack,
+    "u64": U64.pack,
     "str": string,
     "bytes": bytes_field,
     "strs": strings,
@@ -240,39 +228,39 @@ def _decode_subscribe(r: Reader) -> ev.Subscribe:
 
 def frame(key: int, body: bytes) -> bytes:
     """A whole frame: size, key, version 1, body."""
-    return _U32.pack(len(body) + 4) + _HEAD.pack(key, VERSION_1) + body
+    return U32.pack(len(body) + 4) + _HEAD.pack(key, VERSION_1) + body
 
 
 def encode_client(event: ev.Event) -> bytes:
     """A client command as a whole frame (the inverse of :func:`decode`)."""
     if isinstance(event, ev.Publish):
-        parts = [_U8.pack(event.publisher_id), _I32.pack(len(event.messages) + len(event.batches))]
+        parts = [U8.pack(event.publisher_id), I32.pack(len(event.messages) + len(event.batches))]
         for pid, msg in event.messages:
-            parts += (_U64.pack(pid), _U32.pack(len(msg)), msg)
+            parts += (U64.pack(pid), U32.pack(len(msg)), msg)
         for b in event.batches:
             parts += (
-                _U64.pack(b.publishing_id),
-                _U8.pack(0x80 | (b.compression << 4)),
-                _U16.pack(b.records),
-                _U32.pack(b.uncompressed_size),
-                _U32.pack(len(b.data)),
+                U64.pack(b.publishing_id),
+                U8.pack(0x80 | (b.compression << 4)),
+                U16.pack(b.records),
+                U32.pack(b.uncompressed_size),
+                U32.pack(len(b.data)),
                 b.data,
             )
         return frame(Key.PUBLISH, b"".join(parts))
     if isinstance(event, ev.Subscribe):
         offset = b""
         if event.offset_type == OffsetType.OFFSET:
-            offset = _U64.pack(event.offset)
+            offset = U64.pack(event.offset)
         elif event.offset_type == OffsetType.TIMESTAMP:
-            offset = _I64.pack(event.offset)
+            offset = I64.pack(event.offset)
         return frame(
             Key.SUBSCRIBE,
-            _U32.pack(event.correlation_id)
-            + _U8.pack(event.subscription_id)
+            U32.pack(event.correlation_id)
+            + U8.pack(event.subscription_id)
             + string(event.stream)
-            + _U16.pack(event.offset_type)
+            + U16.pack(event.offset_type)
             + offset
-            + _U16.pack(event.credit)
+            + U16.pack(event.credit)
             + mapping(event.properties),
         )
     key = _KEYS[type(event)]
