@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import inspect
 import logging
 import os
 import re
@@ -29,7 +30,7 @@ import threading
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 from urllib.parse import quote
 
 from leveret.broker.clock import Clock, ManualClock
@@ -52,6 +53,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+R = TypeVar("R")
+P = ParamSpec("P")
 StrPath = str | os.PathLike[str]
 
 # Settings that have an argument of their own.
@@ -484,18 +487,22 @@ def _entries(key: str, value: Any) -> list[Any]:
     return out
 
 
+def _arguments_of(make: Callable[P, Broker]) -> Callable[[Callable[..., R]], Callable[P, R]]:
+    """Declares that a function takes ``make``'s arguments (to type checkers, and to
+    ``help()`` and ``inspect.signature``), without writing them down a second time."""
+
+    def declare(fn: Callable[..., R]) -> Callable[P, R]:
+        fn.__signature__ = inspect.signature(make).replace(  # type: ignore[attr-defined]
+            return_annotation=inspect.signature(fn).return_annotation
+        )
+        return fn
+
+    return declare
+
+
+@_arguments_of(Broker)
 @contextlib.asynccontextmanager
-async def serve(
-    port: int = 0,
-    *,
-    host: str = "127.0.0.1",
-    data_dir: StrPath | None = None,
-    management: bool = False,
-    management_port: int = 0,
-    config: StrPath | None = None,
-    clock: str | Clock | None = None,
-    **settings: Any,
-) -> AsyncIterator[Broker]:
+async def serve(*args: Any, **kwargs: Any) -> AsyncIterator[Broker]:
     """Run a broker on the running event loop for the ``async with`` block::
 
         async with leveret.serve() as broker:
@@ -503,16 +510,7 @@ async def serve(
 
     Takes ``Broker``'s arguments. The broker's methods (``add_vhost``, ``reset`` …) may be
     called from the loop or from other threads."""
-    broker = Broker(
-        port,
-        host=host,
-        data_dir=data_dir,
-        management=management,
-        management_port=management_port,
-        config=config,
-        clock=clock,
-        **settings,
-    )
+    broker = Broker(*args, **kwargs)
     if broker.running:  # pragma: no cover - a new object
         raise RuntimeError("the broker is already running")
     await broker._astart()
