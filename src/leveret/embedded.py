@@ -320,18 +320,19 @@ class Broker:
     @property
     def management_url(self) -> str:
         """The management API's root (``management=True`` only)."""
-        self._started()
-        if self._management_url is None:
-            raise RuntimeError("started without management (Broker(management=True))")
-        return self._management_url
+        return self._with_management(self._management_url)
 
     @property
     def metrics_url(self) -> str:
         """Prometheus /metrics (``management=True`` only)."""
+        return self._with_management(self._metrics_url)
+
+    def _with_management(self, url: str | None) -> str:
+        """One of the management plugin's URLs, once started with ``management=True``."""
         self._started()
-        if self._metrics_url is None:
+        if url is None:
             raise RuntimeError("started without management (Broker(management=True))")
-        return self._metrics_url
+        return url
 
     # ------------------------------------------------------------------ time
     def advance(self, seconds: float) -> None:
