@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import inspect
 import logging
 import os
 import re
@@ -29,7 +30,7 @@ import threading
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 from urllib.parse import quote
 
 from leveret.broker.clock import Clock, ManualClock
@@ -52,6 +53,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+R = TypeVar("R")
+P = ParamSpec("P")
 StrPath = str | os.PathLike[str]
 
 # Settings that have an argument of their own.
@@ -317,18 +320,19 @@ class Broker:
     @property
     def management_url(self) -> str:
         """The management API's root (``management=True`` only)."""
-        self._started()
-        if self._management_url is None:
-            raise RuntimeError("started without management (Broker(management=True))")
-        return self._management_url
+        return self._with_management(self._management_url)
 
     @property
     def metrics_url(self) -> str:
         """Prometheus /metrics (``management=True`` only)."""
+        return self._with_management(self._metrics_url)
+
+    def _with_management(self, url: str | None) -> str:
+        """One of the management plugin's URLs, once started with ``management=True``."""
         self._started()
-        if self._metrics_url is None:
+        if url is None:
             raise RuntimeError("started without management (Broker(management=True))")
-        return self._metrics_url
+        return url
 
     # ------------------------------------------------------------------ time
     def advance(self, seconds: float) -> None:
@@ -484,18 +488,22 @@ def _entries(key: str, value: Any) -> list[Any]:
     return out
 
 
+def _arguments_of(make: Callable[P, Broker]) -> Callable[[Callable[..., R]], Callable[P, R]]:
+    """Declares that a function takes ``make``'s arguments (to type checkers, and to
+    ``help()`` and ``inspect.signature``), without writing them down a second time."""
+
+    def declare(fn: Callable[..., R]) -> Callable[P, R]:
+        fn.__signature__ = inspect.signature(make).replace(  # type: ignore[attr-defined]
+            return_annotation=inspect.signature(fn).return_annotation
+        )
+        return fn
+
+    return declare
+
+
+@_arguments_of(Broker)
 @contextlib.asynccontextmanager
-async def serve(
-    port: int = 0,
-    *,
-    host: str = "127.0.0.1",
-    data_dir: StrPath | None = None,
-    management: bool = False,
-    management_port: int = 0,
-    config: StrPath | None = None,
-    clock: str | Clock | None = None,
-    **settings: Any,
-) -> AsyncIterator[Broker]:
+async def serve(*args: Any, **kwargs: Any) -> AsyncIterator[Broker]:
     """Run a broker on the running event loop for the ``async with`` block::
 
         async with leveret.serve() as broker:
@@ -503,16 +511,7 @@ async def serve(
 
     Takes ``Broker``'s arguments. The broker's methods (``add_vhost``, ``reset`` …) may be
     called from the loop or from other threads."""
-    broker = Broker(
-        port,
-        host=host,
-        data_dir=data_dir,
-        management=management,
-        management_port=management_port,
-        config=config,
-        clock=clock,
-        **settings,
-    )
+    broker = Broker(*args, **kwargs)
     if broker.running:  # pragma: no cover - a new object
         raise RuntimeError("the broker is already running")
     await broker._astart()

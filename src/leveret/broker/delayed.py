@@ -282,22 +282,16 @@ class Scheduler:
         self._recover()
 
     def _recover(self) -> None:
-        for bucket, items in self._far.existing():
-            if not items:
-                self._far.done(bucket)
-                continue
-            self._far_pending[bucket] += len(items)
-            for item in items:
-                self.counts[(item[2], item[3])] += 1
-                self._seq = max(self._seq, item[1])
-        for bucket, items in self._store.existing():
-            if not items:
-                self._store.done(bucket)
-                continue
-            self._pending[bucket] += len(items)
-            for item in items:
-                self.counts[(item[2], item[3])] += 1
-                self._seq = max(self._seq, item[1])
+        # the far buckets, then the near: the same records, counted the same way
+        for store, pending in ((self._far, self._far_pending), (self._store, self._pending)):
+            for bucket, items in store.existing():
+                if not items:
+                    store.done(bucket)
+                    continue
+                pending[bucket] += len(items)
+                for item in items:
+                    self.counts[(item[2], item[3])] += 1
+                    self._seq = max(self._seq, item[1])
         if self._pending:
             log.info("Delayed messages: %d scheduled, recovered", sum(self._pending.values()))
 

@@ -59,15 +59,21 @@ async def exchanges(request: web.Request) -> web.Response:
     return listing(request, out)
 
 
+def _one(data: dict[str, Any], *lists: str) -> web.Response:
+    """One exchange or queue as the API answers for it alone: its listing's fields, the
+    lists only that answer has (``incoming`` …), empty here, and the keys sorted."""
+    for key in lists:
+        data[key] = []
+    return json_response(dict(sorted(data.items())))
+
+
 async def exchange_get(request: web.Request) -> web.Response:
     v = mgmt(request).vhost(request)
     x = v.exchanges.get(exchange_name(request))
     if x is None:
         raise not_found()
     data = views.exchange(x, mgmt(request).stats, rate_ages(request))
-    data["incoming"] = []
-    data["outgoing"] = []
-    return json_response(dict(sorted(data.items())))
+    return _one(data, "incoming", "outgoing")
 
 
 async def exchange_put(request: web.Request) -> web.Response:
@@ -194,9 +200,7 @@ async def queue_get(request: web.Request) -> web.Response:
     owner = views.owner_details(q)
     if owner is not None:
         data["owner_pid_details"] = owner
-    data["deliveries"] = []
-    data["incoming"] = []
-    return json_response(dict(sorted(data.items())))
+    return _one(data, "deliveries", "incoming")
 
 
 async def queue_put(request: web.Request) -> web.Response:

@@ -12,6 +12,7 @@ from aiohttp import web
 from leveret.broker.limits import USER_LIMITS, VHOST_LIMITS, limit_error
 from leveret.broker.policies import PolicyError, by_priority, make_policy, regex_error
 from leveret.broker.vhost import VirtualHost
+from leveret.management import views
 from leveret.management.context import mgmt
 from leveret.management.httputil import (
     ApiError,
@@ -208,13 +209,7 @@ async def user_limit_delete(request: web.Request) -> web.Response:
 
 # ------------------------------------------------------------- topic permissions
 def topic_permission(p: Any) -> dict[str, Any]:
-    return {
-        "user": p.user,
-        "vhost": p.vhost,
-        "exchange": p.exchange,
-        "write": p.write,
-        "read": p.read,
-    }
+    return views.attributes(p, ("user", "vhost", "exchange", "write", "read"))
 
 
 def _sorted_topics(items: list[Any]) -> list[dict[str, Any]]:

@@ -352,13 +352,18 @@ class Stats:
         }
         live_channels: set[Channel] = set()
         live_sessions: set[Session | StreamSession] = set()
-        for s in self.sessions():
+
+        def traffic(s: Session | StreamSession) -> None:
+            """A connection's bytes in and out, AMQP's or the stream protocol's alike."""
             if s.traffic is not None:
                 live_sessions.add(s)
                 sw = self.connections.get(s)
                 if sw is None:
                     sw = self.connections[s] = self._new_windows(min(self.keep, 120))
                 sw.add(t, {"recv_oct": s.traffic.recv_oct, "send_oct": s.traffic.send_oct})
+
+        for s in self.sessions():
+            traffic(s)
             figures = per_vhost.get(s.vhost)
             if figures is not None:
                 figures.update(session_counters(s))
@@ -369,12 +374,7 @@ class Stats:
                     cw = self.channels[ch] = self._new_windows(min(self.keep, 120))
                 cw.add(t, channel_counters(ch))
         for ss in self.stream_sessions():
-            if ss.traffic is not None:
-                live_sessions.add(ss)
-                sw = self.connections.get(ss)
-                if sw is None:
-                    sw = self.connections[ss] = self._new_windows(min(self.keep, 120))
-                sw.add(t, {"recv_oct": ss.traffic.recv_oct, "send_oct": ss.traffic.send_oct})
+            traffic(ss)
         live_queues: set[Queue] = set()
         live_exchanges: set[Exchange] = set()
         for name, v in self.broker.vhosts.items():
@@ -455,10 +455,4 @@ class Stats:
         age: float | None = None,
         incr: float | None = None,
     ) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for key in LENGTHS:
-            out[key] = int(lengths.get(key, 0))
-            out[f"{key}_details"] = (
-                windows.details(key, age, incr) if windows is not None else {"rate": 0.0}
-            )
-        return out
+        return self.message_stats(lengths, windows, LENGTHS, age, incr)

@@ -493,14 +493,13 @@ def user(u: User, with_hash: bool = True) -> dict[str, Any]:
     return out
 
 
+def attributes(obj: Any, names: tuple[str, ...]) -> dict[str, Any]:
+    """``{name: obj.name}`` for each of ``names``, in their order (RabbitMQ's key order)."""
+    return {name: getattr(obj, name) for name in names}
+
+
 def permission(p: Permission) -> dict[str, Any]:
-    return {
-        "user": p.user,
-        "vhost": p.vhost,
-        "configure": p.configure,
-        "write": p.write,
-        "read": p.read,
-    }
+    return attributes(p, ("user", "vhost", "configure", "write", "read"))
 
 
 def overview(broker: BrokerCore, stats: Stats, listeners: list[dict[str, Any]], age: Any) -> Any:

@@ -33,6 +33,7 @@ pika rejects the deliveries it still buffers, and brokers answer a reject on a s
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -188,6 +189,21 @@ def close_quietly(conn: Any) -> None:
         log.debug("error while closing an AMQP connection", exc_info=True)
 
 
+@contextlib.contextmanager
+def connected(url: str, what: str) -> Iterator[Any]:
+    """A connection for the block, dropped after it; a failure in the block other than
+    AmqpSourceError becomes one, prefixed with ``what`` (``error_from``)."""
+    conn = connect(url)
+    try:
+        yield conn
+    except AmqpSourceError:
+        raise
+    except Exception as exc:
+        raise error_from(exc, url, what) from None
+    finally:
+        close_quietly(conn)
+
+
 def check_queue(conn: Any, url: str, name: str, kind: str = "stream") -> int:
     """Passive-declare ``name``; its message count, or AmqpSourceError (NOT_FOUND, …)."""
     try:
@@ -226,8 +242,7 @@ def _probe(
     """Offsets delivered to a consumer at ``x-stream-offset: spec``: only the first one, or
     everything until the consumer has been quiet for ``idle`` seconds (at most ``deadline``).
     ``wait`` bounds the wait for the first delivery (an empty stream delivers nothing)."""
-    conn = connect(url)
-    try:
+    with connected(url, f"cannot read stream {stream!r}") as conn:
         check_queue(conn, url, stream)
         probe = _Probe()
         ch = conn.channel()
@@ -262,12 +277,6 @@ def _probe(
                 return probe.offsets[:1]
             if now - probe.last_at >= idle or now - started >= deadline:
                 return probe.offsets
-    except AmqpSourceError:
-        raise
-    except Exception as exc:
-        raise error_from(exc, url, f"cannot read stream {stream!r}") from None
-    finally:
-        close_quietly(conn)
 
 
 def is_leveret(conn: Any) -> bool:

@@ -4,9 +4,10 @@ they are checked here once, on the driver, with errors that name the option."""
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any, TypeVar
 
 from leveret.spark.client import AmqpSourceError
 
@@ -14,6 +15,8 @@ DEFAULT_URL = "amqp://guest:guest@localhost:5672/"
 #: Deliveries in flight to a stream reader: large, so that the broker never waits for
 #: credit and a block read off the socket holds thousands (65535 is AMQP's limit).
 DEFAULT_PREFETCH = 20_000
+
+T = TypeVar("T")
 
 
 def _get(options: Mapping[str, str], key: str) -> str | None:
@@ -23,42 +26,64 @@ def _get(options: Mapping[str, str], key: str) -> str | None:
     return None if value is None else str(value)
 
 
-def _int(options: Mapping[str, str], key: str, default: int | None, minimum: int = 0) -> int | None:
+def _parsed(
+    options: Mapping[str, str], key: str, convert: Callable[[str], T], what: str
+) -> tuple[str, T] | None:
+    """The option as given and as ``convert`` reads it; None when it is absent or empty.
+    A ValueError of ``convert`` is the option's error: ``… is not {what}``."""
     raw = _get(options, key)
     if raw is None or raw == "":
-        return default
+        return None
     try:
-        value = int(raw)
+        return raw, convert(raw)
     except ValueError:
-        raise AmqpSourceError(f"option {key}: {raw!r} is not a whole number") from None
+        raise AmqpSourceError(f"option {key}: {raw!r} is not {what}") from None
+
+
+def _int(options: Mapping[str, str], key: str, default: int | None, minimum: int = 0) -> int | None:
+    found = _parsed(options, key, int, "a whole number")
+    if found is None:
+        return default
+    value = found[1]
     if value < minimum:
         raise AmqpSourceError(f"option {key}: must be at least {minimum}, got {value}")
     return value
 
 
 def _float(options: Mapping[str, str], key: str, default: float) -> float:
-    raw = _get(options, key)
-    if raw is None or raw == "":
+    found = _parsed(options, key, float, "a number")
+    if found is None:
         return default
-    try:
-        value = float(raw)
-    except ValueError:
-        raise AmqpSourceError(f"option {key}: {raw!r} is not a number") from None
+    raw, value = found
     if value <= 0:
         raise AmqpSourceError(f"option {key}: must be positive, got {raw}")
     return value
 
 
-def _bool(options: Mapping[str, str], key: str, default: bool) -> bool:
-    raw = _get(options, key)
-    if raw is None or raw == "":
-        return default
+def _truth(raw: str) -> bool:
     v = raw.strip().lower()
     if v in ("true", "1", "yes"):
         return True
     if v in ("false", "0", "no"):
         return False
-    raise AmqpSourceError(f"option {key}: {raw!r} is not true or false")
+    raise ValueError(raw)
+
+
+def _bool(options: Mapping[str, str], key: str, default: bool) -> bool:
+    found = _parsed(options, key, _truth, "true or false")
+    return default if found is None else found[1]
+
+
+def checkpoint_position(offset: Mapping[str, Any], kind: str, name: str | None, key: str) -> int:
+    """The position a streaming source's checkpoint holds, ``{kind: name, key: n}``:
+    AmqpSourceError when it is another queue's or stream's."""
+    held = offset.get(kind)
+    if held != name:
+        raise AmqpSourceError(
+            f"the checkpoint holds offsets of {kind} {held!r}, not "
+            f"{name!r}; use a new checkpoint location for another {kind}"
+        )
+    return int(offset[key])
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from leveret.logs.alerts import AmqpAlerts, Evaluator
 from leveret.logs.lakeconfig import AlertRule
-from leveret.spark.client import AmqpSourceError, close_quietly, connect, error_from
+from leveret.spark.client import AmqpSourceError, close_quietly, connect, connected
 from leveret.spark.keeper import LakeKeeper
 from leveret.spark.session import spark_session
 
@@ -67,8 +67,7 @@ def ensure_log_stream(
     arguments: dict[str, object] = {"x-queue-type": "stream"}
     if replicas is not None:
         arguments["x-initial-cluster-size"] = replicas
-    conn = connect(url)
-    try:
+    with connected(url, f"preparing stream {stream!r}") as conn:
         ch = conn.channel()
         try:
             ch.queue_declare(stream, durable=True, arguments=arguments)
@@ -84,12 +83,6 @@ def ensure_log_stream(
                 ch.exchange_declare(exchange, "fanout")
             for key in BIND_KEYS:
                 ch.queue_bind(stream, exchange, key)
-    except AmqpSourceError:
-        raise
-    except Exception as exc:
-        raise error_from(exc, url, f"preparing stream {stream!r}") from None
-    finally:
-        close_quietly(conn)
 
 
 def parse_trigger(text: str) -> dict[str, Any]:

@@ -59,7 +59,7 @@ from pyspark.sql.streaming.datasource import (
 
 from leveret.spark.client import AmqpSourceError, check_queue, close_quietly, connect, error_from
 from leveret.spark.logparse import records_from_messages
-from leveret.spark.options import ReadOptions
+from leveret.spark.options import ReadOptions, checkpoint_position
 from leveret.spark.schema import ARROW_SCHEMA, DEFAULT_KEEP, LOG_ARROW_SCHEMA, BatchBuilder
 
 log = logging.getLogger(__name__)
@@ -231,12 +231,7 @@ class ClassicQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
 
     # -------------------------------------------------------------- offsets
     def _seq(self, offset: dict[str, Any]) -> int:
-        if offset.get("queue") != self.opts.queue:
-            raise AmqpSourceError(
-                f"the checkpoint holds offsets of queue {offset.get('queue')!r}, not "
-                f"{self.opts.queue!r}; use a new checkpoint location for another queue"
-            )
-        return int(offset["seq"])
+        return checkpoint_position(offset, "queue", self.opts.queue, "seq")
 
     def _json(self, seq: int) -> dict[str, Any]:
         return {"queue": self.opts.queue, "seq": seq}

@@ -37,7 +37,7 @@ from leveret.spark.client import (
     stream_head,
     stream_tail,
 )
-from leveret.spark.options import Position, ReadOptions
+from leveret.spark.options import Position, ReadOptions, checkpoint_position
 from leveret.spark.reader import read_stream_range
 from leveret.spark.streamclient import StreamClient, TailProbe, Target, open_any, targets_of
 
@@ -193,28 +193,17 @@ def resolve(opts: ReadOptions, pos: Position, probe: TailProbe | None = None) ->
 
 def _read(opts: ReadOptions, partition: InputPartition) -> Iterator[pa.RecordBatch]:
     assert isinstance(partition, RangePartition)
+    args = (opts.url, _stream(opts), partition.start, partition.end)
+    common: dict[str, Any] = {
+        "stall_timeout": opts.stall_timeout,
+        "fail_on_data_loss": opts.fail_on_data_loss,
+        "records": opts.records,
+    }
     if opts.protocol == "stream":
         return read_chunk_range(
-            opts.url,
-            _stream(opts),
-            partition.start,
-            partition.end,
-            stream_port=opts.stream_port,
-            members=opts.stream_members,
-            stall_timeout=opts.stall_timeout,
-            fail_on_data_loss=opts.fail_on_data_loss,
-            records=opts.records,
+            *args, stream_port=opts.stream_port, members=opts.stream_members, **common
         )
-    return read_stream_range(
-        opts.url,
-        _stream(opts),
-        partition.start,
-        partition.end,
-        prefetch=opts.prefetch,
-        stall_timeout=opts.stall_timeout,
-        fail_on_data_loss=opts.fail_on_data_loss,
-        records=opts.records,
-    )
+    return read_stream_range(*args, prefetch=opts.prefetch, **common)
 
 
 class StreamQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -228,13 +217,7 @@ class StreamQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         self._probe = _probe(self.opts, client) if self.opts.protocol == "stream" else None
 
     def _offset(self, offset: dict[str, Any]) -> int:
-        stream = offset.get("stream")
-        if stream != self.opts.stream:
-            raise AmqpSourceError(
-                f"the checkpoint holds offsets of stream {stream!r}, not "
-                f"{self.opts.stream!r}; use a new checkpoint location for another stream"
-            )
-        return int(offset["offset"])
+        return checkpoint_position(offset, "stream", self.opts.stream, "offset")
 
     def _json(self, offset: int) -> dict[str, Any]:
         return {"stream": self.opts.stream, "offset": offset}

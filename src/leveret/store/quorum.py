@@ -24,6 +24,7 @@ from __future__ import annotations
 import os
 import shutil
 import struct
+from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
@@ -38,26 +39,16 @@ _ID_REASON = struct.Struct(">cQB")
 SEGMENT_BYTES = 8 * 1024 * 1024  # small segments, so settled messages free disk soon
 
 
+@dataclass(slots=True, eq=False)
 class Recovered:
     """A :class:`~leveret.broker.ports.RecoveredMessage`."""
 
-    __slots__ = ("count", "id", "message", "reason", "state", "ts_ms")
-
-    def __init__(
-        self,
-        id: int,
-        message: Message,
-        count: int | None,
-        ts_ms: int,
-        state: str,
-        reason: str = "",
-    ) -> None:
-        self.id = id
-        self.message = message
-        self.count = count
-        self.ts_ms = ts_ms
-        self.state = state
-        self.reason = reason
+    id: int
+    message: Message
+    count: int | None
+    ts_ms: int
+    state: str
+    reason: str = ""
 
 
 class QuorumLog:

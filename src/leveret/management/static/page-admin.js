@@ -31,19 +31,19 @@ export function adminPage(tabId, whoami) {
   return { title: `Admin · ${tab.title}`, crumbs: [["/admin", "Admin"]], el: h("div.page", tabs, body.el), refresh: body.refresh };
 }
 
-function tagPicker(inputEl) {
+/** A row of chips, one per item; a click on one calls pick(item). */
+function chipPicker(items, pick) {
   return h(
     "div.tag-picker",
-    TAGS.map((t) =>
-      h("button.chip.small", {
-        type: "button",
-        onclick: () => {
-          const tags = inputEl.value.split(",").map((s) => s.trim()).filter(Boolean);
-          inputEl.value = (tags.includes(t) ? tags.filter((x) => x !== t) : [...tags, t]).join(", ");
-        },
-      }, t),
-    ),
+    items.map((item) => h("button.chip.small", { type: "button", onclick: () => pick(item) }, item)),
   );
+}
+
+function tagPicker(inputEl) {
+  return chipPicker(TAGS, (t) => {
+    const tags = inputEl.value.split(",").map((s) => s.trim()).filter(Boolean);
+    inputEl.value = (tags.includes(t) ? tags.filter((x) => x !== t) : [...tags, t]).join(", ");
+  });
 }
 
 // ---------------------------------------------------------------------- users
@@ -133,92 +133,82 @@ function vhostsTab() {
 
 // ---------------------------------------------------------------- permissions
 function permissionsTab() {
-  const table = new Table(
-    [
-      { key: "user", title: "User" },
-      { key: "vhost", title: "Virtual host" },
-      { key: "configure", title: "Configure" },
-      { key: "write", title: "Write" },
-      { key: "read", title: "Read" },
-      { title: "", render: (p) => h("button.small", { type: "button", onclick: () => clear(p) }, "Clear") },
+  return grantTab({
+    name: "permission",
+    idPrefix: "perm",
+    fields: [
+      ["configure", "Configure", field("Configure regexp", input("configure", { value: ".*" }))],
+      ["write", "Write", field("Write regexp", input("write", { value: ".*" }))],
+      ["read", "Read", field("Read regexp", input("read", { value: ".*" }))],
     ],
-    { empty: "No permissions.", id: "permissions-table", rowKey: (p) => `${p.user}\u0000${p.vhost}` },
-  );
-  const userSel = select("user", [], { id: "perm-user" });
-  const vhostSel = select("vhost", [], { id: "perm-vhost" });
-  const form = actionForm(
-    "form#set-permission.form-grid",
-    {
-      action: (fd) => {
-        const body = { configure: fd.get("configure"), write: fd.get("write"), read: fd.get("read") };
-        return [() => api.put(`/permissions/${enc(fd.get("vhost"))}/${enc(fd.get("user"))}`, body), "Permission set"];
-      },
-      after: refresh,
-    },
-    field("User", userSel),
-    field("Virtual host", vhostSel),
-    field("Configure regexp", input("configure", { value: ".*" })),
-    field("Write regexp", input("write", { value: ".*" })),
-    field("Read regexp", input("read", { value: ".*" })),
-    h("div.form-actions", h("button.primary#perm-submit", { type: "submit" }, "Set permission")),
-  );
-  async function clear(p) {
-    if (!(await confirmDialog("Clear permission", `Remove ${p.user}'s permissions in ${p.vhost}?`, { okLabel: "Clear" }))) return;
-    const ok = await act(null, () => api.del(`/permissions/${enc(p.vhost)}/${enc(p.user)}`), "Permission cleared");
-    if (ok !== undefined) refresh();
-  }
-  async function refresh() {
-    const [perms, users, vhosts] = await Promise.all([api.get("/permissions"), api.get("/users"), api.get("/vhosts?columns=name")]);
-    table.set(perms);
-    setOptions(userSel, users.map((u) => u.name));
-    setOptions(vhostSel, vhosts.map((v) => v.name));
-  }
-  return { el: h("div.page", card("Permissions", table.el), card("Set a permission", form)), refresh };
+    empty: "No permissions.",
+    rowKey: (p) => `${p.user}\u0000${p.vhost}`,
+    clearing: ["Clear permission", "Permission cleared"],
+  });
 }
 
 // ---------------------------------------------------------- topic permissions
 function topicPermissionsTab() {
+  return grantTab({
+    name: "topic-permission",
+    idPrefix: "topic",
+    fields: [
+      ["exchange", "Exchange", field("Topic exchange", input("exchange", { value: "amq.topic", required: true, id: "topic-exchange" }))],
+      ["write", "Write (publish) regexp", field("Write regexp", input("write", { value: ".*", id: "topic-write" }), "routing keys the user may publish with; {username} and {vhost} are filled in")],
+      ["read", "Read (bind) regexp", field("Read regexp", input("read", { value: ".*", id: "topic-read" }), "routing keys the user may bind with")],
+    ],
+    empty: "No topic permissions: every routing key is allowed.",
+    rowKey: (p) => `${p.user}\u0000${p.vhost}\u0000${p.exchange}`,
+    clearing: ["Clear topic permissions", "Topic permissions cleared"],
+  });
+}
+
+// Permissions and topic permissions are one kind of tab. A row is a user's grant in a
+// virtual host, with a Clear button; a form of the user, the vhost and the grant's fields
+// ([key, column title, form field]) sets one with PUT at /<name>s/{vhost}/{user}, Clear
+// deletes it there. The name gives the path, the element ids and the texts.
+function grantTab({ name, idPrefix, fields, empty, rowKey, clearing }) {
+  const noun = name.replace("-", " ");
+  const Noun = noun[0].toUpperCase() + noun.slice(1);
+  const path = `/${name}s`;
   const table = new Table(
     [
       { key: "user", title: "User" },
       { key: "vhost", title: "Virtual host" },
-      { key: "exchange", title: "Exchange" },
-      { key: "write", title: "Write (publish) regexp" },
-      { key: "read", title: "Read (bind) regexp" },
+      ...fields.map(([key, title]) => ({ key, title })),
       { title: "", render: (p) => h("button.small", { type: "button", onclick: () => clear(p) }, "Clear") },
     ],
-    { empty: "No topic permissions: every routing key is allowed.", id: "topic-permissions-table", rowKey: (p) => `${p.user}\u0000${p.vhost}\u0000${p.exchange}` },
+    { empty, id: `${name}s-table`, rowKey },
   );
-  const userSel = select("user", [], { id: "topic-user" });
-  const vhostSel = select("vhost", [], { id: "topic-vhost" });
+  const userSel = select("user", [], { id: `${idPrefix}-user` });
+  const vhostSel = select("vhost", [], { id: `${idPrefix}-vhost` });
   const form = actionForm(
-    "form#set-topic-permission.form-grid",
+    `form#set-${name}.form-grid`,
     {
       action: (fd) => {
-        const body = { exchange: fd.get("exchange"), write: fd.get("write"), read: fd.get("read") };
-        return [() => api.put(`/topic-permissions/${enc(fd.get("vhost"))}/${enc(fd.get("user"))}`, body), "Topic permission set"];
+        const body = Object.fromEntries(fields.map(([key]) => [key, fd.get(key)]));
+        return [() => api.put(`${path}/${enc(fd.get("vhost"))}/${enc(fd.get("user"))}`, body), `${Noun} set`];
       },
       after: refresh,
     },
     field("User", userSel),
     field("Virtual host", vhostSel),
-    field("Topic exchange", input("exchange", { value: "amq.topic", required: true, id: "topic-exchange" })),
-    field("Write regexp", input("write", { value: ".*", id: "topic-write" }), "routing keys the user may publish with; {username} and {vhost} are filled in"),
-    field("Read regexp", input("read", { value: ".*", id: "topic-read" }), "routing keys the user may bind with"),
-    h("div.form-actions", h("button.primary#topic-submit", { type: "submit" }, "Set topic permission")),
+    ...fields.map(([, , formField]) => formField),
+    h("div.form-actions", h(`button.primary#${idPrefix}-submit`, { type: "submit" }, `Set ${noun}`)),
   );
   async function clear(p) {
-    if (!(await confirmDialog("Clear topic permissions", `Remove ${p.user}'s topic permissions in ${p.vhost}?`, { okLabel: "Clear" }))) return;
-    const ok = await act(null, () => api.del(`/topic-permissions/${enc(p.vhost)}/${enc(p.user)}`), "Topic permissions cleared");
+    const [title, cleared] = clearing;
+    if (!(await confirmDialog(title, `Remove ${p.user}'s ${noun}s in ${p.vhost}?`, { okLabel: "Clear" }))) return;
+    const ok = await act(null, () => api.del(`${path}/${enc(p.vhost)}/${enc(p.user)}`), cleared);
     if (ok !== undefined) refresh();
   }
   async function refresh() {
-    const [perms, users, vhosts] = await Promise.all([api.get("/topic-permissions"), api.get("/users"), api.get("/vhosts?columns=name")]);
-    table.set(perms);
+    const [grants, users, vhosts] = await Promise.all([api.get(path), api.get("/users"), api.get("/vhosts?columns=name")]);
+    table.set(grants);
     setOptions(userSel, users.map((u) => u.name));
     setOptions(vhostSel, vhosts.map((v) => v.name));
   }
-  return { el: h("div.page", card("Topic permissions", table.el), card("Set a topic permission", form)), refresh };
+  return { el: h("div.page", card(`${Noun}s`, table.el), card(`Set a ${noun}`, form)), refresh };
 }
 
 // ------------------------------------------------------------------- policies
@@ -234,20 +224,12 @@ function definitionText(def) {
 }
 
 function keyPicker(textarea, keys) {
-  return h(
-    "div.tag-picker",
-    keys.map((k) =>
-      h("button.chip.small", {
-        type: "button",
-        onclick: () => {
-          const lines = textarea.value.split("\n").filter((l) => l.trim());
-          if (!lines.some((l) => l.split("=")[0].trim() === k)) lines.push(`${k} = `);
-          textarea.value = lines.join("\n");
-          textarea.focus();
-        },
-      }, k),
-    ),
-  );
+  return chipPicker(keys, (k) => {
+    const lines = textarea.value.split("\n").filter((l) => l.trim());
+    if (!lines.some((l) => l.split("=")[0].trim() === k)) lines.push(`${k} = `);
+    textarea.value = lines.join("\n");
+    textarea.focus();
+  });
 }
 
 /** One kind of policy (policies, or operator policies): its table and its form. */

@@ -3,7 +3,7 @@
 
 import * as api from "./api.js";
 import { enc } from "./api.js";
-import { Table, act, card, confirmDialog, fmtInt, fmtRate, fmtTime, h, rate } from "./ui.js";
+import { Table, act, card, confirmDialog, fmtInt, fmtRate, fmtTime, h, rate, tableFilter } from "./ui.js";
 
 export function connectionsPage() {
   const table = new Table(
@@ -20,7 +20,7 @@ export function connectionsPage() {
     ],
     { empty: "No connections.", id: "connections-table" },
   );
-  const filterBox = h("input.filter", { type: "search", placeholder: "Filter connections  ( / )", "data-search": "", "aria-label": "Filter connections", oninput: () => table.filter(filterBox.value) });
+  const filterBox = tableFilter(table, "connections");
   // the stream protocol's publishers and consumers (rabbitmq_stream_management's lists)
   const conn = (x) => h("span", { title: (x.connection_details || {}).name }, (x.connection_details || {}).name || "");
   const stream = (x) => `${(x.queue || {}).name} (${(x.queue || {}).vhost})`;
@@ -87,7 +87,7 @@ export function channelsPage() {
     ],
     { empty: "No channels.", id: "channels-table" },
   );
-  const filterBox = h("input.filter", { type: "search", placeholder: "Filter channels  ( / )", "data-search": "", "aria-label": "Filter channels", oninput: () => table.filter(filterBox.value) });
+  const filterBox = tableFilter(table, "channels");
   const el = h("div.page", card(null, h("div.card-head", h("h2", "Channels"), filterBox), h("p.muted.small", "Mode: C confirm, T transactional."), table.el));
   async function refresh() {
     table.set(await api.get("/channels"));

@@ -6,8 +6,8 @@ import * as api from "./api.js";
 import { enc } from "./api.js";
 import { navigate } from "./nav.js";
 import {
-  Table, act, actionForm, card, confirmDialog, exchangeHref, exchangeLabel, features, field, figures,
-  formArguments, h, input, link, queueHref, select, setOptions, toast,
+  Table, act, bindingForm, card, confirmDialog, declareForm, exchangeHref, exchangeLabel, features, field, figures,
+  formArguments, h, input, link, listWithAddForm, queueHref, select, toast,
 } from "./ui.js";
 
 const TYPES = ["direct", "fanout", "topic", "headers", "x-consistent-hash", "x-delayed-message", "x-message-deduplication"];
@@ -24,44 +24,26 @@ export function exchangesPage() {
     ],
     { empty: "No exchanges.", rowKey: (x) => `${x.vhost}\u0000${x.name}`, id: "exchanges-table" },
   );
-  const filterBox = h("input.filter", { type: "search", placeholder: "Filter exchanges  ( / )", "data-search": "", "aria-label": "Filter exchanges", oninput: () => table.filter(filterBox.value) });
   const vhostSel = select("vhost", []);
-  const form = actionForm(
+  const form = declareForm(
     "form#add-exchange.form-grid",
     {
-      action: (fd) => {
-        const name = String(fd.get("name")).trim();
-        const args = formArguments(fd);
-        if (args === undefined) return undefined;
-        const body = {
-          type: fd.get("type"), durable: fd.get("durable") === "true", auto_delete: fd.get("auto_delete") === "true",
-          internal: fd.get("internal") === "true", arguments: args,
-        };
-        return [() => api.put(`/exchanges/${enc(fd.get("vhost"))}/${enc(name)}`, body), `Exchange ${name} declared`];
-      },
-      after: refresh,
-      reset: true,
+      path: "/exchanges",
+      noun: "Exchange",
+      body: (fd, args) => ({
+        type: fd.get("type"), durable: fd.get("durable") === "true", auto_delete: fd.get("auto_delete") === "true",
+        internal: fd.get("internal") === "true", arguments: args,
+      }),
+      after: () => page.refresh(),
+      more: [field("Internal", select("internal", [["false", "No"], ["true", "Yes"]]))],
+      example: "alternate-exchange = ae",
     },
     field("Virtual host", vhostSel),
     field("Name", input("name", { required: true })),
     field("Type", select("type", TYPES)),
-    field("Durability", select("durable", [["true", "Durable"], ["false", "Transient"]])),
-    field("Auto delete", select("auto_delete", [["false", "No"], ["true", "Yes"]])),
-    field("Internal", select("internal", [["false", "No"], ["true", "Yes"]])),
-    field("Arguments", h("textarea", { name: "arguments", rows: 2, placeholder: "alternate-exchange = ae" }), "key = value, one per line"),
-    h("div.form-actions", h("button.primary", { type: "submit" }, "Add exchange")),
   );
-  const el = h(
-    "div.page",
-    card(null, h("div.card-head", h("h2", "Exchanges"), filterBox), table.el),
-    h("details.card.collapsible", h("summary", h("h2", "Add an exchange")), form),
-  );
-  async function refresh() {
-    const [xs, vhosts] = await Promise.all([api.get("/exchanges"), api.get("/vhosts?columns=name")]);
-    table.set(xs);
-    setOptions(vhostSel, vhosts.map((v) => v.name));
-  }
-  return { title: "Exchanges", el, refresh };
+  const page = listWithAddForm({ title: "Exchanges", what: "exchanges", path: "/exchanges", table, addTitle: "Add an exchange", form, vhostSel });
+  return page;
 }
 
 // --------------------------------------------------------------- one exchange
@@ -92,25 +74,19 @@ export function exchangePage(vhost, urlName) {
     { empty: "No exchange binds to this one.", id: "exchange-incoming" },
   );
 
-  const bindForm = actionForm(
+  const bindForm = bindingForm(
     "form#exchange-bind.form-grid",
     {
-      action: (fd) => {
-        const args = formArguments(fd);
-        if (args === undefined) return undefined;
-        const kind = fd.get("kind");
+      vhost,
+      where: (fd) => {
         const to = String(fd.get("destination")).trim();
-        return [() => api.post(`/bindings/${enc(vhost)}/e/${enc(name)}/${kind}/${enc(to)}`, { routing_key: fd.get("routing_key"), arguments: args }), `Bound ${to}`];
+        return [`e/${enc(name)}/${fd.get("kind")}/${enc(to)}`, `Bound ${to}`];
       },
       after: refresh,
-      reset: true,
+      names: "destination-names",
     },
     field("To", select("kind", [["q", "Queue"], ["e", "Exchange"]])),
     field("Name", input("destination", { required: true, list: "destination-names" })),
-    field("Routing key", input("routing_key")),
-    field("Arguments", h("textarea", { name: "arguments", rows: 1 })),
-    h("datalist#destination-names"),
-    h("div.form-actions", h("button.primary", { type: "submit" }, "Bind")),
   );
 
   const publishResult = h("p#publish-result", { role: "status" });

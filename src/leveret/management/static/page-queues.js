@@ -6,8 +6,8 @@ import * as api from "./api.js";
 import { enc } from "./api.js";
 import { navigate } from "./nav.js";
 import {
-  Table, act, actionForm, card, confirmDialog, exchangeHref, exchangeLabel, features, field, figures,
-  fmtBytes, fmtInt, fmtRate, formArguments, h, input, link, queueHref, rate, select, setOptions,
+  Table, act, bindingForm, card, confirmDialog, declareForm, exchangeHref, exchangeLabel, features, field, figures,
+  fmtBytes, fmtInt, fmtRate, h, input, link, listWithAddForm, queueHref, rate, select,
 } from "./ui.js";
 
 const queueType = (q) => q.type || (q.arguments && q.arguments["x-queue-type"]) || "classic";
@@ -30,44 +30,25 @@ export function queuesPage() {
     ],
     { empty: "No queues.", rowKey: (q) => `${q.vhost}\u0000${q.name}`, id: "queues-table" },
   );
-  const filterBox = h("input.filter", { type: "search", placeholder: "Filter queues  ( / )", "data-search": "", "aria-label": "Filter queues", oninput: () => table.filter(filterBox.value) });
-
   const vhostSel = select("vhost", [], { id: "new-queue-vhost" });
-  const form = actionForm(
+  const form = declareForm(
     "form#add-queue.form-grid",
     {
-      action: (fd) => {
-        const name = String(fd.get("name")).trim();
-        const args = formArguments(fd);
-        if (args === undefined) return undefined;
+      path: "/queues",
+      noun: "Queue",
+      body: (fd, args) => {
         if (fd.get("type") === "stream") args["x-queue-type"] = "stream";
-        const body = { durable: fd.get("durable") === "true", auto_delete: fd.get("auto_delete") === "true", arguments: args };
-        return [() => api.put(`/queues/${enc(fd.get("vhost"))}/${enc(name)}`, body), `Queue ${name} declared`];
+        return { durable: fd.get("durable") === "true", auto_delete: fd.get("auto_delete") === "true", arguments: args };
       },
-      after: refresh,
-      reset: true,
+      after: () => page.refresh(),
+      example: "x-max-length = 1000",
     },
     field("Virtual host", vhostSel),
     field("Type", select("type", [["classic", "Classic"], ["stream", "Stream"]])),
     field("Name", input("name", { required: true, id: "new-queue-name" })),
-    field("Durability", select("durable", [["true", "Durable"], ["false", "Transient"]])),
-    field("Auto delete", select("auto_delete", [["false", "No"], ["true", "Yes"]])),
-    field("Arguments", h("textarea", { name: "arguments", rows: 2, placeholder: "x-max-length = 1000" }), "key = value, one per line"),
-    h("div.form-actions", h("button.primary", { type: "submit" }, "Add queue")),
   );
-
-  const el = h(
-    "div.page",
-    card(null, h("div.card-head", h("h2", "Queues"), filterBox), table.el),
-    h("details.card.collapsible", h("summary", h("h2", "Add a queue")), form),
-  );
-
-  async function refresh() {
-    const [queues, vhosts] = await Promise.all([api.get("/queues"), api.get("/vhosts?columns=name")]);
-    table.set(queues);
-    setOptions(vhostSel, vhosts.map((v) => v.name));
-  }
-  return { title: "Queues", el, refresh };
+  const page = listWithAddForm({ title: "Queues", what: "queues", path: "/queues", table, addTitle: "Add a queue", form, vhostSel });
+  return page;
 }
 
 // ------------------------------------------------------------------ one queue
@@ -105,23 +86,20 @@ export function queuePage(vhost, name) {
     { empty: "No bindings.", id: "queue-bindings" },
   );
 
-  const bindForm = actionForm(
+  const bindForm = bindingForm(
     "form#queue-bind.form-grid",
     {
-      action: (fd) => {
-        const args = formArguments(fd);
-        if (args === undefined) return undefined;
+      vhost,
+      where: (fd) => {
         const source = String(fd.get("source")).trim();
-        return [() => api.post(`/bindings/${enc(vhost)}/e/${enc(source)}/q/${enc(name)}`, { routing_key: fd.get("routing_key"), arguments: args }), `Bound to ${source}`];
+        return [`e/${enc(source)}/q/${enc(name)}`, `Bound to ${source}`];
       },
       after: refresh,
-      reset: true,
+      keyId: "bind-key",
+      example: "x-match = any",
+      names: "exchange-names",
     },
     field("From exchange", input("source", { required: true, list: "exchange-names", id: "bind-source" })),
-    field("Routing key", input("routing_key", { id: "bind-key" })),
-    field("Arguments", h("textarea", { name: "arguments", rows: 1, placeholder: "x-match = any" })),
-    h("datalist#exchange-names"),
-    h("div.form-actions", h("button.primary", { type: "submit" }, "Bind")),
   );
 
   const results = h("div#get-results");

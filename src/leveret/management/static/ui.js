@@ -2,6 +2,9 @@
 // forms, toasts and confirmations. No libraries.
 "use strict";
 
+import * as api from "./api.js";
+import { enc } from "./api.js";
+
 /** h("tag.class#id", {attrs, on*: handlers}, ...children) */
 export function h(spec, attrs, ...children) {
   const m = /^([a-z0-9]+)?((?:[.#][\w-]+)*)$/i.exec(spec);
@@ -248,6 +251,81 @@ export function figures(pairs) {
     "dl.figures",
     pairs.map(([label, val, title]) => h("div", { title }, h("dt", label), h("dd", val))),
   );
+}
+
+/** The add form of exchanges and queues: the fields given (a "vhost" and a "name" among
+ * them), durability and auto delete, the ``more`` fields, and the arguments as "key = value"
+ * rows (``example`` as placeholder). It declares by PUT at `${path}/{vhost}/{name}` with
+ * ``body(fd, args)``. */
+export function declareForm(spec, { path, noun, body, after, more = [], example }, ...fields) {
+  return actionForm(
+    spec,
+    {
+      action: (fd) => {
+        const name = String(fd.get("name")).trim();
+        const args = formArguments(fd);
+        if (args === undefined) return undefined;
+        const declared = body(fd, args);
+        return [() => api.put(`${path}/${enc(fd.get("vhost"))}/${enc(name)}`, declared), `${noun} ${name} declared`];
+      },
+      after,
+      reset: true,
+    },
+    ...fields,
+    field("Durability", select("durable", [["true", "Durable"], ["false", "Transient"]])),
+    field("Auto delete", select("auto_delete", [["false", "No"], ["true", "Yes"]])),
+    ...more,
+    field("Arguments", h("textarea", { name: "arguments", rows: 2, placeholder: example }), "key = value, one per line"),
+    h("div.form-actions", h("button.primary", { type: "submit" }, `Add ${noun.toLowerCase()}`)),
+  );
+}
+
+/** A form that adds a binding: the fields given, the routing key (``keyId`` its id) and
+ * the arguments (``example`` as placeholder), and a datalist ``#<names>`` for the name
+ * field to offer. ``where(fd)`` gives the path under /bindings/{vhost}/ and the text to
+ * show once bound. */
+export function bindingForm(spec, { vhost, where, after, keyId, example, names }, ...fields) {
+  return actionForm(
+    spec,
+    {
+      action: (fd) => {
+        const args = formArguments(fd);
+        if (args === undefined) return undefined;
+        const [path, bound] = where(fd);
+        return [() => api.post(`/bindings/${enc(vhost)}/${path}`, { routing_key: fd.get("routing_key"), arguments: args }), bound];
+      },
+      after,
+      reset: true,
+    },
+    ...fields,
+    field("Routing key", input("routing_key", { id: keyId })),
+    field("Arguments", h("textarea", { name: "arguments", rows: 1, placeholder: example })),
+    h(`datalist#${names}`),
+    h("div.form-actions", h("button.primary", { type: "submit" }, "Bind")),
+  );
+}
+
+/** The search box over a table: "Filter <what>  ( / )" (the / key focuses it). */
+export function tableFilter(table, what) {
+  const box = h("input.filter", { type: "search", placeholder: `Filter ${what}  ( / )`, "data-search": "", "aria-label": `Filter ${what}`, oninput: () => table.filter(box.value) });
+  return box;
+}
+
+/** A list with an add form (exchanges, queues): the table under its heading and filter
+ * box, the form folded below it; refresh() shows `path`'s rows and offers the virtual
+ * hosts in `vhostSel`. */
+export function listWithAddForm({ title, what, path, table, addTitle, form, vhostSel }) {
+  const el = h(
+    "div.page",
+    card(null, h("div.card-head", h("h2", title), tableFilter(table, what)), table.el),
+    h("details.card.collapsible", h("summary", h("h2", addTitle)), form),
+  );
+  async function refresh() {
+    const [rows, vhosts] = await Promise.all([api.get(path), api.get("/vhosts?columns=name")]);
+    table.set(rows);
+    setOptions(vhostSel, vhosts.map((v) => v.name));
+  }
+  return { title, el, refresh };
 }
 
 // ---------------------------------------------------------------------- forms
