@@ -66,13 +66,6 @@ def _encode(item: Scheduled) -> bytes:
     )
 
 
-def _message(exchange_and_key: bytes, properties: bytes, body: bytes) -> Message:
-    n = exchange_and_key[0]
-    exchange = exchange_and_key[1 : 1 + n].decode("utf-8", "replace")
-    key = exchange_and_key[2 + n :].decode("utf-8", "replace")
-    return Message(exchange, key, exchange_and_key, properties, body)
-
-
 def _decode(data: bytes) -> list[Scheduled]:
     """The records of a bucket file; a record cut short (a crash mid-write) ends it."""
     out: list[Scheduled] = []
@@ -93,7 +86,8 @@ def _decode(data: bytes) -> list[Scheduled]:
         props = data[p : p + lp]
         p += lp
         body = data[p : p + lb]
-        out.append((due, seq, vhost, exchange, _message(exchange_and_key, props, body)))
+        message = Message.stored(exchange_and_key, props, body, "replace")
+        out.append((due, seq, vhost, exchange, message))
         pos = stop
     return out
 

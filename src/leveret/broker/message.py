@@ -14,6 +14,16 @@ _DELIVERY_MODE_FLAG = 0x1000
 _EMPTY_PROPERTIES = b"\x00\x00"
 
 
+def split_exchange_and_key(exchange_and_key: bytes, errors: str = "strict") -> tuple[str, str]:
+    """The exchange and routing key of their wire form: two short strings, one after the
+    other. ``errors`` as for :meth:`bytes.decode`."""
+    n = exchange_and_key[0]
+    return (
+        exchange_and_key[1 : 1 + n].decode("utf-8", errors),
+        exchange_and_key[2 + n :].decode("utf-8", errors),
+    )
+
+
 @dataclass(slots=True, eq=False, repr=False)
 class Message:
     """Compared by identity: two publishes of the same bytes are two messages."""
@@ -43,6 +53,21 @@ class Message:
         raw = spec.encode_properties(properties) if properties else _EMPTY_PROPERTIES
         return cls(
             exchange, routing_key, bytes((len(ex),)) + ex + bytes((len(rk),)) + rk, raw, body
+        )
+
+    @classmethod
+    def stored(
+        cls, exchange_and_key: bytes, properties: bytes, body: bytes, errors: str = "strict"
+    ) -> Message:
+        """A message as a log keeps it: its exchange and routing key as they went on the
+        wire (two short strings), its property bytes and its body."""
+        n = exchange_and_key[0]  # as split_exchange_and_key, without a call per record
+        return cls(
+            exchange_and_key[1 : 1 + n].decode("utf-8", errors),
+            exchange_and_key[2 + n :].decode("utf-8", errors),
+            exchange_and_key,
+            properties,
+            body,
         )
 
     @classmethod

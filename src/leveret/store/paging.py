@@ -30,7 +30,7 @@ from collections import deque
 from pathlib import Path
 
 from leveret.broker.entry import Entry
-from leveret.broker.message import Message
+from leveret.broker.message import Message, split_exchange_and_key
 from leveret.store.messages import HEAD, MessageLog, Recovered
 
 log = logging.getLogger(__name__)
@@ -43,11 +43,6 @@ _REDELIVERED = 0x01
 _MIN_READ = 64 * 1024
 _WRITE_CHUNK = 1024 * 1024
 _fadvise = getattr(os, "posix_fadvise", None)
-
-
-def _names(ek: bytes) -> tuple[str, str]:
-    n = ek[0]
-    return ek[1 : 1 + n].decode(), ek[2 + n :].decode()
 
 
 class _Stored:
@@ -282,7 +277,7 @@ class PageFiles:
         for i, (ek, props, body) in enumerate(records, start):
             if ek != last_ek:
                 last_ek = ek
-                names = _names(ek)
+                names = split_exchange_and_key(ek)
             entry = Entry(
                 Message(names[0], names[1], ek, props, body),
                 i + 1 if seqs is None else seqs[i],
@@ -323,7 +318,7 @@ class PageFiles:
             ek = buf[a:b]
             if ek != last_ek:
                 last_ek = ek
-                names = _names(ek)
+                names = split_exchange_and_key(ek)
             body = buf[c:nxt]
             entry = Entry(Message(names[0], names[1], ek, buf[b:c], body), seq, expires)
             entry.store_id = store_id

@@ -105,14 +105,7 @@ class QuorumLog:
                 offset = rid + 1
                 if rid < low or rid in settled:
                     continue
-                elen = exchange_and_key[0]
-                message = Message(
-                    exchange_and_key[1 : 1 + elen].decode(),
-                    exchange_and_key[2 + elen :].decode(),
-                    exchange_and_key,
-                    props,
-                    body,
-                )
+                message = Message.stored(exchange_and_key, props, body)
                 if rid in dead:
                     state = DEAD_LETTERED
                 else:

@@ -21,6 +21,7 @@ import os
 import shutil
 from pathlib import Path
 
+from leveret.broker.message import split_exchange_and_key
 from leveret.broker.queues.stream_amqp10 import to_amqp10
 from leveret.store.osiris import OsirisLog
 from leveret.store.osiris_tracking import read_tracking_json
@@ -104,9 +105,7 @@ def _carry_tracking(path: Path, new: OsirisLog) -> None:
 def _as_amqp10(exchange_and_key: bytes, properties: bytes, body: bytes) -> bytes:
     if properties == _AMQP10_PROPERTIES:
         return body
-    elen = exchange_and_key[0]
-    exchange = exchange_and_key[1 : 1 + elen].decode("utf-8", "replace")
-    key = exchange_and_key[2 + elen :].decode("utf-8", "replace")
+    exchange, key = split_exchange_and_key(exchange_and_key, "replace")
     return to_amqp10(exchange, key, properties, body)
 
 

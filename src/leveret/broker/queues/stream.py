@@ -245,15 +245,7 @@ class StreamQueue(Queue):
             if not records:
                 return
             for offset, _ts, stored in records:
-                exchange_and_key, properties, body = self._as_amqp091(stored, offset)
-                elen = exchange_and_key[0]
-                message = Message(
-                    exchange_and_key[1 : 1 + elen].decode(),
-                    exchange_and_key[2 + elen :].decode(),
-                    exchange_and_key,
-                    properties,
-                    body,
-                )
+                message = Message.stored(*self._as_amqp091(stored, offset))
                 offsets[consumer] = offset + 1
                 self.delivered += 1  # a stream consumer always acks
                 self.unacked += 1  # a stream consumer always acks, to return credit
