@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from leveret.broker.exchanges import FanoutExchange, TopicExchange
+from leveret.broker.exchanges import Binding, FanoutExchange, TopicExchange
 from leveret.broker.exchanges.headers import headers_match
 from leveret.broker.exchanges.topic import topic_matches
 from leveret.broker.message import Message
@@ -50,8 +50,8 @@ def test_topic_exchange_routes_each_queue_once(bindings: list[str], key: str) ->
     vhost = VirtualHost("/")
     queues = [Queue(Declaration(f"q{i}", "/")) for i in range(len(bindings))]
     for q, b in zip(queues, bindings, strict=True):
-        vhost.bind(x, q, b)
-        vhost.bind(x, q, b + ".#" if b else "#")  # overlapping bindings
+        vhost.bind(x, Binding(x.name, q, b))
+        vhost.bind(x, Binding(x.name, q, b + ".#" if b else "#"))  # overlapping bindings
     routed = x.route(Message.build("t", key, b""))
     assert len(routed) == len(set(map(id, routed)))
     expected = {
@@ -61,8 +61,8 @@ def test_topic_exchange_routes_each_queue_once(bindings: list[str], key: str) ->
     }
     assert {q.name for q in routed} == expected  # type: ignore[attr-defined]
     for q, b in zip(queues, bindings, strict=True):
-        vhost.unbind(x, q, b)
-        vhost.unbind(x, q, b + ".#" if b else "#")
+        vhost.unbind(x, Binding(x.name, q, b))
+        vhost.unbind(x, Binding(x.name, q, b + ".#" if b else "#"))
     assert x.route(Message.build("t", key, b"")) == []
 
 
@@ -86,10 +86,10 @@ def test_fanout_counts_duplicate_bindings() -> None:
     vhost = VirtualHost("/")
     x = FanoutExchange("f", "/")
     q = Queue(Declaration("q", "/"))
-    vhost.bind(x, q, "one")
-    vhost.bind(x, q, "two")
+    vhost.bind(x, Binding(x.name, q, "one"))
+    vhost.bind(x, Binding(x.name, q, "two"))
     assert x.route(Message.build("f", "", b"")) == [q]
-    vhost.unbind(x, q, "one")
+    vhost.unbind(x, Binding(x.name, q, "one"))
     assert x.route(Message.build("f", "", b"")) == [q]
-    vhost.unbind(x, q, "two")
+    vhost.unbind(x, Binding(x.name, q, "two"))
     assert x.route(Message.build("f", "", b"")) == []

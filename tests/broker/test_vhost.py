@@ -7,6 +7,7 @@ import pytest
 from pamqp import commands as C
 
 from leveret.broker import operations
+from leveret.broker.exchanges import Binding
 from leveret.broker.message import Message
 from leveret.broker.operations import Actor
 from leveret.broker.users import Permission
@@ -81,7 +82,7 @@ def test_reject_publish_overflow_answers_refused(vhost: VirtualHost) -> None:
 def test_cc_and_bcc_route_to_every_key_once(vhost: VirtualHost) -> None:
     for name in ("a", "b", "c"):
         q, _ = vhost.declare_queue(name)
-        vhost.bind(vhost.exchanges["amq.direct"], q, name)
+        vhost.bind(vhost.exchanges["amq.direct"], Binding("amq.direct", q, name))
     publish(vhost, "amq.direct", "a", headers={"CC": ["b", "a"], "BCC": ["c"]})
     got = {n: vhost.queues[n].get(True) for n in "abc"}
     assert all(got.values())
@@ -92,17 +93,18 @@ def test_cc_and_bcc_route_to_every_key_once(vhost: VirtualHost) -> None:
 def test_bind_and_unbind_report_whether_anything_changed(vhost: VirtualHost) -> None:
     q, _ = vhost.declare_queue("q")
     x = vhost.exchanges["amq.direct"]
-    assert vhost.bind(x, q, "k") and not vhost.bind(x, q, "k")
+    binding = Binding(x.name, q, "k")
+    assert vhost.bind(x, binding) and not vhost.bind(x, Binding(x.name, q, "k"))
     assert [b.routing_key for b in vhost.bindings()] == ["k"]
-    assert vhost.unbind(x, q, "k") and not vhost.unbind(x, q, "k")
+    assert vhost.unbind(x, Binding(x.name, q, "k")) and not vhost.unbind(x, binding)
     assert vhost.bindings() == []
 
 
 def test_removing_a_queue_takes_its_bindings_and_auto_delete_sources(vhost: VirtualHost) -> None:
     q, _ = vhost.declare_queue("q")
     x, _ = vhost.declare_exchange("x", "fanout", auto_delete=True)
-    vhost.bind(x, q, "")
-    vhost.bind(vhost.exchanges["amq.fanout"], q, "")
+    vhost.bind(x, Binding(x.name, q, ""))
+    vhost.bind(vhost.exchanges["amq.fanout"], Binding("amq.fanout", q, ""))
     assert vhost.remove_queue(q) == 0
     assert "x" not in vhost.exchanges
     assert vhost.exchanges["amq.fanout"].bindings == {}
@@ -111,7 +113,7 @@ def test_removing_a_queue_takes_its_bindings_and_auto_delete_sources(vhost: Virt
 def test_deleting_an_exchange_unbinds_it_from_its_sources(vhost: VirtualHost) -> None:
     src, _ = vhost.declare_exchange("src", "fanout")
     dst, _ = vhost.declare_exchange("dst", "fanout")
-    vhost.bind(src, dst, "")
+    vhost.bind(src, Binding(src.name, dst, ""))
     with pytest.raises(AMQPError) as info:
         vhost.delete_exchange("src", if_unused=True)  # the source of a binding: in use
     assert refusal(info) == (406, "PRECONDITION_FAILED - exchange 'src' in vhost '/' in use")

@@ -9,6 +9,7 @@ from typing import Any
 
 from leveret.broker.broker import COMPATIBLE_VERSION, BrokerCore
 from leveret.broker.events import DefinitionsImported
+from leveret.broker.exchanges import Binding
 from leveret.broker.policies import make_policy
 from leveret.broker.users import HASHING_ALGORITHM
 
@@ -253,7 +254,8 @@ def import_definitions(
         dest_kind = b.get("destination_type", "queue")
         dest = (vhost.queues if dest_kind == "queue" else vhost.exchanges).get(b["destination"])
         if src is not None and dest is not None and src.name != "":
-            vhost.bind(src, dest, b.get("routing_key", ""), b.get("arguments") or {})
+            key, arguments = b.get("routing_key", ""), dict(b.get("arguments") or {})
+            vhost.bind(src, Binding(src.name, dest, key, arguments))
     broker.observers.emit(DefinitionsImported())
 
 

@@ -491,16 +491,10 @@ class VirtualHost:
             if not incoming:
                 del self._incoming[(dest.kind, dest.name)]
 
-    def bind(
-        self,
-        source: Exchange,
-        destination: Queue | Exchange,
-        routing_key: str,
-        arguments: dict[str, Any] | None = None,
-    ) -> bool:
-        binding = Binding(
-            source.name, destination, routing_key, arguments.copy() if arguments else {}
-        )
+    def bind(self, source: Exchange, binding: Binding) -> bool:
+        """Adds ``binding`` (leaving ``source``, named by ``binding.source``; the
+        binding keeps its arguments dict); False if ``source`` has it already."""
+        destination = binding.destination
         if not source.bind(binding):
             return False
         self._incoming.setdefault((destination.kind, destination.name), {})[
@@ -511,23 +505,16 @@ class VirtualHost:
             self.observers.emit(DefinitionChanged(binding))
         return True
 
-    def unbind(
-        self,
-        source: Exchange,
-        destination: Queue | Exchange,
-        routing_key: str,
-        arguments: dict[str, Any] | None = None,
-    ) -> bool:
-        probe = Binding(
-            source.name, destination, routing_key, arguments.copy() if arguments else {}
-        )
-        removed = source.bindings.get(probe.key)
+    def unbind(self, source: Exchange, binding: Binding) -> bool:
+        """Removes the binding of ``source`` equal to ``binding`` (same destination,
+        routing key and arguments); False if there is none."""
+        removed = source.bindings.get(binding.key)
         if removed is None:
             return False
         self._forget_incoming(removed)
         deletions = Deletions()
         self._remove_from_source(source, [removed], deletions)
-        if source.durable and destination.durable:
+        if source.durable and binding.destination.durable:
             self.observers.emit(DefinitionChanged(removed))
         self._tell(deletions)
         return True

@@ -43,7 +43,8 @@ Url = Annotated[
 ]
 
 
-def _urls(given: list[str] | None) -> list[str]:
+def broker_urls(given: list[str] | None) -> list[str]:
+    """The URLs of ``--url`` (the default when none), each checked; a bad one fails."""
     try:
         return split_urls(given or [DEFAULT_URL])
     except LogsError as exc:
@@ -116,7 +117,7 @@ def emit_log(
     (the node may have stored them) and count as not confirmed.
     """
     interrupt_on_sigterm()
-    urls = _urls(url)
+    urls = broker_urls(url)
     try:
         emitter = Emitter(
             urls,
@@ -228,7 +229,7 @@ def receive_logs(
         fail("--durable needs --queue NAME")
     if queue_type and not queue:
         fail("--queue-type needs --queue NAME")
-    urls = _urls(url)
+    urls = broker_urls(url)
     if exchange_type == ExchangeType.fanout and keys:
         fail("binding keys are for --type direct or topic; a fanout exchange ignores them")
     limit = _size(max_bytes)

@@ -20,23 +20,13 @@ from typing import Annotated
 import typer
 
 from leveret.cli.common import Lake, fail
+from leveret.cli.logs import Url, broker_urls
 
 app = typer.Typer(
     no_args_is_help=True,
     help="The Spark log pipeline: ingest the logs stream into a Parquet lake, report on it.",
 )
 
-Url = Annotated[
-    list[str] | None,
-    typer.Option(
-        "--url",
-        envvar="LEVERET_URL",
-        help="Broker URL (amqp:// or amqps://). Repeat it (or separate URLs with commas) "
-        "for the nodes of a cluster: a lost connection moves on to the next. Default: "
-        "amqp://guest:guest@localhost:5672/",
-        show_default=False,
-    ),
-]
 Master = Annotated[
     str,
     typer.Option(
@@ -243,9 +233,7 @@ def ingest(
     if protocol not in ("amqp", "stream", "auto"):
         fail(f"--protocol: {protocol!r} is not amqp, stream or auto")
     settings = _conf(conf)
-    from leveret.cli.logs import _urls
-
-    urls = _urls(url)
+    urls = broker_urls(url)
     from leveret.logs.lakeconfig import AlertRule, LakeConfigError
     from leveret.logs.lakeconfig import load as load_lake
 

@@ -16,6 +16,7 @@ class Destination(Protocol):
 
     name: str
     kind: str  # "queue" or "exchange"
+    durable: bool  # a binding is a definition when both its ends are durable
 
 
 def freeze(value: Any) -> Any:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from leveret.broker.exchanges import Binding
 from leveret.broker.operations import authorization
 from leveret.broker.operations.topics import authorize_topic
 
@@ -58,6 +59,5 @@ def _binding_action(vhost: VirtualHost, actor: Actor, add: bool, request: Bindin
         actor.check_exclusive(dest, vhost.name)
     else:
         dest = vhost.get_exchange(destination)
-    if add:
-        return vhost.bind(src, dest, routing_key, arguments)
-    return vhost.unbind(src, dest, routing_key, arguments)
+    binding = Binding(src.name, dest, routing_key, arguments.copy() if arguments else {})
+    return vhost.bind(src, binding) if add else vhost.unbind(src, binding)
