@@ -28,6 +28,7 @@ from typing import Any
 
 from leveret.broker.clock import wall_ms
 from leveret.broker.message import Message
+from leveret.durable import fsync_path
 from leveret.protocol import table
 from leveret.protocol.spec import decode_field
 
@@ -231,11 +232,7 @@ class _DiskBuckets(_Buckets):
                 os.fsync(fd)
                 continue
             with contextlib.suppress(FileNotFoundError):
-                fd = os.open(self.dir / f"{bucket}.dl", os.O_RDONLY)
-                try:
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
+                fsync_path(self.dir / f"{bucket}.dl")
         self._dirty.clear()
 
     def close(self) -> None:
@@ -458,11 +455,7 @@ def fsync_paths(paths: list[Path]) -> None:
     """fsync each file (gone ones skipped): run in a thread, not on the event loop."""
     for path in paths:
         with contextlib.suppress(FileNotFoundError):
-            fd = os.open(path, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            fsync_path(path)
 
 
 _KEY = b"\x07x-delay"

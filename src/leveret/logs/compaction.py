@@ -43,6 +43,7 @@ from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from leveret.durable import fsync_path
 from leveret.logs.lake import (
     METADATA,
     STATE_DIR,
@@ -147,15 +148,7 @@ def _replace(target: Path, data: bytes, st: os.stat_result) -> None:
         os.fsync(f.fileno())
     os.utime(tmp, ns=(st.st_atime_ns, st.st_mtime_ns))
     os.replace(tmp, target)
-    _fsync_dir(target.parent)
-
-
-def _fsync_dir(d: Path) -> None:
-    fd = os.open(d, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    fsync_path(target.parent)
 
 
 @dataclass
@@ -434,7 +427,7 @@ def compact(
                 final = out_dir / f"{COMPACTED_PREFIX}{uuid.uuid4()}.c000.snappy.parquet"
                 os.replace(tmp, final)
                 published.append(final)
-            _fsync_dir(out_dir)
+            fsync_path(out_dir)
             if pause is not None:
                 pause("published")
             # the files read must still be committed (a retention may have dropped them)

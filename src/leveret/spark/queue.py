@@ -57,6 +57,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
+from leveret.durable import fsync_path
 from leveret.spark.client import AmqpSourceError, check_queue, close_quietly, connect, error_from
 from leveret.spark.logparse import records_from_messages
 from leveret.spark.options import ReadOptions, checkpoint_position
@@ -116,11 +117,7 @@ class WriteAheadLog:
             if a == start and b != end:
                 p.unlink(missing_ok=True)
         os.replace(tmp, path)
-        fd = os.open(self.dir, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        fsync_path(self.dir)
 
     def read(self, start: int, end: int) -> bytes:
         """The rows of ``[start, end)``, from the files that cover it exactly."""

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from leveret.broker.message import split_exchange_and_key
 from leveret.broker.queues.stream_amqp10 import to_amqp10
+from leveret.durable import fsync_path
 from leveret.store.osiris import OsirisLog
 from leveret.store.osiris_tracking import read_tracking_json
 from leveret.store.streams import SegmentLog
@@ -53,7 +54,7 @@ def convert(directory: Path, label: str) -> None:
         )
     for path in (*work.glob("*.segment"), *work.glob("*.index")):
         os.replace(path, directory / path.name)
-    _fsync_dir(directory)
+    fsync_path(directory)
     for old in (*directory.glob("*.seg"), *directory.glob("*.idx")):
         old.unlink()
     shutil.rmtree(work, ignore_errors=True)
@@ -107,11 +108,3 @@ def _as_amqp10(exchange_and_key: bytes, properties: bytes, body: bytes) -> bytes
         return body
     exchange, key = split_exchange_and_key(exchange_and_key, "replace")
     return to_amqp10(exchange, key, properties, body)
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
