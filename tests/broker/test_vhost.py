@@ -142,10 +142,12 @@ def test_check_access_names_the_resource_and_the_user(vhost: VirtualHost) -> Non
 def test_queue_limit(vhost: VirtualHost) -> None:
     vhost.set_limits({"max-queues": 1})
     actor = Actor("u", Permission("u", "/"))
-    operations.declare_queue(vhost, actor, "a")
-    operations.declare_queue(vhost, actor, "a")  # existing: not counted again
+    operations.declare_queue(vhost, actor, C.Queue.Declare(queue="a"))
+    operations.declare_queue(
+        vhost, actor, C.Queue.Declare(queue="a")
+    )  # existing: not counted again
     with pytest.raises(AMQPError) as info:
-        operations.declare_queue(vhost, actor, "b")
+        operations.declare_queue(vhost, actor, C.Queue.Declare(queue="b"))
     assert refusal(info) == (
         406,
         "PRECONDITION_FAILED - cannot declare queue 'b': queue limit in vhost '/' (1) is reached",

@@ -54,12 +54,6 @@ log = logging.getLogger(__name__)
 C = commands
 
 
-def _arguments(method: Method) -> dict[str, Any]:
-    """A method's arguments table, keeping the wire types it came with."""
-    args: dict[str, Any] | None = getattr(method, "arguments", None)
-    return args.copy() if args else {}
-
-
 class Session(ConnectionEvents):
     def __init__(
         self,
@@ -313,30 +307,24 @@ class Session(ConnectionEvents):
 
     # -------------------------------------------------------------- exchange
     def _exchange_declare(self, ch: Channel, m: C.Exchange.Declare) -> None:
-        operations.declare_exchange(
-            self.vhost_obj,
-            self.actor,
-            m.exchange,
-            m.exchange_type,
-            m.durable,
-            m.auto_delete,
-            m.internal,
-            _arguments(m),
-            m.passive,
-        )
+        operations.declare_exchange(self.vhost_obj, self.actor, m)
         self._reply(ch, m.nowait, C.Exchange.DeclareOk())
 
     def _exchange_delete(self, ch: Channel, m: C.Exchange.Delete) -> None:
-        operations.delete_exchange(self.vhost_obj, self.actor, m.exchange, m.if_unused)
+        operations.delete_exchange(self.vhost_obj, self.actor, m)
         self._reply(ch, m.nowait, C.Exchange.DeleteOk())
 
     def _exchange_bind(self, ch: Channel, m: C.Exchange.Bind) -> None:
-        request = BindingRequest(m.source, "exchange", m.destination, m.routing_key, _arguments(m))
+        request = BindingRequest(
+            m.source, "exchange", m.destination, m.routing_key, spec.arguments(m)
+        )
         operations.bind(self.vhost_obj, self.actor, request)
         self._reply(ch, m.nowait, C.Exchange.BindOk())
 
     def _exchange_unbind(self, ch: Channel, m: C.Exchange.Unbind) -> None:
-        request = BindingRequest(m.source, "exchange", m.destination, m.routing_key, _arguments(m))
+        request = BindingRequest(
+            m.source, "exchange", m.destination, m.routing_key, spec.arguments(m)
+        )
         operations.unbind(self.vhost_obj, self.actor, request)
         self._reply(ch, m.nowait, C.Exchange.UnbindOk())
 
@@ -346,16 +334,7 @@ class Session(ConnectionEvents):
         if name.startswith(REPLY_QUEUE):
             self._declare_reply_queue(ch, m, name)
             return
-        q, created, message_count = operations.declare_queue(
-            self.vhost_obj,
-            self.actor,
-            name,
-            m.durable,
-            m.exclusive,
-            m.auto_delete,
-            _arguments(m),
-            m.passive,
-        )
+        q, created, message_count = operations.declare_queue(self.vhost_obj, self.actor, m)
         if created and q.exclusive_owner is self:
             self.exclusive_queues.append(q)
         ch.last_declared_queue = q.name
@@ -373,14 +352,14 @@ class Session(ConnectionEvents):
     def _queue_bind(self, ch: Channel, m: C.Queue.Bind) -> None:
         queue = self._queue_for(ch, m.queue)
         key = m.routing_key if (m.routing_key or m.queue) else queue
-        request = BindingRequest(m.exchange, "queue", queue, key, _arguments(m))
+        request = BindingRequest(m.exchange, "queue", queue, key, spec.arguments(m))
         operations.bind(self.vhost_obj, self.actor, request)
         self._reply(ch, m.nowait, C.Queue.BindOk())
 
     def _queue_unbind(self, ch: Channel, m: C.Queue.Unbind) -> None:
         queue = self._queue_for(ch, m.queue)
         key = m.routing_key if (m.routing_key or m.queue) else queue
-        request = BindingRequest(m.exchange, "queue", queue, key, _arguments(m))
+        request = BindingRequest(m.exchange, "queue", queue, key, spec.arguments(m))
         operations.unbind(self.vhost_obj, self.actor, request)
         self.output.send_method(ch.number, C.Queue.UnbindOk())
 
@@ -394,14 +373,8 @@ class Session(ConnectionEvents):
             count = 0 if q is None else q.message_count
             self._reply(ch, m.nowait, C.Queue.DeleteOk(message_count=count))
 
-        q = operations.delete_queue(
-            self.vhost_obj,
-            self.actor,
-            self._queue_for(ch, m.queue),
-            m.if_unused,
-            m.if_empty,
-            before=reply,
-        )
+        m.queue = self._queue_for(ch, m.queue)  # the shortcut expanded, as rabbit_channel does
+        q = operations.delete_queue(self.vhost_obj, self.actor, m, before=reply)
         if q is None:
             reply(None)
         elif q in self.exclusive_queues:
@@ -426,7 +399,7 @@ class Session(ConnectionEvents):
             self._consume_replies(ch, m)
             return
         q = operations.open_queue(self.vhost_obj, self.actor, name)
-        args = _arguments(m)
+        args = spec.arguments(m)
         start = q.consumer_start(m.no_ack, ch.consumer_prefetch, args, ch.global_prefetch)
         consumer = ch.consume(q, m.consumer_tag, m.no_ack, m.exclusive, args)
         self._reply(ch, m.nowait, C.Basic.ConsumeOk(consumer_tag=consumer.tag))

@@ -10,6 +10,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
+from pamqp import commands
 
 from leveret.broker import errors as rabbit
 from leveret.broker import operations
@@ -164,7 +165,8 @@ async def aliveness(request: web.Request) -> web.Response:
     try:
         if actor.permission is None:  # no access to the vhost: no channel to open
             raise rabbit.access_refused("queue", ALIVENESS_QUEUE, v.name, user)
-        operations.declare_queue(v, actor, ALIVENESS_QUEUE)
+        declare = spec.command(commands.Queue.Declare, queue=ALIVENESS_QUEUE)
+        operations.declare_queue(v, actor, declare)
         message = Message.build("", ALIVENESS_QUEUE, b"test_message", None)
         operations.publish(v, actor, "", message, False)
         m.stats.count_publish(v.name)

@@ -82,16 +82,16 @@ async def exchange_put(request: web.Request) -> web.Response:
     v = m.vhost(request)
     name = exchange_name(request)
     body = await json_body(request)
-    _, created = operations.declare_exchange(
-        v,
-        m.actor(request, v),
-        name,
-        str(body.get("type", "direct")),
-        as_bool(body.get("durable")),
-        as_bool(body.get("auto_delete")),
-        as_bool(body.get("internal")),
-        arguments(body),
+    method = spec.command(
+        commands.Exchange.Declare,
+        exchange=name,
+        exchange_type=str(body.get("type", "direct")),
+        durable=as_bool(body.get("durable")),
+        auto_delete=as_bool(body.get("auto_delete")),
+        internal=as_bool(body.get("internal")),
+        arguments=arguments(body),
     )
+    _, created = operations.declare_exchange(v, m.actor(request, v), method)
     return created_or_updated(created)
 
 
@@ -101,9 +101,9 @@ async def exchange_delete(request: web.Request) -> web.Response:
     name = exchange_name(request)
     if name not in v.exchanges:
         raise not_found()
-    operations.delete_exchange(
-        v, m.actor(request, v), name, as_bool(request.query.get("if-unused"))
-    )
+    if_unused = as_bool(request.query.get("if-unused"))
+    method = spec.command(commands.Exchange.Delete, exchange=name, if_unused=if_unused)
+    operations.delete_exchange(v, m.actor(request, v), method)
     return no_content()
 
 
@@ -207,27 +207,27 @@ async def queue_put(request: web.Request) -> web.Response:
     m = mgmt(request)
     v = m.vhost(request)
     body = await json_body(request)
-    declared = operations.declare_queue(
-        v,
-        m.actor(request, v),
-        request.match_info["name"],
+    method = spec.command(
+        commands.Queue.Declare,
+        queue=request.match_info["name"],
         durable=as_bool(body.get("durable")),
         auto_delete=as_bool(body.get("auto_delete")),
         arguments=arguments(body),
     )
+    declared = operations.declare_queue(v, m.actor(request, v), method)
     return created_or_updated(declared.created)
 
 
 async def queue_delete(request: web.Request) -> web.Response:
     m = mgmt(request)
     v, q = queue_named(request)
-    operations.delete_queue(
-        v,
-        m.actor(request, v),
-        q.name,
-        as_bool(request.query.get("if-unused")),
-        as_bool(request.query.get("if-empty")),
+    method = spec.command(
+        commands.Queue.Delete,
+        queue=q.name,
+        if_unused=as_bool(request.query.get("if-unused")),
+        if_empty=as_bool(request.query.get("if-empty")),
     )
+    operations.delete_queue(v, m.actor(request, v), method)
     return no_content()
 
 

@@ -7,6 +7,7 @@ any UTF-8 name up to 255 bytes, so the server must be able to echo one back).
 
 from __future__ import annotations
 
+import inspect
 import struct
 from typing import Any, TypeVar
 
@@ -209,6 +210,22 @@ def reply(cls: type[M], **fields: Any) -> M:
     for name in cls.__slots__:
         setattr(method, name, fields[name])
     return method
+
+
+def command(cls: type[M], **fields: Any) -> M:
+    """A method as a client sends it, built as :func:`decode_method` builds one (without
+    pamqp's checks, see :func:`reply`); the fields not given keep the method's defaults.
+    The management API acts through these, as RabbitMQ's acts through a channel."""
+    parameters = inspect.signature(cls.__init__).parameters
+    return reply(
+        cls, **{name: fields.get(name, parameters[name].default) for name in cls.__slots__}
+    )
+
+
+def arguments(method: Method) -> dict[str, Any]:
+    """A method's arguments table, a copy keeping the wire types it came with."""
+    args: dict[str, Any] | None = getattr(method, "arguments", None)
+    return args.copy() if args else {}
 
 
 def method_frame(channel: int, method: Method) -> bytes:

@@ -2,7 +2,10 @@
 purge, and the checks before them. AMQP's session, the stream protocol and the
 management API call the same functions with an :class:`Actor` (who acts, with which
 permissions, on which connection), so a rule lives in one place; where the two sides
-differ on purpose (exclusive queues, CR/LF in names) the actor says so.
+differ on purpose (exclusive queues, CR/LF in names) the actor says so. Declaring
+and deleting an exchange or a queue take the AMQP method record itself: the session
+passes the one it decoded, and the management API builds one (``spec.command``), as
+RabbitMQ's management plugin sends #'queue.declare'{} and the like on a channel.
 
 Each operation returns its result or raises the AMQPError RabbitMQ's channel would
 close with; the caller turns that into its own answer (channel.close, an HTTP status).

@@ -1,19 +1,22 @@
 """queue.declare, queue.delete, queue.purge, and opening a queue to read from it
-(basic.get, basic.consume, the management API's get)."""
+(basic.get, basic.consume, the management API's get). Declare and delete take their
+method record, as exchange.declare does."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from leveret.broker import names
 from leveret.broker.events import QueueDeclared
 from leveret.broker.operations import authorization
 from leveret.broker.operations.authorization import check_access
 from leveret.broker.queues import queue_type_name
-from leveret.protocol import errors
+from leveret.protocol import errors, spec
 
 if TYPE_CHECKING:
+    from pamqp import commands
+
     from leveret.broker.operations.actor import Actor
     from leveret.broker.queues import Queue
     from leveret.broker.vhost import VirtualHost
@@ -28,21 +31,12 @@ class Declared(NamedTuple):
     message_count: int
 
 
-def declare_queue(
-    vhost: VirtualHost,
-    actor: Actor,
-    name: str,
-    durable: bool = False,
-    exclusive: bool = False,
-    auto_delete: bool = False,
-    arguments: dict[str, Any] | None = None,
-    passive: bool = False,
-) -> Declared:
+def declare_queue(vhost: VirtualHost, actor: Actor, method: commands.Queue.Declare) -> Declared:
     """A queue declared as RabbitMQ declares it: an exclusive one is the actor's
     connection's (and not durable); an empty name is the server's to choose."""
-    name = actor.name(name)
-    arguments = arguments if arguments is not None else {}
-    if passive:
+    name = actor.name(method.queue)
+    arguments = spec.arguments(method)
+    if method.passive:
         q = vhost.get_queue(name)
         actor.check_exclusive(q, vhost.name)
         return Declared(q, False, q.declare_ok_count(arguments))
@@ -54,10 +48,11 @@ def declare_queue(
                 f"Cannot declare a server-named queue for type rabbit_{qtype}_queue"
             )
         name = names.queue_name()
-    owner = actor.connection if exclusive else None
+    owner = actor.connection if method.exclusive else None
     authorization.queue_declare(vhost, actor, name, arguments, server_named)
     vhost.observers.emit(QueueDeclared(vhost.name, name))
-    q, created = vhost.declare_queue(name, durable and not exclusive, owner, auto_delete, arguments)
+    durable = method.durable and not method.exclusive
+    q, created = vhost.declare_queue(name, durable, owner, method.auto_delete, arguments)
     return Declared(q, created, q.message_count)
 
 
@@ -77,21 +72,19 @@ def purge_queue(vhost: VirtualHost, actor: Actor, name: str) -> int:
 def delete_queue(
     vhost: VirtualHost,
     actor: Actor,
-    name: str,
-    if_unused: bool = False,
-    if_empty: bool = False,
+    method: commands.Queue.Delete,
     before: Callable[[Queue], None] | None = None,
 ) -> Queue | None:
     """The queue checked for deletion (None when there is none, which is no error), and
     deleted after ``before(queue)`` runs: RabbitMQ's delete-ok goes out before the
     queue's consumers are told basic.cancel."""
-    name = actor.name(name)
+    name = actor.name(method.queue)
     check_access(vhost, actor, "configure", "queue", name)
     q = vhost.queues.get(name)
     if q is None:
         return None
     actor.check_exclusive(q, vhost.name)
-    vhost.check_queue_delete(q, if_unused, if_empty)
+    vhost.check_queue_delete(q, method.if_unused, method.if_empty)
     if before is not None:
         before(q)
     vhost.remove_queue(q)
