@@ -216,6 +216,9 @@ def command(cls: type[M], **fields: Any) -> M:
     """A method as a client sends it, built as :func:`decode_method` builds one (without
     pamqp's checks, see :func:`reply`); the fields not given keep the method's defaults.
     The management API acts through these, as RabbitMQ's acts through a channel."""
+    unknown = set(fields).difference(cls.__slots__)
+    if unknown:
+        raise TypeError(f"{cls.__name__} has no field {sorted(unknown)[0]!r}")
     parameters = inspect.signature(cls.__init__).parameters
     return reply(
         cls, **{name: fields.get(name, parameters[name].default) for name in cls.__slots__}
