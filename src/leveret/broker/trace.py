@@ -11,30 +11,15 @@ from typing import NamedTuple
 
 from leveret.broker.message import Message
 from leveret.protocol import table
+from leveret.protocol.frames import BASIC_PROPERTIES
 from leveret.protocol.table import Field
 
 TRACE_EXCHANGE = "amq.rabbitmq.trace"
 _HEADERS_ONLY = b"\x20\x00"  # property flags: headers (0x2000) and nothing else
 _i32 = struct.Struct(">i")
 
-# The P_basic record's fields in order, with their property flags and layouts ("s" short
-# string, "t" table, a number: that many bytes); rabbit_trace lists them backwards.
-_PROPERTY_FIELDS: tuple[tuple[str, int, str | int], ...] = (
-    ("content_type", 0x8000, "s"),
-    ("content_encoding", 0x4000, "s"),
-    ("headers", 0x2000, "t"),
-    ("delivery_mode", 0x1000, 1),
-    ("priority", 0x0800, 1),
-    ("correlation_id", 0x0400, "s"),
-    ("reply_to", 0x0200, "s"),
-    ("expiration", 0x0100, "s"),
-    ("message_id", 0x0080, "s"),
-    ("timestamp", 0x0040, 8),
-    ("type", 0x0020, "s"),
-    ("user_id", 0x0010, "s"),
-    ("app_id", 0x0008, "s"),
-    ("cluster_id", 0x0004, "s"),
-)
+# The P_basic record's field names where rabbit_trace's differ from the method table's.
+_RECORD_NAMES = {"message_type": "type"}
 
 
 def signedint(value: int) -> bytes:
@@ -49,18 +34,18 @@ def message_fields(message: Message, node: str) -> list[Field]:
     raw = message.properties
     spans = table.property_spans(raw)
     properties: list[Field] = []
-    for name, flag, layout in reversed(_PROPERTY_FIELDS):
+    for flag, name, kind in reversed(BASIC_PROPERTIES):  # rabbit_trace lists them backwards
         span = spans.get(flag)
         if span is None:
             continue
         start, end = span
-        if layout == "t":
+        if kind == "table":
             value = b"F" + raw[start:end]
-        elif layout == "s":
+        elif kind == "shortstr":
             value = table.longstr(raw[start + 1 : end])
-        else:
+        else:  # octet or timestamp
             value = signedint(int.from_bytes(raw[start:end], "big"))
-        properties.append((name, value))
+        properties.append((_RECORD_NAMES.get(name, name), value))
     return [
         ("exchange_name", table.longstr(message.exchange)),
         ("routing_keys", table.array([table.longstr(k) for k in message.routing_keys])),
