@@ -212,17 +212,22 @@ def reply(cls: type[M], **fields: Any) -> M:
     return method
 
 
+# A method class's fields and the defaults its constructor gives them (for command()).
+_DEFAULTS: dict[type[Method], dict[str, Any]] = {}
+
+
 def command(cls: type[M], **fields: Any) -> M:
     """A method as a client sends it, built as :func:`decode_method` builds one (without
     pamqp's checks, see :func:`reply`); the fields not given keep the method's defaults.
     The management API acts through these, as RabbitMQ's acts through a channel."""
-    unknown = set(fields).difference(cls.__slots__)
+    defaults = _DEFAULTS.get(cls)
+    if defaults is None:  # read once a class
+        parameters = inspect.signature(cls.__init__).parameters
+        defaults = _DEFAULTS[cls] = {n: parameters[n].default for n in cls.__slots__}
+    unknown = set(fields).difference(defaults)
     if unknown:
         raise TypeError(f"{cls.__name__} has no field {sorted(unknown)[0]!r}")
-    parameters = inspect.signature(cls.__init__).parameters
-    return reply(
-        cls, **{name: fields.get(name, parameters[name].default) for name in cls.__slots__}
-    )
+    return reply(cls, **(defaults | fields))
 
 
 def arguments(method: Method) -> dict[str, Any]:
