@@ -212,7 +212,9 @@ class Stream:
 
 def test_faster_than_the_view_takes_it_drops_and_counts(leveret_site: Site) -> None:
     """10,000 records in a burst: the view takes what it can, drops what waits beyond its
-    limit (purged, counted) and goes on with the newest; received + dropped is everything."""
+    limit (the oldest, counted) and goes on with the newest, down to the last record
+    (a user saw the view stop at the 50th of 5,000, the rest purged); received + dropped
+    is everything."""
     site = leveret_site
     declare_logs_exchange(site)
     stream = Stream(site)
@@ -231,7 +233,9 @@ def test_faster_than_the_view_takes_it_drops_and_counts(leveret_site: Site) -> N
         assert len(received) + dropped == n
         numbers = [int(m.split()[1]) for m in received]
         assert numbers == sorted(numbers)  # in order, whole runs with gaps between
-        assert numbers[0] == 0  # the first 1,000 waited; the view took them
+        assert numbers[0] == 0  # the first ones the view took at once
+        assert numbers[-1] == n - 1  # and it went on with the newest, to the last
+        assert numbers[-1000:] == list(range(n - 1000, n))  # the queue kept the newest
         assert len(set(numbers)) == len(numbers)
     finally:
         stream.close()
@@ -322,7 +326,8 @@ def test_nobody_watching_no_consumer(leveret_site: Site) -> None:
         x for x in api.get(f"/api/queues/{q(site.vhost)}") if x["name"].startswith("amq.gen-")
     ]
     assert len(queues) == 1 and queues[0]["exclusive"]
-    assert queues[0]["arguments"] == {}  # bounded by the view itself (purged past 1000)
+    # bounded: past 1,000 waiting records the broker drops the oldest
+    assert queues[0]["arguments"] == {"x-max-length": 1000}
     stream.close()
     assert wait_for(lambda: view_connections() == [], timeout=30)
     assert [

@@ -20,6 +20,9 @@ import pytest
 
 import leveret
 from leveret.management.logsview import HISTORY
+from tests.e2e.browser import Page, chromium
+
+__all__ = ["chromium"]
 
 
 class Stream:
@@ -137,3 +140,81 @@ def test_an_exchange_that_appears_after_the_view_opened_is_picked_up(
         assert stream.messages_until("second") == ["second"]
     finally:
         stream.close()
+
+
+def test_in_the_browser_the_view_shows_what_every_reader_reads(
+    chromium: Any, broker: leveret.Broker
+) -> None:
+    """Found by a user, in the page: the record that declared ``logs`` (``leveret emit-log``
+    declares the exchange and publishes at once) never shown, the broker's events shown as
+    ``info binding ''``. Now the page shows that record, a failed login as the warning the
+    lake files, and a body that is not a record whole, marked MALFORMED."""
+    page = Page(chromium, broker.management_url)
+    try:
+        p = page.login("/logs")
+        p.wait_for_selector("#logs-status[data-status=waiting]", timeout=20_000)
+        emit(broker, ["disk full"], "--severity", "error")  # declares logs, then publishes
+        p.wait_for_function(
+            "() => [...document.querySelectorAll('#log-list .log-row')]"
+            ".some(r => r.textContent.includes('disk full'))",
+            timeout=20_000,
+        )
+        conn, ch = _channel(broker)
+        ch.basic_publish("logs", "", b'{"message": 5, "tag": "CORRUPTJSON"}')
+        conn.close()
+        p.wait_for_function(
+            "() => [...document.querySelectorAll('#log-list .log-row.malformed')]"
+            ".some(r => r.textContent.includes('CORRUPTJSON'))",
+            timeout=20_000,
+        )
+        rows = p.locator("#log-list .log-row").all_text_contents()
+        disk = next(r for r in rows if "disk full" in r)
+        assert " ERROR " in disk
+        bad = next(r for r in rows if "CORRUPTJSON" in r)
+        assert 'MALFORMED {"message": 5, "tag": "CORRUPTJSON"}' in bad
+        page.shot("logs-view-malformed.png")
+        assert page.errors == []
+    finally:
+        page.close()
+
+
+def test_in_the_browser_the_history_shows_the_brokers_events_as_the_lake_files_them(
+    chromium: Any, tmp_path: Path
+) -> None:
+    with leveret.Broker(
+        management=True, data_dir=tmp_path / "data", plugins="rabbitmq_event_exchange"
+    ) as b:
+        from leveret.spark.pipeline import ensure_log_stream
+
+        ensure_log_stream(b.url)
+        conn, ch = _channel(b)
+        ch.queue_bind("logs", "amq.rabbitmq.event", "user.authentication.failure")
+        ch.queue_bind("logs", "amq.rabbitmq.event", "binding.*")
+        ch.queue_declare("billing")
+        ch.queue_bind("billing", "logs", "")
+        conn.close()
+        with pytest.raises(pika.exceptions.ProbableAuthenticationError):
+            pika.BlockingConnection(
+                pika.URLParameters(b.url.replace("guest:guest", "mallory:wrong"))
+            )
+        page = Page(chromium, b.management_url)
+        try:
+            p = page.login("/logs")
+            p.wait_for_function(
+                "() => [...document.querySelectorAll('#log-list .log-row')]"
+                ".some(r => r.textContent.includes('user.authentication.failure'))",
+                timeout=20_000,
+            )
+            rows = p.locator("#log-list .log-row").all_text_contents()
+            login = next(r for r in rows if "user.authentication.failure" in r)
+            assert " WARNING " in login and " broker" in login
+            assert "user.authentication.failure name=mallory by mallory" in login
+            binding = next(r for r in rows if "destination_name=billing" in r)
+            assert "binding.created source_name=logs destination_name=billing vhost=/ by guest" in (
+                binding
+            )
+            assert " INFO " in binding and " broker" in binding
+            page.shot("logs-view-broker-events.png")
+            assert page.errors == []
+        finally:
+            page.close()

@@ -13,6 +13,7 @@ import pika
 import pytest
 
 import leveret
+from leveret.logs.reading import Envelope, read
 from leveret.logs.record import Record
 
 
@@ -44,7 +45,9 @@ def _drain(conn: object, queue: str) -> list[tuple[str, Record]]:
         method, props, body = ch.basic_get(queue, auto_ack=True)
         if method is None:
             return out
-        out.append((method.routing_key, Record.from_body(body, props.content_type)))
+        record = read(body, Envelope(content_type=props.content_type))
+        assert isinstance(record, Record)
+        out.append((method.routing_key, record))
 
 
 @pytest.fixture(scope="module")

@@ -10,6 +10,7 @@ import pika.exceptions
 import pytest
 
 from leveret.logs.amqp import LogsError, describe, parameters, redact, routing_key
+from leveret.logs.reading import Envelope, read
 from leveret.logs.record import (
     Record,
     check_facility,
@@ -49,7 +50,7 @@ def test_json_has_the_schema_fields_and_round_trips() -> None:
         "exc": "Traceback ...",
         "extra": {"user": "ann", "n": 3},
     }
-    assert Record.from_body(r.to_json(), "application/json") == r
+    assert read(r.to_json(), Envelope(content_type="application/json")) == r
 
 
 def test_optional_fields_are_left_out_and_the_line_has_no_newline() -> None:
@@ -67,29 +68,6 @@ def test_ts_is_rfc3339_utc() -> None:
     ts = rfc3339(0)
     assert ts == "1970-01-01T00:00:00.000000Z"
     assert datetime.fromisoformat(rfc3339()).utcoffset() is not None
-
-
-def test_plain_text_body_is_a_message_with_severity_from_the_routing_key() -> None:
-    r = Record.from_body(b"info: Hello World!", "text/plain", "")
-    assert (r.message, r.severity, r.facility) == ("info: Hello World!", "info", "user")
-    assert Record.from_body(b"disk full", None, "error").severity == "error"
-    r = Record.from_body(b"oops", None, "kern.critical", timestamp=1700000000)
-    assert (r.severity, r.facility, r.ts) == ("critical", "kern", rfc3339(1700000000))
-    assert Record.from_body(b"{not json", "application/json").message == "{not json"
-    assert Record.from_body(b'{"a": 1}', None).message == '{"a": 1}'
-    assert Record.from_body(b"\xff", None).message == "\ufffd"
-
-
-def test_a_plain_text_body_takes_its_severity_from_a_severity_prefix() -> None:
-    # the tutorial's emit_log.py sends "severity: message" texts through a fanout exchange
-    r = Record.from_body(b"error: disk full on /var", "text/plain", "")
-    assert (r.message, r.severity, r.facility) == ("error: disk full on /var", "error", "user")
-    assert Record.from_body(b"  WARN : low memory", None, "").severity == "warning"
-    assert Record.from_body(b"Critical: fire", None, "kern.x").severity == "critical"
-    assert Record.from_body(b"errors: none", None, "").severity == "info"
-    assert Record.from_body(b"note: error: x", None, "").severity == "info"
-    # a routing key that names a severity says more than the text
-    assert Record.from_body(b"info: Hello World!", None, "auth.error").severity == "error"
 
 
 def test_severities_and_facilities() -> None:
@@ -165,8 +143,14 @@ def test_terminal_lines_are_coloured_by_severity() -> None:
     assert format_line(_record("m", logger="db")) == (
         "2024-05-01T12:00:00.000001Z INFO     user h a[7] db: m"
     )
-    plain = Record.from_body(b"hi", None, "")
+    plain = read(b"hi", Envelope())
     assert format_line(plain).endswith("INFO     user: hi")
+    malformed = read(b'{"message": 5}', Envelope(timestamp=0))
+    assert format_line(malformed) == '1970-01-01T00:00:00.000000Z MALFORMED {"message": 5}'
+    sink.write(malformed)
+    assert out.data.decode().splitlines()[2] == (
+        '\x1b[35m1970-01-01T00:00:00.000000Z MALFORMED {"message": 5}\x1b[0m'
+    )
 
 
 def test_urls_are_checked_and_passwords_hidden() -> None:

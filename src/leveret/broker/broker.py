@@ -30,6 +30,7 @@ from leveret.broker.events import (
     VhostChanged,
     VhostDeleted,
 )
+from leveret.broker.interceptors import Interceptors
 from leveret.broker.memory import MemoryBudget, release
 from leveret.broker.reply_to import DirectReplyTo
 from leveret.broker.users import (
@@ -113,6 +114,8 @@ class BrokerCore:
         self.extensions: dict[str, Any] = {}
         # the user performing the operation at hand (user_who_performed_action of events)
         self.actor = ""
+        # message_interceptors.incoming (RabbitMQ 3.12+): what publishes are stamped with
+        self._interceptors: Interceptors | None = None
 
     @classmethod
     def with_defaults(cls, node_name: str | None = None) -> BrokerCore:
@@ -122,6 +125,17 @@ class BrokerCore:
         b.add_user("guest", "guest", ["administrator"])
         b.set_permissions("guest", "/", ".*", ".*", ".*")
         return b
+
+    @property
+    def interceptors(self) -> Interceptors | None:
+        return self._interceptors
+
+    @interceptors.setter
+    def interceptors(self, interceptors: Interceptors | None) -> None:
+        """The incoming interceptors, for every vhost (None or none active: off)."""
+        self._interceptors = interceptors if interceptors and interceptors.active else None
+        for vhost in self.vhosts.values():
+            vhost.interceptors = self._interceptors
 
     # ------------------------------------------------------------------ vhosts
     def add_vhost(
@@ -141,6 +155,7 @@ class BrokerCore:
                 self.memory,
             )
             vhost.tracing = name in self.traced_vhosts
+            vhost.interceptors = self._interceptors
             vhost.extensions.update(self.extensions)
             if self.log_exchange and name == DEFAULT_VHOST:
                 # as rabbit_logger_exchange_h: topic, durable, internal

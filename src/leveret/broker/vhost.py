@@ -67,6 +67,7 @@ from leveret.broker.trace import TRACE_EXCHANGE, Tap, deliver_trace, publish_tra
 from leveret.protocol import errors, spec
 
 if TYPE_CHECKING:
+    from leveret.broker.interceptors import Interceptors
     from leveret.broker.ports import ConnectionInfo, FlowHolder, Storage
     from leveret.broker.users import TopicPermission
 
@@ -177,6 +178,8 @@ class VirtualHost:
         self.replies = replies
         self.node = node  # the broker's node name, in traces
         self.tracing = False  # firehose tracing (rabbitmqctl trace_on)
+        # what the broker stamps on what clients publish (message_interceptors.incoming)
+        self.interceptors: Interceptors | None = None
         self.description = description
         self.tags = list(tags or [])
         self.observers = observers or Observers()

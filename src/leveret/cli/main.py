@@ -155,6 +155,13 @@ SERVER_OPTIONS: tuple[_Option, ...] = (
         "separated by commas (rabbitmq_event_exchange).",
     ),
     _Option(
+        "--message-interceptors",
+        str | None,
+        "What the broker stamps on the messages clients publish, as RabbitMQ 3.12+'s "
+        "message_interceptors.incoming: name=overwrite separated by commas "
+        "(set_header_timestamp=false: the arrival time as a timestamp_in_ms header).",
+    ),
+    _Option(
         "--consumer-timeout",
         str | None,
         "Close a channel whose delivery stays unacknowledged this long, in ms "

@@ -52,7 +52,7 @@ def _start_server(
     asked: dict[str, int | None],
     log: IO[str],
     config: Path | None = None,
-    plugins: str | None = None,
+    settings: list[str] | None = None,
 ) -> tuple[subprocess.Popen[str], dict[str, str]]:
     """Start the broker with the ports ``asked`` (by flag); return it and the ports it
     listens on (asked-for 0 is filled in). A port not given is the config file's, else the
@@ -65,8 +65,7 @@ def _start_server(
             args += [flag, str(port)]
     if config is not None:
         args += ["--config", str(config)]
-    if plugins:
-        args += ["--plugins", plugins]
+    args += settings or []
     proc = subprocess.Popen(
         _cli(*args),
         stdout=subprocess.PIPE,
@@ -153,16 +152,23 @@ BROKER_EVENT_KEYS = (
 )
 
 
-def _server_plugins(config: Path | None) -> str:
-    """The plugins the broker runs with: the user's own (the config file's, or
-    LEVERET_PLUGINS), and the event exchange, whose events go to the lake."""
+def _server_settings(config: Path | None) -> list[str]:
+    """The flags the broker runs with beyond the user's: the plugins (the config file's, or
+    LEVERET_PLUGINS, and the event exchange, whose events go to the lake) and the message
+    interceptors (the user's, and set_header_timestamp without overwrite: every record
+    then carries the broker's arrival time, the one time every reader gives a record that
+    has no ``ts`` of its own)."""
     from leveret.server.config import Config, ConfigError
 
     try:
-        chosen = Config.load(config).plugins
+        loaded = Config.load(config)
     except (ConfigError, OSError, ValueError):
-        chosen = ()  # the broker itself says what is wrong, in one line
-    return ",".join(dict.fromkeys([*chosen, EVENT_EXCHANGE_PLUGIN]))
+        # the broker itself says what is wrong, in one line
+        return ["--plugins", EVENT_EXCHANGE_PLUGIN]
+    plugins = ",".join(dict.fromkeys([*loaded.plugins, EVENT_EXCHANGE_PLUGIN]))
+    interceptors = {"set_header_timestamp": False, **dict(loaded.message_interceptors)}
+    stamps = ",".join(f"{n}={str(o).lower()}" for n, o in interceptors.items())
+    return ["--plugins", plugins, "--message-interceptors", stamps]
 
 
 def _bind_broker_log(url: str, stream: str = "logs") -> None:
@@ -328,7 +334,7 @@ def up(
         try:
             asked = {flag: port_options[p.name] for flag, p in _PORT_PARAMETERS.items()}
             server, ports = _start_server(
-                data_dir, asked, broker_log, config, _server_plugins(config)
+                data_dir, asked, broker_log, config, _server_settings(config)
             )
         except RuntimeError as exc:
             fail(str(exc))  # one plain line, unwrapped, as leveret server's

@@ -25,7 +25,8 @@ import pika
 import pika.exceptions
 
 from leveret.logs.amqp import ExchangeType, LogsError, describe, parameters, split_urls
-from leveret.logs.record import SEVERITIES, Record
+from leveret.logs.reading import Envelope, read
+from leveret.logs.record import SEVERITIES
 from leveret.logs.sinks import Sink
 
 # How long a quiet queue waits before the sink is flushed and the batch acked.
@@ -199,11 +200,14 @@ class _State:
                 # a copy of a record already written: redelivered after a lost ack, or
                 # published again by a handler whose node went away before confirming it
                 if message_id is None or message_id not in self.recent_ids:
-                    self.sink.write(
-                        Record.from_body(
-                            body, props.content_type, method.routing_key, props.timestamp
-                        )
+                    envelope = Envelope(
+                        routing_key=method.routing_key,
+                        exchange=method.exchange,
+                        content_type=props.content_type,
+                        headers=props.headers,
+                        timestamp=props.timestamp,
                     )
+                    self.sink.write(read(body, envelope))
                     self.written += 1
                     if message_id:
                         self.recent.append(message_id)

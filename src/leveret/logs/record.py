@@ -1,9 +1,9 @@
-"""The log record: one JSON document per record, and how a delivery becomes a record.
+"""The log record: one JSON document per record, and the severities.
 
 A record is ``{"ts", "severity", "facility", "host", "app", "pid", "message"}`` plus the
 optional ``logger``, ``exc`` and ``extra``. ``ts`` is RFC 3339 in UTC with a ``Z``. On the
-wire its content type is ``application/json``; a plain-text body from another producer (the
-tutorial's ``emit_log.py``) is accepted too and becomes a record whose message is the text.
+wire its content type is ``application/json``. How a delivery (a record, plain text from
+another producer, a broker event) becomes a record is :mod:`leveret.logs.reading`.
 """
 
 from __future__ import annotations
@@ -29,6 +29,11 @@ ALIASES: Mapping[str, str] = {
     "err": "error",
     "crit": "critical",
     "fatal": "critical",
+    # syslog's and RabbitMQ's own levels (the routing keys of its log exchange)
+    "notice": "info",
+    "alert": "critical",
+    "emerg": "critical",
+    "emergency": "critical",
 }
 _ALIASES = ALIASES
 #: The severities the reports and the dashboard count as errors.
@@ -101,7 +106,8 @@ class Record:
     message: str
     logger: str | None = None
     exc: str | None = None
-    extra: Mapping[str, Any] | None = None
+    #: any JSON value (an object, from the logging handler's extra fields)
+    extra: Any = None
 
     def to_dict(self) -> dict[str, Any]:
         doc: dict[str, Any] = {
@@ -117,8 +123,8 @@ class Record:
             doc["logger"] = self.logger
         if self.exc is not None:
             doc["exc"] = self.exc
-        if self.extra:
-            doc["extra"] = dict(self.extra)
+        if self.extra is not None:
+            doc["extra"] = self.extra
         return doc
 
     def to_json(self) -> bytes:
@@ -127,73 +133,12 @@ class Record:
             self.to_dict(), ensure_ascii=False, separators=(",", ":"), default=_json_default
         ).encode()
 
-    @classmethod
-    def from_dict(cls, doc: Mapping[str, Any], routing_key: str = "") -> Record:
-        """A record from a decoded document; missing or mistyped fields get defaults."""
-        key_severity, key_facility = _from_routing_key(routing_key)
-        extra = doc.get("extra")
-        pid = doc.get("pid")
-        return cls(
-            ts=_str(doc.get("ts")) or rfc3339(),
-            severity=_str(doc.get("severity")) or key_severity,
-            facility=_str(doc.get("facility")) or key_facility,
-            host=_str(doc.get("host")),
-            app=_str(doc.get("app")),
-            pid=pid if isinstance(pid, int) and not isinstance(pid, bool) else 0,
-            message=_str(doc.get("message")),
-            logger=_opt_str(doc.get("logger")),
-            exc=_opt_str(doc.get("exc")),
-            extra=extra if isinstance(extra, dict) and extra else None,
-        )
-
-    @classmethod
-    def from_body(
-        cls,
-        body: bytes,
-        content_type: str | None = None,
-        routing_key: str = "",
-        timestamp: int | None = None,
-    ) -> Record:
-        """The record a delivery carries. A JSON object with a ``message`` is a record; any
-        other body is plain text from another producer: its text is the message; the
-        severity comes from the routing key when it names one (``error``, ``kern.error``),
-        else from the text's ``severity: message`` prefix (the tutorial's convention,
-        ``error: disk full on /var``), else it is ``info``; a ``facility.severity`` key
-        gives the facility."""
-        if content_type == CONTENT_TYPE or body[:1] == b"{":
-            try:
-                doc = json.loads(body)
-            except ValueError:
-                doc = None
-            if isinstance(doc, dict) and "message" in doc:
-                return cls.from_dict(doc, routing_key)
-        text = body.decode("utf-8", "replace")
-        severity, facility = _from_routing_key(routing_key)
-        if not _names_severity(routing_key):
-            severity = severity_prefix(text) or severity
-        return cls(
-            ts=rfc3339(float(timestamp)) if timestamp is not None else rfc3339(),
-            severity=severity,
-            facility=facility,
-            host="",
-            app="",
-            pid=0,
-            message=text,
-        )
-
-
-def _str(value: object) -> str:
-    return value if isinstance(value, str) else ""
-
-
-def _opt_str(value: object) -> str | None:
-    return value if isinstance(value, str) else None
-
 
 #: ``error: disk full``: a severity word (or alias) and a colon at the start of a text (the
 #: tutorial's convention), and the spaces after it.
 SEVERITY_PREFIX = re.compile(
-    r"\s*(debug|info|warning|warn|error|err|critical|crit|fatal)\s*:\s*", re.IGNORECASE
+    r"\s*(" + "|".join(sorted((*SEVERITIES, *ALIASES), key=len, reverse=True)) + r")\s*:\s*",
+    re.IGNORECASE,
 )
 
 
@@ -214,20 +159,3 @@ def split_severity_prefix(text: str) -> tuple[str | None, str]:
         return None, text
     word = m.group(1).lower()
     return _ALIASES.get(word, word), text[m.end() :]
-
-
-def _names_severity(key: str) -> bool:
-    word = key.rpartition(".")[2].lower()
-    return _ALIASES.get(word, word) in SEVERITIES
-
-
-def _from_routing_key(key: str) -> tuple[str, str]:
-    """(severity, facility) read from a routing key: ``error`` (direct) or ``kern.error``
-    (topic); ``info`` and the default facility when the key says nothing."""
-    if not key:
-        return "info", DEFAULT_FACILITY
-    facility, _, severity = key.rpartition(".")
-    severity = _ALIASES.get(severity.lower(), severity.lower())
-    if severity not in SEVERITIES:
-        return "info", facility or DEFAULT_FACILITY
-    return severity, facility or DEFAULT_FACILITY

@@ -10,11 +10,11 @@ import os
 from pathlib import Path
 from typing import BinaryIO, Protocol
 
-from leveret.logs.record import Record
+from leveret.logs.reading import Entry, Malformed
 
 
 class Sink(Protocol):
-    def write(self, record: Record) -> None: ...
+    def write(self, entry: Entry) -> None: ...
 
     def flush(self) -> None: ...
 
@@ -43,8 +43,9 @@ class FileSink:
             self._size = 0
         return f
 
-    def write(self, record: Record) -> None:
-        line = record.to_json() + b"\n"
+    def write(self, entry: Entry) -> None:
+        # a malformed body is kept whole, as the lake keeps it: {"ts", "_corrupt"}
+        line = entry.to_json() + b"\n"
         if self.max_bytes and self._size and self._size + len(line) > self.max_bytes:
             self._rotate()
         self._file.write(line)
@@ -81,13 +82,18 @@ _COLOURS = {
     "warning": b"\x1b[33m",
     "error": b"\x1b[31m",
     "critical": b"\x1b[1;97;41m",
+    "malformed": b"\x1b[35m",
 }
 _RESET = b"\x1b[0m"
 
 
-def format_line(record: Record) -> str:
+def format_line(entry: Entry) -> str:
     """``ts SEVERITY facility app[pid] logger: message`` (parts a record lacks are left
-    out), then the exception text, if any, on the lines after."""
+    out), then the exception text, if any, on the lines after; a malformed body is
+    ``ts MALFORMED`` and the body as it came (or ``base64:`` and its base64)."""
+    if isinstance(entry, Malformed):
+        return f"{entry.ts} MALFORMED {entry.body}"
+    record = entry
     who = f"{record.app}[{record.pid}]" if record.app and record.pid else record.app
     parts = [record.ts, f"{record.severity.upper():<8}", record.facility]
     if record.host:
@@ -110,9 +116,10 @@ class TerminalSink:
         self._stream = stream
         self._colour = colour
 
-    def write(self, record: Record) -> None:
-        line = format_line(record).encode("utf-8", "replace")
-        code = _COLOURS.get(record.severity) if self._colour else None
+    def write(self, entry: Entry) -> None:
+        line = format_line(entry).encode("utf-8", "replace")
+        kind = "malformed" if isinstance(entry, Malformed) else entry.severity
+        code = _COLOURS.get(kind) if self._colour else None
         if code:
             self._stream.write(code + line + _RESET + b"\n")
         else:

@@ -12,20 +12,22 @@ Why it can never slow the broker:
 - The tap takes at most ``PREFETCH`` records per ``ACK_INTERVAL`` (prefetch plus one
   ``basic.ack(multiple)`` per interval): the work done in the broker's event loop for the view
   is capped at ``MAX_RATE`` records/s, whatever the publish rate.
-- Its queue has no length limit, so the broker routes into it on its cheapest path (a plain
-  append; a limit with drop-head costs about twice as much per message, measured), and the
-  tap bounds it itself: each interval it asks how many records wait (a passive declare) and,
-  past ``QUEUE_LIMIT``, purges them, counting what ``purge-ok`` says went; the records that
-  come next are the newest. Publishers are never refused, blocked or flow-controlled on the
-  view's account; the queue holds at most ``QUEUE_LIMIT`` records plus what arrives within
-  one interval. Bursts up to ``QUEUE_LIMIT`` are shown whole, at ``MAX_RATE``.
+- Its queue holds at most ``QUEUE_LIMIT`` records (``x-max-length``, drop-head): past it the
+  broker drops the oldest as the newest come, so a burst the view cannot keep up with shows
+  its first records, then its newest, down to the last one; what was dropped is counted
+  (the queue's own count, read in the broker's process) and shown. Publishers are never
+  refused, blocked or flow-controlled on the view's account.
+- The queue is declared first and bound to the exchange the moment the exchange is
+  declared (the broker tells the view while it handles the declaration, before the
+  declaring client can publish): a view open before ``emit-log`` declared ``logs`` shows
+  the very record that declared it.
 - A view opens with the recent past: when a stream queue is bound to the exchange (``logs``,
   which ``leveret up`` and the lake ingest declare, first), the tap reads its last
   ``HISTORY`` records once, then goes on with the live records (a record that is in both,
   published as the tap bound its queue, is shown once, by its ``message_id``).
-- An exchange that appears only after the view opened is picked up: the tap waits for it,
-  and checks every ``EXCHANGE_CHECK`` seconds that the exchange it is bound to still exists;
-  one deleted (and declared again, perhaps of another type) is waited for and bound anew.
+- The tap checks every ``EXCHANGE_CHECK`` seconds that the exchange it is bound to still
+  exists; one deleted (and declared again, perhaps of another type) is waited for and, as
+  above, bound anew as it is declared.
 - Each browser has its own bounded buffer (``CLIENT_BUFFER`` records, ``CLIENT_BUFFER_BYTES``);
   a browser that reads slowly loses the oldest records of its buffer, counted and shown, and
   never holds up the tap or another browser.
@@ -47,11 +49,16 @@ from urllib.parse import quote
 
 from aiohttp import web
 
-from leveret.broker.queues import StreamQueue
+from leveret.broker import operations
+from leveret.broker.events import API_ACTOR, BrokerEvent, ExchangeCreated
+from leveret.broker.operations import Actor, BindingRequest
+from leveret.broker.queues import ClassicQueue, StreamQueue
 from leveret.logs.amqp import PROPERTY_NAMES
-from leveret.logs.record import SEVERITIES, Record
+from leveret.logs.reading import Envelope, read
+from leveret.logs.record import BROKER_EVENT_EXCHANGE, SEVERITIES
 from leveret.management.context import mgmt
 from leveret.management.httputil import bad_request, credentials, current_user
+from leveret.protocol.errors import AMQPError
 
 if TYPE_CHECKING:
     import aiormq.abc
@@ -84,9 +91,18 @@ HISTORY_TIMEOUT = 5.0
 HISTORY_STREAM = "logs"
 EXCHANGE_CHECK = 1.0
 
-#: What a tap binds with, as the lake ingest does: everything, whatever the exchange's type
-#: (fanout ignores the key, topic matches ``#``, direct matches a severity).
+#: What a tap binds with to take everything an exchange routes, by its type: one binding
+#: for fanout (the key is ignored) and topic (``#``), the severities for direct (what
+#: ``receive-logs`` binds with), and for another type all of those (as the lake ingest
+#: binds: a queue gets a message once however many of its bindings match). Each binding is
+#: an event (``binding.created``) that ``leveret up`` files in the lake: no more than needed.
 BINDING_KEYS = ("#", *SEVERITIES)
+_KEYS_BY_TYPE = {"fanout": ("#",), "topic": ("#",), "direct": SEVERITIES}
+
+
+def binding_keys(exchange_type: str | None) -> tuple[str, ...]:
+    return _KEYS_BY_TYPE.get(exchange_type or "", BINDING_KEYS)
+
 
 # the headers and the timestamp are shown apart; nobody sets cluster_id
 _PROPERTIES = tuple(n for n in PROPERTY_NAMES if n not in ("headers", "timestamp", "cluster_id"))
@@ -105,17 +121,26 @@ def _jsonable(value: Any) -> Any:
 
 
 def record_of(
-    body: bytes, routing_key: str, exchange: str, redelivered: bool, props: Any, seq: int
+    body: bytes,
+    routing_key: str,
+    exchange: str,
+    redelivered: bool,
+    props: Any,
+    seq: int,
+    arrival_ms: int | None = None,
 ) -> bytes:
-    """One delivery as the JSON the browser gets: the record's fields (as
-    :meth:`Record.from_body` reads them, plain text included) and the message's."""
+    """One delivery as the JSON the browser gets: the record as every reader reads it
+    (:func:`leveret.logs.reading.read`: a record, a broker event, plain text, or a malformed
+    body kept whole as ``_corrupt``) and the message's own fields. ``arrival_ms``: the
+    broker's arrival time when the tap knows it (a stream chunk's, for the history)."""
     content_type = getattr(props, "content_type", None)
     stamp: Any = getattr(props, "timestamp", None)
     epoch = int(stamp.timestamp()) if stamp is not None and hasattr(stamp, "timestamp") else None
-    record = Record.from_body(body, content_type, routing_key, epoch)
-    doc: dict[str, Any] = record.to_dict()
+    headers = getattr(props, "headers", None)
+    envelope = Envelope(routing_key, exchange, content_type, headers, epoch, arrival_ms)
+    doc: dict[str, Any] = read(body, envelope).to_dict()
     cut = False
-    for key in ("message", "exc"):
+    for key in ("message", "exc", "_corrupt"):
         value = doc.get(key)
         if isinstance(value, str) and len(value) > MAX_FIELD_CHARS:
             doc[key] = value[:MAX_FIELD_CHARS]
@@ -134,7 +159,6 @@ def record_of(
             properties[name] = _jsonable(value)
     if epoch is not None:
         properties["timestamp"] = epoch
-    headers = getattr(props, "headers", None)
     if headers:
         properties["headers"] = _jsonable(headers)
     doc["_seq"] = seq
@@ -146,8 +170,30 @@ def record_of(
         "payload_bytes": len(body),
         "properties": properties,
     }
-    doc["_plain"] = not (content_type == "application/json" or body[:1] == b"{")
+    doc["_plain"] = not (
+        exchange == BROKER_EVENT_EXCHANGE or content_type == "application/json" or body[:1] == b"{"
+    )
     return json.dumps(doc, ensure_ascii=False, separators=(",", ":"), default=str).encode()
+
+
+@dataclass(frozen=True, slots=True)
+class History:
+    """The stream a view opens with: its name, the offsets it holds (first, end) and the
+    broker's arrival time of the chunk that holds an offset (ms), what the lake reads as
+    a record's time when the message carries none."""
+
+    stream: str
+    first: int
+    end: int
+    arrival_ms: Callable[[int], int | None]
+
+
+def _arrival(queue: StreamQueue) -> Callable[[int], int | None]:
+    def arrival(offset: int) -> int | None:
+        ref = queue.chunk_at(offset)
+        return None if ref is None or ref.first > offset else int(ref.timestamp)
+
+    return arrival
 
 
 # ------------------------------------------------------------------ subscribers
@@ -215,10 +261,16 @@ class Tap:
         exchange: str,
         username: str,
         on_idle: Callable[[Tap], None],
-        history: Callable[[], tuple[str, int, int] | None] | None = None,
+        history: Callable[[], History | None] | None = None,
+        dropped: Callable[[str], int] | None = None,
+        exchange_type: Callable[[], str | None] | None = None,
     ) -> None:
         self.url = url
-        # (stream, first offset, end offset) of a stream bound to the exchange, if any
+        # the exchange's type, as the broker has it now (None: unknown)
+        self._exchange_type = exchange_type or (lambda: None)
+        # how many records the broker dropped from the head of the tap's queue
+        self._dropped_in = dropped or (lambda queue: 0)
+        # the stream bound to the exchange, if any
         self._history_source = history
         self._history_taken = False
         self._history_ids: set[str] = set()
@@ -232,7 +284,8 @@ class Tap:
         self.error: str | None = None
         self.queue: str | None = None
         self.received = 0
-        self.broker_dropped = 0  # purged from the tap's queue, all connections
+        self.broker_dropped = 0  # dropped from the tap's queues, all connections
+        self._dropped_before = 0  # of the queues of connections gone
         self._seq = 0
         self._last_tag = 0
         self._acked_tag = 0
@@ -284,6 +337,15 @@ class Tap:
     def dropped_by_broker(self) -> int:
         return self.broker_dropped
 
+    def _count_dropped(self) -> None:
+        """What the broker dropped from the head of the tap's queue since the last look."""
+        if self.queue is None:
+            return
+        total = self._dropped_before + self._dropped_in(self.queue)
+        if total > self.broker_dropped:
+            self._count_live("unseen", total - self.broker_dropped)
+            self.broker_dropped = total
+
     # -------------------------------------------------------------- consuming
     async def _run(self) -> None:
         backoff = 0.5
@@ -310,84 +372,91 @@ class Tap:
             client_properties={"connection_name": f"leveret dashboard logs view ({self.username})"},
         )
         try:
-            ch = await self._exchange_channel(conn)
-            if ch is None:
-                return
-            ok = await ch.queue_declare("", exclusive=True, auto_delete=True)
+            ch = await conn.channel()
+            # the queue first, bound the moment the exchange is declared (LogsView.bind_new):
+            # the record published with the declaration is the view's too
+            ok = await ch.queue_declare(
+                "", exclusive=True, auto_delete=True, arguments={"x-max-length": QUEUE_LIMIT}
+            )
             queue = ok.queue
             assert queue is not None
-            for key in BINDING_KEYS:
-                await ch.queue_bind(queue, self.exchange, routing_key=key)
+            self.queue = queue
             await ch.basic_qos(prefetch_count=PREFETCH)
             self._last_tag = self._acked_tag = 0
-            self.queue = queue
-            if not self._history_taken:
-                # after the bind: what is published from now on is in the tap's queue
-                self._history_taken = True
-                await self._take_history(conn)
-            await ch.basic_consume(queue, self._on_message, no_ack=False)
-            self._set_status("live", None)
-            checked = time.monotonic()
+            consuming = False
             while not self._closing.is_set():
-                if ch.is_closed:
-                    closing = ch.closing
-                    raise ConnectionError(describe(closing.exception()))
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._closing.wait(), ACK_INTERVAL)
-                if self._closing.is_set():
-                    break
-                if time.monotonic() - checked >= EXCHANGE_CHECK:
-                    checked = time.monotonic()
-                    if not await self._exchange_exists(ch):
-                        # deleted: its bindings went with it; wait for it to be declared again
-                        self._set_status(
-                            "waiting",
-                            f"exchange '{self.exchange}' in vhost '{self.vhost}' was deleted",
-                        )
-                        return
-                # drop what waits beyond the limit first, so that the credit the ack
-                # returns goes to the newest records
-                waiting = (await ch.queue_declare(queue, passive=True)).message_count or 0
-                if waiting > QUEUE_LIMIT:
-                    purged = (await ch.queue_purge(queue)).message_count or 0
-                    self.broker_dropped += purged
-                    self._count_live("unseen", purged)
-                if self._last_tag > self._acked_tag:
-                    tag = self._last_tag
-                    await ch.basic_ack(tag, multiple=True)
-                    self._acked_tag = tag
+                if not await self._wait_for_exchange(conn):
+                    return
+                for key in binding_keys(self._exchange_type()):
+                    await ch.queue_bind(queue, self.exchange, routing_key=key)
+                if not self._history_taken:
+                    # after the bind: what is published from now on is in the tap's queue
+                    self._history_taken = True
+                    await self._take_history(conn)
+                if not consuming:
+                    await ch.basic_consume(queue, self._on_message, no_ack=False)
+                    consuming = True
+                self._set_status("live", None)
+                await self._live(ch, queue)
         finally:
+            if self.queue is not None:
+                self._count_dropped()
+                self._dropped_before = self.broker_dropped
             self.queue = None
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(conn.close(), 5)
 
-    async def _exchange_channel(self, conn: aiormq.abc.AbstractConnection) -> Any:
-        """A channel on which the exchange exists; until it does, check every second (a
-        refused passive declare closes its channel) rather than guess its type."""
-        import aiormq
-
+    async def _live(self, ch: aiormq.abc.AbstractChannel, queue: str) -> None:
+        """Ack what was shown and count what the queue dropped, each interval, until the
+        tap closes or its exchange is deleted (its queue, and the consumer, stay: the view
+        binds it again the moment the exchange is declared again)."""
+        checked = time.monotonic()
         while not self._closing.is_set():
-            ch = await conn.channel()
-            try:
-                await ch.exchange_declare(self.exchange, passive=True)
-                return ch
-            except aiormq.exceptions.ChannelNotFoundEntity:
+            if ch.is_closed:
+                closing = ch.closing
+                raise ConnectionError(describe(closing.exception()))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._closing.wait(), ACK_INTERVAL)
+            if self._closing.is_set():
+                return
+            self._count_dropped()
+            if self._last_tag > self._acked_tag:
+                tag = self._last_tag
+                await ch.basic_ack(tag, multiple=True)
+                self._acked_tag = tag
+            if time.monotonic() - checked >= EXCHANGE_CHECK:
+                checked = time.monotonic()
+                if not await self._exchange_exists(ch.connection):
+                    self._set_status(
+                        "waiting", f"exchange '{self.exchange}' in vhost '{self.vhost}' was deleted"
+                    )
+                    return
+
+    async def _wait_for_exchange(self, conn: aiormq.abc.AbstractConnection) -> bool:
+        """Until the exchange exists, check every second; False when the tap closes."""
+        while not self._closing.is_set():
+            if await self._exchange_exists(conn):
+                return True
+            if self.status != "waiting" or "was deleted" not in str(self.error):
                 self._set_status(
                     "waiting", f"no exchange '{self.exchange}' in vhost '{self.vhost}' yet"
                 )
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._closing.wait(), 1.0)
-        return None
+        return False
 
-    async def _exchange_exists(self, ch: aiormq.abc.AbstractChannel) -> bool:
-        """A passive declare on the tap's channel (a refusal closes it: the tap then
-        starts over, waiting for the exchange)."""
+    async def _exchange_exists(self, conn: aiormq.abc.AbstractConnection) -> bool:
+        """A passive declare on a channel of its own (a refusal closes that channel, not
+        the one the tap consumes on)."""
         import aiormq
 
+        ch = await conn.channel()
         try:
             await ch.exchange_declare(self.exchange, passive=True)
         except aiormq.exceptions.ChannelNotFoundEntity:
             return False
+        with contextlib.suppress(Exception):
+            await ch.close()
         return True
 
     async def _take_history(self, conn: aiormq.abc.AbstractConnection) -> None:
@@ -396,7 +465,7 @@ class Tap:
         source = self._history_source() if self._history_source is not None else None
         if source is None:
             return
-        stream, first, end = source
+        stream, first, end = source.stream, source.first, source.end
         start = max(first, end - HISTORY)
         if start >= end:
             return
@@ -433,7 +502,7 @@ class Tap:
             message_id = getattr(message.header.properties, "message_id", None)
             if message_id:
                 self._history_ids.add(str(message_id))
-            self._show(message, count=False)
+            self._show(message, count=False, arrival_ms=source.arrival_ms(offset))
 
     async def _on_message(self, message: aiormq.abc.DeliveredMessage) -> None:
         delivery = message.delivery
@@ -450,7 +519,9 @@ class Tap:
         self.received += 1
         self._show(message, count=True)
 
-    def _show(self, message: aiormq.abc.DeliveredMessage, count: bool) -> None:
+    def _show(
+        self, message: aiormq.abc.DeliveredMessage, count: bool, arrival_ms: int | None = None
+    ) -> None:
         delivery = message.delivery
         self._seq += 1
         routing_key = str(getattr(delivery, "routing_key", "") or "")
@@ -462,6 +533,7 @@ class Tap:
                 bool(getattr(delivery, "redelivered", False)),
                 message.header.properties,
                 self._seq,
+                arrival_ms,
             )
         except Exception:  # a body no reader can show is logged, never breaks the tap
             log.exception("logs view: cannot show a delivery")
@@ -531,6 +603,52 @@ class LogsView:
     def __init__(self, management: Management) -> None:
         self.management = management
         self.taps: dict[tuple[str, str, str], Tap] = {}
+        management.broker.observers.subscribe(self._observe)
+
+    def _observe(self, event: BrokerEvent) -> None:
+        if isinstance(event, ExchangeCreated) and self.taps:
+            self.bind_new(event.exchange.vhost, event.exchange.name)
+
+    def bind_new(self, vhost_name: str, exchange: str) -> None:
+        """Bind the waiting taps' queues to an exchange as it is declared, before the
+        declaring client can publish to it (the broker tells its observers while it
+        handles the declaration): a view open before ``emit-log`` declared ``logs`` shows
+        the record ``emit-log`` publishes right after. As the user of each tap, with the
+        rights they have (what they may not bind, the tap's own bind refuses later)."""
+        broker = self.management.broker
+        vhost = broker.vhosts.get(vhost_name)
+        x = vhost.exchanges.get(exchange) if vhost is not None else None
+        if vhost is None or x is None:
+            return
+        for tap in list(self.taps.values()):
+            queue = vhost.queues.get(tap.queue or "")
+            if tap.vhost != vhost_name or tap.exchange != exchange or queue is None:
+                continue
+            actor = Actor(
+                tap.username,
+                broker.users.permission(tap.username, vhost_name),
+                connection=queue.exclusive_owner,
+            )
+            who = API_ACTOR.set(tap.username)  # the bindings' events name the tap's user
+            try:
+                for key in binding_keys(x.type_name):
+                    request = BindingRequest(exchange, "queue", queue.name, key)
+                    operations.bind(vhost, actor, request)
+            except AMQPError as exc:
+                log.debug("logs view: cannot bind %s to %s: %s", queue.name, exchange, exc)
+            finally:
+                API_ACTOR.reset(who)
+
+    def exchange_type(self, vhost_name: str, exchange: str) -> str | None:
+        vhost = self.management.broker.vhosts.get(vhost_name)
+        x = vhost.exchanges.get(exchange) if vhost is not None else None
+        return x.type_name if x is not None else None
+
+    def dropped(self, vhost_name: str, queue_name: str) -> int:
+        """How many records the broker dropped from the head of a tap's queue."""
+        vhost = self.management.broker.vhosts.get(vhost_name)
+        queue = vhost.queues.get(queue_name) if vhost is not None else None
+        return queue.dropped_head if isinstance(queue, ClassicQueue) else 0
 
     def amqp_address(self) -> tuple[str, int]:
         for listener in self.management.listeners:
@@ -561,6 +679,8 @@ class LogsView:
                 username,
                 self._forget,
                 lambda: self.history_source(vhost, exchange),
+                lambda queue: self.dropped(vhost, queue),
+                lambda: self.exchange_type(vhost, exchange),
             )
             self.taps[key] = tap
             tap.start()
@@ -568,9 +688,9 @@ class LogsView:
             tap.url = url  # the password the user logged in with last
         return tap
 
-    def history_source(self, vhost: str, exchange: str) -> tuple[str, int, int] | None:
-        """(name, first offset, end offset) of the stream queue bound to ``exchange`` that
-        a view opens with: ``logs`` when it is bound there, else the first by name."""
+    def history_source(self, vhost: str, exchange: str) -> History | None:
+        """The stream queue bound to ``exchange`` that a view opens with: ``logs`` when it
+        is bound there, else the first by name."""
         v = self.management.broker.vhosts.get(vhost)
         x = v.exchanges.get(exchange) if v is not None else None
         if v is None or x is None:
@@ -579,7 +699,7 @@ class LogsView:
         for name in sorted(bound, key=lambda n: (n != HISTORY_STREAM, n)):
             q = v.queues.get(name)
             if isinstance(q, StreamQueue):
-                return name, int(q.log.first), int(q.log.next_offset)
+                return History(name, int(q.log.first), int(q.log.next_offset), _arrival(q))
         return None
 
     def _forget(self, tap: Tap) -> None:

@@ -186,12 +186,22 @@ def short_property(raw: bytes, flag: int) -> str | None:
 def with_short_property(raw: bytes, flag: int, value: str | None) -> bytes:
     """Property bytes with one short-string property set (or removed with None), every
     other byte unchanged."""
+    if value is None:
+        return with_property(raw, flag, None)
+    v = value.encode()
+    return with_property(raw, flag, bytes((len(v),)) + v)
+
+
+def timestamp_property(seconds: int) -> bytes:
+    """The ``timestamp`` property's encoded value."""
+    return _u64.pack(seconds)
+
+
+def with_property(raw: bytes, flag: int, encoded: bytes | None) -> bytes:
+    """Property bytes with one property's encoded value set (or removed with None), every
+    other byte unchanged."""
     spans = property_spans(raw)
     flags = int.from_bytes(raw[:2], "big")
-    encoded = b""
-    if value is not None:
-        v = value.encode()
-        encoded = bytes((len(v),)) + v
     span = spans.get(flag)
     if span is not None:
         start, end = span
@@ -204,8 +214,8 @@ def with_short_property(raw: bytes, flag: int, value: str | None) -> bytes:
             if f in spans:
                 start = spans[f][1]
         end = start
-    new_flags = flags | flag if value is not None else flags & ~flag
-    return new_flags.to_bytes(2, "big") + raw[2:start] + encoded + raw[end:]
+    new_flags = flags | flag if encoded is not None else flags & ~flag
+    return new_flags.to_bytes(2, "big") + raw[2:start] + (encoded or b"") + raw[end:]
 
 
 def headers(raw: bytes) -> list[Field] | None:

@@ -18,6 +18,7 @@ from leveret.broker.delayed import Scheduler, fsync_paths
 from leveret.broker.event_exchange import EventExchange
 from leveret.broker.events import Observers
 from leveret.broker.exchanges.delayed import PLUGIN as DELAYED
+from leveret.broker.interceptors import Interceptors
 from leveret.server.amqp import AMQPProtocol
 from leveret.server.config import Config, ConfigError
 from leveret.server.listen import ListenError
@@ -50,6 +51,7 @@ class Server:
         self.broker.log_exchange = config.log_exchange
         self.broker.plugins = plugins.enabled(config.plugins)
         self.broker.consumer_timeout = config.consumer_timeout
+        self.broker.interceptors = Interceptors(**dict(config.message_interceptors))
         # delayed messages: on disk with a data directory, else in memory
         self.scheduler = Scheduler(
             self.broker.vhosts.get,

@@ -258,6 +258,12 @@ class Config:
     # RabbitMQ's consumer_timeout: a channel whose oldest unacknowledged delivery is older
     # than this many milliseconds is closed (406); "infinity" turns it off.
     consumer_timeout: int | None = 1_800_000
+    # RabbitMQ 3.12+'s message_interceptors.incoming: (name, overwrite) of each in force
+    # (set_header_timestamp, set_header_routing_node; see leveret.broker.interceptors). In
+    # a file, rabbitmq.conf's keys as TOML:
+    # message_interceptors.incoming.set_header_timestamp.overwrite = false; in a flag or
+    # LEVERET_MESSAGE_INTERCEPTORS: name=overwrite, separated by commas.
+    message_interceptors: tuple[tuple[str, bool], ...] = ()
 
     ENV_PREFIX = "LEVERET_"
 
@@ -329,6 +335,9 @@ class Config:
             return
         if key == "consumer_timeout":
             self.consumer_timeout = _consumer_timeout(value)
+            return
+        if key == "message_interceptors":
+            self.message_interceptors = _interceptors(value)
             return
         current = getattr(self, key)
         try:
@@ -569,6 +578,40 @@ def _consumer_timeout(value: Any) -> int | None:
     if number <= 0 or isinstance(value, bool):
         raise ConfigError("invalid value for 'consumer_timeout': a positive number of ms")
     return number
+
+
+def _interceptors(value: Any) -> tuple[tuple[str, bool], ...]:
+    """rabbitmq.conf's message_interceptors.incoming.<name>.overwrite entries, as a TOML
+    table ``{incoming = {<name> = {overwrite = true}}}`` or ``name=true,...``."""
+    from leveret.broker.interceptors import NAMES
+
+    def bad(why: str) -> ConfigError:
+        return ConfigError(f"invalid value for 'message_interceptors': {why}")
+
+    pairs: list[tuple[str, Any]] = []
+    if isinstance(value, str):
+        for item in (i.strip() for i in value.split(",")):
+            if item:
+                name, sep, flag = item.partition("=")
+                if not sep:
+                    raise bad(f"{item!r}: name=true or name=false")
+                pairs.append((name.strip(), flag.strip()))
+    elif isinstance(value, dict) and set(value) <= {"incoming"}:
+        incoming = value.get("incoming", {})
+        if not isinstance(incoming, dict):
+            raise bad("message_interceptors.incoming must be a table")
+        for name, entry in incoming.items():
+            if not isinstance(entry, dict) or set(entry) != {"overwrite"}:
+                raise bad(f"message_interceptors.incoming.{name} takes overwrite = true|false")
+            pairs.append((name, entry["overwrite"]))
+    else:
+        raise bad("a table message_interceptors.incoming.<name>.overwrite = true|false")
+    out: dict[str, bool] = {}
+    for name, flag in pairs:
+        if name not in NAMES:
+            raise bad(f"{name} is invalid (one of {', '.join(NAMES)})")
+        out[name] = _flag(f"message_interceptors.incoming.{name}.overwrite", flag)
+    return tuple(out.items())
 
 
 def _connection_max(value: Any) -> int | None:

@@ -27,16 +27,23 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from leveret.logs.reading import TIMESTAMP_HEADER, header_text
 from leveret.protocol.stream import amqp10
 from leveret.protocol.stream.chunk import HEADER, MAGIC_VERSION
 from leveret.spark.client import AmqpSourceError
-from leveret.spark.logparse import Bodies, Messages, broker_events, broker_nodes, parse
+from leveret.spark.logparse import (
+    Bodies,
+    Messages,
+    broker_events,
+    broker_nodes,
+    header_times,
+    parse,
+)
 from leveret.spark.schema import (
     ARROW_SCHEMA,
     DEFAULT_KEEP,
     LOG_ARROW_SCHEMA,
     PROPERTY_COLUMNS,
-    header_text,
 )
 
 _U32 = struct.Struct(">I")
@@ -176,6 +183,9 @@ class Columns:
         # id, application properties section, their decoded values)
         self._fast: tuple[bytes, bytes, bytes, int] | None = None
         self._last: tuple[object, ...] = ()  # what made the last shape (see ``_shape``)
+        # (index of its first message, timestamp in ms) of each chunk read: the broker's
+        # arrival time of its messages
+        self._chunks: list[tuple[int, int]] = []
 
     def __len__(self) -> int:
         return len(self.offsets)
@@ -184,7 +194,7 @@ class Columns:
     def add_chunk(self, frame: bytes, start: int, end: int) -> tuple[int, int]:
         """The records of the chunk in a Deliver frame (at byte 5) with ``start <= offset <
         end``; returns the chunk's (first offset, offset after its last record)."""
-        (magic, ctype, entries, records, _ts, _epoch, first, crc, size, _trailer,
+        (magic, ctype, entries, records, ts, _epoch, first, crc, size, _trailer,
          _r) = HEADER.unpack_from(frame, 5)  # fmt: skip
         if magic >> 4 != MAGIC_VERSION >> 4:  # osiris 0x50 (RabbitMQ 3.10) or 0x51
             raise AmqpSourceError(f"a Deliver frame holds no osiris chunk ({magic:#x})")
@@ -196,6 +206,7 @@ class Columns:
         offset = first
         pos = data
         message = self.message
+        self._chunks.append((len(self.offsets), ts))
         for _ in range(entries):
             if frame[pos] & 0x80:
                 flag, count, raw, length = _SUB.unpack_from(frame, pos)
@@ -455,6 +466,23 @@ class Columns:
         ms = np.array([s[3] or 0 for s in self.shapes], np.int64)[at]
         return ms, there
 
+    def _arrival(self) -> np.ndarray[Any, Any]:
+        """Per message, the timestamp (ms) of the chunk it came in."""
+        n = len(self)
+        starts = [i for i, _ in self._chunks] + [n]
+        counts: np.ndarray[Any, Any] = np.diff(np.array(starts, np.int64))
+        return np.repeat(np.array([t for _, t in self._chunks], np.int64), counts)
+
+    def _header_times(self, index: pa.Array) -> tuple[Any, Any]:
+        """Per message, its ``timestamp_in_ms`` header (ms) and where it has one."""
+        ms, there = header_times(
+            [None if s[5] is None else s[5].get(TIMESTAMP_HEADER) for s in self.shapes]
+        )
+        if ms is None or there is None:
+            return None, None
+        at = np.asarray(index)
+        return ms[at], there[at]
+
     def _rows_of(self, field: int) -> list[Any]:
         shapes = self.shapes
         return [shapes[i][field] for i in self.shape_of]
@@ -464,6 +492,7 @@ class Columns:
         n = len(self)
         index = self._index()
         ms, there = self._timestamps(index)
+        header_ms, has_header_ms = self._header_times(index)
         exchange = self._column(0, index, pa.string())
         routing_key = self._column(1, index, pa.string())
 
@@ -484,6 +513,9 @@ class Columns:
             timestamp=ms // 1000,  # AMQP 0-9-1 timestamps are whole seconds
             has_timestamp=there,
             bodies=Bodies.join(self.bodies),
+            header_ms=header_ms,
+            has_header_ms=has_header_ms,
+            arrival_ms=self._arrival(),
         )
         kept = {
             "offset": self._offsets(),

@@ -18,13 +18,19 @@ with every other record column NULL: never dropped. A UTF-8 body that is not JSO
 text from another producer (the tutorial's ``emit_log.py``): its text is the message, its
 severity comes from the routing key when that names one, else from a ``severity: message``
 prefix, else ``info``. A record without ``ts`` (and plain text, and malformed bodies) gets
-the message's timestamp property, else the time it was parsed.
+the message's time: its timestamp property set by the producer, else its
+``timestamp_in_ms`` header (the broker's arrival time), else the stream chunk's timestamp
+(the broker's arrival time too), else the time it was parsed. These rules are
+:mod:`leveret.logs.reading`'s, which every other reader uses; the tests hold the two
+parsers to the same records, message for message.
 
 The broker's events (exchange ``amq.rabbitmq.event``: empty bodies, the event in the routing
 key, its details in headers) are records of their own, built from the headers (only when a
 batch has any): facility ``broker``, host the ``node`` header, severity ``warning`` for a
 failed login and ``info`` otherwise, a one-line message (``queue.created name=orders
-vhost=/ by guest``), ``ts`` from ``timestamp_in_ms``, and every header in ``extra``.
+vhost=/ by guest``), ``ts`` from ``timestamp_in_ms``, and every header in ``extra``. A
+line of the broker's own log (``amq.rabbitmq.log``) takes its time and logger from its
+``2026-11-28 23:18:31.040518+00:00 [info] <logger>`` prefix, which its message loses.
 """
 
 from __future__ import annotations
@@ -41,20 +47,26 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pj
 
-from leveret.logs.record import (
-    ALIASES,
-    BROKER_EVENT_EXCHANGE,
-    BROKER_LOG_EXCHANGE,
-    DEFAULT_FACILITY,
-    SEVERITIES,
-    SEVERITY_PREFIX,
+from leveret.logs.reading import (
+    BROKER_FACILITY,
+    EVENT_SEVERITY,
+    JSON_CONTENT_TYPE,
+    MAX_US,
+    MIN_US,
+    TIMESTAMP_HEADER,
+    broker_log_line,
+    event_extra,
+    event_message,
+    event_time,
+    header_ms,
+    header_text,
+    key_parts,
+    severity_word,
 )
+from leveret.logs.record import BROKER_EVENT_EXCHANGE, BROKER_LOG_EXCHANGE, severity_prefix
 from leveret.spark.frames import U8, Mask, gather, string_array
-from leveret.spark.schema import DEFAULT_KEEP, LOG_ARROW_SCHEMA, RECORD_COLUMNS, header_text
+from leveret.spark.schema import DEFAULT_KEEP, LOG_ARROW_SCHEMA, RECORD_COLUMNS
 from leveret.spark.wire import Positions
-
-BROKER_FACILITY = "broker"
-JSON_CONTENT_TYPE = "application/json"
 
 #: A record's JSON fields as the reader types them (``extra`` is taken separately).
 RECORD_JSON = pa.schema(
@@ -79,28 +91,6 @@ _BRACE = ord("{")
 _SPACES = np.array([9, 10, 13, 32], np.uint8)
 _TS = pa.timestamp("us", tz="UTC")
 _EMPTY = RECORD_JSON.empty_table()
-
-
-def severity_word(word: str | None) -> str | None:
-    """A severity word normalised (``WARN`` -> ``warning``); None if it is not one."""
-    if word is None:
-        return None
-    w = word.strip().lower()
-    w = ALIASES.get(w, w)
-    return w if w in SEVERITIES else None
-
-
-def key_parts(key: str) -> tuple[str | None, str]:
-    """(severity, facility) a routing key names: ``error`` or ``kern.error``; the severity
-    is None when the key names none."""
-    facility, _, last = key.rpartition(".")
-    return severity_word(last), facility or DEFAULT_FACILITY
-
-
-def prefix_severity(text: str) -> str | None:
-    """The severity of a ``severity: message`` text."""
-    m = SEVERITY_PREFIX.match(text)
-    return severity_word(m.group(1)) if m else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,6 +160,41 @@ class Messages:
     # the headers of the broker's events (published to amq.rabbitmq.event) by message
     # index; None: no message is one
     broker_event: Mapping[int, Mapping[str, str | None]] | None = None
+    # per message, its ``timestamp_in_ms`` header (ms) where ``has_header_ms``; None: no
+    # message has one
+    header_ms: Positions | None = None
+    has_header_ms: Mask | None = None
+    # per message, the broker's arrival time (ms) as the transport tells it (a stream
+    # chunk's timestamp); None: the transport does not
+    arrival_ms: Positions | None = None
+
+    def times(self, now_us: int) -> Positions:
+        """Per message, its time in µs (:func:`leveret.logs.reading.message_time`)."""
+        n = len(self.bodies)
+        out = np.full(n, now_us, np.int64)
+        if self.arrival_ms is not None:
+            out = self.arrival_ms.astype(np.int64) * 1000
+        # a timestamp property past year 9999 is not a time a record can have
+        stamp = self.has_timestamp & (self.timestamp <= MAX_US // 1_000_000)
+        stamp &= self.timestamp >= MIN_US // 1_000_000
+        if self.header_ms is not None and self.has_header_ms is not None:
+            there = self.has_header_ms
+            out = np.where(there, self.header_ms * 1000, out)
+            # a timestamp property of the same second is the broker's too
+            stamp = stamp & ~(there & (np.floor_divide(self.header_ms, 1000) == self.timestamp))
+        return np.where(stamp, self.timestamp * 1_000_000, out)
+
+
+def header_times(values: Sequence[Any]) -> tuple[Positions | None, Mask | None]:
+    """Per message, its ``timestamp_in_ms`` header (``values``: each message's, None when
+    it has none) as ms and where it is one; (None, None) when no message has one."""
+    if all(v is None for v in values):
+        return None, None
+    ms = [header_ms({TIMESTAMP_HEADER: v}) if v is not None else None for v in values]
+    there = np.array([m is not None for m in ms], np.bool_)
+    if not there.any():
+        return None, None
+    return np.array([m or 0 for m in ms], np.int64), there
 
 
 # ----------------------------------------------------------------------------- JSON
@@ -311,7 +336,7 @@ def parse(
         from_broker = msgs.broker_node.is_valid()
         key_facility = pc.if_else(from_broker, pa.scalar(BROKER_FACILITY), key_facility)
         text_host = msgs.broker_node.fill_null("")
-    fallback = np.where(msgs.has_timestamp, msgs.timestamp * 1_000_000, now_us)
+    fallback = msgs.times(now_us)
 
     # JSON records, parsed in bulk
     json_bodies = bodies.subset(json_rows)
@@ -322,6 +347,13 @@ def parse(
     severity, unknown = _normalise(table.column("severity").combine_chunks())
     message = table.column("message").combine_chunks()
     ok = ~unknown
+    given_ts = table.column("ts").combine_chunks()
+    if given_ts.null_count < len(given_ts):
+        # Arrow takes years 0 and 10000 (an offset past 9999-12-31): no reader can
+        micros = given_ts.cast(pa.int64())
+        ok &= np.asarray(
+            pc.and_(pc.greater_equal(micros, MIN_US), pc.less_equal(micros, MAX_US)).fill_null(True)
+        )
     if message.null_count:
         ok &= np.asarray(message.is_valid())
     good_rows = parsed_rows[ok]
@@ -369,18 +401,24 @@ def parse(
         text = bodies.text(plain_rows)
         named = key_severity.take(plain_rows)
         if named.null_count:
-            prefixed = pa.array([prefix_severity(t) for t in text.to_pylist()], pa.string())
+            prefixed = pa.array([severity_prefix(t) for t in text.to_pylist()], pa.string())
             named = pc.coalesce(named, prefixed, pa.scalar("info"))
+        plain_ts = fallback[plain_rows]
+        logger = _nulls(p)
+        if text_host is not None and msgs.broker_node is not None:
+            text, logger, plain_ts = _broker_lines(
+                text, msgs.broker_node.take(pa.array(plain_rows)), plain_ts
+            )
         groups.append(
             {
-                "ts": pa.array(fallback[plain_rows], _TS),
+                "ts": pa.array(plain_ts, _TS),
                 "severity": named,
                 "facility": key_facility.take(plain_rows),
                 "host": pa.repeat("", p) if text_host is None else text_host.take(plain_rows),
                 "app": pa.repeat("", p),
                 "pid": pa.array(np.zeros(p, np.int64)),
                 "message": text,
-                "logger": _nulls(p),
+                "logger": logger,
                 "exc": _nulls(p),
                 "extra": _nulls(p),
                 "_corrupt": _nulls(p),
@@ -431,37 +469,19 @@ def parse(
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
-# the header a stream's consumers get with each message: not the event's
-_STREAM_OFFSET = "x-stream-offset"
-# Events that report a failure; the others are info.
-_EVENT_SEVERITY = {"user.authentication.failure": "warning"}
-
-
-def event_message(key: str, headers: Mapping[str, str | None]) -> str:
-    """One line for a broker event: what happened, to what, and who did it
-    (``queue.created name=orders vhost=/ by guest``)."""
-    words = [key]
-    for field in ("name", "source_name", "destination_name", "vhost"):
-        value = headers.get(field)
-        if value is not None:
-            words.append(f"{field}={value}")
-    who = headers.get("user_who_performed_action") or headers.get("user")
-    if who is None and key.startswith("user.authentication."):
-        who = headers.get("name")  # the user who logged in, or tried to
-    if who:
-        words.append(f"by {who}")
-    peer = headers.get("peer_host")
-    if peer and key.startswith(("user.authentication.", "connection.")):
-        words.append(f"from {peer}")
-    return " ".join(words)
-
-
-def _event_ts(headers: Mapping[str, str | None], fallback: int) -> int:
-    value = headers.get("timestamp_in_ms")
-    try:
-        return int(value) * 1000 if value is not None else fallback
-    except ValueError:
-        return fallback
+def _broker_lines(
+    text: pa.Array, node: pa.Array, ts: Positions
+) -> tuple[pa.Array, pa.Array, Positions]:
+    """The broker's own log lines among plain texts (``node`` valid): their message, logger
+    and time from RabbitMQ's line format; the other texts as they are."""
+    texts = text.to_pylist()
+    loggers: list[str | None] = [None] * len(texts)
+    ts = ts.copy()
+    for i in np.flatnonzero(np.asarray(node.is_valid())):
+        at, loggers[i], texts[i] = broker_log_line(texts[i])
+        if at is not None:
+            ts[i] = at
+    return pa.array(texts, pa.string()), pa.array(loggers, pa.string()), ts
 
 
 def _event_group(
@@ -476,9 +496,9 @@ def _event_group(
     e = len(rows)
     return {
         "ts": pa.array(
-            [_event_ts(h, int(fallback[i])) for h, i in zip(heads, rows, strict=True)], _TS
+            [event_time(h, int(fallback[i])) for h, i in zip(heads, rows, strict=True)], _TS
         ),
-        "severity": pa.array([_EVENT_SEVERITY.get(k, "info") for k in keys], pa.string()),
+        "severity": pa.array([EVENT_SEVERITY.get(k, "info") for k in keys], pa.string()),
         "facility": pa.repeat(BROKER_FACILITY, e),
         "host": pa.array([h.get("node") or "" for h in heads], pa.string()),
         "app": pa.repeat("", e),
@@ -488,17 +508,7 @@ def _event_group(
         ),
         "logger": _nulls(e),
         "exc": _nulls(e),
-        "extra": pa.array(
-            [
-                json.dumps(
-                    {k: v for k, v in h.items() if k != _STREAM_OFFSET},
-                    ensure_ascii=False,
-                    separators=(",", ":"),
-                )
-                for h in heads
-            ],
-            pa.string(),
-        ),
+        "extra": pa.array([event_extra(h) for h in heads], pa.string()),
         "_corrupt": _nulls(e),
     }
 
@@ -591,14 +601,20 @@ def records_from_messages(
             if len(ts)
             else np.zeros(0, np.int64)
         )
+        headers = cols.get("headers")
+        stamps: tuple[Positions | None, Mask | None] = (None, None)
+        if headers is not None and headers.null_count < len(headers):
+            stamps = header_times(pc.map_lookup(headers, TIMESTAMP_HEADER, "first").to_pylist())
         msgs = Messages(
-            broker_node=_broker_nodes(cols.get("exchange"), cols.get("headers")),
-            broker_event=_broker_events(cols.get("exchange"), cols.get("headers")),
+            broker_node=_broker_nodes(cols.get("exchange"), headers),
+            broker_event=_broker_events(cols.get("exchange"), headers),
             routing_key=cols["routing_key"],
             content_type=cols["content_type"],
             timestamp=seconds,
             has_timestamp=has_ts,
             bodies=Bodies.of(cols["body"]),
+            header_ms=stamps[0],
+            has_header_ms=stamps[1],
         )
         yield parse(msgs, {name: cols[name] for name in keep}, schema)
 

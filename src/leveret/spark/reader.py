@@ -15,15 +15,22 @@ import pika.exceptions
 import pyarrow as pa
 
 from leveret.logs.amqp import LogsError, parameters, redact
+from leveret.logs.reading import TIMESTAMP_HEADER, header_text
 from leveret.spark.client import AmqpSourceError, RangeProgress, error_from, urls_of
-from leveret.spark.frames import NO_OFFSET, Fields
-from leveret.spark.logparse import Bodies, Messages, broker_events, broker_nodes, parse
+from leveret.spark.frames import NO_OFFSET, Fields, Mask
+from leveret.spark.logparse import (
+    Bodies,
+    Messages,
+    broker_events,
+    broker_nodes,
+    header_times,
+    parse,
+)
 from leveret.spark.schema import (
     ARROW_SCHEMA,
     DEFAULT_KEEP,
     LOG_ARROW_SCHEMA,
     PROPERTY_COLUMNS,
-    header_text,
 )
 from leveret.spark.wire import Deliveries, Positions, StreamConsumer
 
@@ -148,6 +155,11 @@ def record_batch(fields: Fields, offsets: Positions, rows: Positions) -> pa.Reco
         return fields.headers(i) if fields.present["headers"][i] else None
 
     exchanges = fields.exchanges(rows)
+    stamps: tuple[Positions | None, Mask | None] = (None, None)
+    if not bool(fields.offset_only[rows].all()):
+        stamps = header_times(
+            [(headers_of(j) or {}).get(TIMESTAMP_HEADER) for j in range(len(rows))]
+        )
     msgs = Messages(
         broker_node=broker_nodes(exchanges, node_of),
         broker_event=broker_events(exchanges, headers_of),
@@ -156,6 +168,8 @@ def record_batch(fields: Fields, offsets: Positions, rows: Positions) -> pa.Reco
         timestamp=seconds[rows],
         has_timestamp=there[rows],
         bodies=bodies,
+        header_ms=stamps[0],
+        has_header_ms=stamps[1],
     )
     kept = {
         "offset": pa.array(offsets[rows], pa.int64()),

@@ -8,7 +8,6 @@ worker derives it, so the two can never disagree.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from datetime import datetime
 from typing import Any
 
 import pyarrow as pa
@@ -27,6 +26,7 @@ from pyspark.sql.types import (
 )
 
 from leveret.logs.amqp import PROPERTY_NAMES
+from leveret.logs.reading import header_text
 
 #: The message properties carried as columns of their own, in the order of the schema.
 #: The headers are a map column of their own; cluster_id is not kept.
@@ -63,19 +63,6 @@ MESSAGE_SCHEMA = StructType(
 ARROW_SCHEMA: pa.Schema = to_arrow_schema(MESSAGE_SCHEMA, timezone="UTC")
 
 COLUMNS: tuple[str, ...] = tuple(MESSAGE_SCHEMA.fieldNames())
-
-
-def header_text(value: Any) -> str | None:
-    """A header value as a string: bytes as UTF-8, nested tables and arrays as their repr."""
-    if value is None:
-        return None
-    if isinstance(value, bytes | bytearray | memoryview):
-        return bytes(value).decode("utf-8", "replace")
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, datetime):
-        return value.isoformat()
-    return str(value)
 
 
 class BatchBuilder:

@@ -26,9 +26,9 @@ import pika
 from pyspark.sql import Row
 from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
 
+from leveret.logs.reading import header_text
 from leveret.spark.client import Outgoing, publish
 from leveret.spark.options import WriteOptions
-from leveret.spark.schema import header_text
 
 
 class PublishedMessage(WriterCommitMessage):

@@ -39,7 +39,22 @@ def authorize_publish(
     """Every check RabbitMQ makes of a publish, in its order (size, write permission, the
     exchange, internal, direct reply-to, user-id, expiration, CC/BCC): the exchange to
     route through and the message as the queues will hold it (reply-to rewritten for the
-    publishing channel's ``reply_suffix``, BCC removed)."""
+    publishing channel's ``reply_suffix``, BCC removed, the incoming interceptors'
+    headers added)."""
+    exchange, message = _checked(vhost, actor, exchange_name, message, reply_suffix)
+    interceptors = vhost.interceptors
+    if interceptors is not None:
+        message = interceptors.intercept(message, vhost.node)
+    return exchange, message
+
+
+def _checked(
+    vhost: VirtualHost,
+    actor: Actor,
+    exchange_name: str,
+    message: Message,
+    reply_suffix: str | None,
+) -> tuple[Exchange, Message]:
     if len(message.body) > vhost.max_message_size:
         raise errors.precondition_failed(
             f"message size {len(message.body)} is larger than configured max size "

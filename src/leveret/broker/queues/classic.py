@@ -112,6 +112,9 @@ class ClassicQueue(Queue):
         self.max_length: int | None = None
         self.max_length_bytes: int | None = None
         self.overflow = Overflow.DROP_HEAD
+        # how many messages drop-head overflow took from the head, ever (not a figure
+        # RabbitMQ shows: the dashboard's Logs view counts what its own queue dropped)
+        self.dropped_head = 0
         self._expires: int | None = None
         self.dead_letter_exchange: str | None = None
         self.dead_letter_routing_key: str | None = None
@@ -296,6 +299,7 @@ class ClassicQueue(Queue):
         ):
             entry = self._ready.popleft()
             self._forget(entry)
+            self.dropped_head += 1
             self._dead_letter(entry.message, "maxlen")
 
     def _forget(self, entry: Entry) -> None:

@@ -215,16 +215,18 @@ export function logsPage() {
 
   function row(r) {
     const sev = sevClass(r.severity);
+    // a body no reader takes for a record is shown whole, as the lake keeps it (_corrupt)
+    const malformed = r._corrupt !== undefined && r._corrupt !== null;
     const el = h(
-      `div.log-row.sev-${sev}`,
+      `div.log-row.sev-${sev}${malformed ? ".malformed" : ""}`,
       { dataset: { seq: r._seq, severity: sev } },
       h("span.ts", r.ts || ""),
       " ",
-      h("span.sev", (r.severity || "").toUpperCase().padEnd(8)),
+      h("span.sev", malformed ? "MALFORMED" : (r.severity || "").toUpperCase().padEnd(8)),
       " ",
-      h("span.meta", lineOf(r).slice((r.ts || "").length + 10)),
-      ": ",
-      h("span.msg", r.message || ""),
+      malformed ? "" : h("span.meta", lineOf(r).slice((r.ts || "").length + 10)),
+      malformed ? "" : ": ",
+      h("span.msg", malformed ? r._corrupt : r.message || ""),
     );
     el._record = r;
     if (r.exc) el.appendChild(h("div.exc", r.exc));
@@ -437,7 +439,7 @@ export function logsPage() {
         ["exchange", m.exchange === "" ? "(AMQP default)" : m.exchange],
         ["routing key", m.routing_key],
         ["redelivered", String(m.redelivered)],
-        ["payload", `${fmtInt(m.payload_bytes)} bytes${r._plain ? " (plain text, shown as its message)" : " (JSON record)"}${r._cut ? "; long fields cut to 16 KiB for this view" : ""}`],
+        ["payload", `${fmtInt(m.payload_bytes)} bytes${r._corrupt !== undefined ? " (malformed: not a record, shown whole)" : r._plain ? " (plain text, shown as its message)" : " (JSON record)"}${r._cut ? "; long fields cut to 16 KiB for this view" : ""}`],
         ["received", fmtTime(r._received)],
         ...Object.entries(props).map(([k, v]) => [k, typeof v === "object" ? JSON.stringify(v) : String(v)]),
       ]),
