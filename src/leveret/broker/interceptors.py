@@ -45,6 +45,18 @@ class Interceptors:
         """The message as the queues will hold it."""
         props = message.properties
         fields = table.headers(props)
+        if fields is None:  # the usual message: what is stamped is added, nothing replaced
+            added: list[table.Field] = []
+            if self.set_header_routing_node is not None:
+                added.append((ROUTING_NODE_HEADER, table.longstr(node)))
+            seconds = None
+            if self.set_header_timestamp is not None:
+                ms = wall_ms()
+                added.append((TIMESTAMP_HEADER, table.long(ms)))
+                seconds = ms // 1000
+                if self.set_header_timestamp and int.from_bytes(props[:2], "big") & _TIMESTAMP_FLAG:
+                    props = table.with_property(props, _TIMESTAMP_FLAG, None)  # overwritten
+            return message.with_properties(table.with_absent(props, table.sort(added), seconds))
         have = fields or []
         changed = False
         overwrite = self.set_header_routing_node

@@ -25,6 +25,7 @@ _PROPERTY_SIZES = {"octet": 1, "timestamp": 8}
 
 REPLY_TO_FLAG = 0x0200
 EXPIRATION_FLAG = 0x0100
+_TIMESTAMP = 0x0040
 
 
 # ------------------------------------------------------------------ values
@@ -216,6 +217,36 @@ def with_property(raw: bytes, flag: int, encoded: bytes | None) -> bytes:
         end = start
     new_flags = flags | flag if encoded is not None else flags & ~flag
     return new_flags.to_bytes(2, "big") + raw[2:start] + (encoded or b"") + raw[end:]
+
+
+def with_absent(raw: bytes, headers: list[Field], seconds: int | None) -> bytes:
+    """Property bytes that have no headers table, with ``headers`` added and, when
+    ``seconds`` is given and no timestamp is there, the timestamp: one walk over the
+    properties before them (the interceptors' common case, a message without headers)."""
+    flags = int.from_bytes(raw[:2], "big")
+    pos = 2
+    if flags & 0x8000:  # content-type
+        pos += 1 + raw[pos]
+    if flags & 0x4000:  # content-encoding
+        pos += 1 + raw[pos]
+    table_at = pos
+    new_flags = flags | HEADERS_FLAG
+    if seconds is None or flags & _TIMESTAMP:
+        return new_flags.to_bytes(2, "big") + raw[2:pos] + encode_table(headers) + raw[pos:]
+    pos += (flags & 0x1000 != 0) + (flags & 0x0800 != 0)  # delivery-mode, priority
+    for flag in (0x0400, 0x0200, 0x0100, 0x0080):  # correlation-id ... message-id
+        if flags & flag:
+            pos += 1 + raw[pos]
+    return b"".join(
+        (
+            (new_flags | _TIMESTAMP).to_bytes(2, "big"),
+            raw[2:table_at],
+            encode_table(headers),
+            raw[table_at:pos],
+            _u64.pack(seconds),
+            raw[pos:],
+        )
+    )
 
 
 def headers(raw: bytes) -> list[Field] | None:
