@@ -97,11 +97,12 @@ class Broker:
     ``port`` 0 (the default) picks a free port; ``host`` is the address to listen on.
     ``data_dir`` keeps durable definitions and persistent messages on disk there (as
     ``leveret server --data-dir``); without it everything is in memory and gone at
-    ``stop()``. ``management`` starts the management HTTP API (and Prometheus metrics) too,
-    on ``management_port`` (0: a free port). ``config`` is a TOML file in the format of
-    ``leveret server --config`` (users, vhosts, permissions, settings); keyword arguments
-    set any of its settings (``heartbeat=10``, ``frame_max=...``, ``users=[{...}]``,
-    ``default_user=False``) after the file, and lists add to the file's. The addresses are
+    ``stop()``. ``management`` starts the management HTTP API on ``management_port`` (0: a
+    free port) and Prometheus metrics on a free port (``metrics_url``). ``config`` is a TOML
+    file in the format of ``leveret server --config`` (users, vhosts, permissions,
+    settings); keyword arguments set any of its settings (``heartbeat=10``,
+    ``frame_max=...``, ``users=[{...}]``, ``default_user=False``) after the file, and lists
+    add to the file's. The addresses are
     the arguments' (a file's ports and bind address are not used); a file's ``data_dir`` is
     used when the argument is not given.
 
@@ -141,7 +142,8 @@ class Broker:
         if "stream_tls_port" not in settings:
             cfg.stream_tls_port = 0
         cfg.bind = host
-        cfg.http_port = cfg.prometheus_port = int(management_port)
+        cfg.http_port = int(management_port)
+        cfg.prometheus_port = 0  # a listener of its own: metrics_url says where
         if data_dir is not None:
             cfg.data_dir = Path(data_dir)
         self.config = cfg

@@ -82,3 +82,65 @@ def test_an_unreachable_management_api_is_a_plain_error(tmp_path: Path) -> None:
     assert proc.returncode == 1
     assert "--leveret-url: cannot reach the management API at http://127.0.0.1:1" in proc.stdout
     assert "Traceback" not in proc.stdout
+
+
+def test_the_management_api_found_is_the_brokers_own(tmp_path: Path) -> None:
+    """Found by a user: ``--leveret-url`` alone made the tests' vhosts through port 15672,
+    another broker's (a RabbitMQ beside the Leveret under test), and failed with
+    ``NOT_ALLOWED - vhost ... not found``. The management API is now the broker's own, found
+    by its AMQP listener, or the run stops saying what it found where."""
+    import leveret
+
+    (tmp_path / "test_amqp.py").write_text(
+        "import pika\n"
+        "def test_url(amqp_url):\n"
+        "    pika.BlockingConnection(pika.URLParameters(amqp_url)).close()\n"
+    )
+    with leveret.Broker(management=True) as broker:
+        # the default candidates (AMQP port + 10000, then 15672) are not this broker's
+        proc = pytest_in(tmp_path, "-q", "--leveret-url", broker.url)
+        assert proc.returncode == 1, proc.stdout
+        assert (
+            f"--leveret-url: no management API of the broker at 127.0.0.1:{broker.port} found"
+        ) in proc.stdout
+        assert "give it with --leveret-management-url" in proc.stdout
+        assert "Traceback" not in proc.stdout
+        proc = pytest_in(
+            tmp_path,
+            "-q",
+            "--leveret-url",
+            broker.url,
+            "--leveret-management-url",
+            broker.management_url,
+        )
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_the_management_api_beside_the_amqp_port_is_found() -> None:
+    """A Leveret run beside a RabbitMQ as its README says (5673 and 15673): its AMQP port
+    plus 10,000 is its management API."""
+    import socket
+
+    import leveret
+    from leveret.testing.remote import RemoteBroker
+
+    for _ in range(50):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            amqp = s.getsockname()[1]
+        if amqp + 10000 >= 65536:
+            continue
+        broker = leveret.Broker(amqp, management=True, management_port=amqp + 10000)
+        try:
+            broker.start()
+        except OSError:
+            continue  # taken meanwhile: two other ports
+        try:
+            remote = RemoteBroker(broker.url)
+            remote.locate()
+            assert remote.management_url == f"http://127.0.0.1:{amqp + 10000}"
+            assert "/" in remote.vhosts()
+        finally:
+            broker.stop()
+        return
+    raise AssertionError("no two free ports 10,000 apart")

@@ -66,6 +66,16 @@ def test_an_error_rate_fires_once_per_app_while_it_holds() -> None:
     assert [m.extra["batch"] for m in again if m.extra] == [7]
 
 
+def test_records_without_an_app_are_nobodys_error_rate() -> None:
+    """Found by a user: a per-app rule fired "for app ''" on the broker's own records (and
+    plain text, which has no app either)."""
+    clock = Clock()
+    ev = Evaluator([RATE], clock)
+    assert ev.observe(batch(0, clock, [("error", "", "refused login")] * 20)) == []
+    fired = ev.observe(batch(1, clock, [("error", "shop", "x")] * 10))
+    assert [a.extra["key"] for a in fired if a.extra] == ["shop"]
+
+
 def test_a_pattern_fires_once_per_run_of_matching_batches() -> None:
     clock = Clock()
     ev = Evaluator([PATTERN], clock)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pika.exceptions
 import pytest
 
-from leveret.logs.amqp import LogsError, describe, parameters, redact, routing_key
+from leveret.logs.amqp import LogsError, describe, parameters, redact, routing_key, split_urls
 from leveret.logs.reading import Envelope, read
 from leveret.logs.record import (
     Record,
@@ -165,6 +165,11 @@ def test_urls_are_checked_and_passwords_hidden() -> None:
     ]:
         with pytest.raises(LogsError, match=why):
             parameters(bad)
+    # found by a user: "Error: invalid URL not: ..." (the URL cut at its first space)
+    with pytest.raises(LogsError) as exc:
+        split_urls("not a url")
+    assert str(exc.value) == "invalid URL 'not a url': it must start with amqp:// or amqps://"
+    assert split_urls("amqp://a/ amqp://b/,amqp://c/") == ["amqp://a/", "amqp://b/", "amqp://c/"]
 
 
 def test_client_failures_read_as_one_sentence() -> None:

@@ -36,6 +36,15 @@ Lake = Annotated[
 ]
 
 
+def check_lake(lake: Path) -> None:
+    """End the command with one line when ``lake`` is not a log lake."""
+    from leveret.logs.lake import not_a_lake
+
+    why = not_a_lake(lake)
+    if why is not None:
+        fail(why if "--lake" in why else f"{why} (run `leveret pipeline ingest` first)")
+
+
 def setting_parameter(
     flag: str, kind: Any, help: str, default: Any = None, show_default: bool = True
 ) -> inspect.Parameter:

@@ -19,7 +19,7 @@ from typing import Annotated
 
 import typer
 
-from leveret.cli.common import Lake, fail
+from leveret.cli.common import Lake, check_lake, fail
 from leveret.cli.logs import Url, broker_urls
 
 app = typer.Typer(
@@ -322,8 +322,7 @@ def report(
 
     if fmt not in ("html", "md"):
         fail(f"unknown report format {fmt!r}: use html or md")
-    if not lake.is_dir():
-        fail(f"no log lake at {lake} (run `leveret pipeline ingest` first)")
+    check_lake(lake)
     settings = _conf(conf)
     # on a terminal, what it is doing meanwhile (Spark's start and the job take 20 s to a
     # minute); into a pipe or a file, nothing but the result
@@ -404,8 +403,8 @@ def compact(
         fail(str(exc))
     wait = _seconds(grace, "--grace")
     interval = _seconds(every, "--every") if every else None
-    if interval is None and not (lake / "_spark_metadata").is_dir():
-        fail(f"no log lake at {lake} (run `leveret pipeline ingest` first)")
+    if interval is None:
+        check_lake(lake)
     stop = _stop_on_signals()
     root = lake.resolve()
     while True:

@@ -14,7 +14,7 @@ from typing import Annotated, Any
 
 import typer
 
-from leveret.cli.common import Lake, fail
+from leveret.cli.common import Lake, check_lake, fail
 
 app = typer.Typer(no_args_is_help=True, help="The log lake: search the records it keeps.")
 
@@ -92,8 +92,8 @@ def search(
         )
     except SearchError as exc:
         fail(str(exc))
-    if engine == "duckdb" and not lake.is_dir():
-        fail(f"no log lake at {lake} (run `leveret pipeline ingest` first)")
+    if engine == "duckdb":
+        check_lake(lake)
     wanted = limit or None
     try:
         if engine == "spark":

@@ -5,7 +5,8 @@ Two kinds of rule (``[[lake.alerts]]`` in the configuration file, see
 
 - **error rate**: the share of ``error`` and ``critical`` records above ``error_rate`` over
   the last ``window`` (by the records' own times), for one app or one host (``per``), once
-  the window holds ``min_records``;
+  the window holds ``min_records``; records without an app (or host), such as the broker's
+  own and plain text, belong to none;
 - **pattern**: a regular expression found in a record's message.
 
 A rule fires when its condition becomes true, once: it fires again only after a batch in
@@ -123,6 +124,8 @@ class Evaluator:
             if ts is None or ts < now - rule.window:
                 continue
             key = (b.app[i] if rule.per == "app" else b.host[i]) or ""
+            if not key:
+                continue  # no app (or host) to speak of: the broker's own records, plain text
             top, total, errors = added.get(key, (0.0, 0, 0))
             added[key] = (max(top, ts), total + 1, errors + (b.severity[i] in ERROR_SEVERITIES))
         for key, slot in added.items():

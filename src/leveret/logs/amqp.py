@@ -104,12 +104,21 @@ def split_urls(urls: Urls) -> list[str]:
     environment variable holds them): the nodes of one cluster, tried in order, the next
     one when a connection is lost. LogsError for none, or for any that is not valid."""
     items = [urls] if isinstance(urls, str) else list(urls)
-    out = [u for item in items for u in re.split(r"[\s,]+", item.strip()) if u]
+    out: list[str] = []
+    for item in items:
+        parts = [u for u in re.split(r"[\s,]+", item.strip()) if u]
+        if len(parts) > 1 and not all(_SCHEME.match(u) for u in parts):
+            # not a list of URLs but one with spaces in it: say so of the whole of it
+            raise LogsError(f"invalid URL {item.strip()!r}: it must start with amqp:// or amqps://")
+        out += parts
     if not out:
         raise LogsError("no broker URL given")
     for url in out:
         parameters(url)
     return out
+
+
+_SCHEME = re.compile(r"amqps?://", re.IGNORECASE)
 
 
 def shown(urls: Sequence[str]) -> str:

@@ -238,6 +238,24 @@ def is_data_file(name: str) -> bool:
     return name.startswith("part-") and not name.endswith(".crc")
 
 
+def not_a_lake(path: Path) -> str | None:
+    """Why ``path`` is not a log lake, in one line (None when it is one): a lake is a
+    directory with the sink's log (``_spark_metadata``) or ``date=`` partitions. The data
+    directory of ``leveret up`` (an easy slip for its ``lake`` below) is named as such."""
+    if not path.is_dir():
+        return f"no log lake at {path}"
+    try:
+        names = [e.name for e in os.scandir(path) if e.is_dir()]
+    except OSError as exc:
+        return f"cannot read {path}: {exc.strerror or exc}"
+    if METADATA in names or any(n.startswith("date=") for n in names):
+        return None
+    inside = [n for n in sorted(names) if (path / n / METADATA).is_dir()]
+    if inside:
+        return f"no log lake at {path}: the lake is {path / inside[0]} (--lake {path / inside[0]})"
+    return f"no log lake at {path}"
+
+
 def data_dirs(lake: Path) -> list[Path]:
     """The partition directories of a lake (every directory below it that is not hidden
     nor ``_``-prefixed)."""

@@ -24,7 +24,7 @@ from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from leveret.logs.lake import SinkLog, data_dirs, is_data_file
+from leveret.logs.lake import SinkLog, data_dirs, is_data_file, not_a_lake
 from leveret.logs.record import Record, normalize_severity, rfc3339
 
 #: What a search returns of each record, in this order.
@@ -178,8 +178,9 @@ class LakeSearch:
     def files(self, f: Filters) -> list[str]:
         """The committed files a search with ``f`` must read (partition pruning)."""
         with self._lock:
-            if not self.lake.is_dir():
-                raise SearchError(f"no log lake at {self.lake}")
+            why = not_a_lake(self.lake)
+            if why is not None:
+                raise SearchError(why)
             if self._log.refresh() >= 0:
                 paths = list(self._log.files)
             else:

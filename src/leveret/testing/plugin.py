@@ -20,8 +20,10 @@ off). Nothing starts until a test asks for a fixture.
   Its AMQP URL is ``leveret_clock.url``.
 
 Against an outside broker the vhosts are made and deleted through its management API:
-``--leveret-management-url`` (ini ``leveret_management_url``), by default port 15672 of the
-AMQP URL's host, with the AMQP URL's credentials (which need the administrator tag).
+``--leveret-management-url`` (ini ``leveret_management_url``), by default the one on the AMQP
+URL's host, port 10000 above the AMQP port or 15672, whose node listens for AMQP on the URL's
+port (never another broker's), with the AMQP URL's credentials (which need the
+administrator tag).
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ URL_HELP = (
 )
 MANAGEMENT_HELP = (
     "the management API of the --leveret-url broker, where the tests' vhosts are made "
-    "(default: http://<its host>:15672)"
+    "(default: the one of that broker on its host, port AMQP+10000 or 15672)"
 )
 
 
@@ -78,7 +80,7 @@ def leveret_broker(request: pytest.FixtureRequest) -> Iterator[Broker | RemoteBr
     if url is not None:
         try:
             remote = RemoteBroker(url, _setting(request.config, "leveret_management_url"))
-            remote.vhosts()  # reachable, and the credentials may manage it
+            remote.locate()
         except (ValueError, ManagementError) as exc:
             pytest.fail(f"--leveret-url: {exc}", pytrace=False)
         yield remote

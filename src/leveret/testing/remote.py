@@ -22,7 +22,7 @@ class ManagementError(Exception):
 class RemoteBroker:
     """A broker reached over the network: ``url`` is an AMQP URL
     (``amqp://user:password@host:port/vhost``); ``management_url`` is the root of its
-    management API (default: the same host, port 15672, the same credentials)."""
+    management API, with the same credentials (default: found by :meth:`locate`)."""
 
     def __init__(self, url: str, management_url: str | None = None) -> None:
         parts = urlsplit(url)
@@ -34,12 +34,56 @@ class RemoteBroker:
         self.port = parts.port or (5671 if parts.scheme == "amqps" else 5672)
         self.user = unquote(parts.username) if parts.username is not None else "guest"
         self.password = unquote(parts.password) if parts.password is not None else "guest"
-        if management_url is None:
-            host = f"[{self.host}]" if ":" in self.host else self.host
-            management_url = f"http://{host}:{DEFAULT_MANAGEMENT_PORT}"
-        self.management_url = management_url.rstrip("/")
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        #: where to look for the management API when none is given: RabbitMQ's convention
+        #: (15672 beside 5672, so 15673 beside 5673, as ``leveret up`` is told to run
+        #: beside a RabbitMQ), then RabbitMQ's default port
+        self._candidates = [
+            f"http://{host}:{port}"
+            for port in dict.fromkeys((self.port + 10000, DEFAULT_MANAGEMENT_PORT))
+            if port < 65536
+        ]
+        self._given = management_url is not None
+        self.management_url = (management_url or self._candidates[0]).rstrip("/")
         token = base64.b64encode(f"{self.user}:{self.password}".encode()).decode()
         self._auth = f"Basic {token}"
+
+    def locate(self) -> None:
+        """Make sure the management API is this broker's. A given one is taken as it is (a
+        port may be forwarded); otherwise the first candidate whose node listens for AMQP
+        on this URL's port, so that the tests' vhosts are never made on another broker on
+        the same machine (a RabbitMQ on 15672 beside a Leveret on 5673). ManagementError
+        saying what was found where, when none is."""
+        if self._given:
+            self.vhosts()  # reachable, and the credentials may manage it
+            return
+        found = []
+        for url in self._candidates:
+            self.management_url = url
+            try:
+                ports = self._amqp_ports()
+            except ManagementError as exc:
+                found.append(str(exc))
+                continue
+            if self.port in ports:
+                return
+            found.append(
+                f"the one at {url} is another broker's (AMQP on port "
+                f"{', '.join(map(str, sorted(ports))) or 'none'})"
+            )
+        raise ManagementError(
+            f"no management API of the broker at {self.host}:{self.port} found: "
+            f"{'; '.join(found)}; give it with --leveret-management-url"
+        )
+
+    def _amqp_ports(self) -> set[int]:
+        """The ports the management API's node listens on for AMQP (``/api/overview``)."""
+        overview = self._expect("GET", "/api/overview?columns=listeners", ok=(200,))
+        return {
+            int(x["port"])
+            for x in overview.get("listeners", [])
+            if str(x.get("protocol", "")).startswith("amqp")
+        }
 
     def __repr__(self) -> str:
         return f"<RemoteBroker {self.host}:{self.port}, management {self.management_url}>"
