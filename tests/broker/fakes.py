@@ -22,12 +22,13 @@ from pamqp import commands as C
 from leveret.broker.broker import BrokerCore
 from leveret.broker.channel import Channel
 from leveret.broker.message import Message
-from leveret.broker.ports import FlowHolder, Output
+from leveret.broker.ports import Endpoint, FlowHolder, Output
 from leveret.broker.session import Session
 from leveret.broker.vhost import VirtualHost
 from leveret.protocol import spec
 from leveret.protocol.errors import AMQPError
 from leveret.protocol.spec import Method
+from leveret.protocol.stream.connection import ServerConnection as StreamConnection
 
 # --------------------------------------------------------------------- records
 
@@ -435,3 +436,11 @@ class FakeHost(FakeConnection):
     def hold(self, publisher: FlowHolder) -> None:
         self.holding.add(publisher)
         publisher.held_by.add(self)
+
+
+def stream_endpoint(
+    edge: Any, mechanisms: tuple[str, ...] = ("AMQPLAIN", "PLAIN")
+) -> Endpoint[StreamConnection, Any]:
+    """A stream session's endpoint around a fake edge (what it sends, and whether its
+    socket drains), with a sans-IO connection of its own."""
+    return Endpoint(StreamConnection(), edge, mechanisms)

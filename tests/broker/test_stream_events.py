@@ -14,6 +14,7 @@ from leveret.broker.event_exchange import EventExchange, encode_headers
 from leveret.broker.stream_session import StreamSession
 from leveret.protocol import table
 from leveret.protocol.stream.spec import Code
+from tests.broker.fakes import stream_endpoint
 
 PEER = ("127.0.0.1", 40123)
 LOCAL = ("127.0.0.1", 5552)
@@ -59,7 +60,8 @@ def events(broker: BrokerCore, monkeypatch: pytest.MonkeyPatch) -> list[tuple[st
 
 
 def session(broker: BrokerCore, properties: dict[str, str] | None = None) -> StreamSession:
-    s = StreamSession(broker, Output(), PEER, ("h", 5552), ("AMQPLAIN", "PLAIN"), LOCAL)
+    endpoint = stream_endpoint(Output(), ("AMQPLAIN", "PLAIN"))
+    s = StreamSession(broker, endpoint, PEER, ("h", 5552), LOCAL)
     s.peer_properties(properties if properties is not None else {"b": "2", "a": "1"})
     return s
 
@@ -164,7 +166,9 @@ def test_what_is_refused_untold(broker: BrokerCore, events: list[tuple[str, list
     s.close()
     assert keys(events) == ["connection.closed"]
     events.clear()
-    s = StreamSession(broker, Output(), ("10.0.0.9", 1), ("h", 5552), ("PLAIN",), LOCAL)
+    s = StreamSession(
+        broker, stream_endpoint(Output(), ("PLAIN",)), ("10.0.0.9", 1), ("h", 5552), LOCAL
+    )
     assert s.authenticate("PLAIN", b"\0guest\0guest") == Code.SASL_AUTHENTICATION_FAILURE_LOOPBACK
     s.close()
     assert keys(events) == ["connection.closed"]

@@ -20,6 +20,7 @@ from leveret.broker.stream_session import StreamSession
 from leveret.protocol.stream import chunk
 from leveret.protocol.stream import events as ev
 from leveret.store.setup import Persistence
+from tests.broker.fakes import stream_endpoint
 
 
 class Output:
@@ -98,7 +99,7 @@ def test_random_commands(script: list[object]) -> None:
         broker.add_user("guest", "guest", ["administrator"])
         broker.set_permissions("guest", "/", ".*", ".*", ".*")
         out = Output()
-        session = StreamSession(broker, out, ("127.0.0.1", 1), ("h", 5552))
+        session = StreamSession(broker, stream_endpoint(out), ("127.0.0.1", 1), ("h", 5552))
         assert session.authenticate("PLAIN", b"\0guest\0guest") == 1
         assert session.open("/") == 1
         granted: dict[int, int] = {}  # credit given to each live subscription

@@ -305,3 +305,30 @@ def test_pika_sees_a_forced_close_not_a_lost_stream(broker: BrokerUnderTest) -> 
         while time.monotonic() < deadline:
             conn.process_data_events(0.2)
     assert closed.value.reply_code == 320
+
+
+def test_a_stream_connection_ends_gracefully_after_the_clients_close() -> None:
+    """The stream edge ends as the AMQP one does (one edge for both): after answering a
+    client's Close it reads and drops what the client still sends, and ends with EOF once
+    the client has ended its side, never under unread input (a reset). Leveret only:
+    RabbitMQ's stream sockets close with linger 0, as its AMQP ones."""
+    from leveret.protocol.stream import events as sev
+    from tests.support.streamclient import RawStreamClient
+
+    broker = start_leveret(extra=["--stream-port", "0"])
+    try:
+        assert broker.stream_port
+        c = RawStreamClient("127.0.0.1", broker.stream_port)
+        assert c.handshake() == 1
+        code, _ = c.request(sev.Close(c.next_id(), 1, "bye"), 0x16)
+        assert code == 1
+        # late frames after the close: read and dropped, the socket still open
+        for _ in range(3):
+            c.sock.sendall(b"\x00\x00\x00\x04\x00\x17\x00\x01")  # heartbeat
+        time.sleep(0.5)
+        c.sock.shutdown(socket.SHUT_WR)
+        c.sock.settimeout(10)
+        assert c.sock.recv(100) == b""  # EOF, not ConnectionResetError
+        c.close()
+    finally:
+        broker.stop()

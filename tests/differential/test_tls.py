@@ -395,3 +395,33 @@ def test_connection_max_holds_the_next_connection_until_one_ends(tmp_path: Path)
         for c in held:
             c.close()
         broker.stop()
+
+
+def test_connection_max_holds_stream_connections_too(tmp_path: Path) -> None:
+    """RabbitMQ's connection_max is each listener's (tcp_listener_sup gives it to Ranch for
+    every listener, the stream plugin's too, v3.10.8): at the limit the next stream
+    connection is not served until one ends. Leveret only, for the reason above."""
+    from leveret.protocol.stream import events as sev
+    from tests.support.streamclient import RawStreamClient
+
+    config = tmp_path / "leveret.toml"
+    config.write_text("connection_max = 2\n")
+    broker = start_leveret(extra=["--config", str(config), "--stream-port", "0"])
+    held = []
+    try:
+        assert broker.stream_port is not None
+        for _ in range(2):
+            c = RawStreamClient("127.0.0.1", broker.stream_port)
+            assert c.handshake() == 1
+            held.append(c)
+        waiting = RawStreamClient("127.0.0.1", broker.stream_port)
+        waiting.send(sev.PeerProperties(waiting.next_id(), {}))
+        assert waiting.frame(timeout=3) is None  # nothing within 3 s: not served
+        held.pop().close()
+        got = waiting.frame(timeout=30)
+        assert got is not None and got[0] == 0x8011  # its peer properties are answered
+        waiting.close()
+    finally:
+        for c in held:
+            c.close()
+        broker.stop()

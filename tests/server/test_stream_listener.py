@@ -86,7 +86,7 @@ def test_a_subscriber_that_does_not_read_costs_bounded_memory(tmp_path: Path) ->
     import time
 
     import leveret
-    from leveret.server.stream import StreamProtocol
+    from leveret.server.stream import StreamEdge
 
     with leveret.Broker(data_dir=tmp_path) as broker:
         writer = RawStreamClient(broker.host, broker.stream_port)
@@ -107,7 +107,7 @@ def test_a_subscriber_that_does_not_read_costs_bounded_memory(tmp_path: Path) ->
         time.sleep(1.0)  # the reader reads nothing more from here on
         server = broker._server
         assert server is not None
-        protocols = [p for p in server.state.connections if isinstance(p, StreamProtocol)]
+        protocols = [p for p in server.state.connections if isinstance(p, StreamEdge)]
         buffered = [
             p.transport.get_write_buffer_size() for p in protocols if p.transport is not None
         ]

@@ -14,7 +14,7 @@ from typing import Any, Protocol
 from pamqp import commands as C
 
 from leveret.broker.broker import BrokerCore
-from leveret.broker.ports import Endpoint, Output
+from leveret.broker.ports import AMQPEndpoint, Output
 from leveret.protocol import events as ev
 from leveret.protocol import spec
 from leveret.protocol.errors import AMQPError
@@ -27,7 +27,7 @@ class _Session(Protocol):
 
     broker: BrokerCore
     output: Output
-    endpoint: Endpoint | None
+    endpoint: AMQPEndpoint | None
     frame_max: int
     channel_max: int
     heartbeat: int
@@ -37,7 +37,7 @@ class _Session(Protocol):
     def name(self) -> str: ...
 
     @property
-    def _link(self) -> Endpoint: ...
+    def _link(self) -> AMQPEndpoint: ...
 
     def capability(self, name: str) -> bool: ...
 
@@ -68,7 +68,7 @@ class ConnectionEvents:
         _EVENTS[type(event)](self, event)
 
     @property
-    def _link(self: _Session) -> Endpoint:
+    def _link(self: _Session) -> AMQPEndpoint:
         assert self.endpoint is not None, "only a session with an endpoint gets events"
         return self.endpoint
 
@@ -82,7 +82,7 @@ class ConnectionEvents:
 
     def _start_ok(self: _Session, event: ev.StartOkReceived) -> None:
         link = self._link
-        external = link.certificate_name() if event.mechanism == "EXTERNAL" else None
+        external = link.certificate()[0] if event.mechanism == "EXTERNAL" else None
         err = self.authenticate(
             event.mechanism, event.response, event.client_properties, link.mechanisms, external
         )

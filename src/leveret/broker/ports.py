@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from leveret.protocol.errors import AMQPError
 from leveret.protocol.spec import Method
@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 
     from leveret.broker.entry import Entry
     from leveret.broker.message import Message
-    from leveret.protocol.connection import ServerConnection
+    from leveret.protocol.connection import ServerConnection  # noqa: F401 (AMQPEndpoint)
 
 
 class Output(Protocol):
@@ -63,23 +63,31 @@ class Edge(Output, Protocol):
         ...
 
 
-def _no_certificate() -> str | None:
-    return None
+def _no_certificate() -> tuple[str | None, str]:
+    return None, "connection peer presented no TLS (x.509) certificate"
+
+
+C = TypeVar("C", covariant=True)
+E = TypeVar("E", covariant=True)
 
 
 @dataclass(frozen=True, slots=True)
-class Endpoint:
-    """What the server knows of a client's socket, told to its session once: the sans-IO
-    connection that frames its replies, the edge that drives the socket, and the facts of
-    the transport."""
+class Endpoint(Generic[C, E]):
+    """What the server knows of a client's socket, told to its session once, whatever the
+    protocol: the sans-IO connection that frames its replies, the edge that drives the
+    socket, and the facts of the transport."""
 
-    connection: ServerConnection
-    edge: Edge
-    mechanisms: tuple[str, ...] = ("AMQPLAIN", "PLAIN")  # what connection.start offers
+    connection: C
+    edge: E
+    mechanisms: tuple[str, ...] = ("AMQPLAIN", "PLAIN")  # what the handshake offers
     # what the transport says for management (TLS: protocol, suite, client certificate)
     details: Mapping[str, Any] = field(default_factory=dict)
-    # who the client's TLS certificate names (EXTERNAL), when it presents one
-    certificate_name: Callable[[], str | None] = _no_certificate
+    # who the client's TLS certificate names (EXTERNAL), and why no one when it does not
+    certificate: Callable[[], tuple[str | None, str]] = _no_certificate
+
+
+#: an AMQP 0-9-1 client's endpoint
+AMQPEndpoint = Endpoint["ServerConnection", Edge]
 
 
 class ConnectionInfo(Protocol):

@@ -47,7 +47,7 @@ from leveret.protocol.errors import AMQPError
 from leveret.protocol.spec import Method
 
 if TYPE_CHECKING:
-    from leveret.broker.ports import Endpoint, FlowHolder, Output, Traffic
+    from leveret.broker.ports import AMQPEndpoint, FlowHolder, Output, Traffic
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +62,7 @@ class Session(ConnectionEvents):
         peer: tuple[str, int] | None = None,
         local: tuple[str, int] | None = None,
         traffic: Traffic | None = None,
-        endpoint: Endpoint | None = None,
+        endpoint: AMQPEndpoint | None = None,
     ) -> None:
         """``endpoint``: the socket's connection, edge and facts, for a session that
         answers a real connection's events (in-process callers drive it by method)."""
@@ -155,9 +155,10 @@ class Session(ConnectionEvents):
             self.broker.register(self)
         self.client_properties = client_properties
         self.auth_mechanism = mechanism
-        user = login.authenticate(self.broker, self, mechanism, response, offered, external_name)
-        if isinstance(user, AMQPError):
-            return user
+        address = self.peer[0] if self.peer else None
+        user = login.check(self.broker, mechanism, response, offered, address, external_name)
+        if isinstance(user, login.Refusal):
+            return login.amqp_refusal(self.broker, self, user)
         self.user = user
         self._username = user.name
         self.broker.observers.emit(UserAuthenticated(self))

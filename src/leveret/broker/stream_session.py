@@ -1,8 +1,10 @@
 """One stream-protocol connection's view of the broker (RabbitMQ's rabbit_stream_reader,
 after the bytes): who it is, its vhost, its publishers and subscriptions, and the meaning
-of each command. Streams are the same stream queues AMQP 0-9-1 declares and reads.
+of each command (its handshake's frames are :mod:`leveret.broker.stream_handshake`'s).
+Streams are the same stream queues AMQP 0-9-1 declares and reads, created and deleted
+through the broker's operations.
 
-Replies go out through an :class:`StreamOutput`; publish confirms wait for
+Replies go out through the session's endpoint; publish confirms wait for
 :meth:`StreamSession.flush_confirms`, which the server calls once what was published is
 on disk. Deliveries are paced by credit (in chunks, as RabbitMQ counts it) and by the
 socket: a subscriber with no credit, or whose socket does not drain, is sent nothing and
@@ -13,26 +15,28 @@ from __future__ import annotations
 import logging
 import time
 import zlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar
 
 from leveret.broker import names
 from leveret.broker.broker import BrokerCore
-from leveret.broker.erlterms import binary_term
-from leveret.broker.events import (
-    ConnectionAuthorized,
-    ConnectionClosed,
-    UserAuthenticated,
-    UserAuthenticationFailed,
-)
+from leveret.broker.events import ConnectionClosed
 from leveret.broker.message import Message
-from leveret.broker.operations import Actor, authorization, check_access
-from leveret.broker.ports import ChunkRef, Traffic
+from leveret.broker.operations import Actor, check_access
+from leveret.broker.operations.streams import create_stream, delete_stream, stream_name
+from leveret.broker.ports import Traffic
 from leveret.broker.queues.stream import StreamQueue
+from leveret.broker.stream_handshake import (
+    HANDSHAKE,
+    StreamEdge,
+    StreamEndpoint,
+    StreamHandshake,
+    count_error,
+)
 from leveret.broker.users import Permission, User
 from leveret.broker.vhost import VirtualHost
-from leveret.protocol import sasl
+from leveret.protocol import spec
 from leveret.protocol.errors import AMQPError
 from leveret.protocol.stream import encode
 from leveret.protocol.stream import events as ev
@@ -43,28 +47,14 @@ log = logging.getLogger(__name__)
 GZIP = 1  # sub-entry compression types: 0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd
 NO_LEADER = 0xFFFF
 
-# Stream arguments of a Create command, and the queue argument each one is.
-_INT_ARGS = {"max-length-bytes", "stream-max-segment-size-bytes", "initial-cluster-size"}
-_CREATE_ARGS = _INT_ARGS | {"max-age", "queue-leader-locator"}
+#: The stream protocol's answer to an operation's AMQP error.
+_CODES = {spec.ACCESS_REFUSED: Code.ACCESS_REFUSED, spec.NOT_FOUND: Code.STREAM_DOES_NOT_EXIST}
 
 
-class StreamOutput(Protocol):
-    """Where a stream session's frames go (the server's connection)."""
-
-    def send(self, data: bytes) -> None: ...
-
-    def send_chunk(self, subscription_id: int, chunk: ChunkRef) -> None:
-        """A Deliver frame around a stored osiris chunk, its bytes taken from the file
-        as they are (sendfile where the socket allows)."""
-        ...
-
-    def writable(self) -> bool:
-        """False while the socket does not drain: deliveries wait."""
-        ...
-
-    def force_close(self, reason: str) -> None:
-        """Management (or a deleted vhost) ends the connection."""
-        ...
+def code_of(error: AMQPError) -> int:
+    """The response code for an operation refused with ``error`` (a precondition failed
+    for anything but access and existence, as RabbitMQ's stream manager answers)."""
+    return _CODES.get(error.code, Code.PRECONDITION_FAILED)
 
 
 @dataclass(eq=False, slots=True)
@@ -92,70 +82,22 @@ class Subscription:
     chunk_offset: int = 0  # the first offset of the last chunk delivered
 
 
-# What a stream connection counts for rabbitmq_prometheus's rabbitmq_global_* series
-# (protocol="stream"): messages, and the commands answered with each error code.
-STREAM_ERRORS: dict[int, str] = {
-    Code.STREAM_DOES_NOT_EXIST: "stream_does_not_exist",
-    Code.SUBSCRIPTION_ID_ALREADY_EXISTS: "subscription_id_already_exists",
-    Code.SUBSCRIPTION_ID_DOES_NOT_EXIST: "subscription_id_does_not_exist",
-    Code.STREAM_ALREADY_EXISTS: "stream_already_exists",
-    Code.STREAM_NOT_AVAILABLE: "stream_not_available",
-    Code.SASL_MECHANISM_NOT_SUPPORTED: "sasl_mechanism_not_supported",
-    Code.AUTHENTICATION_FAILURE: "authentication_failure",
-    Code.SASL_ERROR: "sasl_error",
-    Code.SASL_CHALLENGE: "sasl_challenge",
-    Code.SASL_AUTHENTICATION_FAILURE_LOOPBACK: "sasl_authentication_failure_loopback",
-    Code.VIRTUAL_HOST_ACCESS_FAILURE: "vhost_access_failure",
-    Code.UNKNOWN_FRAME: "unknown_frame",
-    Code.FRAME_TOO_LARGE: "frame_too_large",
-    Code.INTERNAL_ERROR: "internal_error",
-    Code.ACCESS_REFUSED: "access_refused",
-    Code.PRECONDITION_FAILED: "precondition_failed",
-    Code.PUBLISHER_DOES_NOT_EXIST: "publisher_does_not_exist",
-}
-
-
-def count_error(broker: BrokerCore, code: int) -> None:
-    """One command answered with ``code`` (rabbit_global_counters' protocol counters)."""
-    name = STREAM_ERRORS.get(code)
-    if name is not None:
-        broker.stream_counters[f"stream_error_{name}"] += 1
-
-
-# rabbit_auth_backend_internal's refusal of a blank password
-_BLANK_PASSWORD = (
-    "user '{}' attempted to log in with a blank password, which is prohibited by the "
-    "internal authN backend. To use TLS/x509 certificate-based authentication, see the "
-    "rabbitmq_auth_mechanism_ssl plugin and configure the client to use the EXTERNAL "
-    "authentication mechanism. Alternatively change the password for the user to be "
-    "non-blank."
-)
-
-
-def _chars(name: str) -> str:
-    """A user name as ``~s`` writes a binary: each of its bytes a character."""
-    return name.encode().decode("latin-1")
-
-
-class StreamSession:
+class StreamSession(StreamHandshake):
     # the info item protocol of rabbit_stream_reader's connections (the events say it)
     protocol: ClassVar[str] = "stream"
 
     def __init__(
         self,
         broker: BrokerCore,
-        output: StreamOutput,
+        endpoint: StreamEndpoint,
         peer: tuple[str, int] | None,
         advertised: tuple[str, int],
-        mechanisms: tuple[str, ...] = ("AMQPLAIN", "PLAIN"),
         local: tuple[str, int] | None = None,
         traffic: Traffic | None = None,
-        transport_details: Mapping[str, Any] | None = None,
     ) -> None:
-        """``transport_details``: what the transport says of the connection for
-        management (TLS)."""
         self.broker = broker
-        self.output = output
+        self.endpoint = endpoint
+        self.output: StreamEdge = endpoint.edge
         self.peer = peer
         self.local = local
         self.traffic = traffic  # the socket's figures, when there is a socket
@@ -164,10 +106,10 @@ class StreamSession:
         self.auth_mechanism = ""
         self.heartbeat = 0
         self.blocked = False  # a resource alarm stopped reading its publishes
-        self.transport_details: dict[str, Any] = dict(transport_details or {})
+        # what the transport says of the connection for management (TLS)
+        self.transport_details: dict[str, Any] = dict(endpoint.details)
         self.registered = False
         self.advertised = advertised
-        self.mechanisms = mechanisms
         self.client_properties: dict[str, str] = {}
         self.user: User | None = None
         self.vhost = ""
@@ -180,101 +122,13 @@ class StreamSession:
         # one watcher per stream this connection publishes to or reads: told of new
         # records (feeds the subscriptions) and of the stream's deletion
         self._watches: dict[StreamQueue, Callable[[], None]] = {}
+        # what was written to a stream since the last sync (publishes, stored offsets)
+        self.needs_sync = False
         self.closed = False
 
-    # ---------------------------------------------------------------- handshake
-    def peer_properties(self, properties: dict[str, str]) -> dict[str, str]:
-        """The client's properties in, the server's out (as rabbit_stream_reader)."""
-        self.client_properties = properties
-        props = self.broker.server_properties()
-        return {
-            k: str(props[k])
-            for k in ("product", "version", "cluster_name", "platform", "copyright", "information")
-        }
-
-    def authenticate(
-        self,
-        mechanism: str,
-        data: bytes,
-        external_name: str | None = None,
-        external_refusal: str = "connection peer presented no TLS (x.509) certificate",
-    ) -> int:
-        """A SASL authenticate: the response code. ``external_name``: who the client's
-        TLS certificate says it is (EXTERNAL); ``external_refusal``: why there is no one.
-
-        As rabbit_stream_reader, a login refused by the credentials (or SASL bytes its
-        mechanism cannot read) is told of as user.authentication.failure, and one that
-        succeeds as user.authentication.success; an unknown mechanism and a loopback
-        user from elsewhere are refused without an event."""
-        code = self._authenticate(mechanism, data, external_name, external_refusal)
-        if code != Code.OK:
-            count_error(self.broker, code)
-        return code
-
-    def _authenticate(
-        self, mechanism: str, data: bytes, external_name: str | None, external_refusal: str
-    ) -> int:
-        if mechanism not in self.mechanisms:
-            return Code.SASL_MECHANISM_NOT_SUPPORTED
-        self.auth_mechanism = mechanism  # as RabbitMQ, from here on, refused or not
-        users = self.broker.users
-        address = self.peer[0] if self.peer else None
-        if mechanism == "EXTERNAL":
-            if external_name is None:
-                log.warning("stream EXTERNAL login refused: %s", external_refusal)
-                return self._refused(None, external_refusal, Code.AUTHENTICATION_FAILURE)
-            user = users.users.get(external_name)
-            if user is None:
-                log.warning("stream EXTERNAL login refused for %r", external_name)
-                why = f"user '{_chars(external_name)}' - invalid credentials"
-                return self._refused(external_name, why, Code.AUTHENTICATION_FAILURE)
-            name = user.name
-        else:
-            try:
-                name, password = sasl.plain(data) if mechanism == "PLAIN" else sasl.amqplain(data)
-            except sasl.BadResponse:
-                if mechanism != "PLAIN":  # (RabbitMQ's AMQPLAIN fails on what it cannot parse)
-                    return Code.SASL_ERROR
-                # rabbit_auth_mechanism_plain's protocol error: no one to name
-                why = f"response {binary_term(data, len('response '))} invalid"
-                return self._refused(None, why, Code.SASL_ERROR)
-            found = None if password == "" else users.check_credentials(name, password)
-            if found is None:
-                if password == "":  # refused before it is checked, as RabbitMQ's backend
-                    why = _BLANK_PASSWORD.format(_chars(name))
-                else:
-                    why = f"user '{_chars(name)}' - invalid credentials"
-                log.warning("stream login refused: %s", why)
-                return self._refused(name, why, Code.AUTHENTICATION_FAILURE)
-            user = found
-        if users.loopback_only(name, address):
-            log.warning("User '%s' can only connect via localhost", name)
-            return Code.SASL_AUTHENTICATION_FAILURE_LOOPBACK
-        self.user = user
-        self.broker.observers.emit(UserAuthenticated(self))
-        return Code.OK
-
-    def _refused(self, name: str | None, why: str, code: int) -> int:
-        """Tell of a refused login (user.authentication.failure; ``name`` None when the
-        mechanism named no one); ``code`` is the answer."""
-        self.broker.observers.emit(UserAuthenticationFailed(self, name, why))
-        return code
-
-    def open(self, vhost: str) -> int:
-        if self.user is None:
-            return Code.VIRTUAL_HOST_ACCESS_FAILURE
-        obj = self.broker.vhosts.get(vhost)
-        perm = self.broker.users.permission(self.user.name, vhost)
-        if obj is None or perm is None:
-            count_error(self.broker, Code.VIRTUAL_HOST_ACCESS_FAILURE)
-            return Code.VIRTUAL_HOST_ACCESS_FAILURE
-        self.vhost, self.vhost_obj, self.permission = vhost, obj, perm
-        # tracked from here on, as rabbit_connection_tracking tracks it (management,
-        # connection limits, a deleted vhost closing it)
-        self.broker.register(self)
-        self.registered = True
-        self.broker.observers.emit(ConnectionAuthorized(self))  # connection.created
-        return Code.OK
+    @property
+    def mechanisms(self) -> tuple[str, ...]:
+        return self.endpoint.mechanisms
 
     # ------------------------------------------------- as others see it (ports)
     @property
@@ -294,22 +148,21 @@ class StreamSession:
         self.output.force_close(reason)
         self.close()
 
-    def connection_properties(self) -> dict[str, str]:
-        host, port = self.advertised
-        return {"advertised_host": host, "advertised_port": str(port)}
-
     # ------------------------------------------------------------------ commands
     def handle(self, event: ev.Event) -> None:
-        """A command of an open connection."""
-        handler = _HANDLERS.get(type(event))
-        if handler is not None:
-            handler(self, event)
+        """A frame of the connection, by its handler (what each phase takes is the
+        connection's table)."""
+        _HANDLERS[type(event)](self, event)
+
+    @property
+    def actor(self) -> Actor:
+        assert self.user is not None
+        return Actor(self.user.name, self.permission)
 
     def _allowed(self, what: str, stream: str) -> bool:
-        assert self.vhost_obj is not None and self.user is not None
+        assert self.vhost_obj is not None
         try:
-            actor = Actor(self.user.name, self.permission)
-            check_access(self.vhost_obj, actor, what, "queue", stream)
+            check_access(self.vhost_obj, self.actor, what, "queue", stream)
         except AMQPError:
             return False
         return True
@@ -333,50 +186,31 @@ class StreamSession:
         self.output.send(encode.publish_error(publisher_id, code, ids))
 
     def _create(self, e: ev.Create) -> None:
-        assert self.vhost_obj is not None and self.user is not None
+        assert self.vhost_obj is not None
         key = Key.CREATE
-        name = e.stream.replace("\r", "").replace("\n", "")  # as rabbit_channel's names
-        if not name or len(name.encode()) > 255 or name.startswith("amq."):
+        name = stream_name(e.stream)
+        if name is None:
             return self._respond(key, e.correlation_id, Code.PRECONDITION_FAILED)
-        if not self._allowed("configure", name):
-            return self._respond(key, e.correlation_id, Code.ACCESS_REFUSED)
-        args: dict[str, Any] = {"x-queue-type": "stream"}
-        for k, v in e.arguments.items():
-            if k not in _CREATE_ARGS:
-                continue  # as rabbit_stream_manager: other arguments are ignored
-            try:
-                args[f"x-{k}"] = int(v) if k in _INT_ARGS else v
-            except ValueError:
-                # (RabbitMQ 3.10.8's stream manager crashes on a value that is not a
-                # number, and the connection with it: a refusal here)
-                return self._respond(key, e.correlation_id, Code.PRECONDITION_FAILED)
-        existing = self.vhost_obj.queues.get(name)
-        if existing is not None:
-            # as rabbit_stream_manager: an equivalent stream already exists; anything
-            # else under that name fails the equivalence check
-            try:
-                self.vhost_obj.assert_queue_equivalence(existing, True, None, False, args)
-            except AMQPError:
-                return self._respond(key, e.correlation_id, Code.PRECONDITION_FAILED)
-            return self._respond(key, e.correlation_id, Code.STREAM_ALREADY_EXISTS)
         try:
-            actor = Actor(self.user.name, self.permission)
-            authorization.queue_declare(self.vhost_obj, actor, name, args)
-            self.vhost_obj.declare_queue(name, True, None, False, args)
+            created = create_stream(self.vhost_obj, self.actor, name, e.arguments).created
         except AMQPError as exc:
             log.info("stream %s not created: %s", name, exc.reply_text)
-            return self._respond(key, e.correlation_id, Code.PRECONDITION_FAILED)
-        self._respond(key, e.correlation_id, Code.OK)
+            return self._respond(key, e.correlation_id, code_of(exc))
+        # an equivalent stream of that name is there already
+        self._respond(key, e.correlation_id, Code.OK if created else Code.STREAM_ALREADY_EXISTS)
 
     def _delete(self, e: ev.Delete) -> None:
         assert self.vhost_obj is not None
-        if not self._allowed("configure", e.stream):
-            return self._respond(Key.DELETE, e.correlation_id, Code.ACCESS_REFUSED)
-        q = self._stream(e.stream)
-        if q is None:
-            return self._respond(Key.DELETE, e.correlation_id, Code.STREAM_DOES_NOT_EXIST)
-        self._respond(Key.DELETE, e.correlation_id, Code.OK)
-        self.vhost_obj.remove_queue(q)  # subscribers hear of it through their watcher
+        key, cid = Key.DELETE, e.correlation_id
+        try:
+            # answered before the stream goes (its subscribers hear of it then)
+            gone = delete_stream(
+                self.vhost_obj, self.actor, e.stream, lambda q: self._respond(key, cid, Code.OK)
+            )
+        except AMQPError as exc:
+            return self._respond(key, cid, code_of(exc))
+        if gone is None:
+            self._respond(key, cid, Code.STREAM_DOES_NOT_EXIST)
 
     def _metadata(self, e: ev.Metadata) -> None:
         host, port = self.advertised
@@ -428,6 +262,7 @@ class StreamSession:
             self._publish_error(pub, e.publisher_id, Code.STREAM_NOT_AVAILABLE, ids)
             return
         confirms = self._confirms.setdefault(e.publisher_id, [])
+        self.needs_sync = True
         log_ = q.log
         ref = pub.reference
         last = log_.writer_sequence(ref) if ref else None
@@ -461,6 +296,7 @@ class StreamSession:
 
     def flush_confirms(self) -> None:
         """What was published is on disk: confirm it."""
+        self.needs_sync = False
         for publisher_id, ids in self._confirms.items():
             if ids:
                 pub = self.publishers.get(publisher_id)
@@ -616,7 +452,10 @@ class StreamSession:
             return  # as RabbitMQ: store offset has no answer, even refused
         q = self._stream(e.stream)
         if q is not None:
+            # as osiris's writer: written (a tracking chunk, or the trailer of this batch's
+            # chunk) once the batch is read
             q.log.store_offset(e.reference, e.offset)
+            self.needs_sync = True
 
     def _query_offset(self, e: ev.QueryOffset) -> None:
         if not self._allowed("read", e.stream):
@@ -679,12 +518,7 @@ class StreamSession:
         self.output.send(encode.streams_response(Key.PARTITIONS, e.correlation_id, Code.OK, names))
 
     # -------------------------------------------------------------------- close
-    def tuned(self, frame_max: int, heartbeat: int) -> None:
-        """The client's Tune: what it agreed to."""
-        self.frame_max = frame_max
-        self.heartbeat = heartbeat
-
-    def set_blocked(self, blocked: bool) -> None:
+    def set_blocked(self, blocked: bool, reason: str = "") -> None:
         """A resource alarm stops reading its publishes, or no longer does."""
         self.blocked = blocked
 
@@ -735,7 +569,9 @@ def _sub_batch_records(batch: ev.SubBatch) -> list[bytes] | None:
     return out
 
 
+#: What each frame of a stream connection means, by its handler.
 _HANDLERS: dict[type, Any] = {
+    **HANDSHAKE,
     ev.Create: StreamSession._create,
     ev.Delete: StreamSession._delete,
     ev.Metadata: StreamSession._metadata,

@@ -19,14 +19,14 @@ from leveret.broker.event_exchange import EventExchange
 from leveret.broker.events import Observers
 from leveret.broker.exchanges.delayed import PLUGIN as DELAYED
 from leveret.broker.interceptors import Interceptors
-from leveret.server.amqp import AMQPProtocol
+from leveret.server.amqp import AMQPEdge
 from leveret.server.config import Config, ConfigError
 from leveret.server.listen import ListenError
 from leveret.server.log_exchange import LogExchangeHandler
 from leveret.server.resources import ResourceMonitor
 from leveret.server.schedule import ScheduleTimer
 from leveret.server.state import Limits, Listener, ServerState, Slots
-from leveret.server.stream import StreamProtocol
+from leveret.server.stream import StreamEdge
 from leveret.server.tls import server_context
 from leveret.store.setup import Persistence
 
@@ -160,27 +160,30 @@ class Server:
         self, port: int, listener: Listener, context: ssl.SSLContext | None
     ) -> tuple[str, int]:
         return await self._serve(
-            lambda: AMQPProtocol(self.state, listener), listener.protocol, port, context
+            lambda: AMQPEdge(self.state, listener), listener.protocol, port, context
         )
 
     async def _listen_stream(self, port: int, context: ssl.SSLContext | None) -> tuple[str, int]:
-        """RabbitMQ's stream protocol, plain or over TLS. Clients connect to the host and
-        port a stream's metadata advertises: the configured host, else this machine's
-        name, as RabbitMQ's plugin does, and the port actually bound."""
-        advertised_host = self.config.stream_advertised_host or socket.gethostname()
+        """RabbitMQ's stream protocol, plain or over TLS, under connection_max as every
+        listener of RabbitMQ's (tcp_listener_sup). Clients connect to the host and port a
+        stream's metadata advertises: the configured host, else this machine's name, as
+        RabbitMQ's plugin does, and the port actually bound."""
+        config = self.config
+        advertised_host = config.stream_advertised_host or socket.gethostname()
         limits = self.state.limits
-        verify = context is not None and self.config.tls.verify == "verify_peer"
+        tls = context is not None
+        listener = Listener(
+            "stream/ssl" if tls else "stream",
+            tls,
+            tls and config.tls.verify == "verify_peer",
+            Slots(config.connection_max),
+        )
         bound = [0]  # the port, once bound: the metadata the protocol answers names it
         host, port = await self._serve(
-            lambda: StreamProtocol(
-                self.state,
-                (advertised_host, bound[0]),
-                1_048_576,
-                limits.heartbeat,
-                tls=context is not None,
-                verify_peer=verify,
+            lambda: StreamEdge(
+                self.state, listener, (advertised_host, bound[0]), 1_048_576, limits.heartbeat
             ),
-            "stream/ssl" if context is not None else "stream",
+            listener.protocol,
             port,
             context,
         )

@@ -1,6 +1,6 @@
 """What a connection's protocol needs from the server, and nothing more: the broker, the
 limits it offers, the live connections, the alarms in effect, and how to make what was
-published durable. The server owns one; every :class:`~leveret.server.amqp.AMQPProtocol`
+published durable. The server owns one; every :class:`~leveret.server.edge.Edge`
 receives it (as uvicorn's protocols receive a ``ServerState``), so the protocol never
 imports the server."""
 
@@ -49,7 +49,7 @@ class Slots:
 class Listener:
     """What a connection knows of the listener that accepted it."""
 
-    protocol: str = "amqp"  # RabbitMQ's listener names: amqp, amqp/ssl
+    protocol: str = "amqp"  # RabbitMQ's listener names: amqp, amqp/ssl, stream, stream/ssl
     tls: bool = False
     verify_peer: bool = False  # the listener asks for client certificates and checks them
     slots: Slots = field(default_factory=Slots)

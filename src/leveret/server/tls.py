@@ -10,6 +10,7 @@ from typing import Any
 from cryptography import x509
 from cryptography.x509.oid import NameOID
 
+from leveret.broker.login import NO_CERTIFICATE
 from leveret.server.config import TLS_VERSIONS, ConfigError, TlsConfig
 
 # RabbitMQ's short names for the attribute types of a distinguished name (rabbit_cert_info).
@@ -95,10 +96,13 @@ def connection_name(transport: Any) -> str:
     return f"{peer[0]}:{peer[1]} -> {local[0]}:{local[1]}" if peer and local else "?"
 
 
-def certificate_login(transport: Any, login_from: str) -> str | None:
-    """Who the client's certificate on a TLS transport names, to log in as (EXTERNAL)."""
+def certificate_login(transport: Any, login_from: str) -> tuple[str | None, str]:
+    """Who the client's certificate on a TLS transport names, to log in as (EXTERNAL), and
+    why no one when it names no one (rabbit_auth_mechanism_ssl's words)."""
     cert = peer_certificate(transport)
-    return None if cert is None else login_name(cert, login_from)
+    if cert is None:
+        return None, NO_CERTIFICATE
+    return login_name(cert, login_from), "no name found"
 
 
 def offered_mechanisms(enabled: Iterable[str], verify_peer: bool) -> tuple[str, ...]:

@@ -25,7 +25,49 @@ class Phase(Enum):
     OPENING = auto()  # waiting for open
     OPEN = auto()
     CLOSING = auto()  # our close is out, waiting for its response
+    # we answered the peer's close: the conversation is over; the owner ends the socket
+    # once the peer has ended its side
+    DRAINING = auto()
     CLOSED = auto()
+
+
+class Trigger(Enum):
+    RECV_PEER_PROPERTIES = auto()
+    SEND_TUNE = auto()
+    RECV_TUNE = auto()
+    SEND_OPEN_OK = auto()
+    SEND_OPEN_REFUSED = auto()
+    SEND_CLOSE = auto()
+    RECV_CLOSE_RESPONSE = auto()
+    SEND_CLOSE_RESPONSE = auto()
+    FAIL = auto()  # the peer broke the protocol before the connection was open
+    DROP = auto()  # end without a word
+
+
+P = Phase
+T = Trigger
+#: (phase, trigger) -> next phase: the connection moves only through this table.
+TRANSITIONS: dict[Phase, dict[Trigger, Phase]] = {
+    P.PEER_PROPERTIES: {T.RECV_PEER_PROPERTIES: P.AUTHENTICATING},
+    P.AUTHENTICATING: {T.SEND_TUNE: P.TUNING},
+    P.TUNING: {T.RECV_TUNE: P.OPENING},
+    P.OPENING: {T.RECV_TUNE: P.OPENING, T.SEND_OPEN_OK: P.OPEN, T.SEND_OPEN_REFUSED: P.CLOSED},
+    P.OPEN: {T.SEND_CLOSE: P.CLOSING, T.SEND_CLOSE_RESPONSE: P.DRAINING},
+    P.CLOSING: {T.RECV_CLOSE_RESPONSE: P.CLOSED, T.SEND_CLOSE_RESPONSE: P.DRAINING},
+    P.DRAINING: {},
+    P.CLOSED: {},
+}
+for _phase, _moves in TRANSITIONS.items():
+    _moves[T.DROP] = P.CLOSED
+    if _phase is not P.OPEN:
+        _moves.setdefault(T.FAIL, P.CLOSED)
+    # a close of ours before the connection is open (a frame too large, a protocol error)
+    if _phase in (P.PEER_PROPERTIES, P.AUTHENTICATING, P.TUNING, P.OPENING):
+        _moves.setdefault(T.SEND_CLOSE, P.CLOSING)
+
+
+class LocalProtocolError(RuntimeError):
+    """The owner asked for a move its phase does not allow: a bug in the owner."""
 
 
 # What each phase takes; a heartbeat is taken in every phase. Before the connection is
@@ -56,7 +98,18 @@ _TAKES: dict[Phase, tuple[type, ...]] = {
         ev.FrameTooLarge,
     ),
     Phase.CLOSING: (ev.CloseResponse, ev.Close),
+    Phase.DRAINING: (),
     Phase.CLOSED: (),
+}
+#: the phases in which nothing more is read
+_OVER = frozenset((Phase.DRAINING, Phase.CLOSED))
+
+
+#: the peer's frames that move the connection
+_RECEIVED: dict[type, Trigger] = {
+    ev.PeerProperties: Trigger.RECV_PEER_PROPERTIES,
+    ev.Tune: Trigger.RECV_TUNE,
+    ev.CloseResponse: Trigger.RECV_CLOSE_RESPONSE,
 }
 
 
@@ -72,14 +125,20 @@ class ServerConnection:
         self._correlation = 0
 
     # ------------------------------------------------------------------ input
+    def _move(self, trigger: Trigger) -> None:
+        nxt = TRANSITIONS[self.phase].get(trigger)
+        if nxt is None:
+            raise LocalProtocolError(f"{trigger.name} while {self.phase.name}")
+        self.phase = nxt
+
     def receive_data(self, data: bytes) -> None:
-        if self.phase is Phase.CLOSED:
+        if self.phase in _OVER:
             return
         self._buf += data
 
     def next_event(self) -> ev.Event | ev.NeedData:
         while True:
-            if self.phase is Phase.CLOSED:
+            if self.phase in _OVER:
                 return ev.NEED_DATA
             buf = self._buf
             pos = self._pos
@@ -117,19 +176,17 @@ class ServerConnection:
 
     def _check(self, event: ev.Event) -> ev.Event:
         if isinstance(event, _TAKES[self.phase]):
-            if isinstance(event, ev.PeerProperties):
-                self.phase = Phase.AUTHENTICATING
-            elif isinstance(event, ev.Tune):
+            trigger = _RECEIVED.get(type(event))
+            if trigger is not None:
+                self._move(trigger)
+            if isinstance(event, ev.Tune):
                 self.frame_max = event.frame_max
                 self.heartbeat = event.heartbeat
-                self.phase = Phase.OPENING
-            elif isinstance(event, ev.CloseResponse):
-                self.phase = Phase.CLOSED
             return event
         return self._fail(f"{type(event).__name__} not expected while {self.phase.name}")
 
     def _fail(self, reason: str) -> ev.ConnectionFailed:
-        self.phase = Phase.CLOSED
+        self._move(Trigger.FAIL if self.phase is not Phase.OPEN else Trigger.DROP)
         return ev.ConnectionFailed(reason)
 
     def _compact(self) -> None:
@@ -151,35 +208,46 @@ class ServerConnection:
         self._out.append(data)
 
     def send_tune(self) -> None:
-        self.phase = Phase.TUNING
+        self._move(Trigger.SEND_TUNE)
         self._out.append(encode.tune(self.frame_max, self.heartbeat))
 
     def send_open(self, correlation_id: int, code: int, properties: dict[str, str]) -> None:
+        self._move(Trigger.SEND_OPEN_OK if code == Code.OK else Trigger.SEND_OPEN_REFUSED)
         self._out.append(encode.open_response(correlation_id, code, properties))
-        self.phase = Phase.OPEN if code == Code.OK else Phase.CLOSED
 
     def send_close(self, code: int, reason: str) -> None:
         """Close from our side: the client answers with a close response."""
-        if self.phase in (Phase.CLOSING, Phase.CLOSED):
-            return
+        if Trigger.SEND_CLOSE not in TRANSITIONS[self.phase]:
+            return  # a close is under way, or the conversation is over
+        self._move(Trigger.SEND_CLOSE)
         self._correlation += 1
         self._out.append(encode.close(self._correlation, code, reason))
-        self.phase = Phase.CLOSING
 
     def send_close_response(self, correlation_id: int) -> None:
+        self._move(Trigger.SEND_CLOSE_RESPONSE)
         self._out.append(encode.response(0x0016, correlation_id, Code.OK))
-        self.phase = Phase.CLOSED
 
     def send_heartbeat(self) -> None:
         self._out.append(encode.heartbeat())
 
     def drop(self) -> None:
         """End without a word."""
-        self.phase = Phase.CLOSED
+        self._move(Trigger.DROP)
+
+    @property
+    def open(self) -> bool:
+        return self.phase is Phase.OPEN
 
     @property
     def closed(self) -> bool:
-        return self.phase is Phase.CLOSED
+        """Nothing more is read: the owner ends the socket (after the peer's end of it,
+        when ``draining``)."""
+        return self.phase in _OVER
+
+    @property
+    def draining(self) -> bool:
+        """We answered the peer's close: its end of the socket comes next."""
+        return self.phase is Phase.DRAINING
 
     def buffered(self) -> int:
         """Bytes received and not yet taken as events (flow control reads this)."""
