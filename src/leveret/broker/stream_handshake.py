@@ -84,9 +84,11 @@ def count_error(broker: BrokerCore, code: int) -> None:
         broker.stream_counters[f"stream_error_{name}"] += 1
 
 
-class _Session(Protocol):
-    """What the handshake's handlers use of the session they are part of."""
+class StreamHandshake:
+    """The session's table of the connection's own frames (its commands are in
+    :class:`~leveret.broker.stream_session.StreamSession`'s)."""
 
+    # what the handshake uses and sets, on the session
     broker: BrokerCore
     endpoint: StreamEndpoint
     peer: tuple[str, int] | None
@@ -102,42 +104,14 @@ class _Session(Protocol):
     heartbeat: int
 
     @property
-    def name(self) -> str: ...
+    def name(self) -> str:
+        raise NotImplementedError
 
-    def close(self) -> None: ...
-
-    def authenticate(
-        self,
-        mechanism: str,
-        data: bytes,
-        external_name: str | None = None,
-        external_refusal: str = login.NO_CERTIFICATE,
-    ) -> int: ...
-
-    def open(self, vhost: str) -> int: ...
-
-    def peer_properties(self, properties: dict[str, str]) -> dict[str, str]: ...
-
-    def connection_properties(self) -> dict[str, str]: ...
-
-
-class StreamHandshake:
-    """The session's table of the connection's own frames (its commands are in
-    :class:`~leveret.broker.stream_session.StreamSession`'s)."""
-
-    # what the handshake sets, on the session
-    client_properties: dict[str, str]
-    auth_mechanism: str
-    user: User | None
-    vhost: str
-    vhost_obj: VirtualHost | None
-    permission: Permission | None
-    registered: bool
-    frame_max: int
-    heartbeat: int
+    def close(self) -> None:
+        raise NotImplementedError
 
     # ------------------------------------------------------------------- the checks
-    def peer_properties(self: _Session, properties: dict[str, str]) -> dict[str, str]:
+    def peer_properties(self, properties: dict[str, str]) -> dict[str, str]:
         """The client's properties in, the server's out (as rabbit_stream_reader)."""
         self.client_properties = properties
         props = self.broker.server_properties()
@@ -147,7 +121,7 @@ class StreamHandshake:
         }
 
     def authenticate(
-        self: _Session,
+        self,
         mechanism: str,
         data: bytes,
         external_name: str | None = None,
@@ -180,7 +154,7 @@ class StreamHandshake:
         self.broker.observers.emit(UserAuthenticated(self))  # type: ignore[arg-type]
         return Code.OK
 
-    def open(self: _Session, vhost: str) -> int:
+    def open(self, vhost: str) -> int:
         if self.user is None:
             return Code.VIRTUAL_HOST_ACCESS_FAILURE
         obj = self.broker.vhosts.get(vhost)
@@ -196,20 +170,20 @@ class StreamHandshake:
         self.broker.observers.emit(ConnectionAuthorized(self))  # type: ignore[arg-type]
         return Code.OK
 
-    def connection_properties(self: _Session) -> dict[str, str]:
+    def connection_properties(self) -> dict[str, str]:
         host, port = self.advertised
         return {"advertised_host": host, "advertised_port": str(port)}
 
     # ------------------------------------------------------------------- frames
-    def _peer_properties(self: _Session, e: ev.PeerProperties) -> None:
+    def _peer_properties(self, e: ev.PeerProperties) -> None:
         props = self.peer_properties(e.properties)
         self.endpoint.connection.send(encode.peer_properties(e.correlation_id, Code.OK, props))
 
-    def _sasl_handshake(self: _Session, e: ev.SaslHandshake) -> None:
+    def _sasl_handshake(self, e: ev.SaslHandshake) -> None:
         mechanisms = self.endpoint.mechanisms
         self.endpoint.connection.send(encode.sasl_handshake(e.correlation_id, Code.OK, mechanisms))
 
-    def _sasl_authenticate(self: _Session, e: ev.SaslAuthenticate) -> None:
+    def _sasl_authenticate(self, e: ev.SaslAuthenticate) -> None:
         external, refusal = None, login.NO_CERTIFICATE
         if e.mechanism == "EXTERNAL":
             external, refusal = self.endpoint.certificate()
@@ -221,40 +195,40 @@ class StreamHandshake:
         else:
             conn.drop()  # as RabbitMQ: the connection fails after the answer
 
-    def _tune(self: _Session, e: ev.Tune) -> None:
+    def _tune(self, e: ev.Tune) -> None:
         self.frame_max = e.frame_max
         self.heartbeat = e.heartbeat
         self.endpoint.edge.start_heartbeats(e.heartbeat)
 
-    def _open(self: _Session, e: ev.Open) -> None:
+    def _open(self, e: ev.Open) -> None:
         code = self.open(e.virtual_host)
         props = self.connection_properties() if code == Code.OK else {}
         self.endpoint.connection.send_open(e.correlation_id, code, props)
         if code == Code.OK:
             self.endpoint.edge.opened()
 
-    def _close(self: _Session, e: ev.Close) -> None:
+    def _close(self, e: ev.Close) -> None:
         self.close()
         self.endpoint.connection.send_close_response(e.correlation_id)
 
-    def _close_response(self: _Session, e: ev.CloseResponse) -> None:
+    def _close_response(self, e: ev.CloseResponse) -> None:
         pass  # the connection is closed now: the socket ends after the flush
 
-    def _unknown_frame(self: _Session, e: ev.UnknownFrame) -> None:
+    def _unknown_frame(self, e: ev.UnknownFrame) -> None:
         log.warning("unknown stream command %#x from %s", e.key, self.name)
         count_error(self.broker, Code.UNKNOWN_FRAME)
         self.endpoint.connection.send_close(Code.UNKNOWN_FRAME, "unknown frame")
 
-    def _frame_too_large(self: _Session, e: ev.FrameTooLarge) -> None:
+    def _frame_too_large(self, e: ev.FrameTooLarge) -> None:
         log.warning("stream frame of %d bytes from %s: too large", e.size, self.name)
         count_error(self.broker, Code.FRAME_TOO_LARGE)
         self.endpoint.connection.send_close(Code.FRAME_TOO_LARGE, "frame too large")
 
-    def _connection_failed(self: _Session, e: ev.ConnectionFailed) -> None:
+    def _connection_failed(self, e: ev.ConnectionFailed) -> None:
         log.info("stream connection %s failed: %s", self.name, e.reason)
 
 
-def _refusal_code(session: _Session, refusal: login.Refusal) -> int:
+def _refusal_code(session: StreamHandshake, refusal: login.Refusal) -> int:
     """A refused login's response code, told of as rabbit_stream_reader tells of it."""
     why = refusal.why
     if why in (login.Why.UNKNOWN_MECHANISM, login.Why.NOT_OFFERED):
