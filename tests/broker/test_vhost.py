@@ -10,8 +10,9 @@ from leveret.broker import operations
 from leveret.broker.exchanges import Binding
 from leveret.broker.message import Message
 from leveret.broker.operations import Actor
+from leveret.broker.routing import RETURNED, ROUTED, UNROUTED, PublishResult
 from leveret.broker.users import Permission
-from leveret.broker.vhost import RETURNED, ROUTED, UNROUTED, PublishResult, VirtualHost
+from leveret.broker.vhost import VirtualHost
 from leveret.protocol.errors import AMQPError
 from tests.broker.fakes import FakeConnection, new_broker
 

@@ -40,8 +40,9 @@ from leveret.broker.operations import Actor, BindingRequest, authorize_publish
 from leveret.broker.ports import WriteStalls
 from leveret.broker.queues import Queue
 from leveret.broker.reply_to import REPLY_PREFIX, REPLY_QUEUE
+from leveret.broker.routing import ROUTED, PublishResult
 from leveret.broker.users import Permission, User
-from leveret.broker.vhost import ROUTED, PublishResult, VirtualHost
+from leveret.broker.vhost import VirtualHost
 from leveret.protocol import errors, spec
 from leveret.protocol.errors import AMQPError
 from leveret.protocol.spec import Method

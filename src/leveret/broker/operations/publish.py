@@ -16,8 +16,9 @@ if TYPE_CHECKING:
     from leveret.broker.exchanges import Exchange
     from leveret.broker.message import Message
     from leveret.broker.operations.actor import Actor
+    from leveret.broker.routing import PublishResult
     from leveret.broker.trace import Tap
-    from leveret.broker.vhost import PublishResult, VirtualHost
+    from leveret.broker.vhost import VirtualHost
 
 _EXPIRATION_FLAG = 0x01  # byte 0 of the property flags: expiration (0x0100)
 _REPLY_TO_FLAG = 0x02  # byte 0: reply-to (0x0200)
