@@ -1,11 +1,18 @@
-"""JSON values as RabbitMQ prints them in its messages (Erlang's ``~p`` of what
-``rabbit_json`` decoded): strings are binaries (``<<"x">>``), objects are maps, ``null``
-is the atom ``null``. RabbitMQ's validation errors quote the values they refuse this way."""
+"""Values as Erlang's ``~p`` prints them, where RabbitMQ shows its terms: JSON values in its
+messages (what ``rabbit_json`` decoded: strings are binaries (``<<"x">>``), objects are
+maps, ``null`` is the atom ``null``; its validation errors quote the values they refuse
+this way), and the binaries, atoms, IP address tuples and field tables its event exchange
+prints."""
 
 from __future__ import annotations
 
+import ipaddress
 import math
+import re
 from typing import Any
+
+from leveret.broker.errors import type_name
+from leveret.protocol.spec import type_of
 
 # Where io_lib's pretty printer breaks a line.
 LINE_WIDTH = 80
@@ -95,3 +102,74 @@ def binary_term(data: bytes, column: int = 0) -> str:
         else:
             lines.append(indent + piece)
     return "\n".join(lines)[column:] + ">>"
+
+
+# --------------------------------------------------------------- the event exchange's
+class Term(str):
+    """An Erlang term already printed (a pid, an IP address tuple): a longstr."""
+
+
+def binary(text: str) -> str:
+    """A binary as Erlang's ~p prints it: ``<<"abc">>``, ``<<>>`` when empty."""
+    if not text:
+        return "<<>>"
+    escaped = text.replace("\\", "\\\\").replace('"', '\\"')
+    return f'<<"{escaped}">>' if text.isascii() else f'<<"{escaped}"/utf8>>'
+
+
+_BARE_ATOM = re.compile(r"[a-z][A-Za-z0-9_@]*")
+
+
+def atom(text: str) -> str:
+    """An atom as Erlang's ~p prints it: bare, or quoted when it must be."""
+    if _BARE_ATOM.fullmatch(text):
+        return text
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def ip_term(address: str) -> Term:
+    """An IP address as Erlang prints its tuple: ``{127,0,0,1}``."""
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return Term(address)
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:
+            ip = ip.ipv4_mapped
+        else:
+            parts = [int.from_bytes(ip.packed[i : i + 2], "big") for i in range(0, 16, 2)]
+            return Term("{" + ",".join(map(str, parts)) + "}")
+    return Term("{" + ",".join(str(b) for b in ip.packed) + "}")
+
+
+def _typed_term(key: str, value: Any, kind: str) -> str:
+    """``{<<"key">>,type,value}`` as ``~p`` prints a field of a table."""
+    return "{" + f"{binary(key)},{kind},{_value_term(value, kind)}" + "}"
+
+
+def _value_term(value: Any, kind: str) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (bytes, bytearray)):
+        return binary(bytes(value).decode("utf-8", "replace"))
+    if isinstance(value, str):
+        return binary(value)
+    if isinstance(value, dict):
+        types = getattr(value, "types", {})
+        inner = [_typed_term(k, v, types.get(k) or type_name(v)) for k, v in value.items()]
+        return "[" + ",".join(inner) + "]"
+    if isinstance(value, list):
+        return (
+            "["
+            + ",".join("{" + f"{type_name(v)},{_value_term(v, type_name(v))}" + "}" for v in value)
+            + "]"
+        )
+    if value is None:
+        return "undefined"
+    return str(value)
+
+
+def table_terms(values: dict[str, Any]) -> list[Term]:
+    """A field table (arguments, client properties) as the plugin shows one: an array of
+    its fields, each printed as an Erlang tuple."""
+    return [Term(_typed_term(k, v, type_of(values, k) or type_name(v))) for k, v in values.items()]

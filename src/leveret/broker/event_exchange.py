@@ -12,16 +12,14 @@ Nothing is built while the exchange has no bindings, as in the plugin."""
 
 from __future__ import annotations
 
-import ipaddress
 import logging
-import re
 import struct
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from leveret.broker import events as ev
 from leveret.broker.clock import wall_ms
-from leveret.broker.errors import type_name
+from leveret.broker.erlterms import Term, atom, binary, ip_term, table_terms
 from leveret.broker.events import API_ACTOR, INTERNAL_USER
 from leveret.broker.message import Message
 from leveret.protocol import table
@@ -43,10 +41,6 @@ _FLAGS = (0x2000 | 0x1000 | 0x0040).to_bytes(2, "big")
 _EXCHANGE_AND_KEY_PREFIX = bytes((len(EXCHANGE),)) + EXCHANGE.encode()
 
 Value = Any  # str, bytes, bool, int, float, list, Raw, Resource, Term
-
-
-class Term(str):
-    """An Erlang term already printed (a pid, an IP address tuple): a longstr."""
 
 
 class Resource:
@@ -90,73 +84,6 @@ def encode_headers(props: list[tuple[str, Value]]) -> list[table.Field]:
         else:
             out.insert(0, (key, _field(value)))
     return out
-
-
-# --------------------------------------------------------------- Erlang's prints
-def binary(text: str) -> str:
-    """A binary as Erlang's ~p prints it: ``<<"abc">>``, ``<<>>`` when empty."""
-    if not text:
-        return "<<>>"
-    escaped = text.replace("\\", "\\\\").replace('"', '\\"')
-    return f'<<"{escaped}">>' if text.isascii() else f'<<"{escaped}"/utf8>>'
-
-
-_BARE_ATOM = re.compile(r"[a-z][A-Za-z0-9_@]*")
-
-
-def atom(text: str) -> str:
-    """An atom as Erlang's ~p prints it: bare, or quoted when it must be."""
-    if _BARE_ATOM.fullmatch(text):
-        return text
-    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
-
-
-def ip_term(address: str) -> Term:
-    """An IP address as Erlang prints its tuple: ``{127,0,0,1}``."""
-    try:
-        ip = ipaddress.ip_address(address)
-    except ValueError:
-        return Term(address)
-    if isinstance(ip, ipaddress.IPv6Address):
-        if ip.ipv4_mapped is not None:
-            ip = ip.ipv4_mapped
-        else:
-            parts = [int.from_bytes(ip.packed[i : i + 2], "big") for i in range(0, 16, 2)]
-            return Term("{" + ",".join(map(str, parts)) + "}")
-    return Term("{" + ",".join(str(b) for b in ip.packed) + "}")
-
-
-def _typed_term(key: str, value: Any, kind: str) -> str:
-    """``{<<"key">>,type,value}`` as ``~p`` prints a field of a table."""
-    return "{" + f"{binary(key)},{kind},{_value_term(value, kind)}" + "}"
-
-
-def _value_term(value: Any, kind: str) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (bytes, bytearray)):
-        return binary(bytes(value).decode("utf-8", "replace"))
-    if isinstance(value, str):
-        return binary(value)
-    if isinstance(value, dict):
-        types = getattr(value, "types", {})
-        inner = [_typed_term(k, v, types.get(k) or type_name(v)) for k, v in value.items()]
-        return "[" + ",".join(inner) + "]"
-    if isinstance(value, list):
-        return (
-            "["
-            + ",".join("{" + f"{type_name(v)},{_value_term(v, type_name(v))}" + "}" for v in value)
-            + "]"
-        )
-    if value is None:
-        return "undefined"
-    return str(value)
-
-
-def table_terms(values: dict[str, Any]) -> list[Value]:
-    """A field table (arguments, client properties) as the plugin shows one: an array of
-    its fields, each printed as an Erlang tuple."""
-    return [Term(_typed_term(k, v, type_of(values, k) or type_name(v))) for k, v in values.items()]
 
 
 # --------------------------------------------------------------- connections
