@@ -19,7 +19,7 @@ import pika
 import pytest
 
 import leveret
-from leveret.management.logsview import HISTORY
+from leveret.management.logstap import HISTORY
 from tests.e2e.browser import Page, chromium
 
 __all__ = ["chromium"]
