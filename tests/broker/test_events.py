@@ -35,26 +35,6 @@ def test_events_are_frozen() -> None:
         event.queue = "other"  # type: ignore[misc]
 
 
-def test_dispatch_runs_the_handler_of_the_events_own_class_only() -> None:
-    calls: list[str] = []
-
-    class Owner:
-        def user(self, event: ev.UserChanged) -> None:
-            calls.append("changed " + event.user)
-
-    dispatch = (
-        ev.Dispatch[Owner]()
-        .on(ev.UserChanged, Owner.user)
-        .on(ev.AlarmSet, lambda o, a: calls.append("alarm " + a.resource))
-    )
-    owner = Owner()
-    dispatch(owner, ev.UserChanged("ann"))
-    dispatch(owner, ev.UserTagsSet("ann"))  # the same family, another class: not handled
-    dispatch(owner, ev.AlarmCleared("disk"))
-    dispatch(owner, ev.AlarmSet("disk"))
-    assert calls == ["changed ann", "alarm disk"]
-
-
 def test_a_users_operations_tell_what_they_did() -> None:
     broker, seen = _broker()
     broker.add_user("ann", "secret")

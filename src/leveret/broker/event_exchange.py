@@ -208,7 +208,9 @@ class EventExchange:
 
     # --------------------------------------------------------------- events
     def observe(self, event: ev.BrokerEvent) -> None:
-        _HANDLERS(self, event)
+        handler = _HANDLERS.get(type(event))
+        if handler is not None:
+            handler(self, event)
 
     def notify(
         self,
@@ -593,51 +595,46 @@ _BUILTIN_ORDER = (
 )
 
 
-_HANDLERS = (
-    ev.Dispatch[EventExchange]()
-    .on(ev.VhostAdded, EventExchange._vhost_added)
-    .on(ev.VhostDeleted, EventExchange._vhost_deleted)
-    .on(ev.QueueCreated, lambda e, q: e._queue_created(q.queue))
-    .on(ev.QueueDeleted, lambda e, q: e.notify("queue.deleted", [("name", Resource.of(q.queue))]))
-    .on(ev.ExchangeCreated, lambda e, c: e._exchange_created(c.exchange))
-    .on(ev.ExchangeDeleteStarted, lambda e, m: e._exchange_delete_marker("parameter.set", m))
-    .on(
-        ev.ExchangeDeleted,
-        lambda e, d: e.notify("exchange.deleted", [("name", Resource.of(d.exchange))], who=d.who),
-    )
-    .on(ev.ExchangeDeleteFinished, lambda e, m: e._exchange_delete_marker("parameter.cleared", m))
-    .on(ev.BindingCreated, lambda e, b: e._binding("binding.created", b.binding))
-    .on(ev.BindingDeleted, lambda e, b: e._binding("binding.deleted", b.binding, b.who))
-    .on(ev.ConsumerCreated, lambda e, c: e._consumer_created(c.consumer))
-    .on(ev.ConsumerDeleted, lambda e, c: e._consumer_deleted(c.consumer))
-    .on(ev.UserAuthenticated, EventExchange._authenticated)
-    .on(ev.UserAuthenticationFailed, EventExchange._authentication_failed)
-    .on(ev.ConnectionAuthorized, EventExchange._connection_opened)
-    .on(ev.ConnectionClosed, EventExchange._connection_closed)
-    .on(ev.ChannelOpened, lambda e, c: e._channel_opened(c.channel))
-    .on(
-        ev.ChannelClosed,
-        lambda e, c: e.notify(
-            "channel.closed", [("pid", e.channel_pid(c.channel))], who=c.channel.host.username
-        ),
-    )
-    .on(ev.UserChanged, EventExchange._user_changed)
-    .on(ev.UserTagsSet, EventExchange._user_tags_set)
-    .on(ev.UserPasswordChanged, lambda e, u: e.notify("user.password.changed", [("name", u.user)]))
-    .on(ev.UserPasswordCleared, lambda e, u: e.notify("user.password.cleared", [("name", u.user)]))
-    .on(
-        ev.UserLimitsSet,
-        lambda e, u: e._limits("user.limits.set", ("username", u.user), *sorted(u.limits.items())),
-    )
-    .on(ev.UserLimitsCleared, lambda e, u: e._limits("user.limits.cleared", ("username", u.user)))
-    .on(ev.TopicPermissionSet, lambda e, t: e._topic_permission_set(t.permission))
-    .on(ev.TopicPermissionCleared, EventExchange._topic_permission_cleared)
-    .on(ev.VhostLimitsChanged, EventExchange._limits_changed)
-    .on(ev.PermissionChanged, EventExchange._permission_changed)
-    .on(ev.PolicyChanged, EventExchange._policy_changed)
-    .on(ev.QueuePolicyChanged, EventExchange._queue_policy_changed)
-    .on(ev.AlarmSet, lambda e, a: e._alarm("alarm.set", a))
-    .on(ev.AlarmCleared, lambda e, a: e._alarm("alarm.cleared", a))
-)
+#: What each broker event means to the event exchange, by its handler.
+_HANDLERS: dict[type[ev.BrokerEvent], Callable[[EventExchange, Any], None]] = {
+    ev.VhostAdded: EventExchange._vhost_added,
+    ev.VhostDeleted: EventExchange._vhost_deleted,
+    ev.QueueCreated: lambda e, q: e._queue_created(q.queue),
+    ev.QueueDeleted: lambda e, q: e.notify("queue.deleted", [("name", Resource.of(q.queue))]),
+    ev.ExchangeCreated: lambda e, c: e._exchange_created(c.exchange),
+    ev.ExchangeDeleteStarted: lambda e, m: e._exchange_delete_marker("parameter.set", m),
+    ev.ExchangeDeleted: lambda e, d: e.notify(
+        "exchange.deleted", [("name", Resource.of(d.exchange))], who=d.who
+    ),
+    ev.ExchangeDeleteFinished: lambda e, m: e._exchange_delete_marker("parameter.cleared", m),
+    ev.BindingCreated: lambda e, b: e._binding("binding.created", b.binding),
+    ev.BindingDeleted: lambda e, b: e._binding("binding.deleted", b.binding, b.who),
+    ev.ConsumerCreated: lambda e, c: e._consumer_created(c.consumer),
+    ev.ConsumerDeleted: lambda e, c: e._consumer_deleted(c.consumer),
+    ev.UserAuthenticated: EventExchange._authenticated,
+    ev.UserAuthenticationFailed: EventExchange._authentication_failed,
+    ev.ConnectionAuthorized: EventExchange._connection_opened,
+    ev.ConnectionClosed: EventExchange._connection_closed,
+    ev.ChannelOpened: lambda e, c: e._channel_opened(c.channel),
+    ev.ChannelClosed: lambda e, c: e.notify(
+        "channel.closed", [("pid", e.channel_pid(c.channel))], who=c.channel.host.username
+    ),
+    ev.UserChanged: EventExchange._user_changed,
+    ev.UserTagsSet: EventExchange._user_tags_set,
+    ev.UserPasswordChanged: lambda e, u: e.notify("user.password.changed", [("name", u.user)]),
+    ev.UserPasswordCleared: lambda e, u: e.notify("user.password.cleared", [("name", u.user)]),
+    ev.UserLimitsSet: lambda e, u: e._limits(
+        "user.limits.set", ("username", u.user), *sorted(u.limits.items())
+    ),
+    ev.UserLimitsCleared: lambda e, u: e._limits("user.limits.cleared", ("username", u.user)),
+    ev.TopicPermissionSet: lambda e, t: e._topic_permission_set(t.permission),
+    ev.TopicPermissionCleared: EventExchange._topic_permission_cleared,
+    ev.VhostLimitsChanged: EventExchange._limits_changed,
+    ev.PermissionChanged: EventExchange._permission_changed,
+    ev.PolicyChanged: EventExchange._policy_changed,
+    ev.QueuePolicyChanged: EventExchange._queue_policy_changed,
+    ev.AlarmSet: lambda e, a: e._alarm("alarm.set", a),
+    ev.AlarmCleared: lambda e, a: e._alarm("alarm.cleared", a),
+}
 
 __all__ = ["EXCHANGE", "TYPE_NAMES", "EventExchange", "Resource", "Term", "ip_term"]

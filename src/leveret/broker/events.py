@@ -4,7 +4,7 @@ nothing is attached to its objects afterwards.
 
 Each event is a frozen dataclass whose fields name what it carries; events of one family
 (the same payload) share a base class, and an observer tells them apart by their class
-(:class:`Dispatch`, or ``match``). What the broker's own modules would import back (a
+(a table of handlers by class, or ``match``). What the broker's own modules would import back (a
 vhost, a channel, a connection) is seen through a Protocol."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from leveret.broker.consumer import Consumer
@@ -355,29 +355,6 @@ class AlarmCleared(AlarmEvent):
 
 # ------------------------------------------------------------------ observers
 Observer = Callable[[BrokerEvent], None]
-
-_Owner = TypeVar("_Owner")
-_Event = TypeVar("_Event", bound=BrokerEvent)
-
-
-class Dispatch(Generic[_Owner]):
-    """An observer's handlers by event class, each checked against the class it handles:
-    ``Dispatch[Stats]().on(QueueCreated, Stats._queue_created)``. Calling it with an
-    owner and an event runs the handler of the event's own class, if there is one."""
-
-    __slots__ = ("_handlers",)
-
-    def __init__(self) -> None:
-        self._handlers: dict[type[BrokerEvent], Callable[[_Owner, Any], None]] = {}
-
-    def on(self, kind: type[_Event], handler: Callable[[_Owner, _Event], None]) -> Dispatch[_Owner]:
-        self._handlers[kind] = handler
-        return self
-
-    def __call__(self, owner: _Owner, event: BrokerEvent) -> None:
-        handler = self._handlers.get(type(event))
-        if handler is not None:
-            handler(owner, event)
 
 
 class Observers:

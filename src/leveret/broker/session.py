@@ -106,31 +106,6 @@ class Session(ConnectionEvents):
         self.closed_channel_confirms = 0  # confirms sent on channels since closed
         self.returned_unroutable = 0
         self.dropped_unroutable = 0
-        self._handlers: dict[type[Method], Callable[[Channel, Any], None]] = {
-            C.Exchange.Declare: self._exchange_declare,
-            C.Exchange.Delete: self._exchange_delete,
-            C.Exchange.Bind: self._exchange_bind,
-            C.Exchange.Unbind: self._exchange_unbind,
-            C.Queue.Declare: self._queue_declare,
-            C.Queue.Bind: self._queue_bind,
-            C.Queue.Unbind: self._queue_unbind,
-            C.Queue.Purge: self._queue_purge,
-            C.Queue.Delete: self._queue_delete,
-            C.Basic.Qos: self._basic_qos,
-            C.Basic.Consume: self._basic_consume,
-            C.Basic.Cancel: self._basic_cancel,
-            C.Basic.Get: self._basic_get,
-            C.Basic.Ack: self._basic_ack,
-            C.Basic.Nack: self._basic_nack,
-            C.Basic.Reject: self._basic_reject,
-            C.Basic.Recover: self._basic_recover,
-            C.Basic.RecoverAsync: self._basic_recover_async,
-            C.Channel.Flow: self._channel_flow,
-            C.Confirm.Select: self._confirm_select,
-            C.Tx.Select: self._tx_select,
-            C.Tx.Commit: self._tx_commit,
-            C.Tx.Rollback: self._tx_rollback,
-        }
 
     # ------------------------------------------------------------ handshake
     def capability(self, name: str) -> bool:
@@ -216,12 +191,12 @@ class Session(ConnectionEvents):
         ch = self.channels.get(number)
         if ch is None:
             return
-        handler = self._handlers.get(type(method))
+        handler = _METHODS.get(type(method))
         self.broker.actor = self._username  # who performs what the events tell of
         try:
             if handler is None:
                 raise errors.not_implemented(f"method {method.name} is not supported")
-            handler(ch, method)
+            handler(self, ch, method)
         except AMQPError as exc:
             self.fail(number, exc.with_method(*spec.method_ids(method)))
         finally:
@@ -605,3 +580,31 @@ class Session(ConnectionEvents):
                 ch.confirmed_ok(seq)
                 ch.exchange_counts(message.exchange)[CONFIRMED] += 1
         return True
+
+
+#: What each channel method means, by its handler.
+_METHODS: dict[type[Method], Callable[[Session, Channel, Any], None]] = {
+    C.Exchange.Declare: Session._exchange_declare,
+    C.Exchange.Delete: Session._exchange_delete,
+    C.Exchange.Bind: Session._exchange_bind,
+    C.Exchange.Unbind: Session._exchange_unbind,
+    C.Queue.Declare: Session._queue_declare,
+    C.Queue.Bind: Session._queue_bind,
+    C.Queue.Unbind: Session._queue_unbind,
+    C.Queue.Purge: Session._queue_purge,
+    C.Queue.Delete: Session._queue_delete,
+    C.Basic.Qos: Session._basic_qos,
+    C.Basic.Consume: Session._basic_consume,
+    C.Basic.Cancel: Session._basic_cancel,
+    C.Basic.Get: Session._basic_get,
+    C.Basic.Ack: Session._basic_ack,
+    C.Basic.Nack: Session._basic_nack,
+    C.Basic.Reject: Session._basic_reject,
+    C.Basic.Recover: Session._basic_recover,
+    C.Basic.RecoverAsync: Session._basic_recover_async,
+    C.Channel.Flow: Session._channel_flow,
+    C.Confirm.Select: Session._confirm_select,
+    C.Tx.Select: Session._tx_select,
+    C.Tx.Commit: Session._tx_commit,
+    C.Tx.Rollback: Session._tx_rollback,
+}
