@@ -48,6 +48,7 @@ FAST_MODULES = (
     "tests/spark/test_logparse.py",
     "tests/spark/test_wire.py",
     "tests/cli/test_ctl_verbs.py",
+    "tests/docs/test_doc_blocks.py",
 )
 # Fixtures that make a test slow wherever it is: the reference broker, a broker subprocess
 # (``broker`` runs one for its Leveret side), a virtualenv of its own.

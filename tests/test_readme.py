@@ -4,6 +4,7 @@ documents as done."""
 
 from __future__ import annotations
 
+import itertools
 import re
 from pathlib import Path
 
@@ -25,7 +26,7 @@ def _anchors(document: Path) -> set[str]:
     tokens = MarkdownIt().parse(document.read_text())
     return {
         _slug(inline.content)
-        for opening, inline in zip(tokens, tokens[1:], strict=False)
+        for opening, inline in itertools.pairwise(tokens)
         if opening.type == "heading_open"
     }
 
