@@ -29,6 +29,7 @@ from tests.support.netns import NetNamespace
 BLOCK_TIMEOUT = 600  # seconds; a guard against hangs (a Spark report takes about a minute)
 READY_TIMEOUT = 180  # `leveret up` on a loaded machine, Spark's start included
 STOP_TIMEOUT = 60  # as `leveret up` takes to stop its ingest
+RETRY_FIRST, RETRY_MOST = 1.0, 8.0  # seconds between the tries of a retried block
 
 
 class ExampleFailed(AssertionError):
@@ -112,6 +113,7 @@ class DocumentRun:
                 self.start(command, block.where, block.ready)
             return
         deadline = time.monotonic() + (block.retry or 0)
+        pause = RETRY_FIRST
         while True:
             try:
                 self.once(block)
@@ -119,7 +121,9 @@ class DocumentRun:
             except ExampleFailed:
                 if time.monotonic() >= deadline:
                     raise
-            time.sleep(1)
+            # each try starts a command (a Python, DuckDB): fewer of them while Spark starts
+            time.sleep(pause)
+            pause = min(pause * 1.5, RETRY_MOST)
 
     def once(self, block: Block) -> None:
         if block.info == "console":
