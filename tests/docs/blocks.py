@@ -96,6 +96,7 @@ class Document:
 
 
 def _directive(text: str) -> bool:
+    """Looks like a directive (a misspelt one included): not any other comment."""
     return text.lower().startswith(_KEYWORDS)
 
 
@@ -103,36 +104,39 @@ def parse(path: Path) -> Document:
     """The document's blocks and standalone directives, in order."""
     doc = Document(path)
     tokens = MarkdownIt().parse(path.read_text())
-    comments = {t.map[1]: t for t in tokens if t.type == "html_block" and t.map}
-    attached: set[int] = set()  # the comments' end lines that belong to a block
     steps: list[tuple[int, Block | Stop]] = []
+    # the comments of each HTML block, by the line after it: a fence there is theirs
+    comments: dict[int, tuple[int, list[str]]] = {}
+    for token in tokens:
+        if token.type != "html_block" or token.map is None:
+            continue
+        start, end = token.map
+        rest = []
+        for comment in _COMMENT.findall(token.content):
+            if comment.lower() == "ctrl-c":  # a stop, wherever it stands
+                steps.append((start + 1, Stop(start + 1)))
+            elif comment.lower().startswith("examples beside:"):
+                doc.beside = _beside(path, start + 1, comment)
+            else:
+                rest.append(comment)
+        comments[end] = (start, rest)
+    attached: set[int] = set()
     for token in tokens:
         if token.type != "fence" or token.map is None:
             continue
         start = token.map[0]
         before: list[tuple[int, str]] = []
-        while (comment := comments.get(start)) is not None and comment.map is not None:
+        while start in comments:  # the comments on the lines right before, in order
             attached.add(start)
-            line = comment.map[0] + 1
-            for found in reversed(_COMMENT.findall(comment.content)):
-                if found.lower() == "ctrl-c":  # a stop, wherever it stands
-                    steps.append((line, Stop(line)))
-                else:
-                    before.insert(0, (line, found))
-            start = comment.map[0]
+            first, found = comments[start]
+            before = [(first + 1, c) for c in found] + before
+            start = first
         block = _block(path, token.map[0] + 1, token.info, token.content, before)
         steps.append((block.line, block))
-    for end, token in comments.items():
-        if end in attached or token.map is None:
-            continue
-        line = token.map[0] + 1
-        for comment in _COMMENT.findall(token.content):
-            if comment.lower() == "ctrl-c":
-                steps.append((line, Stop(line)))
-            elif comment.lower().startswith("examples beside:"):
-                doc.beside = _beside(path, line, comment)
-            elif _directive(comment):
-                raise DirectiveError(f"{path.name}:{line}: {comment!r} is not before a block")
+    for end, (start, found) in comments.items():
+        for comment in found:
+            if end not in attached and _directive(comment):
+                raise DirectiveError(f"{path.name}:{start + 1}: {comment!r} is not before a block")
     doc.steps = [step for _, step in sorted(steps, key=lambda s: s[0])]
     return doc
 
