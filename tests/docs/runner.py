@@ -75,8 +75,8 @@ class DocumentRun:
     work: Path
     ns: NetNamespace
     env: dict[str, str] = field(default_factory=user_env)
-    running: list[Background] = field(default_factory=list)
-    beside: list[Background] = field(default_factory=list)
+    running: list[Background] = field(default_factory=list)  # the blocks' background
+    beside: list[Background] = field(default_factory=list)  # the document's, at most one
     timings: list[Timing] = field(default_factory=list)
     ran: int = 0
     started: int = 0  # background commands so far, each with a log of its own
@@ -85,12 +85,12 @@ class DocumentRun:
     def run(self) -> None:
         try:
             if self.doc.beside is not None:
-                self.start(self.doc.beside.command, "beside", self.doc.beside.ready)
                 # not stopped by the document's Ctrl-C: it serves all of its blocks
-                self.beside.append(self.running.pop())
+                beside = self.doc.beside
+                self.beside.append(self.start(beside.command, "beside", beside.ready))
             for step in self.doc.steps:
                 if isinstance(step, Stop):
-                    self.stop_all(f"Ctrl-C at line {step.line}")
+                    self.stop(self.running, f"Ctrl-C at line {step.line}")
                 elif step.file is not None:
                     target = self.work / step.file
                     target.parent.mkdir(parents=True, exist_ok=True)
@@ -100,9 +100,8 @@ class DocumentRun:
                     self.block(step)
                     self.timings.append(Timing(step.where, time.monotonic() - started))
                     self.ran += 1
-            self.stop_all("the end of the document")
-            self.running = self.beside
-            self.stop_all("the end of the document")
+            self.stop(self.running, "the end of the document")
+            self.stop(self.beside, "the end of the document")
         finally:
             self.kill_all()
 
@@ -110,7 +109,7 @@ class DocumentRun:
         if block.background:
             assert block.ready is not None  # the parser asks for it
             for command in _commands(block.text):
-                self.start(command, block.where, block.ready)
+                self.running.append(self.start(command, block.where, block.ready))
             return
         deadline = time.monotonic() + (block.retry or 0)
         pause = RETRY_FIRST
@@ -168,7 +167,7 @@ class DocumentRun:
             raise self.failed(block, f"exit status {done.returncode}, not {exits}:\n{out}")
         return out
 
-    def start(self, command: str, where: str, ready: str) -> None:
+    def start(self, command: str, where: str, ready: str) -> Background:
         """Starts ``command`` as in a terminal of its own, and waits until it printed
         ``ready``."""
         self.started += 1
@@ -185,23 +184,24 @@ class DocumentRun:
                 start_new_session=True,
             )
         job = Background(command, where, proc, log)
-        self.running.append(job)
         deadline = time.monotonic() + READY_TIMEOUT
         while ready not in job.output():
             if proc.poll() is not None or time.monotonic() > deadline:
                 state = "ended" if proc.poll() is not None else f"not ready in {READY_TIMEOUT} s"
+                _kill_group(proc)
                 raise ExampleFailed(
                     f"{where}: {command!r} {state} before printing {ready!r}:\n"
                     f"{job.output()[-3000:]}"
                 )
             time.sleep(0.1)
+        return job
 
-    def stop_all(self, why: str) -> None:
-        """Ctrl-C to every background command, the last started first; each must end
-        cleanly (status 0)."""
+    def stop(self, jobs: list[Background], why: str) -> None:
+        """Ctrl-C to each of ``jobs``, the last started first; each must end cleanly
+        (status 0)."""
         problems = []
-        while self.running:
-            job = self.running.pop()
+        while jobs:
+            job = jobs.pop()
             if job.proc.poll() is None:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(job.proc.pid, signal.SIGINT)

@@ -4,12 +4,13 @@ network namespace of its own, its blocks in order (tests/docs/runner.py)."""
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import pytest
 
 from tests.docs import blocks
-from tests.docs.runner import DocumentRun
+from tests.docs.runner import DocumentRun, ExampleFailed
 from tests.support.netns import NetNamespace, netns_available
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
@@ -41,3 +42,47 @@ def test_the_examples_run_as_written(path: Path, tmp_path: Path) -> None:
     for timing in run.timings:
         print(f"{timing.seconds:6.1f} s  {timing.where}")
     assert run.ran == sum(1 for b in doc.blocks if b.runs)
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        ("```console\n$ echo hello\nhallo\n```\n", "not:\nhallo"),
+        ("```sh\ntrue\nfalse\necho never\n```\n", "exit status 1, not 0"),
+        ("<!-- exits: 3 -->\n```sh\nexit 4\n```\n", "exit status 4, not 3"),
+        ("```python\ndef test_it():\n    assert 1 == 0\n```\n", "1 failed"),
+        ("```python\nraise SystemExit('no')\n```\n", "exit status 1"),
+        ("<!-- background, ready at: x -->\n```sh\necho x; sleep 100\n```\n", "status -2"),
+        ("<!-- background, ready at: never -->\n```sh\necho hi\n```\n", "ended before printing"),
+    ],
+)
+def test_an_example_that_does_not_do_as_shown_fails(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, text: str, said: str
+) -> None:
+    if not netns_available():
+        pytest.skip("needs network namespaces (root, unshare --net)")
+    monkeypatch.setattr(blocks, "ROOT", tmp_path)
+    (tmp_path / "doc.md").write_text(text)
+    (tmp_path / "work").mkdir()
+    with NetNamespace() as ns, pytest.raises(ExampleFailed, match=re.escape(said)):
+        DocumentRun(blocks.parse(tmp_path / "doc.md"), tmp_path / "work", ns).run()
+
+
+def test_what_a_document_shows_passes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    if not netns_available():
+        pytest.skip("needs network namespaces (root, unshare --net)")
+    monkeypatch.setattr(blocks, "ROOT", tmp_path)
+    (tmp_path / "doc.md").write_text(
+        "```text\nshown, not run\n```\n\n"
+        "<!-- file: words.txt -->\n```toml\na = 1\n```\n\n"
+        "<!-- background, ready at: listening -->\n```sh\n"
+        'python3 -c \'import signal,sys; print("listening", flush=True); '
+        "signal.sigwait([signal.SIGINT])'\n```\n\n"
+        "```console\n$ cat words.txt\na = 1\n$ printf 'a\\tb\\nc\\nd\\n'\na\tb\n…\n```\n\n"
+        "<!-- Ctrl-C -->\n\n<!-- exits: 3 -->\n```sh\nexit 3\n```\n"
+    )
+    (tmp_path / "work").mkdir()
+    with NetNamespace() as ns:
+        run = DocumentRun(blocks.parse(tmp_path / "doc.md"), tmp_path / "work", ns)
+        run.run()
+    assert run.ran == 3
