@@ -73,6 +73,18 @@ def test_directives_before_a_block(tmp_path: Path, monkeypatch: pytest.MonkeyPat
         ("<!-- retry for: soon -->\n```sh\nx\n```\n", "cannot read"),
         ("<!-- examples beside: leveret server -->\n", "when ready"),
     ],
+    ids=[
+        "no info string",
+        "toml unmarked",
+        "no reason",
+        "misspelt",
+        "not before a block",
+        "python in background",
+        "no ready text",
+        "text marked",
+        "retry no seconds",
+        "beside no ready text",
+    ],
 )
 def test_what_the_runner_cannot_read_fails(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, text: str, said: str

@@ -55,6 +55,7 @@ def test_the_examples_run_as_written(path: Path, tmp_path: Path) -> None:
         ("<!-- background, ready at: x -->\n```sh\necho x; sleep 100\n```\n", "status -2"),
         ("<!-- background, ready at: never -->\n```sh\necho hi\n```\n", "ended before printing"),
     ],
+    ids=["output", "failure", "exit status", "test", "script", "ctrl-c", "never ready"],
 )
 def test_an_example_that_does_not_do_as_shown_fails(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, text: str, said: str
