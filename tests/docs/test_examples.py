@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,18 @@ from tests.docs.runner import DocumentRun, ExampleFailed
 from tests.support.netns import NetNamespace, netns_available
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+@pytest.fixture
+def ns() -> Iterator[NetNamespace]:
+    """A network namespace of the test's own, where RabbitMQ's ports are free."""
+    if not netns_available():
+        message = "the examples run in network namespaces of their own (root, unshare --net)"
+        if IN_CI:
+            pytest.fail(message)
+        pytest.skip(message)
+    with NetNamespace() as namespace:
+        yield namespace
 
 
 def _with_examples() -> list[Path]:
@@ -29,16 +42,10 @@ def _with_examples() -> list[Path]:
 
 @pytest.mark.timeout(1200)
 @pytest.mark.parametrize("path", _with_examples(), ids=lambda p: str(p.relative_to(blocks.ROOT)))
-def test_the_examples_run_as_written(path: Path, tmp_path: Path) -> None:
+def test_the_examples_run_as_written(path: Path, tmp_path: Path, ns: NetNamespace) -> None:
     doc = blocks.parse(path)
-    if not netns_available():
-        message = "the examples run in network namespaces of their own (root, unshare --net)"
-        if IN_CI:
-            pytest.fail(message)
-        pytest.skip(message)
-    with NetNamespace() as ns:
-        run = DocumentRun(doc, tmp_path, ns)
-        run.run()
+    run = DocumentRun(doc, tmp_path, ns)
+    run.run()
     for timing in run.timings:
         print(f"{timing.seconds:6.1f} s  {timing.where}")
     assert run.ran == sum(1 for b in doc.blocks if b.runs)
@@ -58,20 +65,18 @@ def test_the_examples_run_as_written(path: Path, tmp_path: Path) -> None:
     ids=["output", "failure", "exit status", "test", "script", "ctrl-c", "never ready"],
 )
 def test_an_example_that_does_not_do_as_shown_fails(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, text: str, said: str
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ns: NetNamespace, text: str, said: str
 ) -> None:
-    if not netns_available():
-        pytest.skip("needs network namespaces (root, unshare --net)")
     monkeypatch.setattr(blocks, "ROOT", tmp_path)
     (tmp_path / "doc.md").write_text(text)
     (tmp_path / "work").mkdir()
-    with NetNamespace() as ns, pytest.raises(ExampleFailed, match=re.escape(said)):
+    with pytest.raises(ExampleFailed, match=re.escape(said)):
         DocumentRun(blocks.parse(tmp_path / "doc.md"), tmp_path / "work", ns).run()
 
 
-def test_what_a_document_shows_passes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    if not netns_available():
-        pytest.skip("needs network namespaces (root, unshare --net)")
+def test_what_a_document_shows_passes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ns: NetNamespace
+) -> None:
     monkeypatch.setattr(blocks, "ROOT", tmp_path)
     (tmp_path / "doc.md").write_text(
         "```text\nshown, not run\n```\n\n"
@@ -83,7 +88,6 @@ def test_what_a_document_shows_passes(tmp_path: Path, monkeypatch: pytest.Monkey
         "<!-- Ctrl-C -->\n\n<!-- exits: 3 -->\n```sh\nexit 3\n```\n"
     )
     (tmp_path / "work").mkdir()
-    with NetNamespace() as ns:
-        run = DocumentRun(blocks.parse(tmp_path / "doc.md"), tmp_path / "work", ns)
-        run.run()
+    run = DocumentRun(blocks.parse(tmp_path / "doc.md"), tmp_path / "work", ns)
+    run.run()
     assert run.ran == 3
