@@ -48,6 +48,7 @@ FAST_MODULES = (
     "tests/spark/test_logparse.py",
     "tests/spark/test_wire.py",
     "tests/cli/test_ctl_verbs.py",
+    "tests/docs/test_doc_blocks.py",
 )
 # Fixtures that make a test slow wherever it is: the reference broker, a broker subprocess
 # (``broker`` runs one for its Leveret side), a virtualenv of its own.
@@ -71,6 +72,8 @@ LONG_FIRST = (
     "tests/e2e/test_up.py",
     f"{_SUITE}[faststream]",
     "tests/spark/test_report.py",
+    # the pipeline's documented examples: an ingest, a report and a Spark read (~1.5 min)
+    "tests/docs/test_examples.py::test_the_examples_run_as_written[docs/pipeline.md]",
     "tests/conformance/",
     "tests/spark/test_spark_cluster.py",
     "tests/spark/test_ingest.py",

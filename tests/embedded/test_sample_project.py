@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from leveret.testing.remote import RemoteBroker
+from tests.docs import blocks
 from tests.support.brokers import BrokerUnderTest, ensure_rabbitmq_management
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -27,8 +28,12 @@ SAMPLE = Path(__file__).resolve().parent / "sample_project"
 # the sample project's test extra, and xdist for running its tests two at a time
 TEST_REQUIREMENTS = ("pytest", "pytest-asyncio", "aio-pika", "pytest-xdist==3.8.0")
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
-# sample_project/tests: test_orders.py (6 parametrized + 3), test_readme_examples.py (2)
-SAMPLE_TESTS = 11
+# The test examples of docs/testing.md, as printed there, go into the project's tests/
+# too: the aio-pika one needs pytest-asyncio, which the project has and Leveret's own test
+# environment does not (tests/docs/ runs the others).
+DOC_TESTS = [b for b in blocks.parse(ROOT / "docs" / "testing.md").blocks if b.is_test]
+# sample_project/tests: test_orders.py (6 parametrized + 3), and the documentation's tests
+SAMPLE_TESTS = 9 + sum(len(re.findall(r"^(?:async )?def test_", b.text, re.M)) for b in DOC_TESTS)
 
 
 def user_env() -> dict[str, str]:
@@ -110,6 +115,8 @@ def project(tmp_path: Path) -> Path:
     """A fresh copy of the user's project."""
     target = tmp_path / "orders-sample"
     shutil.copytree(SAMPLE, target, ignore=shutil.ignore_patterns("__pycache__"))
+    for block in DOC_TESTS:
+        (target / "tests" / f"test_docs_testing_{block.line}.py").write_text(block.text)
     return target
 
 

@@ -14,4 +14,4 @@ def test_the_testing_extra_brings_pytest() -> None:
     assert any(req.replace(" ", "").startswith("pytest>=") for req in testing), testing
     plugin = project["entry-points"]["pytest11"]["leveret"]
     assert plugin == "leveret.testing.plugin"
-    assert "leveret[testing]" in (ROOT / "README.md").read_text()
+    assert "leveret[testing]" in (ROOT / "docs" / "testing.md").read_text()
