@@ -152,9 +152,11 @@ class OwnEngine:
                 if conn.link(event.channel, event.handle).role:
                     conn.grant_credit(event.channel, event.handle, CREDIT)
             elif isinstance(event, DetachReceived):
-                conn.send_detach(event.channel, event.handle, event.closed)
+                if not event.complete:
+                    conn.send_detach(event.channel, event.handle, event.closed)
             elif isinstance(event, EndReceived):
-                conn.send_end(event.channel)
+                if not event.complete:
+                    conn.send_end(event.channel)
             elif isinstance(event, CloseReceived):
                 conn.send_close()
             elif isinstance(event, ConnectionFailed):

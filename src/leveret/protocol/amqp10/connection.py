@@ -625,8 +625,6 @@ class Connection:
             return self._link_failed(session, exc)
 
     def _open_received(self, performative: Open) -> Event:
-        self._move(Trigger.RECV_OPEN)
-        self.remote_open = performative
         size = performative.max_frame_size
         if size is not None and size < frames.MIN_MAX_FRAME_SIZE:
             raise ConnectionViolation(
@@ -636,6 +634,8 @@ class Connection:
                     f"({frames.MIN_MAX_FRAME_SIZE})",
                 )
             )
+        self._move(Trigger.RECV_OPEN)
+        self.remote_open = performative
         self.remote_max_frame_size = UINT_MAX if size is None else size
         if performative.channel_max is not None:
             self.remote_channel_max = performative.channel_max
@@ -657,8 +657,9 @@ class Connection:
         self._session_move(session, SessionTrigger.RECV_BEGIN)
 
     def _end_received(self, session: Session, end: End) -> EndReceived:
+        complete = session.state is SessionState.END_SENT
         self._session_move(session, SessionTrigger.RECV_END)
-        return EndReceived(session.channel, end.error)
+        return EndReceived(session.channel, end.error, complete)
 
     def _attach_received(self, session: Session, attach: Attach) -> Event | None:
         handle = attach.handle
@@ -697,8 +698,11 @@ class Connection:
 
     def _detach_received(self, session: Session, detach: Detach) -> Event | None:
         link = session.link_by_remote(detach.handle)
+        complete = link.state is LinkState.DETACH_SENT
         self._link_move(session, link, LinkTrigger.RECV_DETACH)
-        return DetachReceived(session.channel, link.handle, bool(detach.closed), detach.error)
+        return DetachReceived(
+            session.channel, link.handle, bool(detach.closed), detach.error, complete
+        )
 
     def _link_failed(self, session: Session, exc: LinkViolation) -> LinkFailed | None:
         link = session.links.get(exc.handle)

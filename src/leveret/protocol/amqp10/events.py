@@ -129,11 +129,12 @@ class BeginReceived:
 
 @dataclass(frozen=True, slots=True)
 class EndReceived:
-    """The peer ended a session. Answer: ``send_end(channel)`` unless ours went first
-    (then the channel is free now)."""
+    """The peer ended a session. Answer: ``send_end(channel)``, unless ``complete``:
+    it answers ours, and the channel is free now."""
 
     channel: int
     error: Error | None
+    complete: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,13 +159,14 @@ class AttachReceived:
 
 @dataclass(frozen=True, slots=True)
 class DetachReceived:
-    """The peer detached a link. Answer: ``send_detach(channel, handle, closed)`` unless
-    ours went first (then the handle is free now)."""
+    """The peer detached a link. Answer: ``send_detach(channel, handle, closed)``,
+    unless ``complete``: it answers ours, and the handle is free now."""
 
     channel: int
     handle: int
     closed: bool
     error: Error | None
+    complete: bool = False
 
 
 @dataclass(frozen=True, slots=True)
