@@ -262,7 +262,7 @@ class ProtonEngine:
         store = self.store
         while link.credit > 0 and store:
             self.tag += 1
-            delivery = link.delivery(self.tag.to_bytes(4, "big"))
+            link.delivery(self.tag.to_bytes(4, "big"))
             link.send(store.popleft())
             link.advance()
 

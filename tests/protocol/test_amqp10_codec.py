@@ -140,9 +140,7 @@ def test_what_protons_client_sends() -> None:
         "ANONYMOUS", b"anonymous"
     )
     open_ = decode_performative(body(PROTON_OPEN))[0]
-    assert open_ == Open(
-        "7d43bd74-639d-4cc3-92c1-f28f515299e3", "127.0.0.1", 32768, 32767
-    )
+    assert open_ == Open("7d43bd74-639d-4cc3-92c1-f28f515299e3", "127.0.0.1", 32768, 32767)
     assert decode_performative(body(PROTON_BEGIN))[0] == Begin(
         None, 0, 0x7FFF_FFFF, 0x7FFF_FFFF, 0x7FFF_FFFF
     )
@@ -277,9 +275,11 @@ _sym = st.text("abcdefgh:-", min_size=1, max_size=8)
 _syms = st.none() | st.lists(_sym, min_size=1, max_size=3).map(tuple)
 _fields = st.none() | st.dictionaries(_sym, st.integers(-5, 5) | st.text(max_size=5), max_size=3)
 _error = st.builds(Error, _sym, st.none() | st.text(max_size=20), _fields)
-_state = st.sampled_from([None, Accepted(), Released()]) | st.builds(
-    Rejected, st.none() | _error
-) | st.builds(Modified, st.none() | st.booleans(), st.none() | st.booleans(), _fields)
+_state = (
+    st.sampled_from([None, Accepted(), Released()])
+    | st.builds(Rejected, st.none() | _error)
+    | st.builds(Modified, st.none() | st.booleans(), st.none() | st.booleans(), _fields)
+)
 _opt = st.none
 _performatives = st.one_of(
     st.builds(

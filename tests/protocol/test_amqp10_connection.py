@@ -357,9 +357,7 @@ def test_a_max_frame_size_below_512_is_refused() -> None:
     server.receive_data(client.data_to_send())
     server.next_event()
     server.send_sasl_mechanisms(("ANONYMOUS",))
-    server.receive_data(
-        frames.performative_frame(0, frames_sasl_init(), frames.FRAME_SASL)
-    )
+    server.receive_data(frames.performative_frame(0, frames_sasl_init(), frames.FRAME_SASL))
     server.next_event()
     server.send_sasl_outcome(SaslCode.OK)
     server.receive_data(frames.AMQP_HEADER + frames.performative_frame(0, Open("c", None, 511)))

@@ -64,7 +64,9 @@ def frame(channel: int, body: bytes, frame_type: int = FRAME_AMQP) -> bytes:
     return pack_head(FRAME_HEADER_SIZE + len(body), 2, frame_type, channel) + body
 
 
-def performative_frame(channel: int, performative: Composite, frame_type: int = FRAME_AMQP) -> bytes:
+def performative_frame(
+    channel: int, performative: Composite, frame_type: int = FRAME_AMQP
+) -> bytes:
     return frame(channel, encode_composite(performative), frame_type)
 
 

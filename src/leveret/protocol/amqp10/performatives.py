@@ -321,9 +321,9 @@ SASL_FRAMES: dict[int | str, type[Composite]] = {}
 for _cls in (Open, Begin, Attach, Flow, Transfer, Disposition, Detach, End, Close):
     PERFORMATIVES[_cls.DESCRIPTOR] = _cls
     PERFORMATIVES[f"amqp:{_cls.NAME}:list"] = _cls
-for _cls in (SaslMechanisms, SaslInit, SaslChallenge, SaslResponse, SaslOutcome):
-    SASL_FRAMES[_cls.DESCRIPTOR] = _cls
-    SASL_FRAMES[f"amqp:{_cls.NAME}:list"] = _cls
+for _sasl in (SaslMechanisms, SaslInit, SaslChallenge, SaslResponse, SaslOutcome):
+    SASL_FRAMES[_sasl.DESCRIPTOR] = _sasl
+    SASL_FRAMES[f"amqp:{_sasl.NAME}:list"] = _sasl
 # Performatives are not composites that fields carry
 assert not set(PERFORMATIVES) & set(COMPOSITES)
 
@@ -380,7 +380,7 @@ def _read_list(body: bytes, pos: int) -> tuple[list[Any], int]:
     if end > len(body) or count > end - start:
         raise DecodeError("truncated performative")
     readers = _READERS
-    values = []
+    values: list[Any] = []
     append = values.append
     p = start
     for _ in range(count):

@@ -125,9 +125,7 @@ class ServerConnection(Connection):
         connection (the owner closes the socket once this is written)."""
         ok = code == SaslCode.OK
         self._move(Trigger.SEND_OUTCOME_OK if ok else Trigger.SEND_OUTCOME_FAILED)
-        self._out.append(
-            performative_frame(0, SaslOutcome(int(code), additional_data), FRAME_SASL)
-        )
+        self._out.append(performative_frame(0, SaslOutcome(int(code), additional_data), FRAME_SASL))
 
     def _sasl_frame(self, body: bytes) -> Event | None:
         performative, _end = decode_performative(body, 0, SASL_FRAMES)
@@ -244,4 +242,3 @@ class ServerConnection(Connection):
                 properties,
             ),
         )
-

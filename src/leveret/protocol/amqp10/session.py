@@ -200,8 +200,7 @@ class Session:
             raise SessionViolation(
                 Error(
                     WINDOW_VIOLATION,
-                    "incoming window violation (tolerated excess tranfers: "
-                    f"{self.window_margin})",
+                    f"incoming window violation (tolerated excess tranfers: {self.window_margin})",
                 )
             )
         self.incoming_window = window

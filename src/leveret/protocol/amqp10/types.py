@@ -184,9 +184,9 @@ def _decode(data: bytes | memoryview, pos: int, code: int | None) -> tuple[Value
             pos += 2
         element = data[pos]
         pos += 1
-        descriptor: Value | None = None
+        array_descriptor: Value | None = None
         if element == 0x00:  # an array of described values: one descriptor for all
-            descriptor, pos = _decode(data, pos, None)
+            array_descriptor, pos = _decode(data, pos, None)
             element = data[pos]
             pos += 1
         if count > len(data) - pos + (count if element in _ZERO_WIDTH else 0):
@@ -194,7 +194,9 @@ def _decode(data: bytes | memoryview, pos: int, code: int | None) -> tuple[Value
         items = []
         for _ in range(count):
             item, pos = _decode(data, pos, element)
-            items.append(item if descriptor is None else ("described", (descriptor, item)))
+            if array_descriptor is not None:
+                item = ("described", (array_descriptor, item))
+            items.append(item)
         return ("array", items), pos
     raise DecodeError(f"unknown AMQP 1.0 type code {code:#x}")
 
@@ -413,7 +415,7 @@ def _read_compound(is_map: bool, wide: bool) -> _Reader:
             pos += 2
         if count > len(data) - pos:
             raise DecodeError("truncated AMQP 1.0 value")
-        items = []
+        items: list[Any] = []
         append = items.append
         for _ in range(count):
             code = data[pos]
