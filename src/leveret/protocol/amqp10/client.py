@@ -1,0 +1,232 @@
+"""The client role of an AMQP 1.0 connection (h11's way: one codec, both sides): it sends
+the SASL header, answers the mechanisms, sends the AMQP header and its open, and starts
+sessions and links on numbers it picks. The tests drive a server connection with it, in
+memory, without sockets.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from leveret.protocol.amqp10 import frames
+from leveret.protocol.amqp10.connection import Connection, ConnectionViolation
+from leveret.protocol.amqp10.definitions import FRAMING_ERROR, NOT_ALLOWED, Error, SaslCode
+from leveret.protocol.amqp10.events import (
+    NEED_DATA,
+    AmqpHeaderReceived,
+    BeginReceived,
+    Event,
+    NeedData,
+    SaslChallengeReceived,
+    SaslMechanismsReceived,
+    SaslOutcomeReceived,
+    UnsupportedProtocol,
+)
+from leveret.protocol.amqp10.frames import FRAME_SASL, UINT_MAX, performative_frame
+from leveret.protocol.amqp10.performatives import (
+    SASL_FRAMES,
+    Attach,
+    Begin,
+    SaslChallenge,
+    SaslInit,
+    SaslMechanisms,
+    SaslOutcome,
+    SaslResponse,
+    decode_performative,
+)
+from leveret.protocol.amqp10.session import Link, Session
+from leveret.protocol.amqp10.states import (
+    CLIENT_TRANSITIONS,
+    LinkState,
+    LocalProtocolError,
+    SessionState,
+    State,
+    Trigger,
+)
+
+__all__ = ["ClientConnection"]
+
+
+class ClientConnection(Connection):
+    """One AMQP 1.0 connection, seen from a client."""
+
+    TRANSITIONS = CLIENT_TRANSITIONS
+
+    def __init__(
+        self,
+        max_frame_size: int = frames.DEFAULT_MAX_FRAME_SIZE,
+        channel_max: int = 0xFFFF,
+        window_margin: int = 0,
+    ) -> None:
+        super().__init__(State.START, max_frame_size, channel_max, window_margin)
+
+    # --------------------------------------------------------------- handshake
+    def send_sasl_header(self) -> None:
+        self._move(Trigger.SEND_SASL_HEADER)
+        self._out.append(frames.SASL_HEADER)
+
+    def send_sasl_init(
+        self, mechanism: str, initial_response: bytes | None = None, hostname: str | None = None
+    ) -> None:
+        self._move(Trigger.SEND_INIT)
+        self._out.append(
+            performative_frame(0, SaslInit(mechanism, initial_response, hostname), FRAME_SASL)
+        )
+
+    def send_sasl_response(self, response: bytes) -> None:
+        self._move(Trigger.SEND_RESPONSE)
+        self._out.append(performative_frame(0, SaslResponse(response), FRAME_SASL))
+
+    def _header(self) -> Event | NeedData | None:
+        buf = self._in
+        pos = self._pos
+        if len(buf) - pos < frames.HEADER_SIZE:
+            return NEED_DATA
+        header = buf[pos : pos + frames.HEADER_SIZE]
+        self._pos = pos + frames.HEADER_SIZE
+        expected = (
+            frames.SASL_HEADER if self._state is State.AWAIT_SASL_HEADER else frames.AMQP_HEADER
+        )
+        if header != expected:
+            self._move(Trigger.RECV_BAD_HEADER)
+            self._discard = True
+            return UnsupportedProtocol(header)
+        if expected is frames.SASL_HEADER:
+            self._move(Trigger.RECV_SASL_HEADER)
+            return None
+        self._move(Trigger.RECV_AMQP_HEADER)
+        return AmqpHeaderReceived()
+
+    def _sasl_frame(self, body: bytes) -> Event | None:
+        performative, _end = decode_performative(body, 0, SASL_FRAMES)
+        state = self._state
+        if state is State.AWAIT_SASL_MECHANISMS and isinstance(performative, SaslMechanisms):
+            self._move(Trigger.RECV_MECHANISMS)
+            return SaslMechanismsReceived(tuple(performative.sasl_server_mechanisms))
+        if state is State.AWAIT_SASL_OUTCOME:
+            if isinstance(performative, SaslChallenge):
+                self._move(Trigger.RECV_CHALLENGE)
+                return SaslChallengeReceived(performative.challenge)
+            if isinstance(performative, SaslOutcome):
+                ok = performative.code == SaslCode.OK
+                self._move(Trigger.RECV_OUTCOME_OK if ok else Trigger.RECV_OUTCOME_FAILED)
+                return SaslOutcomeReceived(performative.code, performative.additional_data)
+        raise ConnectionViolation(
+            Error(NOT_ALLOWED, f"unexpected SASL frame {type(performative).__name__}"),
+            broken=True,
+            silent=True,
+        )
+
+    # ---------------------------------------------------------------- sessions
+    def send_begin(
+        self,
+        *,
+        incoming_window: int,
+        outgoing_window: int = UINT_MAX,
+        handle_max: int | None = None,
+        next_outgoing_id: int = 0,
+        offered_capabilities: tuple[str, ...] | None = None,
+        desired_capabilities: tuple[str, ...] | None = None,
+        properties: dict[Any, Any] | None = None,
+    ) -> int:
+        """Begin a session on the lowest free channel, and return it."""
+        limit = min(self.remote_channel_max, self.channel_max)
+        channel = next((c for c in range(limit + 1) if c not in self._sessions), None)
+        if channel is None:
+            raise LocalProtocolError("every channel is taken")
+        session = self._new_session(channel, SessionState.BEGIN_SENT)
+        session.state = SessionState.BEGIN_SENT
+        # (the table's first move, from a free channel, is SEND_BEGIN -> BEGIN_SENT)
+        session.incoming_window = incoming_window
+        session.outgoing_window = outgoing_window
+        session.next_outgoing_id = next_outgoing_id
+        if handle_max is not None:
+            session.handle_max = handle_max
+        self._frame(
+            channel,
+            Begin(
+                None,
+                next_outgoing_id,
+                incoming_window,
+                outgoing_window,
+                handle_max,
+                offered_capabilities,
+                desired_capabilities,
+                properties,
+            ),
+        )
+        return channel
+
+    def _begin_received(self, channel: int, begin: Begin) -> Event | None:
+        local = begin.remote_channel
+        session = self._sessions.get(local) if local is not None else None
+        if session is None or session.state is not SessionState.BEGIN_SENT:
+            raise ConnectionViolation(
+                Error(FRAMING_ERROR, f"begin on channel {channel} answers no begin of ours")
+            )
+        self._mapped(session, channel, begin)
+        return BeginReceived(session.channel, begin)
+
+    # ------------------------------------------------------------------- links
+    def send_attach(
+        self,
+        channel: int,
+        *,
+        name: str,
+        role: bool,
+        source: Any = None,
+        target: Any = None,
+        snd_settle_mode: int | None = None,
+        rcv_settle_mode: int | None = None,
+        initial_delivery_count: int | None = None,
+        max_message_size: int | None = None,
+        offered_capabilities: tuple[str, ...] | None = None,
+        desired_capabilities: tuple[str, ...] | None = None,
+        properties: dict[Any, Any] | None = None,
+    ) -> int:
+        """Attach a link (``role``: False sends, True receives) on the lowest free
+        handle, and return it."""
+        session = self.session(channel)
+        limit = min(session.remote_handle_max, session.handle_max)
+        handle = next((h for h in range(limit + 1) if h not in session.links), None)
+        if handle is None:
+            raise LocalProtocolError("every handle is taken")
+        link = Link(name, handle, role, LinkState.ATTACH_SENT)
+        session.links[handle] = link
+        link.state = LinkState.ATTACH_SENT
+        if not role:
+            count = initial_delivery_count or 0
+            link.delivery_count = link.initial_delivery_count = count
+        if snd_settle_mode is not None:
+            link.snd_settle_mode = snd_settle_mode
+        if rcv_settle_mode is not None:
+            link.rcv_settle_mode = rcv_settle_mode
+        self._frame(
+            channel,
+            Attach(
+                name,
+                handle,
+                role,
+                snd_settle_mode,
+                rcv_settle_mode,
+                source,
+                target,
+                None,
+                None,
+                initial_delivery_count if not role else None,
+                max_message_size,
+                offered_capabilities,
+                desired_capabilities,
+                properties,
+            ),
+        )
+        return handle
+
+    def _link_for_attach(self, session: Session, attach: Attach) -> Link | None:
+        for link in session.links.values():
+            if link.name == attach.name and link.state is LinkState.ATTACH_SENT:
+                # the answer to ours: it arrives with the peer's handle
+                link.remote_handle = attach.handle
+                session.remote_links[attach.handle] = link
+                return link
+        raise self._in_use(session, attach.handle)
