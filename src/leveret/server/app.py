@@ -79,6 +79,7 @@ class Server:
             mechanisms=config.auth_mechanisms,
             cert_login_from=config.ssl_cert_login_from,
         )
+        self.state.amqp10 = plugins.AMQP_1_0 in self.broker.plugins
         self.resources = ResourceMonitor(config, self.state, self.broker)
         self._servers: list[asyncio.base_events.Server] = []
         # (protocol, host, port) of each listener, as the management API lists them
