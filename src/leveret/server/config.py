@@ -258,6 +258,14 @@ class Config:
     # RabbitMQ's consumer_timeout: a channel whose oldest unacknowledged delivery is older
     # than this many milliseconds is closed (406); "infinity" turns it off.
     consumer_timeout: int | None = 1_800_000
+    # Log sources (docs/log-sources.md): syslog (RFC 5424 and 3164) over UDP and TCP on
+    # this port, off by default (None; "off" in a file or LEVERET_SYSLOG_PORT; 0 picks a
+    # free port); OpenTelemetry's OTLP/HTTP POST /v1/logs on the management listener. Both
+    # publish into this exchange of this vhost (declared as emit-log does when missing).
+    syslog_port: int | None = None
+    otlp_logs: bool = True
+    log_sources_vhost: str = "/"
+    log_sources_exchange: str = "logs"
 
     ENV_PREFIX = "LEVERET_"
 
@@ -330,6 +338,9 @@ class Config:
         if key == "consumer_timeout":
             self.consumer_timeout = _consumer_timeout(value)
             return
+        if key == "syslog_port":
+            self.syslog_port = _optional_port(key, value)
+            return
         current = getattr(self, key)
         try:
             if key == "vm_memory_high_watermark":
@@ -376,6 +387,8 @@ class Config:
             raise ConfigError(f"invalid value for 'frame_max': at least {spec.FRAME_MIN_SIZE}")
         if key == "channel_max" and not 0 < self.channel_max <= 65535:
             raise ConfigError("invalid value for 'channel_max': between 1 and 65535")
+        if key in ("log_sources_vhost", "log_sources_exchange") and not getattr(self, key):
+            raise ConfigError(f"invalid value for '{key}': a name, not empty")
         if key == "handshake_timeout" and self.handshake_timeout <= 0:
             raise ConfigError("invalid value for 'handshake_timeout': a positive number of ms")
         if key in (
@@ -568,6 +581,27 @@ def _consumer_timeout(value: Any) -> int | None:
         ) from exc
     if number <= 0 or isinstance(value, bool):
         raise ConfigError("invalid value for 'consumer_timeout': a positive number of ms")
+    return number
+
+
+def _optional_port(key: str, value: Any) -> int | None:
+    """A port number (0 picks a free one), or off: None, "off", "none", false."""
+    if (
+        value is None
+        or value is False
+        or (isinstance(value, str) and value.strip().lower() in ("off", "none", "false", "no"))
+    ):
+        return None
+    try:
+        if isinstance(value, bool):
+            raise ValueError(value)
+        number = int(value)
+    except (TypeError, ValueError):
+        number = -1
+    if not 0 <= number <= 65535:
+        raise ConfigError(
+            f"invalid value for '{key}': {value!r} (a port number, 0 picks a free one; or off)"
+        )
     return number
 
 
