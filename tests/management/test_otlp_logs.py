@@ -27,17 +27,17 @@ from tests.support.logsources import Bound, assert_like_emit_log, metric
 from tests.support.waiting import wait_for
 
 pytest.importorskip("opentelemetry.sdk", reason="the dev extra's opentelemetry-sdk")
-from google.rpc import status_pb2  # noqa: E402
-from opentelemetry.exporter.otlp.proto.http import Compression  # noqa: E402
-from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter  # noqa: E402
-from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (  # noqa: E402
+from google.rpc import status_pb2
+from opentelemetry.exporter.otlp.proto.http import Compression
+from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter
+from opentelemetry.instrumentation.logging.handler import LoggingHandler
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
     ExportLogsServiceResponse,
 )
-from opentelemetry.instrumentation.logging.handler import LoggingHandler  # noqa: E402
-from opentelemetry.sdk._logs import LoggerProvider  # noqa: E402
-from opentelemetry.sdk._logs.export import SimpleLogRecordProcessor  # noqa: E402
-from opentelemetry.sdk.resources import Resource  # noqa: E402
-from opentelemetry.sdk.trace import TracerProvider  # noqa: E402
+from opentelemetry.sdk._logs import LoggerProvider
+from opentelemetry.sdk._logs.export import SimpleLogRecordProcessor
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
 
 GUEST = {"Authorization": "Basic " + base64.b64encode(b"guest:guest").decode()}
 USERS = [
