@@ -56,6 +56,8 @@ _RFC3339 = re.compile(
 # RFC 3164 4.1.2: Mmm dd hh:mm:ss, the day padded with a space
 _BSD_TIME = re.compile(rb"([A-Z][a-z]{2}) ([ 0-9][0-9]) ([0-9]{2}):([0-9]{2}):([0-9]{2}) ")
 _RFC3339_PREFIX = re.compile(rb"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:.]+(?:Z|[+-][0-9]{2}:[0-9]{2}) ")
+# a VERSION other than 1 before what reads as RFC 5424's TIMESTAMP (NILVALUE or a date)
+_OTHER_VERSION = re.compile(rb"([1-9][0-9]{0,2}) (?:- |[0-9]{4}-[0-9]{2}-[0-9]{2}T)")
 # RFC 5424 6: header field lengths
 _LIMITS = {"HOSTNAME": 255, "APP-NAME": 48, "PROCID": 128, "MSGID": 32}
 _SD_NAME_MAX = 32
@@ -121,8 +123,9 @@ def parse(data: bytes, *, now: datetime | None = None, tz: tzinfo | None = None)
     rest = data[m.end() :]
     if rest[:2] == b"1 ":
         return _parse_5424(facility, severity, rest[2:])
-    if rest[:1].isdigit() and rest[1:2].isdigit() and rest[2:3] == b" ":
-        raise SyslogError(f"unsupported syslog VERSION {rest[:2].decode()} (only 1)")
+    other = _OTHER_VERSION.match(rest)
+    if other is not None:
+        raise SyslogError(f"unsupported syslog VERSION {other.group(1).decode()} (only 1)")
     return _parse_3164(facility, severity, rest, now, tz)
 
 
@@ -130,10 +133,11 @@ def parse(data: bytes, *, now: datetime | None = None, tz: tzinfo | None = None)
 def _parse_5424(facility: int, severity: int, rest: bytes) -> SyslogMessage:
     fields: list[str | None] = []
     pos = 0
-    for name in ("TIMESTAMP", "HOSTNAME", "APP-NAME", "PROCID", "MSGID"):
+    names = ("TIMESTAMP", "HOSTNAME", "APP-NAME", "PROCID", "MSGID", "STRUCTURED-DATA")
+    for i, name in enumerate(names[:-1]):
         end = rest.find(b" ", pos)
-        if end < 0:
-            raise SyslogError(f"RFC 5424 header ends before its {name}")
+        if end < 0:  # each field is followed by a space and the next one
+            raise SyslogError(f"RFC 5424 header ends before its {names[i + 1]}")
         token = rest[pos:end]
         pos = end + 1
         if not token:
