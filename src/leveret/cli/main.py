@@ -128,9 +128,9 @@ SERVER_OPTIONS: tuple[_Option, ...] = (
     ),
     _Option(
         "--syslog-port",
-        int | None,
+        str | None,
         "Take syslog (RFC 5424 and 3164) over UDP and TCP on this port into the logs "
-        "exchange (off by default; 0 picks a free port).",
+        "exchange (off by default, or 'off'; 0 picks a free port).",
     ),
     _Option("--tls-cert", Path | None, "Server certificate (PEM)."),
     _Option("--tls-key", Path | None, "Its private key (PEM)."),
