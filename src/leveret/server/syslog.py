@@ -28,6 +28,7 @@ is blocked); UDP cannot be held back, and its datagrams go on being published.""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import socket
 import time
@@ -200,6 +201,19 @@ class _Stream(asyncio.Protocol):
             transport.resume_reading()
 
 
+UDP_RECEIVE_BUFFER = 4 * 1024 * 1024
+
+
+def _grow_receive_buffer(transport: asyncio.BaseTransport) -> None:
+    """A UDP sender has no flow control: datagrams that arrive while the loop is busy
+    wait in the socket's receive buffer, and past it the kernel drops them. Ask for 4 MiB
+    (the kernel caps it at net.core.rmem_max; rsyslog's imudp asks the same way)."""
+    sock = transport.get_extra_info("socket")
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, UDP_RECEIVE_BUFFER)
+
+
 class SyslogListener:
     """UDP and TCP on one port (0: a free port that both have)."""
 
@@ -243,6 +257,7 @@ class SyslogListener:
                 if port == 0 and attempt < 19:
                     continue
                 raise ListenError("syslog", bind, bound, exc) from exc
+            _grow_receive_buffer(transport)
             self._server = server
             self._udp = transport
             self.host = str(server.sockets[0].getsockname()[0])
