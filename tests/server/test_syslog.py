@@ -13,6 +13,7 @@ import subprocess
 import urllib.request
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 
@@ -186,3 +187,34 @@ def test_a_message_without_a_hostname_gets_the_senders_address(
     (got,) = bound.take(1)
     assert (got.record["host"], got.record["app"]) == ("127.0.0.1", "myapp")
     assert got.record["severity"] == "warning"
+
+
+@pytest.mark.parametrize(
+    ("value", "port"), [("1514", 1514), (0, 0), ("off", None), ("none", None), (False, None)]
+)
+def test_the_syslog_port_setting(value: object, port: int | None) -> None:
+    from leveret.server.config import Config
+
+    config = Config()
+    config.set("syslog_port", value)
+    assert config.syslog_port == port
+    assert Config.load(env={"LEVERET_SYSLOG_PORT": str(value)}).syslog_port == port
+
+
+@pytest.mark.parametrize("value", ["70000", "-1", "syslog", True])
+def test_a_bad_syslog_port_is_one_line(value: object) -> None:
+    from leveret.server.config import Config, ConfigError
+
+    with pytest.raises(ConfigError, match="invalid value for 'syslog_port'"):
+        Config().set("syslog_port", value)
+
+
+def test_the_exchange_and_vhost_settings_are_shared_and_not_empty(tmp_path: Path) -> None:
+    from leveret.server.config import Config, ConfigError
+
+    config_file = tmp_path / "leveret.toml"
+    config_file.write_text('[log]\nsources_exchange = "ext"\nsources_vhost = "v"\n')
+    config = Config.load(config_file, env={})
+    assert (config.log_sources_exchange, config.log_sources_vhost) == ("ext", "v")
+    with pytest.raises(ConfigError, match="'log_sources_exchange': a name, not empty"):
+        Config().set("log_sources_exchange", "")
