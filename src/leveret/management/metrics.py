@@ -216,13 +216,16 @@ class BrokerCollector(Collector):
 
     def log_source_families(self) -> Iterator[Metric]:
         """Leveret's own (``leveret_`` names: RabbitMQ has no such sources): the records
-        each log source that is on has received, published and refused."""
+        each log source in use has received, published and refused. Syslog is in use
+        while it listens (the operator turned it on); OTLP, on by default, once it has
+        received something. Until then the families are left out, and /metrics has only
+        rabbitmq_prometheus's names."""
         server = self.m.server
-        on = [s for s, enabled in (("syslog", server.syslog is not None),
-                                   ("otlp", server.config.otlp_logs)) if enabled]  # fmt: skip
+        counts = server.log_intake.counts
+        on = [s for s, used in (("syslog", server.syslog is not None),
+                                ("otlp", counts["otlp"].received > 0)) if used]  # fmt: skip
         if not on:
             return
-        counts = server.log_intake.counts
         for what, doc in LOG_SOURCE_COUNTERS:
             c = CounterMetricFamily(
                 f"leveret_log_source_records_{what}_total", doc, labels=["source"]
