@@ -49,6 +49,7 @@ PORT_FLAGS = {
     "prometheus": "--prometheus-port",
     "stream": "--stream-port",
     "stream/ssl": "--stream-tls-port",
+    "syslog": "--syslog-port",
 }
 
 
@@ -124,6 +125,12 @@ SERVER_OPTIONS: tuple[_Option, ...] = (
         "--stream-listener/--no-stream-listener",
         bool | None,
         "The stream protocol listener (on by default).",
+    ),
+    _Option(
+        "--syslog-port",
+        str | None,
+        "Take syslog (RFC 5424 and 3164) over UDP and TCP on this port into the logs "
+        "exchange (off by default, or 'off'; 0 picks a free port).",
     ),
     _Option("--tls-cert", Path | None, "Server certificate (PEM)."),
     _Option("--tls-key", Path | None, "Its private key (PEM)."),
@@ -203,6 +210,11 @@ def server(**options: Any) -> None:
             print(
                 f"Stream protocol over TLS listening on {stream.stream_host}:"
                 f"{stream.stream_tls_port}",
+                flush=True,
+            )
+        if stream.syslog_port:
+            print(
+                f"Syslog (UDP and TCP) listening on {stream.syslog_host}:{stream.syslog_port}",
                 flush=True,
             )
         print(f"Server startup complete; listening on {running.url}", flush=True)

@@ -264,6 +264,14 @@ class Config:
     # message_interceptors.incoming.set_header_timestamp.overwrite = false; in a flag or
     # LEVERET_MESSAGE_INTERCEPTORS: name=overwrite, separated by commas.
     message_interceptors: tuple[tuple[str, bool], ...] = ()
+    # Log sources (docs/log-sources.md): syslog (RFC 5424 and 3164) over UDP and TCP on
+    # this port, off by default (None; "off" in a file or LEVERET_SYSLOG_PORT; 0 picks a
+    # free port); OpenTelemetry's OTLP/HTTP POST /v1/logs on the management listener. Both
+    # publish into this exchange of this vhost (declared as emit-log does when missing).
+    syslog_port: int | None = None
+    otlp_logs: bool = True
+    log_sources_vhost: str = "/"
+    log_sources_exchange: str = "logs"
 
     ENV_PREFIX = "LEVERET_"
 
@@ -339,6 +347,9 @@ class Config:
         if key == "message_interceptors":
             self.message_interceptors = _interceptors(value)
             return
+        if key == "syslog_port":
+            self.syslog_port = _optional_port(key, value)
+            return
         current = getattr(self, key)
         try:
             if key == "vm_memory_high_watermark":
@@ -385,6 +396,8 @@ class Config:
             raise ConfigError(f"invalid value for 'frame_max': at least {spec.FRAME_MIN_SIZE}")
         if key == "channel_max" and not 0 < self.channel_max <= 65535:
             raise ConfigError("invalid value for 'channel_max': between 1 and 65535")
+        if key in ("log_sources_vhost", "log_sources_exchange") and not getattr(self, key):
+            raise ConfigError(f"invalid value for '{key}': a name, not empty")
         if key == "handshake_timeout" and self.handshake_timeout <= 0:
             raise ConfigError("invalid value for 'handshake_timeout': a positive number of ms")
         if key in (
@@ -612,6 +625,27 @@ def _interceptors(value: Any) -> tuple[tuple[str, bool], ...]:
             raise bad(f"{name} is invalid (one of {', '.join(NAMES)})")
         out[name] = _flag(f"message_interceptors.incoming.{name}.overwrite", flag)
     return tuple(out.items())
+
+
+def _optional_port(key: str, value: Any) -> int | None:
+    """A port number (0 picks a free one), or off: None, "off", "none", false."""
+    if (
+        value is None
+        or value is False
+        or (isinstance(value, str) and value.strip().lower() in ("off", "none", "false", "no"))
+    ):
+        return None
+    try:
+        if isinstance(value, bool):
+            raise ValueError(value)
+        number = int(value)
+    except (TypeError, ValueError):
+        number = -1
+    if not 0 <= number <= 65535:
+        raise ConfigError(
+            f"invalid value for '{key}': {value!r} (a port number, 0 picks a free one; or off)"
+        )
+    return number
 
 
 def _connection_max(value: Any) -> int | None:
