@@ -16,7 +16,8 @@ from leveret.broker.queues.stream_amqp091 import to_amqp091
 from leveret.broker.queues.stream_amqp10 import to_amqp10
 from leveret.broker.queues.stream_properties import as_stored_in_a_stream
 from leveret.protocol.stream import chunk
-from leveret.store.osiris import CHUNK_BYTES, HEADER, OsirisLog, build_chunk
+from leveret.protocol.stream.chunk import HEADER
+from leveret.store.osiris import CHUNK_BYTES, OsirisLog
 from leveret.store.stream_layout import convert
 from leveret.store.streams import SegmentLog
 
@@ -253,7 +254,7 @@ def test_tracking_goes_in_trailers_delta_chunks_and_snapshots(tmp_path: Path) ->
     assert log.committed == 2 and log.next_offset == 2
     delta = (tmp_path / "00000000000000000000.segment").read_bytes()[len(seg) :]
     entry = b"\x01\x01r" + struct.pack(">Q", 0)
-    assert delta == build_chunk([entry], 1, 2, kind=1)
+    assert delta == chunk.build(1, 2, chunk.entry(entry), 1, chunk_type=chunk.CHUNK_TRK_DELTA)
     assert log.chunk_at(1) is None  # readers skip tracking chunks
     assert log.append(b"m2") == 2
     log.sync()

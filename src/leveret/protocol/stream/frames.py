@@ -11,6 +11,7 @@ from typing import Any
 
 from leveret.protocol.binary import I16, I32, I64, U8, U16, U32, U64
 from leveret.protocol.stream import events as ev
+from leveret.protocol.stream.chunk import SUB_BATCH, sub_batch
 from leveret.protocol.stream.spec import RESPONSE, VERSION_1, Key, OffsetType
 
 _HEAD = struct.Struct(">HH")
@@ -195,10 +196,11 @@ def _decode_publish(r: Reader) -> ev.Publish:
         if r.pos >= len(data):
             raise FrameError("frame too short")
         if data[r.pos] & 0x80:
-            head = r.u8()
-            records = r.u16()
-            uncompressed = r.u32()
-            size = r.u32()
+            try:
+                head, records, uncompressed, size = SUB_BATCH.unpack_from(data, r.pos)
+            except struct.error as exc:
+                raise FrameError("frame too short") from exc
+            r.pos += SUB_BATCH.size
             batches.append(
                 ev.SubBatch(publishing_id, (head >> 4) & 0x7, records, uncompressed, r.raw(size))
             )
@@ -240,11 +242,7 @@ def encode_client(event: ev.Event) -> bytes:
         for b in event.batches:
             parts += (
                 U64.pack(b.publishing_id),
-                U8.pack(0x80 | (b.compression << 4)),
-                U16.pack(b.records),
-                U32.pack(b.uncompressed_size),
-                U32.pack(len(b.data)),
-                b.data,
+                sub_batch(b.compression, b.records, b.uncompressed_size, b.data),
             )
         return frame(Key.PUBLISH, b"".join(parts))
     if isinstance(event, ev.Subscribe):
