@@ -295,3 +295,17 @@ def test_sub_batches_are_stored_as_they_came(tmp_path: Path) -> None:
     assert [m for _, _, m in log.read(0, 100)] == [b"m0", b"r0", b"r1", b"g0", b"g1", b"g2", b"m6"]
     assert [o for o, _, _ in log.read(4, 100)] == [4, 5, 6]
     log.close()
+
+
+def test_a_read_after_a_sub_batch_gives_as_many_records_as_asked(tmp_path: Path) -> None:
+    """Records after a sub-batch of the same chunk count from the read's position: a
+    read of five from inside the batch gives five."""
+    batch = b"".join(struct.pack(">I", 2) + b"b%d" % i for i in range(10))
+    log = OsirisLog(tmp_path)
+    log.append_batch(0, 10, len(batch), batch)
+    for i in range(5):
+        log.append(b"m%d" % i)
+    log.sync()
+    assert [o for o, _, _ in log.read(8, 5)] == [8, 9, 10, 11, 12]
+    assert [m for _, _, m in log.read(9, 2)] == [b"b9", b"m0"]
+    log.close()
