@@ -28,6 +28,7 @@ import pyarrow as pa
 
 from leveret.logs.reading import TIMESTAMP_HEADER, header_text
 from leveret.protocol.stream import amqp10, chunk
+from leveret.protocol.stream.encode import CHUNK_AT
 from leveret.spark.client import AmqpSourceError
 from leveret.spark.logparse import (
     Bodies,
@@ -161,13 +162,13 @@ class Columns:
 
     # ------------------------------------------------------------------ chunks
     def add_chunk(self, frame: bytes, start: int, end: int) -> tuple[int, int]:
-        """The records of the chunk in a Deliver frame (at byte 5) with ``start <= offset <
+        """The records of the chunk in a Deliver frame (at ``CHUNK_AT``) with ``start <= offset <
         end``; returns the chunk's (first offset, offset after its last record)."""
         (magic, ctype, entries, records, ts, _epoch, first, crc, size, _trailer,
-         _r) = chunk.HEADER.unpack_from(frame, 5)  # fmt: skip
+         _r) = chunk.HEADER.unpack_from(frame, CHUNK_AT)  # fmt: skip
         if magic >> 4 != chunk.MAGIC:  # osiris 0x50 (RabbitMQ 3.10) or 0x51
             raise AmqpSourceError(f"a Deliver frame holds no osiris chunk ({magic:#x})")
-        data = 5 + chunk.HEADER_SIZE
+        data = CHUNK_AT + chunk.HEADER_SIZE
         if chunk.data_crc(frame, data, size) != crc:
             raise AmqpSourceError(f"chunk at offset {first}: its CRC32 does not match")
         if ctype != chunk.CHUNK_USER or first >= end or first + records <= start:
