@@ -38,8 +38,9 @@ def _framed(entries: list[tuple[int | str, list[bytes]]]) -> tuple[bytes, int]:
 def _walked(raw: bytes, start: int = 0, end: int = chunk.END, **kw: Any) -> list[tuple[int, bytes]]:
     head = chunk.parse_header(raw)
     out: list[tuple[int, bytes]] = []
+    reading = chunk.Reading(start, end, **kw)
     chunk.walk(raw, chunk.HEADER_SIZE, head.entries, head.first_offset,
-               lambda b, s, e, o: out.append((o, bytes(b[s:e]))), start, end, **kw)  # fmt: skip
+               lambda b, s, e, o: out.append((o, bytes(b[s:e]))), reading)  # fmt: skip
     return out
 
 
@@ -121,4 +122,4 @@ def test_batches_that_do_not_open_or_do_not_add_up() -> None:
                                           (2, b"z")]  # fmt: skip
     short = chunk.sub_batch(chunk.NONE, 2, 7, struct.pack(">I", 1) + b"a" + b"\x00\x00")
     with pytest.raises(chunk.ChunkError, match="overrun"):
-        chunk.walk_batch(short, 11, len(short), chunk.NONE, 2, 7, 0, lambda *a: None)
+        chunk.walk_batch(short, 11, len(short), (chunk.NONE, 2, 7), 0, lambda *a: None)

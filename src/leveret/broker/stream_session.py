@@ -715,8 +715,8 @@ def _adds_up(batch: ev.SubBatch) -> bool:
     """Whether an uncompressed sub-entry batch's records (``u32 size | bytes`` each) fit
     in it, as the chunk walker reads them."""
     try:
-        chunk.walk_batch(batch.data, 0, len(batch.data), chunk.NONE, batch.records,
-                         batch.uncompressed_size, 0, _ignore)  # fmt: skip
+        shape = (chunk.NONE, batch.records, batch.uncompressed_size)
+        chunk.walk_batch(batch.data, 0, len(batch.data), shape, 0, _ignore)
     except chunk.ChunkError:
         return False
     return True

@@ -175,7 +175,8 @@ class Columns:
             return first, first + records
         self._chunks.append((len(self.offsets), ts))
         try:
-            chunk.walk(frame, data, entries, first, self.message, start, end, _DECOMPRESSORS)
+            reading = chunk.Reading(start, end, _DECOMPRESSORS)
+            chunk.walk(frame, data, entries, first, self.message, reading)
         except chunk.ChunkError as exc:
             raise AmqpSourceError(str(exc)) from None
         return first, first + records

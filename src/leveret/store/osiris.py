@@ -47,6 +47,7 @@ from leveret.protocol.stream.chunk import (
     HEADER,
     HEADER_SIZE,
     MAGIC_VERSION,
+    Reading,
 )
 from leveret.store.osiris_tracking import TRK_OFFSET, TRK_SEQUENCE, Tracking, read_tracking_json
 from leveret.store.segmented import SegmentedLog, segment_name
@@ -540,9 +541,11 @@ class OsirisLog(SegmentedLog[_Segment]):
         raw = self.read_chunk(ref)
         out: list[tuple[int, bytes]] = []
         add = out.append
+        reading = Reading(start, end, lenient=True)
         with contextlib.suppress(struct.error):  # a chunk cut short: the records it holds
-            chunk.walk(raw, HEADER_SIZE, HEADER.unpack_from(raw)[2], ref.first,
-                       lambda b, s, e, o: add((o, b[s:e])), start, end, lenient=True)  # fmt: skip
+            entries = HEADER.unpack_from(raw)[2]
+            chunk.walk(raw, HEADER_SIZE, entries, ref.first, lambda b, s, e, o: add((o, b[s:e])),
+                       reading)  # fmt: skip
         return out
 
     # ---------------------------------------------------------------- close
@@ -568,7 +571,7 @@ def _only_record(data: bytes) -> bytes:
     """The record of a tracking chunk's data (its one simple entry; none: empty)."""
     got: list[bytes] = []
     with contextlib.suppress(struct.error):
-        chunk.walk(data, 0, 1, 0, lambda b, s, e, _o: got.append(b[s:e]), lenient=True)
+        chunk.walk(data, 0, 1, 0, lambda b, s, e, _o: got.append(b[s:e]), chunk.LENIENT)
     return got[0] if got else b""
 
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 import struct
 import zlib
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 
 HEADER = struct.Struct(">BBHIqQQIIII")
@@ -138,23 +138,32 @@ def data_crc(raw: bytes | memoryview, at: int, length: int) -> int:
     return zlib.crc32(memoryview(raw)[at : at + length])
 
 
+@dataclass(frozen=True, slots=True)
+class Reading:
+    """What a walk hands out, and how it opens batches: the records whose offsets are in
+    ``[start, end)``; compressed batches opened by ``decompressors``. A batch that does
+    not open (a compression without a decompressor, bad bytes, another size than its
+    header says) or whose records overrun it raises ChunkError, or, ``lenient`` (as
+    osiris reads one), is one record of its stored bytes at its first offset, and records
+    that overrun it end it with one record of what is left."""
+
+    start: int = 0
+    end: int = END
+    decompressors: Mapping[int, Decompress] = field(default_factory=lambda: DECOMPRESSORS)
+    lenient: bool = False
+
+
+EVERY = Reading()  # every record, strictly, gzip opened
+LENIENT = Reading(lenient=True)
+
+
 def walk(
-    buf: bytes,
-    pos: int,
-    entries: int,
-    first: int,
-    on_record: OnRecord,
-    start: int = 0,
-    end: int = END,
-    decompressors: Mapping[int, Decompress] = DECOMPRESSORS,
-    lenient: bool = False,
+    buf: bytes, pos: int, entries: int, first: int, on_record: OnRecord, reading: Reading = EVERY
 ) -> None:
     """Each record of the ``entries`` entries at ``pos`` (the first holding offset
-    ``first``) whose offset is in ``[start, end)`` to ``on_record``, in order; the walk
-    stops at the first record past ``end``, and batches wholly outside the range are not
-    opened. A batch that does not open raises ChunkError, or with ``lenient`` (as osiris
-    reads one) is one record of its stored bytes at its first offset; see
-    :func:`walk_batch`."""
+    ``first``) that ``reading`` takes to ``on_record``, in order; the walk stops at the
+    first record past its range, and batches wholly outside it are not opened."""
+    start, end = reading.start, reading.end
     unpack = ENTRY.unpack_from
     offset = first
     for _ in range(entries):
@@ -164,8 +173,8 @@ def walk(
             p = pos + 11
             pos = p + length
             if offset + count > start:
-                walk_batch(buf, p, pos, (flag >> 4) & 0x7, count, size, offset, on_record,
-                           start, end, decompressors, lenient, first)  # fmt: skip
+                batch = (flag >> 4) & 0x7, count, size
+                walk_batch(buf, p, pos, batch, offset, on_record, reading, first)
             offset += count
             if offset >= end:
                 return
@@ -185,59 +194,41 @@ def walk_batch(
     buf: bytes,
     pos: int,
     stop: int,
-    compression: int,
-    count: int,
-    size: int,
+    batch: tuple[int, int, int],
     offset: int,
     on_record: OnRecord,
-    start: int = 0,
-    end: int = END,
-    decompressors: Mapping[int, Decompress] = DECOMPRESSORS,
-    lenient: bool = False,
+    reading: Reading = EVERY,
     chunk: int | None = None,
 ) -> None:
-    """The ``count`` records of the sub-batch stored in ``buf[pos:stop]`` (compressed
-    with ``compression`` from ``size`` bytes; its first record at ``offset``) whose
-    offsets are in ``[start, end)`` to ``on_record``. Strict (the default), a batch that
-    does not open (a compression without a decompressor, bad bytes, another size than
-    its header says) or whose records overrun it raises ChunkError naming the chunk at
-    offset ``chunk``; ``lenient``, a batch that does not open is one record of its stored
-    bytes, and records that overrun it end it with one record of what is left."""
+    """The records of the sub-batch stored in ``buf[pos:stop]`` (``batch``: its
+    compression, record count and uncompressed size; its first record at ``offset``)
+    that ``reading`` takes, to ``on_record``. Errors name the chunk at offset ``chunk``
+    (None: ``offset``)."""
+    compression, count, size = batch
     where = offset if chunk is None else chunk
-    batch = buf
+    start, end = reading.start, reading.end
+    data = buf
     if compression:
-        opener = decompressors.get(compression)
         try:
-            if opener is None:
-                raise ChunkError(_unsupported(where, compression, decompressors))
-            batch = opener(buf[pos:stop], size)
-        except ValueError as exc:
-            if not lenient:
-                if isinstance(exc, ChunkError):
-                    raise
-                raise ChunkError(
-                    f"chunk at offset {where}: a compressed sub-entry batch does not open: {exc}"
-                ) from None
+            data = _opened(buf[pos:stop], compression, size, reading, where)
+        except ValueError:
+            if not reading.lenient:
+                raise
             if start <= offset < end:
                 on_record(buf, pos, stop, offset)
             return
-        if len(batch) != size and not lenient:
-            raise ChunkError(
-                f"chunk at offset {where}: a sub-entry batch opened to {len(batch)} bytes, "
-                f"not the {size} its header says"
-            )
-        pos, stop = 0, len(batch)
+        pos, stop = 0, len(data)
     unpack = ENTRY.unpack_from
     try:
         for _ in range(count):
-            (n,) = unpack(batch, pos)
+            (n,) = unpack(data, pos)
             q = pos + 4 + n
             if q > stop:
                 break
             if offset >= start:
                 if offset >= end:
                     return
-                on_record(batch, pos + 4, q, offset)
+                on_record(data, pos + 4, q, offset)
             pos = q
             offset += 1
         else:
@@ -245,11 +236,29 @@ def walk_batch(
     except struct.error:
         pass
     # the records overrun the batch
-    if not lenient:
-        raise ChunkError(f"chunk at offset {where}: the records of a sub-entry batch "
-                         "overrun it")  # fmt: skip
+    if not reading.lenient:
+        raise ChunkError(f"chunk at offset {where}: the records of a sub-entry batch overrun it")
     if start <= offset < end:
-        on_record(batch, pos, stop, offset)
+        on_record(data, pos, stop, offset)
+
+
+def _opened(stored: bytes, compression: int, size: int, reading: Reading, where: int) -> bytes:
+    """A compressed batch's entries; ChunkError when it does not open (lenient: any size)."""
+    opener = reading.decompressors.get(compression)
+    if opener is None:
+        raise ChunkError(_unsupported(where, compression, reading.decompressors))
+    try:
+        data = opener(stored, size)
+    except ValueError as exc:
+        raise ChunkError(
+            f"chunk at offset {where}: a compressed sub-entry batch does not open: {exc}"
+        ) from None
+    if len(data) != size and not reading.lenient:
+        raise ChunkError(
+            f"chunk at offset {where}: a sub-entry batch opened to {len(data)} bytes, "
+            f"not the {size} its header says"
+        )
+    return data
 
 
 def _unsupported(where: int, kind: int, decompressors: Mapping[int, Decompress]) -> str:
