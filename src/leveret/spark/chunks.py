@@ -1,7 +1,8 @@
 """Osiris chunks (what a stream-protocol Deliver frame carries) to the rows of
-``format("amqp")``: the chunk's CRC32 checked, its entries walked (simple entries and
-sub-entry batches, uncompressed, gzip or zstd), each AMQP 1.0 message cut into its
-sections.
+``format("amqp")``: the chunk's CRC32 checked, its entries walked by the stream codec's
+walker (:func:`leveret.protocol.stream.chunk.walk`: simple entries and sub-entry batches,
+uncompressed, gzip or zstd, the last through pyarrow), each AMQP 1.0 message cut into
+its sections.
 
 A stream fed over AMQP 0-9-1 holds messages of one shape (see RabbitMQ's rabbit_msg_record):
 message annotations ``x-routing-key`` and ``x-exchange`` (and the basic priority, delivery

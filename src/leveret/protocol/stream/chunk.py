@@ -170,7 +170,7 @@ def walk(
         (n,) = unpack(buf, pos)
         if n & 0x80000000:
             flag, count, size, length = SUB_BATCH.unpack_from(buf, pos)
-            p = pos + 11
+            p = pos + SUB_BATCH.size
             pos = p + length
             if offset + count > start:
                 batch = (flag >> 4) & 0x7, count, size

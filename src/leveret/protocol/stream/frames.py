@@ -138,7 +138,8 @@ def mapping(m: dict[str, str]) -> bytes:
 
 
 def _u64s(items: list[int]) -> bytes:
-    return I32.pack(len(items)) + b"".join(U64.pack(i) for i in items)
+    # one pack for the lot: a publish confirm carries an id per message
+    return struct.pack(f">i{len(items)}Q", len(items), *items)
 
 
 def _errors(items: list[tuple[int, int]]) -> bytes:
