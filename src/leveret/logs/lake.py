@@ -31,6 +31,7 @@ import fcntl
 import json
 import logging
 import os
+import re
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -106,6 +107,52 @@ def log_batches(lake: Path) -> tuple[list[int], set[int]]:
 
 def log_file(lake: Path, batch: int, compact: bool) -> Path:
     return lake / METADATA / (f"{batch}.compact" if compact else str(batch))
+
+
+# Spark writes each log file through Hadoop's CheckpointFileManager.createAtomic: a hidden
+# temporary file ``.<name>.<uuid>.tmp`` (and its ``..<name>.<uuid>.tmp.crc``), renamed
+# when complete, removed when the write fails (left behind by a kill -9).
+_COMPACTING = re.compile(r"\.(\d+)\.compact\..+\.tmp")
+_LOG_TEMP = re.compile(r"\.\.?\d+(\.compact)?\..+\.tmp(\.crc)?")
+
+
+def sink_compacting(lake: Path) -> list[tuple[int, Path]]:
+    """The compacted log files the sink is writing now, by batch: their temporary files.
+    Spark 4's sink creates the file before it reads the log files it compacts (verified
+    in 4.3.0: ``HDFSMetadataLog.write`` opens ``createAtomic`` and then the compaction
+    streams the previous log files into it, ``CompactibleFileStreamLog.compact``), so a
+    log file rewritten while no such file exists is read by the next log compaction as
+    rewritten. Left by a sink killed -9 until :func:`remove_log_temps`."""
+    out: list[tuple[int, Path]] = []
+    with contextlib.suppress(FileNotFoundError):
+        for e in os.scandir(lake / METADATA):
+            m = _COMPACTING.fullmatch(e.name)
+            if m:
+                out.append((int(m.group(1)), Path(e.path)))
+    return sorted(out)
+
+
+def remove_log_temps(lake: Path) -> list[str]:
+    """Remove the temporary files of the sink's log: only while no query writes it (an
+    ingest starting or stopped), when they are what a killed sink left."""
+    removed: list[str] = []
+    with contextlib.suppress(FileNotFoundError):
+        for e in os.scandir(lake / METADATA):
+            if _LOG_TEMP.fullmatch(e.name):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(e.path)
+                    removed.append(e.name)
+    if removed:
+        log.info("removed %d unfinished file(s) of the sink's log: %s", len(removed),
+                 ", ".join(removed[:5]))  # fmt: skip
+    return removed
+
+
+def ingest_running(lake: Path) -> bool:
+    """Whether an ingest holds the lake's ``ingest`` lock (one with a sink that may be
+    writing the log); this process's own ingest counts."""
+    with lake_lock(lake, wait=None, name="ingest") as idle:
+        return not idle
 
 
 def read_log_file(path: Path) -> list[dict[str, Any]]:
@@ -289,14 +336,16 @@ def remove_file(path: str) -> bool:
 
 
 def _awaiting_removal(lake: Path) -> set[str]:
-    """The names of the files a compaction or the retention took out of the log, which
-    stay on the disk for a grace period (``_leveret/removals``)."""
+    """The names of the files a compaction or the retention took out of the log or put
+    in it, which are settled after a grace period (``_leveret/removals``): they go then
+    unless the log names them."""
     names: set[str] = set()
     d = lake / STATE_DIR / "removals"
     if d.is_dir():
         for rec in d.glob("*.json"):
-            with contextlib.suppress(OSError, ValueError):
-                names.update(os.path.basename(p) for p in json.loads(rec.read_text())["remove"])
+            with contextlib.suppress(OSError, ValueError, KeyError):
+                doc = json.loads(rec.read_text())
+                names.update(os.path.basename(p) for p in doc["remove"] + doc.get("add", []))
     return names
 
 
@@ -317,6 +366,10 @@ class Janitor:
         Returns the paths removed."""
         if not (self.lake / METADATA).is_dir():
             return []  # no log: every file is the lake's (Spark then lists the directory)
+        if everything:
+            # no query runs: a temporary file of the log is what a killed sink left (a
+            # compaction waits while the sink writes its compacted log)
+            remove_log_temps(self.lake)
         # a compaction's new files are not committed yet while it holds the lock
         with lake_lock(self.lake, wait=60.0 if everything else None) as got:
             if not got:
