@@ -434,6 +434,12 @@ def compact(
                     f"files into {len(change.added)} ({change.records} records)",
                     flush=True,
                 )
+            if change.waiting:
+                (say.debug if interval else say.info)(
+                    "%d small file(s) of the batches since the sink's last compacted log are "
+                    "compacted once its next one (batch %d) names them",
+                    change.waiting, change.next_log_compaction,
+                )  # fmt: skip
         # replaced files go once readers that listed them are done (and the sink is not
         # writing a compacted log, which may name them again: a one-off run waits for it)
         if stop.wait(wait):

@@ -30,22 +30,23 @@ commit waits while such a file exists (milliseconds, once every ten batches), re
 and looks again: if no compacted log was begun before the rewrite was done, the sink will
 read the rewritten files. If one was, the commit waits for it and reads it: when it was
 read from the files before the rewrite it names the old files, and the commit is made
-again on it. Nothing else is asked of the ingest: it is never paused nor restarted, a quiet
-ingest (no data, no batch, however close to its next log compaction) is no obstacle, and
-an ingest killed -9 in the middle of its log compaction leaves a temporary file that only
-counts while an ingest holds the lake's ``ingest`` lock (the next ingest removes it before
-its query starts). With no ingest holding that lock, none can start during a commit.
+again on it (the retention drops again what it names again). Nothing else is asked of the
+ingest: it is never paused nor restarted, a quiet ingest (no data, no batch, however close
+to its next log compaction) is no obstacle, and an ingest killed -9 in the middle of its
+log compaction leaves a temporary file that only counts while an ingest holds the lake's
+``ingest`` lock (the next ingest removes it before its query starts). With no ingest
+holding that lock, none can start during a commit.
 
-**Files leave the disk** once nothing can read them: each commit first records, under
-``_leveret/removals``, the files it takes out of the log and those it puts in; after a
-grace period (for readers that listed the old set: a directory lister sees replaced files
-beside their replacement meanwhile), and never while the sink writes a compacted log, the
+**Files leave the disk** once nothing can read them (:mod:`leveret.logs.removals`): each
+commit first records the files it takes out of the log and those it puts in; after a grace
+period (for readers that listed the old set: a directory lister sees replaced files beside
+their replacement meanwhile), and never while the sink writes a compacted log, the
 recorded files the log does not name are removed (the replaced ones, and new ones of a
-commit that did not last), by this run, the next one or the ingest. Until then the
-janitor keeps them, and keeps a compaction's new files while it holds the lake's ``lock``
-(``_leveret/lock``) from publishing them to recording them. Every step is safe to kill -9:
-an unrecorded new file is removed by the janitor, a recorded one after the grace unless
-the log names it, a replaced file after the grace unless the log still names it.
+commit that did not last), by this run, the next one or the ingest. Until then the janitor
+keeps them, and keeps a compaction's new files while it holds the lake's ``lock``
+(``_leveret/lock``) until they are recorded. Every step is safe to kill -9: a hidden,
+half-written file goes an hour later, a recorded one after the grace unless the log names
+it, a replaced file after the grace unless the log still names it.
 """
 
 from __future__ import annotations
@@ -65,10 +66,8 @@ from typing import Any
 from leveret.durable import fsync_path
 from leveret.logs.lake import (
     METADATA,
-    STATE_DIR,
     SinkLog,
     data_dirs,
-    ingest_running,
     lake_lock,
     local_path,
     log_batches,
@@ -76,12 +75,13 @@ from leveret.logs.lake import (
     remove_file,
     sink_compacting,
 )
+from leveret.logs.removals import DEFAULT_GRACE as DEFAULT_GRACE
+from leveret.logs.removals import finish_removals as finish_removals
+from leveret.logs.removals import record as _record
 
 log = logging.getLogger(__name__)
 
-PENDING_DIR = "removals"
 DEFAULT_INTERVAL = 10  # spark.sql.streaming.fileSink.log.compactInterval
-DEFAULT_GRACE = 30.0
 TARGET_BYTES = 128 << 20
 ROWS_PER_GROUP = 256 * 1024
 COMPACTED_PREFIX = "part-compacted-"
@@ -177,6 +177,10 @@ class Change:
     added: list[str] = field(default_factory=list)
     records: int = 0
     partitions: list[str] = field(default_factory=list)
+    #: small files named after the base, compacted once the sink's next log compaction
+    #: (batch ``next_log_compaction``) names them in the base
+    waiting: int = 0
+    next_log_compaction: int = 0
 
 
 # --------------------------------------------------------------------- committing
@@ -195,18 +199,22 @@ def _changing(lake: Path, wait: float) -> Iterator[bool]:
 class _Compacting(Exception):
     """The sink went on writing a compacted log until the deadline."""
 
-    def __init__(self, batch: int, path: Path) -> None:
+    def __init__(self, batch: int, path: Path, waited: float) -> None:
         super().__init__(batch)
         self.batch = batch
+        self.waited = waited
+        self.name = path.name
         try:
-            self.age = time.time() - path.stat().st_mtime
+            self.idle = time.time() - path.stat().st_mtime
         except FileNotFoundError:
-            self.age = 0.0
+            self.idle = 0.0
 
     def text(self) -> str:
+        # a file a killed ingest left is removed when the ingest starts again
         return (
             f"the ingest has been writing its log compaction (batch {self.batch}) for "
-            f"{self.age:.0f} s"
+            f"{self.waited:.0f} s or more ({METADATA}/{self.name}, last written "
+            f"{self.idle:.0f} s ago)"
         )
 
 
@@ -214,6 +222,7 @@ def _settled(lake: Path, base: int, running: bool, deadline: float) -> bool:
     """Wait until the sink writes no compacted log after ``base`` (it reads the log files
     a commit rewrites); then whether it wrote one (the base moved). Raises _Compacting at
     the deadline."""
+    started = time.monotonic()
     while True:
         writing = [(b, p) for b, p in sink_compacting(lake) if b > base] if running else []
         _, compacts = log_batches(lake)  # after the listing: a rename between is seen here
@@ -221,7 +230,7 @@ def _settled(lake: Path, base: int, running: bool, deadline: float) -> bool:
         if not writing:
             return moved
         if time.monotonic() >= deadline:
-            raise _Compacting(*writing[0])
+            raise _Compacting(*writing[0], time.monotonic() - started)
         time.sleep(0.05)
 
 
@@ -315,81 +324,6 @@ def _drop(lake: Path, remove: list[str], running: bool, deadline: float, step: S
     return sorted(todo & set(sink.files))
 
 
-# --------------------------------------------------------------------- removals
-def _record(lake: Path, remove: list[str], add: list[str], base: int) -> Path:
-    d = lake / STATE_DIR / PENDING_DIR
-    d.mkdir(parents=True, exist_ok=True)
-    path = d / f"{time.time_ns()}-{uuid.uuid4().hex[:8]}.json"
-    tmp = path.with_suffix(".tmp")
-    doc = {"at": time.time(), "base": base, "remove": remove, "add": add}
-    with open(tmp, "w") as f:
-        f.write(json.dumps(doc))
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    fsync_path(d)
-    return path
-
-
-def finish_removals(
-    lake: Path, grace: float = DEFAULT_GRACE, now: float | None = None, wait: float = 0.0
-) -> int:
-    """Remove from the disk the files that earlier commits recorded (those they took out of
-    the log, and the new ones of commits that did not last) once ``grace`` seconds have
-    passed and the log does not name them; returns how many. Nothing goes while the sink
-    writes a compacted log (it may name again files it read before a commit): this waits
-    up to ``wait`` seconds for it to finish."""
-    d = lake / STATE_DIR / PENDING_DIR
-    if not d.is_dir():
-        return 0
-    now = time.time() if now is None else now
-    due: list[tuple[Path, dict[str, Any]]] = []
-    protected: set[str] = set()  # named by records still in their grace
-    for rec in sorted(d.glob("*.json")):
-        try:
-            doc = json.loads(rec.read_text())
-            files = [str(p) for p in doc["remove"] + doc.get("add", [])]
-            at = float(doc["at"])
-        except FileNotFoundError:
-            continue
-        except (OSError, ValueError, KeyError, TypeError):
-            rec.unlink(missing_ok=True)
-            continue
-        if now < at + grace:
-            protected.update(os.path.basename(p) for p in files)
-        else:
-            due.append((rec, {"files": files}))
-    if not due:
-        return 0
-    deadline = time.monotonic() + wait
-    while ingest_running(lake) and sink_compacting(lake):
-        if time.monotonic() >= deadline:
-            return 0
-        time.sleep(0.05)
-    sink = SinkLog(lake)  # read after the look at the sink: see leveret.logs.lake
-    sink.refresh()
-    removed = 0
-    for rec, doc in due:
-        for p in doc["files"]:
-            name = os.path.basename(p)
-            if name in sink.names or name in protected:
-                continue  # the log names it (again), or a newer commit recorded it
-            if remove_file(p):
-                removed += 1
-                _remove_empty_dirs(Path(p).parent, lake)
-        rec.unlink(missing_ok=True)
-    return removed
-
-
-def _remove_empty_dirs(d: Path, lake: Path) -> None:
-    while d != lake and lake in d.parents:
-        try:
-            d.rmdir()
-        except OSError:
-            return
-        d = d.parent
-
-
 # --------------------------------------------------------------------- compaction
 def _partition_of(path: str, lake: Path) -> str:
     return os.path.relpath(os.path.dirname(path), lake)
@@ -410,6 +344,17 @@ def plan(lake: Path, target: int = TARGET_BYTES, min_files: int = 2) -> dict[str
             continue
         parts.setdefault(_partition_of(p, lake), []).append(p)
     return {k: v for k, v in parts.items() if len(v) >= min_files}
+
+
+def _waiting(lake: Path, target: int) -> tuple[int, int]:
+    """The small committed files the base does not name, and the batch of the sink's next
+    log compaction (which names them in the base)."""
+    sink = SinkLog(lake)
+    sink.refresh()
+    small = [p for p, f in sink.files.items() if p not in sink.in_base and f.size < target // 2]
+    base, compact = _base(lake)
+    interval = compact_interval(lake)
+    return len(small), base + interval if compact else interval - 1
 
 
 def _micros(schema: Any) -> Any:
@@ -513,6 +458,7 @@ def compact(
     change = Change()
     _remove_stale_temps(lake)
     todo = plan(lake, target, min_files)
+    change.waiting, change.next_log_compaction = _waiting(lake, target)
     for part, files in todo.items():
         out_dir = lake / part
         tmps, rows = _write_partition(files, out_dir, target)
