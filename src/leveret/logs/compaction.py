@@ -350,7 +350,8 @@ def _waiting(lake: Path, target: int) -> tuple[int, int]:
     """The small committed files the base does not name, and the batch of the sink's next
     log compaction (which names them in the base)."""
     sink = SinkLog(lake)
-    sink.refresh()
+    if sink.refresh() < 0:
+        return 0, 0  # no log yet (the ingest starting)
     small = [p for p, f in sink.files.items() if p not in sink.in_base and f.size < target // 2]
     base, compact = _base(lake)
     interval = compact_interval(lake)
