@@ -292,3 +292,28 @@ def test_the_periodic_compaction_says_what_it_did(ingest_running: Path) -> None:
     assert err.splitlines()[0].endswith(
         f"compacting {lake} every 1 s, dropping the date partitions older than {days} days"
     ), err
+
+
+def test_long_lived_readers_see_the_retention_of_a_backfill(ingest_running: Path) -> None:
+    """The search of a running server and the dashboard keep what they read of the log: a
+    retention that rewrites the batch files after the base is seen by both."""
+    from leveret.management.lakeview import Lake
+
+    lake = ingest_running
+    old = backfilled(lake)
+    search = LakeSearch(lake)
+    view = Lake(lake)
+    for _ in range(5):
+        view.refresh(budget=10_000)
+    assert view.state()["summary"]["records"] == RECORDS
+    assert exactly(_ids(search), set(range(RECORDS)))
+    compaction.drop_expired(lake, days=30, today=TODAY)
+    compaction.finish_removals(lake, grace=0)
+    assert exactly(_ids(search), set(range(RECORDS)) - old)
+    for _ in range(5):
+        view.refresh(budget=10_000)
+    assert view.state()["summary"]["records"] == RECORDS - len(old)
+
+
+def _ids(search: LakeSearch) -> Counter[int]:
+    return Counter(int(r["message_id"]) for r in search.search(Filters(), limit=None).records)

@@ -195,6 +195,7 @@ class SinkLog:
         self.compacts: set[int] = set()
         self._adds: dict[str, LakeFile] = {}
         self._base: tuple[int, int, int, int] | None = None
+        self._read: dict[int, tuple[int, int, int]] = {}  # the batch files after the base
 
     def refresh(self) -> int:
         """Read the new log files; the latest committed batch id (-1: none)."""
@@ -211,14 +212,20 @@ class SinkLog:
             self._reset()
             return -1
         # What Spark reads: the latest compacted log (or batch 0) and the batches after it.
-        # That base is also what `leveret pipeline compact` rewrites (in place, atomically):
-        # when it changed, everything is read again.
+        # `leveret pipeline compact` rewrites those files in place (atomically): the base
+        # (a compaction, the retention) and the batch files after it (the retention): when
+        # one changed, everything is read again.
         base = max(compacts) if compacts else ids[0]
         self.compacts = compacts
-        path = log_file(self.lake, base, base in compacts)
-        st = path.stat()
-        signature = (base, st.st_ino, st.st_size, st.st_mtime_ns)
-        if signature != self._base or ids[-1] < self.latest:
+        signature = (base, *_signature(log_file(self.lake, base, base in compacts)))
+        if (
+            signature != self._base
+            or ids[-1] < self.latest
+            or any(
+                _signature(log_file(self.lake, b, b in compacts), missing=True) != sig
+                for b, sig in self._read.items()
+            )
+        ):
             self._reset()
             self._base = signature
             todo = [b for b in ids if b >= base]
@@ -228,7 +235,10 @@ class SinkLog:
             return self.latest
         changed = False
         for batch in todo:
-            for entry in read_log_file(log_file(self.lake, batch, batch in compacts)):
+            path = log_file(self.lake, batch, batch in compacts)
+            if batch != base:
+                self._read[batch] = _signature(path)  # before reading: a change is seen
+            for entry in read_log_file(path):
                 if entry.get("isDir"):
                     continue
                 raw = str(entry["path"])
@@ -261,6 +271,7 @@ class SinkLog:
         self.batch_of = {}
         self._adds = {}
         self._base = None
+        self._read = {}
 
     def here(self, path: str) -> str:
         """A file the log names, under this lake's directory: the log keeps the path the
@@ -278,6 +289,17 @@ class SinkLog:
             with contextlib.suppress(FileNotFoundError):
                 return log_file(self.lake, batch, compact).stat().st_mtime_ns
         return None
+
+
+def _signature(path: Path, missing: bool = False) -> tuple[int, int, int]:
+    """A log file as it is on disk (a rewrite replaces its inode, and keeps its mtime)."""
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        if not missing:
+            raise
+        return (-1, -1, -1)
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
 
 
 def is_data_file(name: str) -> bool:
