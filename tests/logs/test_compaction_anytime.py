@@ -317,3 +317,18 @@ def test_long_lived_readers_see_the_retention_of_a_backfill(ingest_running: Path
 
 def _ids(search: LakeSearch) -> Counter[int]:
     return Counter(int(r["message_id"]) for r in search.search(Filters(), limit=None).records)
+
+
+def test_a_search_before_the_sinks_first_batch_finds_nothing_and_reads_no_file(
+    tmp_path: Path,
+) -> None:
+    """The sink has made its log directory and is writing its first batch's file (empty so
+    far): that file is not committed, and a search must not read it."""
+    lake = tmp_path / "lake"
+    (lake / META).mkdir(parents=True)
+    part = lake / "date=2026-11-27" / "severity=info"
+    part.mkdir(parents=True)
+    (part / "part-00000-0.c000.snappy.parquet").write_bytes(b"")
+    search = LakeSearch(lake)
+    assert search.files(Filters()) == []
+    assert search.search(Filters()).records == []
