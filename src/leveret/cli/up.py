@@ -24,6 +24,7 @@ from rich.console import Console
 
 from leveret.cli.common import fail, interrupt_on_sigterm, setting_parameter
 from leveret.logs.record import BROKER_EVENT_EXCHANGE, BROKER_LOG_EXCHANGE
+from leveret.server import defaults
 
 # soft_wrap: lines are never broken by rich (at 80 columns when the output is not a
 # terminal); a terminal wraps them itself, so the commands printed stay copyable whole
@@ -36,13 +37,22 @@ def _cli(*args: str) -> list[str]:
 
 # the broker's ports: up's options of leveret server's names, passed on to it as given
 PORTS = (
-    ("--amqp-port", "AMQP port (default 5672, or the config file's; 0 picks a free port)."),
-    ("--http-port", "Dashboard and management API port (default 15672; 0 picks a free port)."),
-    ("--prometheus-port", "Prometheus metrics port (default 15692; 0 picks a free port)."),
+    (
+        "--amqp-port",
+        f"AMQP port (default {defaults.AMQP_PORT}, or the config file's; 0 picks a free port).",
+    ),
+    (
+        "--http-port",
+        f"Dashboard and management API port (default {defaults.HTTP_PORT}; 0 picks a free port).",
+    ),
+    (
+        "--prometheus-port",
+        f"Prometheus metrics port (default {defaults.PROMETHEUS_PORT}; 0 picks a free port).",
+    ),
     (
         "--stream-port",
         "RabbitMQ's stream protocol port, which the lake ingest reads from "
-        "(default 5552; 0 picks a free port).",
+        f"(default {defaults.STREAM_PORT}; 0 picks a free port).",
     ),
     (
         "--syslog-port",

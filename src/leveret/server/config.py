@@ -14,6 +14,7 @@ from typing import Any
 
 from leveret.broker import plugins
 from leveret.protocol import spec
+from leveret.server import defaults
 
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 
@@ -194,16 +195,16 @@ _HINTS = {
 
 @dataclass
 class Config:
-    amqp_port: int = 5672
+    amqp_port: int = defaults.AMQP_PORT
     # The plain AMQP listener; off leaves only amqps (RabbitMQ's listeners.tcp = none).
     tcp_listener: bool = True
     # amqps: listens once a certificate is configured ([tls] certfile or --tls-cert).
-    amqps_port: int = 5671
+    amqps_port: int = defaults.AMQPS_PORT
     # RabbitMQ's stream protocol (its rabbitmq_stream plugin); 0 picks a free port.
-    stream_port: int = 5552
+    stream_port: int = defaults.STREAM_PORT
     stream_listener: bool = True
     # The stream protocol over TLS, once a certificate is configured (as amqps).
-    stream_tls_port: int = 5551
+    stream_tls_port: int = defaults.STREAM_TLS_PORT
     # The host a stream's metadata names (RabbitMQ's stream.advertised_host); empty: this
     # machine's name, as RabbitMQ.
     stream_advertised_host: str = ""
@@ -221,8 +222,8 @@ class Config:
     # Most connections at once; more wait in the listen backlog (RabbitMQ's connection_max).
     connection_max: int | None = None
     # The management API and dashboard, and Prometheus's /metrics (0 picks a free port).
-    http_port: int = 15672
-    prometheus_port: int = 15692
+    http_port: int = defaults.HTTP_PORT
+    prometheus_port: int = defaults.PROMETHEUS_PORT
     bind: str = "0.0.0.0"
     # Where durable state lives; None keeps everything in memory.
     data_dir: Path | None = Path("leveret-data")
