@@ -2,113 +2,46 @@
 rabbit_amqp_session processes of its sessions, after the bytes): who it is, its vhost, its
 sessions and their links, and the meaning of each frame.
 
-It answers through the sans-IO connection of its endpoint; the edge flushes once per batch
-of events. What a publisher sends unsettled is confirmed (the ``accepted`` outcome) once
-it is on disk: the server calls :meth:`Amqp10Session.flush_confirms` after the batch's
-sync, as for AMQP 0-9-1's confirms."""
+This module holds the connection's own part (SASL, open, sessions, detach, flow control
+and close) and the table from events to handlers; the links' halves are mixins:
+:mod:`leveret.broker.amqp10_publishing` (the client sends) and
+:mod:`leveret.broker.amqp10_consuming` (the client receives). It answers through the
+sans-IO connection of its endpoint; the edge flushes once per batch of events."""
 
 from __future__ import annotations
 
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar
 
-from leveret.broker import amqp10_addresses as addresses
-from leveret.broker import login, names, operations
-from leveret.broker.amqp10_links import MAX_LINK_CREDIT, ConsumerLink, LinkConsumer, PublisherLink
-from leveret.broker.broker import BrokerCore
-from leveret.broker.entry import Entry
-from leveret.broker.events import (
-    ConnectionAuthorized,
-    ConsumerCreated,
-    ConsumerDeleted,
-    UserAuthenticated,
+from leveret.broker import login, names
+from leveret.broker.amqp10_common import (
+    CAPABILITIES,
+    CHANNEL_MAX,
+    HANDLE_MAX,
+    INCOMING_WINDOW,
+    Amqp10Endpoint,
+    LinkError,
+    LinkSession,
+    condition,
 )
-from leveret.broker.message import Message
-from leveret.broker.operations import Actor
-from leveret.broker.ports import Endpoint, FlowHolder, Traffic, WriteStalls
-from leveret.broker.queues import Queue
-from leveret.broker.queues.stream_amqp091 import to_amqp091
-from leveret.broker.queues.stream_amqp10 import to_amqp10
+from leveret.broker.amqp10_consuming import Consuming
+from leveret.broker.amqp10_publishing import Publishing
+from leveret.broker.broker import BrokerCore
+from leveret.broker.events import ConnectionAuthorized, UserAuthenticated
+from leveret.broker.ports import FlowHolder, Traffic, WriteStalls
 from leveret.broker.users import Permission, User
 from leveret.broker.vhost import VirtualHost
-from leveret.protocol import spec
 from leveret.protocol.amqp10 import definitions as d
 from leveret.protocol.amqp10 import events as ev
-from leveret.protocol.amqp10.server import ServerConnection
 from leveret.protocol.amqp10.types import Symbol
 from leveret.protocol.errors import AMQPError
 
 log = logging.getLogger(__name__)
 
-#: RabbitMQ 4.2's session incoming window, and when it is opened again
-INCOMING_WINDOW = 400
-#: the highest link handle a session takes (RabbitMQ 4.2's link_max_per_session - 1)
-HANDLE_MAX = 255
-#: sessions per connection (session_max_per_connection 64: channel-max 63)
-CHANNEL_MAX = 63
-#: the capabilities RabbitMQ 4's open offers
-CAPABILITIES = ("LINK_PAIR_V1_0", "ANONYMOUS-RELAY")
-#: the AMQP error codes of the broker's operations, as AMQP 1.0 conditions
-_CONDITIONS = {
-    spec.ACCESS_REFUSED: d.UNAUTHORIZED_ACCESS,
-    spec.NOT_FOUND: d.NOT_FOUND,
-    spec.RESOURCE_LOCKED: d.RESOURCE_LOCKED,
-    spec.PRECONDITION_FAILED: d.PRECONDITION_FAILED,
-    spec.NOT_ALLOWED: d.NOT_ALLOWED,
-}
 
-
-def condition(error: AMQPError) -> d.Error:
-    """An operation's AMQP 0-9-1 error as an AMQP 1.0 one: the condition of its code,
-    its text without the ``NOT_FOUND - `` prefix."""
-    text = error.reply_text
-    _, sep, rest = text.partition(" - ")
-    return d.Error(_CONDITIONS.get(error.code, d.INTERNAL_ERROR), rest if sep else text)
-
-
-class LinkError(Exception):
-    """A link is refused or fails: it is detached with ``error``."""
-
-    def __init__(self, error: d.Error) -> None:
-        super().__init__(error.description)
-        self.error = error
-
-
-class Amqp10Edge(Protocol):
-    """The server's side of an AMQP 1.0 client's socket, as its session sees it."""
-
-    def schedule(self) -> None:
-        """Output waits in the connection: flush it at the end of this turn."""
-        ...
-
-    def start_heartbeats(self, interval: int, send_every: float | None = None) -> None: ...
-
-    def opened(self) -> None: ...
-
-    def force_close(self, reason: str) -> None: ...
-
-
-Amqp10Endpoint = Endpoint[ServerConnection, Amqp10Edge]
-
-
-@dataclass(eq=False)
-class _Session:
-    """One AMQP 1.0 session: its links by handle, and what it sent unsettled."""
-
-    channel: int
-    publishers: dict[int, PublisherLink] = field(default_factory=dict)
-    consumers: dict[int, ConsumerLink] = field(default_factory=dict)
-    # delivery-id -> (link, queue, entry) of what a consumer has not settled
-    unsettled: dict[int, tuple[ConsumerLink, Queue, Entry]] = field(default_factory=dict)
-    # delivery-ids of publishes to confirm once they are on disk
-    confirms: list[int] = field(default_factory=list)
-    received: int = 0  # transfers since the incoming window was last opened
-
-
-class Amqp10Session:
+class Amqp10Session(Publishing, Consuming):
     """An AMQP 1.0 connection, from SASL to close."""
 
     # RabbitMQ 4 lists these connections with this protocol
@@ -143,7 +76,7 @@ class Amqp10Session:
         self.container_id = ""
         self.client_properties: dict[str, Any] = {}
         self.transport_details: dict[str, Any] = dict(endpoint.details)
-        self.sessions: dict[int, _Session] = {}
+        self.sessions: dict[int, LinkSession] = {}
         self.registered = False
         self.closed = False
         self.blocked = False
@@ -165,11 +98,6 @@ class Amqp10Session:
     @property
     def channel_count(self) -> int:
         return len(self.sessions)
-
-    @property
-    def actor(self) -> Actor:
-        assert self.user is not None
-        return Actor(self.user.name, self.permission, self)
 
     def force_close(self, reason: str) -> None:
         if not self.conn.closed and not self.conn.closing:
@@ -316,7 +244,7 @@ class Amqp10Session:
     # ------------------------------------------------------------- sessions
     def _begin(self, e: ev.BeginReceived) -> None:
         handle_max = e.begin.handle_max
-        self.sessions[e.channel] = _Session(e.channel)
+        self.sessions[e.channel] = LinkSession(e.channel)
         self.conn.send_begin(
             e.channel,
             incoming_window=INCOMING_WINDOW,
@@ -348,120 +276,6 @@ class Amqp10Session:
         else:
             self._attach_publisher(session, e.handle, attach)
 
-    def _refuse_attach(self, channel: int, handle: int, attach: Any, error: d.Error) -> None:
-        """As RabbitMQ: an attach with a null terminus on our side, then the detach."""
-        self.conn.send_attach(
-            channel,
-            handle,
-            source=attach.source if attach.role else None,
-            target=None if attach.role else attach.target,
-        )
-        self.conn.send_detach(channel, handle, True, error)
-
-    def _attach_publisher(self, session: _Session, handle: int, attach: Any) -> None:
-        target = attach.target
-        address = target.address if isinstance(target, d.Target) else None
-        vhost = self.vhost_obj
-        assert vhost is not None
-        try:
-            dest = addresses.target(address)
-            exchange = None
-            if dest.exchange is not None:
-                name = dest.exchange
-                operations.check_access(vhost, self.actor, "write", "exchange", name)
-                exchange = vhost.exchanges.get(name)
-                if exchange is None:
-                    raise LinkError(
-                        d.Error(d.NOT_FOUND, f"no exchange '{name}' in vhost '{vhost.name}'")
-                    )
-                if exchange.internal:
-                    raise LinkError(
-                        d.Error(
-                            d.UNAUTHORIZED_ACCESS,
-                            f"forbidden to publish to internal exchange '{name}' in vhost "
-                            f"'{vhost.name}'",
-                        )
-                    )
-                if dest.queue is not None and dest.queue not in vhost.queues:
-                    raise LinkError(
-                        d.Error(d.NOT_FOUND, f"no queue '{dest.queue}' in vhost '{vhost.name}'")
-                    )
-        except addresses.BadAddress as exc:
-            return self._refuse_attach(session.channel, handle, attach, exc.error)
-        except AMQPError as exc:
-            return self._refuse_attach(session.channel, handle, attach, condition(exc))
-        except LinkError as exc:
-            return self._refuse_attach(session.channel, handle, attach, exc.error)
-        settled = attach.snd_settle_mode == d.SenderSettleMode.SETTLED
-        max_size = vhost.max_message_size
-        link = PublisherLink(
-            session.channel, handle, attach.name, address, exchange, dest.routing_key,
-            settled, max_size,
-        )  # fmt: skip
-        session.publishers[handle] = link
-        self.conn.send_attach(
-            session.channel,
-            handle,
-            source=attach.source,
-            target=target,
-            snd_settle_mode=attach.snd_settle_mode,
-            rcv_settle_mode=d.ReceiverSettleMode.FIRST,
-            max_message_size=max_size,
-        )
-        self.conn.grant_credit(session.channel, handle, MAX_LINK_CREDIT)
-
-    def _attach_consumer(self, session: _Session, handle: int, attach: Any) -> None:
-        source = attach.source
-        address = source.address if isinstance(source, d.Source) else None
-        vhost = self.vhost_obj
-        assert vhost is not None
-        try:
-            origin = addresses.source(address)
-            if origin.queue is None:
-                raise addresses.BadAddress(
-                    d.Error(d.NOT_IMPLEMENTED, f"source address {address!r} is not supported yet")
-                )
-            operations.check_access(vhost, self.actor, "read", "queue", origin.queue)
-            queue = vhost.queues.get(origin.queue)
-            if queue is None:
-                raise LinkError(
-                    d.Error(d.NOT_FOUND, f"no queue '{origin.queue}' in vhost '{vhost.name}'")
-                )
-            owner = queue.exclusive_owner
-            if owner is not None and owner is not self:
-                raise LinkError(
-                    d.Error(
-                        d.RESOURCE_LOCKED,
-                        f"cannot obtain exclusive access to locked queue '{queue.name}' in "
-                        f"vhost '{vhost.name}'",
-                    )
-                )
-        except addresses.BadAddress as exc:
-            return self._refuse_attach(session.channel, handle, attach, exc.error)
-        except AMQPError as exc:
-            return self._refuse_attach(session.channel, handle, attach, condition(exc))
-        except LinkError as exc:
-            return self._refuse_attach(session.channel, handle, attach, exc.error)
-        settled = attach.snd_settle_mode == d.SenderSettleMode.SETTLED
-        link = ConsumerLink(
-            self, session.channel, handle, attach.name, address or "", queue, settled
-        )
-        consumer = LinkConsumer(f"ctag-{handle}", queue, link, settled, False, 0, {})
-        link.consumer = consumer
-        session.consumers[handle] = link
-        self.conn.send_attach(
-            session.channel,
-            handle,
-            source=source,
-            target=attach.target,
-            snd_settle_mode=d.SenderSettleMode.SETTLED if settled else d.SenderSettleMode.UNSETTLED,
-            rcv_settle_mode=attach.rcv_settle_mode,
-            initial_delivery_count=0,
-            max_message_size=attach.max_message_size,
-        )
-        queue.add_consumer(consumer)
-        vhost.observers.emit(ConsumerCreated(consumer))
-
     def _detach(self, channel: int, handle: int, error: d.Error | None) -> None:
         session = self.sessions.get(channel)
         if session is None:
@@ -484,191 +298,6 @@ class Amqp10Session:
 
     def _link_failed(self, e: ev.LinkFailed) -> None:
         self._detach(e.channel, e.handle, e.error)
-
-    def _drop_consumer(self, session: _Session, link: ConsumerLink) -> None:
-        """A consumer's link goes: what it has not settled goes back to its queue."""
-        session.consumers.pop(link.handle, None)
-        link.closed = True
-        queue = link.queue
-        consumer = link.consumer
-        if consumer is not None:
-            queue.remove_consumer(consumer)
-            assert self.vhost_obj is not None
-            self.vhost_obj.observers.emit(ConsumerDeleted(consumer))
-        back = [(did, e) for did, (lk, q, e) in session.unsettled.items() if lk is link]
-        for did, _ in back:
-            del session.unsettled[did]
-        if back:
-            queue.requeue([e for _, e in back])
-            queue.dispatch()
-
-    def queue_gone(self, link: ConsumerLink) -> None:
-        """The queue a consumer reads was deleted: its link is detached (RabbitMQ 4:
-        amqp:resource-deleted)."""
-        session = self.sessions.get(link.channel)
-        if session is None or link.closed:
-            return
-        link.consumer = None  # the queue dropped it already
-        vhost = self.vhost
-        self._drop_consumer(session, link)
-        self.conn.send_detach(
-            link.channel,
-            link.handle,
-            True,
-            d.Error(d.RESOURCE_DELETED, f"queue '{link.queue.name}' in vhost '{vhost}' deleted"),
-        )
-        self.endpoint.edge.schedule()
-
-    # ------------------------------------------------------------- publishing
-    def _transfer(self, e: ev.TransferReceived) -> None:
-        session = self.sessions[e.channel]
-        link = session.publishers.get(e.handle)
-        if link is None:
-            raise LinkError(d.Error(d.NOT_IMPLEMENTED, "transfers on this link are not supported"))
-        if len(e.payload) > link.max_message_size:
-            raise LinkError(
-                d.Error(
-                    d.MESSAGE_SIZE_EXCEEDED,
-                    f"message size ({len(e.payload)} bytes) > maximum message size "
-                    f"({link.max_message_size} bytes)",
-                )
-            )
-        vhost = self.vhost_obj
-        assert vhost is not None
-        exchange = link.exchange
-        routing_key = link.routing_key
-        try:
-            _, properties, body = to_amqp091(e.payload, "")
-        except ValueError:
-            raise LinkError(d.Error(d.DECODE_ERROR, "message has no body")) from None
-        if exchange is None or routing_key is addresses.SUBJECT:
-            raise LinkError(
-                d.Error(
-                    d.NOT_IMPLEMENTED,
-                    "routing by the message's 'to' or subject is not supported yet",
-                )
-            )
-        assert isinstance(routing_key, str)
-        message = Message.from_parts(exchange.name, routing_key, properties, body)
-        try:
-            exchange, message = operations.authorize_publish(
-                vhost, self.actor, exchange.name, message
-            )
-        except AMQPError as exc:
-            raise LinkError(condition(exc)) from None
-        result = vhost.publish_to(exchange, message, False)
-        link.published += 1
-        if result.congested:
-            for holder in result.congested:
-                holder.hold(self)
-        if not e.settled:
-            if not result.routed:
-                self.conn.send_disposition(e.channel, True, e.delivery_id, state=d.RELEASED)
-            elif result.refused:
-                self.conn.send_disposition(e.channel, True, e.delivery_id, state=d.Rejected())
-            else:
-                session.confirms.append(e.delivery_id)
-                self.needs_sync = True
-        self._credit_publisher(session, link)
-
-    def _credit_publisher(self, session: _Session, link: PublisherLink) -> None:
-        """Credit again once half is used (and the session's window with it)."""
-        own = self.conn.link(session.channel, link.handle)
-        if own.credit <= MAX_LINK_CREDIT // 2 and len(session.confirms) < MAX_LINK_CREDIT:
-            self.conn.grant_credit(session.channel, link.handle, MAX_LINK_CREDIT)
-        session.received += 1
-        if session.received >= INCOMING_WINDOW // 2 and not self.blocked:
-            session.received = 0
-            self.conn.send_session_flow(session.channel, INCOMING_WINDOW)
-
-    def flush_confirms(self) -> None:
-        """What was published is on disk: the ``accepted`` outcomes go out, a range at a
-        time."""
-        self.needs_sync = False
-        for channel, session in self.sessions.items():
-            ids = session.confirms
-            if not ids:
-                continue
-            session.confirms = []
-            first = last = ids[0]
-            for did in ids[1:]:
-                if did == (last + 1) & 0xFFFF_FFFF:
-                    last = did
-                    continue
-                self.conn.send_disposition(channel, True, first, last, state=d.ACCEPTED)
-                first = last = did
-            self.conn.send_disposition(channel, True, first, last, state=d.ACCEPTED)
-
-    @property
-    def pending_confirms(self) -> bool:
-        return self.needs_sync
-
-    # -------------------------------------------------------------- consuming
-    def link_credit(self, channel: int, handle: int) -> int:
-        return self.conn.link(channel, handle).credit
-
-    def send_delivery(
-        self, link: ConsumerLink, consumer: Any, queue: Queue, entry: Entry, tag: bytes
-    ) -> None:
-        message = entry.message
-        payload = to_amqp10(message.exchange, message.routing_key, message.properties, message.body)
-        delivery_id = self.conn.send_transfer(link.channel, link.handle, payload, tag, link.settled)
-        if not link.settled:
-            consumer.unacked += 1
-            self.sessions[link.channel].unsettled[delivery_id] = (link, queue, entry)
-        self.endpoint.edge.schedule()
-
-    def _flow(self, e: ev.FlowReceived) -> None:
-        if e.handle is None:
-            return  # the session's window: the connection sends what waited
-        session = self.sessions.get(e.channel)
-        link = session.consumers.get(e.handle) if session is not None else None
-        if link is None:
-            if e.echo and session is not None and e.handle in session.publishers:
-                self.conn.send_link_flow(e.channel, e.handle)
-            return
-        link.queue.dispatch()
-        own = self.conn.link(e.channel, e.handle)
-        if e.drain and own.credit > 0:
-            self.conn.drained(e.channel, e.handle, 0)
-        elif e.echo:
-            self.conn.send_link_flow(e.channel, e.handle)
-
-    def _disposition(self, e: ev.DispositionReceived) -> None:
-        if not e.role:
-            return  # the client's sender settling what we received: nothing waits on it
-        session = self.sessions.get(e.channel)
-        if session is None:
-            return
-        by_queue: dict[Queue, list[Entry]] = {}
-        last = e.last
-        did = e.first
-        while True:
-            held = session.unsettled.pop(did, None)
-            if held is not None:
-                link, queue, entry = held
-                if link.consumer is not None:
-                    link.consumer.unacked -= 1
-                by_queue.setdefault(queue, []).append(entry)
-            if did == last:
-                break
-            did = (did + 1) & 0xFFFF_FFFF
-        state = e.state
-        for queue, entries in by_queue.items():
-            if isinstance(state, d.Accepted):
-                queue.ack(entries)
-            elif isinstance(state, d.Rejected) or (
-                isinstance(state, d.Modified) and state.undeliverable_here
-            ):
-                queue.reject(entries, False)
-            else:  # released, modified: back to the queue
-                queue.reject(entries, True)
-            queue.dispatch()
-        if not e.settled:
-            self.conn.send_disposition(e.channel, False, e.first, e.last, True, state)
-
-    def _aborted(self, e: ev.TransferAborted) -> None:
-        pass  # what came of it is dropped
 
     # ---------------------------------------------------------- flow control
     def set_writable(self, writable: bool) -> None:
