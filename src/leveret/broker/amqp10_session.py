@@ -27,10 +27,12 @@ from leveret.broker.amqp10_common import (
     condition,
 )
 from leveret.broker.amqp10_consuming import Consuming
+from leveret.broker.amqp10_linkpair import ManagementLinks, PairSession
 from leveret.broker.amqp10_publishing import Publishing
 from leveret.broker.broker import BrokerCore
 from leveret.broker.events import ConnectionAuthorized, UserAuthenticated
 from leveret.broker.ports import FlowHolder, Traffic, WriteStalls
+from leveret.broker.queues import Queue
 from leveret.broker.users import Permission, User
 from leveret.broker.vhost import VirtualHost
 from leveret.protocol.amqp10 import definitions as d
@@ -41,7 +43,7 @@ from leveret.protocol.errors import AMQPError
 log = logging.getLogger(__name__)
 
 
-class Amqp10Session(Publishing, Consuming):
+class Amqp10Session(Publishing, Consuming, ManagementLinks):
     """An AMQP 1.0 connection, from SASL to close."""
 
     # RabbitMQ 4 lists these connections with this protocol
@@ -85,6 +87,9 @@ class Amqp10Session(Publishing, Consuming):
         self.held_by: set[FlowHolder] = set()
         self.holding: set[FlowHolder] = set()
         self.needs_sync = False
+        # --- /management link pairs (amqp10_linkpair) ---
+        self.link_pairs: dict[int, PairSession] = {}
+        self.owned_queues: list[Queue] = []
 
     # ------------------------------------------------------ as others see it
     @property
@@ -108,6 +113,9 @@ class Amqp10Session(Publishing, Consuming):
     # -------------------------------------------------------------- the table
     def handle(self, event: ev.Event) -> None:
         """A frame of the connection, by its handler."""
+        # --- /management link pairs (amqp10_linkpair): their links' events ---
+        if self.link_pairs and self._pair_event(event):
+            return
         handler = _EVENTS[type(event)]
         try:
             handler(self, event)
@@ -261,6 +269,7 @@ class Amqp10Session(Publishing, Consuming):
         self.conn.send_end(e.channel, e.error)
 
     def _end_session(self, channel: int) -> None:
+        self._end_pairs(channel)  # --- /management link pairs (amqp10_linkpair) ---
         session = self.sessions.pop(channel, None)
         if session is None:
             return
@@ -271,6 +280,9 @@ class Amqp10Session(Publishing, Consuming):
     def _attach(self, e: ev.AttachReceived) -> None:
         attach = e.attach
         session = self.sessions[e.channel]
+        # --- /management link pairs (amqp10_linkpair) ---
+        if self._attach_pair(e.channel, e.handle, attach):
+            return
         if attach.role:  # the client receives: we send, from a queue
             self._attach_consumer(session, e.handle, attach)
         else:
@@ -335,6 +347,7 @@ class Amqp10Session(Publishing, Consuming):
         self.closed = True
         for channel in list(self.sessions):
             self._end_session(channel)
+        self._close_pairs()  # --- /management link pairs (amqp10_linkpair) ---
         self._release_held()
         for holder in list(self.held_by):
             holding = getattr(holder, "holding", None)
