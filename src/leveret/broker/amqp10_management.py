@@ -53,7 +53,13 @@ from leveret.broker.exchanges import exchange_type
 from leveret.broker.limits import check_queue_limit
 from leveret.broker.operations import Actor, BindingRequest
 from leveret.broker.operations.topics import authorize_topic
-from leveret.broker.queues import Queue
+from leveret.broker.queues import (
+    QUEUE_TYPES,
+    ClassicQueue,
+    Declaration,
+    Queue,
+    queue_type_name,
+)
 from leveret.broker.vhost import VirtualHost
 from leveret.protocol import spec
 from leveret.protocol.amqp10 import definitions as d
@@ -190,6 +196,13 @@ def _routing_arg(node: Node, kind: str, name: str, arguments: Any, key: str) -> 
     _check(node, "write", "exchange", target)
 
 
+def _of_property(exc: AMQPError) -> bool:
+    """A queue type's refusal of a property (auto-delete, exclusive, non-durable): RabbitMQ
+    4.2's queue types return these as protocol errors (400), where an argument's refusal
+    exits (409)."""
+    return _error_text(exc).startswith("invalid property '")
+
+
 def _error_text(exc: AMQPError) -> str:
     text = exc.reply_text
     _, sep, rest = text.partition(" - ")
@@ -285,10 +298,26 @@ def _put_queue(node: Node, raw: str, body: Value) -> tuple[str, Value]:
     _check(node, "configure", "queue", name)
     if name not in vhost.queues:
         _routing_arg(node, "queue", name, arguments, "x-dead-letter-exchange")
+        # rabbit_amqqueue:declare's order: the arguments (exits, 409), the vhost's queue
+        # limit (403), then what the queue type refuses of the properties (400)
+        owner = node.actor.connection if props.exclusive else None
+        kind = QUEUE_TYPES.get(queue_type_name(arguments), ClassicQueue)
+        declaration = Declaration(
+            name, vhost.name, props.durable, owner, props.auto_delete, arguments
+        )
+        refused: AMQPError | None = None
+        try:
+            kind.validate(declaration)
+        except AMQPError as exc:
+            if not _of_property(exc):
+                raise Refusal("409", _error_text(exc)) from None
+            refused = exc
         try:
             check_queue_limit(vhost, name)
         except AMQPError as exc:
             raise Refusal("403", _error_text(exc)) from None
+        if refused is not None:
+            raise Refusal("400", _error_text(refused))
     method = spec.command(
         commands.Queue.Declare,
         queue=name,
@@ -300,8 +329,8 @@ def _put_queue(node: Node, raw: str, body: Value) -> tuple[str, Value]:
     try:
         declared = operations.declare_queue(vhost, node.actor, method, transient_exclusive=False)
     except AMQPError as exc:
-        status = "409" if exc.code == spec.PRECONDITION_FAILED else "400"
-        raise Refusal(status, _error_text(exc)) from None
+        conflict = exc.code == spec.PRECONDITION_FAILED and not _of_property(exc)
+        raise Refusal("409" if conflict else "400", _error_text(exc)) from None
     q = declared.queue
     if declared.created:
         if q.exclusive_owner is not None:
