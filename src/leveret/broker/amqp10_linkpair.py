@@ -301,7 +301,7 @@ class ManagementLinks(Amqp10Base):
         size_error = _size_error(len(e.payload), vhost.max_message_size)
         if size_error is not None:
             return self._end_with(channel, size_error)
-        node = Node(vhost, self.actor, self.broker.node_name, self.owned_queues.append)
+        node = Node(vhost, self.actor, self.broker.node_name, self._own)
         try:
             response = handle_request(e.payload, node)
         except SessionEnd as end:
@@ -313,6 +313,12 @@ class ManagementLinks(Amqp10Base):
         if self.conn.link(channel, e.handle).credit <= MAX_CREDIT // 2:
             self.conn.grant_credit(channel, e.handle, MAX_CREDIT)
         return None
+
+    def _own(self, q: Queue) -> None:
+        """An exclusive queue a pair declared: the connection's (those deleted since are
+        forgotten)."""
+        self.owned_queues = [x for x in self.owned_queues if not x.deleted]
+        self.owned_queues.append(q)
 
     def _window_used(self, channel: int) -> None:
         """A transfer took one of the session's incoming window: opened again once half

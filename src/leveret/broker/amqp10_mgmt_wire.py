@@ -423,16 +423,14 @@ def args_from_amqp(value: Value) -> TypedTable:
 def _to_091(value: Value) -> tuple[str, Any]:
     kind, v = value
     if kind == "map":
+        # what the parser keeps as_is (decimals, NaN and infinite floats) is left out
         table = TypedTable({})
         for k, item in v:
-            if k[0] == "described" or item[0] == "described":
-                continue
-            key_kind, key = k
-            if key_kind in ("decimal32", "decimal64", "decimal128"):
+            if _as_is(k) or _as_is(item):
                 continue
             inner_kind, inner = _to_091(item)
-            table[str(key)] = inner
-            table.types[str(key)] = inner_kind
+            table[str(k[1])] = inner
+            table.types[str(k[1])] = inner_kind
         return "table", table
     if kind in ("list", "array"):
         return "array", [_to_091(item)[1] for item in v]
@@ -444,6 +442,14 @@ def _to_091(value: Value) -> tuple[str, Any]:
     if kind == "null":
         return mapped, None
     return mapped, v
+
+
+def _as_is(value: Value) -> bool:
+    """amqp10_binary_parser's ``{as_is, Code, Bytes}``: decimals, NaN and infinities."""
+    kind, v = value
+    if kind in ("float", "double"):
+        return bool(v != v or v in (float("inf"), float("-inf")))
+    return kind in ("decimal32", "decimal64", "decimal128")
 
 
 def args_to_amqp(arguments: Any) -> Value:
