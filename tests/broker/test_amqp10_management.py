@@ -323,6 +323,14 @@ def test_an_exclusive_queue_is_the_connections_and_stays_durable(
             "409",
             "invalid arg 'x-max-length' for queue 'q' in vhost '/': {value_negative,-1}",
         ),
+        # rabbit_amqqueue:check_queue_type
+        (
+            "/queues/q",
+            amap(arguments=args(x_queue_type=s("foo"))),
+            "409",
+            "invalid arg 'x-queue-type' for queue 'q' in vhost '/': \"unsupported queue type "
+            "'foo'\"",
+        ),
         # check_routing_arg
         (
             "/queues/q",
