@@ -381,7 +381,7 @@ def _convert(payload: bytes, s: Sections) -> Parsed:
             headers.append((app_key[1], encoded))
     user = _field(p, 1)
     user_id = bytes(user[1]) if user is not None and user[0] == "binary" else None
-    valid_user = user_id if user_id is not None and av.utf8_text(user_id, 255) else None
+    valid_user = user_id if user_id is not None and av.utf8_text(user_id, 255) is not None else None
     creation = _field(p, 9)
     timestamp = None
     if creation is not None and isinstance(creation[1], int):  # unwrap: ms div 1000
