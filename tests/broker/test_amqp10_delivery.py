@@ -441,7 +441,7 @@ def test_bytes_as_rabbitmq_writes_them() -> None:
     out = amqp10_delivery.delivery(Message.build("ex", "rk", b"hi"))
     assert out == (
         b"\x00\x53\x70\xc0\x06\x05\x42\x40\x40\x41\x43"
-        + b"\x00\x53\x72\xc1\x21\x04"
+        + b"\x00\x53\x72\xc1\x24\x04"
         + b"\xa3\x0ax-exchange\xa1\x02ex"
         + b"\xa3\x0dx-routing-key\xa1\x02rk"
         + b"\x00\x53\x75\xa0\x02hi"
