@@ -349,8 +349,8 @@ def test_x_cc(value: types.Value, keys: tuple[str, ...], error: str | None) -> N
         (types.section(0x79, ("list", [])) + data(b"x"), "function_clause"),
         (b"\x40" + data(b"x"), "function_clause"),
         (types.section(0x70, ("list", [("bool", True)] * 6)) + data(b"x"), "function_clause"),
-        (application([]) + properties() + data(b"x"), "function_clause"),
-        (properties() + properties() + data(b"x"), "function_clause"),
+        (application([]) + properties() + data(b"x"), "badarg"),
+        (properties() + properties() + data(b"x"), "badarg"),
     ],
     ids=[
         "annotation key not x-",

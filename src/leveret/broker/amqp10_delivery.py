@@ -32,14 +32,20 @@ message, and gives a client-set ``x-death`` header as an ``x-death`` annotation)
 
 from __future__ import annotations
 
-import re
-import urllib.parse
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from leveret.broker import amqp10_values as av
+from leveret.broker.amqp10_from091 import (
+    Annotation,
+    Props091,
+    body_sections,
+    data_section,
+    headers_view,
+    properties_section,
+)
 from leveret.broker.amqp10_message import (
     AMQP10_TYPE,
     DATA,
@@ -47,23 +53,19 @@ from leveret.broker.amqp10_message import (
     Amqp10Message,
     read_sections,
 )
+from leveret.broker.amqp10_sections import remember
 from leveret.broker.message import Message
 from leveret.protocol import table
 from leveret.protocol.amqp10 import definitions as defs
 from leveret.protocol.amqp10 import types
 from leveret.protocol.amqp10.types import Value
-from leveret.protocol.binary import I64, U32, U64
+from leveret.protocol.binary import I64
 
-_CACHE_SIZE = 4096
-_URN = re.compile(
-    rb"urn:uuid:([0-9a-fA-F]{8})-([0-9a-fA-F]{4})-([0-9a-fA-F]{4})-([0-9a-fA-F]{4})-([0-9a-fA-F]{12})"
-)
 _MA = b"\x00\x53\x72"
 _SYM = {name: av.symbol(name) for name in (
     "x-exchange", "x-routing-key", "x-opt-deaths", "x-basic-type", "x-cc",
     "x-opt-rabbitmq-received-time", "x-delivery-count", "x-stream-offset",
 )}  # fmt: skip
-Annotation = tuple[str, bytes]  # key (an x- symbol) and its encoded value
 
 
 # ------------------------------------------------------------------- the API
@@ -235,9 +237,7 @@ def _header(durable: bool, priority: int | None, ttl: int | None, first: bool, c
             b"\x40" if ttl is None else av.encode(("uint", ttl)),
         ]
         got = _header_section(fields, first, count)
-        if len(_HEADERS) >= _CACHE_SIZE:
-            _HEADERS.clear()
-        _HEADERS[key] = got
+        remember(_HEADERS, key, got)
     return got
 
 
@@ -302,20 +302,45 @@ _FIRST_MA: dict[tuple[bytes, bytes], bytes] = {}
 def _from_amqp10(
     m: Amqp10Message, redelivered: bool, count: int, annotations: Mapping[str, Any] | None
 ) -> bytes:
-    if m.properties is m.born and not annotations:
-        key = (m.annotations_raw, m.exchange_and_key)
-        section = _FIRST_MA.get(key)
-        if section is None:
-            ma = list(_kept(m))
-            _rabbit_annotations(ma, m, None, None)
-            section = _annotations_section(ma)
-            if len(_FIRST_MA) >= _CACHE_SIZE:
-                _FIRST_MA.clear()
-            _FIRST_MA[key] = section
+    first = not redelivered and count == 0
+    if m.properties is m.born:
         durable, priority, ttl = m.born_header
-        first = not redelivered and count == 0
-        return b"".join((_header(durable, priority, ttl, first, count), section, m.bare))
-    return _amqp10_prefix(m, redelivered, count, annotations) + m.bare
+        head = _header(durable, priority, ttl, first, count)
+        if not annotations:
+            key = (m.annotations_raw, m.exchange_and_key)
+            section = _FIRST_MA.get(key)
+            if section is None:
+                ma = list(_kept(m))
+                _rabbit_annotations(ma, m, None, None)
+                section = _annotations_section(ma)
+                remember(_FIRST_MA, key, section)
+            return b"".join((head, section, m.bare))
+        ma = list(_kept(m))
+        _rabbit_annotations(ma, m, None, annotations)
+        return b"".join((head, _annotations_section(ma), m.bare))
+    # the broker changed its properties: dead-lettering, interceptors, a queue's count
+    p = Props091(m.properties)
+    ma = list(_kept(m))
+    deaths = None
+    extra: dict[str, Any] = {}
+    born = dict(table.headers(m.born) or [])
+    now = table.parse_table(p.headers_raw)[0] if p.headers_raw is not None else []
+    for name, value in now:
+        if born.get(name) == value:
+            continue
+        if name == "x-death":
+            deaths = av.deaths_annotation(value)
+        elif name == "timestamp_in_ms" and value[:1] == b"l":
+            extra[name] = I64.unpack_from(value, 1)[0]
+        elif name.startswith("x-"):
+            converted = av.from_091(value)
+            if converted is not None:
+                extra[name] = _simple(converted)
+    if annotations:
+        extra.update(annotations)
+    _rabbit_annotations(ma, m, deaths, extra)
+    head = _header(p.delivery_mode == 2, p.priority, p.ttl, first and deaths is None, count)
+    return b"".join((head, _annotations_section(ma), m.bare))
 
 
 def _kept(m: Amqp10Message) -> list[Annotation]:
@@ -324,38 +349,8 @@ def _kept(m: Amqp10Message) -> list[Annotation]:
     kept = _AMQP10_MA.get(raw)
     if kept is None:
         kept = [(k, av.encode(v)) for k, v in m.annotations]
-        if len(_AMQP10_MA) >= _CACHE_SIZE:
-            _AMQP10_MA.clear()
-        _AMQP10_MA[raw] = kept
+        remember(_AMQP10_MA, raw, kept)
     return kept
-
-
-def _amqp10_prefix(
-    m: Amqp10Message, redelivered: bool, count: int, annotations: Mapping[str, Any] | None
-) -> bytes:
-    p = _Props091(m.properties)
-    ma = list(_kept(m))
-    deaths = None
-    extra: dict[str, Any] = {}
-    if m.properties is not m.born:  # what the broker added since it was published
-        born = dict(table.headers(m.born) or [])
-        for key, value in p.headers or []:
-            if born.get(key) == value:
-                continue
-            if key == "x-death":
-                deaths = av.deaths_annotation(value)
-            elif key == "timestamp_in_ms" and value[:1] == b"l":
-                extra[key] = I64.unpack_from(value, 1)[0]
-            elif key.startswith("x-"):
-                converted = av.from_091(value)
-                if converted is not None:
-                    extra[key] = _simple(converted)
-    if annotations:
-        extra.update(annotations)
-    _rabbit_annotations(ma, m, deaths, extra)
-    first = not redelivered and count == 0 and deaths is None
-    head = _header(p.delivery_mode == 2, p.priority, p.ttl, first, count)
-    return head + _annotations_section(ma)
 
 
 def _simple(value: Value) -> Any:
@@ -368,194 +363,39 @@ def _simple(value: Value) -> Any:
 
 
 # ------------------------------------------------ published over AMQP 0-9-1
-class _Props091:
-    """Content-header property bytes read as RabbitMQ holds them (short strings as
-    bytes)."""
-
-    __slots__ = (
-        "app_id",
-        "content_encoding",
-        "content_type",
-        "correlation_id",
-        "delivery_mode",
-        "expiration",
-        "headers",
-        "message_id",
-        "priority",
-        "reply_to",
-        "timestamp",
-        "ttl",
-        "type",
-        "user_id",
-    )
-
-    def __init__(self, raw: bytes) -> None:
-        spans = table.property_spans(raw)
-
-        def short(flag: int) -> bytes | None:
-            span = spans.get(flag)
-            return None if span is None else raw[span[0] + 1 : span[1]]
-
-        def octet(flag: int) -> int | None:
-            span = spans.get(flag)
-            return None if span is None else raw[span[0]]
-
-        self.content_type = short(0x8000)
-        self.content_encoding = short(0x4000)
-        self.headers = table.headers(raw)
-        self.delivery_mode = octet(0x1000)
-        self.priority = octet(0x0800)
-        self.correlation_id = short(0x0400)
-        self.reply_to = short(0x0200)
-        self.expiration = short(0x0100)
-        self.message_id = short(0x0080)
-        span = spans.get(0x0040)
-        self.timestamp = None if span is None else U64.unpack_from(raw, span[0])[0]
-        self.type = short(0x0020)
-        self.user_id = short(0x0010)
-        self.app_id = short(0x0008)
-        self.ttl = None
-        if self.expiration is not None and self.expiration.isdigit():
-            self.ttl = int(self.expiration)
-
-
-@dataclass(slots=True)
-class _Converted:
-    """What depends only on a message's exchange, routing key and property bytes."""
-
-    durable: bool
-    priority: int | None
-    ttl: int | None
-    ma: list[Annotation]
-    deaths: bytes | None
-    tail: bytes  # properties and application-properties sections
-    amqp_body: bool
-    first: bytes | None = None  # header, annotations and tail of a plain first delivery
-
-
-_CONVERTED: dict[tuple[bytes, bytes], _Converted] = {}
+_FIRST091: dict[tuple[bytes, bytes], bytes] = {}  # whole property bytes that repeat
+_MA091: dict[tuple[bytes, bytes | None, bytes | None], bytes] = {}
 
 
 def _from_amqp091(
     m: Message, redelivered: bool, count: int, annotations: Mapping[str, Any] | None
 ) -> bytes:
-    key = (m.exchange_and_key, m.properties)
-    c = _CONVERTED.get(key)
-    if c is None:
-        c = _convert091(m)
-        if len(_CONVERTED) >= _CACHE_SIZE:
-            _CONVERTED.clear()
-        _CONVERTED[key] = c
-    body = _body_sections(m.body) if c.amqp_body else None
-    if body is None:
-        n = len(m.body)
-        head = b"\x00Su\xa0" + bytes((n,)) if n < 256 else b"\x00Su\xb0" + U32.pack(n)
-        body = head + m.body
-    if not redelivered and count == 0 and not annotations and c.deaths is None:
-        if c.first is None:
-            c.first = _prefix091(c, m, True, 0, None)
-        return c.first + body
-    first = not redelivered and count == 0 and c.deaths is None
-    return _prefix091(c, m, first, count, annotations) + body
-
-
-def _prefix091(
-    c: _Converted, m: Message, first: bool, count: int, annotations: Mapping[str, Any] | None
-) -> bytes:
-    ma = list(c.ma)
-    _rabbit_annotations(ma, m, c.deaths, annotations)
-    return _header(c.durable, c.priority, c.ttl, first, count) + _annotations_section(ma) + c.tail
-
-
-def _body_sections(body: bytes) -> bytes | None:
-    """A body typed ``amqp-1.0``: its sections, re-encoded as RabbitMQ decodes and encodes
-    them; None when it is not sections (RabbitMQ fails on those: sent as data here)."""
-    try:
-        sections = types.sections(body)
-    except types.DecodeError:
-        return None
-    if not sections:
-        return None
-    return b"".join(av.section(code, value) for code, value in sections)
-
-
-def _convert091(m: Message) -> _Converted:
-    """mc_amqpl:convert_to(mc_amqp, ...): everything but the body."""
-    p = _Props091(m.properties)
-    headers = p.headers or []
-    ma: list[Annotation] = []
-    if p.type is not None:
-        ma.append(("x-basic-type", av.string(p.type)))
-    deaths = None
-    application: list[bytes] = []
-    for key, value in headers:
-        if key == "x-death":
-            deaths = av.deaths_annotation(value)
-            if deaths is not None:
-                continue
-        if key.startswith("x-"):
-            converted = av.from_091(value)
-            if converted is not None:
-                ma.append((key, av.encode(converted)))
-        elif key == "CC" and value[:1] == b"A":
-            converted = av.from_091(value)
-            if converted is not None:
-                ma.append(("x-cc", av.encode(converted)))
-        elif value[:1] not in (b"A", b"F"):
-            converted = av.from_091(value)
-            if converted is not None:
-                application += (av.string(key), av.encode(converted))
-    fields = [
-        _id(p.message_id),
-        b"\x40" if p.user_id is None else av.encode(("binary", p.user_id)),
-        b"\x40",
-        b"\x40",
-        _reply_address(p.reply_to),
-        _id(p.correlation_id),
-        b"\x40" if p.content_type is None else av.encode(("symbol", p.content_type)),
-        b"\x40" if p.content_encoding is None else av.encode(("symbol", p.content_encoding)),
-        b"\x40",
-        b"\x40" if p.timestamp is None else b"\x83" + I64.pack(_signed(p.timestamp) * 1000),
-        b"\x40" if p.app_id is None else av.string(p.app_id),
-    ]
-    while fields and fields[-1] == b"\x40":
-        fields.pop()
-    tail = b""
-    if fields:
-        tail = b"\x00\x53\x73" + av.compound(0xC0, fields, len(fields))
-    if application:
-        tail += b"\x00\x53\x74" + av.compound(0xC1, application, len(application))
-    return _Converted(
-        durable=p.delivery_mode == 2,
-        priority=p.priority,
-        ttl=p.ttl,
-        ma=ma,
-        deaths=deaths,
-        tail=tail,
-        amqp_body=p.type == AMQP10_TYPE.encode(),
-    )
-
-
-def _signed(n: int) -> int:
-    return n - 2**64 if n >= 2**63 else n
-
-
-def _id(value: bytes | None) -> bytes:
-    """A message or correlation id: a ``urn:uuid:`` string as the uuid, else the string."""
-    if value is None:
-        return b"\x40"
-    match = _URN.fullmatch(value)
-    if match:
-        return b"\x98" + bytes.fromhex("".join(g.decode() for g in match.groups()))
-    return av.string(value)
-
-
-def _reply_address(value: bytes | None) -> bytes:
-    """reply-to as an address: ``/queues/`` and the name, percent-encoded but for
-    unreserved characters (uri_string:quote)."""
-    if value is None:
-        return b"\x40"
-    return av.string(b"/queues/" + urllib.parse.quote_from_bytes(value, safe="").encode())
+    plain = not redelivered and count == 0 and not annotations
+    if plain:
+        prefix = _FIRST091.get((m.exchange_and_key, m.properties))
+        if prefix is not None:
+            return prefix + data_section(m.body)
+    p = Props091(m.properties)
+    view = headers_view(p.headers_raw, p.type)
+    first = not redelivered and count == 0 and view.deaths is None
+    head = _header(p.delivery_mode == 2, p.priority, p.ttl, first, count)
+    if plain and view.deaths is None:
+        key = (m.exchange_and_key, p.headers_raw, p.type)
+        section = _MA091.get(key)
+        if section is None:
+            ma = list(view.annotations)
+            _rabbit_annotations(ma, m, None, None)
+            section = _annotations_section(ma)
+            remember(_MA091, key, section)
+    else:
+        ma = list(view.annotations)
+        _rabbit_annotations(ma, m, view.deaths, annotations)
+        section = _annotations_section(ma)
+    prefix = b"".join((head, section, properties_section(p), view.application))
+    repeats = p.message_id is None and p.timestamp is None and p.type != b"amqp-1.0"
+    if plain and view.deaths is None and repeats:  # (amqp-1.0: its body is sections)
+        remember(_FIRST091, (m.exchange_and_key, m.properties), prefix)
+    return prefix + body_sections(p, m.body)
 
 
 __all__ = [

@@ -31,12 +31,25 @@ the data sections' bytes, concatenated, or the body and footer sections as encod
 from __future__ import annotations
 
 import re
-import struct
 import urllib.parse
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from leveret.broker import amqp10_values as av
+from leveret.broker.amqp10_sections import (
+    BODY,
+    DATA,
+    NULL,
+    Amqp10Error,
+    Sections,
+    decode_annotations,
+    decode_application,
+    decode_header,
+    read_sections,
+    remember,
+    size_error,
+    user_id_error,
+)
 from leveret.broker.message import Message
 from leveret.protocol import table
 from leveret.protocol.amqp10 import definitions as defs
@@ -44,66 +57,22 @@ from leveret.protocol.amqp10 import types
 from leveret.protocol.amqp10.types import Value
 from leveret.protocol.binary import U32, U64
 
+__all__ = [
+    "AMQP10_TYPE",
+    "DATA",
+    "Amqp10Error",
+    "Amqp10Message",
+    "Parsed",
+    "Sections",
+    "parse",
+    "read_sections",
+    "size_error",
+    "user_id_error",
+]
+
 AMQP10_TYPE = "amqp-1.0"  # mc_amqpl's ?AMQP10_TYPE: an AMQP-encoded AMQP 0-9-1 body
-HEADER, DELIVERY_ANNOTATIONS, MESSAGE_ANNOTATIONS = 0x70, 0x71, 0x72
-PROPERTIES, APPLICATION_PROPERTIES = 0x73, 0x74
-DATA, AMQP_SEQUENCE, AMQP_VALUE, FOOTER = 0x75, 0x76, 0x77, 0x78
-_NAMES = {
-    "amqp:header:list": HEADER,
-    "amqp:delivery-annotations:map": DELIVERY_ANNOTATIONS,
-    "amqp:message-annotations:map": MESSAGE_ANNOTATIONS,
-    "amqp:properties:list": PROPERTIES,
-    "amqp:application-properties:map": APPLICATION_PROPERTIES,
-    "amqp:data:binary": DATA,
-    "amqp:amqp-sequence:list": AMQP_SEQUENCE,
-    "amqp:amqp-value:*": AMQP_VALUE,
-    "amqp:footer:map": FOOTER,
-}
-_BODY = frozenset((DATA, AMQP_SEQUENCE, AMQP_VALUE))
 # Message annotations that are RabbitMQ's own: not turned into AMQP 0-9-1 headers.
 _INTERNAL = frozenset(("x-routing-key", "x-exchange", "x-death"))
-_CACHE_SIZE = 4096
-
-
-class Amqp10Error(Exception):
-    """What RabbitMQ 4.2 answers a message with: an AMQP 1.0 error condition and
-    description. ``ends_session``: RabbitMQ ends the session (its session process fails
-    on the message) rather than detaching the link; for those, ``description`` is the
-    first line of what it sends (the reason; its stack trace is left out)."""
-
-    def __init__(self, condition: str, description: str, ends_session: bool = False) -> None:
-        super().__init__(description)
-        self.condition = types.Symbol(condition)
-        self.description = description
-        self.ends_session = ends_session
-
-    @property
-    def error(self) -> defs.Error:
-        return defs.Error(self.condition, self.description)
-
-
-def _crash(reason: str) -> Amqp10Error:
-    return Amqp10Error(defs.INTERNAL_ERROR, reason, ends_session=True)
-
-
-def size_error(size: int, max_size: int) -> Amqp10Error:
-    """A message over a link's max-message-size (either way): a link error."""
-    return Amqp10Error(
-        defs.MESSAGE_SIZE_EXCEEDED,
-        f"message size ({size} bytes) > maximum message size ({max_size} bytes)",
-    )
-
-
-def user_id_error(user_id: bytes | None, username: str, impersonator: bool) -> Amqp10Error | None:
-    """rabbit_access_control:check_user_id: a user-id other than the authenticated user's
-    (unless the user is tagged impersonator) detaches the link."""
-    if user_id is None or impersonator or user_id == username.encode():
-        return None
-    claimed = user_id.decode("utf-8", "replace")
-    return Amqp10Error(
-        defs.UNAUTHORIZED_ACCESS,
-        f"user_id property set to '{claimed}' but authenticated user was '{username}'",
-    )
 
 
 @dataclass(slots=True, eq=False, repr=False)
@@ -209,134 +178,77 @@ def parse(payload: bytes) -> Parsed:
     s = read_sections(payload)
     if s.body_at < 0:
         raise Amqp10Error(defs.DECODE_ERROR, "message has no body")
-    return _convert(payload, s)
-
-
-@dataclass(slots=True)
-class Sections:
-    """The sections before a message's body, decoded and checked as RabbitMQ's parser
-    does in server mode (mc_amqp:init): the header's fields, the message annotations (and
-    their section's bytes), the properties' fields, the application properties; where the
-    bare message starts, where the body starts (-1: none) and its first section's
-    code."""
-
-    header: list[Value] | None = None
-    annotations: list[tuple[str, Value]] = field(default_factory=list)
-    annotations_raw: bytes = b""
-    properties: list[Value] | None = None
-    application: list[tuple[Value, Value]] = field(default_factory=list)
-    bare_at: int = -1
-    body_at: int = -1
-    body_code: int = 0
-
-
-def read_sections(payload: bytes) -> Sections:
-    """A message's sections up to its body (see :class:`Sections`); raises
-    :class:`Amqp10Error` (internal-error, ending the session) for one RabbitMQ cannot
-    take."""
-    s = Sections()
-    pos = 0
-    n = len(payload)
-    try:
-        while pos < n:
-            start = pos
-            if payload[pos] != 0x00:
-                raise _crash("function_clause")
-            code, pos = _descriptor(payload, pos + 1)
-            if code in _BODY:
-                s.body_at = start
-                s.body_code = code
-                break
-            value, pos = types.decode(payload, pos)
-            kind, v = value
-            if code == HEADER:
-                if kind != "list" or len(v) > 5:
-                    raise _crash("function_clause")
-                s.header = v
-            elif code in (DELIVERY_ANNOTATIONS, MESSAGE_ANNOTATIONS):
-                if kind != "map":
-                    raise _crash("function_clause")
-                checked = _annotations(v)
-                if code == MESSAGE_ANNOTATIONS:
-                    s.annotations = checked
-                    s.annotations_raw = payload[start:pos]
-            elif code == PROPERTIES:
-                if kind != "list" or len(v) > 13 or s.bare_at >= 0:
-                    raise _crash("function_clause" if kind == "list" else "badarg")
-                s.properties = v
-                s.bare_at = start
-            elif code == APPLICATION_PROPERTIES:
-                if kind != "map":
-                    raise _crash("function_clause")
-                s.application = v
-                if s.bare_at < 0:
-                    s.bare_at = start
-            else:  # a footer before the body, or a section RabbitMQ does not know
-                raise _crash("function_clause")
-    except types.DecodeError as exc:
-        raise _crash(f"{{badmatch,{exc}}}") from None
-    except (IndexError, struct.error):
-        raise _crash("function_clause") from None
-    if s.bare_at < 0:
-        s.bare_at = s.body_at
-    return s
-
-
-def _descriptor(payload: bytes, pos: int) -> tuple[int, int]:
-    """A section's descriptor code (a ulong, or a symbolic name) and where its value
-    starts."""
-    code = payload[pos]
-    if code == 0x53:
-        return payload[pos + 1], pos + 2
-    value, after = types.decode(payload, pos)
-    kind, v = value
-    if kind == "ulong":
-        return int(v), after
-    if kind == "symbol" and v in _NAMES:
-        return _NAMES[v], after
-    raise _crash("function_clause")
-
-
-def _annotations(pairs: list[tuple[Value, Value]]) -> list[tuple[str, Value]]:
-    """amqp10_framing:decode_annotations: every key an ``x-`` symbol."""
-    out = []
-    for key, value in pairs:
-        if key[0] != "symbol" or not key[1].startswith("x-"):
-            raise _crash(f"{{reserved_annotation_key,{av.term(key)}}}")
-        out.append((key[1], value))
-    return out
+    ma = _ma_view(s.annotations_raw)
+    mode, priority, expiration, born = _header_view(s.header_raw, s.annotations_raw, ma)
+    p = _props_view(s.properties_raw, s.properties)
+    body, body_type = _body(payload, s.body_at, s.body_code)
+    msg_type = _AMQP10_TYPE if body_type else ma.basic_type
+    if p.id_headers:
+        fields = [*ma.headers, *p.id_headers, *_app_view(s.application_raw)]
+        headers = table.encode_table(sorted_fields(fields)) if fields else None
+    else:
+        headers = _headers_table(s.annotations_raw, s.application_raw, ma)
+    properties = _encode_properties(
+        p.content_type,
+        p.content_encoding,
+        headers,
+        mode,
+        priority,
+        p.correlation_id,
+        p.reply_to,
+        expiration,
+        p.message_id,
+        p.timestamp,
+        msg_type,
+        p.valid_user,
+        p.app_id,
+    )
+    return Parsed(
+        to=p.to,
+        subject=p.subject,
+        cc=ma.cc,
+        cc_error=ma.cc_error,
+        user_id=p.user_id,
+        durable=mode == 2,
+        properties=properties,
+        body=body,
+        annotations=ma.annotations,
+        annotations_raw=s.annotations_raw,
+        bare=payload[s.bare_at :],
+        header=born,
+    )
 
 
 # ------------------------------------------------------------ the 0-9-1 view
-def _convert(payload: bytes, s: Sections) -> Parsed:
-    header, annotations, props, app = s.header, s.annotations, s.properties, s.application
-    ma: dict[str, Value] = {}
-    for key, value in annotations:
-        ma.setdefault(key, value)  # amqp10_map_get: the first of equal keys
-    hdr = header or []
-    durable = _field(hdr, 0)
-    priority = _field(hdr, 1)
-    ttl = _field(hdr, 2)
-    delivery_mode = None
-    if durable is not None and durable[0] in ("bool", "boolean"):
-        delivery_mode = 2 if durable[1] else 1
-    else:
-        delivery_mode = _unwrap_int(ma.get("x-basic-delivery-mode"))
-    prio = (
-        _unwrap_int(priority) if priority is not None else _unwrap_int(ma.get("x-basic-priority"))
-    )
-    expiration: bytes | None = None
-    if ttl is not None and isinstance(ttl[1], int) and not isinstance(ttl[1], bool):
-        expiration = str(ttl[1]).encode()
-    else:
-        expiration = _short(ma.get("x-basic-expiration"), any_text=True)
-    body, body_type = _body(payload, s.body_at, s.body_code)
-    msg_type = body_type.encode() if body_type else _short(ma.get("x-basic-type"), any_text=True)
+@dataclass(slots=True)
+class _MA:
+    """What message annotations give the AMQP 0-9-1 view and the routing."""
 
-    x_headers: list[table.Field] = []
+    annotations: tuple[tuple[str, Value], ...]
+    first: dict[str, Value]  # amqp10_map_get: the first of equal keys
+    headers: list[table.Field]
+    basic_type: bytes | None
+    cc: tuple[str, ...]
+    cc_error: Amqp10Error | None
+
+
+_NO_MA = _MA((), {}, [], None, (), None)
+_MAS: dict[bytes, _MA] = {}
+
+
+def _ma_view(raw: bytes) -> _MA:
+    if not raw:
+        return _NO_MA
+    got = _MAS.get(raw)
+    if got is not None:
+        return got
+    annotations = decode_annotations(raw)
+    first: dict[str, Value] = {}
+    for key, value in annotations:
+        first.setdefault(key, value)
     cc: tuple[str, ...] = ()
     cc_error = None
-    x_cc = ma.get("x-cc")
+    x_cc = first.get("x-cc")
     if x_cc is not None:
         if x_cc[0] == "list" and all(item[0] == "string" for item in x_cc[1]):
             cc = tuple(item[1] for item in x_cc[1])
@@ -344,85 +256,169 @@ def _convert(payload: bytes, s: Sections) -> Parsed:
             cc_error = Amqp10Error(
                 defs.INVALID_FIELD, f"bad value for 'x-cc' message-annotation: {av.term(x_cc)}"
             )
+    headers: list[table.Field] = []
     for key, value in annotations:
         if key == "x-cc":
             encoded = av.to_091(value)
             if encoded is not None:
-                x_headers.append(("CC", encoded))
-            continue
-        if key == "x-opt-rabbitmq-received-time" and value[0] == "timestamp":
-            x_headers.append(("timestamp_in_ms", table.long(value[1])))
-            continue
-        if key == "x-opt-deaths":
+                headers.append(("CC", encoded))
+        elif key == "x-opt-rabbitmq-received-time" and value[0] == "timestamp":
+            headers.append(("timestamp_in_ms", table.long(value[1])))
+        elif key == "x-opt-deaths":
             deaths = av.x_death_header(value)
             if deaths is not None:
-                x_headers.append(("x-death", deaths))
+                headers.append(("x-death", deaths))
+        elif av.is_as_is(value) or len(key.encode()) >= 256:
             continue
-        if av.is_as_is(value) or len(key.encode()) >= 256:
-            continue
-        if key.startswith("x-basic-") or key in _INTERNAL:
-            continue
-        encoded = av.to_091(value)
-        if encoded is not None:
-            x_headers.append((key, encoded))
-    p = props or []
-    message_id, id_header = _message_id(_field(p, 0), "x-message-id")
-    correlation_id, corr_header = _message_id(_field(p, 5), "x-correlation-id")
-    headers = x_headers
-    if corr_header is not None:
-        headers.append(corr_header)
-    if id_header is not None:
-        headers.append(id_header)
-    for app_key, value in app:
-        if app_key[0] != "string" or len(app_key[1].encode()) >= 256 or av.is_as_is(value):
-            continue
-        encoded = av.to_091(value)
-        if encoded is not None:
-            headers.append((app_key[1], encoded))
-    user = _field(p, 1)
-    user_id = bytes(user[1]) if user is not None and user[0] == "binary" else None
-    valid_user = user_id if user_id is not None and av.utf8_text(user_id, 255) is not None else None
-    creation = _field(p, 9)
+        elif not key.startswith("x-basic-") and key not in _INTERNAL:
+            encoded = av.to_091(value)
+            if encoded is not None:
+                headers.append((key, encoded))
+    got = _MA(
+        tuple(annotations),
+        first,
+        headers,
+        _short(first.get("x-basic-type"), any_text=True),
+        cc,
+        cc_error,
+    )
+    remember(_MAS, raw, got)
+    return got
+
+
+_HeaderView = tuple[int | None, int | None, bytes | None, tuple[bool, int | None, int | None]]
+_HEADER_VIEWS: dict[tuple[bytes | None, bytes], _HeaderView] = {}
+
+
+def _header_view(raw: bytes | None, ma_raw: bytes, ma: _MA) -> _HeaderView:
+    """delivery-mode, priority and expiration (from the header, else from the
+    ``x-basic-*`` annotations), and the header an AMQP 1.0 consumer gets back."""
+    key = (raw, ma_raw)
+    got = _HEADER_VIEWS.get(key)
+    if got is not None:
+        return got
+    hdr = [] if raw is None else decode_header(raw)
+    durable = _field(hdr, 0)
+    priority = _field(hdr, 1)
+    ttl = _field(hdr, 2)
+    if durable is not None and durable[0] in ("bool", "boolean"):
+        mode: int | None = 2 if durable[1] else 1
+    else:
+        mode = _unwrap_int(ma.first.get("x-basic-delivery-mode"))
+    if priority is not None:
+        prio = _unwrap_int(priority)
+    else:
+        prio = _unwrap_int(ma.first.get("x-basic-priority"))
+    if ttl is not None and isinstance(ttl[1], int) and not isinstance(ttl[1], bool):
+        expiration: bytes | None = str(ttl[1]).encode()
+    else:
+        expiration = _short(ma.first.get("x-basic-expiration"), any_text=True)
+    seconds = int(expiration) if expiration is not None and expiration.isdigit() else None
+    got = (mode, prio, expiration, (mode == 2, prio, seconds))
+    remember(_HEADER_VIEWS, key, got)
+    return got
+
+
+_APPS: dict[bytes, list[table.Field]] = {}
+
+
+def _app_view(raw: bytes | None) -> list[table.Field]:
+    """Application properties as headers: string keys under 256 bytes, values RabbitMQ
+    converts."""
+    if raw is None:
+        return []
+    got = _APPS.get(raw)
+    if got is None:
+        got = []
+        for key, value in decode_application(raw):
+            if key[0] != "string" or len(key[1].encode()) >= 256 or av.is_as_is(value):
+                continue
+            encoded = av.to_091(value)
+            if encoded is not None:
+                got.append((key[1], encoded))
+        remember(_APPS, raw, got)
+    return got
+
+
+_TABLES: dict[tuple[bytes, bytes | None], bytes | None] = {}
+
+
+def _headers_table(ma_raw: bytes, app_raw: bytes | None, ma: _MA) -> bytes | None:
+    key = (ma_raw, app_raw)
+    if key in _TABLES:
+        return _TABLES[key]
+    fields = ma.headers + _app_view(app_raw)
+    got = table.encode_table(sorted_fields(fields)) if fields else None
+    remember(_TABLES, key, got)
+    return got
+
+
+@dataclass(slots=True)
+class _P:
+    """What the properties give the AMQP 0-9-1 view and the session."""
+
+    message_id: bytes | None = None
+    correlation_id: bytes | None = None
+    id_headers: tuple[table.Field, ...] = ()
+    user_id: bytes | None = None
+    valid_user: bytes | None = None
+    reply_to: bytes | None = None
+    content_type: bytes | None = None
+    content_encoding: bytes | None = None
+    timestamp: int | None = None
+    app_id: bytes | None = None
+    to: str | None = None
+    subject: str | None = None
+
+
+_NO_PROPERTIES = _P()
+_PROPS: dict[bytes, _P] = {}
+
+
+_NULLS = [NULL] * 13
+
+
+def _props_view(raw: bytes | None, fields: list[Value] | None) -> _P:
+    if raw is None or fields is None:
+        return _NO_PROPERTIES
+    got = _PROPS.get(raw)  # publishers that send no ids repeat theirs
+    if got is not None:
+        return got
+    f = fields + _NULLS[len(fields) :]
+    mid, user, to, subject, reply_to, corr, ctype, cenc, _expiry, creation, group = f[:11]
+    message_id, id_header = _message_id(mid, "x-message-id")
+    correlation_id, corr_header = _message_id(corr, "x-correlation-id")
+    if id_header is None and corr_header is None:
+        id_headers: tuple[table.Field, ...] = ()
+    else:
+        id_headers = tuple(h for h in (corr_header, id_header) if h is not None)
+    user_id = valid = None
+    if user[0] == "binary":
+        user_id = bytes(user[1])
+        if av.utf8_text(user_id, 255) is not None:
+            valid = user_id
     timestamp = None
-    if creation is not None and isinstance(creation[1], int):  # unwrap: ms div 1000
+    if creation[0] == "timestamp":  # unwrap: ms div 1000
+        timestamp = av.ms_to_s(creation[1])
+    elif creation[0] != "null" and isinstance(creation[1], int):
         timestamp = creation[1]
-        if creation[0] == "timestamp":
-            timestamp = av.ms_to_s(timestamp)
-    properties = _encode_properties(
-        content_type=_short(_field(p, 6), any_text=True),
-        content_encoding=_short(_field(p, 7), any_text=True),
-        headers=_sorted(headers),
-        delivery_mode=delivery_mode,
-        priority=prio,
-        correlation_id=correlation_id,
-        reply_to=_reply_to(_field(p, 4)),
-        expiration=expiration,
-        message_id=message_id,
-        timestamp=timestamp,
-        msg_type=msg_type,
-        user_id=valid_user,
-        app_id=_short(_field(p, 10)),
+    got = _P(
+        message_id,
+        correlation_id,
+        id_headers,
+        user_id,
+        valid,
+        None if reply_to[0] == "null" else _reply_to(reply_to),
+        None if ctype[0] == "null" else _short(ctype, any_text=True),
+        None if cenc[0] == "null" else _short(cenc, any_text=True),
+        timestamp,
+        None if group[0] == "null" else _short(group),
+        to[1] if to[0] == "string" else None,
+        subject[1] if subject[0] == "string" else None,
     )
-    to = _field(p, 2)
-    subject = _field(p, 3)
-    return Parsed(
-        to=to[1] if to is not None and to[0] == "string" else None,
-        subject=subject[1] if subject is not None and subject[0] == "string" else None,
-        cc=cc,
-        cc_error=cc_error,
-        user_id=user_id,
-        durable=delivery_mode == 2,
-        properties=properties,
-        body=body,
-        annotations=tuple(annotations),
-        annotations_raw=s.annotations_raw,
-        bare=payload[s.bare_at :],
-        header=(
-            delivery_mode == 2,
-            prio,
-            int(expiration) if expiration is not None and expiration.isdigit() else None,
-        ),
-    )
+    if mid[0] == "null" and corr[0] == "null":  # others differ message by message
+        remember(_PROPS, raw, got)
+    return got
 
 
 def _field(fields: list[Value], index: int) -> Value | None:
@@ -462,6 +458,11 @@ def _message_id(value: Value | None, header: str) -> tuple[bytes | None, table.F
     if value is None:
         return None, None
     kind, v = value
+    if kind == "string":
+        raw = v.encode()
+        if len(raw) < 256:
+            return raw, None
+        return None, (header, table.longstr(raw))
     if kind == "uuid":
         return ("urn:uuid:" + str(uuid.UUID(bytes=bytes(v)))).encode(), None
     if kind == "ulong":
@@ -492,11 +493,10 @@ def _reply_to(value: Value | None) -> bytes | None:
 _BAD_ESCAPE = re.compile(rb"%(?![0-9a-fA-F]{2})")
 
 
-def _sorted(fields: list[table.Field]) -> list[table.Field] | None:
-    """Headers as RabbitMQ 4.2 sends them: sorted by key, the first of equal keys kept;
-    None for none."""
+def sorted_fields(fields: list[table.Field]) -> list[table.Field]:
+    """Headers as RabbitMQ 4.2 sends them: sorted by key, the first of equal keys kept."""
     if not fields:
-        return None
+        return []
     ordered = sorted(fields, key=lambda f: f[0].encode())
     out = [ordered[0]]
     for f in ordered[1:]:
@@ -505,12 +505,15 @@ def _sorted(fields: list[table.Field]) -> list[table.Field] | None:
     return out
 
 
+_AMQP10_TYPE = AMQP10_TYPE.encode()
+
+
 def _body(payload: bytes, at: int, code: int) -> tuple[bytes, str | None]:
     """The AMQP 0-9-1 body: one data section's bytes (the common case, read in place),
     several data sections concatenated (a footer left out), or, when the last body
     section is not data, the body and footer sections as encoded, typed ``amqp-1.0``."""
     n = len(payload)
-    if code == DATA and payload[at + 1] == 0x53:
+    if code == DATA and at + 5 <= n and payload[at + 1] == 0x53:
         tag = payload[at + 3]
         if tag == 0xA0 and at + 5 + payload[at + 4] == n:
             return payload[at + 5 :], None
@@ -519,7 +522,7 @@ def _body(payload: bytes, at: int, code: int) -> tuple[bytes, str | None]:
     if code != DATA:  # mc_amqp keeps the encoded body and footer as they came
         return payload[at:], AMQP10_TYPE
     try:  # decoded, and converted section by section (mc_amqpl:convert_from)
-        body = [(c, v) for c, v in types.sections(payload[at:]) if c in _BODY]
+        body = [(c, v) for c, v in types.sections(payload[at:]) if c in BODY]
     except types.DecodeError:
         return payload[at:], AMQP10_TYPE  # RabbitMQ fails on these: kept as they are
     if body and body[-1][0] == DATA:
@@ -530,14 +533,10 @@ def _body(payload: bytes, at: int, code: int) -> tuple[bytes, str | None]:
 
 
 # ------------------------------------------------------------ property bytes
-_OCTET = struct.Struct(">B")
-
-
 def _encode_properties(
-    *,
     content_type: bytes | None,
     content_encoding: bytes | None,
-    headers: list[table.Field] | None,
+    headers: bytes | None,
     delivery_mode: int | None,
     priority: int | None,
     correlation_id: bytes | None,
@@ -549,36 +548,47 @@ def _encode_properties(
     user_id: bytes | None,
     app_id: bytes | None,
 ) -> bytes:
-    """Content-header property bytes (flags, then each property present, in order)."""
+    """Content-header property bytes (flags, then each property present, in order;
+    ``headers``: the encoded table)."""
     flags = 0
     out: list[bytes] = []
     if content_type is not None:
-        flags |= 0x8000
+        flags = 0x8000
         out.append(bytes((len(content_type),)) + content_type)
     if content_encoding is not None:
         flags |= 0x4000
         out.append(bytes((len(content_encoding),)) + content_encoding)
     if headers is not None:
         flags |= 0x2000
-        out.append(table.encode_table(headers))
+        out.append(headers)
     if delivery_mode is not None:
         flags |= 0x1000
-        out.append(_OCTET.pack(delivery_mode))
+        out.append(bytes((delivery_mode,)))
     if priority is not None:
         flags |= 0x0800
-        out.append(_OCTET.pack(priority))
-    for flag, value in ((0x0400, correlation_id), (0x0200, reply_to), (0x0100, expiration)):
-        if value is not None:
-            flags |= flag
-            out.append(bytes((len(value),)) + value)
+        out.append(bytes((priority,)))
+    if correlation_id is not None:
+        flags |= 0x0400
+        out.append(bytes((len(correlation_id),)) + correlation_id)
+    if reply_to is not None:
+        flags |= 0x0200
+        out.append(bytes((len(reply_to),)) + reply_to)
+    if expiration is not None:
+        flags |= 0x0100
+        out.append(bytes((len(expiration),)) + expiration)
     if message_id is not None:
         flags |= 0x0080
         out.append(bytes((len(message_id),)) + message_id)
     if timestamp is not None:
         flags |= 0x0040
         out.append(U64.pack(timestamp % 2**64))
-    for flag, value in ((0x0020, msg_type), (0x0010, user_id), (0x0008, app_id)):
-        if value is not None:
-            flags |= flag
-            out.append(bytes((len(value),)) + value)
+    if msg_type is not None:
+        flags |= 0x0020
+        out.append(bytes((len(msg_type),)) + msg_type)
+    if user_id is not None:
+        flags |= 0x0010
+        out.append(bytes((len(user_id),)) + user_id)
+    if app_id is not None:
+        flags |= 0x0008
+        out.append(bytes((len(app_id),)) + app_id)
     return flags.to_bytes(2, "big") + b"".join(out)
