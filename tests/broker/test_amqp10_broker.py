@@ -46,9 +46,7 @@ def test_dead_lettered_through_a_queue() -> None:
     vhost = VirtualHost("/")
     dlq, _ = vhost.declare_queue("dlq")
     vhost.bind(vhost.exchanges["amq.fanout"], Binding("amq.fanout", dlq, ""))
-    q, _ = vhost.declare_queue(
-        "q", arguments={"x-max-length": 1, "x-dead-letter-exchange": "amq.fanout"}
-    )
+    vhost.declare_queue("q", arguments={"x-max-length": 1, "x-dead-letter-exchange": "amq.fanout"})
     for _ in range(2):
         message = amqp10_message.parse(_PAYLOAD).message("", "q")
         operations.publish(vhost, _ACTOR, "", message)

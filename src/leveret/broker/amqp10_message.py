@@ -392,16 +392,15 @@ def _props_view(raw: bytes | None, fields: list[Value] | None) -> _P:
         id_headers: tuple[table.Field, ...] = ()
     else:
         id_headers = tuple(h for h in (corr_header, id_header) if h is not None)
-    user_id = valid = None
-    if user[0] == "binary":
-        user_id = bytes(user[1])
-        if av.utf8_text(user_id, 255) is not None:
-            valid = user_id
-    timestamp = None
-    if creation[0] == "timestamp":  # unwrap: ms div 1000
-        timestamp = av.ms_to_s(creation[1])
-    elif creation[0] != "null" and isinstance(creation[1], int):
-        timestamp = creation[1]
+    # user-id: a binary, checked against the user; any text is taken for AMQP 0-9-1
+    # (unwrap) when it is a valid short string
+    user_id = bytes(user[1]) if user[0] == "binary" else None
+    valid = _short(user, any_text=True)
+    if valid is not None and av.utf8_text(valid, 255) is None:
+        valid = None
+    # the timestamp: creation-time in seconds (RabbitMQ's timestamp annotation is set
+    # from a creation-time of type timestamp only)
+    timestamp = av.ms_to_s(creation[1]) if creation[0] == "timestamp" else None
     got = _P(
         message_id,
         correlation_id,
