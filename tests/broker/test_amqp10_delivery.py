@@ -446,3 +446,14 @@ def test_bytes_as_rabbitmq_writes_them() -> None:
         + b"\xa3\x0dx-routing-key\xa1\x02rk"
         + b"\x00\x53\x75\xa0\x02hi"
     )
+
+
+def test_restored_from_a_store() -> None:
+    """What a store keeps (origin) gives the message back as published, dead-lettered or
+    not: the same deliveries."""
+    for m in (_published(), deadletter.dead_lettered(_published(), "q", "expired", "d", None, 9)):
+        assert isinstance(m, Amqp10Message)
+        back = amqp10_message.restored(m.exchange_and_key, m.properties, m.body, m.origin())
+        assert isinstance(back, Amqp10Message)
+        assert amqp10_delivery.delivery(back) == amqp10_delivery.delivery(m)
+        assert back.born_header == m.born_header

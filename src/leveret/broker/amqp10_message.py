@@ -55,7 +55,7 @@ from leveret.protocol import table
 from leveret.protocol.amqp10 import definitions as defs
 from leveret.protocol.amqp10 import types
 from leveret.protocol.amqp10.types import Value
-from leveret.protocol.binary import U32, U64
+from leveret.protocol.binary import U32
 
 __all__ = [
     "AMQP10_TYPE",
@@ -66,6 +66,7 @@ __all__ = [
     "Sections",
     "parse",
     "read_sections",
+    "restored",
     "size_error",
     "user_id_error",
 ]
@@ -126,6 +127,37 @@ class Amqp10Message(Message):
         m.cc = routing_keys[1:]
         return m
 
+    def origin(self) -> bytes:
+        """What a store keeps beside the exchange, routing key, property bytes and body
+        to give this message back as published (:func:`restored`): its annotations
+        section, the property bytes it was published with and its bare message."""
+        raw, born = self.annotations_raw, self.born
+        return b"".join((U32.pack(len(raw)), raw, U32.pack(len(born)), born, self.bare))
+
+
+def restored(exchange_and_key: bytes, properties: bytes, body: bytes, origin: bytes) -> Message:
+    """A message a store kept with its :meth:`Amqp10Message.origin`."""
+    n = U32.unpack_from(origin, 0)[0]
+    raw = origin[4 : 4 + n]
+    m = U32.unpack_from(origin, 4 + n)[0]
+    born = origin[8 + n : 8 + n + m]
+    base = Message.stored(exchange_and_key, properties, body)
+    ma = _ma_view(raw)
+    p = Message.from_parts("", "", born, b"").props
+    ttl = int(p.expiration) if p.expiration and p.expiration.isdigit() else None
+    return Amqp10Message(
+        base.exchange,
+        base.routing_key,
+        exchange_and_key,
+        properties if properties != born else born,
+        body,
+        ma.annotations,
+        raw,
+        origin[8 + n + m :],
+        born,
+        (p.delivery_mode == 2, p.priority, ttl),
+    )
+
 
 @dataclass(slots=True)
 class Parsed:
@@ -185,10 +217,10 @@ def parse(payload: bytes) -> Parsed:
     msg_type = _AMQP10_TYPE if body_type else ma.basic_type
     if p.id_headers:
         fields = [*ma.headers, *p.id_headers, *_app_view(s.application_raw)]
-        headers = table.encode_table(sorted_fields(fields)) if fields else None
+        headers = table.encode_table(av.sorted_fields(fields)) if fields else None
     else:
         headers = _headers_table(s.annotations_raw, s.application_raw, ma)
-    properties = _encode_properties(
+    properties = av.encode_properties(
         p.content_type,
         p.content_encoding,
         headers,
@@ -348,7 +380,7 @@ def _headers_table(ma_raw: bytes, app_raw: bytes | None, ma: _MA) -> bytes | Non
     if key in _TABLES:
         return _TABLES[key]
     fields = ma.headers + _app_view(app_raw)
-    got = table.encode_table(sorted_fields(fields)) if fields else None
+    got = table.encode_table(av.sorted_fields(fields)) if fields else None
     remember(_TABLES, key, got)
     return got
 
@@ -492,18 +524,6 @@ def _reply_to(value: Value | None) -> bytes | None:
 _BAD_ESCAPE = re.compile(rb"%(?![0-9a-fA-F]{2})")
 
 
-def sorted_fields(fields: list[table.Field]) -> list[table.Field]:
-    """Headers as RabbitMQ 4.2 sends them: sorted by key, the first of equal keys kept."""
-    if not fields:
-        return []
-    ordered = sorted(fields, key=lambda f: f[0].encode())
-    out = [ordered[0]]
-    for f in ordered[1:]:
-        if f[0] != out[-1][0]:
-            out.append(f)
-    return out
-
-
 _AMQP10_TYPE = AMQP10_TYPE.encode()
 
 
@@ -532,62 +552,3 @@ def _body(payload: bytes, at: int, code: int) -> tuple[bytes, str | None]:
 
 
 # ------------------------------------------------------------ property bytes
-def _encode_properties(
-    content_type: bytes | None,
-    content_encoding: bytes | None,
-    headers: bytes | None,
-    delivery_mode: int | None,
-    priority: int | None,
-    correlation_id: bytes | None,
-    reply_to: bytes | None,
-    expiration: bytes | None,
-    message_id: bytes | None,
-    timestamp: int | None,
-    msg_type: bytes | None,
-    user_id: bytes | None,
-    app_id: bytes | None,
-) -> bytes:
-    """Content-header property bytes (flags, then each property present, in order;
-    ``headers``: the encoded table)."""
-    flags = 0
-    out: list[bytes] = []
-    if content_type is not None:
-        flags = 0x8000
-        out.append(bytes((len(content_type),)) + content_type)
-    if content_encoding is not None:
-        flags |= 0x4000
-        out.append(bytes((len(content_encoding),)) + content_encoding)
-    if headers is not None:
-        flags |= 0x2000
-        out.append(headers)
-    if delivery_mode is not None:
-        flags |= 0x1000
-        out.append(bytes((delivery_mode,)))
-    if priority is not None:
-        flags |= 0x0800
-        out.append(bytes((priority,)))
-    if correlation_id is not None:
-        flags |= 0x0400
-        out.append(bytes((len(correlation_id),)) + correlation_id)
-    if reply_to is not None:
-        flags |= 0x0200
-        out.append(bytes((len(reply_to),)) + reply_to)
-    if expiration is not None:
-        flags |= 0x0100
-        out.append(bytes((len(expiration),)) + expiration)
-    if message_id is not None:
-        flags |= 0x0080
-        out.append(bytes((len(message_id),)) + message_id)
-    if timestamp is not None:
-        flags |= 0x0040
-        out.append(U64.pack(timestamp % 2**64))
-    if msg_type is not None:
-        flags |= 0x0020
-        out.append(bytes((len(msg_type),)) + msg_type)
-    if user_id is not None:
-        flags |= 0x0010
-        out.append(bytes((len(user_id),)) + user_id)
-    if app_id is not None:
-        flags |= 0x0008
-        out.append(bytes((len(app_id),)) + app_id)
-    return flags.to_bytes(2, "big") + b"".join(out)

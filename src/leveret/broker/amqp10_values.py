@@ -423,3 +423,77 @@ def fields_of(raw: bytes, start: int, end: int) -> list[tuple[str, bytes]]:
         out.append((key, bytes(raw[p + 1 + n : nxt])))
         p = nxt
     return out
+
+
+# ------------------------------------------------- AMQP 0-9-1 property bytes
+def sorted_fields(fields: list[table.Field]) -> list[table.Field]:
+    """Headers as RabbitMQ 4.2 sends them: sorted by key, the first of equal keys kept."""
+    if not fields:
+        return []
+    ordered = sorted(fields, key=lambda f: f[0].encode())
+    out = [ordered[0]]
+    for f in ordered[1:]:
+        if f[0] != out[-1][0]:
+            out.append(f)
+    return out
+
+
+def encode_properties(
+    content_type: bytes | None,
+    content_encoding: bytes | None,
+    headers: bytes | None,
+    delivery_mode: int | None,
+    priority: int | None,
+    correlation_id: bytes | None,
+    reply_to: bytes | None,
+    expiration: bytes | None,
+    message_id: bytes | None,
+    timestamp: int | None,
+    msg_type: bytes | None,
+    user_id: bytes | None,
+    app_id: bytes | None,
+) -> bytes:
+    """Content-header property bytes (flags, then each property present, in order;
+    ``headers``: the encoded table)."""
+    flags = 0
+    out: list[bytes] = []
+    if content_type is not None:
+        flags = 0x8000
+        out.append(bytes((len(content_type),)) + content_type)
+    if content_encoding is not None:
+        flags |= 0x4000
+        out.append(bytes((len(content_encoding),)) + content_encoding)
+    if headers is not None:
+        flags |= 0x2000
+        out.append(headers)
+    if delivery_mode is not None:
+        flags |= 0x1000
+        out.append(bytes((delivery_mode,)))
+    if priority is not None:
+        flags |= 0x0800
+        out.append(bytes((priority,)))
+    if correlation_id is not None:
+        flags |= 0x0400
+        out.append(bytes((len(correlation_id),)) + correlation_id)
+    if reply_to is not None:
+        flags |= 0x0200
+        out.append(bytes((len(reply_to),)) + reply_to)
+    if expiration is not None:
+        flags |= 0x0100
+        out.append(bytes((len(expiration),)) + expiration)
+    if message_id is not None:
+        flags |= 0x0080
+        out.append(bytes((len(message_id),)) + message_id)
+    if timestamp is not None:
+        flags |= 0x0040
+        out.append(U64.pack(timestamp % 2**64))
+    if msg_type is not None:
+        flags |= 0x0020
+        out.append(bytes((len(msg_type),)) + msg_type)
+    if user_id is not None:
+        flags |= 0x0010
+        out.append(bytes((len(user_id),)) + user_id)
+    if app_id is not None:
+        flags |= 0x0008
+        out.append(bytes((len(app_id),)) + app_id)
+    return flags.to_bytes(2, "big") + b"".join(out)
