@@ -457,3 +457,12 @@ def test_restored_from_a_store() -> None:
         assert isinstance(back, Amqp10Message)
         assert amqp10_delivery.delivery(back) == amqp10_delivery.delivery(m)
         assert back.born_header == m.born_header
+
+
+def test_payload_of_any_bytes_type() -> None:
+    """A payload as a bytearray or memoryview (a client's encoder, a frame buffer) reads
+    as its bytes."""
+    want = amqp10_message.parse(_PUBLISHED)
+    for payload in (bytearray(_PUBLISHED), memoryview(_PUBLISHED)):
+        got = amqp10_message.parse(payload)  # type: ignore[arg-type]
+        assert (got.properties, got.bare) == (want.properties, want.bare)

@@ -207,6 +207,8 @@ def parse(payload: bytes) -> Parsed:
     Raises :class:`Amqp10Error`: decode-error "message has no body" (the link is
     detached), or for a section RabbitMQ cannot take an internal-error that ends the
     session."""
+    if type(payload) is not bytes:
+        payload = bytes(payload)
     s = read_sections(payload)
     if s.body_at < 0:
         raise Amqp10Error(defs.DECODE_ERROR, "message has no body")

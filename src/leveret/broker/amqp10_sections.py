@@ -121,6 +121,8 @@ class Sections:
 def read_sections(payload: bytes) -> Sections:
     """A message's sections up to its body (see :class:`Sections`), each checked; raises
     :class:`Amqp10Error` for one RabbitMQ cannot take."""
+    if type(payload) is not bytes:  # a bytearray or memoryview: keys of caches are bytes
+        payload = bytes(payload)
     s = Sections()
     pos = 0
     n = len(payload)
