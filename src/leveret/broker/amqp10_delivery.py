@@ -28,6 +28,10 @@ The death history: this broker records deaths in the ``x-death`` header (as Rabb
 3.10 does); an ``x-death`` array of tables in dead-lettering's shape is taken as the
 message's history and delivered as ``x-opt-deaths`` (RabbitMQ 4.2 keeps deaths beside the
 message, and gives a client-set ``x-death`` header as an ``x-death`` annotation).
+
+:func:`delivery` with its defaults is also what RabbitMQ 4.2 writes into a stream for a
+message (rabbit_stream_queue:stream_message); this broker's streams keep RabbitMQ 3.10's
+format (``queues/stream_amqp10``).
 """
 
 from __future__ import annotations

@@ -26,6 +26,12 @@ message annotations but ``x-basic-*``, ``x-routing-key``, ``x-exchange`` and ``x
 (``x-cc`` as ``CC``, ``x-opt-rabbitmq-received-time`` as ``timestamp_in_ms``,
 ``x-opt-deaths`` as ``x-death``), sorted by key, the first of equal keys kept. The body:
 the data sections' bytes, concatenated, or the body and footer sections as encoded.
+
+Where RabbitMQ's conversion fails (at an AMQP 0-9-1 consumer's delivery: a char, uuid or
+described value among the application properties or annotations; a short string of 256
+bytes or more; data sections mixed with others; a body that does not decode), the value
+is left out here, or the body kept as it came, typed ``amqp-1.0``: the conversion happens
+at publish here, and a message is never refused for its AMQP 0-9-1 view.
 """
 
 from __future__ import annotations
