@@ -59,6 +59,15 @@ class LinkError(Exception):
         self.error = error
 
 
+class SessionError(Exception):
+    """A frame the session cannot go on after (RabbitMQ's protocol_error in a session
+    process): the session is ended with ``error``."""
+
+    def __init__(self, error: d.Error) -> None:
+        super().__init__(error.description)
+        self.error = error
+
+
 class Amqp10Edge(Protocol):
     """The server's side of an AMQP 1.0 client's socket, as its session sees it."""
 

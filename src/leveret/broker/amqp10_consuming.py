@@ -4,16 +4,26 @@ dispositions, and the link's end (its unsettled messages back to the queue)."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from leveret.broker import amqp10_addresses as addresses
 from leveret.broker import operations
-from leveret.broker.amqp10_common import Amqp10Base, LinkError, LinkSession, condition
+from leveret.broker.amqp10_common import (
+    Amqp10Base,
+    LinkError,
+    LinkSession,
+    SessionError,
+    condition,
+)
+from leveret.broker.amqp10_delivery import delivery, settle_op, stream_delivery
+from leveret.broker.amqp10_filters import consumer_spec
 from leveret.broker.amqp10_links import ConsumerLink, LinkConsumer
+from leveret.broker.amqp10_message import Amqp10Error
 from leveret.broker.entry import Entry
 from leveret.broker.events import ConsumerCreated, ConsumerDeleted
 from leveret.broker.queues import Queue
-from leveret.broker.queues.stream_amqp10 import to_amqp10
+from leveret.broker.queues.stream import StreamQueue
 from leveret.protocol.amqp10 import definitions as d
 from leveret.protocol.amqp10 import events as ev
 from leveret.protocol.errors import AMQPError
@@ -55,12 +65,26 @@ class Consuming(Amqp10Base):
         except LinkError as exc:
             return self._refuse_attach(session.channel, handle, attach, exc.error)
         settled = attach.snd_settle_mode == d.SenderSettleMode.SETTLED
+        spec = consumer_spec(
+            source.filter if isinstance(source, d.Source) else None, attach.properties
+        )
+        start = None
+        if isinstance(queue, StreamQueue):
+            try:
+                start = queue.resolve_offset(spec.arguments.get("x-stream-offset"))
+            except AMQPError as exc:
+                return self._refuse_attach(session.channel, handle, attach, condition(exc))
         link = ConsumerLink(
             self, session.channel, handle, attach.name, address or "", queue, settled
         )
-        consumer = LinkConsumer(f"ctag-{handle}", queue, link, settled, False, 0, {})
+        priority = spec.arguments.get("x-priority", 0)
+        consumer = LinkConsumer(
+            f"ctag-{handle}", queue, link, settled, False, 0, spec.arguments, priority
+        )
         link.consumer = consumer
         session.consumers[handle] = link
+        if isinstance(source, d.Source) and source.filter is not None:
+            source = dataclasses.replace(source, filter=spec.filter)
         self.conn.send_attach(
             session.channel,
             handle,
@@ -71,7 +95,7 @@ class Consuming(Amqp10Base):
             initial_delivery_count=0,
             max_message_size=attach.max_message_size,
         )
-        queue.add_consumer(consumer)
+        queue.add_consumer(consumer, start)
         vhost.observers.emit(ConsumerCreated(consumer))
 
     def _drop_consumer(self, session: LinkSession, link: ConsumerLink) -> None:
@@ -115,7 +139,10 @@ class Consuming(Amqp10Base):
         self, link: ConsumerLink, consumer: Any, queue: Queue, entry: Entry, tag: bytes
     ) -> None:
         message = entry.message
-        payload = to_amqp10(message.exchange, message.routing_key, message.properties, message.body)
+        if isinstance(queue, StreamQueue):  # the entry as stored, at its offset
+            payload = stream_delivery(message.body, entry.seq, queue.name)
+        else:
+            payload = delivery(message, redelivered=entry.redelivered)
         delivery_id = self.conn.send_transfer(link.channel, link.handle, payload, tag, link.settled)
         if not link.settled:
             consumer.unacked += 1
@@ -158,12 +185,14 @@ class Consuming(Amqp10Base):
                 break
             did = (did + 1) & 0xFFFF_FFFF
         state = e.state
+        try:
+            op = settle_op(state)
+        except Amqp10Error as exc:
+            raise SessionError(exc.error) from None
         for queue, entries in by_queue.items():
-            if isinstance(state, d.Accepted):
-                queue.ack(entries)
-            elif isinstance(state, d.Rejected) or (
-                isinstance(state, d.Modified) and state.undeliverable_here
-            ):
+            if op.kind == "complete" or isinstance(queue, StreamQueue):
+                queue.ack(entries)  # a stream: any outcome gives the credit back
+            elif op.kind == "discard" or (op.kind == "modify" and op.undeliverable_here):
                 queue.reject(entries, False)
             else:  # released, modified: back to the queue
                 queue.reject(entries, True)

@@ -49,6 +49,7 @@ class LinkConsumer(Consumer):
     __slots__ = ()
 
     channel: ConsumerLink
+    reads_stored = True  # a stream's entries go out as stored, with their annotations
 
     def has_credit(self) -> bool:
         return self.channel.can_deliver()

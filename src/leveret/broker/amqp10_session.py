@@ -24,6 +24,7 @@ from leveret.broker.amqp10_common import (
     Amqp10Endpoint,
     LinkError,
     LinkSession,
+    SessionError,
     condition,
 )
 from leveret.broker.amqp10_consuming import Consuming
@@ -113,6 +114,11 @@ class Amqp10Session(Publishing, Consuming):
             handler(self, event)
         except LinkError as exc:  # a transfer's link fails
             self._detach(getattr(event, "channel", 0), getattr(event, "handle", 0), exc.error)
+        except SessionError as exc:  # the session cannot go on
+            channel = getattr(event, "channel", 0)
+            if channel in self.sessions:
+                self._end_session(channel)
+                self.conn.send_end(channel, exc.error)
 
     # ---------------------------------------------------------------- SASL
     def _sasl_header(self, e: ev.SaslHeaderReceived) -> None:
