@@ -191,3 +191,23 @@ def test_a_stream_is_read_from_the_offset_spec(amqp, channel) -> None:
 
     assert read("first", 5) == [(f"m{i}".encode(), i) for i in range(5)]
     assert read(3, 2) == [(b"m3", 3), (b"m4", 4)]
+
+
+def test_a_message_over_the_receivers_max_message_size_ends_its_session(amqp, channel) -> None:
+    """RabbitMQ 4.2 (amqp_client_SUITE max_message_size_server_to_client): the session
+    ends with message-size-exceeded; the message stays in the queue."""
+    channel.queue_declare("too-big")
+    channel.basic_publish("", "too-big", b"x" * 500)
+    session = amqp.conn.session()
+    session.open()
+    receiver = session.receiver("too-big-link")
+    receiver.source.address = "/queues/too-big"
+    receiver.max_message_size = 100
+    receiver.open()
+    receiver.flow(1)
+    amqp.wait(lambda: session.state & proton.Endpoint.REMOTE_CLOSED, timeout=5)
+    assert session.remote_condition.name == "amqp:link:message-size-exceeded"
+    assert session.remote_condition.description.startswith("message size (")
+    assert session.remote_condition.description.endswith(" > maximum message size (100 bytes)")
+    again = amqp.create_receiver("/queues/too-big").receive(timeout=5)
+    assert bytes(again.body) == b"x" * 500 and not again.first_acquirer

@@ -19,7 +19,7 @@ from leveret.broker.amqp10_common import (
 from leveret.broker.amqp10_delivery import delivery, settle_op, stream_delivery
 from leveret.broker.amqp10_filters import consumer_spec
 from leveret.broker.amqp10_links import ConsumerLink, LinkConsumer
-from leveret.broker.amqp10_message import Amqp10Error
+from leveret.broker.amqp10_message import Amqp10Error, size_error
 from leveret.broker.entry import Entry
 from leveret.broker.events import ConsumerCreated, ConsumerDeleted
 from leveret.broker.queues import Queue
@@ -75,8 +75,9 @@ class Consuming(Amqp10Base):
             except AMQPError as exc:
                 return self._refuse_attach(session.channel, handle, attach, condition(exc))
         link = ConsumerLink(
-            self, session.channel, handle, attach.name, address or "", queue, settled
-        )
+            self, session.channel, handle, attach.name, address or "", queue, settled,
+            max_message_size=attach.max_message_size or 0,
+        )  # fmt: skip
         priority = spec.arguments.get("x-priority", 0)
         consumer = LinkConsumer(
             f"ctag-{handle}", queue, link, settled, False, 0, spec.arguments, priority
@@ -97,6 +98,23 @@ class Consuming(Amqp10Base):
         )
         queue.add_consumer(consumer, start)
         vhost.observers.emit(ConsumerCreated(consumer))
+
+    def _end_session(self, channel: int) -> None:
+        """A session ends: its consumers go, what they had not settled back to the
+        queues."""
+        session = self.sessions.pop(channel, None)
+        if session is None:
+            return
+        for link in list(session.consumers.values()):
+            self._drop_consumer(session, link)
+
+    def _fail_session(self, channel: int, error: d.Error) -> None:
+        """The session cannot go on (RabbitMQ's protocol_error in a session): it is
+        ended with ``error``."""
+        if channel in self.sessions:
+            self._end_session(channel)
+            self.conn.send_end(channel, error)
+            self.endpoint.edge.schedule()
 
     def _drop_consumer(self, session: LinkSession, link: ConsumerLink) -> None:
         """A consumer's link goes: what it has not settled goes back to its queue."""
@@ -143,6 +161,15 @@ class Consuming(Amqp10Base):
             payload = stream_delivery(message.body, entry.seq, queue.name)
         else:
             payload = delivery(message, redelivered=entry.redelivered)
+        limit = link.max_message_size
+        if limit and len(payload) > limit:
+            # RabbitMQ 4.2 ends the session (an unsettled delivery goes back to the queue;
+            # one its link consumes settled is gone, as there)
+            if not link.settled:
+                consumer.unacked += 1
+                self.sessions[link.channel].unsettled[-1] = (link, queue, entry)
+            self._fail_session(link.channel, size_error(len(payload), limit).error)
+            return
         delivery_id = self.conn.send_transfer(link.channel, link.handle, payload, tag, link.settled)
         if not link.settled:
             consumer.unacked += 1

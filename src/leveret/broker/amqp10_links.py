@@ -70,6 +70,7 @@ class ConsumerLink:
     address: str
     queue: Queue
     settled: bool  # snd-settle-mode settled: consumed without acknowledgement
+    max_message_size: int = 0  # the client's, for what it receives (0: no limit)
     consumer: LinkConsumer | None = None
     closed: bool = False
     #: a credit-limited target: queues ask ``can_deliver`` of it

@@ -108,8 +108,8 @@ class Publishing(Amqp10Base):
         if link is None:
             raise LinkError(d.Error(d.NOT_IMPLEMENTED, "transfers on this link are not supported"))
         size = len(e.payload)
-        if size > link.max_message_size:
-            raise LinkError(size_error(size, link.max_message_size).error)
+        if size > link.max_message_size:  # RabbitMQ 4.2 ends the session
+            raise SessionError(size_error(size, link.max_message_size).error)
         try:
             parsed = parse(e.payload)
         except Amqp10Error as exc:

@@ -115,10 +115,7 @@ class Amqp10Session(Publishing, Consuming):
         except LinkError as exc:  # a transfer's link fails
             self._detach(getattr(event, "channel", 0), getattr(event, "handle", 0), exc.error)
         except SessionError as exc:  # the session cannot go on
-            channel = getattr(event, "channel", 0)
-            if channel in self.sessions:
-                self._end_session(channel)
-                self.conn.send_end(channel, exc.error)
+            self._fail_session(getattr(event, "channel", 0), exc.error)
 
     # ---------------------------------------------------------------- SASL
     def _sasl_header(self, e: ev.SaslHeaderReceived) -> None:
@@ -265,13 +262,6 @@ class Amqp10Session(Publishing, Consuming):
     def _session_failed(self, e: ev.SessionFailed) -> None:
         self._end_session(e.channel)
         self.conn.send_end(e.channel, e.error)
-
-    def _end_session(self, channel: int) -> None:
-        session = self.sessions.pop(channel, None)
-        if session is None:
-            return
-        for link in list(session.consumers.values()):
-            self._drop_consumer(session, link)
 
     # ---------------------------------------------------------------- links
     def _attach(self, e: ev.AttachReceived) -> None:
