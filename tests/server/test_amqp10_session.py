@@ -211,3 +211,79 @@ def test_a_message_over_the_receivers_max_message_size_ends_its_session(amqp, ch
     assert session.remote_condition.description.endswith(" > maximum message size (100 bytes)")
     again = amqp.create_receiver("/queues/too-big").receive(timeout=5)
     assert bytes(again.body) == b"x" * 500 and not again.first_acquirer
+
+
+class _DynamicSource(proton.reactor.ReceiverOption):
+    """A dynamic source with the capabilities (and settle mode) a client asks for."""
+
+    def __init__(self, capability: str, settled: bool) -> None:
+        self.capability = capability
+        self.settled = settled
+
+    def apply(self, link: proton.Link) -> None:
+        link.source.address = None
+        link.source.dynamic = True
+        link.source.expiry_policy = proton.Terminus.EXPIRE_WITH_LINK
+        link.source.capabilities.put_array(False, proton.Data.SYMBOL)
+        link.source.capabilities.enter()
+        link.source.capabilities.put_symbol(self.capability)
+        link.source.capabilities.exit()
+        if self.settled:
+            link.snd_settle_mode = proton.Link.SND_SETTLED
+
+
+def test_direct_reply_to_over_a_volatile_queue(amqp, channel) -> None:
+    """RabbitMQ 4.2's direct reply-to over AMQP 1.0: a dynamic source with the capability
+    rabbitmq:volatile-queue gets an amq.rabbitmq.reply-to. address; what is sent there,
+    over AMQP 1.0 or 0-9-1, reaches the link."""
+    replies = amqp.create_receiver(
+        None, credit=10, options=_DynamicSource("rabbitmq:volatile-queue", True)
+    )
+    address = replies.link.remote_source.address
+    assert address.startswith("/queues/amq.rabbitmq.reply-to.")
+    assert replies.link.remote_source.dynamic
+    amqp.create_sender(None).send(Message(address=address, body="over 1.0"))
+    assert replies.receive(timeout=5).body == "over 1.0"
+    from urllib.parse import unquote
+
+    name = unquote(address[len("/queues/") :])
+    channel.basic_publish("", name, b"over 0-9-1")
+    assert bytes(replies.receive(timeout=5).body) == b"over 0-9-1"
+
+
+def test_a_temporary_queue_lives_as_long_as_its_link(amqp, channel, broker) -> None:
+    receiver = amqp.create_receiver(None, options=_DynamicSource("temporary-queue", False))
+    address = receiver.link.remote_source.address
+    assert address.startswith("/queues/amq.dyn-")
+    amqp.create_sender(address).send(Message(body="tmp"))
+    assert receiver.receive(timeout=5).body == "tmp"
+    receiver.accept()
+    from urllib.parse import unquote
+
+    name = unquote(address[len("/queues/") :])
+    # it exists while the link does, exclusive to its connection
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as locked:
+        channel.queue_declare(name, passive=True)
+    assert locked.value.reply_code == 405
+    receiver.close()
+    other = channel.connection.channel()
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as gone:
+        other.queue_declare(name, passive=True)
+    assert gone.value.reply_code == 404
+
+
+def test_v1_addresses_declare_the_queue_or_bind_one(amqp, channel) -> None:
+    """/queue/Q is declared if missing; /exchange/X/key reads a new amq.gen- queue
+    bound to X with key."""
+    amqp.create_sender("/queue/v1-declared").send(Message(body="declared"))
+    assert channel.queue_declare("v1-declared", passive=True).method.message_count == 1
+    receiver = amqp.create_receiver("/exchange/amq.direct/v1-key", credit=1)
+    channel.basic_publish("amq.direct", "v1-key", b"bound")
+    assert bytes(receiver.receive(timeout=5).body) == b"bound"
+
+
+def test_a_reply_address_naming_nobody_is_released(amqp) -> None:
+    sender = amqp.create_sender(None)
+    for name in ("amq.rabbitmq.reply-to.bm9ib2R5.a2V5", "amq.rabbitmq.reply-to.x"):
+        delivery = sender.send(Message(address=f"/queues/{name}", body="?"), error_states=[])
+        assert delivery.remote_state == proton.Delivery.RELEASED

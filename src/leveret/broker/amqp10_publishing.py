@@ -23,6 +23,8 @@ from leveret.broker.amqp10_links import MAX_LINK_CREDIT, PublisherLink
 from leveret.broker.amqp10_message import Amqp10Error, Parsed, parse, size_error, user_id_error
 from leveret.broker.message import Message
 from leveret.broker.operations.topics import authorize_topic
+from leveret.broker.reply_to import REPLY_PREFIX
+from leveret.broker.routing import ROUTED, UNROUTED
 from leveret.protocol.amqp10 import definitions as d
 from leveret.protocol.amqp10 import events as ev
 from leveret.protocol.amqp10.types import Symbol
@@ -30,6 +32,7 @@ from leveret.protocol.errors import AMQPError
 
 if TYPE_CHECKING:
     from leveret.broker.exchanges import Exchange
+    from leveret.broker.vhost import VirtualHost
 
 
 class _Unroutable(Exception):
@@ -38,6 +41,17 @@ class _Unroutable(Exception):
     def __init__(self, error: d.Error) -> None:
         super().__init__(error.description)
         self.error = error
+
+
+def _replies_to_someone(vhost: VirtualHost, key: str) -> bool:
+    """Whether a routing key names a live direct reply-to consumer (RabbitMQ 4.2's volatile
+    queue); an address it cannot decode names none."""
+    if not key.startswith(REPLY_PREFIX) or vhost.replies is None:
+        return False
+    try:
+        return vhost.replies.resolve(key) is not None
+    except AMQPError:
+        return False
 
 
 def _no_exchange(name: str, vhost: str) -> d.Error:
@@ -70,6 +84,9 @@ class Publishing(Amqp10Base):
                     raise LinkError(_no_exchange(name, vhost.name))
                 if exchange.internal:
                     raise LinkError(_internal(name, vhost.name))
+                if dest.declare:  # a v1 /queue/Q target: the queue, declared if missing
+                    assert dest.queue is not None
+                    self._declare_v1(dest.queue, bool(getattr(target, "durable", 0)))
                 if dest.queue is not None and dest.queue not in vhost.queues:
                     raise LinkError(
                         d.Error(d.NOT_FOUND, f"no queue '{dest.queue}' in vhost '{vhost.name}'")
@@ -137,7 +154,13 @@ class Publishing(Amqp10Base):
         interceptors = vhost.interceptors
         if interceptors is not None:
             message = interceptors.intercept(message, vhost.node)
-        result = vhost.publish_to(exchange, message, False)
+        replied = exchange is vhost.default_exchange and _replies_to_someone(vhost, key)
+        try:
+            result = vhost.publish_to(exchange, message, False)
+        except AMQPError:  # a reply address this broker cannot decode: nobody's
+            result = UNROUTED
+        if replied and not result.routed:  # a volatile queue took it (at most once)
+            result = ROUTED
         link.published += 1
         if result.congested:
             for holder in result.congested:

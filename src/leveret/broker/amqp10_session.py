@@ -277,18 +277,14 @@ class Amqp10Session(Publishing, Consuming):
         if session is None:
             return
         session.publishers.pop(handle, None)
-        link = session.consumers.get(handle)
-        if link is not None:
-            self._drop_consumer(session, link)
+        self._drop_link(session, handle)
         self.conn.send_detach(channel, handle, True, error)
 
     def _detached(self, e: ev.DetachReceived) -> None:
         session = self.sessions.get(e.channel)
         if session is not None:
             session.publishers.pop(e.handle, None)
-            link = session.consumers.get(e.handle)
-            if link is not None:
-                self._drop_consumer(session, link)
+            self._drop_link(session, e.handle)
         if not e.complete:
             self.conn.send_detach(e.channel, e.handle, e.closed)
 
