@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
-from leveret.broker.amqp10_common import INCOMING_WINDOW, Amqp10Base
+from leveret.broker.amqp10_common import INCOMING_WINDOW, Amqp10Base, SessionError
 from leveret.broker.amqp10_management import Node, SessionEnd, handle_request
 from leveret.broker.queues import Queue
 from leveret.protocol.amqp10 import definitions as d
@@ -79,9 +79,6 @@ class ManagementLinks(Amqp10Base):
 
     link_pairs: dict[int, PairSession]  # by channel (the session sets it up)
     owned_queues: list[Queue]  # exclusive queues declared through a pair
-
-    def _end_session(self, channel: int) -> None:  # the session's (it comes first)
-        raise NotImplementedError
 
     # ------------------------------------------------------------------ attach
     def _attach_pair(self, channel: int, handle: int, attach: Any) -> bool:
@@ -249,11 +246,12 @@ class ManagementLinks(Amqp10Base):
         if not e.complete:
             self.conn.send_detach(e.channel, e.handle, e.closed)
 
-    def _end_with(self, channel: int, error: d.Error) -> None:
-        """RabbitMQ's session exits: it ends with ``error``."""
+    @staticmethod
+    def _end_with(channel: int, error: d.Error) -> NoReturn:
+        """RabbitMQ's session exits: it ends with ``error`` (the session's table ends
+        it)."""
         log.warning("closing session on channel %s: %s", channel, error.description)
-        self._end_session(channel)
-        self.conn.send_end(channel, error)
+        raise SessionError(error)
 
     def _end_pairs(self, channel: int) -> None:
         """A session ended: its pairs with it."""
@@ -280,9 +278,9 @@ class ManagementLinks(Amqp10Base):
         assert vhost is not None
         self._window_used(channel)
         if not e.settled:  # `true = Settled`: only settled requests
-            return self._end_with(channel, d.Error(d.INTERNAL_ERROR, "{badmatch,false}"))
+            self._end_with(channel, d.Error(d.INTERNAL_ERROR, "{badmatch,false}"))
         if pair.outgoing is None:
-            return self._end_with(
+            self._end_with(
                 channel,
                 d.Error(
                     d.PRECONDITION_FAILED, "received transfer on half open management link pair"
@@ -290,7 +288,7 @@ class ManagementLinks(Amqp10Base):
             )
         out = self.conn.link(channel, pair.outgoing)
         if out.credit <= 0:
-            return self._end_with(
+            self._end_with(
                 channel,
                 d.Error(
                     d.PRECONDITION_FAILED,
@@ -300,19 +298,18 @@ class ManagementLinks(Amqp10Base):
             )
         size_error = _size_error(len(e.payload), vhost.max_message_size)
         if size_error is not None:
-            return self._end_with(channel, size_error)
+            self._end_with(channel, size_error)
         node = Node(vhost, self.actor, self.broker.node_name, self._own)
         try:
             response = handle_request(e.payload, node)
         except SessionEnd as end:
-            return self._end_with(channel, end.error)
+            self._end_with(channel, end.error)
         size_error = _size_error(len(response), out.max_message_size)
         if size_error is not None:
-            return self._end_with(channel, size_error)
+            self._end_with(channel, size_error)
         self.conn.send_transfer(channel, pair.outgoing, response, b"", settled=True)
         if self.conn.link(channel, e.handle).credit <= MAX_CREDIT // 2:
             self.conn.grant_credit(channel, e.handle, MAX_CREDIT)
-        return None
 
     def _own(self, q: Queue) -> None:
         """An exclusive queue a pair declared: the connection's (those deleted since are

@@ -24,6 +24,7 @@ from leveret.broker.amqp10_common import (
     Amqp10Endpoint,
     LinkError,
     LinkSession,
+    SessionError,
     condition,
 )
 from leveret.broker.amqp10_consuming import Consuming
@@ -113,14 +114,16 @@ class Amqp10Session(Publishing, Consuming, ManagementLinks):
     # -------------------------------------------------------------- the table
     def handle(self, event: ev.Event) -> None:
         """A frame of the connection, by its handler."""
-        # --- /management link pairs (amqp10_linkpair): their links' events ---
-        if self.link_pairs and self._pair_event(event):
-            return
         handler = _EVENTS[type(event)]
         try:
+            # --- /management link pairs (amqp10_linkpair): their links' events ---
+            if self.link_pairs and self._pair_event(event):
+                return
             handler(self, event)
         except LinkError as exc:  # a transfer's link fails
             self._detach(getattr(event, "channel", 0), getattr(event, "handle", 0), exc.error)
+        except SessionError as exc:  # the session cannot go on
+            self._fail_session(getattr(event, "channel", 0), exc.error)
 
     # ---------------------------------------------------------------- SASL
     def _sasl_header(self, e: ev.SaslHeaderReceived) -> None:
@@ -270,11 +273,7 @@ class Amqp10Session(Publishing, Consuming, ManagementLinks):
 
     def _end_session(self, channel: int) -> None:
         self._end_pairs(channel)  # --- /management link pairs (amqp10_linkpair) ---
-        session = self.sessions.pop(channel, None)
-        if session is None:
-            return
-        for link in list(session.consumers.values()):
-            self._drop_consumer(session, link)
+        super()._end_session(channel)
 
     # ---------------------------------------------------------------- links
     def _attach(self, e: ev.AttachReceived) -> None:
@@ -293,18 +292,14 @@ class Amqp10Session(Publishing, Consuming, ManagementLinks):
         if session is None:
             return
         session.publishers.pop(handle, None)
-        link = session.consumers.get(handle)
-        if link is not None:
-            self._drop_consumer(session, link)
+        self._drop_link(session, handle)
         self.conn.send_detach(channel, handle, True, error)
 
     def _detached(self, e: ev.DetachReceived) -> None:
         session = self.sessions.get(e.channel)
         if session is not None:
             session.publishers.pop(e.handle, None)
-            link = session.consumers.get(e.handle)
-            if link is not None:
-                self._drop_consumer(session, link)
+            self._drop_link(session, e.handle)
         if not e.complete:
             self.conn.send_detach(e.channel, e.handle, e.closed)
 

@@ -104,6 +104,9 @@ class StreamQueue(Queue):
         super().__init__(declaration)
         self.durable = True
         self.log = log
+        name = self.name.encode()[:255]
+        # the exchange ('') and routing key (the stream's name) of an entry as stored
+        self._key = b"\x00" + bytes((len(name),)) + name
         self._offsets: dict[Subscriber, int] = {}  # each consumer's next offset
         # stream-protocol subscriptions: told when new records are committed
         self.watchers: set[Callable[[], None]] = set()
@@ -244,11 +247,19 @@ class StreamQueue(Queue):
             records = self.log.read(offsets[consumer], min(credit, READ_BATCH))
             if not records:
                 return
+            stored_form = consumer.reads_stored
+            settles = consumer.no_ack  # an AMQP 1.0 link that consumes settled
             for offset, _ts, stored in records:
-                message = Message.stored(*self._as_amqp091(stored, offset))
+                if stored_form:  # the consumer converts the entry itself
+                    message = Message.stored(self._key, b"", stored)
+                else:
+                    message = Message.stored(*self._as_amqp091(stored, offset))
                 offsets[consumer] = offset + 1
-                self.delivered += 1  # a stream consumer always acks
-                self.unacked += 1  # a stream consumer always acks, to return credit
+                self.delivered += 1
+                if settles:
+                    self.acked += 1
+                else:
+                    self.unacked += 1  # a stream consumer acks, to return credit
                 consumer.deliver(self, Entry(message, offset))
                 if consumer not in offsets:
                     return
