@@ -148,9 +148,9 @@ EXAMPLES = (
             done=r"^Received all messages$", forbid=r"^Processed 51 messages$"),
     # 50,000 messages, each publish waiting for its outcome
     Example("examples/reconnection/reconnection_example.py", done=r"^closing receiver$",
-            timeout=300),
+            timeout=180),
     Example("examples/reconnection/reconnection_example_async.py",
-            done=r"^received all messages$", timeout=300),
+            done=r"^received all messages$", timeout=180),
     # the client sends 10 requests a second apart and ends by itself
     Example("examples/rpc/client.py", beside="examples/rpc/server.py",
             beside_ready=r"^Responder listening on address",

@@ -114,7 +114,7 @@ class Example:
     # A program to run beside it, started first and interrupted after it ended (a server).
     beside: str = ""
     beside_ready: str = ""  # a line (regex) the program beside it prints once it listens
-    timeout: float = 90.0  # seconds for ``done`` to come
+    timeout: float = 60.0  # seconds for ``done`` to come
 
     @property
     def test_id(self) -> str:
@@ -138,6 +138,8 @@ class LeveretOnly:
     config: Callable[[Path], str] | None = None
     # Made ready before the run, given the tree; returns what it changed, to be printed.
     prepare: Callable[[Path], list[str]] | None = None
+    # seconds for all the examples together: those it leaves no time for fail, not run
+    examples_budget: float = 600.0
 
 
 def renew_if_expired(cert_path: Path, ca_cert: Path, ca_key: Path, days: int = 30) -> bool:

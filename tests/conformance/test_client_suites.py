@@ -77,7 +77,7 @@ def test_client_suite_passes_on_leveret_as_on_rabbitmq(
     assert "NEW GAP" not in proc.stdout
 
 
-@pytest.mark.timeout(1800)
+@pytest.mark.timeout(2400)
 def test_official_amqp10_client_fails_only_as_listed() -> None:
     """rabbitmq-amqp-python-client's tests and examples (tag v0.6.0) against a Leveret in
     RabbitMQ 4 mode on localhost:5672/5671/15672 of a network namespace of its own."""
@@ -86,7 +86,7 @@ def test_official_amqp10_client_fails_only_as_listed() -> None:
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=1800,
+        timeout=2400,
         check=False,
         preexec_fn=_ahead_of_the_suite,
     )
