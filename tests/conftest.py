@@ -34,6 +34,9 @@ settings.load_profile("leveret")
 # ports are: 5552 and 5551 belong to the reference RabbitMQ's stream plugin here.
 os.environ.setdefault("LEVERET_STREAM_PORT", "0")
 os.environ.setdefault("LEVERET_STREAM_TLS_PORT", "0")
+# ``leveret up`` takes syslog on 1514 unless told otherwise: not in the tests, where several
+# run at once (a test that wants it passes --syslog-port 0)
+os.environ.setdefault("LEVERET_SYSLOG_PORT", "off")
 
 # Spark's JVMs in the tests (the shared session's, and those of every ``leveret pipeline``
 # and ``leveret up`` a test starts, which inherit this), as tests/support/jvm.py says why.

@@ -307,6 +307,12 @@ class Broker:
         return int(self._started().stream_port)
 
     @property
+    def syslog_port(self) -> int:
+        """The syslog port, UDP and TCP (a free one with ``syslog_port=0``; 0 when the
+        listener is off, as by default)."""
+        return int(self._started().syslog_port)
+
+    @property
     def url(self) -> str:
         """The AMQP URL of vhost ``/``, with guest's credentials when guest exists."""
         return self.vhost_url("/")

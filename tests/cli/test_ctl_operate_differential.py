@@ -84,11 +84,31 @@ POLICY_STEPS = [
     ["list_policies", "-p", "VHOST"],
     ["list_policies", "-p", "VHOST", "--formatter", "json"],
     ["set_policy", "-p", "VHOST", "p1", "^a", '{"max-length":5,"message-ttl":100}'],
-    ["set_policy", "-p", "VHOST", "--priority", "3", "--apply-to", "queues", "p2", "^b",
-     '{"max-length":5}'],
+    [
+        "set_policy",
+        "-p",
+        "VHOST",
+        "--priority",
+        "3",
+        "--apply-to",
+        "queues",
+        "p2",
+        "^b",
+        '{"max-length":5}',
+    ],
     ["set_policy", "-p", "VHOST", "-q", "p4", "^c", '{"dead-letter-exchange":"dlx"}'],
-    ["set_policy", "-p", "VHOST", "--apply-to", "exchanges", "--priority", "7", "p5", ".*",
-     '{"alternate-exchange":"ae"}'],
+    [
+        "set_policy",
+        "-p",
+        "VHOST",
+        "--apply-to",
+        "exchanges",
+        "--priority",
+        "7",
+        "p5",
+        ".*",
+        '{"alternate-exchange":"ae"}',
+    ],
     ["set_policy", "-p", "VHOST", "p3", "^a", '{"max-length":-1}'],
     ["set_policy", "-p", "VHOST", "p3", "^a", '{"foo":1,"bar":[1,2]}'],
     ["set_policy", "-p", "VHOST", "p3", "^a", '{"queue-mode":"sideways"}'],
@@ -116,19 +136,21 @@ def test_policy_verbs(sites: tuple[Site, Site]) -> None:
 
 
 def test_policy_verbs_on_a_missing_vhost(sites: tuple[Site, Site]) -> None:
-    compare(sites, [
-        ["set_policy", "-p", "VHOST-gone", "p", "^a", '{"max-length":1}'],
-        ["list_policies", "-p", "VHOST-gone"],
-        ["clear_policy", "-p", "VHOST-gone", "p"],
-    ])
+    compare(
+        sites,
+        [
+            ["set_policy", "-p", "VHOST-gone", "p", "^a", '{"max-length":1}'],
+            ["list_policies", "-p", "VHOST-gone"],
+            ["clear_policy", "-p", "VHOST-gone", "p"],
+        ],
+    )
 
 
 OPERATOR_STEPS = [
     ["list_operator_policies", "-p", "VHOST"],
     ["list_operator_policies", "-p", "VHOST", "--formatter", "json"],
     ["set_operator_policy", "-p", "VHOST", "o1", "^a", '{"max-length":5,"expires":1000}'],
-    ["set_operator_policy", "-p", "VHOST", "--priority", "2", "o2", "^b",
-     '{"delivery-limit":3}'],
+    ["set_operator_policy", "-p", "VHOST", "--priority", "2", "o2", "^b", '{"delivery-limit":3}'],
     ["set_operator_policy", "-p", "VHOST", "o3", "^a", '{"overflow":"drop-head"}'],
     ["set_operator_policy", "-p", "VHOST", "o3", "^a", '{"message-ttl":-5}'],
     ["list_operator_policies", "-p", "VHOST"],
@@ -181,8 +203,11 @@ def test_list_vhost_limits_global(sites: tuple[Site, Site]) -> None:
         outputs.append(lines[:2] + [line for line in lines[2:] if line.startswith("VHOST\t")])
         json_out = site.ctl("list_vhost_limits", "--global", "--formatter", "json").stdout
         assert '{"vhost":"' + site.vhost + '","limits":"{\\"max-queues\\":3}"}' in json_out
-    assert outputs[0] == outputs[1] == [
-        "Listing limits for all vhosts ...", "vhost\tlimits", 'VHOST\t{"max-queues":3}']
+    assert (
+        outputs[0]
+        == outputs[1]
+        == ["Listing limits for all vhosts ...", "vhost\tlimits", 'VHOST\t{"max-queues":3}']
+    )
 
 
 USER_LIMIT_STEPS = [

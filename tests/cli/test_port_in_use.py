@@ -41,6 +41,7 @@ def _run(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
         ("--prometheus-port", "Prometheus metrics"),
         # a RabbitMQ with its stream plugin holds 5552
         ("--stream-port", "stream protocol"),
+        ("--syslog-port", "syslog (UDP and TCP)"),
     ],
 )
 @pytest.mark.parametrize("command", ["server", "up"])
@@ -48,6 +49,8 @@ def test_a_taken_port_is_named_with_the_flag_that_picks_another(
     tmp_path: Path, taken_port: int, command: str, flag: str, serves: str
 ) -> None:
     ports = {"--amqp-port": "0", "--http-port": "0", "--prometheus-port": "0", "--stream-port": "0"}
+    if flag == "--syslog-port":
+        ports[flag] = "0"
     ports[flag] = str(taken_port)
     args = [command, "--data-dir", str(tmp_path / "data")]
     args += [part for item in ports.items() for part in item]

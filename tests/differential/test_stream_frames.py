@@ -42,10 +42,7 @@ def publish(c: RawStreamClient, stream: str, batches: int, per_batch: int = 1) -
         c.send(ev.Publish(9, msgs, []))
         confirmed = 0
         while confirmed < per_batch:
-            got = c.frame(timeout=10)
-            assert got is not None
-            if got[0] == PUBLISH_CONFIRM:
-                confirmed += struct.unpack_from(">I", got[1], 1)[0]
+            confirmed += len(c.reply(ev.PublishConfirm).publishing_ids)
     assert c.request(ev.DeletePublisher(c.next_id(), 9), 0x06)[0] == 1
 
 
@@ -140,14 +137,13 @@ def test_deleting_a_stream_tells_its_users_once(sbroker: BrokerUnderTest) -> Non
             c.close()
 
 
-def _names(rest: bytes) -> list[str]:
-    (count,) = struct.unpack_from(">I", rest)
-    out, pos = [], 4
-    for _ in range(count):
-        (n,) = struct.unpack_from(">H", rest, pos)
-        out.append(rest[pos + 2 : pos + 2 + n].decode())
-        pos += 2 + n
-    return out
+def _streams(client: RawStreamClient, request: ev.Route | ev.Partitions) -> tuple[int, list[str]]:
+    """The code and the streams of the answer to a Route or Partitions, decoded."""
+    client.send(request)
+    kind = ev.RouteResponse if isinstance(request, ev.Route) else ev.PartitionsResponse
+    got = client.reply(kind)
+    assert got.correlation_id == request.correlation_id
+    return got.code, list(got.streams)
 
 
 def test_super_stream_partitions_and_routes(
@@ -167,16 +163,12 @@ def test_super_stream_partitions_and_routes(
         for order, name in reversed(list(enumerate(parts))):  # bound last to first
             ch.queue_declare(name, durable=True, arguments={"x-queue-type": "stream"})
             ch.queue_bind(name, base, str(order), arguments={"x-stream-partition-order": order})
-        code, rest = client.request(ev.Partitions(client.next_id(), base), 0x19)
-        assert (code, _names(rest)) == (1, parts)
-        code, rest = client.request(ev.Route(client.next_id(), "1", base), 0x18)
-        assert (code, _names(rest)) == (1, [parts[1]])
-        code, rest = client.request(ev.Route(client.next_id(), "none", base), 0x18)
-        assert (code, _names(rest)) == (1, [])
-        code, rest = client.request(ev.Partitions(client.next_id(), base + "-missing"), 0x19)
-        assert (code, _names(rest)) == (2, [])
-        code, rest = client.request(ev.Route(client.next_id(), "1", base + "-missing"), 0x18)
-        assert (code, _names(rest)) == (2, [])
+        assert _streams(client, ev.Partitions(client.next_id(), base)) == (1, parts)
+        assert _streams(client, ev.Route(client.next_id(), "1", base)) == (1, [parts[1]])
+        assert _streams(client, ev.Route(client.next_id(), "none", base)) == (1, [])
+        missing = base + "-missing"
+        assert _streams(client, ev.Partitions(client.next_id(), missing)) == (2, [])
+        assert _streams(client, ev.Route(client.next_id(), "1", missing)) == (2, [])
     finally:
         ch = conn.channel()
         for name in parts:

@@ -112,28 +112,14 @@ def test_compaction_replaces_small_files_for_every_reader(ingest_running: Path) 
     assert len(last.files) == len(change.partitions)  # one file per partition
 
 
-def test_no_commit_near_the_sinks_own_log_compaction(tmp_path: Path) -> None:
-    lake = tmp_path / "lake"
-    write_lake(lake, batches=28, n=RECORDS, orphan=False)  # newest 27; it compacts at 29
-    files = sorted(p for p in lake.rglob("part-*"))
-    with lake_lock(lake, name="ingest", shared=True):
-        change = compaction.compact(lake, wait=0.5)
-    assert change.partitions == []
-    assert sorted(p for p in lake.rglob("part-*")) == files  # its new files removed
-    assert once(seen_by_log(lake))
-    # no ingest runs: no sink can read the log meanwhile
-    assert compaction.compact(lake, wait=0.5).records > 0
-    assert once(seen_by_log(lake))
-
-
-@pytest.mark.parametrize("step", ["written", "published", "committed"])
+@pytest.mark.parametrize("step", ["written", "recorded", "published", "committed"])
 def test_kill_9_at_each_step(ingest_running: Path, step: str) -> None:
     lake = ingest_running
     script = (
         "import os, sys; from pathlib import Path; from leveret.logs import compaction\n"
         "def pause(s):\n"
         f"    if s == {step!r}: os.kill(os.getpid(), 9)\n"
-        f"compaction.compact(Path({str(lake)!r}), wait=5, pause=pause)\n"
+        f"compaction.compact(Path({str(lake)!r}), wait=5, step=pause)\n"
     )
     env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}:{ROOT}"}
     run = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,

@@ -180,6 +180,95 @@ def test_client_frames_round_trip(event: ev.Event) -> None:
     assert decode(body(encode_client(event))) == event
 
 
+_strs = st.lists(_str, max_size=4).map(tuple)
+server_frames = st.one_of(
+    st.builds(
+        ev.Response,
+        st.sampled_from(
+            [
+                Key.DECLARE_PUBLISHER,
+                Key.DELETE_PUBLISHER,
+                Key.SUBSCRIBE,
+                Key.UNSUBSCRIBE,
+                Key.CREATE,
+                Key.DELETE,
+                Key.CLOSE,
+            ]
+        ),
+        _u32,
+        _u16,
+    ),
+    st.builds(ev.PeerPropertiesResponse, _u32, _u16, _map),
+    st.builds(ev.SaslHandshakeResponse, _u32, _u16, _strs),
+    st.builds(ev.SaslAuthenticateResponse, _u32, _u16, st.binary(max_size=20)),
+    st.builds(ev.Tune, _u32, _u32),
+    st.builds(ev.OpenResponse, _u32, _u16, _map),
+    st.builds(ev.Close, _u32, _u16, _str),
+    st.builds(ev.Heartbeat),
+    st.builds(
+        ev.MetadataResponse,
+        _u32,
+        st.lists(st.tuples(_u16, _str, _u32), max_size=3),
+        st.lists(st.tuples(_str, _u16, _u16, st.lists(_u16, max_size=3)), max_size=3),
+    ),
+    st.builds(ev.MetadataUpdate, _u16, _str),
+    st.builds(ev.PublishConfirm, _u8, st.lists(_u64, max_size=5)),
+    st.builds(ev.PublishError, _u8, st.lists(st.tuples(_u64, _u16), max_size=5)),
+    st.builds(ev.QueryPublisherSequenceResponse, _u32, _u16, _u64),
+    st.builds(ev.QueryOffsetResponse, _u32, _u16, _u64),
+    st.builds(ev.CreditResponse, _u16, _u8),
+    st.builds(ev.RouteResponse, _u32, _u16, _strs),
+    st.builds(ev.PartitionsResponse, _u32, _u16, _strs),
+    st.builds(ev.Deliver, _u8, st.binary(max_size=60)),
+)
+
+
+@given(server_frames)
+def test_server_frames_round_trip(event: ev.Reply) -> None:
+    """What the server encodes, a client decodes to the same event, and back."""
+    raw = encode.encode_reply(event)
+    assert encode.decode_reply(body(raw)) == event
+    assert encode.encode_reply(encode.decode_reply(body(raw))) == raw
+
+
+@given(_u32, _u16, _map, _strs, st.binary(max_size=20), _u8, st.lists(_u64, max_size=4))
+def test_the_servers_encoders_are_the_events_layouts(
+    cid: int, code: int, props: dict[str, str], names: tuple[str, ...], challenge: bytes,
+    small: int, ids: list[int],
+) -> None:  # fmt: skip
+    """Each encoder the server calls gives the frame of its event."""
+    reply = encode.encode_reply
+    assert encode.response(Key.CREATE, cid, code) == reply(ev.Response(Key.CREATE, cid, code))
+    assert encode.peer_properties(cid, code, props) == reply(
+        ev.PeerPropertiesResponse(cid, code, props)
+    )
+    assert encode.sasl_handshake(cid, code, names) == reply(
+        ev.SaslHandshakeResponse(cid, code, names)
+    )
+    assert encode.sasl_authenticate(cid, code, challenge) == reply(
+        ev.SaslAuthenticateResponse(cid, code, challenge)
+    )
+    assert encode.open_response(cid, code, props) == reply(ev.OpenResponse(cid, code, props))
+    assert encode.publish_error(small, code, ids) == reply(
+        ev.PublishError(small, [(i, code) for i in ids])
+    )
+    assert encode.streams_response(Key.ROUTE, cid, code, list(names)) == reply(
+        ev.RouteResponse(cid, code, names)
+    )
+    assert encode.deliver_header(small, len(challenge)) + challenge == reply(
+        ev.Deliver(small, challenge)
+    )
+    frame = body(reply(ev.Deliver(small, challenge)))
+    assert encode.delivered_to(frame) == small
+    assert frame[encode.CHUNK_AT :] == challenge
+    assert encode.delivered_to(body(encode.heartbeat())) == -1
+
+
+def test_a_client_reads_what_it_does_not_know_as_unknown_frames() -> None:
+    assert encode.decode_reply(b"\x00\x1a\x00\x01\x00") == ev.UnknownFrame(0x1A, 1)
+    assert encode.decode_reply(b"\x00\x03\x00\x02") == ev.UnknownFrame(3, 2)
+
+
 def _open_connection() -> ServerConnection:
     conn = ServerConnection()
     conn.phase = Phase.OPEN

@@ -16,7 +16,8 @@ from leveret.broker.queues.stream_amqp091 import to_amqp091
 from leveret.broker.queues.stream_amqp10 import to_amqp10
 from leveret.broker.queues.stream_properties import as_stored_in_a_stream
 from leveret.protocol.stream import chunk
-from leveret.store.osiris import CHUNK_BYTES, HEADER, OsirisLog, build_chunk
+from leveret.protocol.stream.chunk import HEADER
+from leveret.store.osiris import CHUNK_BYTES, OsirisLog
 from leveret.store.stream_layout import convert
 from leveret.store.streams import SegmentLog
 
@@ -253,7 +254,7 @@ def test_tracking_goes_in_trailers_delta_chunks_and_snapshots(tmp_path: Path) ->
     assert log.committed == 2 and log.next_offset == 2
     delta = (tmp_path / "00000000000000000000.segment").read_bytes()[len(seg) :]
     entry = b"\x01\x01r" + struct.pack(">Q", 0)
-    assert delta == build_chunk([entry], 1, 2, kind=1)
+    assert delta == chunk.build(1, 2, chunk.entry(entry), 1, chunk_type=chunk.CHUNK_TRK_DELTA)
     assert log.chunk_at(1) is None  # readers skip tracking chunks
     assert log.append(b"m2") == 2
     log.sync()
@@ -293,4 +294,18 @@ def test_sub_batches_are_stored_as_they_came(tmp_path: Path) -> None:
     assert raw[48 + 6 : 48 + 6 + 11] == struct.pack(">BHII", 0x80, 2, len(plain), len(plain))
     assert [m for _, _, m in log.read(0, 100)] == [b"m0", b"r0", b"r1", b"g0", b"g1", b"g2", b"m6"]
     assert [o for o, _, _ in log.read(4, 100)] == [4, 5, 6]
+    log.close()
+
+
+def test_a_read_after_a_sub_batch_gives_as_many_records_as_asked(tmp_path: Path) -> None:
+    """Records after a sub-batch of the same chunk count from the read's position: a
+    read of five from inside the batch gives five."""
+    batch = b"".join(struct.pack(">I", 2) + b"b%d" % i for i in range(10))
+    log = OsirisLog(tmp_path)
+    log.append_batch(0, 10, len(batch), batch)
+    for i in range(5):
+        log.append(b"m%d" % i)
+    log.sync()
+    assert [o for o, _, _ in log.read(8, 5)] == [8, 9, 10, 11, 12]
+    assert [m for _, _, m in log.read(9, 2)] == [b"b9", b"m0"]
     log.close()

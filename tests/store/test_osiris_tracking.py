@@ -8,7 +8,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from leveret.store.osiris import HEADER, OsirisLog, build_chunk
+from leveret.protocol.stream import chunk
+from leveret.protocol.stream.chunk import HEADER
+from leveret.store.osiris import OsirisLog
 from leveret.store.osiris_tracking import (
     MAX_SEQUENCES,
     TRK_OFFSET,
@@ -125,7 +127,7 @@ def test_recovery_reads_from_the_last_segment_that_starts_with_a_snapshot(
     trk.load_snapshot(data[8 + 48 + 4 : 8 + 48 + head[8]])
     assert trk.offsets["gone"] == 0
     del trk.offsets["gone"]
-    snapshot = build_chunk([trk.snapshot(0, 0)], head[6], head[4], kind=2)
+    snapshot = chunk.build(head[6], head[4], chunk.entry(trk.snapshot(0, 0)), 1, chunk_type=2)
     last.write_bytes(data[:8] + snapshot + data[end:])
     last.with_suffix(".index").unlink()  # positions moved: indexed again at open
     third = OsirisLog(tmp_path, max_segment_bytes=200)

@@ -57,8 +57,9 @@ class Node:
 class LeveretNode(Node):
     kind = "leveret"
 
-    def __init__(self, data_dir: Path | None, headroom: int | None,
-                 extra: list[str] | None = None) -> None:
+    def __init__(
+        self, data_dir: Path | None, headroom: int | None, extra: list[str] | None = None
+    ) -> None:
         self.data_dir = data_dir or Path(tempfile.mkdtemp(prefix="leveret-backlog-"))
         self.extra = list(extra or [])
         if headroom is not None:
@@ -100,8 +101,13 @@ class LeveretNode(Node):
 class RabbitMQNode(Node):
     kind = "rabbitmq"
 
-    def __init__(self, base: Path | None, headroom: int | None,
-                 management: bool = False, config: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        base: Path | None,
+        headroom: int | None,
+        management: bool = False,
+        config: dict[str, str] | None = None,
+    ) -> None:
         self.node = RabbitNode(base, config=config, management=management).start()
         self.port = self.node.port
         self.http_url = self.node.http_url
@@ -135,8 +141,11 @@ class RabbitMQNode(Node):
 def body_of(i: int, size: int) -> bytes:
     """Message ``i``'s body: its number, then a byte pattern of its own."""
     head = b"%010d:" % i
-    return head + bytes((i * 7 + k) % 251 for k in range(61)) * ((size - len(head)) // 61) \
+    return (
+        head
+        + bytes((i * 7 + k) % 251 for k in range(61)) * ((size - len(head)) // 61)
         + b"." * ((size - len(head)) % 61)
+    )
 
 
 @dataclass
@@ -160,15 +169,26 @@ class Publisher:
         self.result = Published()
         self.sock.sendall(PROTOCOL_HEADER)
         self._expect(commands.Connection.Start)
-        self._send(0, commands.Connection.StartOk(
-            client_properties={"product": "backlog-test",
-                               "capabilities": {"connection.blocked": True,
-                                                "publisher_confirms": True}},
-            mechanism="PLAIN", response="\0guest\0guest", locale="en_US"))
+        self._send(
+            0,
+            commands.Connection.StartOk(
+                client_properties={
+                    "product": "backlog-test",
+                    "capabilities": {"connection.blocked": True, "publisher_confirms": True},
+                },
+                mechanism="PLAIN",
+                response="\0guest\0guest",
+                locale="en_US",
+            ),
+        )
         tune = self._expect(commands.Connection.Tune)
         self.frame_max = tune.frame_max
-        self._send(0, commands.Connection.TuneOk(channel_max=tune.channel_max,
-                                                 frame_max=tune.frame_max, heartbeat=0))
+        self._send(
+            0,
+            commands.Connection.TuneOk(
+                channel_max=tune.channel_max, frame_max=tune.frame_max, heartbeat=0
+            ),
+        )
         self._send(0, commands.Connection.Open(virtual_host="/"))
         self._expect(commands.Connection.OpenOk)
         self._send(1, commands.Channel.Open())
@@ -229,17 +249,25 @@ class Publisher:
             raise AssertionError(f"closed: {value.reply_code} {value.reply_text}")
 
     def declare(self, durable: bool, arguments: dict[str, Any] | None = None) -> None:
-        self._send(1, commands.Queue.Declare(queue=self.queue, durable=durable,
-                                             arguments=arguments or {}))
+        self._send(
+            1, commands.Queue.Declare(queue=self.queue, durable=durable, arguments=arguments or {})
+        )
         self._expect(commands.Queue.DeclareOk)
 
     def delete_queue(self) -> None:
         self._send(1, commands.Queue.Delete(queue=self.queue))
         self._expect(commands.Queue.DeleteOk)
 
-    def publish(self, count: int, size: int, persistent: bool,
-                sample: Callable[[], int] | None = None, window: int = 256,
-                start: int = 0, wait: bool = True) -> Published:
+    def publish(
+        self,
+        count: int,
+        size: int,
+        persistent: bool,
+        sample: Callable[[], int] | None = None,
+        window: int = 256,
+        start: int = 0,
+        wait: bool = True,
+    ) -> Published:
         """Publish messages start..start+count-1 (the first publish on the channel is
         message 0); with confirms, keep at most ``window`` of them unconfirmed and wait
         for the last confirm."""
@@ -252,7 +280,7 @@ class Publisher:
             parts = [method, frame.marshal(header.ContentHeader(0, len(body), props), 1)]
             step = self.frame_max - 8
             for k in range(0, len(body), step):
-                parts.append(frame.marshal(pbody.ContentBody(body[k:k + step]), 1))
+                parts.append(frame.marshal(pbody.ContentBody(body[k : k + step]), 1))
             self.sock.sendall(b"".join(parts))
             res.sent = i + 1
             if self.confirms:
@@ -272,8 +300,14 @@ class Publisher:
             self.sock.close()
 
 
-def drain(node: Node, queue: str, count: int, size: int, prefetch: int = 500,
-          sample: Callable[[], int] | None = None) -> tuple[list[int], int, bool]:
+def drain(
+    node: Node,
+    queue: str,
+    count: int,
+    size: int,
+    prefetch: int = 500,
+    sample: Callable[[], int] | None = None,
+) -> tuple[list[int], int, bool]:
     """Consume ``count`` messages with manual acks: the message numbers in the order
     they came, the peak RSS sampled meanwhile, and whether every body was intact."""
     import pika
@@ -311,8 +345,9 @@ def queue_depth(node: Node, queue: str) -> int:
         conn.close()
 
 
-def node_figures(api: Api, until: Callable[[dict[str, Any]], bool] = lambda n: True,
-                  timeout: float = 30) -> dict[str, Any]:
+def node_figures(
+    api: Api, until: Callable[[dict[str, Any]], bool] = lambda n: True, timeout: float = 30
+) -> dict[str, Any]:
     """/api/nodes's entry, once it has the disk figures and ``until`` holds (RabbitMQ's
     management collects node figures every 5 s)."""
     deadline = time.monotonic() + timeout

@@ -34,6 +34,7 @@ class BrokerUnderTest:
     tls_port: int = 0  # amqps, when the broker has a TLS listener
     stream_port: int = 0  # RabbitMQ's stream protocol, when the broker listens for it
     stream_tls_port: int = 0  # the stream protocol over TLS
+    syslog_port: int = 0  # syslog (UDP and TCP), when the broker listens for it
     https: bool = False  # the management API over HTTPS
 
     @property
@@ -128,6 +129,8 @@ def start_leveret(
             ports["stream"] = int(line.strip().rsplit(":", 1)[1])
         elif line.startswith("Stream protocol over TLS listening on "):
             ports["stream_tls"] = int(line.strip().rsplit(":", 1)[1])
+        elif line.startswith("Syslog (UDP and TCP) listening on "):
+            ports["syslog"] = int(line.strip().rsplit(":", 1)[1])
         elif line.startswith("Prometheus metrics listening on "):
             ports["prometheus"] = int(line.strip().rsplit(":", 1)[1].split("/")[0])
         if "Server startup complete" in line:
@@ -144,6 +147,7 @@ def start_leveret(
                 tls_port=ports.get("tls", 0),
                 stream_port=ports.get("stream", 0),
                 stream_tls_port=ports.get("stream_tls", 0),
+                syslog_port=ports.get("syslog", 0),
                 https=bool(ports.get("https", 0)),
             )
             _drain(proc, broker.log)

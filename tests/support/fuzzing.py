@@ -56,42 +56,135 @@ def _client_methods() -> list[MethodSpec]:
         cls = getattr(C, cname)
         for _, m in inspect.getmembers(cls, inspect.isclass):
             if hasattr(m, "index") and hasattr(m, "__slots__"):
-                out.append(MethodSpec(m.name, m.index,
-                                      tuple((s, m.amqp_type(s)) for s in m.__slots__)))
-    out.append(MethodSpec("Access.Request", 0x001E000A,
-                          (("realm", "shortstr"), ("exclusive", "bit"), ("passive", "bit"),
-                           ("active", "bit"), ("write", "bit"), ("read", "bit"))))
+                out.append(
+                    MethodSpec(m.name, m.index, tuple((s, m.amqp_type(s)) for s in m.__slots__))
+                )
+    out.append(
+        MethodSpec(
+            "Access.Request",
+            0x001E000A,
+            (
+                ("realm", "shortstr"),
+                ("exclusive", "bit"),
+                ("passive", "bit"),
+                ("active", "bit"),
+                ("write", "bit"),
+                ("read", "bit"),
+            ),
+        )
+    )
     return sorted(out, key=lambda s: s.name)
 
 
 METHODS = {s.name: s for s in _client_methods()}
 # What a client sends once the connection is open (server-only ones too, now and then).
 CHANNEL_METHODS = [
-    "Exchange.Declare", "Exchange.Delete", "Exchange.Bind", "Exchange.Unbind",
-    "Queue.Declare", "Queue.Bind", "Queue.Unbind", "Queue.Purge", "Queue.Delete",
-    "Basic.Qos", "Basic.Consume", "Basic.Cancel", "Basic.Get", "Basic.Ack", "Basic.Nack",
-    "Basic.Reject", "Basic.Recover", "Basic.RecoverAsync", "Channel.Flow", "Channel.FlowOk",
-    "Channel.Close", "Channel.CloseOk", "Channel.Open", "Tx.Select", "Tx.Commit",
-    "Tx.Rollback", "Confirm.Select", "Access.Request",
+    "Exchange.Declare",
+    "Exchange.Delete",
+    "Exchange.Bind",
+    "Exchange.Unbind",
+    "Queue.Declare",
+    "Queue.Bind",
+    "Queue.Unbind",
+    "Queue.Purge",
+    "Queue.Delete",
+    "Basic.Qos",
+    "Basic.Consume",
+    "Basic.Cancel",
+    "Basic.Get",
+    "Basic.Ack",
+    "Basic.Nack",
+    "Basic.Reject",
+    "Basic.Recover",
+    "Basic.RecoverAsync",
+    "Channel.Flow",
+    "Channel.FlowOk",
+    "Channel.Close",
+    "Channel.CloseOk",
+    "Channel.Open",
+    "Tx.Select",
+    "Tx.Commit",
+    "Tx.Rollback",
+    "Confirm.Select",
+    "Access.Request",
 ]
 OTHER_METHODS = sorted(set(METHODS) - set(CHANNEL_METHODS))
 
-NAMES = ["fz-q", "fz-x", "fz-q2", "fz-x2", "", "amq.direct", "amq.fanout", "amq.topic",
-         "amq.headers", "amq.default", "amq.rabbitmq.trace", "amq.gen-x", "fz-\u00e9",
-         "fz\r\n", "x" * 255, "fz-stream", "witness", "fz-dlx"]
-ARGUMENT_KEYS = [
-    "x-message-ttl", "x-expires", "x-max-length", "x-max-length-bytes", "x-overflow",
-    "x-dead-letter-exchange", "x-dead-letter-routing-key", "x-max-priority", "x-queue-mode",
-    "x-queue-type", "x-queue-version", "x-single-active-consumer", "alternate-exchange",
-    "x-match", "x-priority", "x-cancel-on-ha-failover", "x-stream-offset", "x-max-age",
-    "x-stream-max-segment-size-bytes", "x-quorum-initial-group-size", "capabilities",
-    "publisher_confirms", "consumer_cancel_notify", "connection.blocked",
-    "authentication_failure_close", "basic.nack", "product", "x-credit", "BCC", "CC",
+NAMES = [
+    "fz-q",
+    "fz-x",
+    "fz-q2",
+    "fz-x2",
+    "",
+    "amq.direct",
+    "amq.fanout",
+    "amq.topic",
+    "amq.headers",
+    "amq.default",
+    "amq.rabbitmq.trace",
+    "amq.gen-x",
+    "fz-\u00e9",
+    "fz\r\n",
+    "x" * 255,
+    "fz-stream",
+    "witness",
+    "fz-dlx",
 ]
-STRING_VALUES = [b"", b"fz-x", b"fz-q", b"stream", b"classic", b"quorum", b"lazy", b"default",
-                 b"drop-head", b"reject-publish", b"reject-publish-dlx", b"all", b"any",
-                 b"first", b"last", b"next", b"1D", b"10s", b"\xff\xfe", b"amq.direct",
-                 "\u00e9\u4e2d".encode()]
+ARGUMENT_KEYS = [
+    "x-message-ttl",
+    "x-expires",
+    "x-max-length",
+    "x-max-length-bytes",
+    "x-overflow",
+    "x-dead-letter-exchange",
+    "x-dead-letter-routing-key",
+    "x-max-priority",
+    "x-queue-mode",
+    "x-queue-type",
+    "x-queue-version",
+    "x-single-active-consumer",
+    "alternate-exchange",
+    "x-match",
+    "x-priority",
+    "x-cancel-on-ha-failover",
+    "x-stream-offset",
+    "x-max-age",
+    "x-stream-max-segment-size-bytes",
+    "x-quorum-initial-group-size",
+    "capabilities",
+    "publisher_confirms",
+    "consumer_cancel_notify",
+    "connection.blocked",
+    "authentication_failure_close",
+    "basic.nack",
+    "product",
+    "x-credit",
+    "BCC",
+    "CC",
+]
+STRING_VALUES = [
+    b"",
+    b"fz-x",
+    b"fz-q",
+    b"stream",
+    b"classic",
+    b"quorum",
+    b"lazy",
+    b"default",
+    b"drop-head",
+    b"reject-publish",
+    b"reject-publish-dlx",
+    b"all",
+    b"any",
+    b"first",
+    b"last",
+    b"next",
+    b"1D",
+    b"10s",
+    b"\xff\xfe",
+    b"amq.direct",
+    "\u00e9\u4e2d".encode(),
+]
 
 
 # --------------------------------------------------------------------- encoding
@@ -105,8 +198,11 @@ def longstr(data: bytes) -> bytes:
 
 @functools.cache
 def text_bytes() -> st.SearchStrategy[bytes]:
-    return st.one_of(st.sampled_from(STRING_VALUES), st.binary(max_size=24),
-                     st.text(max_size=12).map(lambda t: t.encode("utf-8", "surrogatepass")))
+    return st.one_of(
+        st.sampled_from(STRING_VALUES),
+        st.binary(max_size=24),
+        st.text(max_size=12).map(lambda t: t.encode("utf-8", "surrogatepass")),
+    )
 
 
 @functools.cache
@@ -114,11 +210,28 @@ def name_bytes() -> st.SearchStrategy[bytes]:
     return st.one_of(st.sampled_from(NAMES).map(str.encode), st.binary(max_size=20))
 
 
-INT_FORMATS = {"b": ">b", "B": ">B", "s": ">h", "u": ">H", "I": ">i", "i": ">I", "l": ">q",
-               "L": ">Q", "T": ">Q"}
-INT_RANGES = {"b": (-128, 127), "B": (0, 255), "s": (-(2**15), 2**15 - 1), "u": (0, 2**16 - 1),
-              "I": (-(2**31), 2**31 - 1), "i": (0, 2**32 - 1), "l": (-(2**63), 2**63 - 1),
-              "L": (0, 2**64 - 1), "T": (0, 2**64 - 1)}
+INT_FORMATS = {
+    "b": ">b",
+    "B": ">B",
+    "s": ">h",
+    "u": ">H",
+    "I": ">i",
+    "i": ">I",
+    "l": ">q",
+    "L": ">Q",
+    "T": ">Q",
+}
+INT_RANGES = {
+    "b": (-128, 127),
+    "B": (0, 255),
+    "s": (-(2**15), 2**15 - 1),
+    "u": (0, 2**16 - 1),
+    "I": (-(2**31), 2**31 - 1),
+    "i": (0, 2**32 - 1),
+    "l": (-(2**63), 2**63 - 1),
+    "L": (0, 2**64 - 1),
+    "T": (0, 2**64 - 1),
+}
 
 
 @functools.cache
@@ -138,7 +251,8 @@ def field_value(depth: int = 2) -> st.SearchStrategy[bytes]:
         st.floats(width=32, allow_nan=True).map(lambda f: b"f" + struct.pack(">f", f)),
         st.floats(allow_nan=True).map(lambda f: b"d" + struct.pack(">d", f)),
         st.tuples(st.integers(0, 255), st.integers(-(2**31), 2**31 - 1)).map(
-            lambda t: b"D" + struct.pack(">Bi", *t)),
+            lambda t: b"D" + struct.pack(">Bi", *t)
+        ),
         text_bytes().map(lambda b: b"S" + longstr(b)),
         st.binary(max_size=16).map(lambda b: b"x" + longstr(b)),
         st.just(b"V"),
@@ -148,7 +262,8 @@ def field_value(depth: int = 2) -> st.SearchStrategy[bytes]:
     return st.one_of(
         *scalars,
         st.lists(field_value(depth - 1), max_size=4).map(
-            lambda items: b"A" + longstr(b"".join(items))),
+            lambda items: b"A" + longstr(b"".join(items))
+        ),
         field_table(depth - 1).map(lambda t: b"F" + t),
     )
 
@@ -212,8 +327,7 @@ def field_strategy(name: str, kind: str) -> st.SearchStrategy[Any]:
     if kind == "long":
         return st.one_of(st.sampled_from([0, 1, 4096, 131072, 2**31]), st.integers(0, 2**32 - 1))
     if kind in ("longlong", "timestamp"):
-        return st.one_of(st.sampled_from([0, 1, 2, 3, 2**63, 2**64 - 1]),
-                         st.integers(0, 2**64 - 1))
+        return st.one_of(st.sampled_from([0, 1, 2, 3, 2**63, 2**64 - 1]), st.integers(0, 2**64 - 1))
     if kind == "shortstr":
         if name in ("exchange", "queue", "source", "destination"):
             return name_bytes()
@@ -222,8 +336,9 @@ def field_strategy(name: str, kind: str) -> st.SearchStrategy[Any]:
         if name == "consumer_tag":
             return st.sampled_from([b"", b"ct", b"ct2", b"amq.ctag-x"])
         if name == "routing_key":
-            return st.one_of(st.sampled_from([b"", b"fz-q", b"a.b", b"#", b"*.x"]),
-                             st.binary(max_size=12))
+            return st.one_of(
+                st.sampled_from([b"", b"fz-q", b"a.b", b"#", b"*.x"]), st.binary(max_size=12)
+            )
         return text_bytes()
     if kind == "longstr":
         return st.binary(max_size=32)
@@ -237,9 +352,9 @@ def method_payload(spec_name: str) -> st.SearchStrategy[bytes]:
     spec = METHODS[spec_name]
     if not spec.fields:
         return st.just(encode_fields(spec, {}))
-    return st.fixed_dictionaries(
-        {n: field_strategy(n, k) for n, k in spec.fields}
-    ).map(lambda values: encode_fields(spec, values))
+    return st.fixed_dictionaries({n: field_strategy(n, k) for n, k in spec.fields}).map(
+        lambda values: encode_fields(spec, values)
+    )
 
 
 # ----------------------------------------------------------------------- frames
@@ -253,8 +368,11 @@ class Frame:
 
     def encode(self) -> bytes:
         size = len(self.payload) if self.size is None else self.size & 0xFFFFFFFF
-        return (struct.pack(">BHI", self.kind & 0xFF, self.channel & 0xFFFF, size)
-                + self.payload + bytes([self.end & 0xFF]))
+        return (
+            struct.pack(">BHI", self.kind & 0xFF, self.channel & 0xFFFF, size)
+            + self.payload
+            + bytes([self.end & 0xFF])
+        )
 
 
 @dataclass
@@ -274,9 +392,22 @@ def method(channel: int, payload: bytes) -> Frame:
     return Frame(1, channel, payload)
 
 
-PROPERTY_TYPES = ["shortstr", "shortstr", "table", "octet", "octet", "shortstr", "shortstr",
-                  "shortstr", "shortstr", "timestamp", "shortstr", "shortstr", "shortstr",
-                  "shortstr"]  # content-type ... cluster-id, flag bits 15 down to 2
+PROPERTY_TYPES = [
+    "shortstr",
+    "shortstr",
+    "table",
+    "octet",
+    "octet",
+    "shortstr",
+    "shortstr",
+    "shortstr",
+    "shortstr",
+    "timestamp",
+    "shortstr",
+    "shortstr",
+    "shortstr",
+    "shortstr",
+]  # content-type ... cluster-id, flag bits 15 down to 2
 
 # Strategies are made once: making one per draw costs more than the draw.
 _OCTET = st.integers(0, 255)
@@ -312,8 +443,11 @@ def content_header(draw: Any, channel: int, body_size: int) -> Frame:
             continue
         if kind == "shortstr":
             if bit == 8:  # expiration
-                values.append(shortstr(pick(draw, (b"0", b"1", b"100", b"-1", b"x", b"",
-                                                   b"99999999999999999999"))))
+                values.append(
+                    shortstr(
+                        pick(draw, (b"0", b"1", b"100", b"-1", b"x", b"", b"99999999999999999999"))
+                    )
+                )
             elif bit == 11:  # user-id
                 values.append(shortstr(pick(draw, (b"guest", b"other", b""))))
             else:
@@ -333,15 +467,15 @@ def content_header(draw: Any, channel: int, body_size: int) -> Frame:
     return Frame(2, channel, payload)
 
 
-_BODY = st.one_of(st.binary(max_size=64),
-                  st.integers(0, 270_000).map(lambda n: b"b" * n))
+_BODY = st.one_of(st.binary(max_size=64), st.integers(0, 270_000).map(lambda n: b"b" * n))
 
 
 def publish(draw: Any, channel: int, frame_max: int) -> list[Piece]:
     values = {
         "ticket": 0,
-        "exchange": pick(draw, (b"", b"", b"amq.direct", b"fz-x", b"amq.default",
-                                b"amq.topic", b"nope")),
+        "exchange": pick(
+            draw, (b"", b"", b"amq.direct", b"fz-x", b"amq.default", b"amq.topic", b"nope")
+        ),
         "routing_key": pick(draw, (b"fz-q", b"fz-q2", b"fz-stream", b"", b"a.b")),
         "mandatory": draw(_BOOL),
         "immediate": pick(draw, (False,) * 20 + (True,)),
@@ -352,20 +486,34 @@ def publish(draw: Any, channel: int, frame_max: int) -> list[Piece]:
     chunk = max(1, (frame_max or 131072) - 8)
     chunk = pick(draw, (chunk, chunk, max(1, chunk // 3), chunk + 1))
     for start in range(0, len(body), chunk):
-        out.append(Frame(3, channel, body[start:start + chunk]))
+        out.append(Frame(3, channel, body[start : start + chunk]))
     return out
 
 
 _CLIENT_PROPERTIES = st.one_of(
     st.just(longstr(b"")),
     field_table(),
-    st.just(longstr(shortstr(b"capabilities") + b"F" + longstr(
-        shortstr(b"connection.blocked") + b"t\x01"
-        + shortstr(b"authentication_failure_close") + b"t\x01"))))
-_CHANNELS = st.lists(st.sampled_from([1, 2, 3] * 6 + [2047, 65535, 0]), min_size=1,
-                     max_size=3, unique=True)
-_OPS = st.lists(st.sampled_from(["method"] * 6 + ["sane"] * 10 + ["publish"] * 6
-                                + ["heartbeat", "other"]), min_size=1, max_size=16)
+    st.just(
+        longstr(
+            shortstr(b"capabilities")
+            + b"F"
+            + longstr(
+                shortstr(b"connection.blocked")
+                + b"t\x01"
+                + shortstr(b"authentication_failure_close")
+                + b"t\x01"
+            )
+        )
+    ),
+)
+_CHANNELS = st.lists(
+    st.sampled_from([1, 2, 3] * 6 + [2047, 65535, 0]), min_size=1, max_size=3, unique=True
+)
+_OPS = st.lists(
+    st.sampled_from(["method"] * 6 + ["sane"] * 10 + ["publish"] * 6 + ["heartbeat", "other"]),
+    min_size=1,
+    max_size=16,
+)
 _EMPTY_TABLE = longstr(b"")
 
 
@@ -374,47 +522,118 @@ def sane(draw: Any) -> tuple[str, dict[str, Any]]:
     deliveries, acknowledgements, transactions and confirms."""
     queue = pick(draw, (b"fz-q", b"fz-q2", b"fz-stream", b""))
     exchange = pick(draw, (b"fz-x", b"amq.direct", b"amq.fanout", b"amq.headers"))
-    args = pick(draw, (_EMPTY_TABLE,) * 3 + (
-        longstr(shortstr(b"x-max-length") + b"I" + struct.pack(">i", 2)),
-        longstr(shortstr(b"x-message-ttl") + b"I" + struct.pack(">i", 0)),
-        longstr(shortstr(b"x-max-priority") + b"b" + b"\x05"),
-        longstr(shortstr(b"x-dead-letter-exchange") + b"S" + longstr(b"fz-x")),
-        longstr(shortstr(b"x-queue-type") + b"S" + longstr(b"stream")),
-        longstr(shortstr(b"x-overflow") + b"S" + longstr(b"reject-publish")
-                + shortstr(b"x-max-length") + b"I" + struct.pack(">i", 1)),
-    ))
+    args = pick(
+        draw,
+        (_EMPTY_TABLE,) * 3
+        + (
+            longstr(shortstr(b"x-max-length") + b"I" + struct.pack(">i", 2)),
+            longstr(shortstr(b"x-message-ttl") + b"I" + struct.pack(">i", 0)),
+            longstr(shortstr(b"x-max-priority") + b"b" + b"\x05"),
+            longstr(shortstr(b"x-dead-letter-exchange") + b"S" + longstr(b"fz-x")),
+            longstr(shortstr(b"x-queue-type") + b"S" + longstr(b"stream")),
+            longstr(
+                shortstr(b"x-overflow")
+                + b"S"
+                + longstr(b"reject-publish")
+                + shortstr(b"x-max-length")
+                + b"I"
+                + struct.pack(">i", 1)
+            ),
+        ),
+    )
     tag = pick(draw, (1, 1, 2, 3, 0, 99))
     consumer_tag = pick(draw, (b"ct", b"ct2", b""))
-    return pick(draw, (
-        ("Queue.Declare", {"ticket": 0, "queue": queue, "passive": False,
-                           "durable": pick(draw, (False, True)), "exclusive": False,
-                           "auto_delete": False, "nowait": False, "arguments": args}),
-        ("Exchange.Declare", {"ticket": 0, "exchange": b"fz-x",
-                              "exchange_type": pick(draw, (b"direct", b"fanout", b"topic")),
-                              "passive": False, "durable": False, "auto_delete": False,
-                              "internal": False, "nowait": False, "arguments": _EMPTY_TABLE}),
-        ("Queue.Bind", {"ticket": 0, "queue": queue, "exchange": exchange,
-                        "routing_key": pick(draw, (b"fz-q", b"#", b"")), "nowait": False,
-                        "arguments": _EMPTY_TABLE}),
-        ("Basic.Consume", {"ticket": 0, "queue": queue, "consumer_tag": consumer_tag,
-                           "no_local": False, "no_ack": draw(_BOOL), "exclusive": False,
-                           "nowait": False, "arguments": pick(draw, (_EMPTY_TABLE, longstr(
-                               shortstr(b"x-stream-offset") + b"S" + longstr(b"first"))))}),
-        ("Basic.Qos", {"prefetch_size": 0, "prefetch_count": pick(draw, (0, 1, 2)),
-                       "global_": draw(_BOOL)}),
-        ("Basic.Get", {"ticket": 0, "queue": queue, "no_ack": draw(_BOOL)}),
-        ("Basic.Ack", {"delivery_tag": tag, "multiple": draw(_BOOL)}),
-        ("Basic.Nack", {"delivery_tag": tag, "multiple": draw(_BOOL),
-                        "requeue": draw(_BOOL)}),
-        ("Basic.Reject", {"delivery_tag": tag, "requeue": draw(_BOOL)}),
-        ("Basic.Cancel", {"consumer_tag": consumer_tag, "nowait": False}),
-        ("Basic.Recover", {"requeue": True}),
-        ("Confirm.Select", {"nowait": False}),
-        ("Tx.Select", {}), ("Tx.Commit", {}), ("Tx.Rollback", {}),
-        ("Queue.Purge", {"ticket": 0, "queue": queue, "nowait": False}),
-        ("Queue.Delete", {"ticket": 0, "queue": queue, "if_unused": draw(_BOOL),
-                          "if_empty": draw(_BOOL), "nowait": False}),
-    ))
+    return pick(
+        draw,
+        (
+            (
+                "Queue.Declare",
+                {
+                    "ticket": 0,
+                    "queue": queue,
+                    "passive": False,
+                    "durable": pick(draw, (False, True)),
+                    "exclusive": False,
+                    "auto_delete": False,
+                    "nowait": False,
+                    "arguments": args,
+                },
+            ),
+            (
+                "Exchange.Declare",
+                {
+                    "ticket": 0,
+                    "exchange": b"fz-x",
+                    "exchange_type": pick(draw, (b"direct", b"fanout", b"topic")),
+                    "passive": False,
+                    "durable": False,
+                    "auto_delete": False,
+                    "internal": False,
+                    "nowait": False,
+                    "arguments": _EMPTY_TABLE,
+                },
+            ),
+            (
+                "Queue.Bind",
+                {
+                    "ticket": 0,
+                    "queue": queue,
+                    "exchange": exchange,
+                    "routing_key": pick(draw, (b"fz-q", b"#", b"")),
+                    "nowait": False,
+                    "arguments": _EMPTY_TABLE,
+                },
+            ),
+            (
+                "Basic.Consume",
+                {
+                    "ticket": 0,
+                    "queue": queue,
+                    "consumer_tag": consumer_tag,
+                    "no_local": False,
+                    "no_ack": draw(_BOOL),
+                    "exclusive": False,
+                    "nowait": False,
+                    "arguments": pick(
+                        draw,
+                        (
+                            _EMPTY_TABLE,
+                            longstr(shortstr(b"x-stream-offset") + b"S" + longstr(b"first")),
+                        ),
+                    ),
+                },
+            ),
+            (
+                "Basic.Qos",
+                {
+                    "prefetch_size": 0,
+                    "prefetch_count": pick(draw, (0, 1, 2)),
+                    "global_": draw(_BOOL),
+                },
+            ),
+            ("Basic.Get", {"ticket": 0, "queue": queue, "no_ack": draw(_BOOL)}),
+            ("Basic.Ack", {"delivery_tag": tag, "multiple": draw(_BOOL)}),
+            ("Basic.Nack", {"delivery_tag": tag, "multiple": draw(_BOOL), "requeue": draw(_BOOL)}),
+            ("Basic.Reject", {"delivery_tag": tag, "requeue": draw(_BOOL)}),
+            ("Basic.Cancel", {"consumer_tag": consumer_tag, "nowait": False}),
+            ("Basic.Recover", {"requeue": True}),
+            ("Confirm.Select", {"nowait": False}),
+            ("Tx.Select", {}),
+            ("Tx.Commit", {}),
+            ("Tx.Rollback", {}),
+            ("Queue.Purge", {"ticket": 0, "queue": queue, "nowait": False}),
+            (
+                "Queue.Delete",
+                {
+                    "ticket": 0,
+                    "queue": queue,
+                    "if_unused": draw(_BOOL),
+                    "if_empty": draw(_BOOL),
+                    "nowait": False,
+                },
+            ),
+        ),
+    )
 
 
 @st.composite
@@ -424,23 +643,51 @@ def sessions(draw: Any) -> list[Piece]:
     pieces: list[Piece] = [Raw(PROTOCOL_HEADER)]
     client_properties = draw(_CLIENT_PROPERTIES)
     mechanism = pick(draw, (b"PLAIN",) * 16 + (b"AMQPLAIN", b"AMQPLAIN", b"EXTERNAL", b""))
-    response = pick(draw, (b"\x00guest\x00guest",) * 20
-                    + (b"\x00guest\x00wrong", b"", b"\x00\x00", b"guest"))
+    response = pick(
+        draw, (b"\x00guest\x00guest",) * 20 + (b"\x00guest\x00wrong", b"", b"\x00\x00", b"guest")
+    )
     if mechanism == b"AMQPLAIN":
-        response = (shortstr(b"LOGIN") + b"S" + longstr(b"guest")
-                    + shortstr(b"PASSWORD") + b"S" + longstr(b"guest"))
-    pieces.append(method(0, struct.pack(">I", METHODS["Connection.StartOk"].index)
-                         + client_properties + shortstr(mechanism) + longstr(response)
-                         + shortstr(b"en_US")))
+        response = (
+            shortstr(b"LOGIN")
+            + b"S"
+            + longstr(b"guest")
+            + shortstr(b"PASSWORD")
+            + b"S"
+            + longstr(b"guest")
+        )
+    pieces.append(
+        method(
+            0,
+            struct.pack(">I", METHODS["Connection.StartOk"].index)
+            + client_properties
+            + shortstr(mechanism)
+            + longstr(response)
+            + shortstr(b"en_US"),
+        )
+    )
     # what RabbitMQ accepts, mostly (it ends the connection on 0 or too much)
     channel_max = pick(draw, (2047,) * 6 + (1, 3, 3, 0, 65535))
     frame_max = pick(draw, (131072,) * 6 + (4096, 8192, 8192, 0, 100, 2**32 - 1))
     heartbeat = pick(draw, (0,) * 6 + (1, 60, 65535))
-    pieces.append(method(0, encode_fields(METHODS["Connection.TuneOk"], {
-        "channel_max": channel_max, "frame_max": frame_max, "heartbeat": heartbeat})))
+    pieces.append(
+        method(
+            0,
+            encode_fields(
+                METHODS["Connection.TuneOk"],
+                {"channel_max": channel_max, "frame_max": frame_max, "heartbeat": heartbeat},
+            ),
+        )
+    )
     vhost = pick(draw, (b"/",) * 20 + (b"witness", b"nope", b""))
-    pieces.append(method(0, encode_fields(METHODS["Connection.Open"], {
-        "virtual_host": vhost, "capabilities": b"", "insist": False})))
+    pieces.append(
+        method(
+            0,
+            encode_fields(
+                METHODS["Connection.Open"],
+                {"virtual_host": vhost, "capabilities": b"", "insist": False},
+            ),
+        )
+    )
     channels = draw(_CHANNELS)
     for ch in channels:
         pieces.append(method(ch, encode_fields(METHODS["Channel.Open"], {"out_of_band": b""})))
@@ -460,20 +707,41 @@ def sessions(draw: Any) -> list[Piece]:
             name = pick(draw, OTHER_METHODS)
             pieces.append(method(pick(draw, (0, ch)), draw(method_payload(name))))
     if draw(_BOOL):
-        pieces.append(method(0, encode_fields(METHODS["Connection.Close"], {
-            "reply_code": 200, "reply_text": b"bye", "class_id": 0, "method_id": 0})))
+        pieces.append(
+            method(
+                0,
+                encode_fields(
+                    METHODS["Connection.Close"],
+                    {"reply_code": 200, "reply_text": b"bye", "class_id": 0, "method_id": 0},
+                ),
+            )
+        )
     return pieces
 
 
-MUTATIONS = ["type", "channel", "size", "end", "truncate", "extend", "flip", "drop", "dup",
-             "swap", "garbage", "heartbeat"]
+MUTATIONS = [
+    "type",
+    "channel",
+    "size",
+    "end",
+    "truncate",
+    "extend",
+    "flip",
+    "drop",
+    "dup",
+    "swap",
+    "garbage",
+    "heartbeat",
+]
 _GARBAGE = st.binary(min_size=1, max_size=16)
 _EXTRA = st.binary(min_size=1, max_size=8)
 
 
 def mutate(draw: Any, pieces: list[Piece]) -> list[Piece]:
-    pieces = [Frame(p.kind, p.channel, p.payload, p.end, p.size) if isinstance(p, Frame)
-              else Raw(p.data) for p in pieces]
+    pieces = [
+        Frame(p.kind, p.channel, p.payload, p.end, p.size) if isinstance(p, Frame) else Raw(p.data)
+        for p in pieces
+    ]
     for _ in range(pick(draw, (0, 0, 0, 1, 1, 2, 3))):
         if not pieces:
             break
@@ -505,7 +773,7 @@ def mutate(draw: Any, pieces: list[Piece]) -> list[Piece]:
         elif what == "end":
             p.end = (FRAME_END + 1 + draw(_OCTET) % 255) % 256
         elif what == "truncate" and p.payload:
-            p.payload = p.payload[:below(draw, len(p.payload))]
+            p.payload = p.payload[: below(draw, len(p.payload))]
         elif what == "extend":
             p.payload += draw(_EXTRA)
         elif what == "flip" and p.payload:
@@ -563,7 +831,7 @@ class LogWatch:
     def problems(self) -> list[str]:
         """The lines since the last look, when one of them shows a traceback or an
         error inside the broker (none otherwise)."""
-        lines = self.broker.log[self.seen:]
+        lines = self.broker.log[self.seen :]
         self.seen += len(lines)
         bad = any(
             "Traceback" in line
@@ -593,10 +861,13 @@ class Witness:
         self.broker = broker
         api = Api(broker.http_url)
         assert api.put(f"/api/vhosts/{WITNESS_VHOST}") in (201, 204)
-        assert api.put(f"/api/users/{WITNESS_USER}",
-                       {"password": WITNESS_PASSWORD, "tags": ""}) in (201, 204)
-        assert api.put(f"/api/permissions/{WITNESS_VHOST}/{WITNESS_USER}",
-                       {"configure": ".*", "write": ".*", "read": ".*"}) in (201, 204)
+        assert api.put(
+            f"/api/users/{WITNESS_USER}", {"password": WITNESS_PASSWORD, "tags": ""}
+        ) in (201, 204)
+        assert api.put(
+            f"/api/permissions/{WITNESS_VHOST}/{WITNESS_USER}",
+            {"configure": ".*", "write": ".*", "read": ".*"},
+        ) in (201, 204)
         # guest created the vhost and so may use it: the fuzzed connections may not
         api.delete(f"/api/permissions/{WITNESS_VHOST}/guest")
         self.c = RawClient(broker.host, broker.port)
@@ -624,11 +895,13 @@ class Witness:
         from pamqp import body as pbody
         from pamqp import frame, header
 
-        self.c.send(frame.marshal(C.Basic.Publish(exchange="", routing_key=queue), 1)
-                    + frame.marshal(header.ContentHeader(0, len(body),
-                                                         C.Basic.Properties(delivery_mode=mode)),
-                                    1)
-                    + frame.marshal(pbody.ContentBody(body), 1))
+        self.c.send(
+            frame.marshal(C.Basic.Publish(exchange="", routing_key=queue), 1)
+            + frame.marshal(
+                header.ContentHeader(0, len(body), C.Basic.Properties(delivery_mode=mode)), 1
+            )
+            + frame.marshal(pbody.ContentBody(body), 1)
+        )
 
     def counts(self, queue: str) -> tuple[int, int]:
         self.c.send_method(1, C.Queue.Declare(queue=queue, passive=True))
@@ -641,8 +914,7 @@ class Witness:
     def check(self) -> None:
         """The consumer is still consuming, nothing more was delivered to it, and both
         queues hold what they held."""
-        assert self.broker.process is None or self.broker.process.poll() is None, \
-            "the broker died"
+        assert self.broker.process is None or self.broker.process.poll() is None, "the broker died"
         assert self.counts("witness-waiting") == (WAITING - 1, 1)
         assert self.counts("witness-durable") == (DURABLE, 0)
         assert not self.c.buf, f"the witness got unexpected frames: {self.c.buf!r}"
@@ -723,8 +995,9 @@ class Campaign:
     failures: dict[str, Failure] = field(default_factory=dict)
 
     def over(self) -> bool:
-        return (self.cases >= CAMPAIGN_EXAMPLES
-                or time.monotonic() - self.started >= CAMPAIGN_SECONDS)
+        return (
+            self.cases >= CAMPAIGN_EXAMPLES or time.monotonic() - self.started >= CAMPAIGN_SECONDS
+        )
 
     def record(self, signature: str, detail: str, example: Any, size: int) -> None:
         old = self.failures.get(signature)
@@ -752,20 +1025,37 @@ class Campaign:
         for round_ in itertools.count():
             if self.over():
                 break
-            run: Any = settings(max_examples=5000, deadline=None, database=None,
-                                phases=[Phase.generate],
-                                suppress_health_check=list(HealthCheck))(given(cases)(one))
+            run: Any = settings(
+                max_examples=5000,
+                deadline=None,
+                database=None,
+                phases=[Phase.generate],
+                suppress_health_check=list(HealthCheck),
+            )(given(cases)(one))
             seed(round_)(run)()
 
     def save(self) -> None:
         CAMPAIGN_DIR.mkdir(parents=True, exist_ok=True)
         path = CAMPAIGN_DIR / f"{self.name}.json"
-        path.write_text(json.dumps({
-            "cases": self.cases,
-            "seconds": round(time.monotonic() - self.started, 1),
-            "failures": [{"signature": f.signature, "count": f.count, "detail": f.detail,
-                          "example": _jsonable(f.example)} for f in self.failures.values()],
-        }, indent=2, ensure_ascii=False))
+        path.write_text(
+            json.dumps(
+                {
+                    "cases": self.cases,
+                    "seconds": round(time.monotonic() - self.started, 1),
+                    "failures": [
+                        {
+                            "signature": f.signature,
+                            "count": f.count,
+                            "detail": f.detail,
+                            "example": _jsonable(f.example),
+                        }
+                        for f in self.failures.values()
+                    ],
+                },
+                indent=2,
+                ensure_ascii=False,
+            )
+        )
 
 
 def _size(example: Any) -> int:
@@ -785,8 +1075,11 @@ def _jsonable(example: Any) -> Any:
 def signature_of(lines: list[str], fallback: str) -> str:
     """A traceback's last 'File ...' line and its exception line, or ``fallback``."""
     files = [line.strip() for line in lines if line.strip().startswith("File ")]
-    errors = [line.strip() for line in lines
-              if line and not line.startswith((" ", "\t", "Traceback")) and ":" in line]
+    errors = [
+        line.strip()
+        for line in lines
+        if line and not line.startswith((" ", "\t", "Traceback")) and ":" in line
+    ]
     if files:
         return f"{files[-1]} | {errors[-1][:120] if errors else ''}"
     return fallback

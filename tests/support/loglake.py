@@ -6,6 +6,9 @@ every ten batches), for tests of the search, compaction and retention without Sp
 from __future__ import annotations
 
 import json
+import os
+import uuid
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -32,15 +35,25 @@ def _doc(i: int) -> dict[str, Any]:
     }
 
 
-def write_lake(lake: Path, batches: int = 4, n: int | None = None, orphan: bool = True) -> None:
+#: the day of a backfill's records (write_lake's ``backfill``): 40 days before the others
+BACKFILL_DAY = (START - timedelta(days=40)).date()
+
+
+def write_lake(
+    lake: Path, batches: int = 4, n: int | None = None, orphan: bool = True, backfill: int = 0
+) -> None:
     """``N`` records in the ingest's layout, committed in ``batches`` batches, plus a file
-    the log never committed (its records must not be found)."""
+    the log never committed (its records must not be found). The records of the last
+    ``backfill`` batches are dated :data:`BACKFILL_DAY` (old records sent late)."""
     meta = lake / "_spark_metadata"
     meta.mkdir(parents=True)
     n = N if n is None else n
     per = n // batches + 1
     for b in range(batches):
         rows = [(i, _doc(i)) for i in range(b * per, min(n, (b + 1) * per))]
+        if b >= batches - backfill:
+            rows = [(i, {**d, "ts": datetime.combine(BACKFILL_DAY, d["ts"].timetz())})
+                    for i, d in rows]  # fmt: skip
         entries = []
         files: list[Path] = []
         parts: dict[tuple[str, str], list[tuple[int, dict[str, Any]]]] = {}
@@ -81,3 +94,27 @@ def _read(meta: Path, b: int) -> list[dict[str, Any]]:
         if p.exists():
             return [json.loads(x) for x in p.read_text().split("\n")[1:] if x.strip()]
     return []
+
+
+def sink_compaction(lake: Path, batch: int) -> None:
+    """What Spark's sink does at a log compaction batch: every entry of the previous
+    compacted log and the batches since, those a delete entry names taken out."""
+    begin_sink_compaction(lake, batch)()
+
+
+def begin_sink_compaction(lake: Path, batch: int) -> Callable[[], None]:
+    """The sink's log compaction of ``batch`` as Spark 4 writes it: its temporary file
+    (Hadoop's ``.<name>.<uuid>.tmp``) is created, then the previous log files are read
+    (now); the function returned writes what was read and renames the temporary file."""
+    meta = lake / "_spark_metadata"
+    tmp = meta / f".{batch}.compact.{uuid.uuid4()}.tmp"
+    tmp.write_text("v1\n")
+    entries = [e for b in range(max(0, batch - 10), batch) for e in _read(meta, b)]
+    gone = {e["path"] for e in entries if e["action"] == "delete"}
+    kept = [e for e in entries if e["path"] not in gone]
+
+    def finish() -> None:
+        tmp.write_text("v1\n" + "\n".join(json.dumps(e) for e in kept))
+        os.replace(tmp, meta / f"{batch}.compact")
+
+    return finish

@@ -195,6 +195,7 @@ class RabbitMQNode:
 
     def stop(self) -> None:
         self.server.stop(ctl_timeout=60, wait=30)
+
         # our epmd, inside the namespace (the shared node's is outside it); relaxed: it goes
         # even while a node is still registered
         def ended() -> bool:
@@ -216,4 +217,3 @@ def _alive(pid: int) -> bool:
     except (OSError, IndexError):
         return False
     return state != "Z"
-

@@ -26,8 +26,10 @@ C = commands
 
 # role -> (tags, permissions (configure, write, read) or None for none in the vhost)
 USERS: dict[str, tuple[str, tuple[str, str, str] | None]] = {
-    "main": ("management", (r"^[eq]\.c", r"^[eq]\.c?w|^amq\.default$",
-                            r"^[eq]\.c?w?r|^amq\.direct$")),
+    "main": (
+        "management",
+        (r"^[eq]\.c", r"^[eq]\.c?w|^amq\.default$", r"^[eq]\.c?w?r|^amq\.direct$"),
+    ),
     "nodefault": ("management", (r"^[eq]\.c", r"^[eq]\.c?w", r"^[eq]\.c?w?r")),
     "empty": ("management", ("", "", "")),
     # RabbitMQ matches bytes (re:run without unicode): "." is one byte of "é"
@@ -102,26 +104,29 @@ class Site:
         """Guest declares what the case expects to exist, one message in each queue."""
         a = self.admin
         for name, internal in names.exchanges.items():
-            a.send_method(1, C.Exchange.Declare(exchange=name, exchange_type="direct",
-                                                internal=internal))
+            a.send_method(
+                1, C.Exchange.Declare(exchange=name, exchange_type="direct", internal=internal)
+            )
             a.expect(C.Exchange.DeclareOk)
         for name in names.queues:
             a.send_method(1, C.Queue.Declare(queue=name))
             a.expect(C.Queue.DeclareOk)
-            a.send(frame.marshal(C.Basic.Publish(exchange="", routing_key=name), 1)
-                   + frame.marshal(header.ContentHeader(0, 1, C.Basic.Properties()), 1)
-                   + frame.marshal(body.ContentBody(b"m"), 1))
+            a.send(
+                frame.marshal(C.Basic.Publish(exchange="", routing_key=name), 1)
+                + frame.marshal(header.ContentHeader(0, 1, C.Basic.Properties()), 1)
+                + frame.marshal(body.ContentBody(b"m"), 1)
+            )
         for name in names.exclusive:
             a.send_method(1, C.Queue.Declare(queue=name, exclusive=True))
             a.expect(C.Queue.DeclareOk)
         for source, kind, destination, key in names.bindings:
             if kind == "q":
-                a.send_method(1, C.Queue.Bind(queue=destination, exchange=source,
-                                              routing_key=key))
+                a.send_method(1, C.Queue.Bind(queue=destination, exchange=source, routing_key=key))
                 a.expect(C.Queue.BindOk)
             else:
-                a.send_method(1, C.Exchange.Bind(destination=destination, source=source,
-                                                 routing_key=key))
+                a.send_method(
+                    1, C.Exchange.Bind(destination=destination, source=source, routing_key=key)
+                )
                 a.expect(C.Exchange.BindOk)
         a.send_method(1, C.Basic.Qos())  # the publishes are in before the case starts
         a.expect(C.Basic.QosOk)
@@ -140,8 +145,13 @@ def make_site(broker: BrokerUnderTest) -> Iterator[Site]:
         assert api.put(f"/api/users/{q(users[role])}", {"password": PASSWORD, "tags": tags}) == 201
         if perms is not None:
             configure, write, read = perms
-            assert api.put(f"/api/permissions/{q(vhost)}/{q(users[role])}",
-                           {"configure": configure, "write": write, "read": read}) == 201
+            assert (
+                api.put(
+                    f"/api/permissions/{q(vhost)}/{q(users[role])}",
+                    {"configure": configure, "write": write, "read": read},
+                )
+                == 201
+            )
     admin = RawClient(broker.host, broker.port)
     admin.handshake(vhost=vhost)
     admin.open_channel(1)

@@ -7,12 +7,15 @@ import socket
 import ssl
 import struct
 import time
+from typing import TypeVar
 
 from leveret.protocol.stream import events as ev
+from leveret.protocol.stream.encode import decode_reply
 from leveret.protocol.stream.frames import encode_client, frame
 
 _U16 = struct.Struct(">H")
 _U32 = struct.Struct(">I")
+R = TypeVar("R")
 
 
 class RawStreamClient:
@@ -37,8 +40,8 @@ class RawStreamClient:
     def send_raw(self, key: int, body: bytes) -> None:
         self.sock.sendall(frame(key, body))
 
-    def frame(self, timeout: float | None = None) -> tuple[int, bytes] | None:
-        """The next frame's key and the bytes after its version; None on timeout."""
+    def whole_frame(self, timeout: float | None = None) -> bytes | None:
+        """The next frame, without its size prefix; None on timeout."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             if len(self.buf) >= 4:
@@ -46,7 +49,7 @@ class RawStreamClient:
                 if len(self.buf) >= 4 + size:
                     body = bytes(self.buf[4 : 4 + size])
                     del self.buf[: 4 + size]
-                    return _U16.unpack_from(body)[0], body[4:]
+                    return body
             if deadline is not None:
                 left = deadline - time.monotonic()
                 if left <= 0:
@@ -60,17 +63,32 @@ class RawStreamClient:
                 raise EOFError("the broker closed the connection")
             self.buf += data
 
+    def frame(self, timeout: float | None = None) -> tuple[int, bytes] | None:
+        """The next frame's key and the bytes after its version; None on timeout."""
+        body = self.whole_frame(timeout)
+        return None if body is None else (_U16.unpack_from(body)[0], body[4:])
+
+    def reply(self, kind: type[R], timeout: float = 10) -> R:
+        """The next server frame of type ``kind``, decoded (others are skipped)."""
+        while True:
+            body = self.whole_frame(timeout)
+            assert body is not None, f"no {kind.__name__}"
+            got = decode_reply(body)
+            if isinstance(got, kind):
+                return got
+
     def response(self, key: int) -> tuple[int, bytes]:
         """The response to ``key`` (other frames in between are skipped): its code and
         the bytes after the code. Route and Partitions are answered under their own key
         (RabbitMQ 3.10.8)."""
         want = key if key in (0x18, 0x19) else key | 0x8000
         while True:
-            got = self.frame(timeout=10)
-            assert got is not None, f"no response to {key:#x}"
-            k, body = got
-            if k == want:
-                return _U16.unpack_from(body, 4)[0], body[6:]
+            body = self.whole_frame(timeout=10)
+            assert body is not None, f"no response to {key:#x}"
+            if _U16.unpack_from(body)[0] == want:
+                got = decode_reply(body)
+                assert not isinstance(got, ev.UnknownFrame), got
+                return got.code, body[10:]  # type: ignore[union-attr]
 
     def request(self, event: ev.Event, key: int) -> tuple[int, bytes]:
         self.send(event)
@@ -88,36 +106,25 @@ class RawStreamClient:
         """Up to open; the first response code that is not OK, or 1. The mechanisms the
         server offered are kept in ``mechanisms``. ``properties``: the client's peer
         properties; ``response``: the SASL bytes, instead of PLAIN's of user and password."""
-        self.request(ev.PeerProperties(self.next_id(), properties or {}), 0x11)
-        code, rest = self.request(ev.SaslHandshake(self.next_id()), 0x12)
-        count = struct.unpack_from(">I", rest)[0]
-        self.mechanisms, pos = [], 4
-        for _ in range(count):
-            n = struct.unpack_from(">H", rest, pos)[0]
-            self.mechanisms.append(rest[pos + 2 : pos + 2 + n].decode())
-            pos += 2 + n
+        self.send(ev.PeerProperties(self.next_id(), properties or {}))
+        self.reply(ev.PeerPropertiesResponse)
+        self.send(ev.SaslHandshake(self.next_id()))
+        self.mechanisms = list(self.reply(ev.SaslHandshakeResponse).mechanisms)
         data = f"\0{user}\0{password}".encode() if mechanism == "PLAIN" else b""
         if response is not None:
             data = response
-        code, _ = self.request(ev.SaslAuthenticate(self.next_id(), mechanism, data), 0x13)
+        self.send(ev.SaslAuthenticate(self.next_id(), mechanism, data))
+        code = self.reply(ev.SaslAuthenticateResponse).code
         if code != 1:
             return code
-        got = self.frame(timeout=10)
-        assert got is not None and got[0] == 0x14, got
-        self.tune = struct.unpack_from(">II", got[1])
+        tune = decode_reply(self.whole_frame(timeout=10) or b"")
+        assert isinstance(tune, ev.Tune), tune
+        self.tune = (tune.frame_max, tune.heartbeat)
         self.send(ev.Tune(self.tune[0], 0))
-        code, rest = self.request(ev.Open(self.next_id(), vhost), 0x15)
-        if rest:
-            (count,) = struct.unpack_from(">I", rest)
-            pos = 4
-            for _ in range(count):
-                items = []
-                for _ in range(2):
-                    (n,) = struct.unpack_from(">H", rest, pos)
-                    items.append(rest[pos + 2 : pos + 2 + n].decode())
-                    pos += 2 + n
-                self.open_properties[items[0]] = items[1]
-        return code
+        self.send(ev.Open(self.next_id(), vhost))
+        opened = self.reply(ev.OpenResponse)
+        self.open_properties.update(opened.properties)
+        return opened.code
 
     def close(self) -> None:
         self.sock.close()

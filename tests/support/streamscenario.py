@@ -78,12 +78,8 @@ class StreamClients:
             "load_balancer_mode": True,
         }
         self.received = 0
-        self.producer = Producer(
-            "127.0.0.1", port, connection_name=self.producer_name, **common
-        )
-        self.consumer = Consumer(
-            "127.0.0.1", port, connection_name=self.consumer_name, **common
-        )
+        self.producer = Producer("127.0.0.1", port, connection_name=self.producer_name, **common)
+        self.consumer = Consumer("127.0.0.1", port, connection_name=self.consumer_name, **common)
         try:
             self.run(self._start())
         except BaseException:

@@ -87,8 +87,9 @@ class TlsRabbitMQ:
     def start(self, timeout: float = 180) -> None:
         self.server.launch()
         self.server.await_ready(
-            lambda: port_open("127.0.0.1", self.amqps_port)
-            and port_open("127.0.0.1", self.https_port),
+            lambda: (
+                port_open("127.0.0.1", self.amqps_port) and port_open("127.0.0.1", self.https_port)
+            ),
             timeout,
             0.2,
         )

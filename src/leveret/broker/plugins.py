@@ -19,13 +19,15 @@ BUILT_IN = (
 )
 CONSISTENT_HASH = "rabbitmq_consistent_hash_exchange"
 EVENT_EXCHANGE = "rabbitmq_event_exchange"
+# AMQP 1.0 on the AMQP listeners (RabbitMQ 3.x's plugin; RabbitMQ 4 serves it in its core)
+AMQP_1_0 = "rabbitmq_amqp1_0"
 DELAYED_MESSAGE = "rabbitmq_delayed_message_exchange"
 DEDUPLICATION = "rabbitmq_message_deduplication"
 
 # On unless disabled: they add no objects of their own.
 ON_BY_DEFAULT: tuple[str, ...] = (CONSISTENT_HASH, DELAYED_MESSAGE, DEDUPLICATION)
 # Off unless enabled.
-OPTIONAL: tuple[str, ...] = (EVENT_EXCHANGE,)
+OPTIONAL: tuple[str, ...] = (EVENT_EXCHANGE, AMQP_1_0)
 KNOWN: tuple[str, ...] = (*BUILT_IN, *ON_BY_DEFAULT, *OPTIONAL)
 
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 import time
-import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -38,13 +37,12 @@ from leveret.broker.users import Permission, User
 from leveret.broker.vhost import VirtualHost
 from leveret.protocol import spec
 from leveret.protocol.errors import AMQPError
-from leveret.protocol.stream import encode
+from leveret.protocol.stream import chunk, encode
 from leveret.protocol.stream import events as ev
 from leveret.protocol.stream.spec import Code, Key, OffsetType
 
 log = logging.getLogger(__name__)
 
-GZIP = 1  # sub-entry compression types: 0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd
 NO_LEADER = 0xFFFF
 
 #: The stream protocol's answer to an operation's AMQP error.
@@ -275,7 +273,7 @@ class StreamSession(StreamHandshake):
         for batch in e.batches:
             # stored as it came, compressed or not, as RabbitMQ stores it; an uncompressed
             # one whose records do not add up is refused
-            if batch.compression == 0 and _sub_batch_records(batch) is None:
+            if batch.compression == chunk.NONE and not _adds_up(batch):
                 errors.append(batch.publishing_id)
                 continue
             if last is None or batch.publishing_id > last:
@@ -547,26 +545,19 @@ def _partition_order(binding: Any) -> tuple[int, int]:
         return (1, 0)
 
 
-def _sub_batch_records(batch: ev.SubBatch) -> list[bytes] | None:
-    """The records of a sub-entry batch (``u32 size | bytes`` each, uncompressed or
-    gzip), stored one by one; None for a compression it cannot open or bad bytes."""
-    data = batch.data
-    if batch.compression == GZIP:
-        try:
-            data = zlib.decompress(data, 16 + zlib.MAX_WBITS)
-        except zlib.error:
-            return None
-    elif batch.compression != 0:
-        return None
-    out = []
-    pos = 0
-    for _ in range(batch.records):
-        n = int.from_bytes(data[pos : pos + 4], "big")
-        if pos + 4 + n > len(data):
-            return None
-        out.append(data[pos + 4 : pos + 4 + n])
-        pos += 4 + n
-    return out
+def _adds_up(batch: ev.SubBatch) -> bool:
+    """Whether an uncompressed sub-entry batch's records (``u32 size | bytes`` each) fit
+    in it, as the chunk walker reads them."""
+    try:
+        shape = (chunk.NONE, batch.records, batch.uncompressed_size)
+        chunk.walk_batch(batch.data, 0, len(batch.data), shape, 0, _ignore)
+    except chunk.ChunkError:
+        return False
+    return True
+
+
+def _ignore(_buf: bytes, _start: int, _end: int, _offset: int) -> None:
+    pass
 
 
 #: What each frame of a stream connection means, by its handler.

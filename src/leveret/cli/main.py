@@ -13,6 +13,7 @@ import typer
 
 from leveret import __version__
 from leveret.cli.common import fail, setting_parameter
+from leveret.server import defaults
 from leveret.server.listen import ListenError
 
 app = typer.Typer(
@@ -49,6 +50,7 @@ PORT_FLAGS = {
     "prometheus": "--prometheus-port",
     "stream": "--stream-port",
     "stream/ssl": "--stream-tls-port",
+    "syslog": "--syslog-port",
 }
 
 
@@ -76,16 +78,18 @@ class _Option:
 
 
 SERVER_OPTIONS: tuple[_Option, ...] = (
-    _Option("--amqp-port", int | None, "AMQP port (default 5672; 0 picks a free port)."),
+    _Option(
+        "--amqp-port", int | None, f"AMQP port (default {defaults.AMQP_PORT}; 0 picks a free port)."
+    ),
     _Option(
         "--http-port",
         int | None,
-        "Management API and dashboard port (default 15672; 0 picks a free port).",
+        f"Management API and dashboard port (default {defaults.HTTP_PORT}; 0 picks a free port).",
     ),
     _Option(
         "--prometheus-port",
         int | None,
-        "Prometheus /metrics port (default 15692; 0 picks a free port).",
+        f"Prometheus /metrics port (default {defaults.PROMETHEUS_PORT}; 0 picks a free port).",
     ),
     _Option("--bind", str | None, "Address to listen on (default all interfaces, as RabbitMQ)."),
     _Option("--data-dir", Path | None, "Where durable definitions and persistent messages live."),
@@ -108,22 +112,31 @@ SERVER_OPTIONS: tuple[_Option, ...] = (
         "The plain AMQP listener (on by default; off leaves amqps alone).",
     ),
     _Option(
-        "--amqps-port", int | None, "AMQP over TLS port, once a certificate is set (default 5671)."
+        "--amqps-port",
+        int | None,
+        f"AMQP over TLS port, once a certificate is set (default {defaults.AMQPS_PORT}).",
     ),
     _Option(
         "--stream-port",
         int | None,
-        "RabbitMQ's stream protocol port (default 5552; 0 picks a free one).",
+        f"RabbitMQ's stream protocol port (default {defaults.STREAM_PORT}; 0 picks a free one).",
     ),
     _Option(
         "--stream-tls-port",
         int | None,
-        "The stream protocol over TLS, once a certificate is set (default 5551).",
+        "The stream protocol over TLS, once a certificate is set "
+        f"(default {defaults.STREAM_TLS_PORT}).",
     ),
     _Option(
         "--stream-listener/--no-stream-listener",
         bool | None,
         "The stream protocol listener (on by default).",
+    ),
+    _Option(
+        "--syslog-port",
+        str | None,
+        "Take syslog (RFC 5424 and 3164) over UDP and TCP on this port into the logs "
+        "exchange (off by default, or 'off'; 0 picks a free port).",
     ),
     _Option("--tls-cert", Path | None, "Server certificate (PEM)."),
     _Option("--tls-key", Path | None, "Its private key (PEM)."),
@@ -203,6 +216,11 @@ def server(**options: Any) -> None:
             print(
                 f"Stream protocol over TLS listening on {stream.stream_host}:"
                 f"{stream.stream_tls_port}",
+                flush=True,
+            )
+        if stream.syslog_port:
+            print(
+                f"Syslog (UDP and TCP) listening on {stream.syslog_host}:{stream.syslog_port}",
                 flush=True,
             )
         print(f"Server startup complete; listening on {running.url}", flush=True)

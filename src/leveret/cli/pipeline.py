@@ -407,6 +407,10 @@ def compact(
         check_lake(lake)
     stop = _stop_on_signals()
     root = lake.resolve()
+    say = logging.getLogger(__name__)
+    if interval is not None:
+        keep = f", dropping the date partitions older than {days} days" if days else ""
+        say.info("compacting %s every %s%s", root, _duration(interval), keep)
     while True:
         try:
             dropped = compaction.drop_expired(root, days) if days else None
@@ -414,14 +418,15 @@ def compact(
         except compaction.CompactionError as exc:
             if interval is None:
                 fail(str(exc))
-            logging.getLogger(__name__).warning("%s", exc)
+            say.warning("%s (next run in %s)", exc, _duration(interval))
         except OSError as exc:
             fail(f"cannot compact {lake}: {exc.strerror or exc}")
         else:
             if dropped and dropped.partitions:
                 print(
                     f"Retention: dropped {len(dropped.partitions)} partition(s) "
-                    f"({len(dropped.removed)} files) older than {days} days"
+                    f"({len(dropped.removed)} files) older than {days} days",
+                    flush=True,
                 )
             if interval is None or change.partitions:  # --every: only what it did
                 print(
@@ -429,10 +434,26 @@ def compact(
                     f"files into {len(change.added)} ({change.records} records)",
                     flush=True,
                 )
-        # replaced files go once readers that listed them are done
+            if change.waiting:
+                (say.debug if interval else say.info)(
+                    "%d small file(s) of the batches since the sink's last compacted log are "
+                    "compacted once its next one (batch %d) names them",
+                    change.waiting, change.next_log_compaction,
+                )  # fmt: skip
+        # replaced files go once readers that listed them are done (and the sink is not
+        # writing a compacted log, which may name them again: a one-off run waits for it)
         if stop.wait(wait):
             break
-        compaction.finish_removals(root, grace=wait)
+        compaction.finish_removals(root, grace=wait, wait=5.0 if interval else 60.0)
         if interval is None or stop.wait(max(0.0, interval - wait)):
             break
     compaction.finish_removals(root, grace=wait)
+
+
+def _duration(seconds: float) -> str:
+    """``--every``'s interval as people say it: 30 s, 10 min, 1 h."""
+    if seconds >= 3600 and seconds % 3600 == 0:
+        return f"{seconds / 3600:g} h"
+    if seconds >= 60 and seconds % 60 == 0:
+        return f"{seconds / 60:g} min"
+    return f"{seconds:g} s"

@@ -24,6 +24,7 @@ from rich.console import Console
 
 from leveret.cli.common import fail, interrupt_on_sigterm, setting_parameter
 from leveret.logs.record import BROKER_EVENT_EXCHANGE, BROKER_LOG_EXCHANGE
+from leveret.server import defaults
 
 # soft_wrap: lines are never broken by rich (at 80 columns when the output is not a
 # terminal); a terminal wraps them itself, so the commands printed stay copyable whole
@@ -36,20 +37,56 @@ def _cli(*args: str) -> list[str]:
 
 # the broker's ports: up's options of leveret server's names, passed on to it as given
 PORTS = (
-    ("--amqp-port", "AMQP port (default 5672, or the config file's; 0 picks a free port)."),
-    ("--http-port", "Dashboard and management API port (default 15672; 0 picks a free port)."),
-    ("--prometheus-port", "Prometheus metrics port (default 15692; 0 picks a free port)."),
+    (
+        "--amqp-port",
+        f"AMQP port (default {defaults.AMQP_PORT}, or the config file's; 0 picks a free port).",
+    ),
+    (
+        "--http-port",
+        f"Dashboard and management API port (default {defaults.HTTP_PORT}; 0 picks a free port).",
+    ),
+    (
+        "--prometheus-port",
+        f"Prometheus metrics port (default {defaults.PROMETHEUS_PORT}; 0 picks a free port).",
+    ),
     (
         "--stream-port",
         "RabbitMQ's stream protocol port, which the lake ingest reads from "
-        "(default 5552; 0 picks a free port).",
+        f"(default {defaults.STREAM_PORT}; 0 picks a free port).",
+    ),
+    (
+        "--syslog-port",
+        "Syslog port, UDP and TCP, into the logs exchange (default 1514 here, unless the "
+        "config file or LEVERET_SYSLOG_PORT says otherwise; 0 picks a free port).",
     ),
 )
+#: where ``up`` takes syslog when nothing else says (1514: 514 needs root)
+SYSLOG_PORT = 1514
+
+
+def _syslog_port_set(config: Path | None) -> bool:
+    """Whether LEVERET_SYSLOG_PORT or the config file chooses the syslog port (a port, or
+    off): then the broker reads it, and up does not pass its own default."""
+    if os.environ.get("LEVERET_SYSLOG_PORT", "") != "":
+        return True
+    if config is None:
+        return False
+    import tomllib
+
+    try:
+        data = tomllib.loads(config.read_text())
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return False  # the broker itself says what is wrong with the file, in one line
+    server = data.get("server")
+    return any(
+        "syslog_port" in t or "syslog-port" in t
+        for t in (data, server if isinstance(server, dict) else {})
+    )
 
 
 def _start_server(
     data_dir: Path,
-    asked: dict[str, int | None],
+    asked: dict[str, int | str | None],
     log: IO[str],
     config: Path | None = None,
     settings: list[str] | None = None,
@@ -89,6 +126,8 @@ def _start_server(
             ports["prometheus"] = bound
         elif line.startswith("Stream protocol listening"):
             ports["stream"] = bound
+        elif line.startswith("Syslog (UDP and TCP) listening"):
+            ports["syslog"] = bound
         elif line.startswith("Server startup complete"):
             ports["amqp"] = bound
             return proc, ports
@@ -303,7 +342,7 @@ def up(
             show_default=False,
         ),
     ] = None,
-    **port_options: int | None,  # PORTS, by their parameters' names
+    **port_options: int | str | None,  # PORTS, by their parameters' names
 ) -> None:
     """Run the broker, dashboard, a terminal receiver and the lake ingest together."""
     # stopped by a service manager or kill as by Ctrl-C: its children stop with it (a
@@ -333,6 +372,8 @@ def up(
     try:
         try:
             asked = {flag: port_options[p.name] for flag, p in _PORT_PARAMETERS.items()}
+            if asked["--syslog-port"] is None and not _syslog_port_set(config):
+                asked["--syslog-port"] = SYSLOG_PORT
             server, ports = _start_server(
                 data_dir, asked, broker_log, config, _server_settings(config)
             )
@@ -408,6 +449,12 @@ def up(
         console.print(f"Lake ingest {ingest_note} -> {lake}")
         leveret = _leveret_command()
         console.print(f"Send logs   {leveret} emit-log --url {url} 'info: hello'")
+        if "syslog" in ports:
+            console.print(
+                f"Syslog      udp+tcp 127.0.0.1:{ports['syslog']}   logger --tcp --server "
+                f"127.0.0.1 --port {ports['syslog']} 'hello'"
+            )
+        console.print(f"OTLP logs   http://127.0.0.1:{ports.get('http')}/v1/logs   (guest / guest)")
         console.print(
             f"Report      {leveret} pipeline report --lake {lake} --out {data_dir / 'report'}"
         )
@@ -444,7 +491,10 @@ def up(
 
 # up's parameters: --data-dir, then the ports, then the rest of its own
 _PORT_PARAMETERS = {
-    flag: setting_parameter(flag, int | None, help, show_default=False) for flag, help in PORTS
+    flag: setting_parameter(
+        flag, str | None if flag == "--syslog-port" else int | None, help, show_default=False
+    )
+    for flag, help in PORTS
 }
 _OWN = [
     p.replace(kind=inspect.Parameter.KEYWORD_ONLY)

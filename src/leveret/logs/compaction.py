@@ -1,33 +1,52 @@
 """Keeping the lake healthy while the ingest writes it: compaction and retention, committed
-through the sink's own log.
+through the sink's own log, whatever the ingest is doing (writing batches, quiet for hours,
+catching up on a backfill, stopped).
 
 **Compaction** rewrites a partition's small files into large ones; **retention** drops the
-partitions past an age. Both change the set of committed files the same way: one atomic
-rename of the log file every reader starts from (the latest ``<batch>.compact``, or batch
-``0`` before the first one), without the entries of the files that go and with entries for
-the files that come. (Spark 4's sink log has no ``delete`` entries any more: a file is
-committed while an entry names it.) So only files that base file names are changed at a
-time; those of the batches since wait for the sink's next log compaction, which names them
-in the next base. Spark's readers, the sink's next log compaction, ``leveret logs search``
-and the dashboard all start from the base, so a reader sees either the old files or the
-new ones: never both, never neither.
+partitions past an age. Both change the set of committed files by rewriting files of the
+sink's log, each in one atomic rename that keeps its modification time (the janitor of
+:mod:`leveret.logs.lake` takes it as that batch's commit time). (Spark 4's sink log has no
+``delete`` entries any more: a file is committed while an entry names it.) Readers (Spark,
+``leveret logs search``, the report, the dashboard) read the latest compacted log
+(``<batch>.compact``, or batch ``0`` before the first one), the *base*, and the batch files
+after it:
 
-Why this is safe with the ingest running: the sink itself reads that base file only when it
-writes its next compacted log (batch ``base + interval``, Spark's default interval is 10);
-the batch before that one is a plain log file. The base is rewritten only while the sink's
-newest batch is at least three batches short of that compaction, and checked again after
-the rename; then the sink, which writes its batches one after another, reads the new base.
-(When the check fails afterwards the change is undone before anything is removed.) When no
-ingest holds the lake's ``ingest`` lock, no sink can read the base meanwhile. The rename
-keeps the base file's modification time, which the janitor of :mod:`leveret.logs.lake` uses
-as that batch's commit time.
+- a compaction rewrites the base only, without the entries of its small files and with
+  entries for the large files that replace them, so a reader sees either the old files or
+  the new ones, never both, never neither. Only files the base names are compacted at a
+  time; those of the batches since are named by the base after the sink's next log
+  compaction (every tenth batch), and compacted by the run after that;
+- the retention takes the expired files out of whichever log files name them (the base and
+  the batch files after it: a backfill's old records are in the newest batches), one
+  rename each, newest first: nothing is added, so between two renames a reader sees some
+  expired files still, never a kept file missing nor one twice.
 
-The files that went are removed from the disk after a grace period (readers that listed the
-old set may still be reading them; a directory lister sees them twice meanwhile), by this
-run or, after a crash, by the next run or the ingest. A lock file (``_leveret/lock``) keeps
-a compaction's new files from the janitor until they are committed. Every step is safe to
-kill -9: a new file not yet in the log is removed by the janitor, a replaced file still on
-the disk is removed by the next run.
+**Beside a running ingest.** The sink reads the log files it wrote before only when it
+writes its next compacted log: it creates that file under a temporary name
+(``.<batch>.compact.<uuid>.tmp``, Hadoop's atomic write) *before* it reads them, and
+renames it when done (verified in Spark 4.3.0: ``HDFSMetadataLog.write`` and
+``CompactibleFileStreamLog.compact``; ``tests/spark/test_compaction.py`` pins it). So a
+commit waits while such a file exists (milliseconds, once every ten batches), rewrites,
+and looks again: if no compacted log was begun before the rewrite was done, the sink will
+read the rewritten files. If one was, the commit waits for it and reads it: when it was
+read from the files before the rewrite it names the old files, and the commit is made
+again on it (the retention drops again what it names again). Nothing else is asked of the
+ingest: it is never paused nor restarted, a quiet ingest (no data, no batch, however close
+to its next log compaction) is no obstacle, and an ingest killed -9 in the middle of its
+log compaction leaves a temporary file that only counts while an ingest holds the lake's
+``ingest`` lock (the next ingest removes it before its query starts). With no ingest
+holding that lock, none can start during a commit.
+
+**Files leave the disk** once nothing can read them (:mod:`leveret.logs.removals`): each
+commit first records the files it takes out of the log and those it puts in; after a grace
+period (for readers that listed the old set: a directory lister sees replaced files beside
+their replacement meanwhile), and never while the sink writes a compacted log, the
+recorded files the log does not name are removed (the replaced ones, and new ones of a
+commit that did not last), by this run, the next one or the ingest. Until then the janitor
+keeps them, and keeps a compaction's new files while it holds the lake's ``lock``
+(``_leveret/lock``) until they are recorded. Every step is safe to kill -9: a hidden,
+half-written file goes an hour later, a recorded one after the grace unless the log names
+it, a replaced file after the grace unless the log still names it.
 """
 
 from __future__ import annotations
@@ -38,6 +57,7 @@ import logging
 import os
 import time
 import uuid
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
@@ -46,7 +66,6 @@ from typing import Any
 from leveret.durable import fsync_path
 from leveret.logs.lake import (
     METADATA,
-    STATE_DIR,
     SinkLog,
     data_dirs,
     lake_lock,
@@ -54,22 +73,31 @@ from leveret.logs.lake import (
     log_batches,
     log_file,
     remove_file,
+    sink_compacting,
 )
+from leveret.logs.removals import DEFAULT_GRACE as DEFAULT_GRACE
+from leveret.logs.removals import finish_removals as finish_removals
+from leveret.logs.removals import record as _record
 
 log = logging.getLogger(__name__)
 
-PENDING_DIR = "removals"
 DEFAULT_INTERVAL = 10  # spark.sql.streaming.fileSink.log.compactInterval
-SAFETY = 3  # batches between the sink's newest batch and its next log compaction
-DEFAULT_GRACE = 30.0
 TARGET_BYTES = 128 << 20
 ROWS_PER_GROUP = 256 * 1024
 COMPACTED_PREFIX = "part-compacted-"
+#: commits made again after the sink's log compaction read the log from before them
+ATTEMPTS = 3
+
+Step = Callable[[str], object]
 
 
 class CompactionError(RuntimeError):
-    """The lake cannot be changed now (no sink log, the sink too close to its own log
-    compaction, another compaction running)."""
+    """The lake cannot be changed now (no sink log, the sink writing its compacted log for
+    too long, another compaction holding the lake's lock)."""
+
+
+def _nothing(step: str) -> None:
+    pass
 
 
 # ------------------------------------------------------------------------ the log
@@ -85,26 +113,13 @@ def compact_interval(lake: Path) -> int:
     return DEFAULT_INTERVAL
 
 
-def _base(lake: Path) -> tuple[int, bool, int]:
-    """The log file readers start from (id, is it compacted) and the newest batch."""
+def _base(lake: Path) -> tuple[int, bool]:
+    """The log file readers start from: its batch, and whether it is a compacted log."""
     ids, compacts = log_batches(lake)
     if not ids:
         raise CompactionError(f"{lake} has no sink log ({METADATA}): nothing to compact")
     base = max(compacts) if compacts else ids[0]
-    return base, base in compacts, ids[-1]
-
-
-def _room(lake: Path, idle: bool = False) -> tuple[int, bool] | None:
-    """The base to rewrite, when the sink is far enough from reading it or no ingest runs
-    (``idle``), else None."""
-    base, compact, latest = _base(lake)
-    if idle:
-        return base, compact
-    interval = compact_interval(lake)
-    nxt = base + interval if compact else interval - 1
-    if latest > nxt - SAFETY:
-        return None
-    return base, compact
+    return base, base in compacts
 
 
 def _entry(path: Path) -> dict[str, Any]:
@@ -120,28 +135,31 @@ def _entry(path: Path) -> dict[str, Any]:
     }
 
 
-def _rewrite_base(
-    lake: Path, base: int, compact: bool, drop: set[str], extra: list[dict[str, Any]]
-) -> bytes:
-    """Rewrite the base log file without the entries of ``drop`` (local paths) and with
-    ``extra`` entries at its end: atomically, keeping its mtime. Returns the old content."""
-    target = log_file(lake, base, compact)
+def _rewrite(
+    lake: Path, batch: int, compact: bool, drop: set[str], extra: list[dict[str, Any]]
+) -> None:
+    """Rewrite one log file without the entries of ``drop`` (local paths) and with
+    ``extra`` entries at its end: atomically, keeping its mtime."""
+    target = log_file(lake, batch, compact)
     st = target.stat()
-    old = target.read_bytes()
     sink = SinkLog(lake)
-    lines = old.rstrip(b"\n").split(b"\n")
+    lines = target.read_bytes().rstrip(b"\n").split(b"\n")
     kept = [lines[0]]  # the version line
     for line in lines[1:]:
         if line.strip() and sink.here(local_path(json.loads(line)["path"])) in drop:
             continue
         kept.append(line)
     kept += [json.dumps(e, separators=(",", ":")).encode() for e in extra]
+    # Hadoop's checksum of the old content: no reader may verify the new one against it
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(target.with_name(f".{target.name}.crc"))
     _replace(target, b"\n".join(kept), st)
-    return old
 
 
 def _replace(target: Path, data: bytes, st: os.stat_result) -> None:
-    tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex}.tmp")
+    # not Hadoop's temporary name (.<name>.<uuid>.tmp): that is how the sink's own writes
+    # are told apart (see leveret.logs.lake.sink_compacting)
+    tmp = target.with_name(f".leveret-{target.name}-{uuid.uuid4().hex}")
     with open(tmp, "wb") as f:
         f.write(data)
         f.flush()
@@ -153,144 +171,157 @@ def _replace(target: Path, data: bytes, st: os.stat_result) -> None:
 
 @dataclass
 class Change:
-    """What one commit did."""
+    """What one run did."""
 
     removed: list[str] = field(default_factory=list)  # committed files that went
     added: list[str] = field(default_factory=list)
     records: int = 0
     partitions: list[str] = field(default_factory=list)
+    #: small files named after the base, compacted once the sink's next log compaction
+    #: (batch ``next_log_compaction``) names them in the base
+    waiting: int = 0
+    next_log_compaction: int = 0
 
 
-def commit(
-    lake: Path,
-    remove: list[str],
-    add: list[Path],
-    wait: float = 60.0,
-    pause: Any = None,
-    spread: bool = False,
-) -> bool:
-    """Commit one change to the lake's files (see the module docstring): ``remove`` are
-    committed files (local paths), ``add`` new complete files under the lake. Waits up to
-    ``wait`` seconds for room (the sink away from its own log compaction). Returns False
-    (and commits nothing) when there was none. Call it holding :func:`lake_lock`."""
-    with lake_lock(lake, wait=None, name="ingest") as idle:
-        # no ingest runs while this is held: no sink can read the base meanwhile
-        if spread:
-            return _drop(lake, remove, time.monotonic() + wait, idle)
-        return _commit(lake, remove, add, time.monotonic() + wait, pause, idle)
+# --------------------------------------------------------------------- committing
+@contextlib.contextmanager
+def _changing(lake: Path, wait: float) -> Iterator[bool]:
+    """Hold the lake's ``lock`` (the janitor and other compactions keep off) and, when no
+    ingest holds the ``ingest`` lock, that one too (none starts meanwhile). Yields whether
+    an ingest runs."""
+    with lake_lock(lake, wait=wait) as got:
+        if not got:
+            raise CompactionError(f"another compaction of {lake} held its lock for {wait:.0f} s")
+        with lake_lock(lake, wait=None, name="ingest") as idle:
+            yield not idle
 
 
-def _drop(lake: Path, remove: list[str], deadline: float, idle: bool) -> bool:
-    """Take files out of whichever log files name them (the retention: nothing is added,
-    so a reader between two renames sees some of the expired files still, never a kept
-    file missing). With the ingest running, the log files of its last two batches (which
-    its sink may hold in memory) are left for the next run."""
-    while _room(lake, idle) is None:
+class _Compacting(Exception):
+    """The sink went on writing a compacted log until the deadline."""
+
+    def __init__(self, batch: int, path: Path, waited: float) -> None:
+        super().__init__(batch)
+        self.batch = batch
+        self.waited = waited
+        self.name = path.name
+        try:
+            self.idle = time.time() - path.stat().st_mtime
+        except FileNotFoundError:
+            self.idle = 0.0
+
+    def text(self) -> str:
+        # a file a killed ingest left is removed when the ingest starts again
+        return (
+            f"the ingest has been writing its log compaction (batch {self.batch}) for "
+            f"{self.waited:.0f} s or more ({METADATA}/{self.name}, last written "
+            f"{self.idle:.0f} s ago)"
+        )
+
+
+def _settled(lake: Path, base: int, running: bool, deadline: float) -> bool:
+    """Wait until the sink writes no compacted log after ``base`` (it reads the log files
+    a commit rewrites); then whether it wrote one (the base moved). Raises _Compacting at
+    the deadline."""
+    started = time.monotonic()
+    while True:
+        writing = [(b, p) for b, p in sink_compacting(lake) if b > base] if running else []
+        _, compacts = log_batches(lake)  # after the listing: a rename between is seen here
+        moved = max(compacts, default=-1) > base
+        if not writing:
+            return moved
         if time.monotonic() >= deadline:
-            return False
-        time.sleep(0.2)
+            raise _Compacting(*writing[0], time.monotonic() - started)
+        time.sleep(0.05)
+
+
+def _ready(lake: Path, running: bool, deadline: float) -> tuple[SinkLog, int, bool]:
+    """The log once the sink writes no compacted log: read, with its base."""
+    base, _ = _base(lake)
+    try:
+        _settled(lake, base, running, deadline)
+    except _Compacting as exc:
+        raise CompactionError(f"{exc.text()}: nothing changed; try again") from None
     sink = SinkLog(lake)
-    latest = sink.refresh()
-    limit = latest if idle else latest - 2
-    by_batch: dict[int, set[str]] = {}
-    for p in remove:
-        b = sink.batch_of.get(p)
-        if b is not None and b <= limit:
-            by_batch.setdefault(b, set()).add(p)
-    if not by_batch:
-        return True  # what expired is in the newest batches: the next run takes it
-    _pending(lake, [p for ps in by_batch.values() for p in ps], [], -1)
-    for b, paths in sorted(by_batch.items(), reverse=True):
-        _rewrite_base(lake, b, b in sink.compacts, paths, [])
-    return True
+    sink.refresh()
+    base, compact = _base(lake)
+    return sink, base, compact
+
+
+def _after(lake: Path, base: int, running: bool, deadline: float) -> bool:
+    """After a rewrite: whether the sink wrote a compacted log since ``base`` (it may have
+    read the log files from before the rewrite)."""
+    try:
+        return _settled(lake, base, running, deadline)
+    except _Compacting as exc:
+        # the change is made; the files the sink's compacted log will name stay, the
+        # recorded others go after the grace
+        log.warning(
+            "%s since this commit: its compacted log may undo the commit (then the new "
+            "files go after the grace)", exc.text()
+        )  # fmt: skip
+        return False
 
 
 def _commit(
-    lake: Path, remove: list[str], add: list[Path], deadline: float, pause: Any, idle: bool
+    lake: Path,
+    remove: list[str],
+    add: list[Path],
+    running: bool,
+    deadline: float,
+    step: Step,
+    records: list[Path],
+    publish: Callable[[], object],
 ) -> bool:
-    while True:
-        room = _room(lake, idle)
-        if room is not None:
-            break
-        if time.monotonic() >= deadline:
+    """Replace the committed files ``remove``, which the base names, with the new files
+    ``add`` (``publish()`` makes them complete under those names, once the first record
+    names them): one rename of the base. False when the log no longer names them all (a
+    retention took some out) or the commit did not last ``ATTEMPTS`` times. Appends each
+    record it writes to ``records`` (its new files are then settled after the grace)."""
+    for _ in range(ATTEMPTS):
+        sink, base, compact = _ready(lake, running, deadline)
+        if not set(remove) <= sink.in_base:
             return False
-        time.sleep(0.2)
-    base, compact = room
+        records.append(_record(lake, remove, [str(p) for p in add], base))
+        step("recorded")
+        if len(records) == 1:
+            publish()
+            step("published")
+        _rewrite(lake, base, compact, set(remove), [_entry(p) for p in add])
+        step("committed")
+        if not _after(lake, base, running, deadline):
+            return True
+        sink = SinkLog(lake)
+        sink.refresh()
+        if {p.name for p in add} <= sink.names:
+            return True  # the sink read the rewritten base
+        log.info("the ingest's log compaction read the log from before a commit: made again")
+    return False
+
+
+def _drop(lake: Path, remove: list[str], running: bool, deadline: float, step: Step) -> list[str]:
+    """Take the committed files ``remove`` out of whichever log files name them; returns
+    those the log still names (a log compaction of the sink that read the log files from
+    before the renames ``ATTEMPTS`` times over)."""
+    todo = set(remove)
+    for _ in range(ATTEMPTS):
+        sink, base, _ = _ready(lake, running, deadline)
+        todo &= set(sink.files)
+        if not todo:
+            return []
+        by_file: dict[int, set[str]] = {}
+        for p in todo:
+            by_file.setdefault(sink.batch_of[p], set()).add(p)
+        _record(lake, sorted(todo), [], base)
+        step("recorded")
+        for batch in sorted(by_file, reverse=True):
+            _rewrite(lake, batch, batch in sink.compacts, by_file[batch], [])
+            step("dropped")
+        if not _after(lake, base, running, deadline):
+            return []
+        # what the sink's compacted log names again goes from it on the next round
     sink = SinkLog(lake)
     sink.refresh()
-    if not set(remove) <= sink.in_base:
-        return False  # the base moved on (the sink compacted its log): plan again
-    record = _pending(lake, remove, [str(p) for p in add], base)
-    old = _rewrite_base(lake, base, compact, set(remove), [_entry(p) for p in add])
-    if pause is not None:
-        pause("committed")
-    if not idle and not _sticks(lake, base, compact):
-        # the sink reached its log compaction meanwhile: it may have read the old base;
-        # undo (the new files are then removed as uncommitted, the old ones stay)
-        log.warning("the ingest reached its log compaction during the commit: undone")
-        target = log_file(lake, base, compact)
-        _replace(target, old, target.stat())
-        record.unlink(missing_ok=True)
-        return False
-    return True
-
-
-def _sticks(lake: Path, base: int, compact: bool) -> bool:
-    """Whether the sink has not yet started the log compaction that reads ``base``."""
-    ids, _ = log_batches(lake)
-    interval = compact_interval(lake)
-    nxt = base + interval if compact else interval - 1
-    return not ids or ids[-1] < nxt - 1
-
-
-# --------------------------------------------------------------------- removals
-def _pending(lake: Path, remove: list[str], add: list[str], base: int) -> Path:
-    d = lake / STATE_DIR / PENDING_DIR
-    d.mkdir(parents=True, exist_ok=True)
-    path = d / f"{time.time_ns()}-{uuid.uuid4().hex[:8]}.json"
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"at": time.time(), "base": base, "remove": remove, "add": add}))
-    os.replace(tmp, path)
-    return path
-
-
-def finish_removals(lake: Path, grace: float = DEFAULT_GRACE, now: float | None = None) -> int:
-    """Remove from the disk the files earlier commits took out of the log, once ``grace``
-    seconds have passed; returns how many. Files the log names again are kept."""
-    d = lake / STATE_DIR / PENDING_DIR
-    if not d.is_dir():
-        return 0
-    now = time.time() if now is None else now
-    sink: SinkLog | None = None
-    removed = 0
-    for rec in sorted(d.glob("*.json")):
-        try:
-            doc = json.loads(rec.read_text())
-        except (OSError, ValueError):
-            rec.unlink(missing_ok=True)
-            continue
-        if now < float(doc["at"]) + grace:
-            continue
-        if sink is None:
-            sink = SinkLog(lake)
-            sink.refresh()
-        for p in doc["remove"]:
-            if p in sink.files:
-                continue  # the log names it (again): it stays
-            if remove_file(p):
-                removed += 1
-                _remove_empty_dirs(Path(p).parent, lake)
-        rec.unlink(missing_ok=True)
-    return removed
-
-
-def _remove_empty_dirs(d: Path, lake: Path) -> None:
-    while d != lake and lake in d.parents:
-        try:
-            d.rmdir()
-        except OSError:
-            return
-        d = d.parent
+    return sorted(todo & set(sink.files))
 
 
 # --------------------------------------------------------------------- compaction
@@ -313,6 +344,18 @@ def plan(lake: Path, target: int = TARGET_BYTES, min_files: int = 2) -> dict[str
             continue
         parts.setdefault(_partition_of(p, lake), []).append(p)
     return {k: v for k, v in parts.items() if len(v) >= min_files}
+
+
+def _waiting(lake: Path, target: int) -> tuple[int, int]:
+    """The small committed files the base does not name, and the batch of the sink's next
+    log compaction (which names them in the base)."""
+    sink = SinkLog(lake)
+    if sink.refresh() < 0:
+        return 0, 0  # no log yet (the ingest starting)
+    small = [p for p, f in sink.files.items() if p not in sink.in_base and f.size < target // 2]
+    base, compact = _base(lake)
+    interval = compact_interval(lake)
+    return len(small), base + interval if compact else interval - 1
 
 
 def _micros(schema: Any) -> Any:
@@ -407,44 +450,44 @@ def compact(
     target: int = TARGET_BYTES,
     min_files: int = 2,
     wait: float = 120.0,
-    pause: Any = None,
+    step: Step = _nothing,
 ) -> Change:
-    """Rewrite each partition's small committed files into large ones, one commit per
-    partition. ``pause(step)`` is called between steps (tests kill the process there)."""
+    """Rewrite each partition's small committed files (those the base names) into large
+    ones, one commit per partition. ``wait``: how long a commit may wait for the lake's
+    lock and for the sink to finish a compacted log. ``step(name)`` is called between
+    steps (tests kill the process there)."""
     change = Change()
     _remove_stale_temps(lake)
     todo = plan(lake, target, min_files)
+    change.waiting, change.next_log_compaction = _waiting(lake, target)
     for part, files in todo.items():
         out_dir = lake / part
         tmps, rows = _write_partition(files, out_dir, target)
-        if pause is not None:
-            pause("written")
-        with lake_lock(lake, wait=wait) as got:
-            if not got:
-                raise CompactionError("another compaction holds the lake's lock")
-            published: list[Path] = []
-            for tmp in tmps:
-                final = out_dir / f"{COMPACTED_PREFIX}{uuid.uuid4()}.c000.snappy.parquet"
+        step("written")
+        finals = [out_dir / f"{COMPACTED_PREFIX}{uuid.uuid4()}.c000.snappy.parquet" for _ in tmps]
+
+        def publish(tmps: list[Path] = tmps, finals: list[Path] = finals) -> None:
+            for tmp, final in zip(tmps, finals, strict=True):
                 os.replace(tmp, final)
-                published.append(final)
-            fsync_path(out_dir)
-            if pause is not None:
-                pause("published")
-            # the files read must still be committed (a retention may have dropped them)
-            sink = SinkLog(lake)
-            sink.refresh()
-            if any(f not in sink.files for f in files) or not commit(
-                lake, files, published, wait=wait, pause=pause
-            ):
-                for p in published:
-                    remove_file(str(p))
-                continue
+            fsync_path(finals[0].parent)
+
+        records: list[Path] = []
+        committed = False
+        try:
+            with _changing(lake, wait) as running:
+                deadline = time.monotonic() + wait
+                committed = _commit(lake, files, finals, running, deadline, step, records, publish)
+        finally:
+            for p in tmps:  # not published (once recorded, the record settles the rest)
+                remove_file(str(p))
+        if not committed:
+            continue  # a retention dropped some meanwhile, or it did not last: plan again
         change.removed += files
-        change.added += [str(p) for p in published]
+        change.added += [str(p) for p in finals]
         change.records += rows
         change.partitions.append(part)
         log.info("compacted %s: %d files into %d (%d records)", part, len(files),
-                 len(published), rows)  # fmt: skip
+                 len(finals), rows)  # fmt: skip
     return change
 
 
@@ -482,20 +525,27 @@ def expired(lake: Path, days: int, today: date | None = None) -> dict[str, list[
     return out
 
 
-def drop_expired(lake: Path, days: int, today: date | None = None, wait: float = 120.0) -> Change:
-    """Take the partitions older than ``days`` days out of the log in one commit (their
-    files are removed after the grace period by :func:`finish_removals`)."""
+def drop_expired(
+    lake: Path, days: int, today: date | None = None, wait: float = 120.0, step: Step = _nothing
+) -> Change:
+    """Take the partitions older than ``days`` days out of the log (their files are removed
+    after the grace period by :func:`finish_removals`), from whichever log files name
+    them. ``wait`` and ``step`` as :func:`compact`'s."""
     change = Change()
     todo = expired(lake, days, today)
     if not todo:
         return change
     files = [f for fs in todo.values() for f in fs]
-    with lake_lock(lake, wait=wait) as got:
-        if not got:
-            raise CompactionError("a compaction holds the lake's lock")
-        if not commit(lake, files, [], wait=wait):
-            raise CompactionError("the ingest stayed at its own log compaction: try again")
-    change.removed = files
-    change.partitions = sorted(todo)
-    log.info("retention: dropped %d partition(s), %d file(s)", len(todo), len(files))
+    with _changing(lake, wait) as running:
+        left = set(_drop(lake, files, running, time.monotonic() + wait, step))
+    change.removed = [f for f in files if f not in left]
+    change.partitions = sorted(p for p, fs in todo.items() if not left.intersection(fs))
+    if left:
+        log.warning(
+            "retention: %d expired file(s) named again by the ingest's log compactions "
+            "(they read the log from before the commits %d times): the next run drops them",
+            len(left), ATTEMPTS,
+        )  # fmt: skip
+    log.info("retention: dropped %d partition(s), %d file(s)", len(change.partitions),
+             len(change.removed))  # fmt: skip
     return change

@@ -31,6 +31,7 @@ import fcntl
 import json
 import logging
 import os
+import re
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -108,6 +109,52 @@ def log_file(lake: Path, batch: int, compact: bool) -> Path:
     return lake / METADATA / (f"{batch}.compact" if compact else str(batch))
 
 
+# Spark writes each log file through Hadoop's CheckpointFileManager.createAtomic: a hidden
+# temporary file ``.<name>.<uuid>.tmp`` (and its ``..<name>.<uuid>.tmp.crc``), renamed
+# when complete, removed when the write fails (left behind by a kill -9).
+_COMPACTING = re.compile(r"\.(\d+)\.compact\..+\.tmp")
+_LOG_TEMP = re.compile(r"\.\.?\d+(\.compact)?\..+\.tmp(\.crc)?")
+
+
+def sink_compacting(lake: Path) -> list[tuple[int, Path]]:
+    """The compacted log files the sink is writing now, by batch: their temporary files.
+    Spark 4's sink creates the file before it reads the log files it compacts (verified
+    in 4.3.0: ``HDFSMetadataLog.write`` opens ``createAtomic`` and then the compaction
+    streams the previous log files into it, ``CompactibleFileStreamLog.compact``), so a
+    log file rewritten while no such file exists is read by the next log compaction as
+    rewritten. Left by a sink killed -9 until :func:`remove_log_temps`."""
+    out: list[tuple[int, Path]] = []
+    with contextlib.suppress(FileNotFoundError):
+        for e in os.scandir(lake / METADATA):
+            m = _COMPACTING.fullmatch(e.name)
+            if m:
+                out.append((int(m.group(1)), Path(e.path)))
+    return sorted(out)
+
+
+def remove_log_temps(lake: Path) -> list[str]:
+    """Remove the temporary files of the sink's log: only while no query writes it (an
+    ingest starting or stopped), when they are what a killed sink left."""
+    removed: list[str] = []
+    with contextlib.suppress(FileNotFoundError):
+        for e in os.scandir(lake / METADATA):
+            if _LOG_TEMP.fullmatch(e.name):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(e.path)
+                    removed.append(e.name)
+    if removed:
+        log.info("removed %d unfinished file(s) of the sink's log: %s", len(removed),
+                 ", ".join(removed[:5]))  # fmt: skip
+    return removed
+
+
+def ingest_running(lake: Path) -> bool:
+    """Whether an ingest holds the lake's ``ingest`` lock (one with a sink that may be
+    writing the log); this process's own ingest counts."""
+    with lake_lock(lake, wait=None, name="ingest") as idle:
+        return not idle
+
+
 def read_log_file(path: Path) -> list[dict[str, Any]]:
     """The entries of one file of the sink's log (its first line is the version, ``v1``)."""
     lines = path.read_bytes().split(b"\n")[1:]
@@ -148,6 +195,7 @@ class SinkLog:
         self.compacts: set[int] = set()
         self._adds: dict[str, LakeFile] = {}
         self._base: tuple[int, int, int, int] | None = None
+        self._read: dict[int, tuple[int, int, int]] = {}  # the batch files after the base
 
     def refresh(self) -> int:
         """Read the new log files; the latest committed batch id (-1: none)."""
@@ -164,14 +212,20 @@ class SinkLog:
             self._reset()
             return -1
         # What Spark reads: the latest compacted log (or batch 0) and the batches after it.
-        # That base is also what `leveret pipeline compact` rewrites (in place, atomically):
-        # when it changed, everything is read again.
+        # `leveret pipeline compact` rewrites those files in place (atomically): the base
+        # (a compaction, the retention) and the batch files after it (the retention): when
+        # one changed, everything is read again.
         base = max(compacts) if compacts else ids[0]
         self.compacts = compacts
-        path = log_file(self.lake, base, base in compacts)
-        st = path.stat()
-        signature = (base, st.st_ino, st.st_size, st.st_mtime_ns)
-        if signature != self._base or ids[-1] < self.latest:
+        signature = (base, *_signature(log_file(self.lake, base, base in compacts)))
+        if (
+            signature != self._base
+            or ids[-1] < self.latest
+            or any(
+                _signature(log_file(self.lake, b, b in compacts), missing=True) != sig
+                for b, sig in self._read.items()
+            )
+        ):
             self._reset()
             self._base = signature
             todo = [b for b in ids if b >= base]
@@ -181,7 +235,10 @@ class SinkLog:
             return self.latest
         changed = False
         for batch in todo:
-            for entry in read_log_file(log_file(self.lake, batch, batch in compacts)):
+            path = log_file(self.lake, batch, batch in compacts)
+            if batch != base:
+                self._read[batch] = _signature(path)  # before reading: a change is seen
+            for entry in read_log_file(path):
                 if entry.get("isDir"):
                     continue
                 raw = str(entry["path"])
@@ -214,6 +271,7 @@ class SinkLog:
         self.batch_of = {}
         self._adds = {}
         self._base = None
+        self._read = {}
 
     def here(self, path: str) -> str:
         """A file the log names, under this lake's directory: the log keeps the path the
@@ -231,6 +289,17 @@ class SinkLog:
             with contextlib.suppress(FileNotFoundError):
                 return log_file(self.lake, batch, compact).stat().st_mtime_ns
         return None
+
+
+def _signature(path: Path, missing: bool = False) -> tuple[int, int, int]:
+    """A log file as it is on disk (a rewrite replaces its inode, and keeps its mtime)."""
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        if not missing:
+            raise
+        return (-1, -1, -1)
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
 
 
 def is_data_file(name: str) -> bool:
@@ -289,14 +358,16 @@ def remove_file(path: str) -> bool:
 
 
 def _awaiting_removal(lake: Path) -> set[str]:
-    """The names of the files a compaction or the retention took out of the log, which
-    stay on the disk for a grace period (``_leveret/removals``)."""
+    """The names of the files a compaction or the retention took out of the log or put
+    in it, which are settled after a grace period (``_leveret/removals``): they go then
+    unless the log names them."""
     names: set[str] = set()
     d = lake / STATE_DIR / "removals"
     if d.is_dir():
         for rec in d.glob("*.json"):
-            with contextlib.suppress(OSError, ValueError):
-                names.update(os.path.basename(p) for p in json.loads(rec.read_text())["remove"])
+            with contextlib.suppress(OSError, ValueError, KeyError):
+                doc = json.loads(rec.read_text())
+                names.update(os.path.basename(p) for p in doc["remove"] + doc.get("add", []))
     return names
 
 
@@ -317,6 +388,10 @@ class Janitor:
         Returns the paths removed."""
         if not (self.lake / METADATA).is_dir():
             return []  # no log: every file is the lake's (Spark then lists the directory)
+        if everything:
+            # no query runs: a temporary file of the log is what a killed sink left (a
+            # compaction waits while the sink writes its compacted log)
+            remove_log_temps(self.lake)
         # a compaction's new files are not committed yet while it holds the lock
         with lake_lock(self.lake, wait=60.0 if everything else None) as got:
             if not got:

@@ -24,7 +24,7 @@ from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from leveret.logs.lake import SinkLog, data_dirs, is_data_file, not_a_lake
+from leveret.logs.lake import METADATA, SinkLog, data_dirs, is_data_file, not_a_lake
 from leveret.logs.record import Record, normalize_severity, rfc3339
 
 #: What a search returns of each record, in this order.
@@ -183,6 +183,9 @@ class LakeSearch:
                 raise SearchError(why)
             if self._log.refresh() >= 0:
                 paths = list(self._log.files)
+            elif (self.lake / METADATA).is_dir():
+                # the sink's lake before its first batch commits: its files are half written
+                paths = []
             else:
                 # no sink log (a lake written by a batch job): every file is the lake's
                 paths = [

@@ -51,6 +51,16 @@ class _FileCounts:
     severity: str = ""
 
 
+def _signature(lake: Path, batch: int, compact: bool) -> tuple[int, ...]:
+    """A log file as it is on disk: ``leveret pipeline compact`` replaces it (a new inode,
+    the same mtime) when it takes files out."""
+    try:
+        st = log_file(lake, batch, compact).stat()
+    except FileNotFoundError:
+        return ()
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
+
+
 def _partition(path: str, key: str) -> str | None:
     for part in path.split("/"):
         if part.startswith(key + "="):
@@ -111,6 +121,7 @@ class Lake:
         self._at_mtime: set[str] = set()
         self._pending: list[str] = []
         self._base: tuple[int, ...] | None = None
+        self._read: dict[int, tuple[int, ...]] = {}  # the batch logs read after the base
         #: bytes and number of the committed files (as the sink's log gives their sizes)
         self.bytes = 0
         self.committed_files = 0
@@ -168,6 +179,7 @@ class Lake:
 
     def _reset(self) -> None:
         """Forget what was read: the lake is read again from its base log file."""
+        self._read = {}
         with self._lock:
             self._batch = -1
             self._mtime = -1
@@ -181,8 +193,14 @@ class Lake:
     def _list_new(self) -> None:
         ids, compacts = log_batches(self.path)
         signature = self._base_signature(ids, compacts)
-        if self._base is not None and signature is not None and signature != self._base:
-            # files were replaced (a compaction) or dropped (retention): count again
+        base = max(compacts) if compacts else (ids[0] if ids else -1)
+        # the batch logs before a new base are read from it (Spark deletes them later)
+        self._read = {b: sig for b, sig in self._read.items() if b > base}
+        if (self._base is not None and signature is not None and signature != self._base) or any(
+            _signature(self.path, b, b in compacts) != sig for b, sig in self._read.items()
+        ):
+            # files were replaced (a compaction) or dropped (retention: from the base and
+            # the batch logs after it): count again
             self._reset()
         self._base = signature
         new = [b for b in ids if b > self._batch]
@@ -198,6 +216,8 @@ class Lake:
         entries: list[dict[str, Any]] = []
         deleted: set[str] = set()
         for batch in new:
+            if batch > base:  # before reading it: a rewrite after is seen
+                self._read[batch] = _signature(self.path, batch, batch in compacts)
             with contextlib.suppress(FileNotFoundError):
                 entries.extend(self._entries(batch, batch in compacts, deleted))
         seen: set[str] = set()

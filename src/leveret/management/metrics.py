@@ -40,6 +40,11 @@ if TYPE_CHECKING:
     from leveret.broker.stream_session import StreamSession
     from leveret.management.context import Management
 
+LOG_SOURCE_COUNTERS = (
+    ("received", "Log records received by a log source (syslog, otlp), readable or not"),
+    ("published", "Log records a log source published into the log exchange"),
+    ("refused", "Log records a log source refused (malformed, or refused by the broker)"),
+)
 QUEUE_GAUGES = (
     ("rabbitmq_queue_messages_ready", "Messages ready to be delivered to consumers"),
     ("rabbitmq_queue_messages_unacked", "Messages delivered to consumers but not yet acknowledged"),
@@ -209,6 +214,26 @@ class BrokerCollector(Collector):
                 family.add_metric([], value)
         yield from families
 
+    def log_source_families(self) -> Iterator[Metric]:
+        """Leveret's own (``leveret_`` names: RabbitMQ has no such sources): the records
+        each log source in use has received, published and refused. Syslog is in use
+        while it listens (the operator turned it on); OTLP, on by default, once it has
+        received something. Until then the families are left out, and /metrics has only
+        rabbitmq_prometheus's names."""
+        server = self.m.server
+        counts = server.log_intake.counts
+        on = [s for s, used in (("syslog", server.syslog is not None),
+                                ("otlp", counts["otlp"].received > 0)) if used]  # fmt: skip
+        if not on:
+            return
+        for what, doc in LOG_SOURCE_COUNTERS:
+            c = CounterMetricFamily(
+                f"leveret_log_source_records_{what}_total", doc, labels=["source"]
+            )
+            for source in on:
+                c.add_metric([source], getattr(counts[source], what))
+            yield c
+
     def collect(self) -> Iterator[Metric]:
         m = self.m
         broker = m.broker
@@ -317,6 +342,7 @@ class BrokerCollector(Collector):
             )
             c.add_metric(["stream"], counted[f"stream_error_{code_name}"])
             yield c
+        yield from self.log_source_families()
 
         labels = ["vhost", "queue"] if self.per_object else []
         families = {name: GaugeMetricFamily(name, doc, labels=labels) for name, doc in QUEUE_GAUGES}

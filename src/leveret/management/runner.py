@@ -64,7 +64,9 @@ async def _listen(
     context: ssl.SSLContext | None = None,
     listener: str = "http",
 ) -> tuple[web.AppRunner, str, int]:
-    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    # Request bodies as sent: the OTLP endpoint reads Content-Encoding itself (to answer a
+    # bad gzip body with OTLP's 400), and RabbitMQ's API does not decompress bodies either.
+    runner = web.AppRunner(app, access_log=None, handle_signals=False, auto_decompress=False)
     await runner.setup()
     host: str | None = bind if bind not in ("", "::") else None
     site = web.TCPSite(runner, host, port, reuse_address=True, ssl_context=context)

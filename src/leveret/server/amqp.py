@@ -15,9 +15,11 @@ import logging
 
 from leveret.broker.session import Session
 from leveret.protocol import errors, spec
+from leveret.protocol.amqp10.frames import AMQP_HEADER, SASL_HEADER
 from leveret.protocol.connection import ServerConnection, State
 from leveret.protocol.errors import AMQPError
 from leveret.protocol.events import NEED_DATA, MethodReceived, PublishReceived
+from leveret.server.amqp10 import Amqp10Edge
 from leveret.server.edge import OVER, Edge, Phase
 from leveret.server.state import PLAIN_LISTENER, Listener, ServerState
 
@@ -28,6 +30,8 @@ log = logging.getLogger(__name__)
 # high-water mark (pause_writing: no credit) instead of the whole backlog being
 # serialized in memory before the first write.
 FLUSH_BYTES = 1024 * 1024
+#: the protocol headers of AMQP 1.0 (SASL first, or not)
+AMQP10_HEADERS = (SASL_HEADER, AMQP_HEADER)
 
 
 class AMQPEdge(Edge):
@@ -41,6 +45,8 @@ class AMQPEdge(Edge):
         limits = state.limits
         self.conn = ServerConnection(limits.frame_max, limits.channel_max, limits.heartbeat)
         self._unflushed = 0  # body bytes of deliveries not yet written
+        # the first bytes, until the protocol header says which AMQP this is (None: known)
+        self._header: bytes | None = b"" if state.amqp10 else None
 
     # ------------------------------------------------------------- Output port
     def send_method(self, channel: int, method: spec.Method) -> None:
@@ -101,6 +107,20 @@ class AMQPEdge(Edge):
             self.loop.call_soon(self.resume)
 
     # ---------------------------------------------------------------- the edge
+    def data_received(self, data: bytes) -> None:
+        if self._header is not None:
+            head = self._header + data
+            if len(head) < 8 and b"AMQP".startswith(head[:4]):
+                self._header = head  # not yet the whole header
+                return
+            self._header = None
+            if head[:8] in AMQP10_HEADERS and self.phase is Phase.SERVING:
+                # AMQP 1.0, chosen by its header, as RabbitMQ 4 does on its AMQP port
+                self.hand_over(Amqp10Edge(self.state, self.listener), head)
+                return
+            data = head
+        super().data_received(data)
+
     def greet(self, transport: asyncio.BaseTransport) -> None:
         endpoint = self.endpoint(transport)
         peer = transport.get_extra_info("peername")

@@ -23,10 +23,12 @@ from leveret.server.amqp import AMQPEdge
 from leveret.server.config import Config, ConfigError
 from leveret.server.listen import ListenError
 from leveret.server.log_exchange import LogExchangeHandler
+from leveret.server.log_intake import LogIntake
 from leveret.server.resources import ResourceMonitor
 from leveret.server.schedule import ScheduleTimer
 from leveret.server.state import Limits, Listener, ServerState, Slots
 from leveret.server.stream import StreamEdge
+from leveret.server.syslog import SyslogListener
 from leveret.server.tls import server_context
 from leveret.store.setup import Persistence
 
@@ -79,6 +81,7 @@ class Server:
             mechanisms=config.auth_mechanisms,
             cert_login_from=config.ssl_cert_login_from,
         )
+        self.state.amqp10 = plugins.AMQP_1_0 in self.broker.plugins
         self.resources = ResourceMonitor(config, self.state, self.broker)
         self._servers: list[asyncio.base_events.Server] = []
         # (protocol, host, port) of each listener, as the management API lists them
@@ -90,6 +93,13 @@ class Server:
         self.stream_port = 0
         self.stream_tls_port = 0
         self.stream_host = config.bind
+        # syslog and OTLP records go into the log system's exchange through this one piece
+        self.log_intake = LogIntake(
+            self.broker, config.log_sources_vhost, config.log_sources_exchange
+        )
+        self.syslog: SyslogListener | None = None
+        self.syslog_host = config.bind
+        self.syslog_port = 0
 
     def setup_broker(self) -> None:
         """Stored state, then the users, vhosts and permissions of the configuration."""
@@ -135,6 +145,13 @@ class Server:
                     _, self.stream_tls_port = await self._listen_stream(
                         config.stream_tls_port, tls_context
                     )
+            if config.syslog_port is not None:
+                syslog = SyslogListener(self.log_intake, lambda: bool(self.state.alarms))
+                self.syslog_host, self.syslog_port = await syslog.start(
+                    config.bind, config.syslog_port
+                )
+                self.syslog = syslog
+                self.listeners.append(("syslog", self.syslog_host, self.syslog_port))
         except BaseException:
             for server in self._servers:
                 server.close()
@@ -267,6 +284,12 @@ class Server:
                 self.loop.run_in_executor(None, fsync_paths, paths)
 
     async def stop(self, reason: str = "shutdown") -> None:
+        for source, c in self.log_intake.counts.items():
+            if c.received:
+                log.info(
+                    "Log source %s: %d records received, %d published, %d refused",
+                    source, c.received, c.published, c.refused,
+                )  # fmt: skip
         if self._log_handler is not None:
             self._log_handler.uninstall()
             self._log_handler = None
@@ -277,6 +300,8 @@ class Server:
             self._schedule_timer = None
         for server in self._servers:
             server.close()
+        if self.syslog is not None:
+            self.syslog.close()
         for p in list(self.state.connections):
             p.shutdown(reason)
         # give clients a moment to read the close and answer close-ok
@@ -291,6 +316,9 @@ class Server:
         self.resources.close()
         for server in self._servers:
             await server.wait_closed()
+        if self.syslog is not None:
+            await self.syslog.wait_closed()
+            self.syslog = None
 
     async def serve_forever(self, on_ready: Any = None) -> None:
         await self.start()

@@ -14,6 +14,7 @@ from typing import Any
 
 from leveret.broker import plugins
 from leveret.protocol import spec
+from leveret.server import defaults
 
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 
@@ -194,16 +195,16 @@ _HINTS = {
 
 @dataclass
 class Config:
-    amqp_port: int = 5672
+    amqp_port: int = defaults.AMQP_PORT
     # The plain AMQP listener; off leaves only amqps (RabbitMQ's listeners.tcp = none).
     tcp_listener: bool = True
     # amqps: listens once a certificate is configured ([tls] certfile or --tls-cert).
-    amqps_port: int = 5671
+    amqps_port: int = defaults.AMQPS_PORT
     # RabbitMQ's stream protocol (its rabbitmq_stream plugin); 0 picks a free port.
-    stream_port: int = 5552
+    stream_port: int = defaults.STREAM_PORT
     stream_listener: bool = True
     # The stream protocol over TLS, once a certificate is configured (as amqps).
-    stream_tls_port: int = 5551
+    stream_tls_port: int = defaults.STREAM_TLS_PORT
     # The host a stream's metadata names (RabbitMQ's stream.advertised_host); empty: this
     # machine's name, as RabbitMQ.
     stream_advertised_host: str = ""
@@ -221,8 +222,8 @@ class Config:
     # Most connections at once; more wait in the listen backlog (RabbitMQ's connection_max).
     connection_max: int | None = None
     # The management API and dashboard, and Prometheus's /metrics (0 picks a free port).
-    http_port: int = 15672
-    prometheus_port: int = 15692
+    http_port: int = defaults.HTTP_PORT
+    prometheus_port: int = defaults.PROMETHEUS_PORT
     bind: str = "0.0.0.0"
     # Where durable state lives; None keeps everything in memory.
     data_dir: Path | None = Path("leveret-data")
@@ -264,6 +265,14 @@ class Config:
     # message_interceptors.incoming.set_header_timestamp.overwrite = false; in a flag or
     # LEVERET_MESSAGE_INTERCEPTORS: name=overwrite, separated by commas.
     message_interceptors: tuple[tuple[str, bool], ...] = ()
+    # Log sources (docs/log-sources.md): syslog (RFC 5424 and 3164) over UDP and TCP on
+    # this port, off by default (None; "off" in a file or LEVERET_SYSLOG_PORT; 0 picks a
+    # free port); OpenTelemetry's OTLP/HTTP POST /v1/logs on the management listener. Both
+    # publish into this exchange of this vhost (declared as emit-log does when missing).
+    syslog_port: int | None = None
+    otlp_logs: bool = True
+    log_sources_vhost: str = "/"
+    log_sources_exchange: str = "logs"
 
     ENV_PREFIX = "LEVERET_"
 
@@ -339,6 +348,9 @@ class Config:
         if key == "message_interceptors":
             self.message_interceptors = _interceptors(value)
             return
+        if key == "syslog_port":
+            self.syslog_port = _optional_port(key, value)
+            return
         current = getattr(self, key)
         try:
             if key == "vm_memory_high_watermark":
@@ -385,6 +397,8 @@ class Config:
             raise ConfigError(f"invalid value for 'frame_max': at least {spec.FRAME_MIN_SIZE}")
         if key == "channel_max" and not 0 < self.channel_max <= 65535:
             raise ConfigError("invalid value for 'channel_max': between 1 and 65535")
+        if key in ("log_sources_vhost", "log_sources_exchange") and not getattr(self, key):
+            raise ConfigError(f"invalid value for '{key}': a name, not empty")
         if key == "handshake_timeout" and self.handshake_timeout <= 0:
             raise ConfigError("invalid value for 'handshake_timeout': a positive number of ms")
         if key in (
@@ -612,6 +626,27 @@ def _interceptors(value: Any) -> tuple[tuple[str, bool], ...]:
             raise bad(f"{name} is invalid (one of {', '.join(NAMES)})")
         out[name] = _flag(f"message_interceptors.incoming.{name}.overwrite", flag)
     return tuple(out.items())
+
+
+def _optional_port(key: str, value: Any) -> int | None:
+    """A port number (0 picks a free one), or off: None, "off", "none", false."""
+    if (
+        value is None
+        or value is False
+        or (isinstance(value, str) and value.strip().lower() in ("off", "none", "false", "no"))
+    ):
+        return None
+    try:
+        if isinstance(value, bool):
+            raise ValueError(value)
+        number = int(value)
+    except (TypeError, ValueError):
+        number = -1
+    if not 0 <= number <= 65535:
+        raise ConfigError(
+            f"invalid value for '{key}': {value!r} (a port number, 0 picks a free one; or off)"
+        )
+    return number
 
 
 def _connection_max(value: Any) -> int | None:

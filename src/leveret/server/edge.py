@@ -75,9 +75,6 @@ class SansIO(Protocol):
     @property
     def closed(self) -> bool: ...
 
-    @property
-    def heartbeat(self) -> int: ...
-
 
 class SessionPort(Protocol):
     """What the edge tells a protocol's broker session."""
@@ -133,6 +130,11 @@ class Edge(asyncio.Protocol):
     def writing_paused(self, paused: bool) -> None:
         """The transport's write buffer crossed its high-water mark (or fell back)."""
 
+    def closing_timeout(self) -> int:
+        """How long an ending waits for the peer's end of the socket: the heartbeat
+        interval agreed (at most 30 s, as RabbitMQ)."""
+        return int(getattr(self.conn, "heartbeat", 0))
+
     def endpoint(self, transport: asyncio.BaseTransport) -> Endpoint[Any, Any]:
         """What the session is told of this socket: the connection, this edge, the SASL
         mechanisms its listener offers (EXTERNAL where it verifies client certificates),
@@ -164,6 +166,30 @@ class Edge(asyncio.Protocol):
             slots.waiting.append(self)
             return
         self._serve()
+
+    def hand_over(self, edge: Edge, data: bytes) -> None:
+        """The protocol header says another protocol speaks on this socket (AMQP 1.0 on
+        the AMQP port, as RabbitMQ 4 chooses by the header): ``edge`` takes the socket,
+        its place under connection_max and its handshake clock, and ``data``, what was
+        read so far. This edge is done without a trace."""
+        transport = self.transport
+        assert transport is not None and self.phase is Phase.SERVING
+        self.stop_timer()
+        self._heartbeats.stop()
+        self.state.connections.discard(self)
+        self.transport = None
+        self.phase = Phase.LOST
+        transport.set_protocol(edge)
+        edge.transport = transport
+        edge.traffic = self.traffic
+        edge.flow = self.flow
+        edge._heartbeats = Heartbeats(self.loop, edge.flow, edge._send_heartbeat, edge._silent)
+        edge.greet(transport)
+        edge.phase = Phase.SERVING
+        self.state.connections.add(edge)
+        edge.set_timer(self.state.limits.handshake_timeout, edge._handshake_timeout)
+        edge.conn.receive_data(data)
+        edge.process()
 
     def admit(self) -> None:
         """A place freed under connection_max: serve this connection, and read what it
@@ -274,7 +300,7 @@ class Edge(asyncio.Protocol):
         if eof and transport.can_write_eof():
             transport.write_eof()
         transport.resume_reading()  # input is read and dropped until the peer's end
-        heartbeat = self.conn.heartbeat
+        heartbeat = self.closing_timeout()
         timeout = heartbeat if 0 < heartbeat < CLOSING_TIMEOUT else None
         self.set_timer(timeout or CLOSING_TIMEOUT, transport.close)
 
@@ -308,8 +334,8 @@ class Edge(asyncio.Protocol):
             self.process()
 
     # --------------------------------------------------------------- heartbeats
-    def start_heartbeats(self, interval: int) -> None:
-        self._heartbeats.start(interval)
+    def start_heartbeats(self, interval: int, send_every: float | None = None) -> None:
+        self._heartbeats.start(interval, send_every)
 
     def _send_heartbeat(self) -> None:
         self.conn.send_heartbeat()
@@ -344,3 +370,10 @@ class Edge(asyncio.Protocol):
             self.closing(reason)
         else:
             self.drop()
+
+
+def address(address: object) -> tuple[str, int] | None:
+    """A socket address as host and port (an IPv6 one has four parts)."""
+    if isinstance(address, tuple) and len(address) >= 2:
+        return str(address[0]), int(address[1])
+    return None

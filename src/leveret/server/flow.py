@@ -91,7 +91,7 @@ class Heartbeats:
     """Every half interval: a heartbeat goes out when nothing else did, and a peer silent
     for two intervals is reported (``missed``), once."""
 
-    __slots__ = ("_flow", "_handle", "_loop", "_missed", "_send")
+    __slots__ = ("_every", "_flow", "_handle", "_loop", "_missed", "_send")
 
     def __init__(
         self,
@@ -105,12 +105,17 @@ class Heartbeats:
         self._send = send
         self._missed = missed
         self._handle: asyncio.TimerHandle | None = None
+        self._every = 0.0
 
-    def start(self, interval: int) -> None:
-        """Monitor at the interval negotiated (none when 0)."""
+    def start(self, interval: int, send_every: float | None = None) -> None:
+        """Monitor at the interval negotiated (none when 0). ``send_every``: how often
+        the peer wants to hear from us, when it is not the interval (AMQP 1.0's idle
+        timeout of each side is its own); by default half the interval."""
         self.stop()
-        if interval > 0:
-            self._handle = self._loop.call_later(interval / 2, self._tick, interval)
+        self._every = send_every if send_every is not None else interval / 2
+        tick = min(interval / 2, self._every) if interval > 0 else self._every / 2
+        if tick > 0:
+            self._handle = self._loop.call_later(tick, self._tick, interval)
 
     def stop(self) -> None:
         if self._handle is not None:
@@ -121,9 +126,11 @@ class Heartbeats:
         self._handle = None
         flow = self._flow
         now = time.monotonic()
-        if flow.silence(now) > 2 * interval:
+        if interval > 0 and flow.silence(now) > 2 * interval:
             self._missed(interval)
             return
-        if now - flow.sent >= interval / 2:
+        every = self._every
+        if every > 0 and now - flow.sent >= every:
             self._send()
-        self._handle = self._loop.call_later(interval / 2, self._tick, interval)
+        tick = min(interval / 2, every) if interval > 0 and every > 0 else interval / 2 or every
+        self._handle = self._loop.call_later(tick, self._tick, interval)

@@ -12,12 +12,13 @@ SERVES = {
     "prometheus": "Prometheus metrics",
     "stream": "stream protocol",
     "stream/ssl": "stream protocol over TLS",
+    "syslog": "syslog (UDP and TCP)",
 }
 
 
 class ListenError(OSError):
     """A listener (``amqp``, ``amqp/ssl``, ``http``, ``prometheus``, ``stream``,
-    ``stream/ssl``) could not listen on
+    ``stream/ssl``, ``syslog``) could not listen on
     ``host:port``. An :class:`OSError` with the cause's errno and text, so callers that
     catch ``OSError`` for a port in use still do."""
 

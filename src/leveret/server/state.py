@@ -80,6 +80,9 @@ class ServerState:
     # SASL mechanisms enabled (EXTERNAL is offered only where the listener verifies peers)
     mechanisms: tuple[str, ...] = ("AMQPLAIN", "PLAIN")
     cert_login_from: str = "common_name"  # what a client certificate logs in as
+    # AMQP 1.0 on the AMQP listeners, chosen by the protocol header (RabbitMQ 4's core, or
+    # 3.10's rabbitmq_amqp1_0 plugin)
+    amqp10: bool = False
 
     @property
     def blocking(self) -> bool:

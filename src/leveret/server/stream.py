@@ -18,7 +18,7 @@ from leveret.protocol.stream import encode
 from leveret.protocol.stream import events as ev
 from leveret.protocol.stream.connection import ServerConnection
 from leveret.protocol.stream.spec import Code
-from leveret.server.edge import OVER, Edge
+from leveret.server.edge import OVER, Edge, address
 from leveret.server.sendfile import FileSender
 from leveret.server.state import Listener, ServerState
 
@@ -81,9 +81,9 @@ class StreamEdge(Edge):
         self.session = StreamSession(
             self.state.broker,
             self.endpoint(transport),
-            _address(transport.get_extra_info("peername")),
+            address(transport.get_extra_info("peername")),
             self.advertised,
-            _address(transport.get_extra_info("sockname")),
+            address(transport.get_extra_info("sockname")),
             self.traffic,
         )
 
@@ -131,10 +131,3 @@ class StreamEdge(Edge):
         self.flush()
         self.session.close()
         self.end(wait_for_peer=False)
-
-
-def _address(address: object) -> tuple[str, int] | None:
-    """A socket address as host and port (an IPv6 one has four parts)."""
-    if isinstance(address, tuple) and len(address) >= 2:
-        return str(address[0]), int(address[1])
-    return None

@@ -1,7 +1,8 @@
 """Osiris chunks (what a stream-protocol Deliver frame carries) to the rows of
-``format("amqp")``: the chunk's CRC32 checked, its entries walked (simple entries and
-sub-entry batches, uncompressed, gzip or zstd), each AMQP 1.0 message cut into its
-sections.
+``format("amqp")``: the chunk's CRC32 checked, its entries walked by the stream codec's
+walker (:func:`leveret.protocol.stream.chunk.walk`: simple entries and sub-entry batches,
+uncompressed, gzip or zstd, the last through pyarrow), each AMQP 1.0 message cut into
+its sections.
 
 A stream fed over AMQP 0-9-1 holds messages of one shape (see RabbitMQ's rabbit_msg_record):
 message annotations ``x-routing-key`` and ``x-exchange`` (and the basic priority, delivery
@@ -19,7 +20,6 @@ parses them in bulk: the per-message Python work is the section walk alone.
 from __future__ import annotations
 
 import struct
-import zlib
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
@@ -28,8 +28,8 @@ import numpy as np
 import pyarrow as pa
 
 from leveret.logs.reading import TIMESTAMP_HEADER, header_text
-from leveret.protocol.stream import amqp10
-from leveret.protocol.stream.chunk import HEADER, MAGIC_VERSION
+from leveret.protocol.stream import amqp10, chunk
+from leveret.protocol.stream.encode import CHUNK_AT
 from leveret.spark.client import AmqpSourceError
 from leveret.spark.logparse import (
     Bodies,
@@ -48,7 +48,6 @@ from leveret.spark.schema import (
 
 _U32 = struct.Struct(">I")
 _I64 = struct.Struct(">q")
-_SUB = struct.Struct(">BHII")
 _CACHE_MAX = 4096
 _TS = pa.timestamp("us", tz="UTC")
 #: The AMQP 1.0 properties fields, in order, and the 0-9-1 property each becomes.
@@ -112,45 +111,17 @@ def _short(b: bytes, p: int) -> tuple[Any, int]:
     return (None if v is None else str(v)) if not isinstance(v, int) else v, q
 
 
-#: Sub-entry batch compressions read here (the stream protocol's codes): gzip, zstd.
-#: Snappy and LZ4 (2, 3) are refused with an error naming the chunk.
-GZIP, ZSTD = 1, 4
-
-
-def _decompress(kind: int, data: bytes, size: int, chunk: int) -> bytes:
-    """A compressed sub-entry batch's ``u32 size | record`` entries."""
+def _unzstd(data: bytes, size: int) -> bytes:
     try:
-        if kind == GZIP:
-            out = zlib.decompress(data, 16 + zlib.MAX_WBITS)
-        elif kind == ZSTD:
-            out = pa.Codec("zstd").decompress(data, decompressed_size=size).to_pybytes()
-        else:
-            raise AmqpSourceError(
-                f"chunk at offset {chunk}: sub-entry batch compressed with type {kind} "
-                "(snappy or lz4) is not supported; gzip and zstd are"
-            )
-    except (zlib.error, pa.ArrowException) as exc:
-        raise AmqpSourceError(
-            f"chunk at offset {chunk}: a compressed sub-entry batch does not open: {exc}"
-        ) from None
-    if len(out) != size:
-        raise AmqpSourceError(
-            f"chunk at offset {chunk}: a sub-entry batch opened to {len(out)} bytes, "
-            f"not the {size} its header says"
-        )
+        out: bytes = pa.Codec("zstd").decompress(data, decompressed_size=size).to_pybytes()
+    except pa.ArrowException as exc:
+        raise ValueError(str(exc)) from None
     return out
 
 
-def _section_end(b: bytes, p: int) -> int:
-    """The end of the compound or binary value at ``p``."""
-    c = b[p]
-    if c == 0xC0 or c == 0xC1 or c == 0xA0 or c == 0xA1:
-        return p + 2 + b[p + 1]
-    if c == 0xD0 or c == 0xD1 or c == 0xB0 or c == 0xB1:
-        return p + 5 + int(_U32.unpack_from(b, p + 1)[0])
-    if c == 0x40 or c == 0x45:
-        return p + 1
-    return amqp10.decode(b, p)[1]
+#: Sub-entry batch compressions read here: gzip (as every reader) and zstd through
+#: pyarrow. Snappy and LZ4 are refused with an error naming the chunk.
+_DECOMPRESSORS = {**chunk.DECOMPRESSORS, chunk.ZSTD: _unzstd}
 
 
 #: What a message's sections other than the body and message id decode to, shared by the
@@ -192,43 +163,23 @@ class Columns:
 
     # ------------------------------------------------------------------ chunks
     def add_chunk(self, frame: bytes, start: int, end: int) -> tuple[int, int]:
-        """The records of the chunk in a Deliver frame (at byte 5) with ``start <= offset <
+        """The records of the chunk in a Deliver frame (at ``CHUNK_AT``) with ``start <= offset <
         end``; returns the chunk's (first offset, offset after its last record)."""
         (magic, ctype, entries, records, ts, _epoch, first, crc, size, _trailer,
-         _r) = HEADER.unpack_from(frame, 5)  # fmt: skip
-        if magic >> 4 != MAGIC_VERSION >> 4:  # osiris 0x50 (RabbitMQ 3.10) or 0x51
+         _r) = chunk.HEADER.unpack_from(frame, CHUNK_AT)  # fmt: skip
+        if magic >> 4 != chunk.MAGIC:  # osiris 0x50 (RabbitMQ 3.10) or 0x51
             raise AmqpSourceError(f"a Deliver frame holds no osiris chunk ({magic:#x})")
-        data = 5 + HEADER.size
-        if zlib.crc32(memoryview(frame)[data : data + size]) != crc:
+        data = CHUNK_AT + chunk.HEADER_SIZE
+        if chunk.data_crc(frame, data, size) != crc:
             raise AmqpSourceError(f"chunk at offset {first}: its CRC32 does not match")
-        if ctype != 0 or first >= end or first + records <= start:
+        if ctype != chunk.CHUNK_USER or first >= end or first + records <= start:
             return first, first + records
-        offset = first
-        pos = data
-        message = self.message
         self._chunks.append((len(self.offsets), ts))
-        for _ in range(entries):
-            if frame[pos] & 0x80:
-                flag, count, raw, length = _SUB.unpack_from(frame, pos)
-                p = pos + _SUB.size
-                pos = p + length
-                batch = frame
-                kind = (flag >> 4) & 0x7
-                if kind:
-                    batch = _decompress(kind, frame[p:pos], raw, first)
-                    p = 0
-                for _ in range(count):
-                    (n,) = _U32.unpack_from(batch, p)
-                    if start <= offset < end:
-                        message(batch, p + 4, p + 4 + n, offset)
-                    p += 4 + n
-                    offset += 1
-            else:
-                (n,) = _U32.unpack_from(frame, pos)
-                if start <= offset < end:
-                    message(frame, pos + 4, pos + 4 + n, offset)
-                pos += 4 + n
-                offset += 1
+        try:
+            reading = chunk.Reading(start, end, _DECOMPRESSORS)
+            chunk.walk(frame, data, entries, first, self.message, reading)
+        except chunk.ChunkError as exc:
+            raise AmqpSourceError(str(exc)) from None
         return first, first + records
 
     # ------------------------------------------------------------------ messages
@@ -320,7 +271,9 @@ class Columns:
                     self._general(b, p, end, offset)
                     return
                 continue
-            q = _section_end(b, v)
+            q = amqp10.value_end(b, v)
+            if q < 0:
+                q = amqp10.decode(b, v)[1]
             if code == 0x72:
                 raw = b[v:q]
                 got = self._annotations.get(raw)

@@ -5,8 +5,12 @@ directory (pyarrow, pandas, DuckDB) sees each record once, as Spark does.
 
 A thread of the ingest's driver watches the sink's log; it only reads and removes files,
 it never writes the log (the query alone does). It also holds the lake's ``ingest`` lock
-(shared) while the ingest runs, and finishes the removals a compaction killed before its
-end left to do (see :mod:`leveret.logs.compaction`).
+(shared) while the ingest runs, and removes the files compactions and the retention took
+out of the log once their grace is over (see :mod:`leveret.logs.removals`). Compactions
+never stop the ingest: they commit beside it (see :mod:`leveret.logs.compaction`); the
+one thing they wait for, the sink writing its compacted log, is over in milliseconds, or
+was left by a sink killed -9 and is removed before the next query starts
+(:meth:`leveret.logs.lake.Janitor.sweep`).
 """
 
 from __future__ import annotations
@@ -19,9 +23,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from leveret.logs.alerts import Evaluator, read_batch
-from leveret.logs.compaction import COMPACTED_PREFIX, finish_removals
+from leveret.logs.compaction import COMPACTED_PREFIX
 from leveret.logs.lake import Janitor, SinkLog, lake_lock
 from leveret.logs.record import Record
+from leveret.logs.removals import finish_removals
 
 log = logging.getLogger(__name__)
 

@@ -25,21 +25,22 @@ import struct
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from leveret.logs.amqp import LogsError, parameters, redact
+from leveret.protocol.stream import chunk
 from leveret.protocol.stream import events as ev
-from leveret.protocol.stream.chunk import HEADER, MAGIC_VERSION
-from leveret.protocol.stream.frames import encode_client
-from leveret.protocol.stream.spec import RESPONSE, Code, Key, OffsetType
+from leveret.protocol.stream.encode import CHUNK_AT, decode_reply, delivered_to
+from leveret.protocol.stream.frames import FrameError, encode_client
+from leveret.protocol.stream.spec import Code, OffsetType
 from leveret.spark.client import AmqpSourceError, urls_of
 
 log = logging.getLogger(__name__)
+R = TypeVar("R")
 
 DEFAULT_STREAM_PORT = 5552
 DEFAULT_STREAM_TLS_PORT = 5551
-_U16 = struct.Struct(">H")
 _U32 = struct.Struct(">I")
-_RESP = struct.Struct(">HHIH")  # key, version, correlation id, code
 _CONNECT_TIMEOUT = 10.0
 _RECV = 1 << 20
 
@@ -108,25 +109,6 @@ def targets_of(
         if (host, port) not in seen:
             seen.add((host, port))
             out.append(out[0].at(host, port))
-    return out
-
-
-def _string_map(frame: bytes, pos: int) -> dict[str, str]:
-    """A protocol map of strings (int32 count, then int16-sized keys and values) at ``pos``;
-    what a truncated frame holds of it."""
-    out: dict[str, str] = {}
-    try:
-        (n,) = _U32.unpack_from(frame, pos)
-        pos += 4
-        for _ in range(n):
-            item = []
-            for _ in range(2):
-                (size,) = _U16.unpack_from(frame, pos)
-                item.append(frame[pos + 2 : pos + 2 + size].decode("utf-8", "replace"))
-                pos += 2 + size
-            out[item[0]] = item[1]
-    except struct.error:
-        pass
     return out
 
 
@@ -233,47 +215,61 @@ class StreamClient:
                 raise self._lost("the broker closed the connection")
             buf += data
 
-    def _response(self, key: int, what: str) -> tuple[int, bytes]:
-        """The code of the response to ``key`` and the frame; server commands in between
-        (heartbeats, metadata updates) are passed over."""
-        deadline = time.monotonic() + self.timeout
+    def _reply(
+        self, kind: type[R], correlation_id: int | None, deadline: float, what: str | None
+    ) -> R | None:
+        """The next reply of type ``kind`` (answering ``correlation_id``, when given), or
+        None when none came before ``deadline``; the server's other frames (heartbeats,
+        metadata updates) are passed over. With ``what``, the broker's close during it
+        is an error."""
         while True:
             left = deadline - time.monotonic()
             got = self.frame(max(left, 0.0)) if left > 0 else None
             if got is None:
-                raise self._lost(f"no answer to {what} within {self.timeout:g}s")
-            (k,) = _U16.unpack_from(got)
-            if k == Key.CLOSE:
+                return None
+            try:
+                reply = decode_reply(got)
+            except FrameError as exc:
+                raise AmqpSourceError(
+                    f"{self.target.shown}: a stream frame from the broker does not parse: {exc}"
+                ) from None
+            if what is not None and isinstance(reply, ev.Close):
                 raise AmqpSourceError(f"{self.target.shown}: the broker closed the stream "
                                       f"connection during {what}")  # fmt: skip
-            if k == key | RESPONSE:
-                if key == Key.TUNE:
-                    return Code.OK, got
-                _, _, _, code = _RESP.unpack_from(got)
-                return code, got
-            if key == Key.TUNE and k == Key.TUNE:
-                return Code.OK, got
+            if isinstance(reply, kind) and (
+                correlation_id is None or getattr(reply, "correlation_id", None) == correlation_id
+            ):
+                return reply
+
+    def _response(self, kind: type[R], correlation_id: int | None, what: str) -> R:
+        """The response of type ``kind`` to the request ``correlation_id``."""
+        got = self._reply(kind, correlation_id, time.monotonic() + self.timeout, what)
+        if got is None:
+            raise self._lost(f"no answer to {what} within {self.timeout:g}s")
+        return got
+
+    def _request(self, event: ev.Event, kind: type[R], what: str) -> R:
+        self.send(event)
+        return self._response(kind, getattr(event, "correlation_id", None), what)
 
     def _handshake(self) -> None:
         t = self.target
-        self.send(ev.PeerProperties(self._next_id(), {"product": "leveret-spark"}))
-        _, got = self._response(Key.PEER_PROPERTIES, "peer properties")
-        self.server_properties = _string_map(got, _RESP.size)
-        self.send(ev.SaslHandshake(self._next_id()))
-        self._response(Key.SASL_HANDSHAKE, "SASL handshake")
+        properties = ev.PeerProperties(self._next_id(), {"product": "leveret-spark"})
+        peer = self._request(properties, ev.PeerPropertiesResponse, "peer properties")
+        self.server_properties = peer.properties
+        self._request(ev.SaslHandshake(self._next_id()), ev.SaslHandshakeResponse,
+                      "SASL handshake")  # fmt: skip
         plain = b"\0" + t.user.encode() + b"\0" + t.password.encode()
-        self.send(ev.SaslAuthenticate(self._next_id(), "PLAIN", plain))
-        code, _ = self._response(Key.SASL_AUTHENTICATE, "authentication")
+        auth = ev.SaslAuthenticate(self._next_id(), "PLAIN", plain)
+        code = self._request(auth, ev.SaslAuthenticateResponse, "authentication").code
         if code != Code.OK:
             raise AmqpSourceError(
                 f"{t.shown} (stream port {t.port}): ACCESS_REFUSED - login refused "
                 f"({_code_text(code)})"
             )
-        _, tune = self._response(Key.TUNE, "tune")
-        frame_max, _heartbeat = struct.unpack_from(">II", tune, 4)
-        self.send(ev.Tune(frame_max, 0))  # no heartbeats: a reader is never idle long
-        self.send(ev.Open(self._next_id(), t.vhost))
-        code, _ = self._response(Key.OPEN, "open")
+        tune = self._response(ev.Tune, None, "tune")
+        self.send(ev.Tune(tune.frame_max, 0))  # no heartbeats: a reader is never idle long
+        code = self._request(ev.Open(self._next_id(), t.vhost), ev.OpenResponse, "open").code
         if code != Code.OK:
             raise AmqpSourceError(
                 f"{t.shown} (stream port {t.port}): cannot open vhost {t.vhost!r} "
@@ -284,31 +280,14 @@ class StreamClient:
     def metadata(self, stream: str) -> tuple[dict[int, tuple[str, int]], int, list[int]]:
         """The brokers (reference -> host, port), and the stream's code and members
         (leader first). AmqpSourceError when the stream does not exist."""
-        self.send(ev.Metadata(self._next_id(), (stream,)))
+        request = ev.Metadata(self._next_id(), (stream,))
+        self.send(request)
         deadline = time.monotonic() + self.timeout
-        while True:
-            got = self.frame(max(deadline - time.monotonic(), 0.001))
-            if got is None:
-                raise self._lost("no answer to metadata")
-            if _U16.unpack_from(got)[0] == Key.METADATA | RESPONSE:
-                break
-        pos = 8
-        (n,) = _U32.unpack_from(got, pos)
-        pos += 4
-        brokers: dict[int, tuple[str, int]] = {}
-        for _ in range(n):
-            ref, hlen = struct.unpack_from(">HH", got, pos)
-            host = got[pos + 4 : pos + 4 + hlen].decode()
-            pos += 4 + hlen
-            (port,) = _U32.unpack_from(got, pos)
-            pos += 4
-            brokers[ref] = (host, port)
-        pos += 4  # one stream asked, one answered
-        (slen,) = _U16.unpack_from(got, pos)
-        pos += 2 + slen
-        code, leader, count = struct.unpack_from(">HHI", got, pos)
-        pos += 8
-        replicas = [_U16.unpack_from(got, pos + 2 * i)[0] for i in range(count)]
+        reply = self._reply(ev.MetadataResponse, request.correlation_id, deadline, None)
+        if reply is None or not reply.streams:
+            raise self._lost("no answer to metadata")
+        brokers = {ref: (host, port) for ref, host, port in reply.brokers}
+        _name, code, leader, replicas = reply.streams[0]  # one stream asked, one answered
         if code == Code.STREAM_DOES_NOT_EXIST:
             raise AmqpSourceError(
                 f"stream {stream!r} does not exist on {self.target.shown} (stream port "
@@ -325,9 +304,9 @@ class StreamClient:
     def subscribe(
         self, subscription: int, stream: str, offset_type: int, offset: int, credit: int
     ) -> None:
-        self.send(ev.Subscribe(self._next_id(), subscription, stream, offset_type, offset,
-                               credit, {}))  # fmt: skip
-        code, _ = self._response(Key.SUBSCRIBE, f"subscribe to {stream!r}")
+        request = ev.Subscribe(self._next_id(), subscription, stream, offset_type, offset,
+                               credit, {})  # fmt: skip
+        code = self._request(request, ev.Response, f"subscribe to {stream!r}").code
         if code != Code.OK:
             raise AmqpSourceError(
                 f"cannot read stream {stream!r} on {self.target.shown}: {_code_text(code)}",
@@ -335,8 +314,7 @@ class StreamClient:
             )
 
     def unsubscribe(self, subscription: int) -> None:
-        self.send(ev.Unsubscribe(self._next_id(), subscription))
-        self._response(Key.UNSUBSCRIBE, "unsubscribe")
+        self._request(ev.Unsubscribe(self._next_id(), subscription), ev.Response, "unsubscribe")
 
     def credit(self, subscription: int, chunks: int) -> None:
         self.send(ev.Credit(subscription, chunks))
@@ -349,14 +327,18 @@ class StreamClient:
             got = self.frame(max(deadline - time.monotonic(), 0.0))
             if got is None:
                 return None
-            (key,) = _U16.unpack_from(got)
-            if key == Key.DELIVER:
-                if got[4] == subscription:
+            to = delivered_to(got)  # a chunk is walked in place, not decoded here
+            if to >= 0:
+                if to == subscription:
                     return got
                 continue
-            if key == Key.CLOSE:
+            try:
+                reply = decode_reply(got)
+            except FrameError:
+                continue
+            if isinstance(reply, ev.Close):
                 raise self._lost("the broker closed the connection")
-            if key == Key.METADATA_UPDATE:
+            if isinstance(reply, ev.MetadataUpdate):
                 raise self._lost("the stream moved or was deleted (metadata update)")
             # heartbeats, credit errors of stale subscriptions: nothing to do
 
@@ -425,8 +407,10 @@ def open_any(
 
 def chunk_bounds(frame: bytes) -> tuple[int, int, int]:
     """A Deliver frame's chunk: (type, first offset, records)."""
-    magic, ctype, _entries, records, _ts, _epoch, first = HEADER.unpack_from(frame, 5)[:7]
-    if magic >> 4 != MAGIC_VERSION >> 4:  # osiris 0x50 (RabbitMQ 3.10) or 0x51
+    magic, ctype, _entries, records, _ts, _epoch, first = chunk.HEADER.unpack_from(frame, CHUNK_AT)[
+        :7
+    ]
+    if magic >> 4 != chunk.MAGIC:  # osiris 0x50 (RabbitMQ 3.10) or 0x51
         raise AmqpSourceError(f"a Deliver frame holds no osiris chunk (first byte {magic:#x})")
     return ctype, first, records
 

@@ -7,7 +7,7 @@ Layout, one directory per stream, as osiris lays it out::
                                    first offset u64 | timestamp i64 | epoch u64 |
                                    file position u32 | chunk type u8
 
-A chunk is in osiris's format (:mod:`leveret.store.osiris_chunks`). A Deliver frame of
+A chunk is in osiris's format (:mod:`leveret.protocol.stream.chunk`). A Deliver frame of
 the stream protocol carries the header and data of a chunk exactly as stored, so readers
 of that protocol are served straight from the file (:meth:`OsirisLog.chunk_at`).
 
@@ -32,14 +32,14 @@ import contextlib
 import logging
 import os
 import struct
-import zlib
 from array import array
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from leveret.broker.clock import wall_ms
-from leveret.store.osiris_chunks import (
+from leveret.protocol.stream import chunk
+from leveret.protocol.stream.chunk import (
     CHUNK_TRK_DELTA,
     CHUNK_TRK_SNAPSHOT,
     CHUNK_USER,
@@ -47,10 +47,7 @@ from leveret.store.osiris_chunks import (
     HEADER,
     HEADER_SIZE,
     MAGIC_VERSION,
-    U32,
-    build_chunk,
-    build_framed_chunk,
-    chunk_records,
+    Reading,
 )
 from leveret.store.osiris_tracking import TRK_OFFSET, TRK_SEQUENCE, Tracking, read_tracking_json
 from leveret.store.segmented import SegmentedLog, segment_name
@@ -60,7 +57,6 @@ log = logging.getLogger(__name__)
 LOG_HEADER = b"OSIL\x00\x00\x00\x01"
 IDX_HEADER = b"OSII\x00\x00\x00\x01"
 _IDX = struct.Struct(">QqQIB")  # first offset, timestamp, epoch, file position, chunk type
-_SUB = struct.Struct(">BHII")  # sub-batch entry: flag and compression, records, sizes
 MAX_SEGMENT_CHUNKS = 256_000  # osiris's default max_segment_size_chunks
 # A chunk is cut at this many bytes of entries (a Deliver frame stays well within the
 # 1 MiB frame size clients ask for), and at 65,535 entries (the header's entry count).
@@ -235,7 +231,7 @@ class OsirisLog(SegmentedLog[_Segment]):
                 if magic != MAGIC_VERSION or first != expect:
                     break
                 data = f.read(dlen + tlen)
-                if len(data) < dlen + tlen or zlib.crc32(data[:dlen]) != crc:
+                if len(data) < dlen + tlen or chunk.data_crc(data, 0, dlen) != crc:
                     break
                 seg.add(first, pos, ts, records, kind, dlen)
                 seg.last_ts = ts
@@ -292,8 +288,7 @@ class OsirisLog(SegmentedLog[_Segment]):
                     if tlen:
                         trk.apply_trailer(chunk_id, os.pread(fd, tlen, pos + HEADER_SIZE + dlen))
                     continue
-                data = os.pread(fd, dlen, pos + HEADER_SIZE)  # one simple entry
-                entry = data[4 : 4 + (U32.unpack_from(data)[0] if dlen >= 4 else 0)]
+                entry = _only_record(os.pread(fd, dlen, pos + HEADER_SIZE))
                 if kind == CHUNK_TRK_SNAPSHOT:
                     trk.load_snapshot(entry)
                 else:
@@ -404,9 +399,8 @@ class OsirisLog(SegmentedLog[_Segment]):
         not), stored as one sub-batch entry the way osiris stores it; its first offset."""
         offset = self.next_offset
         self.next_offset = offset + records
-        head = _SUB.pack(0x80 | (compression & 0x7) << 4, records, uncompressed_size, len(data))
         self._pending_batches[len(self._pending)] = records
-        self._pending.append(head + data)
+        self._pending.append(chunk.sub_batch(compression, records, uncompressed_size, data))
         return offset
 
     def sync(self, ts_ms: int | None = None) -> bool:
@@ -443,17 +437,17 @@ class OsirisLog(SegmentedLog[_Segment]):
                 self._snapshot = trk.snapshot(self.first, first_ts)
         if self._snapshot is not None:
             snapshot, self._snapshot = self._snapshot, None
-            add(build_chunk([snapshot], first, ts, kind=CHUNK_TRK_SNAPSHOT), 1, 2, -1)
+            add(_tracking_chunk(snapshot, first, ts, CHUNK_TRK_SNAPSHOT), 1, 2, -1)
         pending = self._pending
         self._pending = []
         batches = self._pending_batches
         self._pending_batches = {}
         # entries framed (a simple entry is ``u32 size | message``; a sub-batch came framed)
+        pack = chunk.ENTRY.pack
         if batches:
-            entries = [m if i in batches else U32.pack(len(m)) + m for i, m in enumerate(pending)]
+            entries = [m if i in batches else pack(len(m)) + m for i, m in enumerate(pending)]
             counts = [batches.get(i, 1) for i in range(len(pending))]
         else:
-            pack = U32.pack
             entries = [pack(len(m)) + m for m in pending]
         i = 0
         while i < len(entries):  # chunks of at most CHUNK_BYTES (one entry at least)
@@ -463,10 +457,11 @@ class OsirisLog(SegmentedLog[_Segment]):
                 j += 1
             records = sum(counts[i:j]) if batches else j - i
             tail = trk.flush(first) if j == len(entries) and trk.pending else b""
-            add(build_framed_chunk(entries[i:j], records, first, ts, tail), records, 0, size)
+            data = b"".join(entries[i:j])
+            add(chunk.build(first, ts, data, j - i, records, trailer=tail), records, 0, size)
             i = j
         if trk.pending:  # tracking alone: a chunk of its own, one entry, one offset
-            delta = build_chunk([trk.flush(first)], first, ts, kind=CHUNK_TRK_DELTA)
+            delta = _tracking_chunk(trk.flush(first), first, ts, CHUNK_TRK_DELTA)
             add(delta, 1, CHUNK_TRK_DELTA, -1)
         self.next_offset = first
         if self._writer < 0:
@@ -528,8 +523,8 @@ class OsirisLog(SegmentedLog[_Segment]):
             if ref is None:
                 break
             whole = True
-            want = max_count - len(out)
-            for rec_offset, message in chunk_records(self.read_chunk(ref), ref.first, offset, want):
+            records = self._records(ref, offset, offset + max_count - len(out))
+            for rec_offset, message in records:
                 out.append((rec_offset, ref.timestamp, message))
                 size += len(message)
                 offset = rec_offset + 1
@@ -538,6 +533,19 @@ class OsirisLog(SegmentedLog[_Segment]):
                     break
             if whole:
                 offset = max(offset, ref.first + ref.records)
+        return out
+
+    def _records(self, ref: ChunkRef, start: int, end: int) -> list[tuple[int, bytes]]:
+        """The (offset, message) of a stored user chunk's records in ``[start, end)``; a
+        sub-batch that does not open is one record of its bytes, as osiris reads it."""
+        raw = self.read_chunk(ref)
+        out: list[tuple[int, bytes]] = []
+        add = out.append
+        reading = Reading(start, end, lenient=True)
+        with contextlib.suppress(struct.error):  # a chunk cut short: the records it holds
+            entries = HEADER.unpack_from(raw)[2]
+            chunk.walk(raw, HEADER_SIZE, entries, ref.first, lambda b, s, e, o: add((o, b[s:e])),
+                       reading)  # fmt: skip
         return out
 
     # ---------------------------------------------------------------- close
@@ -552,6 +560,19 @@ class OsirisLog(SegmentedLog[_Segment]):
         self._pending_batches.clear()
         self.tracking.pending.clear()
         self._snapshot = None
+
+
+def _tracking_chunk(record: bytes, first: int, ts: int, kind: int) -> bytes:
+    """A tracking chunk: one simple entry holding tracking records, one offset."""
+    return chunk.build(first, ts, chunk.entry(record), 1, chunk_type=kind)
+
+
+def _only_record(data: bytes) -> bytes:
+    """The record of a tracking chunk's data (its one simple entry; none: empty)."""
+    got: list[bytes] = []
+    with contextlib.suppress(struct.error):
+        chunk.walk(data, 0, 1, 0, lambda b, s, e, _o: got.append(b[s:e]), chunk.LENIENT)
+    return got[0] if got else b""
 
 
 def _create(seg: _Segment) -> None:

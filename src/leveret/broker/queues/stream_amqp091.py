@@ -138,19 +138,6 @@ def to_amqp091(
     return exchange_and_key, properties, body
 
 
-def _extent(m: bytes, at: int) -> int:
-    """Where the list or map at ``at`` ends by its size (-1: not a list or map)."""
-    c = m[at]
-    if c == 0xC1 or c == 0xC0:
-        return at + 2 + m[at + 1]
-    if c == 0xD1 or c == 0xD0:
-        size: int = _U32.unpack_from(m, at + 1)[0]
-        return at + 5 + size
-    if c == 0x45:
-        return at + 1
-    return -1
-
-
 def _spliced(m: bytes, stream: str, offset: int | None) -> tuple[bytes, bytes, bytes] | None:
     """:func:`to_amqp091` for a message of described sections (descriptors as small
     ulongs) of the usual types; None for the general conversion."""
@@ -181,7 +168,7 @@ def _spliced(m: bytes, stream: str, offset: int | None) -> tuple[bytes, bytes, b
             if fields is None:
                 return None
         elif code in (0x70, 0x71, 0x72, 0x74, 0x78):  # kept by their bytes
-            end = _extent(m, at)
+            end = amqp10.value_end(m, at)
             if end < 0:
                 return None
             kept += m[pos:end]
@@ -288,7 +275,7 @@ def _keep(kept: bytes, stream: str) -> _Kept | None:
     try:
         pos = 0
         while pos < len(kept):
-            end = _extent(kept, pos + 3)
+            end = amqp10.value_end(kept, pos + 3)
             if amqp10.decode(kept, pos + 3)[1] != end:
                 raise ValueError("a section that does not end where its size says")
             pos = end

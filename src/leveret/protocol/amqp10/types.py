@@ -106,6 +106,21 @@ def decode(data: bytes | memoryview, pos: int = 0) -> tuple[Value, int]:
         raise DecodeError("truncated or malformed AMQP 1.0 value") from exc
 
 
+def value_end(data: bytes, pos: int) -> int:
+    """Where the value at ``pos`` ends, read from its constructor and size alone: lists,
+    maps, binaries, strings and symbols by their size, null and the empty list; -1 for
+    any other value (the fast readers of sections decode those). No check that what the
+    size spans is well formed."""
+    c = data[pos]
+    if c == 0xC0 or c == 0xC1 or c == 0xA0 or c == 0xA1 or c == 0xA3:
+        return pos + 2 + data[pos + 1]
+    if c == 0xD0 or c == 0xD1 or c == 0xB0 or c == 0xB1 or c == 0xB3:
+        return pos + 5 + int(_U32.unpack_from(data, pos + 1)[0])
+    if c == 0x40 or c == 0x45:
+        return pos + 1
+    return -1
+
+
 def _decode(data: bytes | memoryview, pos: int, code: int | None) -> tuple[Value, int]:
     """One value; ``code`` is an array's element constructor (the value has none)."""
     if code is None:

@@ -21,6 +21,7 @@ from leveret.protocol.amqp10.types import (
     encode,
     section,
     sections,
+    value_end,
 )
 
 __all__ = [
@@ -40,4 +41,5 @@ __all__ = [
     "encode",
     "section",
     "sections",
+    "value_end",
 ]

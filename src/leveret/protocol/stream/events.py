@@ -1,5 +1,8 @@
-"""What a stream-protocol peer sent, one event per frame. An event with a
-``correlation_id`` is a request: its owner answers it before taking the next event."""
+"""What a stream-protocol peer sent, one event per frame. A client's commands first (what
+a server decodes): one with a ``correlation_id`` is a request, which its owner answers
+before taking the next event. Then the server's frames (what a client decodes): the
+responses and the commands a server sends on its own. Tune, Close and Heartbeat have one
+layout both ways and serve both."""
 
 from __future__ import annotations
 
@@ -38,7 +41,7 @@ class SaslAuthenticate:
 
 @dataclass(frozen=True, slots=True)
 class Tune:
-    """The client's tune (its answer to ours): what it agreed on."""
+    """A tune: the server's proposal, or the client's answer (what it agreed on)."""
 
     frame_max: int
     heartbeat: int
@@ -177,6 +180,123 @@ class Partitions:
     super_stream: str
 
 
+# ------------------------------------------------------------------ the server's frames
+@dataclass(frozen=True, slots=True)
+class Response:
+    """A response that carries a code alone (declare publisher, delete publisher,
+    subscribe, unsubscribe, create, delete, close): ``key`` is the request's key."""
+
+    key: int
+    correlation_id: int
+    code: int
+
+
+@dataclass(frozen=True, slots=True)
+class PeerPropertiesResponse:
+    correlation_id: int
+    code: int
+    properties: dict[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class SaslHandshakeResponse:
+    correlation_id: int
+    code: int
+    mechanisms: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class SaslAuthenticateResponse:
+    """``challenge`` is empty when the frame has none (as RabbitMQ sends it)."""
+
+    correlation_id: int
+    code: int
+    challenge: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class OpenResponse:
+    """``properties`` is empty when the frame has none (a refused open)."""
+
+    correlation_id: int
+    code: int
+    properties: dict[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class MetadataResponse:
+    """``brokers``: (reference, host, port); ``streams``: (name, code, leader reference,
+    replica references)."""
+
+    correlation_id: int
+    brokers: list[tuple[int, str, int]]
+    streams: list[tuple[str, int, int, list[int]]]
+
+
+@dataclass(frozen=True, slots=True)
+class MetadataUpdate:
+    code: int
+    stream: str
+
+
+@dataclass(frozen=True, slots=True)
+class PublishConfirm:
+    publisher_id: int
+    publishing_ids: list[int]
+
+
+@dataclass(frozen=True, slots=True)
+class PublishError:
+    """``errors``: (publishing id, code) each."""
+
+    publisher_id: int
+    errors: list[tuple[int, int]]
+
+
+@dataclass(frozen=True, slots=True)
+class QueryPublisherSequenceResponse:
+    correlation_id: int
+    code: int
+    sequence: int
+
+
+@dataclass(frozen=True, slots=True)
+class QueryOffsetResponse:
+    correlation_id: int
+    code: int
+    offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class CreditResponse:
+    """The one response without a correlation id (a credit for an unknown subscription)."""
+
+    code: int
+    subscription_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class RouteResponse:
+    correlation_id: int
+    code: int
+    streams: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionsResponse:
+    correlation_id: int
+    code: int
+    streams: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Deliver:
+    """One osiris chunk (header and data, see :mod:`leveret.protocol.stream.chunk`)."""
+
+    subscription_id: int
+    chunk: bytes
+
+
 @dataclass(frozen=True, slots=True)
 class UnknownFrame:
     """A frame of a command this side does not take (or cannot parse)."""
@@ -228,3 +348,26 @@ Event = (
     | FrameTooLarge
     | ConnectionFailed
 )
+
+Reply = (
+    Response
+    | PeerPropertiesResponse
+    | SaslHandshakeResponse
+    | SaslAuthenticateResponse
+    | Tune
+    | OpenResponse
+    | Close
+    | Heartbeat
+    | MetadataResponse
+    | MetadataUpdate
+    | PublishConfirm
+    | PublishError
+    | QueryPublisherSequenceResponse
+    | QueryOffsetResponse
+    | CreditResponse
+    | RouteResponse
+    | PartitionsResponse
+    | Deliver
+    | UnknownFrame
+)
+"""A server's frame, as a client decodes it."""

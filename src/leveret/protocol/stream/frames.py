@@ -1,16 +1,18 @@
 """Frame bodies to events and back. Most commands are a flat list of typed fields, so one
 schema per key drives both directions; Publish and Subscribe, whose layouts vary, have
-their own code. Client frames are decoded here (and can be encoded: tests and clients
-use that); server frames are encoded in :mod:`leveret.protocol.stream.encode`."""
+their own code. Client frames are decoded here (the server's side) and encoded (the
+client's side); server frames, both ways, are in :mod:`leveret.protocol.stream.encode`,
+on the same field types and the same decoder (:func:`decode_frame`)."""
 
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from leveret.protocol.binary import I16, I32, I64, U8, U16, U32, U64
 from leveret.protocol.stream import events as ev
+from leveret.protocol.stream.chunk import SUB_BATCH, sub_batch
 from leveret.protocol.stream.spec import RESPONSE, VERSION_1, Key, OffsetType
 
 _HEAD = struct.Struct(">HH")
@@ -81,6 +83,32 @@ class Reader:
             out[k] = self.string()
         return out
 
+    def map_if_any(self) -> dict[str, str]:
+        """A map, or none at all (empty) when the frame ends here."""
+        return self.map() if self.pos < len(self.data) else {}
+
+    def bytes_if_any(self) -> bytes:
+        return self.bytes_() if self.pos < len(self.data) else b""
+
+    def u64s(self) -> list[int]:
+        return [self.u64() for _ in range(self._count())]
+
+    def errors(self) -> list[tuple[int, int]]:
+        return [(self.u64(), self.u16()) for _ in range(self._count())]
+
+    def brokers(self) -> list[tuple[int, str, int]]:
+        return [(self.u16(), self.string(), self.u32()) for _ in range(self._count())]
+
+    def streams_metadata(self) -> list[tuple[str, int, int, list[int]]]:
+        out = []
+        for _ in range(self._count()):
+            name, code, leader = self.string(), self.u16(), self.u16()
+            out.append((name, code, leader, [self.u16() for _ in range(self._count())]))
+        return out
+
+    def rest(self) -> bytes:
+        return self.raw(len(self.data) - self.pos)
+
     def _count(self) -> int:
         n = self.i32()
         if n < 0 or n > len(self.data) - self.pos:  # every item takes at least a byte
@@ -109,6 +137,32 @@ def mapping(m: dict[str, str]) -> bytes:
     return I32.pack(len(m)) + b"".join(string(k) + string(v) for k, v in m.items())
 
 
+def _u64s(items: list[int]) -> bytes:
+    # one pack for the lot: a publish confirm carries an id per message
+    return struct.pack(f">i{len(items)}Q", len(items), *items)
+
+
+def _errors(items: list[tuple[int, int]]) -> bytes:
+    return I32.pack(len(items)) + b"".join(U64.pack(i) + U16.pack(c) for i, c in items)
+
+
+def _brokers(items: list[tuple[int, str, int]]) -> bytes:
+    return I32.pack(len(items)) + b"".join(
+        U16.pack(ref) + string(host) + U32.pack(port) for ref, host, port in items
+    )
+
+
+def _streams_metadata(items: list[tuple[str, int, int, list[int]]]) -> bytes:
+    parts = [I32.pack(len(items))]
+    for name, code, leader, replicas in items:
+        parts += (string(name), U16.pack(code), U16.pack(leader), I32.pack(len(replicas)))
+        parts += [U16.pack(r) for r in replicas]
+    return b"".join(parts)
+
+
+#: Frame layouts by key: the event class and the types of its fields, in order.
+Schemas = dict[int, tuple[type[Any], tuple[str, ...]]]
+
 _READ: dict[str, Callable[[Reader], Any]] = {
     "u8": Reader.u8,
     "u16": Reader.u16,
@@ -119,6 +173,13 @@ _READ: dict[str, Callable[[Reader], Any]] = {
     "bytes": Reader.bytes_,
     "strs": Reader.strings,
     "map": Reader.map,
+    "map?": Reader.map_if_any,
+    "bytes?": Reader.bytes_if_any,
+    "u64s": Reader.u64s,
+    "errors": Reader.errors,
+    "brokers": Reader.brokers,
+    "streams": Reader.streams_metadata,
+    "rest": Reader.rest,
 }
 _WRITE: dict[str, Callable[[Any], bytes]] = {
     "u8": U8.pack,
@@ -130,10 +191,17 @@ _WRITE: dict[str, Callable[[Any], bytes]] = {
     "bytes": bytes_field,
     "strs": strings,
     "map": mapping,
+    "map?": lambda m: mapping(m) if m else b"",
+    "bytes?": lambda b: bytes_field(b) if b else b"",
+    "u64s": _u64s,
+    "errors": _errors,
+    "brokers": _brokers,
+    "streams": _streams_metadata,
+    "rest": bytes,
 }
 
 # Client commands that are a flat list of fields, in the dataclass's field order.
-_SCHEMAS: dict[int, tuple[type[Any], tuple[str, ...]]] = {
+_SCHEMAS: Schemas = {
     Key.PEER_PROPERTIES: (ev.PeerProperties, ("u32", "map")),
     Key.SASL_HANDSHAKE: (ev.SaslHandshake, ("u32",)),
     Key.SASL_AUTHENTICATE: (ev.SaslAuthenticate, ("u32", "str", "bytes")),
@@ -162,26 +230,48 @@ _KEYS: dict[type[Any], int] = {cls: key for key, (cls, _) in _SCHEMAS.items()}
 _KEYS[ev.Tune] = Key.TUNE
 
 
-def decode(frame: bytes | memoryview) -> ev.Event:
-    """One frame (without its size prefix) as an event. Unknown keys and versions give
-    :class:`~leveret.protocol.stream.events.UnknownFrame`; bad fields raise FrameError."""
+def decode_frame(
+    frame: bytes | memoryview,
+    schemas: Schemas,
+    special: Callable[[int, Reader], Any] | None = None,
+) -> Any:
+    """One frame (without its size prefix) as the event its key's schema gives, or
+    ``special`` (for the keys whose layout varies; None: not one of them). Unknown keys
+    and versions give :class:`~leveret.protocol.stream.events.UnknownFrame`; bad fields
+    raise FrameError."""
     if len(frame) < 4:
         raise FrameError("frame too short")
     key, version = _HEAD.unpack_from(frame)
     if version != VERSION_1:
         return ev.UnknownFrame(key, version)
     r = Reader(frame, 4)
+    schema = schemas.get(key)
+    if schema is not None:
+        cls, fields = schema
+        event = cls(*[_READ[f](r) for f in fields])
+    elif special is None or (event := special(key, r)) is None:
+        return ev.UnknownFrame(key, version)
+    r.end()
+    return event
+
+
+def write_fields(fields: tuple[str, ...], values: Iterable[Any]) -> bytes:
+    """Values laid out as the field types of a schema say."""
+    return b"".join(_WRITE[f](v) for f, v in zip(fields, values, strict=True))
+
+
+def decode(frame: bytes | memoryview) -> ev.Event:
+    """A client's frame (without its size prefix) as an event (see :func:`decode_frame`)."""
+    event: ev.Event = decode_frame(frame, _SCHEMAS, _decode_varying)
+    return event
+
+
+def _decode_varying(key: int, r: Reader) -> ev.Event | None:
     if key == Key.PUBLISH:
         return _decode_publish(r)
     if key == Key.SUBSCRIBE:
         return _decode_subscribe(r)
-    schema = _SCHEMAS.get(key)
-    if schema is None:
-        return ev.UnknownFrame(key, version)
-    cls, fields = schema
-    values = [_READ[f](r) for f in fields]
-    r.end()
-    return cls(*values)  # type: ignore[no-any-return]
+    return None
 
 
 def _decode_publish(r: Reader) -> ev.Publish:
@@ -195,16 +285,16 @@ def _decode_publish(r: Reader) -> ev.Publish:
         if r.pos >= len(data):
             raise FrameError("frame too short")
         if data[r.pos] & 0x80:
-            head = r.u8()
-            records = r.u16()
-            uncompressed = r.u32()
-            size = r.u32()
+            try:
+                head, records, uncompressed, size = SUB_BATCH.unpack_from(data, r.pos)
+            except struct.error as exc:
+                raise FrameError("frame too short") from exc
+            r.pos += SUB_BATCH.size
             batches.append(
                 ev.SubBatch(publishing_id, (head >> 4) & 0x7, records, uncompressed, r.raw(size))
             )
         else:
             messages.append((publishing_id, r.raw(r.u32())))
-    r.end()
     return ev.Publish(publisher_id, messages, batches)
 
 
@@ -219,8 +309,7 @@ def _decode_subscribe(r: Reader) -> ev.Subscribe:
     elif offset_type == OffsetType.TIMESTAMP:
         offset = r.i64()
     credit = r.u16()
-    properties = r.map() if r.pos < len(r.data) else {}
-    r.end()
+    properties = r.map_if_any()
     return ev.Subscribe(
         correlation_id, subscription_id, stream, offset_type, offset, credit, properties
     )
@@ -240,11 +329,7 @@ def encode_client(event: ev.Event) -> bytes:
         for b in event.batches:
             parts += (
                 U64.pack(b.publishing_id),
-                U8.pack(0x80 | (b.compression << 4)),
-                U16.pack(b.records),
-                U32.pack(b.uncompressed_size),
-                U32.pack(len(b.data)),
-                b.data,
+                sub_batch(b.compression, b.records, b.uncompressed_size, b.data),
             )
         return frame(Key.PUBLISH, b"".join(parts))
     if isinstance(event, ev.Subscribe):
@@ -265,5 +350,4 @@ def encode_client(event: ev.Event) -> bytes:
         )
     key = _KEYS[type(event)]
     _, fields = _SCHEMAS[key]
-    values = [getattr(event, name) for name in event.__dataclass_fields__]
-    return frame(key, b"".join(_WRITE[f](v) for f, v in zip(fields, values, strict=True)))
+    return frame(key, write_fields(fields, [getattr(event, n) for n in event.__dataclass_fields__]))
