@@ -28,7 +28,8 @@ The broker configuration, key by key (what ``config`` writes for Leveret):
   OAuth 2.0 backend (the rules below say which tests need it).
 - ``log.*``, ``reverse_dns_lookups = false``: logging, and Leveret does no reverse lookups.
 - enabled_plugins: rabbitmq_management, rabbitmq_stream and rabbitmq_stream_management are
-  built into Leveret; rabbitmq_auth_mechanism_ssl adds SASL EXTERNAL, offered only where
+  built into Leveret; AMQP 1.0, in RabbitMQ 4's core, is Leveret's rabbitmq_amqp1_0 plugin,
+  enabled; rabbitmq_auth_mechanism_ssl adds SASL EXTERNAL, offered only where
   ``auth_mechanisms`` lists it (not here); rabbitmq_top and rabbitmq_auth_backend_oauth2
   are not in Leveret (no test reads rabbitmq_top).
 """
@@ -183,6 +184,9 @@ SUITE = LeveretOnly(
     tree=TREE,
     server_args=server_args,
     mode=("--rabbitmq-version", "4.2"),
+    # RabbitMQ 4 serves AMQP 1.0 in its core (it keeps rabbitmq_amqp1_0 as an empty
+    # plugin); Leveret, as RabbitMQ 3.10 does, through this plugin
+    plugins=("rabbitmq_amqp1_0",),
     rules=RULES,
     examples=EXAMPLES,
     config=config,

@@ -131,6 +131,8 @@ class LeveretOnly:
     server_args: Callable[[Path], list[str]]
     # the switch to the broker's mode the suite needs, used when this Leveret has it
     mode: tuple[str, ...] = ()
+    # plugins the suite needs enabled (--plugins), where this Leveret has them
+    plugins: tuple[str, ...] = ()
     rules: tuple[Rule, ...] = ()
     examples: tuple[Example, ...] = ()
     # TOML for leveret server --config, given the tree: what the suite's broker

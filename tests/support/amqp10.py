@@ -4,7 +4,9 @@ python-qpid-proton ``BlockingConnection`` helper.
 The reference broker speaks AMQP 1.0 through its ``rabbitmq_amqp1_0`` plugin (3.10.8's),
 on the AMQP port as RabbitMQ 4 does, chosen by the protocol header (``AMQP 3 1 0 0`` for
 SASL). scripts/test enables the plugin before any test runs; the fixture enables it too
-when a test runs outside scripts/test. Leveret serves AMQP 1.0 on its AMQP port as well.
+when a test runs outside scripts/test. Leveret serves AMQP 1.0 on its AMQP port as well,
+with the plugin of the same name enabled: the fixture's Leveret runs with it (one for the
+session, beside the 0-9-1 tests' own).
 
 Addresses are RabbitMQ 3.x's (v1), which RabbitMQ 4 still accepts:
 ``/exchange/X/key``, ``/amq/queue/Q`` (a queue that exists), ``/queue/Q`` (declared by
@@ -15,16 +17,18 @@ from __future__ import annotations
 
 import socket
 import subprocess
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from urllib.parse import quote
 
 import pytest
 from proton.utils import BlockingConnection
 
 from tests.conftest import IN_CI
-from tests.support.brokers import BrokerUnderTest
+from tests.support.brokers import BrokerUnderTest, start_leveret
 from tests.support.rabbitmq import debian_script
 from tests.support.waiting import wait_for
 
@@ -105,10 +109,24 @@ def ensure_rabbitmq_amqp10(broker: BrokerUnderTest, timeout: float = 60) -> bool
     return wait_for(lambda: speaks_amqp10(broker.host, broker.port), timeout, 0.5)
 
 
+PLUGIN = "rabbitmq_amqp1_0"
+
+
+@pytest.fixture(scope="session")
+def leveret_amqp10() -> Iterator[BrokerUnderTest]:
+    """A Leveret with AMQP 1.0 on its AMQP port (its rabbitmq_amqp1_0 plugin enabled)."""
+    broker = start_leveret(Path(tempfile.mkdtemp(prefix="leveret-amqp10-")), ["--plugins", PLUGIN])
+    yield broker
+    broker.stop()
+
+
 @pytest.fixture
-def amqp10(broker: BrokerUnderTest) -> Amqp10Broker:
-    """The broker under test (Leveret, then RabbitMQ) over AMQP 1.0."""
-    if broker.name == "rabbitmq" and not ensure_rabbitmq_amqp10(broker):
+def amqp10(request: pytest.FixtureRequest, broker: BrokerUnderTest) -> Amqp10Broker:
+    """The broker under test (Leveret, then RabbitMQ) over AMQP 1.0, its plugin enabled.
+    Set up a test's queues through ``amqp10.broker``: on Leveret it is not ``broker``."""
+    if broker.name == "leveret":
+        return Amqp10Broker(request.getfixturevalue("leveret_amqp10"))
+    if not ensure_rabbitmq_amqp10(broker):
         if IN_CI:
             pytest.fail("RabbitMQ's rabbitmq_amqp1_0 plugin could not be enabled")
         pytest.skip("RabbitMQ's rabbitmq_amqp1_0 plugin is not available")
