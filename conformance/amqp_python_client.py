@@ -123,6 +123,17 @@ NO_AMQP10 = (
     "AMQP 1.0 is not served on the AMQP port yet: Leveret answers the AMQP 1.0 SASL "
     "protocol header with AMQP 0-9-1's (issue 36, item 1)"
 )
+NO_ANONYMOUS = (
+    "no SASL mechanism in common: the client names none, and proton then takes ANONYMOUS, "
+    "which RabbitMQ 4 offers by default (logging in as anonymous_login_user, guest), never "
+    "PLAIN; Leveret offers PLAIN and AMQPLAIN only (issue 36, item 1: ANONYMOUS where "
+    "RabbitMQ allows it)"
+)
+NOT_RABBITMQ = (
+    "the client refuses a server whose open frame does not say product \"RabbitMQ\" "
+    "(its Connection._validate_server_properties: \"Connection to non-RabbitMQ server "
+    "detected\"); Leveret says \"Leveret\""
+)
 NOT_4X = (
     "the server's open frame says RabbitMQ 3.10.8 and the client refuses below 4.0.0: "
     "needs Leveret's RabbitMQ 4 mode (--rabbitmq-version 4.2), which this build lacks"
@@ -133,6 +144,8 @@ RULES = (
     Rule(OAUTH, test=r"(?i)oauth"),
     # what Leveret does not have yet, by the error the client met
     Rule(NO_AMQP10, error=r"Expected SASL protocol header got: Unknown protocol"),
+    Rule(NO_ANONYMOUS, error=r"Authentication failed \[mech=none\]"),
+    Rule(NOT_RABBITMQ, error=r"Connection to non-RabbitMQ server detected"),
     Rule(NOT_4X, error=r"requires RabbitMQ 4\.0\.0 or higher"),
 )
 
