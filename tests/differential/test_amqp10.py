@@ -18,11 +18,6 @@ from tests.support.brokers import BrokerUnderTest
 
 # What Leveret's AMQP 1.0 session (work in progress) does not do yet: strict, so that the
 # test fails once it does, and the mark is taken off.
-SECTIONS_LOST = (
-    "Leveret does not deliver an AMQP 1.0 message as it was sent: the amqp-value body comes "
-    "back as a data section, the subject is dropped, durable turns false, priority 3 "
-    "becomes 4 and first-acquirer false (issue 36, item 4)"
-)
 
 
 def amqp091_server_properties(broker: BrokerUnderTest) -> dict[str, object]:
@@ -57,11 +52,7 @@ def test_refused_login(amqp10: Amqp10Broker, user: str, password: str) -> None:
     )
 
 
-def test_publish_to_a_queue_and_consume_back(
-    amqp10: Amqp10Broker, name: str, request: pytest.FixtureRequest
-) -> None:
-    if amqp10.name == "leveret":
-        request.applymarker(pytest.mark.xfail(strict=True, reason=SECTIONS_LOST))
+def test_publish_to_a_queue_and_consume_back(amqp10: Amqp10Broker, name: str) -> None:
     with pika.BlockingConnection(amqp10.broker.pika_params()) as setup:
         channel = setup.channel()
         channel.queue_declare(name)
