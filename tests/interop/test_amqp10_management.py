@@ -9,8 +9,8 @@ deps/rabbit/test/amqp_auth_SUITE.erl).
 The client's own ``Management`` class speaks the management protocol (its link pair, its
 requests); it runs here over the client's own ``BlockingConnection``. Its ``Connection``
 wrapper cannot be used against Leveret: it refuses any server that does not announce
-itself as RabbitMQ 4.0 or later, and left to pick a SASL mechanism it takes neither of
-RabbitMQ 3.10.8's (PLAIN, AMQPLAIN; RabbitMQ 4 offers ANONYMOUS too)."""
+itself as RabbitMQ 4.0 or later, and it names no SASL mechanism, so proton takes ANONYMOUS,
+which RabbitMQ 4 offers and RabbitMQ 3.10.8 (Leveret's model: PLAIN, AMQPLAIN) does not."""
 
 from __future__ import annotations
 
