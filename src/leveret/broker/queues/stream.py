@@ -153,10 +153,11 @@ class StreamQueue(Queue):
         )
         return Accepted.YES
 
-    def append_amqp10(self, message: bytes) -> int:
-        """A message published over the stream protocol, stored as it came; its offset."""
+    def append_amqp10(self, message: bytes, filter_value: bytes | None = None) -> int:
+        """A message published over the stream protocol, stored as it came (with its
+        filter value, RabbitMQ 3.13's Publish version 2); its offset."""
         self.published += 1
-        return self.log.append(message)
+        return self.log.append(message, filter_value)
 
     def append_batch(
         self, compression: int, records: int, uncompressed_size: int, data: bytes
