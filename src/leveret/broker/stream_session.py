@@ -213,7 +213,8 @@ class StreamSession(StreamFeatures, StreamHandshake):
         if name is None:
             return self._respond(key, e.correlation_id, Code.PRECONDITION_FAILED)
         try:
-            created = create_stream(self.vhost_obj, self.actor, name, e.arguments).created
+            args = e.arguments
+            created = create_stream(self.vhost_obj, self.actor, name, args, self.v313).created
         except AMQPError as exc:
             log.info("stream %s not created: %s", name, exc.reply_text)
             return self._respond(key, e.correlation_id, code_of(exc))

@@ -71,10 +71,6 @@ def binding_keys(text: str) -> list[str]:
     return [k.strip() for k in text.split(",") if k.strip()]
 
 
-def _is_super(vhost: VirtualHost, name: str) -> Exchange | None:
-    return vhost.exchanges.get(name)
-
-
 def _order(binding: Binding) -> tuple[int, int]:
     value = binding.arguments.get(ORDER_ARG)
     try:
@@ -187,8 +183,8 @@ def _validate(
     if limit is not None and len(vhost.queues) + len(partitions) > limit:
         raise SuperStreamRefused(
             Refusal.VALIDATION,
-            f'Cannot declare super stream "{name}" with {len(partitions)} partition(s) because '
-            f"queue limit {limit} in vhost '\"{vhost.name}\"' is reached",
+            f"Cannot declare super stream {name} with {len(partitions)} partition(s) because "
+            f"queue limit {limit} in vhost '{vhost.name}' is reached",
         )
     if name in vhost.exchanges:
         raise SuperStreamRefused(Refusal.EXISTS, f"there is already an exchange named {name}")
@@ -218,7 +214,7 @@ def create_super_stream(
     try:
         for p in partitions:
             try:
-                create_stream(vhost, actor, p, args)
+                create_stream(vhost, actor, p, args, v4=True)
             except AMQPError as exc:
                 # the manager's create answers {error, validation_failed}, which the reader
                 # takes as an error of another kind

@@ -64,6 +64,7 @@ def interval_ms(text: str) -> int | None:
 
 
 DEFAULT_SEGMENT_BYTES = 500_000_000  # osiris's default max_segment_size_bytes
+DEFAULT_FILTER_SIZE = 16  # osiris's ?DEFAULT_FILTER_SIZE
 
 
 class StreamQueue(Queue):
@@ -122,6 +123,13 @@ class StreamQueue(Queue):
             if isinstance(segment, int) and not isinstance(segment, bool)
             else DEFAULT_SEGMENT_BYTES,
         )
+        # RabbitMQ 3.13's x-stream-filter-size-bytes (taken in the 4.2 mode only): the
+        # Bloom filter's bytes in each chunk written from now on
+        size = self.arguments.get("x-stream-filter-size-bytes")
+        if isinstance(size, int) and not isinstance(size, bool) and 16 <= size <= 255:
+            self.log.filter_size = size
+        else:
+            self.log.filter_size = DEFAULT_FILTER_SIZE
 
     @classmethod
     def validate(cls, declaration: Declaration) -> None:
