@@ -133,28 +133,23 @@ class StreamFeatures:
     v313: bool
     _next_request: int
 
-    @property
-    def actor(self) -> Actor:
-        raise NotImplementedError
+    if TYPE_CHECKING:  # the session's own, which these handlers use
 
-    @property
-    def name(self) -> str:
-        raise NotImplementedError
+        @property
+        def actor(self) -> Actor: ...
 
-    def feed(self, sub: Any) -> None:
-        raise NotImplementedError
+        @property
+        def name(self) -> str: ...
 
-    def _allowed(self, what: str, stream: str) -> bool:
-        raise NotImplementedError
+        def feed(self, sub: Any) -> None: ...
 
-    def _stream(self, name: str) -> StreamQueue | None:
-        raise NotImplementedError
+        def _allowed(self, what: str, stream: str) -> bool: ...
 
-    def _respond(self, key: int, correlation_id: int, code: int) -> None:
-        raise NotImplementedError
+        def _stream(self, name: str) -> StreamQueue | None: ...
 
-    def _unknown_frame(self, e: ev.UnknownFrame) -> None:
-        raise NotImplementedError
+        def _respond(self, key: int, correlation_id: int, code: int) -> None: ...
+
+        def _unknown_frame(self, e: ev.UnknownFrame) -> None: ...
 
     def _may(self, what: str, kind: str, name: str) -> bool:
         assert self.vhost_obj is not None
