@@ -441,3 +441,10 @@ def test_any_bytes_give_events_or_need_data(
         if event is ev.NEED_DATA:
             break
         assert isinstance(event, ev.Event.__args__)  # type: ignore[attr-defined]
+
+
+def test_a_consumer_update_response_with_a_value_after_a_type_without_one() -> None:
+    """rstream always sends 8 bytes of offset; RabbitMQ ignores them for first, last, next
+    and none (rabbit_stream_core:offset_spec)."""
+    raw = struct.pack(">HHIHHQ", 0x801A, 1, 7, 1, OffsetType.NEXT, 0)
+    assert decode(raw) == ev.ConsumerUpdateResponse(7, 1, OffsetType.NEXT, 0)

@@ -354,12 +354,16 @@ def _decode_publish_v2(r: Reader) -> ev.Publish:
 
 
 def _decode_consumer_update_response(r: Reader) -> ev.ConsumerUpdateResponse:
+    """As rabbit_stream_core parses it: the value after an offset type that has none is
+    ignored (rstream always sends 8 bytes of it)."""
     correlation_id, code, kind = r.u32(), r.u16(), r.u16()
     offset = 0
     if kind == OffsetType.OFFSET:
         offset = r.u64()
     elif kind == OffsetType.TIMESTAMP:
         offset = r.i64()
+    else:
+        r.rest()
     return ev.ConsumerUpdateResponse(correlation_id, code, kind, offset)
 
 
