@@ -126,20 +126,11 @@ def test_unbinding_what_does_not_exist_succeeds(broker: BrokerUnderTest, name: s
         assert err.value.reply_code == 404
 
 
-def test_management_paths_may_end_with_a_slash(
-    broker: BrokerUnderTest, name: str, request: pytest.FixtureRequest
-) -> None:
+def test_management_paths_may_end_with_a_slash(broker: BrokerUnderTest, name: str) -> None:
     """rabbitmq-amqp-python-client's tests (tests/http_requests.py) delete their virtual
     host as DELETE /api/vhosts/NAME/: RabbitMQ's routes take a trailing slash."""
     if broker.name == "rabbitmq" and not ensure_rabbitmq_management():
         pytest.fail("RabbitMQ's management plugin could not be enabled")
-    if broker.name == "leveret":
-        request.applymarker(
-            pytest.mark.xfail(
-                strict=True,
-                reason="Leveret's management API answers 404 to a path with a trailing slash",
-            )
-        )
     api = Api(broker.http_url)
     assert api.put(f"/api/vhosts/{name}") == 201
     try:
@@ -148,5 +139,8 @@ def test_management_paths_may_end_with_a_slash(
         status, vhosts = api.call("GET", "/api/vhosts/")
         assert status == 200
         assert "/" in [v["name"] for v in vhosts]
+        assert api.call("GET", "/api/overview/")[0] == 200
+        assert api.call("GET", "/api/exchanges/%2F/amq.direct/")[0] == 200
+        assert api.call("GET", "/api/overview//")[0] == 404
     finally:
         api.delete(f"/api/vhosts/{name}")

@@ -287,3 +287,11 @@ def test_a_reply_address_naming_nobody_is_released(amqp) -> None:
     for name in ("amq.rabbitmq.reply-to.bm9ib2R5.a2V5", "amq.rabbitmq.reply-to.x"):
         delivery = sender.send(Message(address=f"/queues/{name}", body="?"), error_states=[])
         assert delivery.remote_state == proton.Delivery.RELEASED
+
+
+def test_the_open_names_rabbitmq_as_the_product_and_leveret_in_its_information(amqp) -> None:
+    """The official AMQP 1.0 clients refuse a server whose product is not RabbitMQ."""
+    props = amqp.conn.remote_properties
+    assert props[symbol("product")] == "RabbitMQ"
+    assert props[symbol("information")].startswith("Leveret ")
+    assert symbol("node") in props and symbol("version") in props

@@ -233,11 +233,16 @@ class Amqp10Session(Publishing, Consuming, ManagementLinks):
         return None
 
     def _server_properties(self) -> dict[Any, Any]:
+        """The open's properties (rabbit_amqp_reader:server_properties): the node, then
+        the server properties AMQP 0-9-1 has, but its capabilities table. The product is
+        RabbitMQ's name here: RabbitMQ's official AMQP 1.0 clients refuse any other
+        ("Connection to non-RabbitMQ server detected"); ``information`` names Leveret."""
         props = {
             Symbol(k): str(v)
             for k, v in sorted(self.broker.server_properties().items())
             if k != "capabilities"
         }
+        props[Symbol("product")] = "RabbitMQ"
         return {Symbol("node"): self.broker.node_name, **props}
 
     def _close(self, e: ev.CloseReceived) -> None:

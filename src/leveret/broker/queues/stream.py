@@ -64,6 +64,7 @@ def interval_ms(text: str) -> int | None:
 
 
 DEFAULT_SEGMENT_BYTES = 500_000_000  # osiris's default max_segment_size_bytes
+DEFAULT_FILTER_SIZE = 16  # osiris's ?DEFAULT_FILTER_SIZE
 
 
 class StreamQueue(Queue):
@@ -125,6 +126,13 @@ class StreamQueue(Queue):
             if isinstance(segment, int) and not isinstance(segment, bool)
             else DEFAULT_SEGMENT_BYTES,
         )
+        # RabbitMQ 3.13's x-stream-filter-size-bytes (taken in the 4.2 mode only): the
+        # Bloom filter's bytes in each chunk written from now on
+        size = self.arguments.get("x-stream-filter-size-bytes")
+        if isinstance(size, int) and not isinstance(size, bool) and 16 <= size <= 255:
+            self.log.filter_size = size
+        else:
+            self.log.filter_size = DEFAULT_FILTER_SIZE
 
     @classmethod
     def validate(cls, declaration: Declaration) -> None:
@@ -156,10 +164,11 @@ class StreamQueue(Queue):
         )
         return Accepted.YES
 
-    def append_amqp10(self, message: bytes) -> int:
-        """A message published over the stream protocol, stored as it came; its offset."""
+    def append_amqp10(self, message: bytes, filter_value: bytes | None = None) -> int:
+        """A message published over the stream protocol, stored as it came (with its
+        filter value, RabbitMQ 3.13's Publish version 2); its offset."""
         self.published += 1
-        return self.log.append(message)
+        return self.log.append(message, filter_value)
 
     def append_batch(
         self, compression: int, records: int, uncompressed_size: int, data: bytes
