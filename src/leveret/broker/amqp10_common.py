@@ -134,12 +134,17 @@ class Amqp10Base:
         return Actor(self.user.name, self.permission, self.info)
 
     def _refuse_attach(self, channel: int, handle: int, attach: Any, error: d.Error) -> None:
-        """As RabbitMQ: an attach with a null terminus on our side, then the detach."""
+        """As RabbitMQ 4.2 (its figure 2.33): an attach whose terminus on our side is
+        null (the client's echoed), then the detach."""
+        receives = bool(attach.role)  # the client receives: we are the sender
         self.conn.send_attach(
             channel,
             handle,
-            source=attach.source if attach.role else None,
-            target=None if attach.role else attach.target,
+            source=None if receives else attach.source,
+            target=attach.target if receives else None,
+            snd_settle_mode=attach.snd_settle_mode,
+            rcv_settle_mode=attach.rcv_settle_mode,
+            initial_delivery_count=0 if receives else None,
         )
         self.conn.send_detach(channel, handle, True, error)
 
