@@ -295,3 +295,32 @@ def test_the_open_names_rabbitmq_as_the_product_and_leveret_in_its_information(a
     assert props[symbol("product")] == "RabbitMQ"
     assert props[symbol("information")].startswith("Leveret ")
     assert symbol("node") in props and symbol("version") in props
+
+
+def test_a_memory_alarm_shuts_the_sessions_incoming_window(broker, amqp, channel) -> None:
+    """RabbitMQ 4.2 (conserve_resources): each session's incoming window goes to 0 and a
+    flow says so, at once; the socket is still read (a consumer still detaches). When the
+    alarm clears, a flow opens the window again (400). Proton sends regardless of the
+    window, so the frames are read off its trace."""
+    channel.queue_declare("alarmed")
+    sender = amqp.create_sender("/queues/alarmed")
+    sender.send(Message(body="before"))
+    receiver = amqp.create_receiver("/queues/alarmed", credit=5)
+    assert receiver.receive(timeout=5).body == "before"
+    frames: list[str] = []
+    transport = amqp.conn.transport
+    transport.trace(proton.Transport.TRACE_FRM)
+    transport.tracer = lambda _transport, line: frames.append(line)
+
+    def flow_with(window: str) -> bool:
+        return any("@flow" in f and f"incoming-window={window}," in f for f in frames)
+
+    broker.set_vm_memory_high_watermark("1MiB")
+    try:
+        amqp.wait(lambda: flow_with("0x0"), timeout=5)
+        receiver.close()  # the socket is read: the detach puts the message back
+        count = channel.queue_declare("alarmed", passive=True).method.message_count
+        assert count == 1
+    finally:
+        broker.set_vm_memory_high_watermark(0.4)
+    amqp.wait(lambda: flow_with("0x190"), timeout=5)

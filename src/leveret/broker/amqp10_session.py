@@ -337,9 +337,17 @@ class Amqp10Session(Publishing, Consuming, ManagementLinks):
                     released()
 
     def set_blocked(self, blocked: bool, reason: str) -> None:
-        """A resource alarm: RabbitMQ 4 stops granting publishers credit; here the socket
-        is not read, and the session's window is not opened again."""
+        """A resource alarm, or its end (RabbitMQ 4.2's conserve_resources): each
+        session's incoming window shuts (0, with a margin of a window's worth for the
+        transfers already on their way) or opens again, and a flow tells the client."""
+        if blocked == self.blocked:
+            return
         self.blocked = blocked
+        for channel, session in self.sessions.items():
+            own = self.conn.session(channel)
+            own.window_margin = INCOMING_WINDOW if blocked else 0
+            session.received = 0
+            self.conn.send_session_flow(channel, 0 if blocked else INCOMING_WINDOW)
 
     def close(self) -> None:
         if self.closed:
