@@ -16,6 +16,7 @@ from leveret.broker.arguments import (
     assert_args_equivalence,
     wire_type,
 )
+from leveret.broker.compat import RABBITMQ_3_10, RabbitMQ
 from leveret.broker.entry import now_ms
 from leveret.broker.events import (
     INTERNAL_USER,
@@ -132,6 +133,8 @@ class VirtualHost(Routing):
         memory: MemoryBudget | None = None,
     ) -> None:
         self.name = name
+        # the RabbitMQ the broker behaves as (set by BrokerCore.add_vhost)
+        self.compat: RabbitMQ = RABBITMQ_3_10
         self.replies = replies
         self.node = node  # the broker's node name, in traces
         self.tracing = False  # firehose tracing (rabbitmqctl trace_on)

@@ -7,6 +7,7 @@ connections, channels and consumers. Exchanges, queues and bindings are in
 from __future__ import annotations
 
 import logging
+import ssl
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
@@ -97,6 +98,17 @@ def node(m: Management) -> dict[str, Any]:
             "enabled_plugins": list(m.broker.plugins),
         }
     )
+    if m.broker.compat.v4:
+        # rabbit_mgmt_external_stats at v4.2.9 (?OTHER_KEYS, i/2): each node tells its
+        # versions, as /api/overview does
+        out.update(
+            {
+                "rabbitmq_version": m.broker.compat.version,
+                "erlang_version": "none",
+                "erlang_full_version": "none (Leveret runs on Python)",
+                "crypto_lib_version": ssl.OPENSSL_VERSION,
+            }
+        )
     return out
 
 

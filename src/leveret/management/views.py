@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import base64
 import json
+import ssl
 import zlib
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote_plus
 
-from leveret.broker.broker import COMPATIBLE_VERSION
 from leveret.broker.exchanges import EXCHANGE_TYPES as EXCHANGE_TYPE_CLASSES
 from leveret.broker.queues import QuorumQueue
 
@@ -509,8 +509,9 @@ def overview(broker: BrokerCore, stats: Stats, listeners: list[dict[str, Any]], 
     queues = sum(len(v.queues) for v in broker.vhosts.values())
     exchanges = sum(len(v.exchanges) for v in broker.vhosts.values())
     consumers = sum(len(q.consumers) for v in broker.vhosts.values() for q in v.queues.values())
-    return {
-        "management_version": COMPATIBLE_VERSION,
+    version = broker.compat.version
+    out: dict[str, Any] = {
+        "management_version": version,
         "rates_mode": "basic",
         "sample_retention_policies": {
             "global": [600, 3600, 28800, 86400],
@@ -518,15 +519,40 @@ def overview(broker: BrokerCore, stats: Stats, listeners: list[dict[str, Any]], 
             "detailed": [600],
         },
         "exchange_types": exchange_types(),
-        "product_version": COMPATIBLE_VERSION,
+        "product_version": version,
         "product_name": "Leveret",
-        "rabbitmq_version": COMPATIBLE_VERSION,
+        "rabbitmq_version": version,
         "cluster_name": broker.cluster_name,
-        "erlang_version": "none",
-        "erlang_full_version": "none (Leveret runs on Python)",
-        "release_series_support_status": "supported",
-        "disable_stats": False,
-        "enable_queue_totals": False,
+    }
+    if broker.compat.v4:
+        # rabbit_mgmt_wm_overview:to_json at v4.2.9: cluster and node tags (none set),
+        # the crypto library, the default queue type and whether operator policies may
+        # be changed; no release_series_support_status
+        out.update(
+            {
+                "cluster_tags": {},
+                "node_tags": {},
+                "erlang_version": "none",
+                "erlang_full_version": "none (Leveret runs on Python)",
+                "crypto_lib_version": ssl.OPENSSL_VERSION,
+                "disable_stats": False,
+                "default_queue_type": "classic",
+                "is_op_policy_updating_enabled": True,
+                "enable_queue_totals": False,
+            }
+        )
+    else:
+        out.update(
+            {
+                "erlang_version": "none",
+                "erlang_full_version": "none (Leveret runs on Python)",
+                "release_series_support_status": "supported",
+                "disable_stats": False,
+                "enable_queue_totals": False,
+            }
+        )
+    return {
+        **out,
         "message_stats": stats.message_stats(
             stats.totals(), stats.overview, age=age_m, incr=incr_m
         ),

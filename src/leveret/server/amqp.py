@@ -39,7 +39,9 @@ class AMQPEdge(Edge):
     def __init__(self, state: ServerState, listener: Listener = PLAIN_LISTENER) -> None:
         super().__init__(state, listener)
         limits = state.limits
-        self.conn = ServerConnection(limits.frame_max, limits.channel_max, limits.heartbeat)
+        self.conn = ServerConnection(
+            limits.frame_max, limits.channel_max, limits.heartbeat, limits.frame_min
+        )
         self._unflushed = 0  # body bytes of deliveries not yet written
 
     # ------------------------------------------------------------- Output port

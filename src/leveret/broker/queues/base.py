@@ -19,6 +19,7 @@ from leveret.broker.ring import ConsumerRing
 from leveret.protocol import errors
 
 if TYPE_CHECKING:
+    from leveret.broker.compat import RabbitMQ
     from leveret.broker.memory import MemoryBudget
     from leveret.broker.ports import ConnectionInfo, FlowHolder, Storage
 
@@ -73,6 +74,11 @@ class QueueHome(DeadLetters, Protocol):
     @property
     def memory(self) -> MemoryBudget:
         """The memory budget classic queues page against."""
+        ...
+
+    @property
+    def compat(self) -> RabbitMQ:
+        """The RabbitMQ the broker behaves as."""
         ...
 
 
