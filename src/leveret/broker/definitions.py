@@ -212,6 +212,7 @@ def import_definitions(
                     value.get("priority"),
                     value.get("apply-to"),
                     operator=True,
+                    compat=broker.compat,
                 )
             )
         else:
@@ -226,6 +227,7 @@ def import_definitions(
                 pol.get("definition"),
                 pol.get("priority"),
                 pol.get("apply-to"),
+                compat=broker.compat,
             )
         )
     for x in data.get("exchanges", []):

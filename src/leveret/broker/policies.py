@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from leveret.broker.compat import RABBITMQ_3_10, RabbitMQ
 from leveret.broker.erlterms import pairs, term, tuple_term
 
 APPLY_TO = ("all", "exchanges", "queues")
@@ -179,8 +180,12 @@ def _pcre_error(pattern: str, exc: re.error) -> tuple[str, int]:
     return msg, pos
 
 
-def validate_definition(definition: Any, operator: bool) -> str | None:
-    """rabbit_policy:validation: what is wrong with a definition, or None."""
+def validate_definition(
+    definition: Any, operator: bool, compat: RabbitMQ = RABBITMQ_3_10
+) -> str | None:
+    """rabbit_policy:validation: what is wrong with a definition, or None. From 4.0 a
+    delivery limit may be negative: no limit (v4.2.9 rabbit_policies.erl
+    validate_policy0(<<"delivery-limit">>) takes any integer)."""
     if not isinstance(definition, dict):
         return f"definition must be a dictionary: {term(definition)}"
     if not definition:
@@ -189,6 +194,8 @@ def validate_definition(definition: Any, operator: bool) -> str | None:
     for key in sorted(definition):  # rabbit_policies validates in the map's key order
         if key in known:
             valid, says = VALIDATORS[key]
+            if key == "delivery-limit" and compat.v4:
+                valid = _is_int
             if not valid(definition[key]):
                 return f"{term(definition[key])} {says}"
     unknown = [(k, definition[k]) for k in sorted(definition) if k not in known]
@@ -205,6 +212,7 @@ def make_policy(
     priority: Any = None,
     apply_to: Any = None,
     operator: bool = False,
+    compat: RabbitMQ = RABBITMQ_3_10,
 ) -> Policy:
     """A policy from what an API or CLI sent, or :class:`PolicyError` with RabbitMQ's
     lines (rabbit_parameter_validation:proplist lists its findings last key first)."""
@@ -223,7 +231,7 @@ def make_policy(
         found.append(
             f"apply-to '{apply_to}' unrecognised; should be 'queues', 'exchanges' or 'all'"
         )
-    err = validate_definition(definition, operator)
+    err = validate_definition(definition, operator, compat)
     if err is not None:
         found.append(err)
     if found:
@@ -258,6 +266,11 @@ def erlang_min(a: Any, b: Any) -> Any:
     if b_num:
         return b
     return a if str(a) <= str(b) else b
+
+
+def erlang_max(a: Any, b: Any) -> Any:
+    """erlang:max: every number orders below every binary."""
+    return b if erlang_min(a, b) is a else a
 
 
 def policy_value(key: str, policy: Policy | None, operator: Policy | None) -> Any:

@@ -359,9 +359,13 @@ class Session(ConnectionEvents):
 
     # ----------------------------------------------------------------- basic
     def _basic_qos(self, ch: Channel, m: C.Basic.Qos) -> None:
+        """basic.qos. RabbitMQ 4's deprecated feature global_qos: when the configuration
+        denies it, global=true is taken as global=false (v4.2.9 rabbit_channel.erl:
+        1516-1554)."""
         if m.prefetch_size:
             raise errors.not_implemented(f"prefetch_size!=0 ({m.prefetch_size})")
-        if m.global_:
+        compat = self.broker.compat
+        if m.global_ and (not compat.v4 or compat.is_permitted("global_qos")):
             ch.global_prefetch = m.prefetch_count
             ch.kick()
         else:

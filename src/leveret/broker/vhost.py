@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from leveret.broker import errors as rabbit
@@ -382,6 +383,8 @@ class VirtualHost(Routing):
             return existing, False
         kind = QUEUE_TYPES.get(queue_type_name(arguments), ClassicQueue)
         declaration = Declaration(name, self.name, durable, exclusive_owner, auto_delete, arguments)
+        if not durable and exclusive_owner is None and self.compat.v4:
+            self._check_transient(kind, declaration)
         kind.validate(declaration)
         q = kind.create(declaration, self)
         if self.policies:
@@ -391,6 +394,17 @@ class VirtualHost(Routing):
         if q.durable:
             self.observers.emit(DefinitionChanged(q))
         return q, True
+
+    def _check_transient(self, kind: type[Queue], declaration: Declaration) -> None:
+        """RabbitMQ 4's deprecated feature transient_nonexcl_queues: a new queue neither
+        durable nor exclusive, once its arguments are checked and before its type looks
+        at its properties, is refused when the configuration denies the feature (541, the
+        feature's warning), and its use is logged (v4.2.9 rabbit_amqqueue.erl:221-242,
+        2121-2132)."""
+        if self.compat.is_permitted("transient_nonexcl_queues"):
+            return
+        kind.validate(replace(declaration, durable=True, auto_delete=False))  # arguments
+        raise errors.error(spec.INTERNAL_ERROR, self.compat.warning("transient_nonexcl_queues"))
 
     def assert_queue_equivalence(
         self,

@@ -104,6 +104,7 @@ async def policy_put(request: web.Request, operator: bool = False) -> web.Respon
             body.get("priority"),
             body.get("apply-to"),
             operator=operator,
+            compat=v.compat,
         )
     except PolicyError as exc:
         # the policy endpoint escapes its errors for HTML, the operator-policy one not

@@ -214,6 +214,10 @@ def queue(q: Queue, broker: BrokerCore, stats: Stats, age: Any = None) -> dict[s
         out["message_stats"] = stats.message_stats(counters, windows, keys, age_m, incr_m)
     if isinstance(q, QuorumQueue):
         _quorum_fields(out, q, broker.node_name)
+        if broker.compat.v4:
+            # the delivery limit in force, from 4.0 (v4.2.9 rabbit_quorum_queue.erl:632-638)
+            limit = q.delivery_limit
+            out["delivery_limit"] = limit if limit is not None else "unlimited"
     return dict(sorted(out.items()))
 
 

@@ -37,6 +37,7 @@ def declare_queue(vhost: VirtualHost, actor: Actor, method: commands.Queue.Decla
     name = actor.name(method.queue)
     arguments = spec.arguments(method)
     if method.passive:
+        authorization.passive_declare(vhost, actor, "queue", name)
         q = vhost.get_queue(name)
         actor.check_exclusive(q, vhost.name)
         return Declared(q, False, q.declare_ok_count(arguments))

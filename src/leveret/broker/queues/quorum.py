@@ -39,9 +39,10 @@ from leveret.broker.arguments import (
     check_credit_argument,
     optional_text,
 )
+from leveret.broker.compat import RABBITMQ_3_10, RabbitMQ
 from leveret.broker.entry import Entry, now_ms
 from leveret.broker.message import Message
-from leveret.broker.policies import Rule, policy_wins, smaller
+from leveret.broker.policies import Rule, erlang_max, erlang_min, policy_wins, smaller
 from leveret.broker.ports import DEAD_LETTERED, OUT, RETURNED
 from leveret.broker.queues.base import Accepted, Overflow, Queue, check_replicated_declaration
 from leveret.broker.ring import ConsumerRing
@@ -92,6 +93,15 @@ def _int(value: Any) -> int | None:
     if value is None or isinstance(value, bool) or not isinstance(value, int):
         return None
     return value
+
+
+def _lower_unless_unlimited(a: Any, b: Any) -> Any:
+    """RabbitMQ 4's rule for two delivery limits (rabbit_quorum_queue:resolve_delivery_limit,
+    rabbit_policies:merge_policy_value at v4.2.9): a negative one means unlimited, and then
+    the larger wins (the more conservative); otherwise the smaller."""
+    if (_int(a) is not None and a < 0) or (_int(b) is not None and b < 0):
+        return erlang_max(a, b)
+    return erlang_min(a, b)
 
 
 class _Msg:
@@ -161,7 +171,9 @@ class QuorumQueue(Queue):
         declaration: Declaration,
         dead_letters: DeadLetters | None = None,
         store: QuorumStore | None = None,
+        compat: RabbitMQ = RABBITMQ_3_10,
     ) -> None:
+        self._compat = compat
         # rabbit_fifo: with a single active consumer the next is the earliest subscribed;
         # a consumer without a prefetch takes DEFAULT_PREFETCH
         single_active = declaration.arguments.get("x-single-active-consumer") is True
@@ -205,18 +217,47 @@ class QuorumQueue(Queue):
             )
             overflow = Overflow.DROP_HEAD
         self.overflow = overflow
-        # Any value is taken, as RabbitMQ takes it; one that is not an integer never
-        # limits (Erlang orders every number below every binary), but still makes
-        # returns go to the front.
-        limit = setting("delivery-limit")
-        self._limited = limit is not None
-        self.delivery_limit = _int(limit)
+        self._configure_delivery_limit()
         self.message_ttl = _int(setting("message-ttl"))
         self._expires = _int(setting("expires"))
         self.dead_letter_exchange = optional_text(setting("dead-letter-exchange"))
         self.dead_letter_routing_key = optional_text(setting("dead-letter-routing-key"))
         self.strategy = self._dead_letter_strategy()
         self._evaluate_limit()
+
+    def _configure_delivery_limit(self) -> None:
+        """The delivery limit in force, and whether returns go to the front.
+
+        3.10.8: argument and policy, the smaller; none by default. Any value is taken, as
+        RabbitMQ takes it; one that is not an integer never limits (Erlang orders every
+        number below every binary), but still makes returns go to the front.
+
+        4.x (v4.2.9 rabbit_quorum_queue.erl:1777-1800, rabbit_fifo.erl:202-208 and
+        1036-1063): 20 when neither sets one, or when the value is not an integer; a
+        negative one (the argument, a policy, the smaller of two) means no limit, and
+        then returns go to the back of the queue."""
+        if not self._compat.v4:
+            limit = self.setting("delivery-limit")
+            self._limited = limit is not None
+            self.delivery_limit = _int(limit)
+            return
+        policy, operator = self.policy, self.operator_policy
+        value = policy.definition.get("delivery-limit") if policy is not None else None
+        op_value = operator.definition.get("delivery-limit") if operator is not None else None
+        if value is None or op_value is None:
+            value = op_value if value is None else value
+        else:
+            value = _lower_unless_unlimited(value, op_value)
+        argument = self.arguments.get("x-delivery-limit")
+        if value is None or argument is None:
+            value = argument if value is None else value
+        else:
+            value = _lower_unless_unlimited(value, argument)
+        limit = _int(value)
+        if limit is None:
+            limit = self._compat.quorum_delivery_limit
+        self.delivery_limit = limit if limit is not None and limit >= 0 else None
+        self._limited = self.delivery_limit is not None
 
     def _dead_letter_strategy(self) -> Strategy | None:
         """rabbit_quorum_queue:dead_letter_handler: None (no dead-lettering) or the
@@ -250,7 +291,7 @@ class QuorumQueue(Queue):
             if storage is not None
             else None
         )
-        return cls(declaration, home, store)
+        return cls(declaration, home, store, home.compat)
 
     @property
     def expires(self) -> int | None:
@@ -424,8 +465,10 @@ class QuorumQueue(Queue):
 
     def _outgoing(self, msg: _Msg, get: bool) -> Message:
         """The message as delivered: with x-delivery-count once it has been returned,
-        always for basic.get (rabbit_fifo_client)."""
-        if msg.count is None and not get:
+        always for basic.get in 3.10.8 (rabbit_fifo_client); from 3.12 on, basic.get too
+        adds it only once the message was returned (v4.2.9 rabbit_fifo_client.erl:241-258
+        add_delivery_count_header: no acquired_count, no header)."""
+        if msg.count is None and (not get or self._compat.v4):
             return msg.message
         m = msg.message
         fields = table.store(
