@@ -57,11 +57,11 @@ def test_at_the_limit_a_message_is_dead_lettered_when_the_queue_has_a_dlx() -> N
         )
         ch.basic_publish("", "qq", b"poison")
         assert len(_requeue_until_gone(ch, "qq")) == 21
-        method, props, body = ch.basic_get("dlq", auto_ack=True)
+        _, props, body = ch.basic_get("dlq", auto_ack=True)
         assert body == b"poison"
         headers = props.headers
-        assert headers["x-first-death-reason"] == headers["x-last-death-reason"] == (
-            "delivery_limit"
+        assert (
+            headers["x-first-death-reason"] == headers["x-last-death-reason"] == ("delivery_limit")
         )
         (death,) = headers["x-death"]
         assert death["reason"] == "delivery_limit" and death["queue"] == "qq"
@@ -128,9 +128,8 @@ def test_a_negative_delivery_limit_turns_it_off_from_4_0() -> None:
         ch.queue_declare("qq", durable=True, arguments={**QUORUM, "x-delivery-limit": -1})
         ch.basic_publish("", "qq", b"m")
         assert len(_requeue_until_gone(ch, "qq")) == 1
-        status, body = api(
-            b, "PUT", "/api/policies/%2F/off", {"pattern": "^p", "definition": {"delivery-limit": -1}}
-        )
+        policy = {"pattern": "^p", "definition": {"delivery-limit": -1}}
+        status, body = api(b, "PUT", "/api/policies/%2F/off", policy)
         assert status == 400
         assert body["reason"] == "Validation failed\n\n-1 is not a valid delivery limit\n"
     with broker("4.2", management=True) as b, channel(b) as ch:

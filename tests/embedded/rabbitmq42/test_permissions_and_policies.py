@@ -1,0 +1,82 @@
+"""Who may passively declare what in RabbitMQ 4.2, and the classic queue mirroring
+policies RabbitMQ 4 refuses."""
+
+from __future__ import annotations
+
+import pika
+import pika.exceptions
+import pytest
+
+from leveret.cli import ctl
+from tests.embedded.rabbitmq42.support import MODES, api, broker, channel
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_passive_declare_needs_some_permission_in_4_2(mode: str) -> None:
+    """v4.2.9 rabbit_channel.erl:916-950, 2644-2650 and 2756-2763 (rabbitmq-server#16085):
+    a passive queue.declare or exchange.declare wants read, write or configure on the
+    object, before it is looked up; a refusal reads as configure's. 3.10.8 checks none."""
+    with broker(mode) as b:
+        b.add_user("reader", "reader")
+        b.set_permissions("reader", "/", configure="^$", write="^$", read="^q$")
+        b.add_user("nobody", "nobody")
+        b.set_permissions("nobody", "/", configure="^x", write="^x", read="^x")
+        with channel(b) as ch:
+            ch.queue_declare("q")
+        with channel(b, b.vhost_url("/", "reader", "reader")) as ch:
+            assert ch.queue_declare("q", passive=True).method.queue == "q"
+        for kind, name in (("queue", "q"), ("queue", "missing"), ("exchange", "amq.direct")):
+            with channel(b, b.vhost_url("/", "nobody", "nobody")) as ch:
+                declare = ch.queue_declare if kind == "queue" else ch.exchange_declare
+                if mode == "3.10.8" and name != "missing":
+                    declare(name, passive=True)
+                    continue
+                with pytest.raises(pika.exceptions.ChannelClosedByBroker) as info:
+                    declare(name, passive=True)
+                if mode == "3.10.8":
+                    assert info.value.reply_code == 404
+                else:
+                    assert info.value.reply_code == 403
+                    assert info.value.reply_text == (
+                        f"ACCESS_REFUSED - access to {kind} '{name}' in vhost '/' refused "
+                        "for user 'nobody'"
+                    )
+
+
+HA = {"ha-mode": "exactly", "ha-params": 2, "ha-sync-mode": "automatic"}
+# rabbit_policy:validation0 at v4.2.9 (rabbit_policy.erl:571-590): no validator knows the
+# ha-* keys any more (classic_queue_mirroring is removed, rabbit_mirror_queue_misc.erl:
+# 19-55), so they are "not recognised policy settings"
+NOT_RECOGNISED = (
+    '[{<<"ha-mode">>,<<"exactly">>},{<<"ha-params">>,2},'
+    '{<<"ha-sync-mode">>,<<"automatic">>}] are not recognised policy settings'
+)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_classic_queue_mirroring_policies_are_refused(
+    mode: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """RabbitMQ 4 removed classic queue mirroring (release-notes/4.0.1.md "Classic Queues
+    is Now a Non-Replicated Queue Type"): a policy with ha-* keys is refused by the
+    management API (400) and rabbitmqctl set_policy alike. Leveret on one node never
+    mirrored, and refused them with the same words in its 3.10.8 mode already. 4.2.9's
+    policy endpoint no longer escapes its error for HTML (rabbit_mgmt_wm_policy.erl
+    accept_content; 3.10.8's called rabbit_mgmt_format:escape_html_tags)."""
+    with broker(mode, management=True) as b:
+        status, body = api(b, "PUT", "/api/policies/%2F/ha", {"pattern": ".*", "definition": HA})
+        assert status == 400
+        reason = f"Validation failed\n\n{NOT_RECOGNISED}\n"
+        if mode == "3.10.8":
+            reason = reason.replace("<", "&lt;").replace(">", "&gt;")
+        assert body == {"error": "bad_request", "reason": reason}
+        code = ctl.main(
+            ["--url", b.management_url, "set_policy", "ha", ".*", '{"ha-mode":"all"}'], env={}
+        )
+        assert api(b, "GET", "/api/policies")[1] == []
+    assert code == 69
+    err = capsys.readouterr().err
+    assert err == (
+        "Error:\nValidation failed\n\n"
+        '[{<<"ha-mode">>,<<"all">>}] are not recognised policy settings\n\n'
+    )
