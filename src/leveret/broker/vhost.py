@@ -230,7 +230,7 @@ class VirtualHost(Routing):
         arguments: dict[str, Any] | None = None,
     ) -> tuple[Exchange, bool]:
         """Declare (non-passive). Returns the exchange and whether it is new."""
-        cls = exchange_type(type_name)
+        cls = exchange_type(type_name, self.compat.v4)
         arguments = arguments.copy() if arguments else {}
         existing = self.exchanges.get(name)
         if existing is None:

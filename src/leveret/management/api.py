@@ -91,7 +91,7 @@ def node(m: Management) -> dict[str, Any]:
             "uptime": int((time.time() - m.stats.started) * 1000),
             "processors": os.cpu_count() or 1,
             "rates_mode": "basic",
-            "exchange_types": views.exchange_types(),
+            "exchange_types": views.exchange_types(m.broker.compat.v4),
             "partitions": [],
             "applications": [],
             "contexts": [],
@@ -340,7 +340,8 @@ def _in_use(m: Management, name: str) -> bool:
 
 def routes(app: web.Application) -> None:
     r = app.router
-    if app[MANAGEMENT].broker.compat.v4:  # RabbitMQ 3.10.8 has no such endpoint
+    management = app.get(MANAGEMENT)  # (none: the routes alone are asked for)
+    if management is None or management.broker.compat.v4:  # none in RabbitMQ 3.10.8
         resource(r, "/api/deprecated-features", deprecated_features)
         resource(r, "/api/deprecated-features/used", deprecated_features)
     resource(r, "/api/overview", overview)

@@ -9,7 +9,7 @@ import zlib
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote_plus
 
-from leveret.broker.exchanges import EXCHANGE_TYPES as EXCHANGE_TYPE_CLASSES
+from leveret.broker.exchanges import exchange_types as exchange_type_classes
 from leveret.broker.queues import QuorumQueue
 
 if TYPE_CHECKING:
@@ -25,9 +25,9 @@ if TYPE_CHECKING:
     from leveret.management.stats import Stats
 
 
-def exchange_types() -> list[dict[str, Any]]:
+def exchange_types(v4: bool = False) -> list[dict[str, Any]]:
     """The exchange types the broker has, as /api/overview lists them: the AMQP ones and
-    those of the plugins, by name."""
+    those of the plugins, by name (and RabbitMQ 4's x-local-random with ``v4``)."""
     return [
         {
             "name": name,
@@ -35,7 +35,7 @@ def exchange_types() -> list[dict[str, Any]]:
             or f"AMQP {name} exchange, as per the AMQP specification",
             "enabled": True,
         }
-        for name, cls in sorted(EXCHANGE_TYPE_CLASSES.items())
+        for name, cls in sorted(exchange_type_classes(v4).items())
     ]
 
 
@@ -522,7 +522,7 @@ def overview(broker: BrokerCore, stats: Stats, listeners: list[dict[str, Any]], 
             "basic": [600, 3600],
             "detailed": [600],
         },
-        "exchange_types": exchange_types(),
+        "exchange_types": exchange_types(broker.compat.v4),
         "product_version": version,
         "product_name": "Leveret",
         "rabbitmq_version": version,

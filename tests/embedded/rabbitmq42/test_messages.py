@@ -8,9 +8,10 @@ import time
 from typing import Any
 
 import pika
+import pika.exceptions
 import pytest
 
-from tests.embedded.rabbitmq42.support import MODES, broker, channel
+from tests.embedded.rabbitmq42.support import MODES, api, broker, channel
 
 
 def _roundtrip(ch: Any, queue: str, props: pika.BasicProperties) -> pika.BasicProperties:
@@ -207,3 +208,46 @@ def test_a_mandatory_reply_to_a_direct_reply_to_address_is_routed_from_4_2(mode:
         responder.connection.process_data_events(time_limit=0.2)
         expected = [b"answer", b"late"] if mode == "3.10.8" else []
         assert returned == expected
+
+
+def test_the_local_random_exchange_of_4_0() -> None:
+    """x-local-random (release-notes/4.0.1.md; v4.2.9 rabbit_exchange_type_local_random.erl):
+    each message goes to one bound queue picked at random among the node's; only classic
+    queues with an empty key may be bound (binding_invalid: 406, rabbit_channel.erl:
+    1939-1940). RabbitMQ 3.10.8 has no such type (503, unknown exchange type)."""
+    with broker("3.10.8", management=True) as b:
+        with channel(b) as ch, pytest.raises(pika.exceptions.ConnectionClosedByBroker) as info:
+            ch.exchange_declare("spread", "x-local-random")
+        assert info.value.reply_text == "COMMAND_INVALID - unknown exchange type 'x-local-random'"
+        names = [t["name"] for t in api(b, "GET", "/api/overview")[1]["exchange_types"]]
+        assert "x-local-random" not in names
+    with broker("4.2", management=True) as b, channel(b) as ch:
+        types = {t["name"]: t for t in api(b, "GET", "/api/overview")[1]["exchange_types"]}
+        assert types["x-local-random"] == {
+            "name": "x-local-random",
+            "description": "Picks one random local binding (queue) to route via (to).",
+            "enabled": True,
+        }
+        ch.exchange_declare("spread", "x-local-random")
+        for name in ("a", "b", "c"):
+            ch.queue_declare(name)
+            ch.queue_bind(name, "spread", "")  # pika binds with the name otherwise
+        for i in range(60):
+            ch.basic_publish("spread", "any key", str(i).encode())
+        counts = [ch.queue_declare(n, passive=True).method.message_count for n in "abc"]
+        assert sum(counts) == 60 and all(counts)  # each once, spread over all three
+        ch.queue_declare("qq", durable=True, arguments={"x-queue-type": "quorum"})
+        for queue, key, text in (
+            ("qq", "", "Queue type rabbit_quorum_queue not valid for this exchange type"),
+            ("a", "k", "Non empty binding 'k' key not permitted"),
+        ):
+            with channel(b) as other:
+                with pytest.raises(pika.exceptions.ChannelClosedByBroker) as chan:
+                    other.queue_bind(queue, "spread", key)
+                assert (chan.value.reply_code, chan.value.reply_text) == (
+                    406,
+                    f"PRECONDITION_FAILED - {text}",
+                )
+        with pytest.raises(pika.exceptions.ChannelClosedByBroker) as chan:
+            ch.exchange_bind("amq.fanout", "spread")
+        assert chan.value.reply_text == "PRECONDITION_FAILED - Destination not found"

@@ -54,7 +54,7 @@ def exchange_declare(
     """exchange.declare (not passive): the type, the default exchange, configure; for a
     new exchange, its name and its alternate exchange (read on the exchange being
     declared, write on the alternate)."""
-    exchange_type(type_name)
+    exchange_type(type_name, vhost.compat.v4)
     not_default(name)
     check_access(vhost, actor, "configure", "exchange", name)
     if name in vhost.exchanges:
