@@ -385,8 +385,9 @@ class VirtualHost(Routing):
         declaration = Declaration(name, self.name, durable, exclusive_owner, auto_delete, arguments)
         if not durable and exclusive_owner is None and self.compat.v4:
             self._check_transient(kind, declaration)
-        kind.validate(declaration)
+        kind.validate(declaration, self.compat)
         q = kind.create(declaration, self)
+        q.compat = self.compat
         if self.policies:
             q.apply_policies(*self.policies.match("queue", name, q.UNSUPPORTED_POLICIES))
         self.queues[name] = q
@@ -403,7 +404,7 @@ class VirtualHost(Routing):
         2121-2132)."""
         if self.compat.is_permitted("transient_nonexcl_queues"):
             return
-        kind.validate(replace(declaration, durable=True, auto_delete=False))  # arguments
+        kind.validate(replace(declaration, durable=True, auto_delete=False), self.compat)
         raise errors.error(spec.INTERNAL_ERROR, self.compat.warning("transient_nonexcl_queues"))
 
     def assert_queue_equivalence(

@@ -173,7 +173,7 @@ class QuorumQueue(Queue):
         store: QuorumStore | None = None,
         compat: RabbitMQ = RABBITMQ_3_10,
     ) -> None:
-        self._compat = compat
+        self.compat = compat
         # rabbit_fifo: with a single active consumer the next is the earliest subscribed;
         # a consumer without a prefetch takes DEFAULT_PREFETCH
         single_active = declaration.arguments.get("x-single-active-consumer") is True
@@ -236,7 +236,7 @@ class QuorumQueue(Queue):
         1036-1063): 20 when neither sets one, or when the value is not an integer; a
         negative one (the argument, a policy, the smaller of two) means no limit, and
         then returns go to the back of the queue."""
-        if not self._compat.v4:
+        if not self.compat.v4:
             limit = self.setting("delivery-limit")
             self._limited = limit is not None
             self.delivery_limit = _int(limit)
@@ -255,7 +255,7 @@ class QuorumQueue(Queue):
             value = _lower_unless_unlimited(value, argument)
         limit = _int(value)
         if limit is None:
-            limit = self._compat.quorum_delivery_limit
+            limit = self.compat.quorum_delivery_limit
         self.delivery_limit = limit if limit is not None and limit >= 0 else None
         self._limited = self.delivery_limit is not None
 
@@ -280,8 +280,8 @@ class QuorumQueue(Queue):
 
     # ------------------------------------------------------------ declaration
     @classmethod
-    def validate(cls, declaration: Declaration) -> None:
-        check_replicated_declaration(declaration, QUORUM_ARGS, cls.rabbit_type)
+    def validate(cls, declaration: Declaration, compat: RabbitMQ = RABBITMQ_3_10) -> None:
+        check_replicated_declaration(declaration, QUORUM_ARGS, cls.rabbit_type, compat.v4)
 
     @classmethod
     def create(cls, declaration: Declaration, home: QueueHome) -> QuorumQueue:
@@ -407,10 +407,11 @@ class QuorumQueue(Queue):
     def consumer_start(
         self, no_ack: bool, prefetch: int, arguments: dict[str, Any], global_prefetch: int = 0
     ) -> None:
-        check_consume_arguments(self.where, arguments, CONSUMER_ARGS, self.rabbit_type)
+        v4 = self.compat.v4
+        check_consume_arguments(self.where, arguments, CONSUMER_ARGS, self.rabbit_type, v4)
         if global_prefetch:
             raise errors.not_implemented(f"{self.where} does not support global qos")
-        check_credit_argument(arguments)
+        check_credit_argument(arguments, v4)
 
     def add_consumer(self, consumer: Subscriber, start: Any = None) -> None:
         self._subscribe(consumer)
@@ -468,7 +469,7 @@ class QuorumQueue(Queue):
         always for basic.get in 3.10.8 (rabbit_fifo_client); from 3.12 on, basic.get too
         adds it only once the message was returned (v4.2.9 rabbit_fifo_client.erl:241-258
         add_delivery_count_header: no acquired_count, no header)."""
-        if msg.count is None and (not get or self._compat.v4):
+        if msg.count is None and (not get or self.compat.v4):
             return msg.message
         m = msg.message
         fields = table.store(
