@@ -184,19 +184,19 @@ class RabbitMQ:
 
     series: str = DEFAULT_SERIES
     permit: tuple[tuple[str, bool], ...] = ()
+    # RabbitMQ 4.x behaviour (a field, not a property: the publish path reads it)
+    v4: bool = field(init=False, repr=False)
     # when each deprecated feature's use was last logged (monotonic seconds)
     _logged: dict[str, float] = field(default_factory=dict, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "v4", self.series != "3.10.8")
 
     @property
     def version(self) -> str:
         """The version reported to clients: server properties, the management API,
         rabbitmqctl (4.2 mode reports 4.2.9, the release its behaviour is read from)."""
         return _RELEASE[self.series]
-
-    @property
-    def v4(self) -> bool:
-        """RabbitMQ 4.x behaviour."""
-        return self.series != "3.10.8"
 
     # ------------------------------------------------------------------ defaults
     @property
