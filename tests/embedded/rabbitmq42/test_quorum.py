@@ -198,3 +198,23 @@ def test_with_global_qos_denied_a_global_prefetch_is_a_consumers() -> None:
         ch.basic_consume("qq", lambda _c, _m, _p, body: got.append(body))
         ch.connection.process_data_events(time_limit=0.5)
         assert got == [b"0", b"1"]  # two unacknowledged, as the prefetch says
+
+
+def test_quorum_queues_serve_high_priority_messages_first_two_to_one_from_4_0() -> None:
+    """Quorum queue priorities (release-notes/4.0.1.md; v4.2.9 rabbit_fifo.erl:2987-2999: a
+    priority above 4 is high; rabbit_fifo_q.erl: high first, but every third dequeue the
+    older of the two heads). 3.10.8's quorum queues ignore priorities."""
+    for mode, order in (
+        ("3.10.8", ["n1", "n2", "n3", "h1", "h2", "h3"]),
+        ("4.2", ["h1", "h2", "n1", "h3", "n2", "n3"]),
+    ):
+        with broker(mode) as b, channel(b) as ch:
+            ch.queue_declare("qq", durable=True, arguments=QUORUM)
+            for name in ("n1", "n2", "n3"):
+                ch.basic_publish("", "qq", name.encode(), pika.BasicProperties(priority=4))
+            for name in ("h1", "h2", "h3"):
+                ch.basic_publish("", "qq", name.encode(), pika.BasicProperties(priority=5))
+            got = []
+            while (delivery := ch.basic_get("qq", auto_ack=True))[0] is not None:
+                got.append(delivery[2].decode())
+            assert got == order, mode

@@ -80,6 +80,7 @@ DEFAULT_PREFETCH = 2000  # what a consumer without prefetch gets (rabbit_quorum_
 LOW_LIMIT = 0.8  # reject-publish lets publishers in again below this share of the limit
 SETTLE_TIMEOUT_MS = 180_000  # at-least-once retry interval (RabbitMQ's default)
 _EXPIRATION_FLAG = 0x01  # byte 0 of the property flags: expiration (0x0100)
+_PRIORITY_FLAG = 0x08  # byte 0 of the property flags: priority (0x0800)
 
 
 class Strategy(StrEnum):
@@ -93,6 +94,14 @@ def _int(value: Any) -> int | None:
     if value is None or isinstance(value, bool) or not isinstance(value, int):
         return None
     return value
+
+
+def _high_priority(message: Message) -> bool:
+    """A priority above 4 (a quorum queue's high priority from RabbitMQ 4.0)."""
+    props = message.properties
+    if len(props) < 2 or not props[0] & _PRIORITY_FLAG:
+        return False
+    return (message.props.priority or 0) > 4
 
 
 def _lower_unless_unlimited(a: Any, b: Any) -> Any:
@@ -181,6 +190,9 @@ class QuorumQueue(Queue):
         self.durable = True
         self._store = store
         self._messages: deque[_Msg] = deque()  # enqueued and requeued, in order
+        # RabbitMQ 4: messages of a priority above 4, served two to one (rabbit_fifo_q)
+        self._high: deque[_Msg] = deque()
+        self._dequeues = 0  # rabbit_fifo_q's dequeue_counter: 0, 1, 2, 0, ...
         self._returns: deque[_Msg] = deque()  # returned: served first
         self._pending: list[_Msg] = []  # enqueued, visible once synced
         self._out: dict[int, _Msg] = {}  # delivered, not settled
@@ -311,7 +323,7 @@ class QuorumQueue(Queue):
                 # its consumer is gone: returned, as rabbit_fifo's return_all
                 self._return_one(msg)
             else:
-                self._messages.append(msg)
+                self._ready_for(msg).append(msg)
                 self._ready_bytes += msg.size
 
     # ------------------------------------------------------------- publishing
@@ -336,10 +348,10 @@ class QuorumQueue(Queue):
         if self._store is not None:
             self._pending.append(msg)  # visible once on disk
         else:
-            self._messages.append(msg)
+            self._ready_for(msg).append(msg)
             self.dispatch()
         self._evaluate_limit()
-        if self.consumers and self._messages:
+        if self.consumers and (self._messages or self._high):
             return Accepted.BACKLOG  # behind consumers without credit: credit flow
         return Accepted.YES
 
@@ -353,7 +365,8 @@ class QuorumQueue(Queue):
             return
         self._store.sync()
         if self._pending:
-            self._messages.extend(self._pending)
+            for msg in self._pending:
+                self._ready_for(msg).append(msg)
             self._pending.clear()
             self.dispatch()
         self._release()
@@ -367,7 +380,7 @@ class QuorumQueue(Queue):
 
     # ------------------------------------------------------------------ limits
     def _ready_count(self) -> int:
-        return len(self._messages) + len(self._returns) + len(self._pending)
+        return len(self._messages) + len(self._high) + len(self._returns) + len(self._pending)
 
     def _over_limit(self) -> bool:
         if self.max_length is None and self.max_bytes is None:
@@ -421,7 +434,10 @@ class QuorumQueue(Queue):
         """The next message: returned ones first (rabbit_fifo:take_next_msg)."""
         if self._returns:
             msg = self._returns.popleft()
+        elif self._high:
+            msg = self._take_prioritised()
         elif self._messages:
+            self._dequeues = 0 if self._dequeues == 2 else self._dequeues + 1
             msg = self._messages.popleft()
         else:
             return None
@@ -431,7 +447,28 @@ class QuorumQueue(Queue):
     def _head(self) -> _Msg | None:
         if self._returns:
             return self._returns[0]
+        if self._high:
+            return self._high[0] if self._high_next() else self._messages[0]
         return self._messages[0] if self._messages else None
+
+    def _ready_for(self, msg: _Msg) -> deque[_Msg]:
+        """Where an enqueued message waits: RabbitMQ 4 keeps those of a priority above 4
+        apart (v4.2.9 rabbit_fifo.erl:2987-2999 priority_tag)."""
+        if self.compat.v4 and _high_priority(msg.message):
+            return self._high
+        return self._messages
+
+    def _high_next(self) -> bool:
+        """rabbit_fifo_q:next at v4.2.9 (rabbit_fifo_q.erl:117-133): the high queue first,
+        but every third dequeue the older of the two heads."""
+        if not self._messages:
+            return True
+        return self._dequeues != 2 or self._high[0].id < self._messages[0].id
+
+    def _take_prioritised(self) -> _Msg:
+        high = self._high_next()
+        self._dequeues = 0 if self._dequeues == 2 else self._dequeues + 1
+        return self._high.popleft() if high else self._messages.popleft()
 
     def _expire_head(self) -> None:
         now = now_ms()
@@ -624,6 +661,8 @@ class QuorumQueue(Queue):
         oldest = 1 << 62
         if self._messages:
             oldest = self._messages[0].id  # ids grow from front to back
+        if self._high:
+            oldest = min(oldest, self._high[0].id)
         if self._pending:
             oldest = min(oldest, self._pending[0].id)
         for ids in (self._out, self._dlx):
@@ -635,10 +674,11 @@ class QuorumQueue(Queue):
 
     def purge(self) -> int:
         count = self._ready_count()
-        for msg in (*self._returns, *self._messages, *self._pending):
+        for msg in (*self._returns, *self._messages, *self._high, *self._pending):
             self._settled(msg)
         self._returns.clear()
         self._messages.clear()
+        self._high.clear()
         self._pending.clear()
         self._ready_bytes = 0
         self._evaluate_limit()
@@ -660,6 +700,7 @@ class QuorumQueue(Queue):
         count = self._ready_count()
         self._returns.clear()
         self._messages.clear()
+        self._high.clear()
         self._pending.clear()
         self._out.clear()
         self._gets.clear()
