@@ -87,6 +87,14 @@ VALIDATORS: dict[str, tuple[Callable[[Any], bool], str]] = {
 }
 
 
+# The keys RabbitMQ 4.2 validates beside those (v4.2.9 rabbit_policies.erl: consumer-timeout
+# from 3.12, a non-negative integer)
+VALIDATORS_4: dict[str, tuple[Callable[[Any], bool], str]] = {
+    **VALIDATORS,
+    "consumer-timeout": (_non_negative, "is not a valid consumer timeout"),
+}
+
+
 class PolicyError(ValueError):
     """A policy RabbitMQ would refuse: ``errors`` are its lines, in its order."""
 
@@ -190,10 +198,11 @@ def validate_definition(
         return f"definition must be a dictionary: {term(definition)}"
     if not definition:
         return "no policy provided"
-    known = OPERATOR_KEYS & VALIDATORS.keys() if operator else VALIDATORS.keys()
+    validators = VALIDATORS_4 if compat.v4 else VALIDATORS
+    known = OPERATOR_KEYS & validators.keys() if operator else validators.keys()
     for key in sorted(definition):  # rabbit_policies validates in the map's key order
         if key in known:
-            valid, says = VALIDATORS[key]
+            valid, says = validators[key]
             if key == "delivery-limit" and compat.v4:
                 valid = _is_int
             if not valid(definition[key]):
