@@ -191,7 +191,9 @@ class VirtualHost(Routing):
         return [
             q
             for q in list(self.queues.values())
-            if q.apply_policies(*self.policies.match("queue", q.name, q.UNSUPPORTED_POLICIES))
+            if q.apply_policies(
+                *self.policies.match("queue", q.name, q.UNSUPPORTED_POLICIES, q.type_name)
+            )
         ]
 
     # ------------------------------------------------------------------- limits
@@ -389,7 +391,9 @@ class VirtualHost(Routing):
         q = kind.create(declaration, self)
         q.compat = self.compat
         if self.policies:
-            q.apply_policies(*self.policies.match("queue", name, q.UNSUPPORTED_POLICIES))
+            q.apply_policies(
+                *self.policies.match("queue", name, q.UNSUPPORTED_POLICIES, q.type_name)
+            )
         self.queues[name] = q
         self.observers.emit(QueueCreated(q))
         if q.durable:

@@ -80,3 +80,27 @@ def test_classic_queue_mirroring_policies_are_refused(
         "Error:\nValidation failed\n\n"
         '[{<<"ha-mode">>,<<"all">>}] are not recognised policy settings\n\n'
     )
+
+
+def test_a_policy_may_apply_to_one_queue_type_from_3_12() -> None:
+    """apply-to classic_queues, quorum_queues or streams (rabbit_policy.erl:507-519 and
+    596-616 at v4.2.9: matches_queue_type, apply_to_validation with its text)."""
+    typed = {"pattern": ".*", "definition": {"max-length": 1}, "apply-to": "quorum_queues"}
+    with broker("3.10.8", management=True) as b:
+        status, body = api(b, "PUT", "/api/policies/%2F/typed", typed)
+        assert (status, body["reason"]) == (
+            400,
+            "Validation failed\n\napply-to 'quorum_queues' unrecognised; should be 'queues', "
+            "'exchanges' or 'all'\n",
+        )
+    with broker("4.2", management=True) as b, channel(b) as ch:
+        assert api(b, "PUT", "/api/policies/%2F/typed", typed)[0] == 201
+        ch.queue_declare("qq", durable=True, arguments={"x-queue-type": "quorum"})
+        ch.queue_declare("classic")
+        policies = {q["name"]: q["policy"] for q in api(b, "GET", "/api/queues/%2F")[1]}
+        assert policies == {"qq": "typed", "classic": None}
+        bad = {**typed, "apply-to": "lazy_queues"}
+        assert api(b, "PUT", "/api/policies/%2F/bad", bad)[1]["reason"] == (
+            "Validation failed\n\napply-to 'lazy_queues' unrecognised; should be one of: "
+            "'queues', 'classic_queues',  'quorum_queues', 'streams', 'exchanges', or 'all'\n"
+        )
