@@ -483,6 +483,13 @@ def vhost(v: VirtualHost, broker: BrokerCore, stats: Stats, age: Any = None) -> 
         "tags": list(v.tags),
         "tracing": v.tracing,
     }
+    if broker.compat.v4:
+        # rabbit_vhost:i/2 at v4.2.9 (rabbit_vhost.erl:757-778): a vhost made without one
+        # has the default queue type, classic (do_add, lines 197-202), in its metadata too;
+        # and protected_from_deletion (vhost:info_keys, vhost.erl:126-136)
+        out["default_queue_type"] = "classic"
+        out["metadata"] = {"default_queue_type": "classic", **out["metadata"]}
+        out["protected_from_deletion"] = False
     out.update(stats.length_details(stats.lengths(v.name), windows, age_l, incr_l))
     return dict(sorted(out.items()))
 

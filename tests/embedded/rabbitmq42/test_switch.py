@@ -222,3 +222,22 @@ def test_a_frame_max_below_8192_is_refused_from_4_1() -> None:
         conn.close()
     with pytest.raises(ConfigError, match=re.escape("'frame_max': at least 8192")):
         leveret.Broker(rabbitmq_version="4.2", frame_max=4096)
+
+
+def test_a_vhost_shows_the_default_queue_type_and_protection_from_4_0() -> None:
+    """rabbit_vhost at v4.2.9: a vhost made without a default queue type gets classic, in
+    its metadata too (rabbit_vhost.erl:197-202, 757-778), and tells
+    protected_from_deletion (vhost.erl:126-136); 3.10.8 shows undefined."""
+    with broker("3.10.8", management=True) as b:
+        (vhost,) = api(b, "GET", "/api/vhosts")[1]
+        assert vhost["default_queue_type"] == "undefined"
+        assert "protected_from_deletion" not in vhost
+    with broker("4.2", management=True) as b:
+        (vhost,) = api(b, "GET", "/api/vhosts")[1]
+        assert vhost["default_queue_type"] == "classic"
+        assert vhost["metadata"] == {
+            "default_queue_type": "classic",
+            "description": "Default virtual host",
+            "tags": [],
+        }
+        assert vhost["protected_from_deletion"] is False
