@@ -218,6 +218,11 @@ def queue(q: Queue, broker: BrokerCore, stats: Stats, age: Any = None) -> dict[s
             # the delivery limit in force, from 4.0 (v4.2.9 rabbit_quorum_queue.erl:632-638)
             limit = q.delivery_limit
             out["delivery_limit"] = limit if limit is not None else "unlimited"
+            # rabbit_quorum_queue.erl:604-612 at v4.2.9 (priorities came with 4.0)
+            high, normal, returned = q.ready_by_kind
+            out["messages_ready_high"] = high
+            out["messages_ready_normal"] = normal
+            out["messages_ready_returned"] = returned
     return dict(sorted(out.items()))
 
 

@@ -155,7 +155,8 @@ def test_a_negative_delivery_limit_turns_it_off_from_4_0() -> None:
 
 def test_the_management_api_shows_the_limit_in_force_from_4_0() -> None:
     """A quorum queue's delivery_limit in the management API (v4.2.9
-    rabbit_quorum_queue.erl:632-638: the limit, or unlimited); 3.10.8 shows none."""
+    rabbit_quorum_queue.erl:632-638: the limit, or unlimited), and its ready messages by
+    kind (lines 604-612); 3.10.8 shows none of them."""
     with broker("3.10.8", management=True) as b, channel(b) as ch:
         ch.queue_declare("qq", durable=True, arguments=QUORUM)
         _, queue = api(b, "GET", "/api/queues/%2F/qq")
@@ -167,6 +168,20 @@ def test_the_management_api_shows_the_limit_in_force_from_4_0() -> None:
         _, queues = api(b, "GET", "/api/queues/%2F")
         limits = {q["name"]: q.get("delivery_limit") for q in queues}
         assert limits == {"qq": 20, "q7": 7, "classic": None}
+        # and, from 4.0, its ready messages by priority and returned
+        ch.basic_publish("", "qq", b"n", pika.BasicProperties(priority=1))
+        ch.basic_publish("", "qq", b"h", pika.BasicProperties(priority=9))
+        ch.basic_publish("", "qq", b"r")
+        method, _, _ = ch.basic_get("qq")
+        ch.basic_nack(method.delivery_tag, requeue=True)
+        _, queue = api(b, "GET", "/api/queues/%2F/qq")
+        kinds = ("messages_ready_high", "messages_ready_normal", "messages_ready_returned")
+        ready = {k: queue[k] for k in kinds}  # h went first, and came back
+        assert ready == {
+            "messages_ready_high": 0,
+            "messages_ready_normal": 2,
+            "messages_ready_returned": 1,
+        }
 
 
 @pytest.mark.parametrize("mode", ["3.10.8", "4.2"])

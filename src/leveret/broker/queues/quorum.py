@@ -728,6 +728,15 @@ class QuorumQueue(Queue):
         return sum(m.size for m in self._out.values())
 
     @property
+    def ready_by_kind(self) -> tuple[int, int, int]:
+        """Ready messages of a high priority, of a normal one, and returned (RabbitMQ 4's
+        messages_ready_high, _normal, _returned)."""
+        pending_high = sum(1 for m in self._pending if self._ready_for(m) is self._high)
+        high = len(self._high) + pending_high
+        normal = len(self._messages) + len(self._pending) - pending_high
+        return high, normal, len(self._returns)
+
+    @property
     def dead_lettered_figures(self) -> tuple[int, int]:
         """Messages (and their bytes) waiting to be dead-lettered (at-least-once)."""
         return len(self._dlx), self._dlx_bytes
