@@ -42,8 +42,9 @@ from leveret.broker.arguments import (
 from leveret.broker.compat import RABBITMQ_3_10, RabbitMQ
 from leveret.broker.entry import Entry, now_ms
 from leveret.broker.message import Message
-from leveret.broker.policies import Rule, erlang_max, erlang_min, policy_wins, smaller
+from leveret.broker.policies import Rule, policy_wins, smaller
 from leveret.broker.ports import DEAD_LETTERED, OUT, RETURNED
+from leveret.broker.queues import quorum4
 from leveret.broker.queues.base import Accepted, Overflow, Queue, check_replicated_declaration
 from leveret.broker.ring import ConsumerRing
 from leveret.protocol import errors, table
@@ -80,7 +81,6 @@ DEFAULT_PREFETCH = 2000  # what a consumer without prefetch gets (rabbit_quorum_
 LOW_LIMIT = 0.8  # reject-publish lets publishers in again below this share of the limit
 SETTLE_TIMEOUT_MS = 180_000  # at-least-once retry interval (RabbitMQ's default)
 _EXPIRATION_FLAG = 0x01  # byte 0 of the property flags: expiration (0x0100)
-_PRIORITY_FLAG = 0x08  # byte 0 of the property flags: priority (0x0800)
 
 
 class Strategy(StrEnum):
@@ -94,23 +94,6 @@ def _int(value: Any) -> int | None:
     if value is None or isinstance(value, bool) or not isinstance(value, int):
         return None
     return value
-
-
-def _high_priority(message: Message) -> bool:
-    """A priority above 4 (a quorum queue's high priority from RabbitMQ 4.0)."""
-    props = message.properties
-    if len(props) < 2 or not props[0] & _PRIORITY_FLAG:
-        return False
-    return (message.props.priority or 0) > 4
-
-
-def _lower_unless_unlimited(a: Any, b: Any) -> Any:
-    """RabbitMQ 4's rule for two delivery limits (rabbit_quorum_queue:resolve_delivery_limit,
-    rabbit_policies:merge_policy_value at v4.2.9): a negative one means unlimited, and then
-    the larger wins (the more conservative); otherwise the smaller."""
-    if (_int(a) is not None and a < 0) or (_int(b) is not None and b < 0):
-        return erlang_max(a, b)
-    return erlang_min(a, b)
 
 
 class _Msg:
@@ -244,32 +227,18 @@ class QuorumQueue(Queue):
         RabbitMQ takes it; one that is not an integer never limits (Erlang orders every
         number below every binary), but still makes returns go to the front.
 
-        4.x (v4.2.9 rabbit_quorum_queue.erl:1777-1800, rabbit_fifo.erl:202-208 and
-        1036-1063): 20 when neither sets one, or when the value is not an integer; a
-        negative one (the argument, a policy, the smaller of two) means no limit, and
-        then returns go to the back of the queue."""
+        4.x: :func:`leveret.broker.queues.quorum4.delivery_limit` (20 by default, a
+        negative one is none); without a limit returns go to the back of the queue
+        (v4.2.9 rabbit_fifo.erl:1036-1063)."""
         if not self.compat.v4:
             limit = self.setting("delivery-limit")
             self._limited = limit is not None
             self.delivery_limit = _int(limit)
             return
-        policy, operator = self.policy, self.operator_policy
-        value = policy.definition.get("delivery-limit") if policy is not None else None
-        op_value = operator.definition.get("delivery-limit") if operator is not None else None
-        if value is None or op_value is None:
-            value = op_value if value is None else value
-        else:
-            value = _lower_unless_unlimited(value, op_value)
-        argument = self.arguments.get("x-delivery-limit")
-        if value is None or argument is None:
-            value = argument if value is None else value
-        else:
-            value = _lower_unless_unlimited(value, argument)
-        limit = _int(value)
-        if limit is None:
-            limit = self.compat.quorum_delivery_limit
-        self.delivery_limit = limit if limit is not None and limit >= 0 else None
-        self._limited = self.delivery_limit is not None
+        default = self.compat.quorum_delivery_limit or 0
+        limit = quorum4.delivery_limit(self.arguments, self.policy, self.operator_policy, default)
+        self.delivery_limit = limit
+        self._limited = limit is not None
 
     def _dead_letter_strategy(self) -> Strategy | None:
         """rabbit_quorum_queue:dead_letter_handler: None (no dead-lettering) or the
@@ -454,7 +423,7 @@ class QuorumQueue(Queue):
     def _ready_for(self, msg: _Msg) -> deque[_Msg]:
         """Where an enqueued message waits: RabbitMQ 4 keeps those of a priority above 4
         apart (v4.2.9 rabbit_fifo.erl:2987-2999 priority_tag)."""
-        if self.compat.v4 and _high_priority(msg.message):
+        if self.compat.v4 and quorum4.high_priority(msg.message):
             return self._high
         return self._messages
 
