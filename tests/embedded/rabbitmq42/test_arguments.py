@@ -10,7 +10,7 @@ import pika
 import pika.exceptions
 import pytest
 
-from tests.embedded.rabbitmq42.support import broker, channel
+from tests.embedded.rabbitmq42.support import api, broker, channel
 
 QUORUM = {"x-queue-type": "quorum"}
 
@@ -99,3 +99,39 @@ def test_consumer_arguments_of_4_2(queue_type: str) -> None:
             "PRECONDITION_FAILED - invalid arg 'x-priority' for queue 'q' in vhost '/': "
             '"expected integer, got longstr"',
         )
+
+
+def test_a_declaration_without_a_type_gets_x_queue_type_classic_from_4_0() -> None:
+    """rabbit_amqqueue:augment_declare_args at v4.2.9 (rabbit_amqqueue.erl:761-810, called
+    first by rabbit_channel's queue.declare, rabbit_channel.erl:2556-2561): without
+    x-queue-type the default type, classic, is set as an argument (set_table_value sorts
+    the table), and the queue shows it; 3.10.8 keeps the arguments as sent."""
+    declared = {"x-max-length": 5, "x-dead-letter-exchange": "dlx"}
+    with broker("3.10.8", management=True) as b, channel(b) as ch:
+        ch.queue_declare("plain")
+        ch.queue_declare("limited", arguments=declared)
+        shown = {q["name"]: q["arguments"] for q in api(b, "GET", "/api/queues")[1]}
+        assert shown == {"plain": {}, "limited": declared}
+        assert list(shown["limited"]) == ["x-max-length", "x-dead-letter-exchange"]
+    with broker("4.2", management=True) as b, channel(b) as ch:
+        ch.queue_declare("plain")
+        ch.queue_declare("plain")  # the same declaration: equivalent
+        ch.queue_declare("limited", arguments=declared)
+        ch.queue_declare("", exclusive=True)
+        ch.queue_declare("qq", durable=True, arguments={"x-queue-type": "quorum"})
+        shown = {q["name"]: q["arguments"] for q in api(b, "GET", "/api/queues")[1]}
+        server_named = next(n for n in shown if n.startswith("amq.gen-"))
+        assert shown == {
+            "plain": {"x-queue-type": "classic"},
+            "limited": {**declared, "x-queue-type": "classic"},
+            server_named: {"x-queue-type": "classic"},
+            "qq": {"x-queue-type": "quorum"},
+        }
+        assert list(shown["limited"]) == [
+            "x-dead-letter-exchange",
+            "x-max-length",
+            "x-queue-type",
+        ]
+        assert api(b, "PUT", "/api/queues/%2F/from-api", {"durable": True})[0] == 201
+        _, queue = api(b, "GET", "/api/queues/%2F/from-api")
+        assert queue["arguments"] == {"x-queue-type": "classic"}
