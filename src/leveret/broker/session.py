@@ -170,9 +170,11 @@ class Session(ConnectionEvents):
         connection is refused the channel (rabbit_reader:create_channel). None if open."""
         limit = self.broker.user_limit(self._username, "max-channels")
         if limit is not None and self.broker.user_channels(self._username) >= limit:
+            # 4.x drops the parentheses (v4.2.9 rabbit_reader.erl:1022-1026)
+            shown = limit if self.broker.compat.v4 else f"({limit})"
             return errors.not_allowed(
                 f"number of channels opened for user '{self._username}' has reached the "
-                f"maximum allowed user limit of ({limit})"
+                f"maximum allowed user limit of {shown}"
             )
         ch = self.channels[number] = Channel(self, number)
         self.broker.observers.emit(ChannelOpened(ch))

@@ -104,3 +104,20 @@ def test_a_policy_may_apply_to_one_queue_type_from_3_12() -> None:
             "Validation failed\n\napply-to 'lazy_queues' unrecognised; should be one of: "
             "'queues', 'classic_queues',  'quorum_queues', 'streams', 'exchanges', or 'all'\n"
         )
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_users_channel_limit_is_worded_without_parentheses_from_4_0(mode: str) -> None:
+    """rabbit_reader:is_over_limits at v4.2.9 (rabbit_reader.erl:1022-1026): "... the
+    maximum allowed user limit of 1"; 3.10.8 wrote "(1)". A connection error (530)."""
+    with broker(mode, management=True) as b:
+        assert api(b, "PUT", "/api/user-limits/guest/max-channels", {"value": 1})[0] == 204
+        with channel(b) as ch:
+            with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as info:
+                ch.connection.channel()
+        limit = "1" if mode == "4.2" else "(1)"
+        assert (info.value.reply_code, info.value.reply_text) == (
+            530,
+            "NOT_ALLOWED - number of channels opened for user 'guest' has reached the "
+            f"maximum allowed user limit of {limit}",
+        )
