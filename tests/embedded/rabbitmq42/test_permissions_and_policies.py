@@ -112,9 +112,8 @@ def test_a_users_channel_limit_is_worded_without_parentheses_from_4_0(mode: str)
     maximum allowed user limit of 1"; 3.10.8 wrote "(1)". A connection error (530)."""
     with broker(mode, management=True) as b:
         assert api(b, "PUT", "/api/user-limits/guest/max-channels", {"value": 1})[0] == 204
-        with channel(b) as ch:
-            with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as info:
-                ch.connection.channel()
+        with channel(b) as ch, pytest.raises(pika.exceptions.ConnectionClosedByBroker) as info:
+            ch.connection.channel()
         limit = "1" if mode == "4.2" else "(1)"
         assert (info.value.reply_code, info.value.reply_text) == (
             530,
