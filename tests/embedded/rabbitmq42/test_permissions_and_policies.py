@@ -15,7 +15,8 @@ from tests.embedded.rabbitmq42.support import MODES, api, broker, channel
 def test_a_passive_declare_needs_some_permission_in_4_2(mode: str) -> None:
     """v4.2.9 rabbit_channel.erl:916-950, 2644-2650 and 2756-2763 (rabbitmq-server#16085):
     a passive queue.declare or exchange.declare wants read, write or configure on the
-    object, before it is looked up; a refusal reads as configure's. 3.10.8 checks none."""
+    object, before it is looked up; a refusal reads as configure's (naming the permission,
+    as 4.2's refusals do). 3.10.8 checks none."""
     with broker(mode) as b:
         b.add_user("reader", "reader")
         b.set_permissions("reader", "/", configure="^$", write="^$", read="^q$")
@@ -38,8 +39,8 @@ def test_a_passive_declare_needs_some_permission_in_4_2(mode: str) -> None:
                 else:
                     assert info.value.reply_code == 403
                     assert info.value.reply_text == (
-                        f"ACCESS_REFUSED - access to {kind} '{name}' in vhost '/' refused "
-                        "for user 'nobody'"
+                        f"ACCESS_REFUSED - configure access to {kind} '{name}' in vhost '/' "
+                        "refused for user 'nobody'"
                     )
 
 
@@ -119,4 +120,33 @@ def test_a_users_channel_limit_is_worded_without_parentheses_from_4_0(mode: str)
             530,
             "NOT_ALLOWED - number of channels opened for user 'guest' has reached the "
             f"maximum allowed user limit of {limit}",
+        )
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_refusal_names_the_permission_from_3_13(mode: str) -> None:
+    """rabbit_access_control:check_resource_access and check_topic_access at v4.2.9
+    (rabbit_access_control.erl:343, 356): "write access to exchange ... refused"; 3.10.8
+    says "access to exchange ... refused"."""
+    with broker(mode, management=True) as b:
+        b.add_user("reader", "reader")
+        b.set_permissions("reader", "/", configure="^$", write="^$", read=".*")
+        topic = {"exchange": "amq.topic", "write": "^allowed$", "read": ".*"}
+        assert api(b, "PUT", "/api/topic-permissions/%2F/guest", topic)[0] == 201
+        named = {"3.10.8": "access", "4.2": "write access"}[mode]
+        reader = b.vhost_url("/", "reader", "reader")
+        refused = pika.exceptions.ChannelClosedByBroker
+        with channel(b, reader) as ch, pytest.raises(refused) as info:
+            ch.basic_publish("amq.direct", "k", b"m")
+            ch.queue_declare("", exclusive=True)
+        assert info.value.reply_text == (
+            f"ACCESS_REFUSED - {named} to exchange 'amq.direct' in vhost '/' refused for "
+            "user 'reader'"
+        )
+        with channel(b) as ch, pytest.raises(refused) as info:
+            ch.basic_publish("amq.topic", "denied", b"m")
+            ch.queue_declare("", exclusive=True)
+        assert info.value.reply_text == (
+            f"ACCESS_REFUSED - {named} to topic 'denied' in exchange 'amq.topic' in vhost "
+            "'/' refused for user 'guest'"
         )

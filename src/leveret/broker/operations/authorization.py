@@ -30,7 +30,8 @@ def check_access(vhost: VirtualHost, actor: Actor, what: str, kind: str, name: s
         name = "amq.default"
     permission = actor.permission
     if permission is None or not permission.allows(what, name):
-        raise rabbit.access_refused(kind, name, vhost.name, actor.username)
+        named = what if vhost.compat.v4 else None
+        raise rabbit.access_refused(kind, name, vhost.name, actor.username, named)
 
 
 def passive_declare(vhost: VirtualHost, actor: Actor, kind: str, name: str) -> None:
