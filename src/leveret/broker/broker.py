@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import leveret
 from leveret.broker import plugins
+from leveret.broker.compat import RABBITMQ_3_10, RabbitMQ
 from leveret.broker.events import (
     ConnectionClosed,
     ConnectionOpened,
@@ -49,9 +50,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# The RabbitMQ release whose behaviour Leveret reproduces; clients that branch on the
-# server version see this one.
-COMPATIBLE_VERSION = "3.10.8"
+# The RabbitMQ release whose behaviour Leveret reproduces by default; clients that branch
+# on the server version see this one, or the one of ``BrokerCore.compat`` (4.2 mode).
+COMPATIBLE_VERSION = RABBITMQ_3_10.version
 
 DEFAULT_VHOST = "/"
 LOG_EXCHANGE = "amq.rabbitmq.log"
@@ -86,7 +87,10 @@ class BrokerCore:
         observers: Observers | None = None,
         storage: Storage | None = None,
         max_message_size: int = spec.DEFAULT_MAX_MESSAGE_SIZE,
+        compat: RabbitMQ = RABBITMQ_3_10,
     ) -> None:
+        # the RabbitMQ it behaves as (3.10.8 or 4.2): what the places that differ ask
+        self.compat = compat
         self.node_name = node_name or default_node_name()
         self.observers = observers or Observers()
         self.storage = storage
@@ -157,6 +161,7 @@ class BrokerCore:
                 self.node_name,
                 self.memory,
             )
+            vhost.compat = self.compat
             vhost.tracing = name in self.traced_vhosts
             vhost.interceptors = self._interceptors
             vhost.extensions.update(self.extensions)
@@ -354,17 +359,26 @@ class BrokerCore:
         value = u.limits.get(name) if u is not None else None
         return value if value is not None and value >= 0 else None
 
+    @property
+    def rabbitmq_version(self) -> str:
+        """The RabbitMQ version it reports to clients (3.10.8, or 4.2.9 in 4.2 mode)."""
+        return self.compat.version
+
     # ------------------------------------------------------------- connections
     def server_properties(self) -> dict[str, Any]:
+        """connection.start's server properties (rabbit_reader:server_properties): the same
+        keys and capabilities in 3.10.8 and 4.2.9 (v4.2.9 rabbit_reader.erl:214-257); the
+        version is the one it behaves as."""
+        version = self.compat.version
         return {
             "capabilities": dict(CAPABILITIES),  # in RabbitMQ's order, kept on the wire
             "cluster_name": self.cluster_name,
             "copyright": "Copyright (c) the Leveret authors",
             "information": f"Leveret {leveret.__version__}, an AMQP 0-9-1 broker that behaves "
-            f"as RabbitMQ {COMPATIBLE_VERSION}",
+            f"as RabbitMQ {version}",
             "platform": f"Python {platform.python_version()}",
             "product": "Leveret",
-            "version": COMPATIBLE_VERSION,
+            "version": version,
         }
 
     def next_connection_id(self) -> int:

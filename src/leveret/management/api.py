@@ -7,6 +7,7 @@ connections, channels and consumers. Exchanges, queues and bindings are in
 from __future__ import annotations
 
 import logging
+import ssl
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
@@ -17,7 +18,7 @@ from leveret.broker import operations
 from leveret.broker.consumer import Consumer
 from leveret.broker.message import Message
 from leveret.management import views
-from leveret.management.context import Management, mgmt
+from leveret.management.context import MANAGEMENT, Management, mgmt
 from leveret.management.httputil import (
     ApiError,
     bad_request,
@@ -90,13 +91,24 @@ def node(m: Management) -> dict[str, Any]:
             "uptime": int((time.time() - m.stats.started) * 1000),
             "processors": os.cpu_count() or 1,
             "rates_mode": "basic",
-            "exchange_types": views.exchange_types(),
+            "exchange_types": views.exchange_types(m.broker.compat.v4),
             "partitions": [],
             "applications": [],
             "contexts": [],
             "enabled_plugins": list(m.broker.plugins),
         }
     )
+    if m.broker.compat.v4:
+        # rabbit_mgmt_external_stats at v4.2.9 (?OTHER_KEYS, i/2): each node tells its
+        # versions, as /api/overview does
+        out.update(
+            {
+                "rabbitmq_version": m.broker.compat.version,
+                "erlang_version": "none",
+                "erlang_full_version": "none (Leveret runs on Python)",
+                "crypto_lib_version": ssl.OPENSSL_VERSION,
+            }
+        )
     return out
 
 
@@ -165,6 +177,10 @@ async def aliveness(request: web.Request) -> web.Response:
     try:
         if actor.permission is None:  # no access to the vhost: no channel to open
             raise rabbit.access_refused("queue", ALIVENESS_QUEUE, v.name, user)
+        if m.broker.compat.v4:
+            # a no-op from 4.1: it used a transient non-exclusive queue, a deprecated
+            # feature (v4.2.9 rabbit_mgmt_wm_aliveness_test.erl: a channel, then ok)
+            return json_response({"status": "ok"})
         declare = spec.command(commands.Queue.Declare, queue=ALIVENESS_QUEUE)
         operations.declare_queue(v, actor, declare)
         message = Message.build("", ALIVENESS_QUEUE, b"test_message", None)
@@ -284,8 +300,50 @@ async def consumers(request: web.Request) -> web.Response:
     return json_response(out)
 
 
+async def deprecated_features(request: web.Request) -> web.Response:
+    """RabbitMQ 4's deprecated features (rabbit_mgmt_wm_deprecated_features, from 3.13;
+    rabbit_depr_ff_extra:cli_info at v4.2.9): each with its phase, documentation, the
+    application providing it and whether the configuration permits it; ``/used`` lists
+    those in use (only transient_nonexcl_queues can tell: a transient non-exclusive queue
+    exists) and without a state. RabbitMQ 3.10.8 has no such endpoint."""
+    compat = mgmt(request).broker.compat
+    used = request.path.rstrip("/").endswith("/used")
+    out = []
+    for name in sorted(compat.deprecated_features):
+        feature = compat.deprecated_features[name]
+        if used and not _in_use(mgmt(request), name):
+            continue
+        row: dict[str, Any] = {
+            "deprecation_phase": feature.phase.value,
+            "desc": "",
+            "doc_url": feature.doc_url,
+            "name": name,
+            "provided_by": feature.provided_by,
+        }
+        if not used:
+            row["state"] = "permitted" if compat.permitted(name) else "denied"
+        out.append(row)
+    return json_response(out)
+
+
+def _in_use(m: Management, name: str) -> bool:
+    """A deprecated feature's is_feature_used callback (v4.2.9
+    rabbit_amqqueue.erl:121-136 are_transient_nonexcl_used); the others have none."""
+    if name != "transient_nonexcl_queues":
+        return False
+    return any(
+        not q.durable and q.exclusive_owner is None
+        for v in m.broker.vhosts.values()
+        for q in v.queues.values()
+    )
+
+
 def routes(app: web.Application) -> None:
     r = app.router
+    management = app.get(MANAGEMENT)  # (none: the routes alone are asked for)
+    if management is None or management.broker.compat.v4:  # none in RabbitMQ 3.10.8
+        resource(r, "/api/deprecated-features", deprecated_features)
+        resource(r, "/api/deprecated-features/used", deprecated_features)
     resource(r, "/api/overview", overview)
     resource(r, "/api/whoami", whoami)
     resource(r, "/api/nodes", nodes)

@@ -19,7 +19,6 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from leveret.broker.broker import COMPATIBLE_VERSION
 from leveret.broker.channel import (
     ACK,
     CONFIRMED,
@@ -244,7 +243,8 @@ class BrokerCollector(Collector):
             "RabbitMQ & Erlang/OTP version info",
             labels=["rabbitmq_version", "prometheus_plugin_version", "product"],
         )
-        info.add_metric([COMPATIBLE_VERSION, COMPATIBLE_VERSION, "Leveret"], 1)
+        version = broker.compat.version
+        info.add_metric([version, version, "Leveret"], 1)
         yield info
         ident = UnknownMetricFamily(
             "rabbitmq_identity_info",

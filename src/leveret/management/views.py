@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import base64
 import json
+import ssl
 import zlib
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote_plus
 
-from leveret.broker.broker import COMPATIBLE_VERSION
-from leveret.broker.exchanges import EXCHANGE_TYPES as EXCHANGE_TYPE_CLASSES
+from leveret.broker.exchanges import exchange_types as exchange_type_classes
 from leveret.broker.queues import QuorumQueue
 
 if TYPE_CHECKING:
@@ -25,9 +25,9 @@ if TYPE_CHECKING:
     from leveret.management.stats import Stats
 
 
-def exchange_types() -> list[dict[str, Any]]:
+def exchange_types(v4: bool = False) -> list[dict[str, Any]]:
     """The exchange types the broker has, as /api/overview lists them: the AMQP ones and
-    those of the plugins, by name."""
+    those of the plugins, by name (and RabbitMQ 4's x-local-random with ``v4``)."""
     return [
         {
             "name": name,
@@ -35,7 +35,7 @@ def exchange_types() -> list[dict[str, Any]]:
             or f"AMQP {name} exchange, as per the AMQP specification",
             "enabled": True,
         }
-        for name, cls in sorted(EXCHANGE_TYPE_CLASSES.items())
+        for name, cls in sorted(exchange_type_classes(v4).items())
     ]
 
 
@@ -214,6 +214,15 @@ def queue(q: Queue, broker: BrokerCore, stats: Stats, age: Any = None) -> dict[s
         out["message_stats"] = stats.message_stats(counters, windows, keys, age_m, incr_m)
     if isinstance(q, QuorumQueue):
         _quorum_fields(out, q, broker.node_name)
+        if broker.compat.v4:
+            # the delivery limit in force, from 4.0 (v4.2.9 rabbit_quorum_queue.erl:632-638)
+            limit = q.delivery_limit
+            out["delivery_limit"] = limit if limit is not None else "unlimited"
+            # rabbit_quorum_queue.erl:604-612 at v4.2.9 (priorities came with 4.0)
+            high, normal, returned = q.ready_by_kind
+            out["messages_ready_high"] = high
+            out["messages_ready_normal"] = normal
+            out["messages_ready_returned"] = returned
     return dict(sorted(out.items()))
 
 
@@ -479,6 +488,13 @@ def vhost(v: VirtualHost, broker: BrokerCore, stats: Stats, age: Any = None) -> 
         "tags": list(v.tags),
         "tracing": v.tracing,
     }
+    if broker.compat.v4:
+        # rabbit_vhost:i/2 at v4.2.9 (rabbit_vhost.erl:757-778): a vhost made without one
+        # has the default queue type, classic (do_add, lines 197-202), in its metadata too;
+        # and protected_from_deletion (vhost:info_keys, vhost.erl:126-136)
+        out["default_queue_type"] = "classic"
+        out["metadata"] = {"default_queue_type": "classic", **out["metadata"]}
+        out["protected_from_deletion"] = False
     out.update(stats.length_details(stats.lengths(v.name), windows, age_l, incr_l))
     return dict(sorted(out.items()))
 
@@ -509,24 +525,50 @@ def overview(broker: BrokerCore, stats: Stats, listeners: list[dict[str, Any]], 
     queues = sum(len(v.queues) for v in broker.vhosts.values())
     exchanges = sum(len(v.exchanges) for v in broker.vhosts.values())
     consumers = sum(len(q.consumers) for v in broker.vhosts.values() for q in v.queues.values())
-    return {
-        "management_version": COMPATIBLE_VERSION,
+    version = broker.compat.version
+    out: dict[str, Any] = {
+        "management_version": version,
         "rates_mode": "basic",
         "sample_retention_policies": {
             "global": [600, 3600, 28800, 86400],
             "basic": [600, 3600],
             "detailed": [600],
         },
-        "exchange_types": exchange_types(),
-        "product_version": COMPATIBLE_VERSION,
+        "exchange_types": exchange_types(broker.compat.v4),
+        "product_version": version,
         "product_name": "Leveret",
-        "rabbitmq_version": COMPATIBLE_VERSION,
+        "rabbitmq_version": version,
         "cluster_name": broker.cluster_name,
-        "erlang_version": "none",
-        "erlang_full_version": "none (Leveret runs on Python)",
-        "release_series_support_status": "supported",
-        "disable_stats": False,
-        "enable_queue_totals": False,
+    }
+    if broker.compat.v4:
+        # rabbit_mgmt_wm_overview:to_json at v4.2.9: cluster and node tags (none set),
+        # the crypto library, the default queue type and whether operator policies may
+        # be changed; no release_series_support_status
+        out.update(
+            {
+                "cluster_tags": {},
+                "node_tags": {},
+                "erlang_version": "none",
+                "erlang_full_version": "none (Leveret runs on Python)",
+                "crypto_lib_version": ssl.OPENSSL_VERSION,
+                "disable_stats": False,
+                "default_queue_type": "classic",
+                "is_op_policy_updating_enabled": True,
+                "enable_queue_totals": False,
+            }
+        )
+    else:
+        out.update(
+            {
+                "erlang_version": "none",
+                "erlang_full_version": "none (Leveret runs on Python)",
+                "release_series_support_status": "supported",
+                "disable_stats": False,
+                "enable_queue_totals": False,
+            }
+        )
+    return {
+        **out,
         "message_stats": stats.message_stats(
             stats.totals(), stats.overview, age=age_m, incr=incr_m
         ),

@@ -43,7 +43,9 @@ class AMQPEdge(Edge):
     def __init__(self, state: ServerState, listener: Listener = PLAIN_LISTENER) -> None:
         super().__init__(state, listener)
         limits = state.limits
-        self.conn = ServerConnection(limits.frame_max, limits.channel_max, limits.heartbeat)
+        self.conn = ServerConnection(
+            limits.frame_max, limits.channel_max, limits.heartbeat, limits.frame_min
+        )
         self._unflushed = 0  # body bytes of deliveries not yet written
         # the first bytes, until the protocol header says which AMQP this is (None: known)
         self._header: bytes | None = b"" if state.amqp10 else None

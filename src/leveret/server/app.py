@@ -44,11 +44,14 @@ class Server:
         self.persistence = Persistence(config.data_dir) if config.data_dir is not None else None
         if self.persistence is not None:
             self.observers.subscribe(self.persistence.observe)
+        # the RabbitMQ it behaves as: first, a bad version is the one line said
+        rabbit = config.compat()
         self.broker = BrokerCore(
             node_name=config.node_name or None,
             observers=self.observers,
             storage=self.persistence,
-            max_message_size=config.max_message_size,
+            max_message_size=config.message_size_limit(),
+            compat=rabbit,
         )
         self.broker.log_exchange = config.log_exchange
         self.broker.plugins = plugins.enabled(config.plugins)
@@ -76,6 +79,7 @@ class Server:
                 config.channel_max,
                 config.heartbeat,
                 handshake_timeout=config.handshake_timeout / 1000,
+                frame_min=rabbit.frame_min_size,
             ),
             self.after_batch,
             mechanisms=config.auth_mechanisms,

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from leveret.broker.arguments import check_consume_arguments, text
 from leveret.broker.clock import wall_ms
+from leveret.broker.compat import RABBITMQ_3_10, RabbitMQ
 from leveret.broker.entry import Entry
 from leveret.broker.message import Message
 from leveret.broker.policies import Rule, policy_wins
@@ -135,8 +136,14 @@ class StreamQueue(Queue):
             self.log.filter_size = DEFAULT_FILTER_SIZE
 
     @classmethod
-    def validate(cls, declaration: Declaration) -> None:
-        check_replicated_declaration(declaration, STREAM_ARGS, cls.rabbit_type)
+    def validate(cls, declaration: Declaration, compat: RabbitMQ = RABBITMQ_3_10) -> None:
+        type_args = STREAM_ARGS | {"x-stream-filter-size-bytes"} if compat.v4 else STREAM_ARGS
+        check_replicated_declaration(declaration, type_args, cls.rabbit_type, compat.v4)
+        size = declaration.arguments.get("x-stream-filter-size-bytes")
+        if compat.v4 and size is not None and not 16 <= size <= 255:
+            # rabbit_stream_queue:check_filter_size at v4.2.9 (its type was checked above);
+            # the size of a chunk's filter, which Leveret's chunks do not have
+            raise errors.precondition_failed("Invalid value for x-stream-filter-size-bytes")
 
     @classmethod
     def create(cls, declaration: Declaration, home: QueueHome) -> StreamQueue:
@@ -197,7 +204,8 @@ class StreamQueue(Queue):
     def consumer_start(
         self, no_ack: bool, prefetch: int, arguments: dict[str, Any], global_prefetch: int = 0
     ) -> int:
-        check_consume_arguments(self.where, arguments, CONSUMER_ARGS, self.rabbit_type)
+        v4 = self.compat.v4
+        check_consume_arguments(self.where, arguments, CONSUMER_ARGS, self.rabbit_type, v4)
         if no_ack:
             raise stream_not_supported("automatic acknowledgement", self)
         if not prefetch:
