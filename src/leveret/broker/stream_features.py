@@ -44,8 +44,7 @@ log = logging.getLogger(__name__)
 def serves_3_13(broker: BrokerCore) -> bool:
     """Whether the broker serves what RabbitMQ 3.11-3.13 added to streams: in its RabbitMQ
     4.2 mode (``broker.compat``), not as RabbitMQ 3.10.8."""
-    compat = getattr(broker, "compat", None)
-    return bool(getattr(compat, "v4", False))
+    return broker.compat.v4
 
 
 #: rabbit_stream_utils:command_versions() at v4.2.9, in its order (rstream reads Publish's
