@@ -324,3 +324,40 @@ def test_a_memory_alarm_shuts_the_sessions_incoming_window(broker, amqp, channel
     finally:
         broker.set_vm_memory_high_watermark(0.4)
     amqp.wait(lambda: flow_with("0x190"), timeout=5)
+
+
+def test_rabbitmq_4_offers_anonymous_which_logs_in_as_guest(tmp_path) -> None:
+    """RabbitMQ 4 offers SASL ANONYMOUS by default (deps/rabbit/Makefile v4.2.9:
+    auth_mechanisms, anonymous_login_user guest); RabbitMQ 3.10.8 has no such mechanism."""
+    with leveret.Broker(plugins="rabbitmq_amqp1_0", rabbitmq_version="4.2") as b:
+        conn = BlockingConnection(
+            f"amqp://127.0.0.1:{b.port}", allowed_mechs="ANONYMOUS", timeout=10
+        )
+        try:
+            assert conn.conn.remote_properties[symbol("version")] == "4.2.9"
+        finally:
+            conn.close()
+        assert _amqp091_mechanisms(b.port) == "AMQPLAIN ANONYMOUS PLAIN"
+    with leveret.Broker(plugins="rabbitmq_amqp1_0") as b:
+        assert _amqp091_mechanisms(b.port) == "AMQPLAIN PLAIN"
+        with pytest.raises(proton.ConnectionException):
+            BlockingConnection(f"amqp://127.0.0.1:{b.port}", allowed_mechs="ANONYMOUS", timeout=10)
+
+
+def _amqp091_mechanisms(port: int) -> str:
+    """The mechanisms an AMQP 0-9-1 connection.start offers."""
+    import socket
+
+    from pamqp import frame
+
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+        sock.sendall(b"AMQP\x00\x00\x09\x01")
+        data = b""
+        while True:
+            data += sock.recv(65536)
+            try:
+                _, _, start = frame.unmarshal(data)
+                break
+            except Exception:  # not all of it yet
+                continue
+    return str(start.mechanisms)

@@ -91,6 +91,8 @@ class BrokerCore:
     ) -> None:
         # the RabbitMQ it behaves as (3.10.8 or 4.2): what the places that differ ask
         self.compat = compat
+        # who SASL ANONYMOUS logs in as (rabbit's anonymous_login_user and _pass)
+        self.anonymous_login: tuple[str, str] = ("guest", "guest")
         self.node_name = node_name or default_node_name()
         self.observers = observers or Observers()
         self.storage = storage

@@ -206,6 +206,13 @@ class RabbitMQ:
         return 16 * MIB if self.v4 else 128 * MIB
 
     @property
+    def auth_mechanisms(self) -> tuple[str, ...]:
+        """The SASL mechanisms offered by default: PLAIN and AMQPLAIN in 3.10.8, and
+        ANONYMOUS from 4.0 (v4.2.9 deps/rabbit/Makefile:52, with anonymous_login_user and
+        anonymous_login_pass guest)."""
+        return ("PLAIN", "AMQPLAIN", "ANONYMOUS") if self.v4 else ("PLAIN", "AMQPLAIN")
+
+    @property
     def frame_min_size(self) -> int:
         """?FRAME_MIN_SIZE: the smallest frame_max a client may ask for in tune-ok and the
         frame limit before it: 4096 in 3.10.8, 8192 from 4.1 (v4.2.9

@@ -56,6 +56,7 @@ class Server:
         self.broker.log_exchange = config.log_exchange
         self.broker.plugins = plugins.enabled(config.plugins)
         self.broker.consumer_timeout = config.consumer_timeout
+        self.broker.anonymous_login = (config.anonymous_login_user, config.anonymous_login_pass)
         self.broker.interceptors = Interceptors(**dict(config.message_interceptors))
         # delayed messages: on disk with a data directory, else in memory
         self.scheduler = Scheduler(
@@ -82,7 +83,7 @@ class Server:
                 frame_min=rabbit.frame_min_size,
             ),
             self.after_batch,
-            mechanisms=config.auth_mechanisms,
+            mechanisms=config.mechanisms(),
             cert_login_from=config.ssl_cert_login_from,
         )
         self.state.amqp10 = plugins.AMQP_1_0 in self.broker.plugins

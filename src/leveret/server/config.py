@@ -105,7 +105,11 @@ class Config:
     # Who a client certificate logs in as with SASL EXTERNAL (RabbitMQ's key).
     ssl_cert_login_from: str = "common_name"
     # The SASL mechanisms offered; EXTERNAL only on a TLS listener that verifies peers.
-    auth_mechanisms: tuple[str, ...] = ("PLAIN", "AMQPLAIN")
+    # None: the RabbitMQ's default (PLAIN AMQPLAIN; 4.2 adds ANONYMOUS, logging in as
+    # anonymous_login_user with anonymous_login_pass)
+    auth_mechanisms: tuple[str, ...] | None = None
+    anonymous_login_user: str = "guest"
+    anonymous_login_pass: str = "guest"
     # None: the default of the RabbitMQ it behaves as (128 MiB for 3.10.8, 16 MiB for 4.2)
     max_message_size: int | None = None
     handshake_timeout: int = 10000  # milliseconds, as RabbitMQ's key
@@ -186,7 +190,19 @@ class Config:
                 f"invalid value for 'frame_max': at least {rabbit.frame_min_size} "
                 f"(RabbitMQ {rabbit.version}'s minimum)"
             )
+        if not rabbit.v4 and "ANONYMOUS" in (self.auth_mechanisms or ()):
+            raise ConfigError(
+                "unknown auth mechanism 'ANONYMOUS' (it came with RabbitMQ 4.0; set "
+                'rabbitmq_version = "4.2")'
+            )
         return rabbit
+
+    def mechanisms(self) -> tuple[str, ...]:
+        """The SASL mechanisms offered: the configured ones, else the RabbitMQ's default
+        (rabbit's auth_mechanisms: 4.x adds ANONYMOUS)."""
+        if self.auth_mechanisms is not None:
+            return self.auth_mechanisms
+        return self.compat().auth_mechanisms
 
     def message_size_limit(self) -> int:
         """max_message_size in force: the configured one, else the RabbitMQ's default."""
@@ -497,7 +513,7 @@ def _mechanisms(value: Any) -> tuple[str, ...]:
     items = value.replace(",", " ").split() if isinstance(value, str) else value
     if not isinstance(items, (list, tuple)) or not all(isinstance(i, str) for i in items):
         raise ConfigError("invalid value for 'auth_mechanisms': a list of mechanism names")
-    known = ("PLAIN", "AMQPLAIN", "EXTERNAL")
+    known = ("PLAIN", "AMQPLAIN", "EXTERNAL", "ANONYMOUS")
     for item in items:
         if item not in known:
             raise ConfigError(f"unknown auth mechanism '{item}' (one of {', '.join(known)})")
