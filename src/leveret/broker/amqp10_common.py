@@ -33,6 +33,9 @@ INCOMING_WINDOW = 400
 HANDLE_MAX = 255
 #: sessions per connection (session_max_per_connection 64: channel-max 63)
 CHANNEL_MAX = 63
+#: how long RabbitMQ 4.2 waits before it closes a connection refused at its open, without
+#: a close frame (rabbit_amqp_reader.hrl's SILENT_CLOSE_DELAY)
+SILENT_CLOSE_DELAY = 3.0
 #: the capabilities RabbitMQ 4's open offers
 CAPABILITIES = ("LINK_PAIR_V1_0", "ANONYMOUS-RELAY")
 #: the AMQP error codes of the broker's operations, as AMQP 1.0 conditions
@@ -82,6 +85,11 @@ class Amqp10Edge(Protocol):
     def opened(self) -> None: ...
 
     def force_close(self, reason: str) -> None: ...
+
+    def close_silently(self, delay: float) -> None:
+        """End the socket after ``delay`` seconds without a close (RabbitMQ's
+        silent_close_delay), reading nothing more."""
+        ...
 
 
 Amqp10Endpoint = Endpoint[ServerConnection, Amqp10Edge]

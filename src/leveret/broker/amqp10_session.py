@@ -21,6 +21,7 @@ from leveret.broker.amqp10_common import (
     CHANNEL_MAX,
     HANDLE_MAX,
     INCOMING_WINDOW,
+    SILENT_CLOSE_DELAY,
     Amqp10Endpoint,
     LinkError,
     LinkSession,
@@ -181,7 +182,15 @@ class Amqp10Session(Publishing, Consuming, ManagementLinks):
         vhost = hostname[len("vhost:") :] if hostname.startswith("vhost:") else "/"
         refused = self._open_refusal(vhost, open_.idle_time_out)
         if refused is not None:
-            self.conn.send_close(refused)
+            if self.broker.compat.v4:
+                # RabbitMQ 4.2: a handshake error (the connection is not open yet): logged,
+                # and the socket closed after a delay, with no close frame
+                log.warning(
+                    "closing AMQP 1.0 connection %s: %s", self.name, refused.description
+                )
+                self.endpoint.edge.close_silently(SILENT_CLOSE_DELAY)
+            else:
+                self.conn.send_close(refused)
             return
         heartbeat = self.heartbeat
         self.conn.send_open(

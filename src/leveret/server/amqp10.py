@@ -30,6 +30,7 @@ class Amqp10Edge(Edge):
     def __init__(self, state: ServerState, listener: Listener = PLAIN_LISTENER) -> None:
         super().__init__(state, listener)
         self.conn = ServerConnection(state.limits.frame_max)
+        self.silenced = False  # refused at its open: read no more, close after a delay
 
     def greet(self, transport: asyncio.BaseTransport) -> None:
         limits = self.state.limits
@@ -56,6 +57,10 @@ class Amqp10Edge(Edge):
     def force_close(self, reason: str) -> None:
         self.session.force_close(reason)
 
+    def close_silently(self, delay: float) -> None:
+        self.silenced = True
+        self.set_timer(delay, self.drop)
+
     def released(self) -> None:
         """Credit flow let go of this publisher: read again."""
         if self.phase not in OVER and self.flow.release():
@@ -81,7 +86,7 @@ class Amqp10Edge(Edge):
         conn = self.conn
         session = self.session
         flow = self.flow
-        while not (flow.held or flow.blocked or self.phase in OVER):
+        while not (flow.held or flow.blocked or self.phase in OVER or self.silenced):
             event = conn.next_event()
             if isinstance(event, NeedData):
                 break
