@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol, cast
 
+from leveret.broker.amqp10_figures import SessionFigures
 from leveret.broker.amqp10_links import ConsumerLink, PublisherLink
 from leveret.broker.broker import BrokerCore
 from leveret.broker.entry import Entry
@@ -88,6 +89,8 @@ class LinkSession:
     # delivery-ids of publishes to confirm once they are on disk
     confirms: list[int] = field(default_factory=list)
     received: int = 0  # transfers since the incoming window was last opened
+    # what it did, and how the broker sees it (leveret.broker.amqp10_presence)
+    figures: SessionFigures = field(default_factory=SessionFigures)
 
 
 class Amqp10Base:

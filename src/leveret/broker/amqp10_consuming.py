@@ -117,6 +117,7 @@ class Consuming(Amqp10Base):
         message = entry.message
         payload = to_amqp10(message.exchange, message.routing_key, message.properties, message.body)
         delivery_id = self.conn.send_transfer(link.channel, link.handle, payload, tag, link.settled)
+        self.sessions[link.channel].figures.delivered(entry.redelivered, link.settled)
         if not link.settled:
             consumer.unacked += 1
             self.sessions[link.channel].unsettled[delivery_id] = (link, queue, entry)
@@ -161,6 +162,7 @@ class Consuming(Amqp10Base):
         for queue, entries in by_queue.items():
             if isinstance(state, d.Accepted):
                 queue.ack(entries)
+                session.figures.ack += len(entries)
             elif isinstance(state, d.Rejected) or (
                 isinstance(state, d.Modified) and state.undeliverable_here
             ):

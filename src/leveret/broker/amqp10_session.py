@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from typing import Any, ClassVar
 
+from leveret.broker import amqp10_presence as presence
 from leveret.broker import login, names
 from leveret.broker.amqp10_common import (
     CAPABILITIES,
@@ -24,19 +25,16 @@ from leveret.broker.amqp10_common import (
     Amqp10Endpoint,
     LinkError,
     LinkSession,
-    condition,
 )
 from leveret.broker.amqp10_consuming import Consuming
 from leveret.broker.amqp10_publishing import Publishing
 from leveret.broker.broker import BrokerCore
-from leveret.broker.events import ConnectionAuthorized, UserAuthenticated
 from leveret.broker.ports import FlowHolder, Traffic, WriteStalls
 from leveret.broker.users import Permission, User
 from leveret.broker.vhost import VirtualHost
 from leveret.protocol.amqp10 import definitions as d
 from leveret.protocol.amqp10 import events as ev
 from leveret.protocol.amqp10.types import Symbol
-from leveret.protocol.errors import AMQPError
 
 log = logging.getLogger(__name__)
 
@@ -206,19 +204,16 @@ class Amqp10Session(Publishing, Consuming):
                 d.UNAUTHORIZED_ACCESS,
                 f"AMQP 1.0 connection failed: virtual host '{vhost}' does not exist",
             )
-        access = login.vhost_access(self.broker, user, vhost)
-        if isinstance(access, AMQPError):
-            return condition(access)
+        access = presence.vhost_access(self, user, vhost)  # limits, by the RabbitMQ
+        if isinstance(access, d.Error):
+            return access
         if idle is not None and 0 < idle < 1000:
             return d.Error(
                 d.NOT_ALLOWED, f"idle-time-out ({idle} ms) < minimum idle-time-out (1000 ms)"
             )
         self.vhost = vhost
         self.vhost_obj, self.permission = access
-        self.broker.register(self)
-        self.registered = True
-        self.broker.observers.emit(UserAuthenticated(self))
-        self.broker.observers.emit(ConnectionAuthorized(self))
+        self.registered = presence.opened(self)  # registered, told of (by the RabbitMQ)
         return None
 
     def _server_properties(self) -> dict[Any, Any]:
@@ -244,7 +239,12 @@ class Amqp10Session(Publishing, Consuming):
     # ------------------------------------------------------------- sessions
     def _begin(self, e: ev.BeginReceived) -> None:
         handle_max = e.begin.handle_max
-        self.sessions[e.channel] = LinkSession(e.channel)
+        session = LinkSession(e.channel)
+        refused = presence.begin(self, session)  # RabbitMQ 3.10.8: connected at begin
+        if refused is not None:
+            self.conn.send_close(refused)
+            return
+        self.sessions[e.channel] = session
         self.conn.send_begin(
             e.channel,
             incoming_window=INCOMING_WINDOW,
@@ -266,15 +266,27 @@ class Amqp10Session(Publishing, Consuming):
             return
         for link in list(session.consumers.values()):
             self._drop_consumer(session, link)
+        presence.ended(self, session)
+
+    def end_session(self, channel: int, error: d.Error) -> None:
+        """The broker ends a session (RabbitMQ 3.10.8: its direct connection was closed
+        from the management API)."""
+        if channel not in self.sessions:
+            return
+        self._end_session(channel)
+        if not self.conn.closed and not self.conn.closing:
+            self.conn.send_end(channel, error)
+            self.endpoint.edge.schedule()
 
     # ---------------------------------------------------------------- links
     def _attach(self, e: ev.AttachReceived) -> None:
         attach = e.attach
         session = self.sessions[e.channel]
-        if attach.role:  # the client receives: we send, from a queue
-            self._attach_consumer(session, e.handle, attach)
-        else:
-            self._attach_publisher(session, e.handle, attach)
+        with presence.attaching(self, session, e.handle):  # RabbitMQ 3.10.8's channel 2
+            if attach.role:  # the client receives: we send, from a queue
+                self._attach_consumer(session, e.handle, attach)
+            else:
+                self._attach_publisher(session, e.handle, attach)
 
     def _detach(self, channel: int, handle: int, error: d.Error | None) -> None:
         session = self.sessions.get(channel)
@@ -333,6 +345,7 @@ class Amqp10Session(Publishing, Consuming):
         if self.closed:
             return
         self.closed = True
+        presence.closing(self)  # its reader's close is told of first
         for channel in list(self.sessions):
             self._end_session(channel)
         self._release_held()
