@@ -26,6 +26,7 @@ attach, end and close."""
 from __future__ import annotations
 
 import time
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -44,7 +45,7 @@ from leveret.protocol.spec import TypedTable
 
 if TYPE_CHECKING:
     from leveret.broker.amqp10_common import LinkSession
-    from leveret.broker.amqp10_links import LinkConsumer
+    from leveret.broker.amqp10_links import ConsumerLink, LinkConsumer
     from leveret.broker.broker import BrokerCore
     from leveret.broker.users import Permission, User
     from leveret.broker.vhost import VirtualHost
@@ -168,6 +169,13 @@ class DirectConnection:
         self.owner.end_session(self.session.channel, d.Error(d.INTERNAL_ERROR, text))
 
 
+# the direct connection each consumer's link consumes on (its channel 1), kept beyond
+# the session's end: the consumer is told of as deleted after the session has gone
+_CONSUMING_ON: weakref.WeakKeyDictionary[ConsumerLink, DirectConnection] = (
+    weakref.WeakKeyDictionary()
+)
+
+
 def direct_of(session: LinkSession) -> DirectConnection | None:
     """The direct connection a session runs over (RabbitMQ 3.10.8's shape), if any."""
     direct = session.figures.direct
@@ -265,6 +273,9 @@ def attaching(owner: Owner, session: LinkSession, handle: int) -> Iterator[None]
         link = session.publishers.get(handle)
         if link is not None and not link.settled:
             session.figures.confirm_mode = True
+        consumer_link = session.consumers.get(handle)
+        if consumer_link is not None and direct is not None:
+            _CONSUMING_ON[consumer_link] = direct
 
 
 def ended(owner: Owner, session: LinkSession) -> None:
@@ -322,8 +333,7 @@ def consumer_shape(consumer: LinkConsumer) -> ConsumerShape:
     owner = link.session
     if shape(owner.broker) is Shape.NATIVE:
         return ConsumerShape(str(link.handle), 0, {}, None)
-    session = owner.sessions.get(link.channel)
-    direct = direct_of(session) if session is not None else None
+    direct = _CONSUMING_ON.get(link)
     tag = "ctag-" + "".join(chr(b) for b in link.handle.to_bytes(4, "big"))
     channel = direct.channel if direct is not None else None
     return ConsumerShape(tag, PLUGIN_PREFETCH, _credit_arguments(), channel)

@@ -208,7 +208,7 @@ async def connections(request: web.Request) -> web.Response:
         if vhost is None or c.vhost == vhost
     ]
     items.sort(key=lambda c: str(c["name"]))
-    return listing(request, items)
+    return listing(request, items, pages=vhost is None)  # a vhost's: not paged
 
 
 def _stream_named(m: Management, request: web.Request) -> StreamSession | None:
@@ -247,19 +247,19 @@ async def connection_delete(request: web.Request) -> web.Response:
 
 
 async def connection_channels(request: web.Request) -> web.Response:
+    """A connection's channels (rabbit_mgmt_wm_connection_channels: not paged)."""
     m = mgmt(request)
     if _stream_named(m, request) is not None:
-        return listing(request, [])  # a stream connection has no channels
+        return listing(request, [], pages=False)  # a stream connection has no channels
     amqp10 = m.amqp10_named(request)
+    node = m.broker.node_name
     if isinstance(amqp10, DirectConnection):  # its session's channel (RabbitMQ 3.10.8)
-        return listing(request, [amqp10conns.channel(amqp10, m.stats, m.broker.node_name)])
+        return listing(request, [amqp10conns.channel(amqp10, m.stats, node)], pages=False)
     if amqp10 is not None:
-        return listing(request, [])  # RabbitMQ 4.2's sessions are no channels
+        return listing(request, [], pages=False)  # RabbitMQ 4.2's sessions are no channels
     s = m.session_named(request)
-    return listing(
-        request,
-        [views.channel(ch, m.stats, m.broker.node_name) for _, ch in sorted(s.channels.items())],
-    )
+    items = [views.channel(ch, m.stats, node) for _, ch in sorted(s.channels.items())]
+    return listing(request, items, pages=False)
 
 
 async def connection_sessions(request: web.Request) -> web.Response:
@@ -270,7 +270,7 @@ async def connection_sessions(request: web.Request) -> web.Response:
         raise not_found()
     amqp10 = m.amqp10_named(request)
     if isinstance(amqp10, Amqp10Session):
-        return listing(request, amqp10conns.sessions(amqp10))
+        return listing(request, amqp10conns.sessions(amqp10), pages=False)
     if _stream_named(m, request) is None:
         m.session_named(request)  # 404 when there is no such connection
     raise bad_request("connection does not use AMQP 1.0")
@@ -297,7 +297,7 @@ async def channels(request: web.Request) -> web.Response:
         if vhost is None or c.vhost == vhost
     ]
     items.sort(key=lambda c: str(c["name"]))
-    return listing(request, items)
+    return listing(request, items, pages=vhost is None)  # a vhost's: not paged
 
 
 async def channel_one(request: web.Request) -> web.Response:
