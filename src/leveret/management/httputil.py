@@ -159,9 +159,7 @@ def require_admin(request: web.Request) -> None:
         raise not_admin()
 
 
-def listing(
-    request: web.Request, items: list[dict[str, Any]], pages: bool = True
-) -> web.Response:
+def listing(request: web.Request, items: list[dict[str, Any]], pages: bool = True) -> web.Response:
     """Sort (``sort``, ``sort_reverse``) and page (``page``, ``page_size``) as RabbitMQ;
     without ``pages``, the whole list whatever the page asked for (rabbit_mgmt_util's
     reply_list: the listings of one vhost, of one connection)."""
