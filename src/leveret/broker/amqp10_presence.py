@@ -34,6 +34,7 @@ from enum import Enum
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from leveret.broker.events import (
+    API_ACTOR,
     ChannelClosed,
     ChannelOpened,
     ConnectionAuthorized,
@@ -276,6 +277,19 @@ def attaching(owner: Owner, session: LinkSession, handle: int) -> Iterator[None]
         consumer_link = session.consumers.get(handle)
         if consumer_link is not None and direct is not None:
             _CONSUMING_ON[consumer_link] = direct
+
+
+@contextmanager
+def internally(broker: BrokerCore) -> Iterator[None]:
+    """What happens in it is the broker's own doing (``rmq-internal`` in the events), not
+    the user's: a session's consumers go with it as its channel goes down."""
+    actor, api = broker.actor, API_ACTOR.set("")
+    broker.actor = ""
+    try:
+        yield
+    finally:
+        broker.actor = actor
+        API_ACTOR.reset(api)
 
 
 def ended(owner: Owner, session: LinkSession) -> None:

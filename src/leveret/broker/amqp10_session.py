@@ -107,10 +107,13 @@ class Amqp10Session(Publishing, Consuming):
     def handle(self, event: ev.Event) -> None:
         """A frame of the connection, by its handler."""
         handler = _EVENTS[type(event)]
+        self.broker.actor = self.username  # who performs what the events tell of
         try:
             handler(self, event)
         except LinkError as exc:  # a transfer's link fails
             self._detach(getattr(event, "channel", 0), getattr(event, "handle", 0), exc.error)
+        finally:
+            self.broker.actor = ""
 
     # ---------------------------------------------------------------- SASL
     def _sasl_header(self, e: ev.SaslHeaderReceived) -> None:
@@ -264,8 +267,9 @@ class Amqp10Session(Publishing, Consuming):
         session = self.sessions.pop(channel, None)
         if session is None:
             return
-        for link in list(session.consumers.values()):
-            self._drop_consumer(session, link)
+        with presence.internally(self.broker):  # its consumers go with it
+            for link in list(session.consumers.values()):
+                self._drop_consumer(session, link)
         presence.ended(self, session)
 
     def end_session(self, channel: int, error: d.Error) -> None:
