@@ -1,0 +1,111 @@
+"""AMQP 1.0 connections on a Leveret that behaves as RabbitMQ 4.2, as RabbitMQ 4.2's
+management API and rabbitmqctl show them (read from v4.2.9's source: rabbit_amqp_reader
+?CONNECTION_EVENT_KEYS and its checks at open, rabbit_mgmt_wm_connection_sessions,
+rabbit_amqp_session:infos/1). Leveret only: there is no RabbitMQ 4.2 to compare with
+here."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from types import SimpleNamespace
+
+import pytest
+
+import leveret
+from leveret.server.config import ConfigError
+from tests.support.amqp10 import ACTIVE, Amqp10Client
+from tests.support.mgmt import Api, q
+
+
+@pytest.fixture(scope="module")
+def broker() -> Iterator[leveret.Broker]:
+    """RabbitMQ 4.2's mode; until its switch (``rabbitmq_version``, branch h-rmq4) is
+    merged, its mark on the broker alone (what ``amqp10_presence.shape`` reads)."""
+    try:
+        b = leveret.Broker(plugins="rabbitmq_amqp1_0", management=True, rabbitmq_version="4.2")
+    except ConfigError:
+        b = leveret.Broker(plugins="rabbitmq_amqp1_0", management=True)
+        b.start()
+        b._call(lambda core: setattr(core, "compat", SimpleNamespace(v4=True)))
+    else:
+        b.start()
+    try:
+        yield b
+    finally:
+        b.stop()
+
+
+@pytest.fixture
+def api(broker: leveret.Broker) -> Api:
+    return Api(broker.management_url)
+
+
+def test_the_connection_is_listed_from_its_open(broker: leveret.Broker, api: Api) -> None:
+    """One network connection, protocol "AMQP 1-0", from the open; its sessions counted
+    as channels, none listed; its consumer on no channel, its tag the handle."""
+    assert api.put("/api/queues/%2F/a10n-q", {"durable": False}) == 201
+    c = Amqp10Client(broker.host, broker.port, "/")
+    try:
+        (row,) = [r for r in api.get("/api/connections") if r["protocol"] == "AMQP 1-0"]
+        assert row["type"] == "network" and row["channels"] == 0
+        assert (row["user"], row["vhost"], row["auth_mechanism"]) == ("guest", "/", "PLAIN")
+        assert row["channel_max"] == 63 and row["state"] == "running"
+        assert row["container_id"] and row["frame_max"] > 0
+        assert {"recv_oct", "send_oct", "recv_cnt", "send_cnt", "send_pend"} <= set(row)
+        s = c.session()
+        c.receiver(s, "/amq/queue/a10n-q", credit=4)
+        name = q(str(row["name"]))
+        assert api.get(f"/api/connections/{name}")["channels"] == 1
+        assert api.get(f"/api/connections/{name}/channels") == []
+        assert api.get("/api/channels") == []
+        ((session),) = api.get(f"/api/connections/{name}/sessions")
+        assert session["channel_number"] == 0 and session["incoming_links"] == []
+        (link,) = session["outgoing_links"]
+        assert (link["handle"], link["queue_name"], link["credit"]) == (0, "a10n-q", 4)
+        assert link["source_address"] == "/amq/queue/a10n-q"
+        (consumer,) = api.get("/api/consumers/%2F")
+        assert consumer["channel_details"] == {}
+        assert (consumer["consumer_tag"], consumer["prefetch_count"]) == ("0", 0)
+        ctl = [sys.executable, "-m", "leveret.cli.main", "ctl", "--url", broker.management_url]
+        out = subprocess.run(
+            [*ctl, "list_connections", "protocol", "channels"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        ).stdout.splitlines()
+        assert out[2:] == ["{1,0}\t1"]
+    finally:
+        c.close()
+        api.delete("/api/queues/%2F/a10n-q")
+
+
+def test_connection_limits_refuse_the_open(broker: leveret.Broker, api: Api) -> None:
+    """The vhost's and the user's connection limits are checked at open: the close's
+    amqp:resource-limit-exceeded and RabbitMQ 4.2's words."""
+    assert api.put("/api/vhosts/a10n", {}) == 201
+    perms = {"configure": ".*", "write": ".*", "read": ".*"}
+    try:
+        assert api.put("/api/permissions/a10n/guest", perms) == 204  # the creator's already
+        assert api.put("/api/vhost-limits/a10n/max-connections", {"value": 0}) == 204
+        with pytest.raises(Exception) as refused:
+            Amqp10Client(broker.host, broker.port, "a10n")
+        assert "amqp:resource-limit-exceeded" in str(refused.value)
+        assert (
+            "access to vhost 'a10n' refused for user 'guest': vhost connection limit (0) is reached"
+        ) in str(refused.value)
+        api.delete("/api/vhost-limits/a10n/max-connections")
+        assert api.put("/api/user-limits/guest/max-connections", {"value": 0}) == 204
+        with pytest.raises(Exception) as refused:
+            Amqp10Client(broker.host, broker.port, "a10n")
+        assert "connection refused for user 'guest': user connection limit (0) is reached" in (
+            str(refused.value)
+        )
+        api.delete("/api/user-limits/guest/max-connections")
+        c = Amqp10Client(broker.host, broker.port, "a10n")
+        assert c.session().state & ACTIVE
+        c.close()
+    finally:
+        api.delete("/api/user-limits/guest/max-connections")
+        api.delete("/api/vhosts/a10n")
