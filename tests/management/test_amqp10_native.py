@@ -55,16 +55,27 @@ def test_the_connection_is_listed_from_its_open(broker: leveret.Broker, api: Api
         assert row["container_id"] and row["frame_max"] > 0
         assert {"recv_oct", "send_oct", "recv_cnt", "send_cnt", "send_pend"} <= set(row)
         s = c.session()
-        c.receiver(s, "/amq/queue/a10n-q", credit=4)
+        receiver = c.receiver(s, "/amq/queue/a10n-q", credit=4)
+        c.sender(s, "/amq/queue/a10n-q")
         name = q(str(row["name"]))
         assert api.get(f"/api/connections/{name}")["channels"] == 1
         assert api.get(f"/api/connections/{name}/channels") == []
         assert api.get("/api/channels") == []
         ((session),) = api.get(f"/api/connections/{name}/sessions")
-        assert session["channel_number"] == 0 and session["incoming_links"] == []
+        assert session["channel_number"] == 0 and session["outgoing_unsettled_deliveries"] == 0
         (link,) = session["outgoing_links"]
-        assert (link["handle"], link["queue_name"], link["credit"]) == (0, "a10n-q", 4)
-        assert link["source_address"] == "/amq/queue/a10n-q"
+        granted = receiver.link.credit  # as the client granted it
+        assert (link["handle"], link["queue_name"], link["credit"]) == (0, "a10n-q", granted)
+        assert (link["source_address"], link["max_message_size"]) == (
+            "/amq/queue/a10n-q",
+            "unlimited",
+        )
+        (link,) = session["incoming_links"]
+        assert (link["handle"], link["target_address"], link["snd_settle_mode"]) == (
+            1,
+            "/amq/queue/a10n-q",
+            "mixed",
+        )
         (consumer,) = api.get("/api/consumers/%2F")
         assert consumer["channel_details"] == {}
         assert (consumer["consumer_tag"], consumer["prefetch_count"]) == ("0", 0)
@@ -109,3 +120,20 @@ def test_connection_limits_refuse_the_open(broker: leveret.Broker, api: Api) -> 
     finally:
         api.delete("/api/user-limits/guest/max-connections")
         api.delete("/api/vhosts/a10n")
+
+
+def test_closing_it_from_the_management_api(broker: leveret.Broker, api: Api) -> None:
+    """DELETE /api/connections/{name}: the reader terminates, closing with
+    amqp:internal-error (rabbit_mgmt_http_SUITE connections_amqp at v4.2.9)."""
+    c = Amqp10Client(broker.host, broker.port, "/")
+    try:
+        (row,) = [r for r in api.get("/api/connections") if r["protocol"] == "AMQP 1-0"]
+        assert api.call("DELETE", f"/api/connections/{q(str(row['name']))}")[0] == 204
+        c.wait(lambda: c.closed)
+        condition = c.conn.remote_condition
+        assert (condition.name, condition.description) == (
+            "amqp:internal-error",
+            'Connection forced: "Closed via management plugin"',
+        )
+    finally:
+        c.close()

@@ -212,6 +212,16 @@ def vhost_access(owner: Owner, user: User, vhost: str) -> tuple[VirtualHost, Per
     return v, perm
 
 
+def forced(reason: str) -> d.Error:
+    """Why a registered connection (RabbitMQ 4.2's) is closed by the broker (the
+    management API, a vhost's deletion): rabbit_networking:close_connection makes the
+    reader terminate, which closes with amqp:internal-error and the reason as ``~tp``
+    prints a string (v4.2.9 rabbit_amqp_reader.erl terminate/2; rabbit_mgmt_http_SUITE
+    connections_amqp expects ``Connection forced: "Closed via management plugin"``)."""
+    quoted = reason.replace("\\", "\\\\").replace('"', '\\"')
+    return d.Error(d.INTERNAL_ERROR, f'Connection forced: "{quoted}"')
+
+
 def opened(owner: Owner) -> bool:
     """The connection is open on its vhost: RabbitMQ 4.2 registers it (and tells of its
     login and of it); the plugin does nothing yet. Whether it registered."""

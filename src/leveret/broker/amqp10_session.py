@@ -99,7 +99,7 @@ class Amqp10Session(Publishing, Consuming):
 
     def force_close(self, reason: str) -> None:
         if not self.conn.closed and not self.conn.closing:
-            self.conn.send_close(d.Error(d.CONNECTION_FORCED, reason))
+            self.conn.send_close(presence.forced(reason))
             self.endpoint.edge.schedule()
         self.close()
 

@@ -157,6 +157,9 @@ def channel(c: DirectConnection, stats: Stats, node: str) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------- sessions
+_SETTLE_MODES = {0: "unsettled", 1: "settled", 2: "mixed"}
+
+
 def sessions(s: Amqp10Session) -> list[dict[str, Any]]:
     """RabbitMQ 4.2's /api/connections/{name}/sessions: rabbit_amqp_session:infos/1 of
     each session, by channel number; each link's handle, name, address, settlement,
@@ -171,7 +174,7 @@ def sessions(s: Amqp10Session) -> list[dict[str, Any]]:
                 {
                     "handle": handle,
                     "link_name": link.name,
-                    "snd_settle_mode": "settled" if link.settled else "unsettled",
+                    "snd_settle_mode": _SETTLE_MODES.get(state.snd_settle_mode, "mixed"),
                     "target_address": link.address,
                     "max_message_size": link.max_message_size,
                     "delivery_count": state.delivery_count,
@@ -189,7 +192,8 @@ def sessions(s: Amqp10Session) -> list[dict[str, Any]]:
                     "source_address": clink.address,
                     "queue_name": clink.queue.name,
                     "send_settled": clink.settled,
-                    "max_message_size": state.max_message_size,
+                    # the client's limit for what it is sent
+                    "max_message_size": state.max_message_size or "unlimited",
                     "filter": [],
                     "delivery_count": state.delivery_count,
                     "credit": state.credit,
