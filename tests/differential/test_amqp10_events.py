@@ -3,7 +3,8 @@ Prometheus' connection and channel gauges: the same proton scenario on Leveret a
 RabbitMQ 3.10.8 node of the test's own (the event exchange, rabbitmq_amqp1_0 and
 rabbitmq_prometheus enabled: the shared reference's totals move with the other tests).
 RabbitMQ's plugin stands each session on a direct connection of its own, with its
-channel; the connection itself is told of only as its reader closes."""
+channel; the connection itself is told of (and counted in the churn) only as its reader
+closes."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from tests.support import rabbitmq
 from tests.support.amqp10 import CLOSED, Amqp10Client
 from tests.support.mgmt import Api
 from tests.support.ports import free_port
-from tests.support.waiting import wait_for
+from tests.support.waiting import settled, wait_for
 
 VOLATILE = {"timestamp_in_ms", "connected_at", "peer_port", "port", "pid", "channel",
             "connection", "node"}  # fmt: skip
@@ -113,6 +114,12 @@ def scenario(node: Node) -> dict[str, Any]:
                 out.append((m.routing_key, normal(p.headers), list(p.headers)))
 
     events()
+
+    def churn() -> dict[str, int]:
+        rates = node.api.get("/api/overview")["churn_rates"]
+        return {k: v for k, v in rates.items() if not k.endswith("_details")}
+
+    before = settled(churn)
     steps: dict[str, Any] = {}
     with pytest.raises(Exception, match="unauthorized-access"):
         Amqp10Client(node.host, node.port, "/", "guest", "wrong")
@@ -151,6 +158,8 @@ def scenario(node: Node) -> dict[str, Any]:
     steps["the management API closes the other"] = events()
     c.close()
     steps["the connection closes"] = events()
+    after = settled(churn)
+    steps["churn"] = {k: after[k] - before[k] for k in after}
     ev.close()
     return steps
 
@@ -162,3 +171,13 @@ def test_events_and_totals_as_rabbitmq_shows_them(nodes: dict[str, Node]) -> Non
     for step in theirs:
         assert (step, ours[step]) == (step, theirs[step])
     assert theirs["totals"] == (3, 3, 3.0, 3.0)
+    # every reader's close counts, each session's direct connection and channels too
+    assert theirs["churn"] == {
+        "channel_closed": 4,
+        "channel_created": 4,
+        "connection_closed": 5,
+        "connection_created": 2,
+        "queue_created": 0,
+        "queue_declared": 0,
+        "queue_deleted": 0,
+    }
