@@ -10,15 +10,11 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from typing import Any
-from urllib.parse import urlparse
 
 import pika
 import pytest
 
-import leveret
-from tests.conftest import IN_CI
-from tests.support.amqp10 import ACTIVE, CLOSED, Amqp10Client
-from tests.support.brokers import BrokerUnderTest, ensure_rabbitmq_amqp10
+from tests.support.amqp10 import ACTIVE, CLOSED, Amqp10Broker, Amqp10Client
 from tests.support.mgmt import Site, make_site, q
 from tests.support.waiting import STATS_WAIT, wait_for
 
@@ -28,33 +24,11 @@ VOLATILE = {"connected_at", "peer_port", "port", "node"}
 UNMEASURED = {"garbage_collection", "reductions", "reductions_details", "idle_since"}
 
 
-@pytest.fixture(scope="module")
-def leveret10() -> Iterator[BrokerUnderTest]:
-    """An in-process Leveret with AMQP 1.0 (the session's own has no rabbitmq_amqp1_0)."""
-    with leveret.Broker(plugins="rabbitmq_amqp1_0", management=True) as b:
-        yield BrokerUnderTest(
-            "leveret",
-            b.host,
-            b.port,
-            http_port=int(urlparse(b.management_url).port or 0),
-            prometheus_port=int(urlparse(b.metrics_url).port or 0),
-        )
-
-
-@pytest.fixture(scope="module")
-def rabbitmq10(rabbitmq: BrokerUnderTest) -> BrokerUnderTest:
-    if not ensure_rabbitmq_amqp10():
-        if IN_CI:
-            pytest.fail("RabbitMQ's rabbitmq_amqp1_0 plugin could not be enabled")
-        pytest.skip("RabbitMQ's rabbitmq_amqp1_0 plugin is not available")
-    return rabbitmq
-
-
-@pytest.fixture(params=["leveret", "rabbitmq"])
-def site(request: pytest.FixtureRequest) -> Iterator[Site]:
-    """A vhost and a user of the test's own, on each broker."""
-    broker: BrokerUnderTest = request.getfixturevalue(f"{request.param}10")
-    yield from make_site(broker, "a10")
+@pytest.fixture
+def site(amqp10: Amqp10Broker) -> Iterator[Site]:
+    """A vhost and a user of the test's own, on each broker (over AMQP 1.0, its plugin
+    enabled)."""
+    yield from make_site(amqp10.broker, "a10")
 
 
 def client(site: Site, user: str = "guest", password: str = "guest") -> Amqp10Client:

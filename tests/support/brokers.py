@@ -196,36 +196,6 @@ def ensure_rabbitmq_stream(timeout: float = 60) -> bool:
     return ensure_rabbitmq_plugin("rabbitmq_stream", RABBITMQ_STREAM_PORT, timeout)
 
 
-def ensure_rabbitmq_amqp10(timeout: float = 60) -> bool:
-    """The reference broker's rabbitmq_amqp1_0 plugin (AMQP 1.0 on 5672), enabled if need
-    be. It has no port of its own: the management API's node tells whether it runs."""
-    import base64
-    import json
-    import urllib.request
-
-    def enabled() -> bool:
-        req = urllib.request.Request(f"http://127.0.0.1:{RABBITMQ_HTTP_PORT}/api/nodes")
-        req.add_header("Authorization", "Basic " + base64.b64encode(b"guest:guest").decode())
-        try:
-            with urllib.request.urlopen(req, timeout=10) as resp:
-                nodes = json.loads(resp.read())
-        except (OSError, ValueError):
-            return False
-        return any("rabbitmq_amqp1_0" in n.get("enabled_plugins", []) for n in nodes)
-
-    if not ensure_rabbitmq_management():
-        return False
-    if enabled():
-        return True
-    plugins = debian_script("rabbitmq-plugins")
-    if plugins is None:
-        return False
-    subprocess.run(
-        [plugins, "enable", "rabbitmq_amqp1_0"], check=False, capture_output=True, timeout=120
-    )
-    return wait_for(enabled, timeout, 0.5)
-
-
 def ensure_rabbitmq_plugin(plugin: str, port: int, timeout: float = 60) -> bool:
     """A RabbitMQ plugin that listens on ``port``, enabled if need be."""
     if port_open("127.0.0.1", port):

@@ -25,11 +25,14 @@ from leveret.broker.amqp10_common import (
     Amqp10Endpoint,
     LinkError,
     LinkSession,
+    SessionError,
 )
 from leveret.broker.amqp10_consuming import Consuming
+from leveret.broker.amqp10_linkpair import ManagementLinks, PairSession
 from leveret.broker.amqp10_publishing import Publishing
 from leveret.broker.broker import BrokerCore
 from leveret.broker.ports import FlowHolder, Traffic, WriteStalls
+from leveret.broker.queues import Queue
 from leveret.broker.users import Permission, User
 from leveret.broker.vhost import VirtualHost
 from leveret.protocol.amqp10 import definitions as d
@@ -39,7 +42,7 @@ from leveret.protocol.amqp10.types import Symbol
 log = logging.getLogger(__name__)
 
 
-class Amqp10Session(Publishing, Consuming):
+class Amqp10Session(Publishing, Consuming, ManagementLinks):
     """An AMQP 1.0 connection, from SASL to close."""
 
     # RabbitMQ 4 lists these connections with this protocol
@@ -83,6 +86,9 @@ class Amqp10Session(Publishing, Consuming):
         self.held_by: set[FlowHolder] = set()
         self.holding: set[FlowHolder] = set()
         self.needs_sync = False
+        # --- /management link pairs (amqp10_linkpair) ---
+        self.link_pairs: dict[int, PairSession] = {}
+        self.owned_queues: list[Queue] = []
 
     # ------------------------------------------------------ as others see it
     @property
@@ -109,9 +115,14 @@ class Amqp10Session(Publishing, Consuming):
         handler = _EVENTS[type(event)]
         self.broker.actor = self.username  # who performs what the events tell of
         try:
+            # --- /management link pairs (amqp10_linkpair): their links' events ---
+            if self.link_pairs and self._pair_event(event):
+                return
             handler(self, event)
         except LinkError as exc:  # a transfer's link fails
             self._detach(getattr(event, "channel", 0), getattr(event, "handle", 0), exc.error)
+        except SessionError as exc:  # the session cannot go on
+            self._fail_session(getattr(event, "channel", 0), exc.error)
         finally:
             self.broker.actor = ""
 
@@ -220,11 +231,16 @@ class Amqp10Session(Publishing, Consuming):
         return None
 
     def _server_properties(self) -> dict[Any, Any]:
+        """The open's properties (rabbit_amqp_reader:server_properties): the node, then
+        the server properties AMQP 0-9-1 has, but its capabilities table. The product is
+        RabbitMQ's name here: RabbitMQ's official AMQP 1.0 clients refuse any other
+        ("Connection to non-RabbitMQ server detected"); ``information`` names Leveret."""
         props = {
             Symbol(k): str(v)
             for k, v in sorted(self.broker.server_properties().items())
             if k != "capabilities"
         }
+        props[Symbol("product")] = "RabbitMQ"
         return {Symbol("node"): self.broker.node_name, **props}
 
     def _close(self, e: ev.CloseReceived) -> None:
@@ -264,28 +280,28 @@ class Amqp10Session(Publishing, Consuming):
         self.conn.send_end(e.channel, e.error)
 
     def _end_session(self, channel: int) -> None:
-        session = self.sessions.pop(channel, None)
-        if session is None:
-            return
+        self._end_pairs(channel)  # --- /management link pairs (amqp10_linkpair) ---
+        session = self.sessions.get(channel)
         with presence.internally(self.broker):  # its consumers go with it
-            for link in list(session.consumers.values()):
-                self._drop_consumer(session, link)
-        presence.ended(self, session)
+            super()._end_session(channel)
+        if session is not None:
+            presence.ended(self, session)  # --- its direct connection (amqp10_presence) ---
 
     def end_session(self, channel: int, error: d.Error) -> None:
         """The broker ends a session (RabbitMQ 3.10.8: its direct connection was closed
         from the management API)."""
-        if channel not in self.sessions:
-            return
-        self._end_session(channel)
-        if not self.conn.closed and not self.conn.closing:
-            self.conn.send_end(channel, error)
-            self.endpoint.edge.schedule()
+        if self.conn.closed or self.conn.closing:
+            self._end_session(channel)
+        else:
+            self._fail_session(channel, error)
 
     # ---------------------------------------------------------------- links
     def _attach(self, e: ev.AttachReceived) -> None:
         attach = e.attach
         session = self.sessions[e.channel]
+        # --- /management link pairs (amqp10_linkpair) ---
+        if self._attach_pair(e.channel, e.handle, attach):
+            return
         with presence.attaching(self, session, e.handle):  # RabbitMQ 3.10.8's channel 2
             if attach.role:  # the client receives: we send, from a queue
                 self._attach_consumer(session, e.handle, attach)
@@ -297,18 +313,14 @@ class Amqp10Session(Publishing, Consuming):
         if session is None:
             return
         session.publishers.pop(handle, None)
-        link = session.consumers.get(handle)
-        if link is not None:
-            self._drop_consumer(session, link)
+        self._drop_link(session, handle)
         self.conn.send_detach(channel, handle, True, error)
 
     def _detached(self, e: ev.DetachReceived) -> None:
         session = self.sessions.get(e.channel)
         if session is not None:
             session.publishers.pop(e.handle, None)
-            link = session.consumers.get(e.handle)
-            if link is not None:
-                self._drop_consumer(session, link)
+            self._drop_link(session, e.handle)
         if not e.complete:
             self.conn.send_detach(e.channel, e.handle, e.closed)
 
@@ -341,9 +353,17 @@ class Amqp10Session(Publishing, Consuming):
                     released()
 
     def set_blocked(self, blocked: bool, reason: str) -> None:
-        """A resource alarm: RabbitMQ 4 stops granting publishers credit; here the socket
-        is not read, and the session's window is not opened again."""
+        """A resource alarm, or its end (RabbitMQ 4.2's conserve_resources): each
+        session's incoming window shuts (0, with a margin of a window's worth for the
+        transfers already on their way) or opens again, and a flow tells the client."""
+        if blocked == self.blocked:
+            return
         self.blocked = blocked
+        for channel, session in self.sessions.items():
+            own = self.conn.session(channel)
+            own.window_margin = INCOMING_WINDOW if blocked else 0
+            session.received = 0
+            self.conn.send_session_flow(channel, 0 if blocked else INCOMING_WINDOW)
 
     def close(self) -> None:
         if self.closed:
@@ -352,6 +372,7 @@ class Amqp10Session(Publishing, Consuming):
         presence.closing(self)  # its reader's close is told of first
         for channel in list(self.sessions):
             self._end_session(channel)
+        self._close_pairs()  # --- /management link pairs (amqp10_linkpair) ---
         self._release_held()
         for holder in list(self.held_by):
             holding = getattr(holder, "holding", None)

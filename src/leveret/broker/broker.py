@@ -33,6 +33,7 @@ from leveret.broker.events import (
 from leveret.broker.interceptors import Interceptors
 from leveret.broker.memory import MemoryBudget, release
 from leveret.broker.reply_to import DirectReplyTo
+from leveret.broker.stream_sac import SacCoordinator
 from leveret.broker.users import (
     TopicPermission,
     User,
@@ -100,6 +101,8 @@ class BrokerCore:
         # protocol="stream" figures): messages_received, messages_confirmed,
         # messages_delivered, and stream_error_<code name> per error answered
         self.stream_counters: Counter[str] = Counter()
+        # the groups of streams' single active consumers (RabbitMQ 3.11, 4.2 mode)
+        self.stream_groups = SacCoordinator()
         self.cluster_name = self.node_name
         self.replies = DirectReplyTo(self.node_name)
         # vhosts traced (rabbit_trace keeps names: a vhost made later under one is traced)

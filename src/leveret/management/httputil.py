@@ -247,15 +247,17 @@ def resource(
     post: Handler | None = None,
     delete: Handler | None = None,
 ) -> None:
-    """One path's handlers by method; GET answers HEAD too, as ``add_get`` makes it."""
-    if get is not None:
-        router.add_get(path, get)
-    if put is not None:
-        router.add_put(path, put)
-    if post is not None:
-        router.add_post(path, post)
-    if delete is not None:
-        router.add_delete(path, delete)
+    """One path's handlers by method; GET answers HEAD too, as ``add_get`` makes it. The
+    path is served with one trailing slash too, as RabbitMQ's router serves it."""
+    for each in (path, path + "/"):
+        if get is not None:
+            router.add_get(each, get)
+        if put is not None:
+            router.add_put(each, put)
+        if post is not None:
+            router.add_post(each, post)
+        if delete is not None:
+            router.add_delete(each, delete)
 
 
 def scoped(router: web.UrlDispatcher, path: str, listing: Handler, *scopes: str) -> None:
@@ -263,6 +265,8 @@ def scoped(router: web.UrlDispatcher, path: str, listing: Handler, *scopes: str)
     ``scoped(r, "/api/queues", queues, "{vhost}")`` serves ``/api/queues`` and
     ``/api/queues/{vhost}``."""
     router.add_get(path, listing)
+    router.add_get(path + "/", listing)
     for scope in scopes:
         path = f"{path}/{scope}"
         router.add_get(path, listing)
+        router.add_get(path + "/", listing)

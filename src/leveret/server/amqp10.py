@@ -61,6 +61,19 @@ class Amqp10Edge(Edge):
         if self.phase not in OVER and self.flow.release():
             self.loop.call_soon(self.resume)
 
+    def alarm_raised(self) -> None:
+        """RabbitMQ 4: each session's incoming window closes (a flow says so); the socket
+        goes on being read, so consumers settle and heartbeats flow."""
+        if self.phase not in OVER and self.open:
+            self.session.set_blocked(True, "")
+            self.flush()
+
+    def set_blocked(self, blocked: bool, reason: str) -> None:
+        """The alarms cleared: the windows open again."""
+        if self.phase not in OVER and self.open:
+            self.session.set_blocked(blocked, reason)
+            self.flush()
+
     def writing_paused(self, paused: bool) -> None:
         self.session.set_writable(not paused)
 
@@ -85,8 +98,6 @@ class Amqp10Edge(Edge):
                 break
             if self.state.alarms and not session.blocked:
                 session.set_blocked(True, "")
-                flow.block(True)
-                break
         if session.needs_sync:
             self.state.sync()  # on disk before their outcomes go out
             session.flush_confirms()

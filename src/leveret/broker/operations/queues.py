@@ -31,9 +31,17 @@ class Declared(NamedTuple):
     message_count: int
 
 
-def declare_queue(vhost: VirtualHost, actor: Actor, method: commands.Queue.Declare) -> Declared:
+def declare_queue(
+    vhost: VirtualHost,
+    actor: Actor,
+    method: commands.Queue.Declare,
+    *,
+    transient_exclusive: bool = True,
+) -> Declared:
     """A queue declared as RabbitMQ declares it: an exclusive one is the actor's
-    connection's (and not durable); an empty name is the server's to choose."""
+    connection's (and not durable: rabbit_channel makes it transient; RabbitMQ 4's AMQP
+    management node keeps the durability asked for, ``transient_exclusive=False``); an
+    empty name is the server's to choose."""
     name = actor.name(method.queue)
     arguments = spec.arguments(method)
     if method.passive:
@@ -51,7 +59,7 @@ def declare_queue(vhost: VirtualHost, actor: Actor, method: commands.Queue.Decla
     owner = actor.connection if method.exclusive else None
     authorization.queue_declare(vhost, actor, name, arguments, server_named)
     vhost.observers.emit(QueueDeclared(vhost.name, name))
-    durable = method.durable and not method.exclusive
+    durable = method.durable and not (method.exclusive and transient_exclusive)
     q, created = vhost.declare_queue(name, durable, owner, method.auto_delete, arguments)
     return Declared(q, created, q.message_count)
 

@@ -35,6 +35,12 @@ class Subscriber(Protocol):
     arguments: dict[str, Any]
 
     @property
+    def reads_stored(self) -> bool:
+        """Whether it takes a stream's entries as stored (AMQP 1.0 links convert them
+        themselves) rather than as AMQP 0-9-1 messages."""
+        ...
+
+    @property
     def holder(self) -> FlowHolder:
         """The connection whose socket it delivers to (for credit flow)."""
         ...
