@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, cast
 
 from leveret.broker import operations
+from leveret.broker.amqp10_figures import SessionFigures
 from leveret.broker.amqp10_links import ConsumerLink, PublisherLink, VolatileLink
 from leveret.broker.broker import BrokerCore
 from leveret.broker.entry import Entry
@@ -108,6 +109,8 @@ class LinkSession:
     # delivery-ids of publishes to confirm once they are on disk
     confirms: list[int] = field(default_factory=list)
     received: int = 0  # transfers since the incoming window was last opened
+    # what it did, and how the broker sees it (leveret.broker.amqp10_presence)
+    figures: SessionFigures = field(default_factory=SessionFigures)
 
 
 class Amqp10Base:

@@ -341,6 +341,7 @@ class Consuming(Amqp10Base):
             self._fail_session(link.channel, size_error(len(payload), limit).error)
             return
         delivery_id = self.conn.send_transfer(link.channel, link.handle, payload, tag, link.settled)
+        self.sessions[link.channel].figures.delivered(entry.redelivered, link.settled)
         if not link.settled:
             consumer.unacked += 1
             self.sessions[link.channel].unsettled[delivery_id] = (link, queue, entry)
@@ -389,6 +390,8 @@ class Consuming(Amqp10Base):
         for queue, entries in by_queue.items():
             if op.kind == "complete" or isinstance(queue, StreamQueue):
                 queue.ack(entries)  # a stream: any outcome gives the credit back
+                if op.kind == "complete":
+                    session.figures.ack += len(entries)
             elif op.kind == "discard" or (op.kind == "modify" and op.undeliverable_here):
                 queue.reject(entries, False)
             else:  # released, modified: back to the queue

@@ -162,12 +162,14 @@ class Publishing(Amqp10Base):
         if replied and not result.routed:  # a volatile queue took it (at most once)
             result = ROUTED
         link.published += 1
+        session.figures.published(result.routed)
         if result.congested:
             for holder in result.congested:
                 holder.hold(self.flow_holder)
         if not e.settled:
             if not result.routed:
                 self.conn.send_disposition(e.channel, True, e.delivery_id, state=d.RELEASED)
+                session.figures.confirm += 1
             elif result.refused:
                 self.conn.send_disposition(e.channel, True, e.delivery_id, state=d.Rejected())
             else:
@@ -252,6 +254,7 @@ class Publishing(Amqp10Base):
             if not ids:
                 continue
             session.confirms = []
+            session.figures.confirm += len(ids)
             first = last = ids[0]
             for did in ids[1:]:
                 if did == (last + 1) & 0xFFFF_FFFF:

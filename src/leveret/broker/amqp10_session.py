@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from typing import Any, ClassVar
 
+from leveret.broker import amqp10_presence as presence
 from leveret.broker import login, names
 from leveret.broker.amqp10_common import (
     CAPABILITIES,
@@ -26,13 +27,11 @@ from leveret.broker.amqp10_common import (
     LinkError,
     LinkSession,
     SessionError,
-    condition,
 )
 from leveret.broker.amqp10_consuming import Consuming
 from leveret.broker.amqp10_linkpair import ManagementLinks, PairSession
 from leveret.broker.amqp10_publishing import Publishing
 from leveret.broker.broker import BrokerCore
-from leveret.broker.events import ConnectionAuthorized, UserAuthenticated
 from leveret.broker.ports import FlowHolder, Traffic, WriteStalls
 from leveret.broker.queues import Queue
 from leveret.broker.users import Permission, User
@@ -40,7 +39,6 @@ from leveret.broker.vhost import VirtualHost
 from leveret.protocol.amqp10 import definitions as d
 from leveret.protocol.amqp10 import events as ev
 from leveret.protocol.amqp10.types import Symbol
-from leveret.protocol.errors import AMQPError
 
 log = logging.getLogger(__name__)
 
@@ -108,7 +106,7 @@ class Amqp10Session(Publishing, Consuming, ManagementLinks):
 
     def force_close(self, reason: str) -> None:
         if not self.conn.closed and not self.conn.closing:
-            self.conn.send_close(d.Error(d.CONNECTION_FORCED, reason))
+            self.conn.send_close(presence.forced(reason))
             self.endpoint.edge.schedule()
         self.close()
 
@@ -116,6 +114,7 @@ class Amqp10Session(Publishing, Consuming, ManagementLinks):
     def handle(self, event: ev.Event) -> None:
         """A frame of the connection, by its handler."""
         handler = _EVENTS[type(event)]
+        self.broker.actor = self.username  # who performs what the events tell of
         try:
             # --- /management link pairs (amqp10_linkpair): their links' events ---
             if self.link_pairs and self._pair_event(event):
@@ -125,6 +124,8 @@ class Amqp10Session(Publishing, Consuming, ManagementLinks):
             self._detach(getattr(event, "channel", 0), getattr(event, "handle", 0), exc.error)
         except SessionError as exc:  # the session cannot go on
             self._fail_session(getattr(event, "channel", 0), exc.error)
+        finally:
+            self.broker.actor = ""
 
     # ---------------------------------------------------------------- SASL
     def _sasl_header(self, e: ev.SaslHeaderReceived) -> None:
@@ -185,9 +186,7 @@ class Amqp10Session(Publishing, Consuming, ManagementLinks):
             if self.broker.compat.v4:
                 # RabbitMQ 4.2: a handshake error (the connection is not open yet): logged,
                 # and the socket closed after a delay, with no close frame
-                log.warning(
-                    "closing AMQP 1.0 connection %s: %s", self.name, refused.description
-                )
+                log.warning("closing AMQP 1.0 connection %s: %s", self.name, refused.description)
                 self.endpoint.edge.close_silently(SILENT_CLOSE_DELAY)
             else:
                 self.conn.send_close(refused)
@@ -226,19 +225,16 @@ class Amqp10Session(Publishing, Consuming, ManagementLinks):
                 d.UNAUTHORIZED_ACCESS,
                 f"AMQP 1.0 connection failed: virtual host '{vhost}' does not exist",
             )
-        access = login.vhost_access(self.broker, user, vhost)
-        if isinstance(access, AMQPError):
-            return condition(access)
+        access = presence.vhost_access(self, user, vhost)  # limits, by the RabbitMQ
+        if isinstance(access, d.Error):
+            return access
         if idle is not None and 0 < idle < 1000:
             return d.Error(
                 d.NOT_ALLOWED, f"idle-time-out ({idle} ms) < minimum idle-time-out (1000 ms)"
             )
         self.vhost = vhost
         self.vhost_obj, self.permission = access
-        self.broker.register(self)
-        self.registered = True
-        self.broker.observers.emit(UserAuthenticated(self))
-        self.broker.observers.emit(ConnectionAuthorized(self))
+        self.registered = presence.opened(self)  # registered, told of (by the RabbitMQ)
         return None
 
     def _server_properties(self) -> dict[Any, Any]:
@@ -269,7 +265,12 @@ class Amqp10Session(Publishing, Consuming, ManagementLinks):
     # ------------------------------------------------------------- sessions
     def _begin(self, e: ev.BeginReceived) -> None:
         handle_max = e.begin.handle_max
-        self.sessions[e.channel] = LinkSession(e.channel)
+        session = LinkSession(e.channel)
+        refused = presence.begin(self, session)  # RabbitMQ 3.10.8: connected at begin
+        if refused is not None:
+            self.conn.send_close(refused)
+            return
+        self.sessions[e.channel] = session
         self.conn.send_begin(
             e.channel,
             incoming_window=INCOMING_WINDOW,
@@ -287,7 +288,19 @@ class Amqp10Session(Publishing, Consuming, ManagementLinks):
 
     def _end_session(self, channel: int) -> None:
         self._end_pairs(channel)  # --- /management link pairs (amqp10_linkpair) ---
-        super()._end_session(channel)
+        session = self.sessions.get(channel)
+        with presence.internally(self.broker):  # its consumers go with it
+            super()._end_session(channel)
+        if session is not None:
+            presence.ended(self, session)  # --- its direct connection (amqp10_presence) ---
+
+    def end_session(self, channel: int, error: d.Error) -> None:
+        """The broker ends a session (RabbitMQ 3.10.8: its direct connection was closed
+        from the management API)."""
+        if self.conn.closed or self.conn.closing:
+            self._end_session(channel)
+        else:
+            self._fail_session(channel, error)
 
     # ---------------------------------------------------------------- links
     def _attach(self, e: ev.AttachReceived) -> None:
@@ -296,10 +309,11 @@ class Amqp10Session(Publishing, Consuming, ManagementLinks):
         # --- /management link pairs (amqp10_linkpair) ---
         if self._attach_pair(e.channel, e.handle, attach):
             return
-        if attach.role:  # the client receives: we send, from a queue
-            self._attach_consumer(session, e.handle, attach)
-        else:
-            self._attach_publisher(session, e.handle, attach)
+        with presence.attaching(self, session, e.handle):  # RabbitMQ 3.10.8's channel 2
+            if attach.role:  # the client receives: we send, from a queue
+                self._attach_consumer(session, e.handle, attach)
+            else:
+                self._attach_publisher(session, e.handle, attach)
 
     def _detach(self, channel: int, handle: int, error: d.Error | None) -> None:
         session = self.sessions.get(channel)
@@ -362,6 +376,7 @@ class Amqp10Session(Publishing, Consuming, ManagementLinks):
         if self.closed:
             return
         self.closed = True
+        presence.closing(self)  # its reader's close is told of first
         for channel in list(self.sessions):
             self._end_session(channel)
         self._close_pairs()  # --- /management link pairs (amqp10_linkpair) ---

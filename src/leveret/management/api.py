@@ -15,9 +15,11 @@ from pamqp import commands
 
 from leveret.broker import errors as rabbit
 from leveret.broker import operations
+from leveret.broker.amqp10_presence import DirectConnection, Shape, shape
+from leveret.broker.amqp10_session import Amqp10Session
 from leveret.broker.consumer import Consumer
 from leveret.broker.message import Message
-from leveret.management import views
+from leveret.management import amqp10conns, views
 from leveret.management.context import MANAGEMENT, Management, mgmt
 from leveret.management.httputil import (
     ApiError,
@@ -216,8 +218,13 @@ async def connections(request: web.Request) -> web.Response:
         for s in m.stream_sessions(request)
         if vhost is None or s.vhost == vhost
     ]
+    items += [
+        amqp10conns.connection(c, m.stats, alarm)
+        for c in m.amqp10(request)
+        if vhost is None or c.vhost == vhost
+    ]
     items.sort(key=lambda c: str(c["name"]))
-    return listing(request, items)
+    return listing(request, items, pages=vhost is None)  # a vhost's: not paged
 
 
 def _stream_named(m: Management, request: web.Request) -> StreamSession | None:
@@ -230,6 +237,10 @@ async def connection_one(request: web.Request) -> web.Response:
     stream = _stream_named(m, request)
     if stream is not None:
         return json_response(views.stream_connection(stream, m.stats, single=True))
+    amqp10 = m.amqp10_named(request)
+    if amqp10 is not None:
+        alarm = bool(m.server.state.alarms)
+        return json_response(amqp10conns.connection(amqp10, m.stats, alarm))
     return json_response(
         views.connection(m.session_named(request), m.stats, bool(m.server.state.alarms))
     )
@@ -242,20 +253,48 @@ async def connection_delete(request: web.Request) -> web.Response:
     if stream is not None:
         stream.force_close(reason)
         return no_content()
+    amqp10 = m.amqp10_named(request)
+    if amqp10 is not None:
+        amqp10.force_close(reason)
+        return no_content()
     s = m.session_named(request)
     s.force_close(reason)
     return no_content()
 
 
 async def connection_channels(request: web.Request) -> web.Response:
+    """A connection's channels (rabbit_mgmt_wm_connection_channels: not paged)."""
     m = mgmt(request)
     if _stream_named(m, request) is not None:
-        return listing(request, [])  # a stream connection has no channels
+        return listing(request, [], pages=False)  # a stream connection has no channels
+    amqp10 = m.amqp10_named(request)
+    node = m.broker.node_name
+    if isinstance(amqp10, DirectConnection):  # its session's channel (RabbitMQ 3.10.8)
+        return listing(request, [amqp10conns.channel(amqp10, m.stats, node)], pages=False)
+    if amqp10 is not None:
+        return listing(request, [], pages=False)  # RabbitMQ 4.2's sessions are no channels
     s = m.session_named(request)
-    return listing(
-        request,
-        [views.channel(ch, m.stats, m.broker.node_name) for _, ch in sorted(s.channels.items())],
-    )
+    items = [views.channel(ch, m.stats, node) for _, ch in sorted(s.channels.items())]
+    return listing(request, items, pages=False)
+
+
+async def connection_sessions(request: web.Request) -> web.Response:
+    """RabbitMQ 4.2's AMQP 1.0 sessions of a connection (rabbit_mgmt_wm_connection_sessions);
+    RabbitMQ 3.10.8 has no such endpoint (404)."""
+    m = mgmt(request)
+    if shape(m.broker) is Shape.PLUGIN:
+        raise not_found()
+    amqp10 = m.amqp10_named(request)
+    if isinstance(amqp10, Amqp10Session):
+        return listing(request, amqp10conns.sessions(amqp10), pages=False)
+    if _stream_named(m, request) is None:
+        m.session_named(request)  # 404 when there is no such connection
+    raise bad_request("connection does not use AMQP 1.0")
+
+
+def _amqp10_channels(m: Management, request: web.Request) -> list[DirectConnection]:
+    """The AMQP 1.0 sessions whose channel the user may see (RabbitMQ 3.10.8's plugin)."""
+    return [c for c in m.amqp10(request) if isinstance(c, DirectConnection)]
 
 
 async def channels(request: web.Request) -> web.Response:
@@ -263,26 +302,39 @@ async def channels(request: web.Request) -> web.Response:
     vhost = request.match_info.get("vhost")
     if vhost is not None:
         m.vhost(request)
-    return listing(
-        request,
-        [
-            views.channel(ch, m.stats, m.broker.node_name)
-            for ch in m.channels(request)
-            if vhost is None or ch.host.vhost == vhost
-        ],
-    )
+    node = m.broker.node_name
+    items = [
+        views.channel(ch, m.stats, node)
+        for ch in m.channels(request)
+        if vhost is None or ch.host.vhost == vhost
+    ] + [
+        amqp10conns.channel(c, m.stats, node)
+        for c in _amqp10_channels(m, request)
+        if vhost is None or c.vhost == vhost
+    ]
+    items.sort(key=lambda c: str(c["name"]))
+    return listing(request, items, pages=vhost is None)  # a vhost's: not paged
 
 
 async def channel_one(request: web.Request) -> web.Response:
     m = mgmt(request)
+    name = request.match_info["name"]
+    node = m.broker.node_name
     for ch in m.channels(request):
-        if views.channel_name(ch) == request.match_info["name"]:
-            data = views.channel(ch, m.stats, m.broker.node_name)
-            data["consumer_details"] = [
-                views.consumer(c, m.broker.node_name) for c in ch.consumers.values()
-            ]
+        if views.channel_name(ch) == name:
+            data = views.channel(ch, m.stats, node)
+            data["consumer_details"] = [views.consumer(c, node) for c in ch.consumers.values()]
             return json_response(data)
-    raise not_found()
+    found = [c for c in _amqp10_channels(m, request) if amqp10conns.channel_name(c) == name]
+    if len(found) != 1:  # none, or two sessions' of one name: none found
+        raise not_found()
+    data = amqp10conns.channel(found[0], m.stats, node)
+    data["consumer_details"] = [
+        views.consumer(link.consumer, node)
+        for link in found[0].session.consumers.values()
+        if link.consumer is not None
+    ]
+    return json_response(data)
 
 
 async def consumers(request: web.Request) -> web.Response:
@@ -356,6 +408,7 @@ def routes(app: web.Application) -> None:
     resource(r, "/api/connections", connections)
     resource(r, "/api/connections/{name}", connection_one, delete=connection_delete)
     resource(r, "/api/connections/{name}/channels", connection_channels)
+    resource(r, "/api/connections/{name}/sessions", connection_sessions)
     resource(r, "/api/vhosts/{vhost}/connections", connections)
     resource(r, "/api/channels", channels)
     resource(r, "/api/channels/{name}", channel_one)

@@ -159,8 +159,10 @@ def require_admin(request: web.Request) -> None:
         raise not_admin()
 
 
-def listing(request: web.Request, items: list[dict[str, Any]]) -> web.Response:
-    """Sort (``sort``, ``sort_reverse``) and page (``page``, ``page_size``) as RabbitMQ."""
+def listing(request: web.Request, items: list[dict[str, Any]], pages: bool = True) -> web.Response:
+    """Sort (``sort``, ``sort_reverse``) and page (``page``, ``page_size``) as RabbitMQ;
+    without ``pages``, the whole list whatever the page asked for (rabbit_mgmt_util's
+    reply_list: the listings of one vhost, of one connection)."""
     q = request.query
     sort = q.get("sort")
     reverse = as_bool(q.get("sort_reverse"))
@@ -180,7 +182,7 @@ def listing(request: web.Request, items: list[dict[str, Any]]) -> web.Response:
         items = [i for i in items if name_filter in str(i.get("name", ""))]
     if q.get("columns"):
         items = [project(i, q["columns"]) for i in items]
-    if "page" not in q:
+    if "page" not in q or not pages:
         return json_response(items)
     try:
         page = max(1, int(q["page"]))

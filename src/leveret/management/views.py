@@ -9,14 +9,18 @@ import zlib
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote_plus
 
+from leveret.broker.amqp10_links import LinkConsumer
+from leveret.broker.amqp10_presence import consumer_shape
 from leveret.broker.exchanges import exchange_types as exchange_type_classes
 from leveret.broker.queues import QuorumQueue
 
 if TYPE_CHECKING:
+    from leveret.broker.amqp10_session import Amqp10Session
     from leveret.broker.broker import BrokerCore
     from leveret.broker.channel import Channel
     from leveret.broker.consumer import Consumer
     from leveret.broker.exchanges import Binding, Exchange
+    from leveret.broker.ports import ConnectionInfo
     from leveret.broker.queues import Queue
     from leveret.broker.session import Session
     from leveret.broker.stream_session import Publisher, StreamSession, Subscription
@@ -127,31 +131,43 @@ def all_bindings(v: VirtualHost) -> list[dict[str, Any]]:
     return out
 
 
+def _channel_details(s: ConnectionInfo, number: int, node: str) -> dict[str, Any]:
+    peer = s.peer or ("", 0)
+    return {
+        "connection_name": s.name,
+        "name": f"{s.name} ({number})",
+        "node": node,
+        "number": number,
+        "peer_host": peer[0],
+        "peer_port": peer[1],
+        "user": s.username,
+    }
+
+
 def consumer(c: Consumer, node: str) -> dict[str, Any]:
     ch = c.channel
-    s = ch.connection
-    peer = s.peer or ("", 0)
+    tag, prefetch, arguments = c.tag, c.prefetch, c.arguments
+    details: dict[str, Any] = {}
+    if isinstance(c, LinkConsumer):  # an AMQP 1.0 link's, as its RabbitMQ shows it
+        seen = consumer_shape(c)
+        tag, prefetch, arguments = seen.tag, seen.prefetch, seen.arguments
+        if seen.channel is not None:  # RabbitMQ 4.2's session is no channel: {}
+            details = _channel_details(seen.channel.host, seen.channel.number, node)
+    else:
+        details = _channel_details(ch.connection, ch.number, node)
     active, status = True, "up"
     if c.queue.single_active_consumer_on:
         active = c.queue.active_consumer is c
         status = "single_active" if active else "waiting"
     return {
-        "arguments": jsonable(c.arguments),
+        "arguments": jsonable(arguments),
         "ack_required": not c.no_ack,
         "active": active,
         "activity_status": status,
-        "channel_details": {
-            "connection_name": s.name,
-            "name": f"{s.name} ({ch.number})",
-            "node": node,
-            "number": ch.number,
-            "peer_host": peer[0],
-            "peer_port": peer[1],
-            "user": s.username,
-        },
-        "consumer_tag": c.tag,
+        "channel_details": details,
+        "consumer_tag": tag,
         "exclusive": c.exclusive,
-        "prefetch_count": c.prefetch,
+        "prefetch_count": prefetch,
         "queue": {"name": c.queue.name, "vhost": c.queue.vhost},
     }
 
@@ -287,7 +303,7 @@ def flow_state(s: Session, alarm: bool) -> str:
     return "flow" if s.held_by else "running"
 
 
-def _connection_common(s: Session | StreamSession) -> dict[str, Any]:
+def connection_common(s: Session | StreamSession | Amqp10Session) -> dict[str, Any]:
     """What an AMQP and a stream-protocol connection show alike: the socket's ends, who
     and where."""
     peer = s.peer or ("", 0)
@@ -309,7 +325,9 @@ def _connection_common(s: Session | StreamSession) -> dict[str, Any]:
     }
 
 
-def _add_traffic(out: dict[str, Any], s: Session | StreamSession, stats: Stats | None) -> None:
+def add_traffic(
+    out: dict[str, Any], s: Session | StreamSession | Amqp10Session, stats: Stats | None
+) -> None:
     """What the server counted on the socket (RabbitMQ's inet statistics), with the rates
     of the bytes."""
     traffic = s.traffic
@@ -328,7 +346,7 @@ def _add_traffic(out: dict[str, Any], s: Session | StreamSession, stats: Stats |
 def connection(s: Session, stats: Stats | None = None, alarm: bool = False) -> dict[str, Any]:
     props = jsonable(s.client_properties)
     name = props.get("connection_name") if isinstance(props, dict) else None
-    out = _connection_common(s)
+    out = connection_common(s)
     out.update(
         {
             "channel_max": s.channel_max,
@@ -349,7 +367,7 @@ def connection(s: Session, stats: Stats | None = None, alarm: bool = False) -> d
     )
     if name is not None:
         out["user_provided_name"] = name
-    _add_traffic(out, s, stats)
+    add_traffic(out, s, stats)
     return dict(sorted(out.items()))
 
 
@@ -374,7 +392,7 @@ def stream_connection(
     props = dict(sorted(s.client_properties.items()))  # a map in rabbit_stream_reader
     details = s.transport_details
     blank = "" if single else None
-    out = _connection_common(s)
+    out = connection_common(s)
     out.update(
         {
             "channel_max": 0,
@@ -389,7 +407,7 @@ def stream_connection(
         out[key] = details.get(key, blank)
     if "connection_name" in props:
         out["user_provided_name"] = props["connection_name"]
-    _add_traffic(out, s, stats)
+    add_traffic(out, s, stats)
     return dict(sorted(out.items()))
 
 
@@ -521,7 +539,9 @@ def permission(p: Permission) -> dict[str, Any]:
 def overview(broker: BrokerCore, stats: Stats, listeners: list[dict[str, Any]], age: Any) -> Any:
     age_l, incr_l, age_m, incr_m = age or (None, None, None, None)
     sessions = list(stats.sessions())
-    channels = sum(len(s.channels) for s in sessions)
+    amqp10 = list(stats.amqp10())
+    # an AMQP 1.0 session's direct connection has its channel (RabbitMQ 3.10.8's plugin)
+    channels = sum(len(s.channels) for s in sessions) + len(list(stats.amqp10_channels()))
     queues = sum(len(v.queues) for v in broker.vhosts.values())
     exchanges = sum(len(v.exchanges) for v in broker.vhosts.values())
     consumers = sum(len(q.consumers) for v in broker.vhosts.values() for q in v.queues.values())
@@ -576,8 +596,8 @@ def overview(broker: BrokerCore, stats: Stats, listeners: list[dict[str, Any]], 
         "queue_totals": stats.length_details(stats.lengths(), stats.overview, age_l, incr_l),
         "object_totals": {
             "channels": channels,
-            # as RabbitMQ, stream-protocol connections count
-            "connections": len(sessions) + sum(1 for _ in stats.stream_sessions()),
+            # as RabbitMQ, stream-protocol and AMQP 1.0 connections count
+            "connections": len(sessions) + sum(1 for _ in stats.stream_sessions()) + len(amqp10),
             "consumers": consumers,
             "exchanges": exchanges,
             "queues": queues,

@@ -112,6 +112,12 @@ class AMQPEdge(Edge):
     def data_received(self, data: bytes) -> None:
         if self._header is not None:
             head = self._header + data
+            if self.phase is Phase.WAITING:
+                # not served yet (connection_max): its protocol is chosen once admitted
+                self._header = head
+                if self.transport is not None:
+                    self.transport.pause_reading()
+                return
             if len(head) < 8 and b"AMQP".startswith(head[:4]):
                 self._header = head  # not yet the whole header
                 return
@@ -122,6 +128,13 @@ class AMQPEdge(Edge):
                 return
             data = head
         super().data_received(data)
+
+    def admit(self) -> None:
+        """Served at last: what it sent while it waited chooses its protocol."""
+        super().admit()
+        if self._header and self.phase is Phase.SERVING:
+            head, self._header = self._header, b""
+            self.data_received(head)
 
     def greet(self, transport: asyncio.BaseTransport) -> None:
         endpoint = self.endpoint(transport)
