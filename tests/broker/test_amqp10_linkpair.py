@@ -40,6 +40,9 @@ class _Edge:
     def after_flush(self, callback: Any) -> None:
         callback()
 
+    def later(self, delay: float, callback: Any) -> None:
+        callback()
+
     def force_close(self, reason: str) -> None:
         pass
 

@@ -47,6 +47,9 @@ NODE_PROPERTIES = {
 }
 
 
+WARM_UP = 0.01  # seconds
+
+
 def _outcomes(source: d.Source) -> tuple[str, ...]:
     """The outcomes a source may use: the client's, if this broker has them all."""
     if source.outcomes is None:
@@ -146,14 +149,20 @@ class Consuming(Amqp10Base):
         )
         queue.add_consumer(consumer, start)
         vhost.observers.emit(ConsumerCreated(consumer))
-        self.endpoint.edge.after_flush(lambda: self._warm_up(link))
+        self.endpoint.edge.after_flush(lambda: self._attach_written(link))
+
+    def _attach_written(self, link: ConsumerLink) -> None:
+        link.attach_written = True
+        self.endpoint.edge.later(WARM_UP, lambda: self._warm_up(link))
 
     def _warm_up(self, link: ConsumerLink) -> None:
-        """The attach reply is on the wire: the link's credit counts from now on. A client
-        that grants credit with its attach (proton's prefetch does) gets its first
-        transfers in a later read than the attach, as from RabbitMQ, whose queue answers
-        the credit from another process; a blocking client returns from opening its
-        receiver before messages reach its handler."""
+        """The link's credit counts from now on: once the client sent a frame for it after
+        its attach reply was written, or ``WARM_UP`` seconds after. A client that grants
+        credit with its attach (proton's prefetch does) gets its first transfers in a
+        later read than the attach, as from RabbitMQ, whose queue answers credit from
+        another process (a quorum queue once its checkout is committed): a blocking
+        client (proton's BlockingReceiver, which flows again once the link is open)
+        returns from opening its receiver before messages reach its handler."""
         if link.closed or not link.held:
             return
         link.held = False
@@ -375,6 +384,8 @@ class Consuming(Amqp10Base):
             return
         if link.held:
             link.held_flow = e
+            if link.attach_written:
+                self._warm_up(link)
             return
         link.queue.dispatch()
         own = self.conn.link(e.channel, e.handle)

@@ -82,8 +82,9 @@ class ConsumerLink:
     own_queue: bool = False
     next_tag: int = field(default=1)
     number: int = 0  # the handle, where a channel has its number
-    # deliveries wait until the attach reply is on the wire (``AmqpConsuming.warm_up``)
+    # deliveries wait until the client has read the attach reply (``_warm_up``)
     held: bool = True
+    attach_written: bool = False
     held_flow: Any = None  # a flow that came while held, answered once the link warms up
 
     def __post_init__(self) -> None:
