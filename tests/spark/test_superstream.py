@@ -22,7 +22,7 @@ import pika
 import pytest
 from pyspark.sql import SparkSession
 
-from leveret.logs.superstream import declare_super_stream, partition_index
+from leveret.logs.superstream import partition_index
 from leveret.spark.client import AmqpSourceError, Outgoing, publish
 from leveret.spark.options import ReadOptions
 from leveret.spark.superstream import discover, share
