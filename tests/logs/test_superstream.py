@@ -13,9 +13,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import pika
+import pika.exceptions
 import pytest
 
 from leveret.logs import AMQPHandler
+from leveret.logs.amqp import LogsError
 from leveret.logs.emitter import Emitter
 from leveret.logs.record import HOST
 from leveret.logs.superstream import (
@@ -187,4 +189,27 @@ def test_a_super_stream_that_is_not_there_is_one_plain_line(
         ch.exchange_delete(name)
         ch.queue_delete(f"{name}-0")
         ch.queue_delete(f"{name}-1")
+        conn.close()
+
+
+def test_a_super_stream_half_made_is_taken_back(api_broker: BrokerUnderTest, name: str) -> None:
+    """A partition the broker refuses (a classic queue of its name is there): the exchange
+    and the partitions made before it go again, as RabbitMQ's stream manager rolls back."""
+    conn = pika.BlockingConnection(api_broker.pika_params())
+    conn.channel().queue_declare(f"{name}-1", durable=True)
+    try:
+        with pytest.raises(LogsError, match=f"cannot make super stream '{name}': PRECONDITION"):
+            declare_super_stream(api_broker.url, name, 3)
+        ch = conn.channel()
+        for kind, what in (("exchange", name), ("queue", f"{name}-0")):
+            with pytest.raises(pika.exceptions.ChannelClosedByBroker) as info:
+                if kind == "exchange":
+                    ch.exchange_declare(what, passive=True)
+                else:
+                    ch.queue_declare(what, passive=True)
+            assert info.value.reply_code == 404
+            ch = conn.channel()
+        assert ch.queue_declare(f"{name}-1", passive=True).method.queue == f"{name}-1"
+    finally:
+        conn.channel().queue_delete(f"{name}-1")
         conn.close()

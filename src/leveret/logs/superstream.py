@@ -53,7 +53,7 @@ from enum import StrEnum
 from typing import Any
 from urllib.parse import quote, unquote, urlsplit
 
-from leveret.logs.amqp import LogsError, parameters, redact, split_urls
+from leveret.logs.amqp import LogsError, describe, parameters, redact, split_urls
 
 SUPER_STREAM_ARG = "x-super-stream"
 ORDER_ARG = "x-stream-partition-order"
@@ -265,8 +265,6 @@ def declare_super_stream(
         conn = pika.BlockingConnection(parameters(first, connection_attempts=1,
                                                   socket_timeout=_TIMEOUT))  # fmt: skip
     except Exception as exc:  # pika raises many unrelated types for a failed connect
-        from leveret.logs.amqp import describe
-
         raise describe(exc, first) from None
     try:
         ch = conn.channel()
@@ -277,20 +275,41 @@ def declare_super_stream(
             if exc.reply_code != 404:
                 raise LogsError(f"super stream {name!r}: {exc.reply_text}") from None
         ch = conn.channel()
+        made: list[str] = []
         try:
             ch.exchange_declare(name, "direct", durable=True,
                                 arguments={SUPER_STREAM_ARG: True})  # fmt: skip
+            made.append(name)
             args = {"x-queue-type": "stream", **(arguments or {})}
             for order, (key, stream) in enumerate(zip(keys, partition_names(name, keys),
                                                       strict=True)):  # fmt: skip
                 ch.queue_declare(stream, durable=True, arguments=args)
+                made.append(stream)
                 ch.queue_bind(stream, name, key, arguments={ORDER_ARG: order})
         except pika.exceptions.ChannelClosedByBroker as exc:
+            # what was made goes again, as RabbitMQ's stream manager rolls back: a half-made
+            # super stream would be taken for a whole one next time
+            _remove(conn, made)
             raise LogsError(f"cannot make super stream {name!r}: {exc.reply_text}") from None
         return True
+    except (pika.exceptions.AMQPError, OSError) as exc:  # the connection closed, or lost
+        raise LogsError(f"cannot make super stream {name!r}: {describe(exc, first)}") from None
     finally:
         if conn.is_open:
             conn.close()
+
+
+def _remove(conn: Any, made: Sequence[str]) -> None:
+    """Delete the exchange (first of ``made``) and the streams made, as far as it goes."""
+    import contextlib
+
+    if not made or not conn.is_open:
+        return
+    with contextlib.suppress(Exception):
+        ch = conn.channel()
+        ch.exchange_delete(made[0])
+        for stream in made[1:]:
+            ch.queue_delete(stream)
 
 
 __all__ = [
