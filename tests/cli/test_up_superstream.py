@@ -41,6 +41,9 @@ def test_up_keeps_the_logs_in_a_super_stream(tmp_path: Path) -> None:
             if not line:
                 break
             banner += line
+        # read on, so that up never blocks writing its stderr (its shutdown lines)
+        said: list[str] = [banner]
+        threading.Thread(target=lambda: said.extend(up.stderr or []), daemon=True).start()
         url = re.search(r"AMQP\s+(amqp://\S+)", banner)
         send = re.search(r"Send logs\s+(.*)$", banner, re.M)
         syslog = re.search(r"Syslog\s+udp\+tcp 127\.0\.0\.1:(\d+)", banner)
@@ -52,7 +55,11 @@ def test_up_keeps_the_logs_in_a_super_stream(tmp_path: Path) -> None:
         assert api.partitions("lake-logs") == [
             Partition("lake-logs-0", "0"), Partition("lake-logs-1", "1")
         ]  # fmt: skip
-        # the command up prints, as printed (its leveret is this interpreter's)
+        # the terminal receiver binds its queue to every partition once it says so (on
+        # stderr, as the tutorial's receive_logs.py); then the command up prints, as printed
+        deadline = time.monotonic() + 60
+        while "Waiting for logs" not in "".join(said) and time.monotonic() < deadline:
+            time.sleep(0.1)
         args = shlex.split(send.group(1))
         assert args[:2] == ["leveret", "emit-log"], args
         sent = subprocess.run([*cli, *args[1:-1], "info: through the super stream"],
