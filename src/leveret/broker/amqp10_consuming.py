@@ -115,7 +115,8 @@ class Consuming(Amqp10Base):
         except LinkError as exc:
             return self._refuse_attach(session.channel, handle, attach, exc.error)
         if isinstance(source, d.Source):
-            spec = consumer_spec(source.filter, attach.properties, source.filter_types)
+            v4 = self.broker.compat.v4
+            spec = consumer_spec(source.filter, attach.properties, source.filter_types, v4)
         else:
             spec = consumer_spec(None, attach.properties)
         start = None

@@ -95,10 +95,12 @@ def consumer_spec(
     filters: dict[Any, Any] | None,
     properties: dict[Any, Any] | None,
     filter_types: Value | None = None,
+    v4: bool = True,
 ) -> ConsumerSpec:
     """The consumer an attach asks for, from its source's filter map (``filter_types``:
     the map in the tagged view, its types as sent; else the plain ``filters``) and its
-    link properties."""
+    link properties. Not ``v4`` (RabbitMQ 3.10.8's plugin, Leveret's default mode): the
+    offset spec only, described."""
     arguments: dict[str, Any] = {}
     priority = (properties or {}).get(Symbol(PRIORITY))
     # parse_attach_properties: an int (the plain view keeps no width; any integer here)
@@ -115,6 +117,8 @@ def consumer_spec(
         if key[0] != "symbol":
             continue
         name = key[1]
+        if not v4 and (value[0] != "described" or value[1][0] != ("symbol", OFFSET_SPEC)):
+            continue
         if name.startswith("rabbitmq:stream-") and value[0] != "described":
             value = ("described", (("symbol", name), value))  # amqp_filter_set_bug
         descriptor = value[1][0] if value[0] == "described" else None
