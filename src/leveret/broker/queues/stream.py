@@ -20,7 +20,12 @@ from leveret.broker.policies import Rule, policy_wins
 from leveret.broker.queues.base import Accepted, Queue, check_replicated_declaration
 from leveret.broker.queues.stream_amqp091 import to_amqp091
 from leveret.broker.queues.stream_amqp10 import to_amqp10
-from leveret.broker.queues.stream_filtering import SCAN_BUDGET, ConsumerFilter, stream_record
+from leveret.broker.queues.stream_filtering import (
+    SCAN_BUDGET,
+    ConsumerFilter,
+    chunk_matcher,
+    stream_record,
+)
 from leveret.broker.queues.stream_properties import refused_by_a_stream
 from leveret.broker.spec_texts import stream_not_supported
 from leveret.protocol import errors
@@ -253,6 +258,11 @@ class StreamQueue(Queue):
 
     def add_consumer(self, consumer: Subscriber, start: Any = None) -> None:
         self.had_consumers = True
+        if self.compat.v4 and consumer not in self._filters:
+            # an AMQP 0-9-1 consumer's x-stream-filter (RabbitMQ 3.13 on): chunks skipped
+            chunks = chunk_matcher(consumer.arguments)
+            if chunks is not None:
+                self._filters[consumer] = ConsumerFilter(chunks)
         self.ring.add(consumer)
         self._offsets[consumer] = self.log.committed if start is None else int(start)
         self._feed(consumer)
