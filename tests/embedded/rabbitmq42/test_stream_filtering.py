@@ -47,16 +47,17 @@ def _consume(ch: Any, arguments: dict[str, Any], expected: int) -> list[str]:
 def test_an_amqp091_consumer_reads_only_the_chunks_with_its_values(version: str) -> None:
     """filter_spec and osiris's reader at v4.2.9 (4.2 mode); RabbitMQ 3.10.8 knows no
     filtering (default mode): every message."""
-    with tempfile.TemporaryDirectory() as d:
-        with broker(version, data_dir=Path(d)) as b, channel(b) as ch:
-            ch.queue_declare("s", durable=True, arguments={"x-queue-type": "stream"})
-            _publish(ch)
-            red = _consume(ch, {"x-stream-filter": "red"}, 2)
-            either = _consume(ch, {"x-stream-filter": ["red", "blue"]}, 3)
-            unfiltered = _consume(
-                ch, {"x-stream-filter": "blue", "x-stream-match-unfiltered": True}, 2
-            )
-            alone = _consume(ch, {"x-stream-match-unfiltered": True}, 4)
+    with (
+        tempfile.TemporaryDirectory() as d,
+        broker(version, data_dir=Path(d)) as b,
+        channel(b) as ch,
+    ):
+        ch.queue_declare("s", durable=True, arguments={"x-queue-type": "stream"})
+        _publish(ch)
+        red = _consume(ch, {"x-stream-filter": "red"}, 2)
+        either = _consume(ch, {"x-stream-filter": ["red", "blue"]}, 3)
+        unfiltered = _consume(ch, {"x-stream-filter": "blue", "x-stream-match-unfiltered": True}, 2)
+        alone = _consume(ch, {"x-stream-match-unfiltered": True}, 4)
     if version == "4.2":
         assert red == ["r1", "r2"]
         assert either == ["r1", "b1", "r2"]
