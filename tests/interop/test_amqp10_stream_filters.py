@@ -27,6 +27,7 @@ from rabbitmq_amqp_python_client.qpid.proton._data import Described, symbol
 from rabbitmq_amqp_python_client.qpid.proton._exceptions import Timeout
 
 import leveret
+from tests.support.mgmt import Api, q
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +35,7 @@ def broker() -> Iterator[leveret.Broker]:
     """RabbitMQ 4.2's mode, streams on disk."""
     with tempfile.TemporaryDirectory() as d:
         b = leveret.Broker(
-            data_dir=Path(d), plugins="rabbitmq_amqp1_0", rabbitmq_version="4.2"
+            data_dir=Path(d), plugins="rabbitmq_amqp1_0", rabbitmq_version="4.2", management=True
         ).start()
         try:
             yield b
@@ -252,4 +253,44 @@ def test_sql_and_property_filters_exclude_each_other(connection: Any) -> None:
     echoed = _echoed(r)
     assert symbol("sql-filter") in echoed
     assert symbol("amqp:properties-filter") not in echoed
+    r.close()
+
+
+def test_the_management_api_lists_the_filters_in_place(
+    connection: Any, broker: leveret.Broker
+) -> None:
+    """rabbit_amqp_session at v4.2.9: a session's outgoing link lists its filters in place
+    (info_outgoing_link, format_filter: name, descriptor, value; a map as key/value
+    pairs), and its consumer the arguments its attach made (parse_filters' ConsumerArgs,
+    given to rabbit_stream_queue:consume and rabbit_core_metrics:consumer_created)."""
+    address = _stream(connection, "f-mgmt")
+    filters = StreamFilterOptions(
+        values=["a"], match_unfiltered=True, message_properties=MessageProperties(subject="s")
+    )
+    r = _receiver(connection, address, _first(filters))
+    api = Api(broker.management_url)
+    rows = [c for c in api.get("/api/consumers") if c["queue"]["name"] == "f-mgmt"]
+    assert [c["arguments"] for c in rows] == [
+        {"x-stream-offset": "first", "x-stream-filter": ["a"], "x-stream-match-unfiltered": True}
+    ]
+    links = [
+        link
+        for conn in api.get("/api/connections")
+        if conn["protocol"] == "AMQP 1-0"
+        for session in api.get(f"/api/connections/{q(str(conn['name']))}/sessions")
+        for link in session["outgoing_links"]
+        if link["queue_name"] == "f-mgmt"
+    ]
+    assert [link["filter"] for link in links] == [
+        [
+            {"name": "rabbitmq:stream-offset-spec", "descriptor": "rabbitmq:stream-offset-spec",
+             "value": "first"},
+            {"name": "rabbitmq:stream-filter", "descriptor": "rabbitmq:stream-filter",
+             "value": ["a"]},
+            {"name": "rabbitmq:stream-match-unfiltered",
+             "descriptor": "rabbitmq:stream-match-unfiltered", "value": True},
+            {"name": "amqp:properties-filter", "descriptor": "amqp:properties-filter",
+             "value": [{"key": "subject", "value": "s"}]},
+        ]
+    ]  # fmt: skip
     r.close()

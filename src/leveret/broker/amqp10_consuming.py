@@ -134,6 +134,7 @@ class Consuming(Amqp10Base):
             str(handle), queue, link, settled, False, 0, spec.arguments, priority
         )
         link.consumer = consumer
+        link.filters = spec.listed
         session.consumers[handle] = link
         if isinstance(queue, StreamQueue):
             queue.set_filter(

@@ -68,6 +68,9 @@ class ConsumerSpec:
     filter: dict[Any, Any] | None
     arguments: dict[str, Any] = field(default_factory=dict)
     message_filter: MessageFilter | None = None
+    #: the filters in place as the management API lists them (rabbit_amqp_session's
+    #: format_filter: name, descriptor, value)
+    listed: tuple[dict[str, Any], ...] = ()
 
 
 def _offset(value: Value) -> Any:
@@ -109,6 +112,7 @@ def consumer_spec(
     if filters is None:
         return ConsumerSpec(None, arguments)
     pairs = (filter_types if filter_types is not None else _tagged(filters))[1]
+    filter_args: dict[str, Any] = {}
     effective: list[tuple[str, Value]] = []
     properties_seen: set[bool] = set()  # the kinds of property filter in place
     expressions: list[PropertyExpression | SqlExpression] = []
@@ -126,7 +130,7 @@ def consumer_spec(
             offset = _offset(value[1][1])
             if offset is None:
                 continue
-            arguments["x-stream-offset"] = offset  # the first in the map wins
+            filter_args["x-stream-offset"] = offset  # the first in the map wins
         elif descriptor == ("symbol", STREAM_FILTER):
             inner = value[1][1]
             if inner[0] == "list":
@@ -135,9 +139,9 @@ def consumer_spec(
                 wanted = inner[1]
             else:
                 continue
-            arguments["x-stream-filter"] = wanted
+            filter_args["x-stream-filter"] = wanted
         elif descriptor == ("symbol", MATCH_UNFILTERED) and value[1][1][0] == "bool":
-            arguments["x-stream-match-unfiltered"] = bool(value[1][1][1])
+            filter_args["x-stream-match-unfiltered"] = bool(value[1][1][1])
         elif name == amqp10_sql_eval.FILTER_NAME:
             if expressions:
                 continue  # SQL and property filter expressions exclude each other
@@ -153,6 +157,32 @@ def consumer_spec(
             properties_seen.add(parsed.application)
             expressions.append(parsed)
         effective.append((name, value))
-    echoed = {Symbol(name): _echo(value) for name, value in reversed(effective)}
+    effective.reverse()
+    # the consumer's arguments: x-priority, then the filters' in the map's order
+    arguments.update(reversed(list(filter_args.items())))
+    echoed = {Symbol(name): _echo(value) for name, value in effective}
     message_filter = MessageFilter(tuple(reversed(expressions))) if expressions else None
-    return ConsumerSpec(echoed, arguments, message_filter)
+    listed = tuple(
+        {"name": name, "descriptor": value[1][0][1], "value": _listed(value[1][1])}
+        for name, value in effective
+    )
+    return ConsumerSpec(echoed, arguments, message_filter, listed)
+
+
+def _listed(value: Value) -> Any:
+    """format_filter_value: a value as the management API's JSON shows it (a map as
+    key/value pairs of its text keys)."""
+    kind, v = value
+    if kind in ("list", "array"):
+        return [_listed(item) for item in v]
+    if kind == "map":
+        return [
+            {"key": str(k[1]), "value": _listed(item)}
+            for k, item in v
+            if k[0] in ("string", "symbol")
+        ]
+    if kind == "described":
+        return _listed(v[1])
+    if kind in ("binary", "uuid"):
+        return bytes(v).decode("utf-8", "replace")
+    return v

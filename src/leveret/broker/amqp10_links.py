@@ -82,6 +82,8 @@ class ConsumerLink:
     own_queue: bool = False
     next_tag: int = field(default=1)
     number: int = 0  # the handle, where a channel has its number
+    # the filters in place, as the management API lists a link's (its sessions' page)
+    filters: tuple[dict[str, Any], ...] = ()
 
     def __post_init__(self) -> None:
         self.number = self.handle
