@@ -354,6 +354,8 @@ class StreamQueue(Queue):
                 offsets[consumer] = rec_offset + 1
                 if messages is not None and not messages.matches(stored):
                     passed += 1
+                    if passed >= SCAN_BUDGET:
+                        return True
                     continue
                 if stored_form:
                     message = Message.stored(self._key, b"", stored)
