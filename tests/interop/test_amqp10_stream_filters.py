@@ -319,3 +319,45 @@ def test_a_long_scan_pauses_and_goes_on(
     assert bytes(first.body) == b"12"
     assert [bytes(m.body) for m in _drain(r, timeout=1.0)] == [b"25", b"38"]
     r.close()
+
+
+def test_a_stream_keeps_an_amqp10_message_as_published(
+    connection: Any, broker: leveret.Broker
+) -> None:
+    """rabbit_stream_queue:stream_message at v4.2.9 stores mc_amqp's protocol state (the
+    annotations, with x-exchange and x-routing-key, and the bare message as published):
+    an AMQP 1.0 consumer gets subject and annotations back; an AMQP 0-9-1 consumer gets
+    mc_amqpl's conversion of it (delivery-mode from durable, priority, the x- annotations
+    and application properties as headers) with x-stream-offset."""
+    address = _stream(connection, "f-kept")
+    message = Message(
+        body=b"hello",
+        subject="subj",
+        durable=True,
+        priority=3,
+        application_properties={"k": "v"},
+        annotations={"x-foo": "bar"},
+    )
+    _publish(connection, address, [message])
+    r = _receiver(connection, address, _first(StreamFilterOptions(sql="TRUE")))
+    (got,) = _drain(r)
+    assert (got.subject, got.priority, got.annotations["x-foo"]) == ("subj", 3, "bar")
+    r.close()
+    with pika.BlockingConnection(pika.ConnectionParameters(broker.host, broker.port)) as c:
+        ch = c.channel()
+        ch.basic_qos(prefetch_count=1)
+        method, props, body = None, None, b""
+
+        def take(ch_: Any, m: Any, p: Any, b: bytes) -> None:
+            nonlocal method, props, body
+            method, props, body = m, p, b
+
+        ch.basic_consume("f-kept", take, arguments={"x-stream-offset": "first"})
+        for _ in range(50):
+            if method is not None:
+                break
+            c.process_data_events(time_limit=0.1)
+    assert body == b"hello" and method is not None and props is not None
+    assert (method.exchange, method.routing_key) == ("", "f-kept")
+    assert (props.delivery_mode, props.priority) == (2, 3)
+    assert props.headers == {"k": "v", "x-foo": "bar", "x-stream-offset": 0}

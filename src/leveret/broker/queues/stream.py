@@ -23,6 +23,7 @@ from leveret.broker.queues.stream_amqp10 import to_amqp10
 from leveret.broker.queues.stream_filtering import (
     SCAN_BUDGET,
     ConsumerFilter,
+    amqp091_view,
     chunk_matcher,
     stream_record,
 )
@@ -376,6 +377,10 @@ class StreamQueue(Queue):
         """A stored message as AMQP 0-9-1 delivers it, with its offset in an
         ``x-stream-offset`` header. Bytes that are not AMQP 1.0 (RabbitMQ 3.10 fails the
         consuming connection) go out as the body, with no other properties."""
+        if self.compat.v4:  # an AMQP 1.0 client's message as RabbitMQ 4.2 converts it
+            view = amqp091_view(message, self.name, offset)
+            if view is not None:
+                return view
         try:
             return to_amqp091(message, self.name, offset)
         except ValueError:

@@ -20,9 +20,11 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from leveret.broker.amqp10_delivery import delivery
-from leveret.broker.amqp10_message import Amqp10Message
+from leveret.broker.amqp10_message import Amqp10Error, Amqp10Message, parse
 from leveret.broker.message import Message
 from leveret.broker.queues.stream_amqp10 import to_amqp10
+from leveret.protocol.binary import I64
+from leveret.protocol.spec import add_header
 from leveret.protocol.stream.bloom import Matcher
 
 FILTER_VALUE = "x-stream-filter-value"
@@ -87,3 +89,30 @@ def stream_record(message: Message) -> tuple[bytes, bytes | None]:
             except UnicodeDecodeError:
                 value = None
     return stored, value
+
+
+_HEADER_SECTION = b"\x00\x53\x70"
+
+
+def amqp091_view(entry: bytes, stream: str, offset: int) -> tuple[bytes, bytes, bytes] | None:
+    """A stored message that has a header section (one an AMQP 1.0 client published, as
+    this mode stores it; Leveret's own conversion of AMQP 0-9-1 messages writes none) as
+    RabbitMQ 4.2 delivers it to an AMQP 0-9-1 consumer (mc_amqpl's conversion from
+    mc_amqp: delivery-mode from ``durable``, priority, the ``x-`` annotations among the
+    headers), its exchange and routing key those stored, ``x-stream-offset`` added; None
+    for the others (RabbitMQ 3.10's conversion back)."""
+    if not entry.startswith(_HEADER_SECTION):
+        return None
+    try:
+        parsed = parse(entry)
+    except Amqp10Error:
+        return None
+    exchange, key = "", stream
+    for name, value in parsed.annotations:
+        if name == "x-exchange" and value[0] == "string":
+            exchange = value[1]
+        elif name == "x-routing-key" and value[0] == "string":
+            key = value[1]
+    message = parsed.message(exchange, key)
+    properties = add_header(message.properties, "x-stream-offset", b"l" + I64.pack(offset))
+    return message.exchange_and_key, properties, message.body
