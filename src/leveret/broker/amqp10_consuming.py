@@ -48,6 +48,9 @@ NODE_PROPERTIES = {
 }
 
 
+WARM_UP = 0.01  # seconds
+
+
 def _outcomes(source: d.Source) -> tuple[str, ...]:
     """The outcomes a source may use: the client's, if this broker has them all."""
     if source.outcomes is None:
@@ -154,6 +157,29 @@ class Consuming(Amqp10Base):
         )
         queue.add_consumer(consumer, start)
         vhost.observers.emit(ConsumerCreated(consumer))
+        self.endpoint.edge.after_flush(lambda: self._attach_written(link))
+
+    def _attach_written(self, link: ConsumerLink) -> None:
+        link.attach_written = True
+        self.endpoint.edge.later(WARM_UP, lambda: self._warm_up(link))
+
+    def _warm_up(self, link: ConsumerLink) -> None:
+        """The link's credit counts from now on: once the client sent a frame for it after
+        its attach reply was written, or ``WARM_UP`` seconds after. A client that grants
+        credit with its attach (proton's prefetch does) gets its first transfers in a
+        later read than the attach, as from RabbitMQ, whose queue answers credit from
+        another process (a quorum queue once its checkout is committed): a blocking
+        client (proton's BlockingReceiver, which flows again once the link is open)
+        returns from opening its receiver before messages reach its handler."""
+        if link.closed or not link.held:
+            return
+        link.held = False
+        flow, link.held_flow = link.held_flow, None
+        if flow is not None:
+            self._flow(flow)
+        else:
+            link.queue.dispatch()
+        self.endpoint.edge.schedule()
 
     def _source_queue(self, origin: addresses.Origin, source: Any) -> str:
         """The queue a source address reads (RabbitMQ 4.2's ensure_source): a v1
@@ -364,6 +390,11 @@ class Consuming(Amqp10Base):
             if e.echo and session is not None and e.handle in session.publishers:
                 self.conn.send_link_flow(e.channel, e.handle)
             return
+        if link.held:
+            link.held_flow = e
+            if link.attach_written:
+                self._warm_up(link)
+            return
         link.queue.dispatch()
         own = self.conn.link(e.channel, e.handle)
         if e.drain and own.credit > 0:
@@ -396,6 +427,8 @@ class Consuming(Amqp10Base):
         except Amqp10Error as exc:
             raise SessionError(exc.error) from None
         for queue, entries in by_queue.items():
+            if op.kind == "modify" and op.annotations:
+                queue.annotate(entries, op.annotations)
             if op.kind == "complete" or isinstance(queue, StreamQueue):
                 queue.ack(entries)  # a stream: any outcome gives the credit back
                 if op.kind == "complete":
