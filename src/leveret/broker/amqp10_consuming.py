@@ -28,6 +28,7 @@ from leveret.broker.message import Message
 from leveret.broker.operations.bindings import BindingRequest, bind
 from leveret.broker.queues import Queue
 from leveret.broker.queues.stream import StreamQueue
+from leveret.broker.queues.stream_filtering import ConsumerFilter, chunk_matcher
 from leveret.broker.reply_to import REPLY_PREFIX
 from leveret.protocol.amqp10 import definitions as d
 from leveret.protocol.amqp10 import events as ev
@@ -116,9 +117,11 @@ class Consuming(Amqp10Base):
             return self._refuse_attach(session.channel, handle, attach, condition(exc))
         except LinkError as exc:
             return self._refuse_attach(session.channel, handle, attach, exc.error)
-        spec = consumer_spec(
-            source.filter if isinstance(source, d.Source) else None, attach.properties
-        )
+        if isinstance(source, d.Source):
+            v4 = self.broker.compat.v4
+            spec = consumer_spec(source.filter, attach.properties, source.filter_types, v4)
+        else:
+            spec = consumer_spec(None, attach.properties)
         start = None
         if isinstance(queue, StreamQueue):
             try:
@@ -134,7 +137,12 @@ class Consuming(Amqp10Base):
             str(handle), queue, link, settled, False, 0, spec.arguments, priority
         )
         link.consumer = consumer
+        link.filters = spec.listed
         session.consumers[handle] = link
+        if isinstance(queue, StreamQueue):
+            queue.set_filter(
+                consumer, ConsumerFilter(chunk_matcher(spec.arguments), spec.message_filter)
+            )
         if isinstance(source, d.Source) and source.filter is not None:
             source = dataclasses.replace(source, filter=spec.filter)
         self.conn.send_attach(

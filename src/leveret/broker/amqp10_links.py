@@ -82,6 +82,8 @@ class ConsumerLink:
     own_queue: bool = False
     next_tag: int = field(default=1)
     number: int = 0  # the handle, where a channel has its number
+    # the filters in place, as the management API lists a link's (its sessions' page)
+    filters: tuple[dict[str, Any], ...] = ()
     # deliveries wait until the client has read the attach reply (``_warm_up``)
     held: bool = True
     attach_written: bool = False
