@@ -307,6 +307,10 @@ def test_direct_reply_to_over_a_volatile_queue(amqp, channel) -> None:
     name = unquote(address[len("/queues/") :])
     channel.basic_publish("", name, b"over 0-9-1")
     assert bytes(replies.receive(timeout=5).body) == b"over 0-9-1"
+    # a link to the address itself: the volatile queue exists while its consumer lives
+    # (rabbit_db_queue:exists, v4.2.9)
+    amqp.create_sender(address).send(Message(body="on its own link"))
+    assert replies.receive(timeout=5).body == "on its own link"
 
 
 def test_a_temporary_queue_lives_as_long_as_its_link(amqp, channel, broker) -> None:
