@@ -390,8 +390,9 @@ def test_a_memory_alarm_shuts_the_sessions_incoming_window(broker, amqp, channel
 
 def test_rabbitmq_4_offers_anonymous_which_logs_in_as_guest(tmp_path) -> None:
     """RabbitMQ 4 offers SASL ANONYMOUS by default (deps/rabbit/Makefile v4.2.9:
-    auth_mechanisms, anonymous_login_user guest); RabbitMQ 3.10.8 has no such mechanism."""
-    with leveret.Broker(plugins="rabbitmq_amqp1_0", rabbitmq_version="4.2") as b:
+    auth_mechanisms, anonymous_login_user guest); RabbitMQ 3.10.8 has no such mechanism.
+    RabbitMQ 4 serves AMQP 1.0 in its core, with no plugin to enable."""
+    with leveret.Broker(rabbitmq_version="4.2") as b:
         conn = BlockingConnection(
             f"amqp://127.0.0.1:{b.port}", allowed_mechs="ANONYMOUS", timeout=10
         )
@@ -404,6 +405,9 @@ def test_rabbitmq_4_offers_anonymous_which_logs_in_as_guest(tmp_path) -> None:
         assert _amqp091_mechanisms(b.port) == "AMQPLAIN PLAIN"
         with pytest.raises(proton.ConnectionException):
             BlockingConnection(f"amqp://127.0.0.1:{b.port}", allowed_mechs="ANONYMOUS", timeout=10)
+    with leveret.Broker() as b:  # 3.10.8 without its rabbitmq_amqp1_0 plugin: no AMQP 1.0
+        with pytest.raises(proton.ConnectionException):
+            BlockingConnection(f"amqp://guest:guest@127.0.0.1:{b.port}", timeout=5)
 
 
 def _amqp091_mechanisms(port: int) -> str:
