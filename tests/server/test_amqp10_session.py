@@ -405,9 +405,9 @@ def test_rabbitmq_4_offers_anonymous_which_logs_in_as_guest(tmp_path) -> None:
         assert _amqp091_mechanisms(b.port) == "AMQPLAIN PLAIN"
         with pytest.raises(proton.ConnectionException):
             BlockingConnection(f"amqp://127.0.0.1:{b.port}", allowed_mechs="ANONYMOUS", timeout=10)
-    with leveret.Broker() as b:  # 3.10.8 without its rabbitmq_amqp1_0 plugin: no AMQP 1.0
-        with pytest.raises(proton.ConnectionException):
-            BlockingConnection(f"amqp://guest:guest@127.0.0.1:{b.port}", timeout=5)
+    # 3.10.8 without its rabbitmq_amqp1_0 plugin: no AMQP 1.0
+    with leveret.Broker() as b, pytest.raises(proton.ConnectionException):
+        BlockingConnection(f"amqp://guest:guest@127.0.0.1:{b.port}", timeout=5)
 
 
 def _amqp091_mechanisms(port: int) -> str:
