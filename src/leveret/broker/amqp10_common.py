@@ -72,6 +72,10 @@ class Amqp10Edge(Protocol):
 
     def force_close(self, reason: str) -> None: ...
 
+    def released(self) -> None:
+        """Credit flow let go of this publisher: its socket is read again."""
+        ...
+
 
 Amqp10Endpoint = Endpoint[ServerConnection, Amqp10Edge]
 

@@ -31,6 +31,7 @@ from leveret.broker.amqp10_publishing import Publishing
 from leveret.broker.broker import BrokerCore
 from leveret.broker.events import ConnectionAuthorized, UserAuthenticated
 from leveret.broker.ports import FlowHolder, Traffic, WriteStalls
+from leveret.broker.queues.backlog import give_up_holds
 from leveret.broker.users import Permission, User
 from leveret.broker.vhost import VirtualHost
 from leveret.protocol.amqp10 import definitions as d
@@ -323,6 +324,13 @@ class Amqp10Session(Publishing, Consuming):
                 released: Callable[[], None] | None = getattr(publisher, "released", None)
                 if released is not None:
                     released()
+
+    def released(self) -> None:
+        """Credit flow let go of this publisher: its socket is read again."""
+        self.endpoint.edge.released()
+
+    def give_up_holds(self) -> None:
+        give_up_holds(self)
 
     def set_blocked(self, blocked: bool, reason: str) -> None:
         """A resource alarm: RabbitMQ 4 stops granting publishers credit; here the socket

@@ -62,6 +62,11 @@ class Edge(Output, Protocol):
         """Credit flow: nothing holds this publisher back any more; it is read again."""
         ...
 
+    def sync_confirms(self) -> None:
+        """Everything published is made durable now, and the confirms that waited for
+        it go out (a nack is to follow them)."""
+        ...
+
 
 def _no_certificate() -> tuple[str | None, str]:
     return None, "connection peer presented no TLS (x.509) certificate"

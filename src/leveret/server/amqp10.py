@@ -56,11 +56,6 @@ class Amqp10Edge(Edge):
     def force_close(self, reason: str) -> None:
         self.session.force_close(reason)
 
-    def released(self) -> None:
-        """Credit flow let go of this publisher: read again."""
-        if self.phase not in OVER and self.flow.release():
-            self.loop.call_soon(self.resume)
-
     def writing_paused(self, paused: bool) -> None:
         self.session.set_writable(not paused)
 
@@ -81,7 +76,7 @@ class Amqp10Edge(Edge):
                     conn.send_close(d.Error(d.INTERNAL_ERROR, "internal error"))
                 break
             if session.held_by:
-                flow.hold()
+                self.hold()
                 break
             if self.state.alarms and not session.blocked:
                 session.set_blocked(True, "")
