@@ -277,11 +277,12 @@ class Server:
 
     def _tick(self) -> None:
         """Periodic housekeeping: message and queue expiry, memory and disk (alarms,
-        paging), and making buffered store writes durable."""
+        paging), and making buffered store writes durable (in the fsync thread: no one
+        waits for these, the loop does not either)."""
         self._alarm_handle = self.loop.call_later(ALARM_CHECK_INTERVAL, self._tick)
         self.housekeeping()
         self.resources.check()
-        self.after_batch()
+        self.commit()
 
     def housekeeping(self) -> None:
         """What the broker does when time passes: expire messages and queues, close
