@@ -101,7 +101,8 @@ class Broker:
     free port) and Prometheus metrics on a free port (``metrics_url``). ``config`` is a TOML
     file in the format of ``leveret server --config`` (users, vhosts, permissions,
     settings); keyword arguments set any of its settings (``heartbeat=10``,
-    ``frame_max=...``, ``users=[{...}]``, ``default_user=False``) after the file, and lists
+    ``frame_max=...``, ``users=[{...}]``, ``default_user=False``,
+    ``rabbitmq_version="4.2"`` to behave as RabbitMQ 4.2) after the file, and lists
     add to the file's. The addresses are
     the arguments' (a file's ports and bind address are not used); a file's ``data_dir`` is
     used when the argument is not given.
@@ -135,6 +136,7 @@ class Broker:
                 getattr(cfg, key).extend(_entries(key, value))
             else:
                 cfg.set(key, value)
+        cfg.compat()  # the version and deprecated-feature settings go together
         cfg.amqp_port = int(port)
         # free ports for the stream protocol: in-process brokers run side by side
         if "stream_port" not in settings:
@@ -311,6 +313,12 @@ class Broker:
         """The syslog port, UDP and TCP (a free one with ``syslog_port=0``; 0 when the
         listener is off, as by default)."""
         return int(self._started().syslog_port)
+
+    @property
+    def rabbitmq_version(self) -> str:
+        """The RabbitMQ version it behaves as and reports: 3.10.8, or 4.2.9 when started
+        with ``rabbitmq_version="4.2"`` (see docs/compatibility.md)."""
+        return self.config.compat().version
 
     @property
     def url(self) -> str:

@@ -1,7 +1,9 @@
 """The client libraries' own test suites (aiormq, aio-pika, py-amqp, kombu) and two
 frameworks' RabbitMQ tests (FastStream, Dramatiq) against Leveret and RabbitMQ, through
 scripts/conformance: every test that passes on RabbitMQ passes on Leveret, or is a known gap
-(conformance/known-gaps.txt).
+(conformance/known-gaps.txt). RabbitMQ's official AMQP 1.0 client (rabbitmq-amqp-python-
+client), which needs RabbitMQ 4, runs against Leveret alone: every test and example of it
+passes, or is listed with its reason in conformance/amqp-python-client.txt.
 
 One test per suite, so that the suites run side by side on the suite's workers. Each run
 gets a Leveret and a RabbitMQ node of its own (in network namespaces of its own, root), so
@@ -73,3 +75,25 @@ def test_client_suite_passes_on_leveret_as_on_rabbitmq(
     print(proc.stderr, file=sys.stderr)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     assert "NEW GAP" not in proc.stdout
+
+
+@pytest.mark.timeout(2400)
+def test_official_amqp10_client_fails_only_as_listed() -> None:
+    """rabbitmq-amqp-python-client's tests and examples (tag v0.6.0) against a Leveret in
+    RabbitMQ 4 mode on localhost:5672/5671/15672 of a network namespace of its own."""
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "conformance"), "amqp-python-client"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=2400,
+        check=False,
+        preexec_fn=_ahead_of_the_suite,
+    )
+    print(proc.stdout)
+    print(proc.stderr, file=sys.stderr)
+    if proc.returncode == 3:
+        # the tests are not in the sdist, and the repository they come from is not here
+        pytest.skip(proc.stderr.strip().splitlines()[-1])
+    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-4000:]
+    assert "NEW FAILURE" not in proc.stdout

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.conftest import IN_CI
+from tests.support.amqp10 import amqp10, leveret_amqp10  # noqa: F401  (fixtures, for the tests)
 from tests.support.brokers import RABBITMQ_STREAM_PORT, BrokerUnderTest, ensure_rabbitmq_stream
 
 

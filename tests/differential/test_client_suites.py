@@ -1,6 +1,6 @@
 """Behaviour the client libraries' own test suites rely on (scripts/conformance), pinned
 on both brokers: priority queues, the order of replies when methods arrive together,
-and connection.update-secret."""
+connection.update-secret, and management API paths that end with a slash."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ import pytest
 from pamqp import commands, frame
 
 from tests.differential.helpers import connect
-from tests.support.brokers import BrokerUnderTest
+from tests.support.brokers import BrokerUnderTest, ensure_rabbitmq_management
+from tests.support.mgmt import Api
 from tests.support.rawclient import RawClient
 
 
@@ -123,3 +124,23 @@ def test_unbinding_what_does_not_exist_succeeds(broker: BrokerUnderTest, name: s
         with pytest.raises(pika.exceptions.ChannelClosedByBroker) as err:
             ch.queue_bind(q, f"{name}-missing", "rk")
         assert err.value.reply_code == 404
+
+
+def test_management_paths_may_end_with_a_slash(broker: BrokerUnderTest, name: str) -> None:
+    """rabbitmq-amqp-python-client's tests (tests/http_requests.py) delete their virtual
+    host as DELETE /api/vhosts/NAME/: RabbitMQ's routes take a trailing slash."""
+    if broker.name == "rabbitmq" and not ensure_rabbitmq_management():
+        pytest.fail("RabbitMQ's management plugin could not be enabled")
+    api = Api(broker.http_url)
+    assert api.put(f"/api/vhosts/{name}") == 201
+    try:
+        assert api.delete(f"/api/vhosts/{name}/") == 204
+        assert api.call("GET", f"/api/vhosts/{name}")[0] == 404
+        status, vhosts = api.call("GET", "/api/vhosts/")
+        assert status == 200
+        assert "/" in [v["name"] for v in vhosts]
+        assert api.call("GET", "/api/overview/")[0] == 200
+        assert api.call("GET", "/api/exchanges/%2F/amq.direct/")[0] == 200
+        assert api.call("GET", "/api/overview//")[0] == 404
+    finally:
+        api.delete(f"/api/vhosts/{name}")

@@ -144,3 +144,18 @@ def test_the_management_api_beside_the_amqp_port_is_found() -> None:
             broker.stop()
         return
     raise AssertionError("no two free ports 10,000 apart")
+
+
+def test_the_in_process_brokers_may_behave_as_rabbitmq_4_2(tmp_path: Path) -> None:
+    (tmp_path / "test_version.py").write_text(
+        "def test_version(leveret_broker, leveret_clock):\n"
+        "    assert leveret_broker.rabbitmq_version == '4.2.9'\n"
+        "    assert leveret_clock.rabbitmq_version == '4.2.9'\n"
+    )
+    proc = pytest_in(tmp_path, "-q", "--leveret-rabbitmq-version", "4.2")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    proc = pytest_in(tmp_path, "-q", "--leveret-rabbitmq-version", "4.1")
+    assert proc.returncode != 0
+    assert "--leveret-rabbitmq-version: invalid value for 'rabbitmq_version': '4.1'" in (
+        proc.stdout
+    )

@@ -172,6 +172,28 @@ client_events = st.one_of(
     st.builds(ev.Unsubscribe, _u32, _u8),
     st.builds(ev.StoreOffset, _str, _str, _u64),
     st.builds(ev.QueryOffset, _u32, _str, _str),
+    # RabbitMQ 3.11-3.13's
+    st.builds(
+        ev.Publish,
+        _u8,
+        st.lists(st.tuples(_u64, st.binary(max_size=30)), min_size=2, max_size=2),
+        st.just([]),
+        st.lists(st.one_of(st.none(), st.binary(max_size=10)), min_size=2, max_size=2),
+    ),
+    st.builds(ev.ConsumerUpdateResponse, _u32, _u16, st.sampled_from([0, 1, 2, 3]), st.just(0)),
+    st.builds(ev.ConsumerUpdateResponse, _u32, _u16, st.just(4), _u64),
+    st.builds(ev.ConsumerUpdateResponse, _u32, _u16, st.just(5), st.integers(-(2**63), 2**63 - 1)),
+    st.builds(ev.ExchangeCommandVersions, _u32, st.lists(st.tuples(_u16, _u16, _u16), max_size=4)),
+    st.builds(ev.StreamStats, _u32, _str),
+    st.builds(
+        ev.CreateSuperStream,
+        _u32,
+        _str,
+        st.lists(_str, max_size=3).map(tuple),
+        st.lists(_str, max_size=3).map(tuple),
+        _map,
+    ),
+    st.builds(ev.DeleteSuperStream, _u32, _str),
 )
 
 
@@ -220,6 +242,20 @@ server_frames = st.one_of(
     st.builds(ev.RouteResponse, _u32, _u16, _strs),
     st.builds(ev.PartitionsResponse, _u32, _u16, _strs),
     st.builds(ev.Deliver, _u8, st.binary(max_size=60)),
+    st.builds(ev.DeliverV2, _u8, _u64, st.binary(max_size=60)),
+    st.builds(ev.ConsumerUpdate, _u32, _u8, st.sampled_from([0, 1])),
+    st.builds(
+        ev.ExchangeCommandVersionsResponse,
+        _u32,
+        _u16,
+        st.lists(st.tuples(_u16, _u16, _u16), max_size=4),
+    ),
+    st.builds(
+        ev.StreamStatsResponse,
+        _u32,
+        _u16,
+        st.dictionaries(_str, st.integers(-(2**63), 2**63 - 1), max_size=3),
+    ),
 )
 
 
@@ -258,6 +294,20 @@ def test_the_servers_encoders_are_the_events_layouts(
     assert encode.deliver_header(small, len(challenge)) + challenge == reply(
         ev.Deliver(small, challenge)
     )
+    assert encode.deliver_header(small, len(challenge), 2**40 + cid) + challenge == reply(
+        ev.DeliverV2(small, 2**40 + cid, challenge)
+    )
+    assert encode.consumer_update(cid, small, True) == reply(ev.ConsumerUpdate(cid, small, 1))
+    assert encode.exchange_command_versions(cid, code, [(2, 1, 2)]) == reply(
+        ev.ExchangeCommandVersionsResponse(cid, code, [(2, 1, 2)])
+    )
+    assert encode.stream_stats(cid, code, {"committed_chunk_id": -1}) == reply(
+        ev.StreamStatsResponse(cid, code, {"committed_chunk_id": -1})
+    )
+    # RabbitMQ 3.13 answers Route and Partitions with the response bit, 3.10.8 without
+    with_bit = encode.streams_response(Key.ROUTE, cid, code, list(names), response_bit=True)
+    assert with_bit[4:6] == b"\x80\x18"
+    assert encode.decode_reply(body(with_bit)) == ev.RouteResponse(cid, code, names)
     frame = body(reply(ev.Deliver(small, challenge)))
     assert encode.delivered_to(frame) == small
     assert frame[encode.CHUNK_AT :] == challenge
@@ -265,7 +315,7 @@ def test_the_servers_encoders_are_the_events_layouts(
 
 
 def test_a_client_reads_what_it_does_not_know_as_unknown_frames() -> None:
-    assert encode.decode_reply(b"\x00\x1a\x00\x01\x00") == ev.UnknownFrame(0x1A, 1)
+    assert encode.decode_reply(b"\x00\x1f\x00\x01\x00") == ev.UnknownFrame(0x1F, 1)
     assert encode.decode_reply(b"\x00\x03\x00\x02") == ev.UnknownFrame(3, 2)
 
 
@@ -391,3 +441,10 @@ def test_any_bytes_give_events_or_need_data(
         if event is ev.NEED_DATA:
             break
         assert isinstance(event, ev.Event.__args__)  # type: ignore[attr-defined]
+
+
+def test_a_consumer_update_response_with_a_value_after_a_type_without_one() -> None:
+    """rstream always sends 8 bytes of offset; RabbitMQ ignores them for first, last, next
+    and none (rabbit_stream_core:offset_spec)."""
+    raw = struct.pack(">HHIHHQ", 0x801A, 1, 7, 1, OffsetType.NEXT, 0)
+    assert decode(raw) == ev.ConsumerUpdateResponse(7, 1, OffsetType.NEXT, 0)

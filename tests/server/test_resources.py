@@ -103,6 +103,10 @@ def test_bad_setting_on_the_command_line_is_one_line(tmp_path: Path) -> None:
 class Conn:
     def __init__(self) -> None:
         self.calls: list[tuple[bool, str]] = []
+        self.alarms_raised = 0
+
+    def alarm_raised(self) -> None:
+        self.alarms_raised += 1
 
     def set_blocked(self, blocked: bool, reason: str) -> None:
         self.calls.append((blocked, reason))
@@ -148,7 +152,7 @@ def test_memory_alarm_is_set_above_the_watermark_and_cleared_below(
     readings.rss = 1024 * MiB + 1
     monitor.check()
     # publishers are blocked by the connections themselves, at their next publish
-    assert state.alarms == {"memory"} and conn.calls == []
+    assert state.alarms == {"memory"} and conn.calls == [] and conn.alarms_raised == 1
     readings.disk = 999_999_999
     monitor.check()
     assert state.alarms == {"memory", "disk"}

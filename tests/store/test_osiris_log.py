@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from leveret.broker.queues.stream_amqp091 import to_amqp091
 from leveret.broker.queues.stream_amqp10 import to_amqp10
 from leveret.broker.queues.stream_properties import as_stored_in_a_stream
-from leveret.protocol.stream import chunk
+from leveret.protocol.stream import bloom, chunk
 from leveret.protocol.stream.chunk import HEADER
 from leveret.store.osiris import CHUNK_BYTES, OsirisLog
 from leveret.store.stream_layout import convert
@@ -309,3 +309,32 @@ def test_a_read_after_a_sub_batch_gives_as_many_records_as_asked(tmp_path: Path)
     assert [o for o, _, _ in log.read(8, 5)] == [8, 9, 10, 11, 12]
     assert [m for _, _, m in log.read(9, 2)] == [b"b9", b"m0"]
     log.close()
+
+
+def test_a_chunk_with_filter_values_stores_its_bloom_filter(tmp_path: Path) -> None:
+    """RabbitMQ 3.13's layout: the filter between header and data, its size in the header
+    (x-stream-filter-size-bytes); read back after a restart, a torn tail cut as before."""
+    log = OsirisLog(tmp_path)
+    log.filter_size = 32
+    log.append(b"m1", b"apple")
+    log.append(b"m2")
+    log.sync()
+    log.append(b"m3")
+    log.sync()
+    log.close()
+    raw = (tmp_path / "00000000000000000000.segment").read_bytes()[8:]
+    head = chunk.parse_header(raw)
+    assert head.filter_size == 32
+    assert raw[chunk.HEADER_SIZE : chunk.HEADER_SIZE + 32] == bloom.build([b"apple", None], 32)
+    assert chunk.records(raw, stored=True) == [b"m1", b"m2"]
+    reopened = OsirisLog(tmp_path)
+    assert reopened.committed == 3
+    first = reopened.chunk_at(0)
+    assert first is not None and first.filter_size == 32
+    assert first.read_filter() == bloom.build([b"apple", None], 32)
+    assert chunk.records(first.read()) == [b"m1", b"m2"]
+    second = reopened.chunk_at(2)
+    assert second is not None and second.filter_size == 0 and second.read_filter() == b""
+    assert [m for _, _, m in reopened.read(0, 10)] == [b"m1", b"m2", b"m3"]
+    assert reopened.chunk_ids() == (0, 2)
+    reopened.close()

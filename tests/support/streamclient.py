@@ -79,13 +79,13 @@ class RawStreamClient:
 
     def response(self, key: int) -> tuple[int, bytes]:
         """The response to ``key`` (other frames in between are skipped): its code and
-        the bytes after the code. Route and Partitions are answered under their own key
-        (RabbitMQ 3.10.8)."""
-        want = key if key in (0x18, 0x19) else key | 0x8000
+        the bytes after the code. RabbitMQ 3.10.8 answers Route and Partitions under their
+        own key, RabbitMQ 3.13 with the response bit: both are taken."""
+        want = {key | 0x8000, key} if key in (0x18, 0x19) else {key | 0x8000}
         while True:
             body = self.whole_frame(timeout=10)
             assert body is not None, f"no response to {key:#x}"
-            if _U16.unpack_from(body)[0] == want:
+            if _U16.unpack_from(body)[0] in want:
                 got = decode_reply(body)
                 assert not isinstance(got, ev.UnknownFrame), got
                 return got.code, body[10:]  # type: ignore[union-attr]

@@ -12,9 +12,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol, cast
 
-from leveret.broker.amqp10_links import ConsumerLink, PublisherLink
+from leveret.broker import operations
+from leveret.broker.amqp10_figures import SessionFigures
+from leveret.broker.amqp10_links import ConsumerLink, PublisherLink, VolatileLink
 from leveret.broker.broker import BrokerCore
 from leveret.broker.entry import Entry
+from leveret.broker.limits import check_queue_limit
 from leveret.broker.operations import Actor
 from leveret.broker.ports import ConnectionInfo, Endpoint, FlowHolder
 from leveret.broker.queues import Queue
@@ -31,6 +34,9 @@ INCOMING_WINDOW = 400
 HANDLE_MAX = 255
 #: sessions per connection (session_max_per_connection 64: channel-max 63)
 CHANNEL_MAX = 63
+#: how long RabbitMQ 4.2 waits before it closes a connection refused at its open, without
+#: a close frame (rabbit_amqp_reader.hrl's SILENT_CLOSE_DELAY)
+SILENT_CLOSE_DELAY = 3.0
 #: the capabilities RabbitMQ 4's open offers
 CAPABILITIES = ("LINK_PAIR_V1_0", "ANONYMOUS-RELAY")
 #: the AMQP error codes of the broker's operations, as AMQP 1.0 conditions
@@ -59,6 +65,15 @@ class LinkError(Exception):
         self.error = error
 
 
+class SessionError(Exception):
+    """A frame the session cannot go on after (RabbitMQ's protocol_error in a session
+    process): the session is ended with ``error``."""
+
+    def __init__(self, error: d.Error) -> None:
+        super().__init__(error.description)
+        self.error = error
+
+
 class Amqp10Edge(Protocol):
     """The server's side of an AMQP 1.0 client's socket, as its session sees it."""
 
@@ -76,6 +91,11 @@ class Amqp10Edge(Protocol):
         """Credit flow let go of this publisher: its socket is read again."""
         ...
 
+    def close_silently(self, delay: float) -> None:
+        """End the socket after ``delay`` seconds without a close (RabbitMQ's
+        silent_close_delay), reading nothing more."""
+        ...
+
 
 Amqp10Endpoint = Endpoint[ServerConnection, Amqp10Edge]
 
@@ -87,11 +107,14 @@ class LinkSession:
     channel: int
     publishers: dict[int, PublisherLink] = field(default_factory=dict)
     consumers: dict[int, ConsumerLink] = field(default_factory=dict)
+    volatile: dict[int, VolatileLink] = field(default_factory=dict)
     # delivery-id -> (link, queue, entry) of what a consumer has not settled
     unsettled: dict[int, tuple[ConsumerLink, Queue, Entry]] = field(default_factory=dict)
     # delivery-ids of publishes to confirm once they are on disk
     confirms: list[int] = field(default_factory=list)
     received: int = 0  # transfers since the incoming window was last opened
+    # what it did, and how the broker sees it (leveret.broker.amqp10_presence)
+    figures: SessionFigures = field(default_factory=SessionFigures)
 
 
 class Amqp10Base:
@@ -105,6 +128,7 @@ class Amqp10Base:
     permission: Permission | None
     vhost: str
     vhost_obj: VirtualHost | None
+    container_id: str
     blocked: bool
     needs_sync: bool
     writable: bool
@@ -125,11 +149,32 @@ class Amqp10Base:
         return Actor(self.user.name, self.permission, self.info)
 
     def _refuse_attach(self, channel: int, handle: int, attach: Any, error: d.Error) -> None:
-        """As RabbitMQ: an attach with a null terminus on our side, then the detach."""
+        """As RabbitMQ 4.2 (its figure 2.33): an attach whose terminus on our side is
+        null (the client's echoed), then the detach."""
+        receives = bool(attach.role)  # the client receives: we are the sender
         self.conn.send_attach(
             channel,
             handle,
-            source=attach.source if attach.role else None,
-            target=None if attach.role else attach.target,
+            source=None if receives else attach.source,
+            target=attach.target if receives else None,
+            snd_settle_mode=attach.snd_settle_mode,
+            rcv_settle_mode=attach.rcv_settle_mode,
+            initial_delivery_count=0 if receives else None,
         )
         self.conn.send_detach(channel, handle, True, error)
+
+    def _declare_v1(self, name: str, durable: bool) -> None:
+        """declare_queue_v1: configure permission, the vhost's queue limit, then a
+        classic queue (an existing one as it is)."""
+        vhost = self.vhost_obj
+        assert vhost is not None
+        operations.check_access(vhost, self.actor, "configure", "queue", name)
+        if name in vhost.queues:
+            return
+        try:
+            check_queue_limit(vhost, name)
+        except AMQPError as exc:
+            raise LinkError(
+                d.Error(d.RESOURCE_LIMIT_EXCEEDED, condition(exc).description)
+            ) from None
+        vhost.declare_queue(name, durable, None, False, {})

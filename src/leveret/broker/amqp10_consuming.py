@@ -4,19 +4,73 @@ dispositions, and the link's end (its unsettled messages back to the queue)."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
+from urllib.parse import quote
 
 from leveret.broker import amqp10_addresses as addresses
-from leveret.broker import operations
-from leveret.broker.amqp10_common import Amqp10Base, LinkError, LinkSession, condition
-from leveret.broker.amqp10_links import ConsumerLink, LinkConsumer
+from leveret.broker import names, operations
+from leveret.broker.amqp10_common import (
+    Amqp10Base,
+    LinkError,
+    LinkSession,
+    SessionError,
+    condition,
+)
+from leveret.broker.amqp10_delivery import delivery, settle_op, stream_delivery
+from leveret.broker.amqp10_filters import consumer_spec
+from leveret.broker.amqp10_links import ConsumerLink, LinkConsumer, VolatileLink
+from leveret.broker.amqp10_message import Amqp10Error, size_error
 from leveret.broker.entry import Entry
 from leveret.broker.events import ConsumerCreated, ConsumerDeleted
+from leveret.broker.limits import check_queue_limit
+from leveret.broker.message import Message
+from leveret.broker.operations.bindings import BindingRequest, bind
 from leveret.broker.queues import Queue
-from leveret.broker.queues.stream_amqp10 import to_amqp10
+from leveret.broker.queues.stream import StreamQueue
+from leveret.broker.reply_to import REPLY_PREFIX
 from leveret.protocol.amqp10 import definitions as d
 from leveret.protocol.amqp10 import events as ev
+from leveret.protocol.amqp10.types import Array, Described, Symbol
 from leveret.protocol.errors import AMQPError
+
+#: the capabilities of dynamic sources RabbitMQ 4.2 serves
+VOLATILE = Symbol("rabbitmq:volatile-queue")
+TEMPORARY = Symbol("temporary-queue")
+#: the outcomes a consumer may settle with
+OUTCOMES = tuple(Symbol(o) for o in ("amqp:accepted:list", "amqp:rejected:list",
+                                     "amqp:released:list", "amqp:modified:list"))  # fmt: skip
+#: what RabbitMQ 4.2 says of a dynamic node
+NODE_PROPERTIES = {
+    Symbol("lifetime-policy"): Described(Symbol("amqp:delete-on-close:list"), []),
+    Symbol("supported-dist-modes"): Array("symbol", (Symbol("move"),)),
+}
+
+
+def _outcomes(source: d.Source) -> tuple[str, ...]:
+    """The outcomes a source may use: the client's, if this broker has them all."""
+    if source.outcomes is None:
+        return OUTCOMES
+    unsupported = [o for o in source.outcomes if o not in OUTCOMES]
+    if unsupported:
+        raise LinkError(d.Error(d.NOT_IMPLEMENTED, f"Outcomes not supported: {unsupported}"))
+    return source.outcomes
+
+
+def _durable(source: Any) -> bool:
+    """queue_is_durable: a terminus durability of configuration or unsettled-state."""
+    return isinstance(source, d.Source) and bool(source.durable)
+
+
+def _dynamic_name(container_id: str, link_name: str) -> str:
+    """generate_queue_name_dynamic: the container-id and link name when they are short."""
+    if len(container_id.encode()) + len(link_name.encode()) < 150:
+        return names.generate(f"amq.dyn-{container_id}-{link_name}")
+    return names.generate("amq.dyn.gen")
+
+
+def queue_address(name: str) -> str:
+    return "/queues/" + quote(name, safe="")
 
 
 class Consuming(Amqp10Base):
@@ -24,21 +78,26 @@ class Consuming(Amqp10Base):
 
     def _attach_consumer(self, session: LinkSession, handle: int, attach: Any) -> None:
         source = attach.source
-        address = source.address if isinstance(source, d.Source) else None
         vhost = self.vhost_obj
         assert vhost is not None
+        settled = attach.snd_settle_mode == d.SenderSettleMode.SETTLED
         try:
+            dynamic = isinstance(source, d.Source) and bool(source.dynamic)
+            if dynamic:
+                source = self._dynamic_source(session, handle, attach, source, settled)
+                if source is None:  # a volatile queue's link, attached
+                    return
+            elif isinstance(source, d.Source):
+                source = dataclasses.replace(
+                    source, default_outcome=d.RELEASED, outcomes=_outcomes(source)
+                )
+            address = source.address if isinstance(source, d.Source) else None
             origin = addresses.source(address)
-            if origin.queue is None:
-                raise addresses.BadAddress(
-                    d.Error(d.NOT_IMPLEMENTED, f"source address {address!r} is not supported yet")
-                )
-            operations.check_access(vhost, self.actor, "read", "queue", origin.queue)
-            queue = vhost.queues.get(origin.queue)
+            name = self._source_queue(origin, source)
+            operations.check_access(vhost, self.actor, "read", "queue", name)
+            queue = vhost.queues.get(name)
             if queue is None:
-                raise LinkError(
-                    d.Error(d.NOT_FOUND, f"no queue '{origin.queue}' in vhost '{vhost.name}'")
-                )
+                raise LinkError(d.Error(d.NOT_FOUND, f"no queue '{name}' in vhost '{vhost.name}'"))
             owner = queue.exclusive_owner
             if owner is not None and owner is not self.info:
                 raise LinkError(
@@ -54,13 +113,27 @@ class Consuming(Amqp10Base):
             return self._refuse_attach(session.channel, handle, attach, condition(exc))
         except LinkError as exc:
             return self._refuse_attach(session.channel, handle, attach, exc.error)
-        settled = attach.snd_settle_mode == d.SenderSettleMode.SETTLED
-        link = ConsumerLink(
-            self, session.channel, handle, attach.name, address or "", queue, settled
+        spec = consumer_spec(
+            source.filter if isinstance(source, d.Source) else None, attach.properties
         )
-        consumer = LinkConsumer(f"ctag-{handle}", queue, link, settled, False, 0, {})
+        start = None
+        if isinstance(queue, StreamQueue):
+            try:
+                start = queue.resolve_offset(spec.arguments.get("x-stream-offset"))
+            except AMQPError as exc:
+                return self._refuse_attach(session.channel, handle, attach, condition(exc))
+        link = ConsumerLink(
+            self, session.channel, handle, attach.name, address or "", queue, settled,
+            max_message_size=attach.max_message_size or 0, dynamic=dynamic,
+        )  # fmt: skip
+        priority = spec.arguments.get("x-priority", 0)
+        consumer = LinkConsumer(  # RabbitMQ 4.2's tag: the handle (handle_to_ctag)
+            str(handle), queue, link, settled, False, 0, spec.arguments, priority
+        )
         link.consumer = consumer
         session.consumers[handle] = link
+        if isinstance(source, d.Source) and source.filter is not None:
+            source = dataclasses.replace(source, filter=spec.filter)
         self.conn.send_attach(
             session.channel,
             handle,
@@ -71,8 +144,144 @@ class Consuming(Amqp10Base):
             initial_delivery_count=0,
             max_message_size=attach.max_message_size,
         )
-        queue.add_consumer(consumer)
+        queue.add_consumer(consumer, start)
         vhost.observers.emit(ConsumerCreated(consumer))
+
+    def _source_queue(self, origin: addresses.Origin, source: Any) -> str:
+        """The queue a source address reads (RabbitMQ 4.2's ensure_source): a v1
+        ``/queue/Q`` is declared if missing, a v1 ``/exchange/X/key`` or ``/topic/key``
+        gets a new ``amq.gen-`` queue bound to it (neither exclusive nor auto-delete, as
+        RabbitMQ 4.2 declares them)."""
+        vhost = self.vhost_obj
+        assert vhost is not None
+        durable = _durable(source)
+        if origin.queue is not None:
+            if origin.declare:
+                self._declare_v1(origin.queue, durable)
+            return origin.queue
+        assert origin.exchange is not None
+        if origin.exchange not in vhost.exchanges:
+            raise LinkError(
+                d.Error(d.NOT_FOUND, f"no exchange '{origin.exchange}' in vhost '{vhost.name}'")
+            )
+        name = names.queue_name()
+        self._declare_v1(name, durable)
+        request = BindingRequest(origin.exchange, "queue", name, origin.routing_key)
+        bind(vhost, self.actor, request)
+        return name
+
+    def _dynamic_source(
+        self, session: LinkSession, handle: int, attach: Any, source: d.Source, settled: bool
+    ) -> d.Source | None:
+        """A dynamic source (ensure_source): RabbitMQ 4.2's volatile queue (direct
+        reply-to: the link is attached here, None returned) or a temporary queue (an
+        exclusive classic queue of the link's own, deleted when the link goes: its
+        source returned)."""
+        caps = set(source.capabilities or ())
+        if (
+            source.address is None
+            and VOLATILE in caps
+            and source.durable in (None, 0)
+            and source.expiry_policy == "link-detach"
+            and source.timeout in (None, 0)
+            and settled
+        ):
+            self._attach_volatile(session, handle, attach, source)
+            return None
+        if source.address is None and TEMPORARY in caps:
+            vhost = self.vhost_obj
+            assert vhost is not None
+            name = _dynamic_name(self.container_id, attach.name)
+            operations.check_access(vhost, self.actor, "configure", "queue", name)
+            try:
+                check_queue_limit(vhost, name)
+            except AMQPError as exc:
+                raise LinkError(
+                    d.Error(d.RESOURCE_LIMIT_EXCEEDED, condition(exc).description)
+                ) from None
+            vhost.declare_queue(name, False, self.info, False, {})
+            return d.Source(
+                address=queue_address(name),
+                durable=0,
+                expiry_policy="link-detach",
+                timeout=0,
+                dynamic=True,
+                dynamic_node_properties=NODE_PROPERTIES,
+                distribution_mode="move",
+                default_outcome=d.RELEASED,
+                outcomes=_outcomes(source),
+                capabilities=(TEMPORARY,),
+            )
+        raise LinkError(d.Error(d.NOT_IMPLEMENTED, "Dynamic source not supported"))
+
+    def _attach_volatile(
+        self, session: LinkSession, handle: int, attach: Any, source: d.Source
+    ) -> None:
+        """Direct reply-to over AMQP 1.0 (rabbit_volatile_queue): a name that routes to
+        this link while it lives; what arrives without credit is dropped."""
+        vhost = self.vhost_obj
+        assert vhost is not None and vhost.replies is not None
+        link = VolatileLink(self, session.channel, handle)
+        link.suffix = vhost.replies.register(link)
+        session.volatile[handle] = link
+        name = REPLY_PREFIX + link.suffix
+        self.conn.send_attach(
+            session.channel,
+            handle,
+            source=d.Source(
+                address=queue_address(name),
+                durable=source.durable,
+                expiry_policy=source.expiry_policy,
+                timeout=0,
+                dynamic=True,
+                dynamic_node_properties=NODE_PROPERTIES,
+                distribution_mode="move",
+                capabilities=(VOLATILE,),
+            ),
+            target=attach.target,
+            snd_settle_mode=d.SenderSettleMode.SETTLED,
+            rcv_settle_mode=attach.rcv_settle_mode,
+            initial_delivery_count=0,
+            max_message_size=attach.max_message_size,
+        )
+
+    def send_reply(self, link: VolatileLink, message: Message) -> None:
+        """A reply to a volatile queue's link: sent settled if it has credit, else
+        dropped (RabbitMQ 4.2 counts it)."""
+        if link.closed or not self.writable or self.link_credit(link.channel, link.handle) <= 0:
+            link.dropped += 1
+            return
+        self.conn.send_transfer(link.channel, link.handle, delivery(message), link.next_tag(), True)
+        self.endpoint.edge.schedule()
+
+    def _drop_link(self, session: LinkSession, handle: int) -> None:
+        """A link on which the client received goes (detached, or its session ended)."""
+        link = session.consumers.get(handle)
+        if link is not None:
+            self._drop_consumer(session, link)
+        volatile = session.volatile.pop(handle, None)
+        if volatile is not None:
+            volatile.closed = True
+            vhost = self.vhost_obj
+            if vhost is not None and vhost.replies is not None:
+                vhost.replies.unregister(volatile.suffix)
+
+    def _end_session(self, channel: int) -> None:
+        """A session ends: its consumers go, what they had not settled back to the
+        queues."""
+        session = self.sessions.pop(channel, None)
+        if session is None:
+            return
+        for handle in [*session.consumers, *session.volatile]:
+            self._drop_link(session, handle)
+
+    def _fail_session(self, channel: int, error: d.Error) -> None:
+        """The session cannot go on (RabbitMQ's protocol_error in a session): it is
+        ended with ``error``."""
+        if channel in self.sessions:
+            self._end_session(channel)
+            self.conn.send_end(channel, error)
+            self.endpoint.edge.schedule()
 
     def _drop_consumer(self, session: LinkSession, link: ConsumerLink) -> None:
         """A consumer's link goes: what it has not settled goes back to its queue."""
@@ -87,7 +296,10 @@ class Consuming(Amqp10Base):
         back = [(did, e) for did, (lk, q, e) in session.unsettled.items() if lk is link]
         for did, _ in back:
             del session.unsettled[did]
-        if back:
+        if link.dynamic and not queue.deleted:  # a temporary queue goes with its link
+            assert self.vhost_obj is not None
+            self.vhost_obj.remove_queue(queue)
+        elif back:
             queue.requeue([e for _, e in back])
             queue.dispatch()
 
@@ -115,8 +327,21 @@ class Consuming(Amqp10Base):
         self, link: ConsumerLink, consumer: Any, queue: Queue, entry: Entry, tag: bytes
     ) -> None:
         message = entry.message
-        payload = to_amqp10(message.exchange, message.routing_key, message.properties, message.body)
+        if isinstance(queue, StreamQueue):  # the entry as stored, at its offset
+            payload = stream_delivery(message.body, entry.seq, queue.name)
+        else:
+            payload = delivery(message, redelivered=entry.redelivered)
+        limit = link.max_message_size
+        if limit and len(payload) > limit:
+            # RabbitMQ 4.2 ends the session (an unsettled delivery goes back to the queue;
+            # one its link consumes settled is gone, as there)
+            if not link.settled:
+                consumer.unacked += 1
+                self.sessions[link.channel].unsettled[-1] = (link, queue, entry)
+            self._fail_session(link.channel, size_error(len(payload), limit).error)
+            return
         delivery_id = self.conn.send_transfer(link.channel, link.handle, payload, tag, link.settled)
+        self.sessions[link.channel].figures.delivered(entry.redelivered, link.settled)
         if not link.settled:
             consumer.unacked += 1
             self.sessions[link.channel].unsettled[delivery_id] = (link, queue, entry)
@@ -158,12 +383,16 @@ class Consuming(Amqp10Base):
                 break
             did = (did + 1) & 0xFFFF_FFFF
         state = e.state
+        try:
+            op = settle_op(state)
+        except Amqp10Error as exc:
+            raise SessionError(exc.error) from None
         for queue, entries in by_queue.items():
-            if isinstance(state, d.Accepted):
-                queue.ack(entries)
-            elif isinstance(state, d.Rejected) or (
-                isinstance(state, d.Modified) and state.undeliverable_here
-            ):
+            if op.kind == "complete" or isinstance(queue, StreamQueue):
+                queue.ack(entries)  # a stream: any outcome gives the credit back
+                if op.kind == "complete":
+                    session.figures.ack += len(entries)
+            elif op.kind == "discard" or (op.kind == "modify" and op.undeliverable_here):
                 queue.reject(entries, False)
             else:  # released, modified: back to the queue
                 queue.reject(entries, True)

@@ -18,6 +18,7 @@ from leveret.broker.consumer import Consumer
 if TYPE_CHECKING:
     from leveret.broker.entry import Entry
     from leveret.broker.exchanges import Exchange
+    from leveret.broker.message import Message
     from leveret.broker.ports import ConnectionInfo, FlowHolder
     from leveret.broker.queues import Queue
 
@@ -49,6 +50,7 @@ class LinkConsumer(Consumer):
     __slots__ = ()
 
     channel: ConsumerLink
+    reads_stored = True  # a stream's entries go out as stored, with their annotations
 
     def has_credit(self) -> bool:
         return self.channel.can_deliver()
@@ -69,6 +71,8 @@ class ConsumerLink:
     address: str
     queue: Queue
     settled: bool  # snd-settle-mode settled: consumed without acknowledgement
+    max_message_size: int = 0  # the client's, for what it receives (0: no limit)
+    dynamic: bool = False  # a temporary queue of its own, deleted when it goes
     consumer: LinkConsumer | None = None
     closed: bool = False
     #: a credit-limited target: queues ask ``can_deliver`` of it
@@ -117,3 +121,25 @@ class ConsumerLink:
     def consumer_cancelled_by_server(self, consumer: Consumer) -> None:
         """The queue went away: the link is detached, as RabbitMQ's session detaches it."""
         self.session.queue_gone(self)
+
+
+@dataclass(eq=False)
+class VolatileLink:
+    """A link reading a volatile queue (RabbitMQ 4.2's direct reply-to over AMQP 1.0):
+    a reply consumer of the broker's direct reply-to, by the address ``suffix`` it was
+    given; replies go out settled while it has credit, and are dropped without."""
+
+    session: Any  # the Amqp10Session it is on
+    channel: int
+    handle: int
+    suffix: str = ""
+    closed: bool = False
+    dropped: int = 0
+    tag: int = 0
+
+    def next_tag(self) -> bytes:
+        self.tag += 1
+        return _TAG.pack(self.tag)
+
+    def deliver_reply(self, message: Message) -> None:
+        self.session.send_reply(self, message)

@@ -15,34 +15,36 @@ import time
 from collections.abc import Callable
 from typing import Any, ClassVar
 
+from leveret.broker import amqp10_presence as presence
 from leveret.broker import login, names
 from leveret.broker.amqp10_common import (
     CAPABILITIES,
     CHANNEL_MAX,
     HANDLE_MAX,
     INCOMING_WINDOW,
+    SILENT_CLOSE_DELAY,
     Amqp10Endpoint,
     LinkError,
     LinkSession,
-    condition,
+    SessionError,
 )
 from leveret.broker.amqp10_consuming import Consuming
+from leveret.broker.amqp10_linkpair import ManagementLinks, PairSession
 from leveret.broker.amqp10_publishing import Publishing
 from leveret.broker.broker import BrokerCore
-from leveret.broker.events import ConnectionAuthorized, UserAuthenticated
 from leveret.broker.ports import FlowHolder, Traffic, WriteStalls
+from leveret.broker.queues import Queue
 from leveret.broker.queues.backlog import give_up_holds
 from leveret.broker.users import Permission, User
 from leveret.broker.vhost import VirtualHost
 from leveret.protocol.amqp10 import definitions as d
 from leveret.protocol.amqp10 import events as ev
 from leveret.protocol.amqp10.types import Symbol
-from leveret.protocol.errors import AMQPError
 
 log = logging.getLogger(__name__)
 
 
-class Amqp10Session(Publishing, Consuming):
+class Amqp10Session(Publishing, Consuming, ManagementLinks):
     """An AMQP 1.0 connection, from SASL to close."""
 
     # RabbitMQ 4 lists these connections with this protocol
@@ -86,6 +88,9 @@ class Amqp10Session(Publishing, Consuming):
         self.held_by: set[FlowHolder] = set()
         self.holding: set[FlowHolder] = set()
         self.needs_sync = False
+        # --- /management link pairs (amqp10_linkpair) ---
+        self.link_pairs: dict[int, PairSession] = {}
+        self.owned_queues: list[Queue] = []
 
     # ------------------------------------------------------ as others see it
     @property
@@ -102,7 +107,7 @@ class Amqp10Session(Publishing, Consuming):
 
     def force_close(self, reason: str) -> None:
         if not self.conn.closed and not self.conn.closing:
-            self.conn.send_close(d.Error(d.CONNECTION_FORCED, reason))
+            self.conn.send_close(presence.forced(reason))
             self.endpoint.edge.schedule()
         self.close()
 
@@ -110,10 +115,18 @@ class Amqp10Session(Publishing, Consuming):
     def handle(self, event: ev.Event) -> None:
         """A frame of the connection, by its handler."""
         handler = _EVENTS[type(event)]
+        self.broker.actor = self.username  # who performs what the events tell of
         try:
+            # --- /management link pairs (amqp10_linkpair): their links' events ---
+            if self.link_pairs and self._pair_event(event):
+                return
             handler(self, event)
         except LinkError as exc:  # a transfer's link fails
             self._detach(getattr(event, "channel", 0), getattr(event, "handle", 0), exc.error)
+        except SessionError as exc:  # the session cannot go on
+            self._fail_session(getattr(event, "channel", 0), exc.error)
+        finally:
+            self.broker.actor = ""
 
     # ---------------------------------------------------------------- SASL
     def _sasl_header(self, e: ev.SaslHeaderReceived) -> None:
@@ -171,7 +184,13 @@ class Amqp10Session(Publishing, Consuming):
         vhost = hostname[len("vhost:") :] if hostname.startswith("vhost:") else "/"
         refused = self._open_refusal(vhost, open_.idle_time_out)
         if refused is not None:
-            self.conn.send_close(refused)
+            if self.broker.compat.v4:
+                # RabbitMQ 4.2: a handshake error (the connection is not open yet): logged,
+                # and the socket closed after a delay, with no close frame
+                log.warning("closing AMQP 1.0 connection %s: %s", self.name, refused.description)
+                self.endpoint.edge.close_silently(SILENT_CLOSE_DELAY)
+            else:
+                self.conn.send_close(refused)
             return
         heartbeat = self.heartbeat
         self.conn.send_open(
@@ -207,27 +226,29 @@ class Amqp10Session(Publishing, Consuming):
                 d.UNAUTHORIZED_ACCESS,
                 f"AMQP 1.0 connection failed: virtual host '{vhost}' does not exist",
             )
-        access = login.vhost_access(self.broker, user, vhost)
-        if isinstance(access, AMQPError):
-            return condition(access)
+        access = presence.vhost_access(self, user, vhost)  # limits, by the RabbitMQ
+        if isinstance(access, d.Error):
+            return access
         if idle is not None and 0 < idle < 1000:
             return d.Error(
                 d.NOT_ALLOWED, f"idle-time-out ({idle} ms) < minimum idle-time-out (1000 ms)"
             )
         self.vhost = vhost
         self.vhost_obj, self.permission = access
-        self.broker.register(self)
-        self.registered = True
-        self.broker.observers.emit(UserAuthenticated(self))
-        self.broker.observers.emit(ConnectionAuthorized(self))
+        self.registered = presence.opened(self)  # registered, told of (by the RabbitMQ)
         return None
 
     def _server_properties(self) -> dict[Any, Any]:
+        """The open's properties (rabbit_amqp_reader:server_properties): the node, then
+        the server properties AMQP 0-9-1 has, but its capabilities table. The product is
+        RabbitMQ's name here: RabbitMQ's official AMQP 1.0 clients refuse any other
+        ("Connection to non-RabbitMQ server detected"); ``information`` names Leveret."""
         props = {
             Symbol(k): str(v)
             for k, v in sorted(self.broker.server_properties().items())
             if k != "capabilities"
         }
+        props[Symbol("product")] = "RabbitMQ"
         return {Symbol("node"): self.broker.node_name, **props}
 
     def _close(self, e: ev.CloseReceived) -> None:
@@ -245,7 +266,12 @@ class Amqp10Session(Publishing, Consuming):
     # ------------------------------------------------------------- sessions
     def _begin(self, e: ev.BeginReceived) -> None:
         handle_max = e.begin.handle_max
-        self.sessions[e.channel] = LinkSession(e.channel)
+        session = LinkSession(e.channel)
+        refused = presence.begin(self, session)  # RabbitMQ 3.10.8: connected at begin
+        if refused is not None:
+            self.conn.send_close(refused)
+            return
+        self.sessions[e.channel] = session
         self.conn.send_begin(
             e.channel,
             incoming_window=INCOMING_WINDOW,
@@ -262,38 +288,47 @@ class Amqp10Session(Publishing, Consuming):
         self.conn.send_end(e.channel, e.error)
 
     def _end_session(self, channel: int) -> None:
-        session = self.sessions.pop(channel, None)
-        if session is None:
-            return
-        for link in list(session.consumers.values()):
-            self._drop_consumer(session, link)
+        self._end_pairs(channel)  # --- /management link pairs (amqp10_linkpair) ---
+        session = self.sessions.get(channel)
+        with presence.internally(self.broker):  # its consumers go with it
+            super()._end_session(channel)
+        if session is not None:
+            presence.ended(self, session)  # --- its direct connection (amqp10_presence) ---
+
+    def end_session(self, channel: int, error: d.Error) -> None:
+        """The broker ends a session (RabbitMQ 3.10.8: its direct connection was closed
+        from the management API)."""
+        if self.conn.closed or self.conn.closing:
+            self._end_session(channel)
+        else:
+            self._fail_session(channel, error)
 
     # ---------------------------------------------------------------- links
     def _attach(self, e: ev.AttachReceived) -> None:
         attach = e.attach
         session = self.sessions[e.channel]
-        if attach.role:  # the client receives: we send, from a queue
-            self._attach_consumer(session, e.handle, attach)
-        else:
-            self._attach_publisher(session, e.handle, attach)
+        # --- /management link pairs (amqp10_linkpair) ---
+        if self._attach_pair(e.channel, e.handle, attach):
+            return
+        with presence.attaching(self, session, e.handle):  # RabbitMQ 3.10.8's channel 2
+            if attach.role:  # the client receives: we send, from a queue
+                self._attach_consumer(session, e.handle, attach)
+            else:
+                self._attach_publisher(session, e.handle, attach)
 
     def _detach(self, channel: int, handle: int, error: d.Error | None) -> None:
         session = self.sessions.get(channel)
         if session is None:
             return
         session.publishers.pop(handle, None)
-        link = session.consumers.get(handle)
-        if link is not None:
-            self._drop_consumer(session, link)
+        self._drop_link(session, handle)
         self.conn.send_detach(channel, handle, True, error)
 
     def _detached(self, e: ev.DetachReceived) -> None:
         session = self.sessions.get(e.channel)
         if session is not None:
             session.publishers.pop(e.handle, None)
-            link = session.consumers.get(e.handle)
-            if link is not None:
-                self._drop_consumer(session, link)
+            self._drop_link(session, e.handle)
         if not e.complete:
             self.conn.send_detach(e.channel, e.handle, e.closed)
 
@@ -333,16 +368,26 @@ class Amqp10Session(Publishing, Consuming):
         give_up_holds(self)
 
     def set_blocked(self, blocked: bool, reason: str) -> None:
-        """A resource alarm: RabbitMQ 4 stops granting publishers credit; here the socket
-        is not read, and the session's window is not opened again."""
+        """A resource alarm, or its end (RabbitMQ 4.2's conserve_resources): each
+        session's incoming window shuts (0, with a margin of a window's worth for the
+        transfers already on their way) or opens again, and a flow tells the client."""
+        if blocked == self.blocked:
+            return
         self.blocked = blocked
+        for channel, session in self.sessions.items():
+            own = self.conn.session(channel)
+            own.window_margin = INCOMING_WINDOW if blocked else 0
+            session.received = 0
+            self.conn.send_session_flow(channel, 0 if blocked else INCOMING_WINDOW)
 
     def close(self) -> None:
         if self.closed:
             return
         self.closed = True
+        presence.closing(self)  # its reader's close is told of first
         for channel in list(self.sessions):
             self._end_session(channel)
+        self._close_pairs()  # --- /management link pairs (amqp10_linkpair) ---
         self._release_held()
         for holder in list(self.held_by):
             holding = getattr(holder, "holding", None)

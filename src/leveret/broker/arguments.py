@@ -122,10 +122,11 @@ def _reason(key: str, value: Any, wire: str) -> str | None:
     return None
 
 
-def check_queue_arguments(where: str, arguments: dict[str, Any]) -> None:
+def check_queue_arguments(where: str, arguments: dict[str, Any], v4: bool = False) -> None:
     """A classic queue's declaration arguments, as RabbitMQ checks them (``where``
-    names the queue as its error texts do)."""
-    check_typed_arguments(where, arguments, CLASSIC_ARGS, "rabbit_classic_queue")
+    names the queue as its error texts do); ``v4``: as RabbitMQ 4.2 does."""
+    type_args = CLASSIC_ARGS_4 if v4 else CLASSIC_ARGS
+    check_typed_arguments(where, arguments, type_args, "rabbit_classic_queue", v4)
 
 
 def assert_args_equivalence(
@@ -186,6 +187,24 @@ _INTEGER_WIRE_TYPES = frozenset(
     ("byte", "short", "signedint", "long", "unsignedbyte", "unsignedshort", "unsignedint")
 )
 _LEADER_LOCATORS = ("client-local", "balanced", "random", "least-leaders")
+
+# RabbitMQ 4.2's (v4.2.9 rabbit_amqqueue.erl:949-973 declare_args and consume_args, and the
+# capabilities() of rabbit_classic_queue.erl:665-685, rabbit_quorum_queue.erl:525-545 and
+# rabbit_stream_queue.erl:1482-1500): a classic queue takes x-queue-leader-locator, which
+# may also be min-masters (rabbit_queue_location.erl:34-35); streams take
+# x-stream-filter-size-bytes; consumers x-priority, and on streams x-stream-offset and the
+# filters. x-cancel-on-ha-failover and x-credit are gone: no type knows them, nor refuses.
+CLASSIC_ARGS_4 = CLASSIC_ARGS | {"x-queue-leader-locator"}
+KNOWN_QUEUE_ARGS_4 = KNOWN_QUEUE_ARGS | {"x-stream-filter-size-bytes"}
+_LEADER_LOCATORS_4 = (*_LEADER_LOCATORS, "min-masters")
+CONSUMER_ARGS_4 = {
+    "rabbit_classic_queue": frozenset(("x-priority",)),
+    "rabbit_quorum_queue": frozenset(("x-priority",)),
+    "rabbit_stream_queue": frozenset(
+        ("x-stream-offset", "x-stream-filter", "x-stream-match-unfiltered")
+    ),
+}
+KNOWN_CONSUMER_ARGS_4 = frozenset().union(*CONSUMER_ARGS_4.values())
 _DLX_STRATEGIES = ("at-most-once", "at-least-once")
 
 
@@ -225,9 +244,10 @@ def _one_of(value: Any, wire: str, known: tuple[str, ...], invalid: str) -> str 
 Validator = Callable[[Any, str], "str | None"]
 
 
-def _declare_validators(arguments: dict[str, Any]) -> list[tuple[str, Validator]]:
+def _declare_validators(arguments: dict[str, Any], v4: bool = False) -> list[tuple[str, Validator]]:
     """rabbit_amqqueue:declare_args(), in its order: key -> reason(value, wire type)."""
     has_dlx = "x-dead-letter-exchange" in arguments
+    locators = _LEADER_LOCATORS_4 if v4 else _LEADER_LOCATORS
 
     def dlrk(v: Any, w: str) -> str | None:
         if not _is_str(v):
@@ -278,19 +298,25 @@ def _declare_validators(arguments: dict[str, Any]) -> list[tuple[str, Validator]
         ("x-quorum-initial-group-size", group_size),
         ("x-max-age", max_age),
         ("x-stream-max-segment-size-bytes", _non_neg),
+        *((("x-stream-filter-size-bytes", _non_neg),) if v4 else ()),
         ("x-initial-cluster-size", group_size),
         (
             "x-queue-leader-locator",
-            lambda v, w: _one_of(v, w, _LEADER_LOCATORS, "invalid_queue_locator_arg"),
+            lambda v, w: _one_of(v, w, locators, "invalid_queue_locator_arg"),
         ),
     ]
 
 
 def check_typed_arguments(
-    where: str, arguments: dict[str, Any], type_args: frozenset[str], rabbit_type: str
+    where: str,
+    arguments: dict[str, Any],
+    type_args: frozenset[str],
+    rabbit_type: str,
+    v4: bool = False,
 ) -> None:
     """Raise what rabbit_amqqueue:check_declare_arguments raises for a queue (``where``,
-    as its error texts name it) of a type that takes ``type_args``."""
+    as its error texts name it) of a type that takes ``type_args`` (``v4``: RabbitMQ
+    4.2's validators and known arguments)."""
     dlx = arguments.get("x-dead-letter-exchange")
     if dlx is not None and not _is_str(dlx):  # rabbit_channel checks this one first
         raise errors.precondition_failed(
@@ -303,8 +329,9 @@ def check_typed_arguments(
         )
         if reason is not None:
             raise errors.precondition_failed(f"invalid arg 'x-queue-type' for {where}: {reason}")
+    known = KNOWN_QUEUE_ARGS_4 if v4 else KNOWN_QUEUE_ARGS
     _check_type_arguments(
-        where, arguments, _declare_validators(arguments), KNOWN_QUEUE_ARGS, type_args, rabbit_type
+        where, arguments, _declare_validators(arguments, v4), known, type_args, rabbit_type
     )
 
 
@@ -329,10 +356,25 @@ _CONSUME_VALIDATORS: list[tuple[str, Validator]] = [
 
 
 def check_consume_arguments(
-    where: str, arguments: dict[str, Any], type_args: frozenset[str], rabbit_type: str
+    where: str,
+    arguments: dict[str, Any],
+    type_args: frozenset[str],
+    rabbit_type: str,
+    v4: bool = False,
 ) -> None:
     """Raise what rabbit_amqqueue:check_consume_arguments raises for a basic.consume on a
-    queue (``where``) of a type that takes ``type_args``."""
+    queue (``where``) of a type that takes ``type_args`` (``v4``: the type's consumer
+    arguments in RabbitMQ 4.2 instead)."""
+    if v4:
+        _check_type_arguments(
+            where,
+            arguments,
+            _CONSUME_VALIDATORS[:1],
+            KNOWN_CONSUMER_ARGS_4,
+            CONSUMER_ARGS_4[rabbit_type],
+            rabbit_type,
+        )
+        return
     _check_type_arguments(
         where, arguments, _CONSUME_VALIDATORS, KNOWN_CONSUMER_ARGS, type_args, rabbit_type
     )
@@ -360,8 +402,9 @@ def _check_type_arguments(
             )
 
 
-def check_credit_argument(arguments: dict[str, Any]) -> None:
-    """x-credit: RabbitMQ's classic and quorum queues read it as a table (credit, drain)
-    and over AMQP 0-9-1 do nothing more with it; any other value crashes the channel."""
-    if "x-credit" in arguments and not isinstance(arguments["x-credit"], dict):
+def check_credit_argument(arguments: dict[str, Any], v4: bool = False) -> None:
+    """x-credit: RabbitMQ 3.10's classic and quorum queues read it as a table (credit,
+    drain) and over AMQP 0-9-1 do nothing more with it; any other value crashes the
+    channel. RabbitMQ 4 does not read it (credit API v2)."""
+    if not v4 and "x-credit" in arguments and not isinstance(arguments["x-credit"], dict):
         raise errors.Crash()

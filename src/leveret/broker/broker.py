@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import leveret
 from leveret.broker import plugins
+from leveret.broker.compat import RABBITMQ_3_10, RabbitMQ
 from leveret.broker.events import (
     ConnectionClosed,
     ConnectionOpened,
@@ -33,6 +34,7 @@ from leveret.broker.events import (
 from leveret.broker.interceptors import Interceptors
 from leveret.broker.memory import MemoryBudget, release
 from leveret.broker.reply_to import DirectReplyTo
+from leveret.broker.stream_sac import SacCoordinator
 from leveret.broker.users import (
     TopicPermission,
     User,
@@ -48,9 +50,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# The RabbitMQ release whose behaviour Leveret reproduces; clients that branch on the
-# server version see this one.
-COMPATIBLE_VERSION = "3.10.8"
+# The RabbitMQ release whose behaviour Leveret reproduces by default; clients that branch
+# on the server version see this one, or the one of ``BrokerCore.compat`` (4.2 mode).
+COMPATIBLE_VERSION = RABBITMQ_3_10.version
 
 DEFAULT_VHOST = "/"
 LOG_EXCHANGE = "amq.rabbitmq.log"
@@ -85,7 +87,12 @@ class BrokerCore:
         observers: Observers | None = None,
         storage: Storage | None = None,
         max_message_size: int = spec.DEFAULT_MAX_MESSAGE_SIZE,
+        compat: RabbitMQ = RABBITMQ_3_10,
     ) -> None:
+        # the RabbitMQ it behaves as (3.10.8 or 4.2): what the places that differ ask
+        self.compat = compat
+        # who SASL ANONYMOUS logs in as (rabbit's anonymous_login_user and _pass)
+        self.anonymous_login: tuple[str, str] = ("guest", "guest")
         self.node_name = node_name or default_node_name()
         self.observers = observers or Observers()
         self.storage = storage
@@ -100,6 +107,8 @@ class BrokerCore:
         # protocol="stream" figures): messages_received, messages_confirmed,
         # messages_delivered, and stream_error_<code name> per error answered
         self.stream_counters: Counter[str] = Counter()
+        # the groups of streams' single active consumers (RabbitMQ 3.11, 4.2 mode)
+        self.stream_groups = SacCoordinator()
         self.cluster_name = self.node_name
         self.replies = DirectReplyTo(self.node_name)
         # vhosts traced (rabbit_trace keeps names: a vhost made later under one is traced)
@@ -154,6 +163,7 @@ class BrokerCore:
                 self.node_name,
                 self.memory,
             )
+            vhost.compat = self.compat
             vhost.tracing = name in self.traced_vhosts
             vhost.interceptors = self._interceptors
             vhost.extensions.update(self.extensions)
@@ -351,17 +361,26 @@ class BrokerCore:
         value = u.limits.get(name) if u is not None else None
         return value if value is not None and value >= 0 else None
 
+    @property
+    def rabbitmq_version(self) -> str:
+        """The RabbitMQ version it reports to clients (3.10.8, or 4.2.9 in 4.2 mode)."""
+        return self.compat.version
+
     # ------------------------------------------------------------- connections
     def server_properties(self) -> dict[str, Any]:
+        """connection.start's server properties (rabbit_reader:server_properties): the same
+        keys and capabilities in 3.10.8 and 4.2.9 (v4.2.9 rabbit_reader.erl:214-257); the
+        version is the one it behaves as."""
+        version = self.compat.version
         return {
             "capabilities": dict(CAPABILITIES),  # in RabbitMQ's order, kept on the wire
             "cluster_name": self.cluster_name,
             "copyright": "Copyright (c) the Leveret authors",
             "information": f"Leveret {leveret.__version__}, an AMQP 0-9-1 broker that behaves "
-            f"as RabbitMQ {COMPATIBLE_VERSION}",
+            f"as RabbitMQ {version}",
             "platform": f"Python {platform.python_version()}",
             "product": "Leveret",
-            "version": COMPATIBLE_VERSION,
+            "version": version,
         }
 
     def next_connection_id(self) -> int:

@@ -89,6 +89,9 @@ class Consumer:
         # saves a call per delivery)
         self.deliver: Callable[[Queue, Entry], None] = partial(channel.deliver, self)
 
+    #: a stream's entries as AMQP 0-9-1 messages (an AMQP 1.0 link's consumer: as stored)
+    reads_stored = False
+
     @property
     def holder(self) -> FlowHolder:
         return self.channel.holder

@@ -28,9 +28,11 @@ def dead_lettered(
     exchange: str,
     routing_key: str | None,
     now_s: int | None = None,
+    v4: bool = False,
 ) -> Message:
     """``message`` as dead-lettered from ``queue`` for ``reason`` to ``exchange``: routed
-    with ``routing_key``, or with the message's own keys when None."""
+    with ``routing_key``, or with the message's own keys when None. ``v4``: as RabbitMQ 4
+    records the death (:func:`_update_x_death_v4`)."""
     raw = message.properties
     headers = table.headers(raw) or []
     keys = [message.routing_key, *_cc_keys(headers)]
@@ -42,9 +44,16 @@ def dead_lettered(
         ("routing-keys", table.array([table.longstr(k) for k in keys])),
     ]
     expiration = table.short_property(raw, table.EXPIRATION_FLAG)
-    if expiration is not None:
-        info.append(("original-expiration", table.longstr(expiration)))
-    headers = _update_x_death(info, headers, queue, reason, message.exchange)
+    if v4:
+        if expiration is not None:  # mc_amqpl:death_table puts it first
+            info.insert(0, ("original-expiration", table.longstr(expiration)))
+        if message.foreign_deaths:
+            headers = table.delete(headers, "x-death")
+        headers = _update_x_death_v4(info, headers, queue, reason, message.exchange)
+    else:
+        if expiration is not None:
+            info.append(("original-expiration", table.longstr(expiration)))
+        headers = _update_x_death(info, headers, queue, reason, message.exchange)
     if routing_key is None:
         death_keys = message.routing_keys
     else:
@@ -93,6 +102,41 @@ def _update_x_death(
     else:
         updated = [_COUNT_1, *info]
     return table.store(headers, "x-death", table.array([table.table(table.sort(updated)), *others]))
+
+
+def _update_x_death_v4(
+    info: list[Field], headers: list[Field], queue: str, reason: str, exchange: str
+) -> list[Field]:
+    """RabbitMQ 4's death history (v4.2.9 mc.erl:387-461 record_death, mc_amqpl.erl:618-685
+    deaths_to_headers and death_table): what the publisher sent as x-death is not read
+    (the caller drops it); each (queue, reason) has one entry, the latest death first,
+    its fields in death_table's order (original-expiration, count, reason, queue, time,
+    exchange, routing-keys) and its time the first death's. The first death also sets
+    x-first-death-reason/queue/exchange, every death x-last-death-reason/queue/exchange
+    (from 3.13)."""
+    last = (
+        ("x-last-death-reason", table.longstr(reason)),
+        ("x-last-death-queue", table.longstr(queue)),
+        ("x-last-death-exchange", table.longstr(exchange)),
+    )
+    existing = table.lookup(headers, "x-death")
+    elements = table.array_elements(existing) if existing is not None else None
+    if not elements:
+        headers = table.store(headers, "x-first-death-reason", table.longstr(reason))
+        headers = table.store(headers, "x-first-death-queue", table.longstr(queue))
+        headers = table.store(headers, "x-first-death-exchange", table.longstr(exchange))
+        records = [table.table([*info[:-5], _COUNT_1, *info[-5:]])]
+    else:
+        matches = [e for e in elements if _is_death_of(e, queue, reason)]
+        others = [e for e in elements if not _is_death_of(e, queue, reason)]
+        if matches:
+            fields = _increment_count(table.table_fields(matches[0]) or [])
+            records = [table.table(fields), *others]
+        else:
+            records = [table.table([*info[:-5], _COUNT_1, *info[-5:]]), *others]
+    for key, value in last:
+        headers = table.store(headers, key, value)
+    return table.store(headers, "x-death", table.array(records))
 
 
 def _key(element: bytes) -> tuple[str | None, str | None]:

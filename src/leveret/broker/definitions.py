@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from leveret.broker.broker import COMPATIBLE_VERSION, BrokerCore
+from leveret.broker.broker import BrokerCore
 from leveret.broker.events import DefinitionsImported
 from leveret.broker.exchanges import Binding
 from leveret.broker.policies import make_policy
@@ -141,11 +141,12 @@ def export_definitions(broker: BrokerCore, durable_only: bool = True) -> dict[st
                     "arguments": _jsonable(b.arguments),
                 }
             )
+    version = broker.compat.version
     return {
-        "rabbit_version": COMPATIBLE_VERSION,
-        "rabbitmq_version": COMPATIBLE_VERSION,
+        "rabbit_version": version,
+        "rabbitmq_version": version,
         "product_name": "Leveret",
-        "product_version": COMPATIBLE_VERSION,
+        "product_version": version,
         "users": users,
         "vhosts": vhosts,
         "permissions": permissions,
@@ -211,6 +212,7 @@ def import_definitions(
                     value.get("priority"),
                     value.get("apply-to"),
                     operator=True,
+                    compat=broker.compat,
                 )
             )
         else:
@@ -225,6 +227,7 @@ def import_definitions(
                 pol.get("definition"),
                 pol.get("priority"),
                 pol.get("apply-to"),
+                compat=broker.compat,
             )
         )
     for x in data.get("exchanges", []):

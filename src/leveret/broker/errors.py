@@ -101,5 +101,10 @@ def exclusive_locked(name: str, vhost: str) -> AMQPError:
     )
 
 
-def access_refused(kind: str, name: str, vhost: str, user: str) -> AMQPError:
-    return e.access_refused(f"access to {_r(kind, name, vhost)} refused for user '{user}'")
+def access_refused(
+    kind: str, name: str, vhost: str, user: str, permission: str | None = None
+) -> AMQPError:
+    """A resource refused; from 3.13 (RabbitMQ 4.2 mode here) the text names the
+    ``permission`` (v4.2.9 rabbit_access_control.erl:343: "~s access to ~ts refused")."""
+    what = f"{permission} access" if permission is not None else "access"
+    return e.access_refused(f"{what} to {_r(kind, name, vhost)} refused for user '{user}'")

@@ -17,6 +17,7 @@ import struct
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from leveret.broker import amqp10_events
 from leveret.broker import events as ev
 from leveret.broker.clock import wall_ms
 from leveret.broker.erlterms import Term, atom, binary, ip_term, table_terms
@@ -336,26 +337,37 @@ class EventExchange:
             who=who,
         )
 
+    def _consumer_items(self, c: Consumer) -> tuple[str, int, list[Term], Term]:
+        """Its tag, prefetch, arguments and channel pid (an AMQP 1.0 link's as its
+        RabbitMQ shows them)."""
+        amqp10 = amqp10_events.consumer(self, c)
+        if amqp10 is not None:
+            return amqp10
+        prefetch = int(getattr(c, "prefetch", 0) or 0)
+        return c.tag, prefetch, table_terms(c.arguments), self.channel_pid(c.channel)
+
     def _consumer_created(self, c: Consumer) -> None:
+        tag, prefetch, arguments, channel = self._consumer_items(c)
         self.notify(
             "consumer.created",
             [
-                ("consumer_tag", c.tag),
+                ("consumer_tag", tag),
                 ("exclusive", bool(c.exclusive)),
                 ("ack_required", not c.no_ack),
-                ("channel", self.channel_pid(c.channel)),
+                ("channel", channel),
                 ("queue", Resource.of(c.queue)),
-                ("prefetch_count", int(getattr(c, "prefetch", 0) or 0)),
-                ("arguments", table_terms(c.arguments)),
+                ("prefetch_count", prefetch),
+                ("arguments", arguments),
             ],
         )
 
     def _consumer_deleted(self, c: Consumer) -> None:
+        tag, _, _, channel = self._consumer_items(c)
         self.notify(
             "consumer.deleted",
             [
-                ("consumer_tag", c.tag),
-                ("channel", self.channel_pid(c.channel)),
+                ("consumer_tag", tag),
+                ("channel", channel),
                 ("queue", Resource.of(c.queue)),
             ],
         )
@@ -385,9 +397,15 @@ class EventExchange:
 
     def _authenticated(self, event: ev.UserAuthenticated) -> None:
         c = event.connection
-        self.emit("user.authentication.success", self._auth_props(c, c.username))
+        amqp10 = amqp10_events.auth_success(c)
+        self.emit("user.authentication.success", amqp10 or self._auth_props(c, c.username))
 
     def _authentication_failed(self, event: ev.UserAuthenticationFailed) -> None:
+        amqp10 = amqp10_events.auth_failure(event.connection, event.user)
+        if amqp10 is not None:
+            if amqp10:  # RabbitMQ 3.10.8's plugin tells of none
+                self.emit("user.authentication.failure", amqp10)
+            return
         # the plugin prints the reason, an Erlang string, as a list of character codes
         reason: list[Value] = [ord(ch) for ch in event.why]
         props = [*self._auth_props(event.connection, event.user), ("error", reason)]
@@ -398,6 +416,10 @@ class EventExchange:
         network}; rabbit_stream_reader's have no type and name protocol twice (after
         user and after vhost). A name the client gave comes first."""
         c: Any = event.connection  # what the sessions know beyond ConnectionInfo
+        amqp10 = amqp10_events.connection_created(self, c)
+        if amqp10 is not None:
+            self.emit("connection.created", amqp10)
+            return
         stream = _is_stream(c)
         peer = c.peer or ("", 0)
         local = c.local or ("", 0)
@@ -439,6 +461,10 @@ class EventExchange:
 
     def _connection_closed(self, event: ev.ConnectionClosed) -> None:
         c = event.connection
+        amqp10 = amqp10_events.connection_closed(self, c)
+        if amqp10 is not None:
+            self.emit("connection.closed", amqp10)
+            return
         # rabbit_reader tells of a connection that got as far as connection.start-ok;
         # rabbit_stream_reader of every one (its terminate), even one that sent nothing
         if (

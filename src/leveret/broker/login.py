@@ -91,9 +91,12 @@ def check(
         name = user.name
     else:
         try:
-            name, password = (
-                sasl.plain(response) if mechanism == "PLAIN" else sasl.amqplain(response)
-            )
+            if mechanism == "ANONYMOUS":  # rabbit_auth_mechanism_anonymous: the response
+                name, password = broker.anonymous_login  # is not read
+            else:
+                name, password = (
+                    sasl.plain(response) if mechanism == "PLAIN" else sasl.amqplain(response)
+                )
         except sasl.BadResponse:
             # rabbit_auth_mechanism_plain's protocol error: no one to name
             why = f"response {binary_term(response, len('response '))} invalid"

@@ -39,6 +39,9 @@ class Message:
     # The routing keys of its CC and BCC headers (sender-selected distribution): it is
     # routed with each of them too, and dead-lettered with them.
     cc: tuple[str, ...] = field(default=(), init=False)
+    # RabbitMQ 4 mode: its x-death header is its publisher's, not the broker's death
+    # history (see leveret.broker.container); dead-lettering it starts the history afresh
+    foreign_deaths: bool = field(default=False, init=False)
 
     @classmethod
     def build(
@@ -120,12 +123,14 @@ class Message:
         m = Message.build(self.exchange, routing_key, self.body)
         m.properties = self.properties
         m._props = self._props
+        m.foreign_deaths = self.foreign_deaths
         return m
 
     def with_properties(self, properties: bytes) -> Message:
         """A copy with other property bytes (a header stripped, reply-to rewritten)."""
         m = Message(self.exchange, self.routing_key, self.exchange_and_key, properties, self.body)
         m.cc = self.cc
+        m.foreign_deaths = self.foreign_deaths
         return m
 
     def with_route(

@@ -18,9 +18,15 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from leveret.broker.compat import RABBITMQ_3_10, RabbitMQ
 from leveret.broker.erlterms import pairs, term, tuple_term
 
 APPLY_TO = ("all", "exchanges", "queues")
+# From 3.12 (RabbitMQ 4.2 mode here) a policy may apply to one queue type: each type's
+# policy_apply_to_name (v4.2.9 rabbit_classic_queue.erl:773, rabbit_quorum_queue.erl:2474,
+# rabbit_stream_queue.erl:1614), by x-queue-type
+APPLY_TO_TYPES = {"classic_queues": "classic", "quorum_queues": "quorum", "streams": "stream"}
+APPLY_TO_4 = (*APPLY_TO, *APPLY_TO_TYPES)
 
 # The keys an operator policy may hold (rabbit_policies' operator_policy_validator), and
 # the keys whose policy and operator-policy values merge to the smaller.
@@ -86,6 +92,14 @@ VALIDATORS: dict[str, tuple[Callable[[Any], bool], str]] = {
 }
 
 
+# The keys RabbitMQ 4.2 validates beside those (v4.2.9 rabbit_policies.erl: consumer-timeout
+# from 3.12, a non-negative integer)
+VALIDATORS_4: dict[str, tuple[Callable[[Any], bool], str]] = {
+    **VALIDATORS,
+    "consumer-timeout": (_non_negative, "is not a valid consumer timeout"),
+}
+
+
 class PolicyError(ValueError):
     """A policy RabbitMQ would refuse: ``errors`` are its lines, in its order."""
 
@@ -116,13 +130,24 @@ class Policy:
         if self._regex is None:
             object.__setattr__(self, "_regex", re.compile(self.pattern))
 
-    def applies_to(self, kind: str) -> bool:
-        return self.apply_to == "all" or self.apply_to == kind + "s"
+    def applies_to(self, kind: str, queue_type: str = "") -> bool:
+        """rabbit_policy:matches_type and matches_queue_type: ``queue_type`` is a queue's
+        x-queue-type, for the apply-to of one queue type."""
+        apply_to = self.apply_to
+        if apply_to == "all" or apply_to == kind + "s":
+            return True
+        return kind == "queue" and APPLY_TO_TYPES.get(apply_to) == queue_type
 
-    def matches(self, kind: str, name: str, unsupported: frozenset[str] = frozenset()) -> bool:
-        """rabbit_policy:matches: the kind, the queue type's unsupported keys, the pattern
-        (an unanchored search, as re:run)."""
-        if not self.applies_to(kind):
+    def matches(
+        self,
+        kind: str,
+        name: str,
+        unsupported: frozenset[str] = frozenset(),
+        queue_type: str = "",
+    ) -> bool:
+        """rabbit_policy:matches: the kind (and the queue's type), the queue type's
+        unsupported keys, the pattern (an unanchored search, as re:run)."""
+        if not self.applies_to(kind, queue_type):
             return False
         if unsupported and any(key in unsupported for key in self.definition):
             return False
@@ -179,16 +204,23 @@ def _pcre_error(pattern: str, exc: re.error) -> tuple[str, int]:
     return msg, pos
 
 
-def validate_definition(definition: Any, operator: bool) -> str | None:
-    """rabbit_policy:validation: what is wrong with a definition, or None."""
+def validate_definition(
+    definition: Any, operator: bool, compat: RabbitMQ = RABBITMQ_3_10
+) -> str | None:
+    """rabbit_policy:validation: what is wrong with a definition, or None. From 4.0 a
+    delivery limit may be negative: no limit (v4.2.9 rabbit_policies.erl
+    validate_policy0(<<"delivery-limit">>) takes any integer)."""
     if not isinstance(definition, dict):
         return f"definition must be a dictionary: {term(definition)}"
     if not definition:
         return "no policy provided"
-    known = OPERATOR_KEYS & VALIDATORS.keys() if operator else VALIDATORS.keys()
+    validators = VALIDATORS_4 if compat.v4 else VALIDATORS
+    known = OPERATOR_KEYS & validators.keys() if operator else validators.keys()
     for key in sorted(definition):  # rabbit_policies validates in the map's key order
         if key in known:
-            valid, says = VALIDATORS[key]
+            valid, says = validators[key]
+            if key == "delivery-limit" and compat.v4:
+                valid = _is_int
             if not valid(definition[key]):
                 return f"{term(definition[key])} {says}"
     unknown = [(k, definition[k]) for k in sorted(definition) if k not in known]
@@ -205,6 +237,7 @@ def make_policy(
     priority: Any = None,
     apply_to: Any = None,
     operator: bool = False,
+    compat: RabbitMQ = RABBITMQ_3_10,
 ) -> Policy:
     """A policy from what an API or CLI sent, or :class:`PolicyError` with RabbitMQ's
     lines (rabbit_parameter_validation:proplist lists its findings last key first)."""
@@ -219,11 +252,17 @@ def make_policy(
         err = regex_error(pattern)
         if err is not None:
             found.append(err)
-    if apply_to not in APPLY_TO:
+    if compat.v4 and apply_to not in APPLY_TO_4:
+        # rabbit_policy:apply_to_validation at v4.2.9 (rabbit_policy.erl:600-610)
+        found.append(
+            f"apply-to '{apply_to}' unrecognised; should be one of: 'queues', "
+            "'classic_queues',  'quorum_queues', 'streams', 'exchanges', or 'all'"
+        )
+    elif not compat.v4 and apply_to not in APPLY_TO:
         found.append(
             f"apply-to '{apply_to}' unrecognised; should be 'queues', 'exchanges' or 'all'"
         )
-    err = validate_definition(definition, operator)
+    err = validate_definition(definition, operator, compat)
     if err is not None:
         found.append(err)
     if found:
@@ -258,6 +297,11 @@ def erlang_min(a: Any, b: Any) -> Any:
     if b_num:
         return b
     return a if str(a) <= str(b) else b
+
+
+def erlang_max(a: Any, b: Any) -> Any:
+    """erlang:max: every number orders below every binary."""
+    return b if erlang_min(a, b) is a else a
 
 
 def policy_value(key: str, policy: Policy | None, operator: Policy | None) -> Any:
@@ -367,22 +411,31 @@ class Policies:
         return self.table(operator).pop(name, None)
 
     def match(
-        self, kind: str, name: str, unsupported: frozenset[str] = frozenset()
+        self,
+        kind: str,
+        name: str,
+        unsupported: frozenset[str] = frozenset(),
+        queue_type: str = "",
     ) -> tuple[Policy | None, Policy | None]:
-        """The policy and the operator policy that apply to the ``kind`` named ``name``:
-        the matching one of the highest priority of each (rabbit_policy:match)."""
+        """The policy and the operator policy that apply to the ``kind`` named ``name``
+        (a queue of ``queue_type``): the matching one of the highest priority of each
+        (rabbit_policy:match)."""
         return (
-            _best(self.policies.values(), kind, name, unsupported),
-            _best(self.operator_policies.values(), kind, name, unsupported),
+            _best(self.policies.values(), kind, name, unsupported, queue_type),
+            _best(self.operator_policies.values(), kind, name, unsupported, queue_type),
         )
 
 
 def _best(
-    policies: Iterable[Policy], kind: str, name: str, unsupported: frozenset[str]
+    policies: Iterable[Policy],
+    kind: str,
+    name: str,
+    unsupported: frozenset[str],
+    queue_type: str = "",
 ) -> Policy | None:
     best: Policy | None = None
     for p in policies:
-        if p.matches(kind, name, unsupported) and (
+        if p.matches(kind, name, unsupported, queue_type) and (
             best is None
             or p.priority > best.priority
             or (p.priority == best.priority and p.name < best.name)

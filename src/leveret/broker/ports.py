@@ -303,6 +303,19 @@ class ChunkRef(Protocol):
     @property
     def timestamp(self) -> int: ...
 
+    @property
+    def filter_size(self) -> int:
+        """The bytes of Bloom filter stored between its header and its data (not sent)."""
+        ...
+
+    def read_filter(self) -> bytes:
+        """Its Bloom filter (empty: none of its messages has a filter value)."""
+        ...
+
+    def read(self) -> bytes:
+        """Its header and data, as a Deliver frame carries them."""
+        ...
+
 
 class StreamLog(Protocol):
     """An append-only, replayable log of AMQP 1.0-encoded messages in osiris chunks (a
@@ -322,8 +335,11 @@ class StreamLog(Protocol):
     @property
     def total_bytes(self) -> int: ...
 
-    def append(self, message: bytes) -> int:
-        """An AMQP 1.0-encoded message; its offset (readable after the next sync)."""
+    filter_size: int  # the Bloom filter's bytes in each chunk (x-stream-filter-size-bytes)
+
+    def append(self, message: bytes, filter_value: bytes | None = None) -> int:
+        """An AMQP 1.0-encoded message, with the filter value its chunk's Bloom filter
+        takes in (RabbitMQ 3.13); its offset (readable after the next sync)."""
         ...
 
     def append_batch(
@@ -346,6 +362,10 @@ class StreamLog(Protocol):
         ...
 
     def last_chunk_start(self) -> int: ...
+
+    def chunk_ids(self) -> tuple[int, int]:
+        """The first offsets of the first and the last chunk stored (-1 each: none)."""
+        ...
 
     def offset_at(self, ts_ms: int) -> int: ...
 

@@ -62,6 +62,13 @@ class DirectReplyTo:
             raise errors.Crash()
         return self._consumers.get(f"{parts[0]}.{parts[1]}")
 
+    def addresses_a_channel(self, name: str) -> bool:
+        """Whether an ``amq.rabbitmq.reply-to.<suffix>`` address decodes to a channel of
+        this broker, live or gone (RabbitMQ 4 routes to such an address as to a queue:
+        v4.2.9 rabbit_db_queue.erl:549-559, rabbit_volatile_queue:new_target)."""
+        parts = [p for p in name[len(REPLY_PREFIX) :].split(".") if p]
+        return len(parts) == 2 and self._names_a_channel(parts[0])
+
     def _names_a_channel(self, part: str) -> bool:
         try:
             raw = base64.b64decode(part, validate=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
+from leveret.broker.container import as_held
 from leveret.broker.deadletter import dead_lettered, death_queues, deaths, is_cycle
 from leveret.broker.exchanges import DefaultExchange, Exchange
 from leveret.broker.message import Message
@@ -20,6 +21,7 @@ from leveret.broker.trace import TRACE_EXCHANGE, Tap, deliver_trace, publish_tra
 from leveret.protocol import errors
 
 if TYPE_CHECKING:
+    from leveret.broker.compat import RabbitMQ
     from leveret.broker.ports import FlowHolder
 
 log = logging.getLogger(__name__)
@@ -67,6 +69,7 @@ class Routing:
     queues: dict[str, Queue]
     default_exchange: DefaultExchange
     replies: DirectReplyTo | None
+    compat: RabbitMQ
     _cycles_logged: set[tuple[str, ...]]
 
     # ------------------------------------------------------------------ routing
@@ -117,10 +120,23 @@ class Routing:
         out: list[ReplyConsumer] = []
         for key in sorted(set(message.routing_keys)):
             if is_reply_address(key):
+                if self.compat.v4 and not self.replies.addresses_a_channel(key):
+                    continue  # RabbitMQ 4 finds no such queue: nothing crashes
                 target = self.replies.resolve(key)
                 if target is not None:
                     out.append(target)
         return out
+
+    def _routes_to_reply_address(self, exchange: Exchange, message: Message) -> bool:
+        """RabbitMQ 4.2: a publish to the default exchange whose key is a reply address
+        that decodes is routed, whether or not its requester is still there, and so never
+        returned (release-notes/4.2.0.md, "Mandatory flag in Direct Reply-To")."""
+        if exchange is not self.default_exchange or self.replies is None:
+            return False
+        replies = self.replies
+        return any(
+            is_reply_address(k) and replies.addresses_a_channel(k) for k in message.routing_keys
+        )
 
     def publish_to(
         self,
@@ -134,6 +150,8 @@ class Routing:
         traced as ``tap``. A transaction's commit passes the queues it was ``routed`` to
         when it was published (see :meth:`route_names`), and no ``tap``: it was traced
         then."""
+        if self.compat.v4:
+            message = as_held(message)
         if routed is not None:
             queues = routed
         else:
@@ -157,6 +175,8 @@ class Routing:
                 # RabbitMQ counts a publish to the default exchange out to the queue
                 # its routing key names, whether or not it exists
                 exchange.published_out += 1
+            if mandatory and self.compat.v4 and self._routes_to_reply_address(exchange, message):
+                return ROUTED
             return RETURNED if mandatory else UNROUTED
         exchange.published_out += len(queues)
         uneven: list[tuple[Queue, Accepted]] | None = None
@@ -197,8 +217,9 @@ class Routing:
         queues: list[Queue]
         if exchange is self.default_exchange:
             if message.cc or message.routing_key.startswith(REPLY_PREFIX):
-                for target in self._reply_targets(exchange, message):
-                    target.deliver_reply(message)
+                reply = as_held(message) if self.compat.v4 else message
+                for target in self._reply_targets(exchange, reply):
+                    target.deliver_reply(reply)
             names = list(
                 dict.fromkeys(k for k in message.routing_keys if not k.startswith(REPLY_PREFIX))
             )
@@ -241,6 +262,8 @@ class Routing:
         enqueued, nobody to confirm or return it to (rabbit_basic:publish)."""
         exchange = self.exchanges.get(exchange_name)
         if exchange is not None:
+            if self.compat.v4:
+                message = as_held(message)
             for q in self.route(exchange, message):
                 q.enqueue(message)
 
@@ -255,7 +278,14 @@ class Routing:
         dlx = self.exchanges.get(dlx_name)
         if dlx is None:
             return []
-        letter = dead_lettered(message, queue.name, reason, dlx.name, queue.dead_letter_routing_key)
+        letter = dead_lettered(
+            message,
+            queue.name,
+            reason,
+            dlx.name,
+            queue.dead_letter_routing_key,
+            v4=self.compat.v4,
+        )
         try:
             queues = self.route(dlx, letter)
             if dlx is self.default_exchange:

@@ -175,9 +175,11 @@ class Session(ConnectionEvents):
         connection is refused the channel (rabbit_reader:create_channel). None if open."""
         limit = self.broker.user_limit(self._username, "max-channels")
         if limit is not None and self.broker.user_channels(self._username) >= limit:
+            # 4.x drops the parentheses (v4.2.9 rabbit_reader.erl:1022-1026)
+            shown = limit if self.broker.compat.v4 else f"({limit})"
             return errors.not_allowed(
                 f"number of channels opened for user '{self._username}' has reached the "
-                f"maximum allowed user limit of ({limit})"
+                f"maximum allowed user limit of {shown}"
             )
         ch = self.channels[number] = Channel(self, number)
         self.broker.observers.emit(ChannelOpened(ch))
@@ -383,9 +385,13 @@ class Session(ConnectionEvents):
 
     # ----------------------------------------------------------------- basic
     def _basic_qos(self, ch: Channel, m: C.Basic.Qos) -> None:
+        """basic.qos. RabbitMQ 4's deprecated feature global_qos: when the configuration
+        denies it, global=true is taken as global=false (v4.2.9 rabbit_channel.erl:
+        1516-1554)."""
         if m.prefetch_size:
             raise errors.not_implemented(f"prefetch_size!=0 ({m.prefetch_size})")
-        if m.global_:
+        compat = self.broker.compat
+        if m.global_ and (not compat.v4 or compat.is_permitted("global_qos")):
             ch.global_prefetch = m.prefetch_count
             ch.kick()
         else:

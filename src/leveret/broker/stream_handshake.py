@@ -31,9 +31,12 @@ class StreamEdge(Protocol):
 
     def send(self, data: bytes) -> None: ...
 
-    def send_chunk(self, subscription_id: int, chunk: ChunkRef) -> None:
+    def send_chunk(
+        self, subscription_id: int, chunk: ChunkRef, committed: int | None = None
+    ) -> None:
         """A Deliver frame around a stored osiris chunk, its bytes taken from the file
-        as they are (sendfile where the socket allows)."""
+        as they are (sendfile where the socket allows); of version 2 with the id of the
+        stream's ``committed`` chunk."""
         ...
 
     def writable(self) -> bool:

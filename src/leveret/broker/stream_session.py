@@ -21,11 +21,18 @@ from typing import Any, ClassVar
 from leveret.broker import names
 from leveret.broker.broker import BrokerCore
 from leveret.broker.events import ConnectionClosed
-from leveret.broker.message import Message
 from leveret.broker.operations import Actor, check_access
 from leveret.broker.operations.streams import create_stream, delete_stream, stream_name
 from leveret.broker.ports import Traffic
 from leveret.broker.queues.stream import StreamQueue
+from leveret.broker.stream_features import (
+    AS_3_10,
+    FEATURES,
+    StreamFeatures,
+    dispatch,
+    serves_3_13,
+    start_offset,
+)
 from leveret.broker.stream_handshake import (
     HANDSHAKE,
     StreamEdge,
@@ -39,7 +46,8 @@ from leveret.protocol import spec
 from leveret.protocol.errors import AMQPError
 from leveret.protocol.stream import chunk, encode
 from leveret.protocol.stream import events as ev
-from leveret.protocol.stream.spec import Code, Key, OffsetType
+from leveret.protocol.stream.bloom import Matcher
+from leveret.protocol.stream.spec import VERSION_2, Code, Key
 
 log = logging.getLogger(__name__)
 
@@ -78,9 +86,18 @@ class Subscription:
     properties: dict[str, str] = field(default_factory=dict)
     consumed: int = 0  # records delivered
     chunk_offset: int = 0  # the first offset of the last chunk delivered
+    offset_spec: tuple[int, int] = (0, 0)  # the subscribe's offset type and value
+    # RabbitMQ 3.13's filtering: the chunks whose Bloom filter cannot match are skipped
+    matcher: Matcher | None = None
+    # RabbitMQ 3.11's single active consumer: its group's name (None: not one), whether
+    # it is its group's active one, and whether chunks go out (once the client answered
+    # where to read from)
+    group: str | None = None
+    active: bool = True
+    reading: bool = True
 
 
-class StreamSession(StreamHandshake):
+class StreamSession(StreamFeatures, StreamHandshake):
     # the info item protocol of rabbit_stream_reader's connections (the events say it)
     protocol: ClassVar[str] = "stream"
 
@@ -123,6 +140,12 @@ class StreamSession(StreamHandshake):
         # what was written to a stream since the last sync (publishes, stored offsets)
         self.needs_sync = False
         self.closed = False
+        # RabbitMQ 3.11-3.13's commands, served in the 4.2 mode (the one gate)
+        self.v313 = serves_3_13(broker)
+        self._table = _HANDLERS_4_2 if self.v313 else _HANDLERS
+        self.deliver_version = 1  # 2 once the client says it takes it
+        self.requests = {}  # the ConsumerUpdates sent, by correlation id
+        self._next_request = 0
 
     @property
     def mechanisms(self) -> tuple[str, ...]:
@@ -149,8 +172,8 @@ class StreamSession(StreamHandshake):
     # ------------------------------------------------------------------ commands
     def handle(self, event: ev.Event) -> None:
         """A frame of the connection, by its handler (what each phase takes is the
-        connection's table)."""
-        _HANDLERS[type(event)](self, event)
+        connection's table; RabbitMQ 3.10.8's, or 4.2.9's in the 4.2 mode)."""
+        self._table[type(event)](self, event)
 
     @property
     def actor(self) -> Actor:
@@ -190,7 +213,8 @@ class StreamSession(StreamHandshake):
         if name is None:
             return self._respond(key, e.correlation_id, Code.PRECONDITION_FAILED)
         try:
-            created = create_stream(self.vhost_obj, self.actor, name, e.arguments).created
+            args = e.arguments
+            created = create_stream(self.vhost_obj, self.actor, name, args, self.v313).created
         except AMQPError as exc:
             log.info("stream %s not created: %s", name, exc.reply_text)
             return self._respond(key, e.correlation_id, code_of(exc))
@@ -244,6 +268,11 @@ class StreamSession(StreamHandshake):
         self._watch(q)
         self._respond(key, e.correlation_id, Code.OK)
 
+    def _publish_3_10(self, e: ev.Publish) -> None:
+        if e.filters is not None:  # version 2: RabbitMQ 3.10.8 does not know it
+            return self._unknown_frame(ev.UnknownFrame(Key.PUBLISH, VERSION_2))
+        self.publish(e)
+
     def publish(self, e: ev.Publish) -> None:
         ids = [m[0] for m in e.messages] + [b.publishing_id for b in e.batches]
         pub = self.publishers.get(e.publisher_id)
@@ -264,9 +293,10 @@ class StreamSession(StreamHandshake):
         log_ = q.log
         ref = pub.reference
         last = log_.writer_sequence(ref) if ref else None
-        for publishing_id, message in e.messages:
+        filters = e.filters
+        for i, (publishing_id, message) in enumerate(e.messages):
             if last is None or publishing_id > last:
-                q.append_amqp10(message)
+                q.append_amqp10(message, filters[i] if filters else None)
                 last = publishing_id if ref else None
             confirms.append(publishing_id)
         errors = []
@@ -334,30 +364,41 @@ class StreamSession(StreamHandshake):
 
     # -- consuming --------------------------------------------------------------
     def _subscribe(self, e: ev.Subscribe) -> None:
-        key = Key.SUBSCRIBE
+        key, cid = Key.SUBSCRIBE, e.correlation_id
+        props = e.properties
+        group = props.get("name") if self.v313 else None
+        if group is not None and len(group.encode()) > 255:  # RabbitMQ 3.13: too long a name
+            allowed = self._allowed("read", e.stream)
+            return self._respond(key, cid, Code.PRECONDITION_FAILED if allowed
+                                 else Code.ACCESS_REFUSED)  # fmt: skip
         if not self._allowed("read", e.stream):
-            return self._respond(key, e.correlation_id, Code.ACCESS_REFUSED)
+            return self._respond(key, cid, Code.ACCESS_REFUSED)
         q = self._stream(e.stream)
         if q is None:
-            return self._respond(key, e.correlation_id, Code.STREAM_DOES_NOT_EXIST)
+            return self._respond(key, cid, Code.STREAM_DOES_NOT_EXIST)
         if e.subscription_id in self.subscriptions:
-            return self._respond(key, e.correlation_id, Code.SUBSCRIPTION_ID_ALREADY_EXISTS)
-        log_ = q.log
-        kind = e.offset_type
-        if kind == OffsetType.FIRST:
-            start = log_.first
-        elif kind == OffsetType.LAST:
-            start = log_.last_chunk_start()
-        elif kind == OffsetType.OFFSET:
-            start = min(max(e.offset, log_.first), log_.committed)
-        elif kind == OffsetType.TIMESTAMP:
-            start = log_.offset_at(e.offset)
-        else:  # NEXT, and what RabbitMQ does not know either
-            start = log_.committed
-        sub = Subscription(e.subscription_id, e.stream, q, start, e.credit, dict(e.properties))
+            return self._respond(key, cid, Code.SUBSCRIPTION_ID_ALREADY_EXISTS)
+        sac = self.v313 and props.get("single-active-consumer") == "true"
+        if sac and group is None:
+            log.warning("Cannot create subcription %d, a single active consumer must have a "
+                        "name", e.subscription_id)  # fmt: skip
+            return self._respond(key, cid, Code.PRECONDITION_FAILED)
+        start = start_offset(q, e.offset_type, e.offset)
+        sub = Subscription(e.subscription_id, e.stream, q, start, e.credit, dict(props))
+        sub.offset_spec = (e.offset_type, e.offset)
+        if self.v313:
+            sub.matcher = _matcher(props)
+        notices = []
+        if sac:
+            sub.group, sub.reading = group, False  # until the client says where from
+            joined = self.sac_join(sub, props.get("super-stream"))
+            if joined is None:
+                return self._respond(key, cid, Code.PRECONDITION_FAILED)
+            notices = joined
         self.subscriptions[e.subscription_id] = sub
         self._watch(q)
-        self._respond(key, e.correlation_id, Code.OK)
+        self._respond(key, cid, Code.OK)
+        dispatch(notices)
         self.feed(sub)
 
     def _watch(self, q: StreamQueue) -> None:
@@ -391,13 +432,26 @@ class StreamSession(StreamHandshake):
         subscription's offset: the client skips those records, as with RabbitMQ."""
         out = self.output
         counters = self.broker.stream_counters
-        while sub.credit > 0 and out.writable() and self.subscriptions.get(sub.id) is sub:
+        matcher = sub.matcher
+        v2 = self.deliver_version == VERSION_2
+        while (
+            sub.reading
+            and sub.credit > 0
+            and out.writable()
+            and self.subscriptions.get(sub.id) is sub
+        ):
             ref = sub.queue.chunk_at(sub.offset)
             if ref is None:
                 return
             end = ref.first + ref.records
+            if matcher is not None and not matcher.matches(ref.read_filter()):
+                sub.offset = end  # osiris's reader skips it: no credit spent
+                continue
             n = end - max(sub.offset, ref.first)
-            out.send_chunk(sub.id, ref)
+            if v2:  # RabbitMQ 3.13: after the id of the stream's last committed chunk
+                out.send_chunk(sub.id, ref, sub.queue.log.chunk_ids()[1])
+            else:
+                out.send_chunk(sub.id, ref)
             sub.offset = end
             sub.credit -= 1
             sub.consumed += n
@@ -418,6 +472,11 @@ class StreamSession(StreamHandshake):
             )
             return
         sub.credit += e.credit
+        if sub.group is not None and not sub.active:
+            # RabbitMQ 3.11: credit left over for an inactive single active consumer
+            count_error(self.broker, Code.PRECONDITION_FAILED)
+            self.output.send(encode.credit_response(Code.PRECONDITION_FAILED, e.subscription_id))
+            return
         self.feed(sub)
 
     def _unsubscribe(self, e: ev.Unsubscribe) -> None:
@@ -432,12 +491,16 @@ class StreamSession(StreamHandshake):
         sub = self.subscriptions.pop(subscription_id, None)
         if sub is not None:
             self._unwatch(sub.queue)
+            if sub.group is not None:
+                self.sac_leave(sub)
 
     def _stream_gone(self, q: StreamQueue) -> None:
         """A stream this connection used was deleted: its subscriptions and publishers go,
         and the client hears of it once (metadata update, stream not available)."""
-        for sub_id in [s.id for s in self.subscriptions.values() if s.queue is q]:
-            del self.subscriptions[sub_id]
+        for sub in [s for s in self.subscriptions.values() if s.queue is q]:
+            del self.subscriptions[sub.id]
+            if sub.group is not None:
+                self.sac_leave(sub)
         for pub_id in [p.id for p in self.publishers.values() if p.queue is q]:
             del self.publishers[pub_id]
         self._watches.pop(q, None)
@@ -471,50 +534,6 @@ class StreamSession(StreamHandshake):
         else:
             self.output.send(encode.query_offset(e.correlation_id, Code.OK, offset))
 
-    # -- super streams -----------------------------------------------------------
-    # A super stream is an exchange whose bindings lead to its partitions, the streams
-    # (declared over AMQP 0-9-1 here, as RabbitMQ's tools declare them).
-    def _route(self, e: ev.Route) -> None:
-        assert self.vhost_obj is not None
-        x = self.vhost_obj.exchanges.get(e.super_stream)
-        if x is None:
-            self.output.send(
-                encode.streams_response(Key.ROUTE, e.correlation_id, Code.STREAM_DOES_NOT_EXIST, [])
-            )
-            return
-        ex, rk = e.super_stream.encode(), e.routing_key.encode()
-        message = Message(
-            e.super_stream,
-            e.routing_key,
-            bytes((len(ex),)) + ex + bytes((len(rk),)) + rk,
-            b"\x00\x00",
-            b"",
-        )
-        streams = [q.name for q in self.vhost_obj.route(x, message) if isinstance(q, StreamQueue)]
-        self.output.send(encode.streams_response(Key.ROUTE, e.correlation_id, Code.OK, streams))
-
-    def _partitions(self, e: ev.Partitions) -> None:
-        assert self.vhost_obj is not None
-        x = self.vhost_obj.exchanges.get(e.super_stream)
-        if x is None:
-            self.output.send(
-                encode.streams_response(
-                    Key.PARTITIONS, e.correlation_id, Code.STREAM_DOES_NOT_EXIST, []
-                )
-            )
-            return
-        queues = self.vhost_obj.queues
-        bindings = [
-            b
-            for b in x.bindings.values()
-            if b.destination.kind == "queue"
-            and isinstance(queues.get(b.destination.name), StreamQueue)
-        ]
-        # by x-stream-partition-order; bindings without one after, in their order
-        bindings.sort(key=_partition_order)
-        names = [b.destination.name for b in bindings]
-        self.output.send(encode.streams_response(Key.PARTITIONS, e.correlation_id, Code.OK, names))
-
     # -------------------------------------------------------------------- close
     def set_blocked(self, blocked: bool, reason: str = "") -> None:
         """A resource alarm stops reading its publishes, or no longer does."""
@@ -535,17 +554,20 @@ class StreamSession(StreamHandshake):
         self.subscriptions.clear()
         self.publishers.clear()
         self._confirms.clear()
+        self.requests.clear()
+        dispatch(self.broker.stream_groups.connection_down(self))
         for q, watch in self._watches.items():
             q.watchers.discard(watch)
         self._watches.clear()
 
 
-def _partition_order(binding: Any) -> tuple[int, int]:
-    order = binding.arguments.get("x-stream-partition-order")
-    try:
-        return (0, int(order)) if order is not None else (1, 0)
-    except (TypeError, ValueError):
-        return (1, 0)
+def _matcher(properties: dict[str, str]) -> Matcher | None:
+    """A subscription's filter (RabbitMQ 3.13): its ``filter.*`` values, and whether it
+    takes messages without a filter value (``match-unfiltered``); None without values."""
+    values = [v.encode() for k, v in properties.items() if k.startswith("filter.")]
+    if not values:
+        return None
+    return Matcher(values, properties.get("match-unfiltered") == "true")
 
 
 def _adds_up(batch: ev.SubBatch) -> bool:
@@ -578,6 +600,8 @@ _HANDLERS: dict[type, Any] = {
     ev.Unsubscribe: StreamSession._unsubscribe,
     ev.StoreOffset: StreamSession._store_offset,
     ev.QueryOffset: StreamSession._query_offset,
-    ev.Route: StreamSession._route,
-    ev.Partitions: StreamSession._partitions,
+    **AS_3_10,
 }
+_HANDLERS[ev.Publish] = StreamSession._publish_3_10
+#: The same in the RabbitMQ 4.2 mode, with what RabbitMQ 3.11-3.13 added.
+_HANDLERS_4_2: dict[type, Any] = {**_HANDLERS, ev.Publish: StreamSession.publish, **FEATURES}

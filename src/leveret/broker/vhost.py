@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from leveret.broker import errors as rabbit
@@ -16,6 +17,7 @@ from leveret.broker.arguments import (
     assert_args_equivalence,
     wire_type,
 )
+from leveret.broker.compat import RABBITMQ_3_10, RabbitMQ
 from leveret.broker.entry import now_ms
 from leveret.broker.events import (
     INTERNAL_USER,
@@ -132,6 +134,8 @@ class VirtualHost(Routing):
         memory: MemoryBudget | None = None,
     ) -> None:
         self.name = name
+        # the RabbitMQ the broker behaves as (set by BrokerCore.add_vhost)
+        self.compat: RabbitMQ = RABBITMQ_3_10
         self.replies = replies
         self.node = node  # the broker's node name, in traces
         self.tracing = False  # firehose tracing (rabbitmqctl trace_on)
@@ -187,7 +191,9 @@ class VirtualHost(Routing):
         return [
             q
             for q in list(self.queues.values())
-            if q.apply_policies(*self.policies.match("queue", q.name, q.UNSUPPORTED_POLICIES))
+            if q.apply_policies(
+                *self.policies.match("queue", q.name, q.UNSUPPORTED_POLICIES, q.type_name)
+            )
         ]
 
     # ------------------------------------------------------------------- limits
@@ -226,7 +232,7 @@ class VirtualHost(Routing):
         arguments: dict[str, Any] | None = None,
     ) -> tuple[Exchange, bool]:
         """Declare (non-passive). Returns the exchange and whether it is new."""
-        cls = exchange_type(type_name)
+        cls = exchange_type(type_name, self.compat.v4)
         arguments = arguments.copy() if arguments else {}
         existing = self.exchanges.get(name)
         if existing is None:
@@ -379,15 +385,31 @@ class VirtualHost(Routing):
             return existing, False
         kind = QUEUE_TYPES.get(queue_type_name(arguments), ClassicQueue)
         declaration = Declaration(name, self.name, durable, exclusive_owner, auto_delete, arguments)
-        kind.validate(declaration)
+        if not durable and exclusive_owner is None and self.compat.v4:
+            self._check_transient(kind, declaration)
+        kind.validate(declaration, self.compat)
         q = kind.create(declaration, self)
+        q.compat = self.compat
         if self.policies:
-            q.apply_policies(*self.policies.match("queue", name, q.UNSUPPORTED_POLICIES))
+            q.apply_policies(
+                *self.policies.match("queue", name, q.UNSUPPORTED_POLICIES, q.type_name)
+            )
         self.queues[name] = q
         self.observers.emit(QueueCreated(q))
         if q.durable:
             self.observers.emit(DefinitionChanged(q))
         return q, True
+
+    def _check_transient(self, kind: type[Queue], declaration: Declaration) -> None:
+        """RabbitMQ 4's deprecated feature transient_nonexcl_queues: a new queue neither
+        durable nor exclusive, once its arguments are checked and before its type looks
+        at its properties, is refused when the configuration denies the feature (541, the
+        feature's warning), and its use is logged (v4.2.9 rabbit_amqqueue.erl:221-242,
+        2121-2132)."""
+        if self.compat.is_permitted("transient_nonexcl_queues"):
+            return
+        kind.validate(replace(declaration, durable=True, auto_delete=False), self.compat)
+        raise errors.error(spec.INTERNAL_ERROR, self.compat.warning("transient_nonexcl_queues"))
 
     def assert_queue_equivalence(
         self,

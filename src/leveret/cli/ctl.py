@@ -39,7 +39,7 @@ from leveret.cli.ctlclient import (
     q,
     user_and_vhost,
 )
-from leveret.cli.ctllist import node_name
+from leveret.cli.ctllist import listed_by_rabbitmqctl, node_name
 from leveret.cli.ctloperate import set_vhost_limits
 
 # the operator verbs (policies, limits, topic permissions) register as ctloperate loads
@@ -229,6 +229,8 @@ def close_connection(ctl: Ctl, connection_pid: str, explanation: str) -> None:
     node = node_name(client)
     for conn in client.get("/api/connections"):
         name = conn.get("name", "")
+        if not listed_by_rabbitmqctl(conn):
+            continue  # not rabbitmqctl's to close (streams, RabbitMQ 3.10.8's AMQP 1.0)
         if connection_pid in (name, fmt.pid(node, name)):
             req_path = f"/api/connections/{q(name)}"
             req = urllib.request.Request(client.base + req_path, method="DELETE")
@@ -239,6 +241,8 @@ def close_connection(ctl: Ctl, connection_pid: str, explanation: str) -> None:
             except urllib.error.HTTPError as exc:
                 raise CtlError(f"could not close connection {connection_pid}", EX_SOFTWARE) from exc
             return
+    if connection_pid.startswith("<") and connection_pid.endswith(">"):
+        return  # as rabbitmqctl: a pid no connection has closes nothing, and that is all
     raise CtlError(f"connection {connection_pid} not found", EX_DATAERR)
 
 

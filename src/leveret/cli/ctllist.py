@@ -66,6 +66,7 @@ class Listing:
     default: list[str]
     columns: dict[str, Extract]
     takes_columns: bool = True  # list_users and list_permissions take none, as rabbitmqctl's
+    keep: Callable[[dict[str, Any]], bool] | None = None  # which items it lists
 
 
 def _plain(*names: str) -> dict[str, Extract]:
@@ -116,6 +117,17 @@ QUEUE_COLUMNS: dict[str, Extract] = {
     "online": lambda item, node: item.get("online", ""),
 }
 
+# the info item protocol as rabbitmqctl prints it, by the management API's rendering
+_PROTOCOL_TERMS = {"AMQP 0-9-1": "{0,9,1}", "AMQP 1-0": "{1,0}"}
+
+
+def listed_by_rabbitmqctl(item: dict[str, Any]) -> bool:
+    """A connection rabbitmqctl lists (rabbit_networking's): a network one. Not a stream
+    connection, nor RabbitMQ 3.10.8's AMQP 1.0 sessions' direct connections (measured:
+    list_connections shows neither); RabbitMQ 4.2's AMQP 1.0 connections are."""
+    return item.get("type") == "network"
+
+
 CONNECTION_COLUMNS: dict[str, Extract] = {
     **_plain(
         "name",
@@ -142,7 +154,7 @@ CONNECTION_COLUMNS: dict[str, Extract] = {
         "connected_at",
     ),
     "pid": _conn_pid,
-    "protocol": lambda item, node: "{0,9,1}",
+    "protocol": lambda item, node: _PROTOCOL_TERMS.get(item.get("protocol", ""), "{0,9,1}"),
     "client_properties": _args("client_properties"),
     "recv_oct": lambda item, node: item.get("recv_oct", 0),
     "recv_cnt": lambda item, node: item.get("recv_cnt", 0),
@@ -221,6 +233,7 @@ LISTINGS: dict[str, Listing] = {
         lambda o: ["Listing connections ..."],
         ["user", "peer_host", "peer_port", "state"],
         CONNECTION_COLUMNS,
+        keep=listed_by_rabbitmqctl,
     ),
     "list_channels": Listing(
         "The channels of every connection.",
@@ -309,6 +322,8 @@ def run_listing(spec: Listing, columns: list[str], ctl: Ctl) -> None:
     opts, client = ctl.opts, ctl.client
     columns = _chosen(columns, spec.default, spec.columns)
     items = client.get(spec.path(opts), missing=[])
+    if spec.keep is not None:
+        items = [item for item in items or [] if spec.keep(item)]
     needs_node = any(c in ("pid", "channel_pid", "connection", "owner_pid") for c in columns)
     node = node_name(client) if needs_node else ""
     rows = [[(c, spec.columns[c](item, node)) for c in columns] for item in items or []]

@@ -175,6 +175,11 @@ SERVER_OPTIONS: tuple[_Option, ...] = (
         "(set_header_timestamp=false: the arrival time as a timestamp_in_ms header).",
     ),
     _Option(
+        "--rabbitmq-version",
+        str | None,
+        "The RabbitMQ whose behaviour and version clients see: 3.10.8 (the default) or 4.2.",
+    ),
+    _Option(
         "--consumer-timeout",
         str | None,
         "Close a channel whose delivery stays unacknowledged this long, in ms "

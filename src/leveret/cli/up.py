@@ -333,6 +333,16 @@ def up(
             show_default=False,
         ),
     ] = None,
+    rabbitmq_version: Annotated[
+        str | None,
+        typer.Option(
+            "--rabbitmq-version",
+            envvar="LEVERET_RABBITMQ_VERSION",
+            help="The RabbitMQ the broker behaves as: 3.10.8 (the default, or the config "
+            "file's rabbitmq_version) or 4.2.",
+            show_default=False,
+        ),
+    ] = None,
     compact_every: Annotated[
         str | None,
         typer.Option(
@@ -374,9 +384,10 @@ def up(
             asked = {flag: port_options[p.name] for flag, p in _PORT_PARAMETERS.items()}
             if asked["--syslog-port"] is None and not _syslog_port_set(config):
                 asked["--syslog-port"] = SYSLOG_PORT
-            server, ports = _start_server(
-                data_dir, asked, broker_log, config, _server_settings(config)
-            )
+            settings = _server_settings(config)
+            if rabbitmq_version is not None:
+                settings += ["--rabbitmq-version", rabbitmq_version]
+            server, ports = _start_server(data_dir, asked, broker_log, config, settings)
         except RuntimeError as exc:
             fail(str(exc))  # one plain line, unwrapped, as leveret server's
         children.append(_Child("broker", server))

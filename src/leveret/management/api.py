@@ -7,6 +7,7 @@ connections, channels and consumers. Exchanges, queues and bindings are in
 from __future__ import annotations
 
 import logging
+import ssl
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
@@ -14,10 +15,12 @@ from pamqp import commands
 
 from leveret.broker import errors as rabbit
 from leveret.broker import operations
+from leveret.broker.amqp10_presence import DirectConnection, Shape, shape
+from leveret.broker.amqp10_session import Amqp10Session
 from leveret.broker.consumer import Consumer
 from leveret.broker.message import Message
-from leveret.management import views
-from leveret.management.context import Management, mgmt
+from leveret.management import amqp10conns, views
+from leveret.management.context import MANAGEMENT, Management, mgmt
 from leveret.management.httputil import (
     ApiError,
     bad_request,
@@ -90,13 +93,24 @@ def node(m: Management) -> dict[str, Any]:
             "uptime": int((time.time() - m.stats.started) * 1000),
             "processors": os.cpu_count() or 1,
             "rates_mode": "basic",
-            "exchange_types": views.exchange_types(),
+            "exchange_types": views.exchange_types(m.broker.compat.v4),
             "partitions": [],
             "applications": [],
             "contexts": [],
             "enabled_plugins": list(m.broker.plugins),
         }
     )
+    if m.broker.compat.v4:
+        # rabbit_mgmt_external_stats at v4.2.9 (?OTHER_KEYS, i/2): each node tells its
+        # versions, as /api/overview does
+        out.update(
+            {
+                "rabbitmq_version": m.broker.compat.version,
+                "erlang_version": "none",
+                "erlang_full_version": "none (Leveret runs on Python)",
+                "crypto_lib_version": ssl.OPENSSL_VERSION,
+            }
+        )
     return out
 
 
@@ -165,6 +179,10 @@ async def aliveness(request: web.Request) -> web.Response:
     try:
         if actor.permission is None:  # no access to the vhost: no channel to open
             raise rabbit.access_refused("queue", ALIVENESS_QUEUE, v.name, user)
+        if m.broker.compat.v4:
+            # a no-op from 4.1: it used a transient non-exclusive queue, a deprecated
+            # feature (v4.2.9 rabbit_mgmt_wm_aliveness_test.erl: a channel, then ok)
+            return json_response({"status": "ok"})
         declare = spec.command(commands.Queue.Declare, queue=ALIVENESS_QUEUE)
         operations.declare_queue(v, actor, declare)
         message = Message.build("", ALIVENESS_QUEUE, b"test_message", None)
@@ -200,8 +218,13 @@ async def connections(request: web.Request) -> web.Response:
         for s in m.stream_sessions(request)
         if vhost is None or s.vhost == vhost
     ]
+    items += [
+        amqp10conns.connection(c, m.stats, alarm)
+        for c in m.amqp10(request)
+        if vhost is None or c.vhost == vhost
+    ]
     items.sort(key=lambda c: str(c["name"]))
-    return listing(request, items)
+    return listing(request, items, pages=vhost is None)  # a vhost's: not paged
 
 
 def _stream_named(m: Management, request: web.Request) -> StreamSession | None:
@@ -214,6 +237,10 @@ async def connection_one(request: web.Request) -> web.Response:
     stream = _stream_named(m, request)
     if stream is not None:
         return json_response(views.stream_connection(stream, m.stats, single=True))
+    amqp10 = m.amqp10_named(request)
+    if amqp10 is not None:
+        alarm = bool(m.server.state.alarms)
+        return json_response(amqp10conns.connection(amqp10, m.stats, alarm))
     return json_response(
         views.connection(m.session_named(request), m.stats, bool(m.server.state.alarms))
     )
@@ -226,20 +253,48 @@ async def connection_delete(request: web.Request) -> web.Response:
     if stream is not None:
         stream.force_close(reason)
         return no_content()
+    amqp10 = m.amqp10_named(request)
+    if amqp10 is not None:
+        amqp10.force_close(reason)
+        return no_content()
     s = m.session_named(request)
     s.force_close(reason)
     return no_content()
 
 
 async def connection_channels(request: web.Request) -> web.Response:
+    """A connection's channels (rabbit_mgmt_wm_connection_channels: not paged)."""
     m = mgmt(request)
     if _stream_named(m, request) is not None:
-        return listing(request, [])  # a stream connection has no channels
+        return listing(request, [], pages=False)  # a stream connection has no channels
+    amqp10 = m.amqp10_named(request)
+    node = m.broker.node_name
+    if isinstance(amqp10, DirectConnection):  # its session's channel (RabbitMQ 3.10.8)
+        return listing(request, [amqp10conns.channel(amqp10, m.stats, node)], pages=False)
+    if amqp10 is not None:
+        return listing(request, [], pages=False)  # RabbitMQ 4.2's sessions are no channels
     s = m.session_named(request)
-    return listing(
-        request,
-        [views.channel(ch, m.stats, m.broker.node_name) for _, ch in sorted(s.channels.items())],
-    )
+    items = [views.channel(ch, m.stats, node) for _, ch in sorted(s.channels.items())]
+    return listing(request, items, pages=False)
+
+
+async def connection_sessions(request: web.Request) -> web.Response:
+    """RabbitMQ 4.2's AMQP 1.0 sessions of a connection (rabbit_mgmt_wm_connection_sessions);
+    RabbitMQ 3.10.8 has no such endpoint (404)."""
+    m = mgmt(request)
+    if shape(m.broker) is Shape.PLUGIN:
+        raise not_found()
+    amqp10 = m.amqp10_named(request)
+    if isinstance(amqp10, Amqp10Session):
+        return listing(request, amqp10conns.sessions(amqp10), pages=False)
+    if _stream_named(m, request) is None:
+        m.session_named(request)  # 404 when there is no such connection
+    raise bad_request("connection does not use AMQP 1.0")
+
+
+def _amqp10_channels(m: Management, request: web.Request) -> list[DirectConnection]:
+    """The AMQP 1.0 sessions whose channel the user may see (RabbitMQ 3.10.8's plugin)."""
+    return [c for c in m.amqp10(request) if isinstance(c, DirectConnection)]
 
 
 async def channels(request: web.Request) -> web.Response:
@@ -247,26 +302,39 @@ async def channels(request: web.Request) -> web.Response:
     vhost = request.match_info.get("vhost")
     if vhost is not None:
         m.vhost(request)
-    return listing(
-        request,
-        [
-            views.channel(ch, m.stats, m.broker.node_name)
-            for ch in m.channels(request)
-            if vhost is None or ch.host.vhost == vhost
-        ],
-    )
+    node = m.broker.node_name
+    items = [
+        views.channel(ch, m.stats, node)
+        for ch in m.channels(request)
+        if vhost is None or ch.host.vhost == vhost
+    ] + [
+        amqp10conns.channel(c, m.stats, node)
+        for c in _amqp10_channels(m, request)
+        if vhost is None or c.vhost == vhost
+    ]
+    items.sort(key=lambda c: str(c["name"]))
+    return listing(request, items, pages=vhost is None)  # a vhost's: not paged
 
 
 async def channel_one(request: web.Request) -> web.Response:
     m = mgmt(request)
+    name = request.match_info["name"]
+    node = m.broker.node_name
     for ch in m.channels(request):
-        if views.channel_name(ch) == request.match_info["name"]:
-            data = views.channel(ch, m.stats, m.broker.node_name)
-            data["consumer_details"] = [
-                views.consumer(c, m.broker.node_name) for c in ch.consumers.values()
-            ]
+        if views.channel_name(ch) == name:
+            data = views.channel(ch, m.stats, node)
+            data["consumer_details"] = [views.consumer(c, node) for c in ch.consumers.values()]
             return json_response(data)
-    raise not_found()
+    found = [c for c in _amqp10_channels(m, request) if amqp10conns.channel_name(c) == name]
+    if len(found) != 1:  # none, or two sessions' of one name: none found
+        raise not_found()
+    data = amqp10conns.channel(found[0], m.stats, node)
+    data["consumer_details"] = [
+        views.consumer(link.consumer, node)
+        for link in found[0].session.consumers.values()
+        if link.consumer is not None
+    ]
+    return json_response(data)
 
 
 async def consumers(request: web.Request) -> web.Response:
@@ -284,8 +352,50 @@ async def consumers(request: web.Request) -> web.Response:
     return json_response(out)
 
 
+async def deprecated_features(request: web.Request) -> web.Response:
+    """RabbitMQ 4's deprecated features (rabbit_mgmt_wm_deprecated_features, from 3.13;
+    rabbit_depr_ff_extra:cli_info at v4.2.9): each with its phase, documentation, the
+    application providing it and whether the configuration permits it; ``/used`` lists
+    those in use (only transient_nonexcl_queues can tell: a transient non-exclusive queue
+    exists) and without a state. RabbitMQ 3.10.8 has no such endpoint."""
+    compat = mgmt(request).broker.compat
+    used = request.path.rstrip("/").endswith("/used")
+    out = []
+    for name in sorted(compat.deprecated_features):
+        feature = compat.deprecated_features[name]
+        if used and not _in_use(mgmt(request), name):
+            continue
+        row: dict[str, Any] = {
+            "deprecation_phase": feature.phase.value,
+            "desc": "",
+            "doc_url": feature.doc_url,
+            "name": name,
+            "provided_by": feature.provided_by,
+        }
+        if not used:
+            row["state"] = "permitted" if compat.permitted(name) else "denied"
+        out.append(row)
+    return json_response(out)
+
+
+def _in_use(m: Management, name: str) -> bool:
+    """A deprecated feature's is_feature_used callback (v4.2.9
+    rabbit_amqqueue.erl:121-136 are_transient_nonexcl_used); the others have none."""
+    if name != "transient_nonexcl_queues":
+        return False
+    return any(
+        not q.durable and q.exclusive_owner is None
+        for v in m.broker.vhosts.values()
+        for q in v.queues.values()
+    )
+
+
 def routes(app: web.Application) -> None:
     r = app.router
+    management = app.get(MANAGEMENT)  # (none: the routes alone are asked for)
+    if management is None or management.broker.compat.v4:  # none in RabbitMQ 3.10.8
+        resource(r, "/api/deprecated-features", deprecated_features)
+        resource(r, "/api/deprecated-features/used", deprecated_features)
     resource(r, "/api/overview", overview)
     resource(r, "/api/whoami", whoami)
     resource(r, "/api/nodes", nodes)
@@ -298,6 +408,7 @@ def routes(app: web.Application) -> None:
     resource(r, "/api/connections", connections)
     resource(r, "/api/connections/{name}", connection_one, delete=connection_delete)
     resource(r, "/api/connections/{name}/channels", connection_channels)
+    resource(r, "/api/connections/{name}/sessions", connection_sessions)
     resource(r, "/api/vhosts/{vhost}/connections", connections)
     resource(r, "/api/channels", channels)
     resource(r, "/api/channels/{name}", channel_one)

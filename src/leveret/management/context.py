@@ -17,6 +17,8 @@ from leveret.management.httputil import (
 )
 
 if TYPE_CHECKING:
+    from leveret.broker.amqp10_presence import DirectConnection
+    from leveret.broker.amqp10_session import Amqp10Session
     from leveret.broker.broker import BrokerCore
     from leveret.broker.channel import Channel
     from leveret.broker.session import Session
@@ -104,6 +106,24 @@ class Management:
         everyone = is_admin(request) or "monitoring" in user.tags
         out = [s for s in self.stats.stream_sessions() if everyone or s.username == user.name]
         return sorted(out, key=lambda s: s.name)
+
+    def amqp10(self, request: web.Request) -> list[DirectConnection | Amqp10Session]:
+        """The AMQP 1.0 connections (as /api/connections lists them) the user may see,
+        by name."""
+        user = current_user(request)
+        everyone = is_admin(request) or "monitoring" in user.tags
+        out = [c for c in self.stats.amqp10() if everyone or c.username == user.name]
+        return sorted(out, key=lambda c: c.name)
+
+    def amqp10_named(self, request: web.Request) -> DirectConnection | Amqp10Session | None:
+        """The AMQP 1.0 connection the path names, if it names one. A name two sessions'
+        direct connections share names none: 404 (RabbitMQ 3.10.8's management
+        database finds no single connection by it)."""
+        name = request.match_info["name"]
+        found = [c for c in self.amqp10(request) if c.name == name]
+        if len(found) > 1:
+            raise not_found()
+        return found[0] if found else None
 
     def channels(self, request: web.Request) -> list[Channel]:
         return [ch for s in self.sessions(request) for _, ch in sorted(s.channels.items())]

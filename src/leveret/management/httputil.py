@@ -159,8 +159,10 @@ def require_admin(request: web.Request) -> None:
         raise not_admin()
 
 
-def listing(request: web.Request, items: list[dict[str, Any]]) -> web.Response:
-    """Sort (``sort``, ``sort_reverse``) and page (``page``, ``page_size``) as RabbitMQ."""
+def listing(request: web.Request, items: list[dict[str, Any]], pages: bool = True) -> web.Response:
+    """Sort (``sort``, ``sort_reverse``) and page (``page``, ``page_size``) as RabbitMQ;
+    without ``pages``, the whole list whatever the page asked for (rabbit_mgmt_util's
+    reply_list: the listings of one vhost, of one connection)."""
     q = request.query
     sort = q.get("sort")
     reverse = as_bool(q.get("sort_reverse"))
@@ -180,7 +182,7 @@ def listing(request: web.Request, items: list[dict[str, Any]]) -> web.Response:
         items = [i for i in items if name_filter in str(i.get("name", ""))]
     if q.get("columns"):
         items = [project(i, q["columns"]) for i in items]
-    if "page" not in q:
+    if "page" not in q or not pages:
         return json_response(items)
     try:
         page = max(1, int(q["page"]))
@@ -245,15 +247,17 @@ def resource(
     post: Handler | None = None,
     delete: Handler | None = None,
 ) -> None:
-    """One path's handlers by method; GET answers HEAD too, as ``add_get`` makes it."""
-    if get is not None:
-        router.add_get(path, get)
-    if put is not None:
-        router.add_put(path, put)
-    if post is not None:
-        router.add_post(path, post)
-    if delete is not None:
-        router.add_delete(path, delete)
+    """One path's handlers by method; GET answers HEAD too, as ``add_get`` makes it. The
+    path is served with one trailing slash too, as RabbitMQ's router serves it."""
+    for each in (path, path + "/"):
+        if get is not None:
+            router.add_get(each, get)
+        if put is not None:
+            router.add_put(each, put)
+        if post is not None:
+            router.add_post(each, post)
+        if delete is not None:
+            router.add_delete(each, delete)
 
 
 def scoped(router: web.UrlDispatcher, path: str, listing: Handler, *scopes: str) -> None:
@@ -261,6 +265,8 @@ def scoped(router: web.UrlDispatcher, path: str, listing: Handler, *scopes: str)
     ``scoped(r, "/api/queues", queues, "{vhost}")`` serves ``/api/queues`` and
     ``/api/queues/{vhost}``."""
     router.add_get(path, listing)
+    router.add_get(path + "/", listing)
     for scope in scopes:
         path = f"{path}/{scope}"
         router.add_get(path, listing)
+        router.add_get(path + "/", listing)

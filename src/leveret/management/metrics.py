@@ -19,7 +19,8 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from leveret.broker.broker import COMPATIBLE_VERSION
+from leveret.broker.amqp10_presence import DirectConnection
+from leveret.broker.amqp10_session import Amqp10Session
 from leveret.broker.channel import (
     ACK,
     CONFIRMED,
@@ -36,6 +37,7 @@ from leveret.broker.channel import (
 from leveret.server.resources import file_descriptors, sockets_limit
 
 if TYPE_CHECKING:
+    from leveret.broker.ports import ConnectionInfo
     from leveret.broker.session import Session
     from leveret.broker.stream_session import StreamSession
     from leveret.management.context import Management
@@ -99,7 +101,9 @@ class BrokerCollector(Collector):
         self.m = management
         self.per_object = per_object
 
-    def channel_families(self, sessions: list[Session]) -> Iterator[Metric]:
+    def channel_families(
+        self, sessions: list[Session], directs: list[DirectConnection]
+    ) -> Iterator[Metric]:
         """rabbitmq_prometheus's channel series: per channel (and per exchange or queue
         it used) with ``/metrics/per-object``, summed otherwise."""
         per = self.per_object
@@ -150,6 +154,13 @@ class BrokerCollector(Collector):
                         if per:
                             qc.add_metric([label, queue.vhost, queue.name], counts[i])
                         queue_sums[k] += counts[i]
+        for d in directs:  # an AMQP 1.0 session's channel (RabbitMQ 3.10.8's plugin)
+            session = d.session
+            values = [len(session.consumers), len(session.unsettled), len(session.confirms)]
+            for k, (gauge, value) in enumerate(zip(gauges, [*values, 0, 0, 0], strict=True)):
+                if per:
+                    gauge.add_metric([pid(d, d.channel.number)], value)
+                gauge_sums[k] += value
         if not per:
             for gauge, value in zip(gauges, gauge_sums, strict=True):
                 gauge.add_metric([], value)
@@ -161,7 +172,9 @@ class BrokerCollector(Collector):
         yield from (f for _, f in by_exchange)
         yield from (f for _, f in by_queue)
 
-    def connection_families(self, sessions: list[Session | StreamSession]) -> Iterator[Metric]:
+    def connection_families(
+        self, sessions: list[Session | StreamSession | Amqp10Session]
+    ) -> Iterator[Metric]:
         """rabbitmq_prometheus's connection series (labelled "channel" with the
         connection's pid, as RabbitMQ labels them), from what the server counted on each
         socket."""
@@ -244,7 +257,8 @@ class BrokerCollector(Collector):
             "RabbitMQ & Erlang/OTP version info",
             labels=["rabbitmq_version", "prometheus_plugin_version", "product"],
         )
-        info.add_metric([COMPATIBLE_VERSION, COMPATIBLE_VERSION, "Leveret"], 1)
+        version = broker.compat.version
+        info.add_metric([version, version, "Leveret"], 1)
         yield info
         ident = UnknownMetricFamily(
             "rabbitmq_identity_info",
@@ -256,6 +270,11 @@ class BrokerCollector(Collector):
 
         sessions = list(stats.sessions())
         streams = list(stats.stream_sessions())
+        # AMQP 1.0: each session's direct connection (RabbitMQ 3.10.8's plugin; sockets of
+        # no figures) or each connection (RabbitMQ 4.2)
+        amqp10 = list(stats.amqp10())
+        directs = [c for c in amqp10 if isinstance(c, DirectConnection)]
+        natives = [c for c in amqp10 if isinstance(c, Amqp10Session)]
         queues = [q for v in broker.vhosts.values() for q in v.queues.values()]
         consumers = sum(len(q.consumers) for q in queues)
         # a stream-protocol subscription is a consumer of its stream, as RabbitMQ counts it
@@ -264,11 +283,15 @@ class BrokerCollector(Collector):
         )
         stream_consumers = sum(subscribers.values())
         for name, doc, value in (
-            ("rabbitmq_connections", "Connections currently open", len(sessions) + len(streams)),
+            (
+                "rabbitmq_connections",
+                "Connections currently open",
+                len(sessions) + len(streams) + len(amqp10),
+            ),
             (
                 "rabbitmq_channels",
                 "Channels currently open",
-                sum(len(s.channels) for s in sessions),
+                sum(len(s.channels) for s in sessions) + len(directs),
             ),
             ("rabbitmq_consumers", "Consumers currently connected", consumers + stream_consumers),
             ("rabbitmq_queues", "Queues available", len(queues)),
@@ -286,7 +309,8 @@ class BrokerCollector(Collector):
                 # the stream protocol's declared publishers
                 "rabbitmq_global_publishers",
                 "Current number of publishers",
-                sum(1 for s in sessions for ch in s.channels.values() if ch.published),
+                sum(1 for s in sessions for ch in s.channels.values() if ch.published)
+                + sum(1 for d in directs if d.session.figures.publish),
                 sum(len(s.publishers) for s in streams),
             ),
         ):
@@ -368,8 +392,8 @@ class BrokerCollector(Collector):
             published.add_metric([], sums[4])
         yield from families.values()
         yield published
-        yield from self.channel_families(sessions)
-        yield from self.connection_families([*sessions, *streams])
+        yield from self.channel_families(sessions, directs)
+        yield from self.connection_families([*sessions, *streams, *natives])
 
         res = m.server.resources
         fd_used, fd_total = file_descriptors()
@@ -417,7 +441,7 @@ class BrokerCollector(Collector):
         )
 
 
-def pid(session: Session | StreamSession, number: int = 0) -> str:
+def pid(session: ConnectionInfo, number: int = 0) -> str:
     """The label naming a channel (or, number 0, a connection), shaped as the Erlang pid
     RabbitMQ labels them with."""
     return f"<0.{session.id}.{number}>"

@@ -104,10 +104,13 @@ async def policy_put(request: web.Request, operator: bool = False) -> web.Respon
             body.get("priority"),
             body.get("apply-to"),
             operator=operator,
+            compat=v.compat,
         )
     except PolicyError as exc:
-        # the policy endpoint escapes its errors for HTML, the operator-policy one not
-        raise bad_request(exc.text if operator else escape_html(exc.text)) from exc
+        # 3.10.8's policy endpoint escapes its errors for HTML, the operator-policy one
+        # not; 4.2.9's escapes neither (rabbit_mgmt_wm_policy:accept_content)
+        plain = operator or v.compat.v4
+        raise bad_request(exc.text if plain else escape_html(exc.text)) from exc
     created = name not in v.policies.table(operator)
     v.set_policy(policy)
     return created_or_updated(created)

@@ -11,6 +11,8 @@ from collections import Counter, deque
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
+from leveret.broker.amqp10_presence import DirectConnection
+from leveret.broker.amqp10_session import Amqp10Session
 from leveret.broker.channel import (
     ACK,
     DELIVER,
@@ -216,6 +218,36 @@ def session_counters(s: Session) -> dict[str, float]:
     }
 
 
+def amqp10_channel_counters(d: DirectConnection) -> dict[str, float]:
+    """An AMQP 1.0 session's channel's figures (RabbitMQ 3.10.8's plugin)."""
+    f = d.session.figures
+    return {
+        "publish": f.publish,
+        "confirm": f.confirm,
+        "return_unroutable": 0,
+        "drop_unroutable": f.drop_unroutable,
+        "ack": f.ack,
+        "deliver": f.deliver,
+        "deliver_get": f.deliver,
+        "deliver_no_ack": 0,
+        "get": 0,
+        "get_empty": 0,
+        "get_no_ack": 0,
+        "redeliver": f.redeliver,
+    }
+
+
+def direct_counters(d: DirectConnection) -> dict[str, float]:
+    """What an AMQP 1.0 session published, counted where it publishes (its channel)."""
+    f = d.session.figures
+    return {
+        "publish": f.publish,
+        "confirm": f.confirm,
+        "return_unroutable": 0,
+        "drop_unroutable": f.drop_unroutable,
+    }
+
+
 def queue_lengths(q: Queue) -> dict[str, float]:
     ready = q.message_count
     return {
@@ -244,10 +276,11 @@ class Stats:
         self.overview = Windows(keep)
         self.vhosts: dict[str, Windows] = {}
         self.queues: dict[Queue, Windows] = {}
-        self.channels: dict[Channel, Windows] = {}
+        # AMQP 0-9-1 channels, and AMQP 1.0 sessions' channels (RabbitMQ 3.10.8's plugin)
+        self.channels: dict[object, Windows] = {}
         self.exchanges: dict[Exchange, Windows] = {}
-        # AMQP and stream-protocol connections' traffic
-        self.connections: dict[Session | StreamSession, Windows] = {}
+        # AMQP (0-9-1 and, RabbitMQ 4.2's, 1.0) and stream-protocol connections' traffic
+        self.connections: dict[Session | StreamSession | Amqp10Session, Windows] = {}
         # Churn, for the Prometheus counters.
         self.churn: Counter[str] = Counter()
         self.churn_windows = Windows(keep)
@@ -282,6 +315,8 @@ class Stats:
                 self.churn["connections_closed"] += 1
                 if isinstance(connection, Session) and connection.vhost:
                     self._retire(connection.vhost, session_counters(connection))
+                elif isinstance(connection, DirectConnection):
+                    self._retire(connection.vhost, direct_counters(connection))
 
     def count_publish(self, vhost: str) -> None:
         """A message published through the API (no AMQP session counts it)."""
@@ -310,6 +345,19 @@ class Stats:
             if isinstance(s, StreamSession) and not s.closed:
                 yield s
 
+    def amqp10(self) -> Iterator[DirectConnection | Amqp10Session]:
+        """AMQP 1.0 connections as /api/connections lists them: each session's direct
+        connection (RabbitMQ 3.10.8's plugin), or each open connection (RabbitMQ 4.2)."""
+        for c in list(self.broker.connections.values()):
+            if isinstance(c, (DirectConnection, Amqp10Session)) and not c.closed:
+                yield c
+
+    def amqp10_channels(self) -> Iterator[DirectConnection]:
+        """The AMQP 1.0 sessions' direct connections, whose channel 1 is a channel."""
+        for c in self.amqp10():
+            if isinstance(c, DirectConnection):
+                yield c
+
     def totals(self, vhost: str | None = None) -> dict[str, int]:
         """Cumulative message counters, of one vhost or of the whole broker."""
         out: Counter[str] = Counter()
@@ -317,6 +365,9 @@ class Stats:
         for s in self.sessions():
             if vhost is None or s.vhost == vhost:
                 out.update(session_counters(s))
+        for d in self.amqp10_channels():
+            if vhost is None or d.vhost == vhost:
+                out.update(direct_counters(d))
         vhosts = self.broker.vhosts.values() if vhost is None else [self.broker.vhosts[vhost]]
         for v in vhosts:
             for q in v.queues.values():
@@ -350,10 +401,10 @@ class Stats:
         per_vhost: dict[str, Counter[str]] = {
             name: Counter(self.vhost_retired.get(name, Counter())) for name in self.broker.vhosts
         }
-        live_channels: set[Channel] = set()
-        live_sessions: set[Session | StreamSession] = set()
+        live_channels: set[object] = set()
+        live_sessions: set[Session | StreamSession | Amqp10Session] = set()
 
-        def traffic(s: Session | StreamSession) -> None:
+        def traffic(s: Session | StreamSession | Amqp10Session) -> None:
             """A connection's bytes in and out, AMQP's or the stream protocol's alike."""
             if s.traffic is not None:
                 live_sessions.add(s)
@@ -375,6 +426,18 @@ class Stats:
                 cw.add(t, channel_counters(ch))
         for ss in self.stream_sessions():
             traffic(ss)
+        for a in self.amqp10():
+            if isinstance(a, Amqp10Session):  # RabbitMQ 4.2's: a network connection
+                traffic(a)
+                continue
+            figures = per_vhost.get(a.vhost)
+            if figures is not None:
+                figures.update(direct_counters(a))
+            live_channels.add(a.channel)
+            cw = self.channels.get(a.channel)
+            if cw is None:
+                cw = self.channels[a.channel] = self._new_windows(min(self.keep, 120))
+            cw.add(t, amqp10_channel_counters(a))
         live_queues: set[Queue] = set()
         live_exchanges: set[Exchange] = set()
         for name, v in self.broker.vhosts.items():
@@ -415,8 +478,8 @@ class Stats:
             del self.vhosts[gone_vhost]
         for q in [q for q in self.queues if q not in live_queues]:
             del self.queues[q]
-        for ch in [c for c in self.channels if c not in live_channels]:
-            del self.channels[ch]
+        for gone_channel in [c for c in self.channels if c not in live_channels]:
+            del self.channels[gone_channel]
         for x in [x for x in self.exchanges if x not in live_exchanges]:
             del self.exchanges[x]
         for gone in [c for c in self.connections if c not in live_sessions]:

@@ -4,19 +4,23 @@ from __future__ import annotations
 
 import base64
 import json
+import ssl
 import zlib
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote_plus
 
-from leveret.broker.broker import COMPATIBLE_VERSION
-from leveret.broker.exchanges import EXCHANGE_TYPES as EXCHANGE_TYPE_CLASSES
+from leveret.broker.amqp10_links import LinkConsumer
+from leveret.broker.amqp10_presence import consumer_shape
+from leveret.broker.exchanges import exchange_types as exchange_type_classes
 from leveret.broker.queues import QuorumQueue
 
 if TYPE_CHECKING:
+    from leveret.broker.amqp10_session import Amqp10Session
     from leveret.broker.broker import BrokerCore
     from leveret.broker.channel import Channel
     from leveret.broker.consumer import Consumer
     from leveret.broker.exchanges import Binding, Exchange
+    from leveret.broker.ports import ConnectionInfo
     from leveret.broker.queues import Queue
     from leveret.broker.session import Session
     from leveret.broker.stream_session import Publisher, StreamSession, Subscription
@@ -25,9 +29,9 @@ if TYPE_CHECKING:
     from leveret.management.stats import Stats
 
 
-def exchange_types() -> list[dict[str, Any]]:
+def exchange_types(v4: bool = False) -> list[dict[str, Any]]:
     """The exchange types the broker has, as /api/overview lists them: the AMQP ones and
-    those of the plugins, by name."""
+    those of the plugins, by name (and RabbitMQ 4's x-local-random with ``v4``)."""
     return [
         {
             "name": name,
@@ -35,7 +39,7 @@ def exchange_types() -> list[dict[str, Any]]:
             or f"AMQP {name} exchange, as per the AMQP specification",
             "enabled": True,
         }
-        for name, cls in sorted(EXCHANGE_TYPE_CLASSES.items())
+        for name, cls in sorted(exchange_type_classes(v4).items())
     ]
 
 
@@ -127,31 +131,43 @@ def all_bindings(v: VirtualHost) -> list[dict[str, Any]]:
     return out
 
 
+def _channel_details(s: ConnectionInfo, number: int, node: str) -> dict[str, Any]:
+    peer = s.peer or ("", 0)
+    return {
+        "connection_name": s.name,
+        "name": f"{s.name} ({number})",
+        "node": node,
+        "number": number,
+        "peer_host": peer[0],
+        "peer_port": peer[1],
+        "user": s.username,
+    }
+
+
 def consumer(c: Consumer, node: str) -> dict[str, Any]:
     ch = c.channel
-    s = ch.connection
-    peer = s.peer or ("", 0)
+    tag, prefetch, arguments = c.tag, c.prefetch, c.arguments
+    details: dict[str, Any] = {}
+    if isinstance(c, LinkConsumer):  # an AMQP 1.0 link's, as its RabbitMQ shows it
+        seen = consumer_shape(c)
+        tag, prefetch, arguments = seen.tag, seen.prefetch, seen.arguments
+        if seen.channel is not None:  # RabbitMQ 4.2's session is no channel: {}
+            details = _channel_details(seen.channel.host, seen.channel.number, node)
+    else:
+        details = _channel_details(ch.connection, ch.number, node)
     active, status = True, "up"
     if c.queue.single_active_consumer_on:
         active = c.queue.active_consumer is c
         status = "single_active" if active else "waiting"
     return {
-        "arguments": jsonable(c.arguments),
+        "arguments": jsonable(arguments),
         "ack_required": not c.no_ack,
         "active": active,
         "activity_status": status,
-        "channel_details": {
-            "connection_name": s.name,
-            "name": f"{s.name} ({ch.number})",
-            "node": node,
-            "number": ch.number,
-            "peer_host": peer[0],
-            "peer_port": peer[1],
-            "user": s.username,
-        },
-        "consumer_tag": c.tag,
+        "channel_details": details,
+        "consumer_tag": tag,
         "exclusive": c.exclusive,
-        "prefetch_count": c.prefetch,
+        "prefetch_count": prefetch,
         "queue": {"name": c.queue.name, "vhost": c.queue.vhost},
     }
 
@@ -214,6 +230,15 @@ def queue(q: Queue, broker: BrokerCore, stats: Stats, age: Any = None) -> dict[s
         out["message_stats"] = stats.message_stats(counters, windows, keys, age_m, incr_m)
     if isinstance(q, QuorumQueue):
         _quorum_fields(out, q, broker.node_name)
+        if broker.compat.v4:
+            # the delivery limit in force, from 4.0 (v4.2.9 rabbit_quorum_queue.erl:632-638)
+            limit = q.delivery_limit
+            out["delivery_limit"] = limit if limit is not None else "unlimited"
+            # rabbit_quorum_queue.erl:604-612 at v4.2.9 (priorities came with 4.0)
+            high, normal, returned = q.ready_by_kind
+            out["messages_ready_high"] = high
+            out["messages_ready_normal"] = normal
+            out["messages_ready_returned"] = returned
     return dict(sorted(out.items()))
 
 
@@ -278,7 +303,7 @@ def flow_state(s: Session, alarm: bool) -> str:
     return "flow" if s.held_by else "running"
 
 
-def _connection_common(s: Session | StreamSession) -> dict[str, Any]:
+def connection_common(s: Session | StreamSession | Amqp10Session) -> dict[str, Any]:
     """What an AMQP and a stream-protocol connection show alike: the socket's ends, who
     and where."""
     peer = s.peer or ("", 0)
@@ -300,7 +325,9 @@ def _connection_common(s: Session | StreamSession) -> dict[str, Any]:
     }
 
 
-def _add_traffic(out: dict[str, Any], s: Session | StreamSession, stats: Stats | None) -> None:
+def add_traffic(
+    out: dict[str, Any], s: Session | StreamSession | Amqp10Session, stats: Stats | None
+) -> None:
     """What the server counted on the socket (RabbitMQ's inet statistics), with the rates
     of the bytes."""
     traffic = s.traffic
@@ -319,7 +346,7 @@ def _add_traffic(out: dict[str, Any], s: Session | StreamSession, stats: Stats |
 def connection(s: Session, stats: Stats | None = None, alarm: bool = False) -> dict[str, Any]:
     props = jsonable(s.client_properties)
     name = props.get("connection_name") if isinstance(props, dict) else None
-    out = _connection_common(s)
+    out = connection_common(s)
     out.update(
         {
             "channel_max": s.channel_max,
@@ -340,7 +367,7 @@ def connection(s: Session, stats: Stats | None = None, alarm: bool = False) -> d
     )
     if name is not None:
         out["user_provided_name"] = name
-    _add_traffic(out, s, stats)
+    add_traffic(out, s, stats)
     return dict(sorted(out.items()))
 
 
@@ -365,7 +392,7 @@ def stream_connection(
     props = dict(sorted(s.client_properties.items()))  # a map in rabbit_stream_reader
     details = s.transport_details
     blank = "" if single else None
-    out = _connection_common(s)
+    out = connection_common(s)
     out.update(
         {
             "channel_max": 0,
@@ -380,7 +407,7 @@ def stream_connection(
         out[key] = details.get(key, blank)
     if "connection_name" in props:
         out["user_provided_name"] = props["connection_name"]
-    _add_traffic(out, s, stats)
+    add_traffic(out, s, stats)
     return dict(sorted(out.items()))
 
 
@@ -479,6 +506,13 @@ def vhost(v: VirtualHost, broker: BrokerCore, stats: Stats, age: Any = None) -> 
         "tags": list(v.tags),
         "tracing": v.tracing,
     }
+    if broker.compat.v4:
+        # rabbit_vhost:i/2 at v4.2.9 (rabbit_vhost.erl:757-778): a vhost made without one
+        # has the default queue type, classic (do_add, lines 197-202), in its metadata too;
+        # and protected_from_deletion (vhost:info_keys, vhost.erl:126-136)
+        out["default_queue_type"] = "classic"
+        out["metadata"] = {"default_queue_type": "classic", **out["metadata"]}
+        out["protected_from_deletion"] = False
     out.update(stats.length_details(stats.lengths(v.name), windows, age_l, incr_l))
     return dict(sorted(out.items()))
 
@@ -505,28 +539,56 @@ def permission(p: Permission) -> dict[str, Any]:
 def overview(broker: BrokerCore, stats: Stats, listeners: list[dict[str, Any]], age: Any) -> Any:
     age_l, incr_l, age_m, incr_m = age or (None, None, None, None)
     sessions = list(stats.sessions())
-    channels = sum(len(s.channels) for s in sessions)
+    amqp10 = list(stats.amqp10())
+    # an AMQP 1.0 session's direct connection has its channel (RabbitMQ 3.10.8's plugin)
+    channels = sum(len(s.channels) for s in sessions) + len(list(stats.amqp10_channels()))
     queues = sum(len(v.queues) for v in broker.vhosts.values())
     exchanges = sum(len(v.exchanges) for v in broker.vhosts.values())
     consumers = sum(len(q.consumers) for v in broker.vhosts.values() for q in v.queues.values())
-    return {
-        "management_version": COMPATIBLE_VERSION,
+    version = broker.compat.version
+    out: dict[str, Any] = {
+        "management_version": version,
         "rates_mode": "basic",
         "sample_retention_policies": {
             "global": [600, 3600, 28800, 86400],
             "basic": [600, 3600],
             "detailed": [600],
         },
-        "exchange_types": exchange_types(),
-        "product_version": COMPATIBLE_VERSION,
+        "exchange_types": exchange_types(broker.compat.v4),
+        "product_version": version,
         "product_name": "Leveret",
-        "rabbitmq_version": COMPATIBLE_VERSION,
+        "rabbitmq_version": version,
         "cluster_name": broker.cluster_name,
-        "erlang_version": "none",
-        "erlang_full_version": "none (Leveret runs on Python)",
-        "release_series_support_status": "supported",
-        "disable_stats": False,
-        "enable_queue_totals": False,
+    }
+    if broker.compat.v4:
+        # rabbit_mgmt_wm_overview:to_json at v4.2.9: cluster and node tags (none set),
+        # the crypto library, the default queue type and whether operator policies may
+        # be changed; no release_series_support_status
+        out.update(
+            {
+                "cluster_tags": {},
+                "node_tags": {},
+                "erlang_version": "none",
+                "erlang_full_version": "none (Leveret runs on Python)",
+                "crypto_lib_version": ssl.OPENSSL_VERSION,
+                "disable_stats": False,
+                "default_queue_type": "classic",
+                "is_op_policy_updating_enabled": True,
+                "enable_queue_totals": False,
+            }
+        )
+    else:
+        out.update(
+            {
+                "erlang_version": "none",
+                "erlang_full_version": "none (Leveret runs on Python)",
+                "release_series_support_status": "supported",
+                "disable_stats": False,
+                "enable_queue_totals": False,
+            }
+        )
+    return {
+        **out,
         "message_stats": stats.message_stats(
             stats.totals(), stats.overview, age=age_m, incr=incr_m
         ),
@@ -534,8 +596,8 @@ def overview(broker: BrokerCore, stats: Stats, listeners: list[dict[str, Any]], 
         "queue_totals": stats.length_details(stats.lengths(), stats.overview, age_l, incr_l),
         "object_totals": {
             "channels": channels,
-            # as RabbitMQ, stream-protocol connections count
-            "connections": len(sessions) + sum(1 for _ in stats.stream_sessions()),
+            # as RabbitMQ, stream-protocol and AMQP 1.0 connections count
+            "connections": len(sessions) + sum(1 for _ in stats.stream_sessions()) + len(amqp10),
             "consumers": consumers,
             "exchanges": exchanges,
             "queues": queues,

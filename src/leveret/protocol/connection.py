@@ -229,10 +229,12 @@ class ServerConnection:
         frame_max: int = spec.DEFAULT_FRAME_MAX,
         channel_max: int = spec.DEFAULT_CHANNEL_MAX,
         heartbeat: int = spec.DEFAULT_HEARTBEAT,
+        frame_min: int = spec.FRAME_MIN_SIZE,
     ) -> None:
         self._state = State.AWAIT_HEADER
         # What the server offers in connection.tune; tune-ok narrows them.
         self.frame_max = frame_max
+        self.frame_min = frame_min  # the least frame_max tune-ok may ask for
         self.channel_max = channel_max
         self.heartbeat = heartbeat
         self.client_properties: dict[str, Any] = {}
@@ -880,7 +882,7 @@ class ServerConnection:
         if isinstance(method, commands.Connection.TuneOk):
             # RabbitMQ drops, with no reply, a peer that asks for more than it offered or
             # for "no limit" (0).
-            if not (spec.FRAME_MIN_SIZE <= method.frame_max <= self.frame_max):
+            if not (self.frame_min <= method.frame_max <= self.frame_max):
                 raise _Drop()
             if not (0 < method.channel_max <= self.channel_max):
                 raise _Drop()

@@ -9,7 +9,7 @@ from typing import Any
 from pamqp import decode
 
 # The mechanisms Leveret knows; which are offered depends on the listener and the config.
-MECHANISMS = ("AMQPLAIN", "EXTERNAL", "PLAIN")
+MECHANISMS = ("AMQPLAIN", "ANONYMOUS", "EXTERNAL", "PLAIN")
 
 
 class BadResponse(ValueError):

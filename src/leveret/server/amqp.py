@@ -45,7 +45,9 @@ class AMQPEdge(Edge):
     def __init__(self, state: ServerState, listener: Listener = PLAIN_LISTENER) -> None:
         super().__init__(state, listener)
         limits = state.limits
-        self.conn = ServerConnection(limits.frame_max, limits.channel_max, limits.heartbeat)
+        self.conn = ServerConnection(
+            limits.frame_max, limits.channel_max, limits.heartbeat, limits.frame_min
+        )
         self._unflushed = 0  # body bytes of deliveries not yet written
         self._awaiting = 0  # the last store generation this connection's confirms wait for
         # the first bytes, until the protocol header says which AMQP this is (None: known)
@@ -122,6 +124,12 @@ class AMQPEdge(Edge):
     def data_received(self, data: bytes) -> None:
         if self._header is not None:
             head = self._header + data
+            if self.phase is Phase.WAITING:
+                # not served yet (connection_max): its protocol is chosen once admitted
+                self._header = head
+                if self.transport is not None:
+                    self.transport.pause_reading()
+                return
             if len(head) < 8 and b"AMQP".startswith(head[:4]):
                 self._header = head  # not yet the whole header
                 return
@@ -132,6 +140,13 @@ class AMQPEdge(Edge):
                 return
             data = head
         super().data_received(data)
+
+    def admit(self) -> None:
+        """Served at last: what it sent while it waited chooses its protocol."""
+        super().admit()
+        if self._header and self.phase is Phase.SERVING:
+            head, self._header = self._header, b""
+            self.data_received(head)
 
     def greet(self, transport: asyncio.BaseTransport) -> None:
         endpoint = self.endpoint(transport)

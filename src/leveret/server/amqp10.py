@@ -30,6 +30,7 @@ class Amqp10Edge(Edge):
     def __init__(self, state: ServerState, listener: Listener = PLAIN_LISTENER) -> None:
         super().__init__(state, listener)
         self.conn = ServerConnection(state.limits.frame_max)
+        self.silenced = False  # refused at its open: read no more, close after a delay
 
     def greet(self, transport: asyncio.BaseTransport) -> None:
         limits = self.state.limits
@@ -56,6 +57,23 @@ class Amqp10Edge(Edge):
     def force_close(self, reason: str) -> None:
         self.session.force_close(reason)
 
+    def close_silently(self, delay: float) -> None:
+        self.silenced = True
+        self.set_timer(delay, self.drop)
+
+    def alarm_raised(self) -> None:
+        """RabbitMQ 4: each session's incoming window closes (a flow says so); the socket
+        goes on being read, so consumers settle and heartbeats flow."""
+        if self.phase not in OVER and self.open:
+            self.session.set_blocked(True, "")
+            self.flush()
+
+    def set_blocked(self, blocked: bool, reason: str) -> None:
+        """The alarms cleared: the windows open again."""
+        if self.phase not in OVER and self.open:
+            self.session.set_blocked(blocked, reason)
+            self.flush()
+
     def writing_paused(self, paused: bool) -> None:
         self.session.set_writable(not paused)
 
@@ -63,7 +81,7 @@ class Amqp10Edge(Edge):
         conn = self.conn
         session = self.session
         flow = self.flow
-        while not (flow.held or flow.blocked or self.phase in OVER):
+        while not (flow.held or flow.blocked or self.phase in OVER or self.silenced):
             event = conn.next_event()
             if isinstance(event, NeedData):
                 break
@@ -80,8 +98,6 @@ class Amqp10Edge(Edge):
                 break
             if self.state.alarms and not session.blocked:
                 session.set_blocked(True, "")
-                flow.block(True)
-                break
         if session.needs_sync:
             self.state.sync()  # on disk before their outcomes go out
             session.flush_confirms()

@@ -46,15 +46,19 @@ class Server:
         self.persistence = Persistence(config.data_dir) if config.data_dir is not None else None
         if self.persistence is not None:
             self.observers.subscribe(self.persistence.observe)
+        # the RabbitMQ it behaves as: first, a bad version is the one line said
+        rabbit = config.compat()
         self.broker = BrokerCore(
             node_name=config.node_name or None,
             observers=self.observers,
             storage=self.persistence,
-            max_message_size=config.max_message_size,
+            max_message_size=config.message_size_limit(),
+            compat=rabbit,
         )
         self.broker.log_exchange = config.log_exchange
         self.broker.plugins = plugins.enabled(config.plugins)
         self.broker.consumer_timeout = config.consumer_timeout
+        self.broker.anonymous_login = (config.anonymous_login_user, config.anonymous_login_pass)
         self.broker.interceptors = Interceptors(**dict(config.message_interceptors))
         # delayed messages: on disk with a data directory, else in memory
         self.scheduler = Scheduler(
@@ -79,11 +83,12 @@ class Server:
                 config.channel_max,
                 config.heartbeat,
                 handshake_timeout=config.handshake_timeout / 1000,
+                frame_min=rabbit.frame_min_size,
             ),
             self.after_batch,
             self.commit,
             self.committer.when_durable,
-            mechanisms=config.auth_mechanisms,
+            mechanisms=config.mechanisms(),
             cert_login_from=config.ssl_cert_login_from,
         )
         self.state.amqp10 = plugins.AMQP_1_0 in self.broker.plugins

@@ -5,16 +5,23 @@ and typed when it loads; a bad file is one :class:`ConfigError` line naming what
 from __future__ import annotations
 
 import os
-import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from leveret.broker import plugins
+from leveret.broker import compat, plugins
 from leveret.protocol import spec
 from leveret.server import defaults
+from leveret.server.limits import (  # re-exported: the config's value types
+    DiskFreeLimit,
+    MemoryWatermark,
+    _non_negative,
+    parse_size,
+)
+
+__all__ = ["Config", "ConfigError", "DiskFreeLimit", "MemoryWatermark", "parse_size"]
 
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 
@@ -68,124 +75,6 @@ class PermissionConfig:
     read: str = ".*"
 
 
-# rabbit_resource_monitor_misc:parse_information_unit: a size, with an optional unit
-_SIZE = re.compile(
-    r"^(?P<num>[0-9]+)(?P<unit>kB|KB|MB|GB|kb|mb|gb|Kb|Mb|Gb|kiB|KiB|MiB|GiB|kib|mib|gib"
-    r"|KIB|MIB|GIB|k|K|m|M|g|G)?$"
-)
-_UNITS = {
-    **dict.fromkeys(("k", "K", "kiB", "KiB", "KIB", "kib"), 1024),
-    **dict.fromkeys(("m", "M", "MiB", "MIB", "mib"), 1024**2),
-    **dict.fromkeys(("g", "G", "GiB", "GIB", "gib"), 1024**3),
-    **dict.fromkeys(("KB", "kB", "kb", "Kb"), 1000),
-    **dict.fromkeys(("MB", "mb", "Mb"), 1000**2),
-    **dict.fromkeys(("GB", "gb", "Gb"), 1000**3),
-}
-_MEM_RELATIVE = re.compile(r"^\{?\s*mem_relative\s*[,:= ]\s*([0-9.]+)\s*\}?$")
-
-
-def parse_size(value: Any) -> int:
-    """A size in bytes as RabbitMQ reads one: an integer, or digits with a unit (k, KiB,
-    MiB, GiB, K/M/G are powers of 1024; kB, MB, GB powers of 1000)."""
-    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
-        return value
-    m = _SIZE.match(str(value).strip()) if isinstance(value, str) else None
-    if m is None:
-        raise ValueError(value)
-    return int(m["num"]) * _UNITS.get(m["unit"] or "", 1)
-
-
-@dataclass(frozen=True, slots=True)
-class MemoryWatermark:
-    """vm_memory_high_watermark: a fraction of the machine's RAM, or an absolute size."""
-
-    relative: float | None = 0.4
-    absolute: int | None = None
-
-    @classmethod
-    def parse(cls, value: Any) -> MemoryWatermark:
-        """``0.4`` (a fraction, at most 1.0), ``512MiB`` / ``2GB`` / a number of bytes
-        with a unit, or a table ``{relative = 0.4}`` / ``{absolute = "512MiB"}`` (as
-        rabbitmq.conf's ``vm_memory_high_watermark.relative/.absolute``)."""
-        if isinstance(value, MemoryWatermark):
-            return value
-        if isinstance(value, dict) and len(value) == 1:
-            ((kind, v),) = value.items()
-            if kind == "absolute":
-                return cls(None, parse_size(v))
-            if kind == "relative":
-                return cls(_fraction(v), None)
-            raise ValueError(value)
-        if isinstance(value, str) and _SIZE.match(value.strip()) and not value.strip().isdigit():
-            return cls(None, parse_size(value))
-        return cls(_fraction(value), None)
-
-    def limit(self, total_memory: int) -> int:
-        """The limit in bytes on a machine with ``total_memory`` of RAM (an absolute
-        limit above it is capped, as vm_memory_monitor does)."""
-        if self.absolute is not None:
-            return min(self.absolute, total_memory)
-        return int((self.relative or 0.0) * total_memory)
-
-    def __str__(self) -> str:
-        return str(self.absolute) if self.absolute is not None else str(self.relative)
-
-
-@dataclass(frozen=True, slots=True)
-class DiskFreeLimit:
-    """disk_free_limit: an absolute size (default 50 MB, as RabbitMQ), or relative to
-    the machine's RAM (``{mem_relative, 1.0}``)."""
-
-    absolute: int | None = 50_000_000
-    mem_relative: float | None = None
-
-    @classmethod
-    def parse(cls, value: Any) -> DiskFreeLimit:
-        """``50MB`` / ``1GiB`` / a number of bytes; ``{mem_relative, 1.5}`` (also
-        ``mem_relative:1.5``); or a table ``{absolute = "50MB"}`` / ``{relative = 1.5}``
-        (rabbitmq.conf's ``disk_free_limit.absolute/.relative``)."""
-        if isinstance(value, DiskFreeLimit):
-            return value
-        if isinstance(value, dict) and len(value) == 1:
-            ((kind, v),) = value.items()
-            if kind == "absolute":
-                return cls(parse_size(v), None)
-            if kind in ("relative", "mem_relative"):
-                return cls(None, _non_negative(v))
-            raise ValueError(value)
-        if isinstance(value, str):
-            m = _MEM_RELATIVE.match(value.strip())
-            if m is not None:
-                return cls(None, _non_negative(m[1]))
-        return cls(parse_size(value), None)
-
-    def limit(self, total_memory: int) -> int:
-        if self.absolute is not None:
-            return self.absolute
-        return round((self.mem_relative or 0.0) * total_memory)
-
-    def __str__(self) -> str:
-        if self.absolute is not None:
-            return str(self.absolute)
-        return f"{{mem_relative, {self.mem_relative}}}"
-
-
-def _non_negative(value: Any) -> float:
-    if isinstance(value, bool):
-        raise ValueError(value)
-    f = float(value)
-    if not f >= 0:
-        raise ValueError(value)
-    return f
-
-
-def _fraction(value: Any) -> float:
-    f = _non_negative(value)
-    if f > 1.0:
-        raise ValueError(value)
-    return f
-
-
 _HINTS = {
     "vm_memory_high_watermark": " (a fraction of RAM up to 1.0, or a size such as 512MiB or 2GB)",
     "disk_free_limit": " (a size such as 50MB or 2GiB, or {mem_relative, 1.0})",
@@ -216,8 +105,13 @@ class Config:
     # Who a client certificate logs in as with SASL EXTERNAL (RabbitMQ's key).
     ssl_cert_login_from: str = "common_name"
     # The SASL mechanisms offered; EXTERNAL only on a TLS listener that verifies peers.
-    auth_mechanisms: tuple[str, ...] = ("PLAIN", "AMQPLAIN")
-    max_message_size: int = spec.DEFAULT_MAX_MESSAGE_SIZE
+    # None: the RabbitMQ's default (PLAIN AMQPLAIN; 4.2 adds ANONYMOUS, logging in as
+    # anonymous_login_user with anonymous_login_pass)
+    auth_mechanisms: tuple[str, ...] | None = None
+    anonymous_login_user: str = "guest"
+    anonymous_login_pass: str = "guest"
+    # None: the default of the RabbitMQ it behaves as (128 MiB for 3.10.8, 16 MiB for 4.2)
+    max_message_size: int | None = None
     handshake_timeout: int = 10000  # milliseconds, as RabbitMQ's key
     # Most connections at once; more wait in the listen backlog (RabbitMQ's connection_max).
     connection_max: int | None = None
@@ -273,8 +167,48 @@ class Config:
     otlp_logs: bool = True
     log_sources_vhost: str = "/"
     log_sources_exchange: str = "logs"
+    # The RabbitMQ Leveret behaves as: "3.10.8" (the default) or "4.2" (see
+    # leveret.broker.compat and docs/compatibility.md).
+    rabbitmq_version: str = compat.DEFAULT_SERIES
+    # RabbitMQ 4's deprecated_features.permit.<name> = true|false, as (name, permitted); in a
+    # file the TOML table [deprecated_features.permit], in LEVERET_DEPRECATED_FEATURES
+    # name=true|false separated by commas. Only with rabbitmq_version = "4.2".
+    deprecated_features: tuple[tuple[str, bool], ...] = ()
 
     ENV_PREFIX = "LEVERET_"
+
+    def compat(self) -> compat.RabbitMQ:
+        """The RabbitMQ the broker behaves as, with the deprecated features the
+        configuration permits or denies; ConfigError when they do not go together (a
+        permit setting with 3.10.8, a frame_max below 4.2's minimum)."""
+        try:
+            rabbit = compat.rabbitmq(self.rabbitmq_version, self.deprecated_features)
+        except compat.CompatError as exc:
+            raise ConfigError(str(exc)) from exc
+        if self.frame_max < rabbit.frame_min_size:
+            raise ConfigError(
+                f"invalid value for 'frame_max': at least {rabbit.frame_min_size} "
+                f"(RabbitMQ {rabbit.version}'s minimum)"
+            )
+        if not rabbit.v4 and "ANONYMOUS" in (self.auth_mechanisms or ()):
+            raise ConfigError(
+                "unknown auth mechanism 'ANONYMOUS' (it came with RabbitMQ 4.0; set "
+                'rabbitmq_version = "4.2")'
+            )
+        return rabbit
+
+    def mechanisms(self) -> tuple[str, ...]:
+        """The SASL mechanisms offered: the configured ones, else the RabbitMQ's default
+        (rabbit's auth_mechanisms: 4.x adds ANONYMOUS)."""
+        if self.auth_mechanisms is not None:
+            return self.auth_mechanisms
+        return self.compat().auth_mechanisms
+
+    def message_size_limit(self) -> int:
+        """max_message_size in force: the configured one, else the RabbitMQ's default."""
+        if self.max_message_size is not None:
+            return self.max_message_size
+        return self.compat().max_message_size
 
     def http_tls_config(self) -> tuple[TlsConfig, str]:
         """The HTTPS listeners' TLS settings and the table they come from. As RabbitMQ's
@@ -351,6 +285,15 @@ class Config:
         if key == "syslog_port":
             self.syslog_port = _optional_port(key, value)
             return
+        if key == "rabbitmq_version":
+            self.rabbitmq_version = _series(value)
+            return
+        if key == "deprecated_features":
+            self.deprecated_features = _deprecated_features(value)
+            return
+        if key == "max_message_size":
+            self.max_message_size = _max_message_size(value)
+            return
         current = getattr(self, key)
         try:
             if key == "vm_memory_high_watermark":
@@ -391,8 +334,6 @@ class Config:
                 f"invalid value for 'ssl_cert_login_from': {self.ssl_cert_login_from!r} "
                 f"(one of {', '.join(CERT_LOGIN_FROM)})"
             )
-        if key == "max_message_size" and not 0 < self.max_message_size <= 536870912:
-            raise ConfigError("invalid value for 'max_message_size': between 1 and 512MB")
         if key == "frame_max" and not spec.FRAME_MIN_SIZE <= self.frame_max <= 2**32 - 1:
             raise ConfigError(f"invalid value for 'frame_max': at least {spec.FRAME_MIN_SIZE}")
         if key == "channel_max" and not 0 < self.channel_max <= 65535:
@@ -572,7 +513,7 @@ def _mechanisms(value: Any) -> tuple[str, ...]:
     items = value.replace(",", " ").split() if isinstance(value, str) else value
     if not isinstance(items, (list, tuple)) or not all(isinstance(i, str) for i in items):
         raise ConfigError("invalid value for 'auth_mechanisms': a list of mechanism names")
-    known = ("PLAIN", "AMQPLAIN", "EXTERNAL")
+    known = ("PLAIN", "AMQPLAIN", "EXTERNAL", "ANONYMOUS")
     for item in items:
         if item not in known:
             raise ConfigError(f"unknown auth mechanism '{item}' (one of {', '.join(known)})")
@@ -646,6 +587,63 @@ def _optional_port(key: str, value: Any) -> int | None:
         raise ConfigError(
             f"invalid value for '{key}': {value!r} (a port number, 0 picks a free one; or off)"
         )
+    return number
+
+
+def _series(value: Any) -> str:
+    """rabbitmq_version: "3.10.8" or "4.2" (a TOML number 4.2 is taken as "4.2")."""
+    text = str(value) if isinstance(value, (str, float)) else None
+    if text not in compat.SERIES:
+        raise ConfigError(
+            f"invalid value for 'rabbitmq_version': {value!r} (one of {', '.join(compat.SERIES)})"
+        )
+    return text
+
+
+def _deprecated_features(value: Any) -> tuple[tuple[str, bool], ...]:
+    """rabbitmq.conf's deprecated_features.permit.<name> = true|false, as a TOML table
+    ``{permit = {<name> = true}}`` or ``name=true,...``; each name one RabbitMQ 4.2
+    knows."""
+
+    def bad(why: str) -> ConfigError:
+        return ConfigError(f"invalid value for 'deprecated_features': {why}")
+
+    pairs: list[tuple[str, Any]] = []
+    if isinstance(value, str):
+        for item in (i.strip() for i in value.split(",")):
+            if item:
+                name, sep, flag = item.partition("=")
+                if not sep:
+                    raise bad(f"{item!r}: name=true or name=false")
+                pairs.append((name.strip(), flag.strip()))
+    elif isinstance(value, dict) and set(value) <= {"permit"}:
+        permit = value.get("permit", {})
+        if not isinstance(permit, dict):
+            raise bad("deprecated_features.permit must be a table of name = true|false")
+        pairs.extend(permit.items())
+    else:
+        raise bad("a table deprecated_features.permit.<name> = true|false")
+    out: dict[str, bool] = {}
+    for name, flag in pairs:
+        if name not in compat.DEPRECATED_FEATURES_4_2:
+            raise bad(
+                f"{name} is no deprecated feature of RabbitMQ 4.2 (one of "
+                f"{', '.join(sorted(compat.DEPRECATED_FEATURES_4_2))})"
+            )
+        out[name] = _flag(f"deprecated_features.permit.{name}", flag)
+    return tuple(out.items())
+
+
+def _max_message_size(value: Any) -> int:
+    """Bytes, between 1 and 512 MiB (rabbit.schema's max_message_size validator)."""
+    try:
+        if isinstance(value, bool):
+            raise ValueError(value)
+        number = int(value)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"invalid value for 'max_message_size': {value!r}") from exc
+    if not 0 < number <= 536870912:
+        raise ConfigError("invalid value for 'max_message_size': between 1 and 512MB")
     return number
 
 

@@ -389,6 +389,10 @@ class Edge(asyncio.Protocol):
         self.drop()
 
     # ------------------------------------------------------- resource alarms
+    def alarm_raised(self) -> None:
+        """A resource alarm began: most protocols block a publisher at its next publish
+        (see :meth:`set_blocked`); an edge that acts at once says so here."""
+
     def set_blocked(self, blocked: bool, reason: str) -> None:
         """A resource alarm blocks this connection's publishers (its socket is not read),
         or no longer does."""

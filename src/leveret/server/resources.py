@@ -228,9 +228,12 @@ class ResourceMonitor:
         log.warning(text, raised if alarm else cleared, amount, limit)
         events = self.broker.observers
         if alarm:
-            # publishers are blocked at their next publish, as RabbitMQ does
+            # publishers are blocked at their next publish, as RabbitMQ does (AMQP 1.0
+            # sessions close their incoming window now, as RabbitMQ 4's do)
             alarms.add(resource)
             events.emit(AlarmSet(resource))
+            for conn in list(self.state.connections):
+                conn.alarm_raised()
             return
         alarms.discard(resource)
         events.emit(AlarmCleared(resource))

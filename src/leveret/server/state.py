@@ -25,6 +25,8 @@ class Admission(Protocol):
 class LiveConnection(Protocol):
     """A connection as the server drives it from outside: alarms and shutdown."""
 
+    def alarm_raised(self) -> None: ...
+
     def set_blocked(self, blocked: bool, reason: str) -> None: ...
 
     def shutdown(self, reason: str) -> None: ...
@@ -66,6 +68,8 @@ class Limits:
     channel_max: int = spec.DEFAULT_CHANNEL_MAX
     heartbeat: int = spec.DEFAULT_HEARTBEAT
     handshake_timeout: float = 10.0
+    # the smallest frame_max a client may ask for in tune-ok (RabbitMQ's ?FRAME_MIN_SIZE)
+    frame_min: int = spec.FRAME_MIN_SIZE
     # after our connection.close: how long to wait for the peer's close-ok
     close_grace: float = 1.0
 

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 
 from leveret.broker.ports import ChunkRef
 from leveret.broker.stream_session import StreamSession
 from leveret.protocol.stream import encode
 from leveret.protocol.stream import events as ev
+from leveret.protocol.stream.chunk import HEADER_SIZE
 from leveret.protocol.stream.connection import ServerConnection
 from leveret.protocol.stream.spec import Code
 from leveret.server.edge import OVER, Edge, address
@@ -48,16 +50,27 @@ class StreamEdge(Edge):
         self.conn.send(data)
         self.schedule()
 
-    def send_chunk(self, subscription_id: int, chunk: ChunkRef) -> None:
-        """A Deliver frame: its header, then the stored chunk's bytes as they are on disk,
-        after what was queued before."""
+    def send_chunk(
+        self, subscription_id: int, chunk: ChunkRef, committed: int | None = None
+    ) -> None:
+        """A Deliver frame (of version 2 with the ``committed`` chunk id): its header, then
+        the stored chunk's bytes as they are on disk, after what was queued before. A
+        chunk's Bloom filter, between its header and its data, is not sent (osiris sends
+        the header as stored, then the data)."""
         transport = self.transport
         if transport is None:
             return
-        head = self.conn.data_to_send() + encode.deliver_header(subscription_id, chunk.size)
-        self._files.send(transport, head, chunk.fd, chunk.position, chunk.size)
+        head = self.conn.data_to_send() + encode.deliver_header(
+            subscription_id, chunk.size, committed
+        )
+        position, size = chunk.position, chunk.size
+        if chunk.filter_size:
+            head += os.pread(chunk.fd, HEADER_SIZE, position)
+            position += HEADER_SIZE + chunk.filter_size
+            size -= HEADER_SIZE
+        self._files.send(transport, head, chunk.fd, position, size)
         traffic = self.traffic
-        traffic.send_oct += len(head) + chunk.size
+        traffic.send_oct += len(head) + size
         traffic.send_cnt += 1
         self.flow.sent = time.monotonic()
 

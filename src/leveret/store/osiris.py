@@ -32,13 +32,11 @@ import contextlib
 import logging
 import os
 import struct
-from array import array
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 from leveret.broker.clock import wall_ms
-from leveret.protocol.stream import chunk
+from leveret.protocol.stream import bloom, chunk
 from leveret.protocol.stream.chunk import (
     CHUNK_TRK_DELTA,
     CHUNK_TRK_SNAPSHOT,
@@ -46,17 +44,14 @@ from leveret.protocol.stream.chunk import (
     EPOCH,
     HEADER,
     HEADER_SIZE,
-    MAGIC_VERSION,
     Reading,
 )
+from leveret.store.osiris_segment import IDX, ChunkRef, Segment, create, load
 from leveret.store.osiris_tracking import TRK_OFFSET, TRK_SEQUENCE, Tracking, read_tracking_json
-from leveret.store.segmented import SegmentedLog, segment_name
+from leveret.store.segmented import SegmentedLog
 
 log = logging.getLogger(__name__)
 
-LOG_HEADER = b"OSIL\x00\x00\x00\x01"
-IDX_HEADER = b"OSII\x00\x00\x00\x01"
-_IDX = struct.Struct(">QqQIB")  # first offset, timestamp, epoch, file position, chunk type
 MAX_SEGMENT_CHUNKS = 256_000  # osiris's default max_segment_size_chunks
 # A chunk is cut at this many bytes of entries (a Deliver frame stays well within the
 # 1 MiB frame size clients ask for), and at 65,535 entries (the header's entry count).
@@ -65,83 +60,7 @@ CHUNK_BYTES = 512 * 1024
 Record = tuple[int, int, bytes]  # offset, chunk timestamp ms, AMQP 1.0 message
 
 
-@dataclass(frozen=True, slots=True)
-class ChunkRef:
-    """Where a stored chunk is: ``fd`` (open for reading) at ``position``, ``size`` bytes
-    of header and data (what a Deliver frame carries; a trailer is not sent)."""
-
-    fd: int
-    position: int
-    size: int
-    first: int
-    records: int
-    timestamp: int
-
-
-class _Segment:
-    __slots__ = (
-        "base",
-        "dlens",
-        "end",
-        "fd",
-        "firsts",
-        "idx_path",
-        "last_ts",
-        "path",
-        "positions",
-        "records",
-        "size",
-        "timestamps",
-        "types",
-    )
-
-    def __init__(self, directory: Path, base: int) -> None:
-        self.base = base
-        self.path = directory / f"{segment_name(base)}.segment"
-        self.idx_path = directory / f"{segment_name(base)}.index"
-        self.firsts = array("q")  # first offset of each chunk
-        self.positions = array("q")  # its file position
-        self.timestamps = array("q")
-        self.records = array("l")  # its record count
-        self.types = bytearray()
-        self.dlens = array("q")  # data length of each chunk (-1: not read yet)
-        self.size = len(LOG_HEADER)
-        self.last_ts = 0
-        self.end = base  # next offset after this segment's last chunk
-        self.fd = -1
-
-    def reader(self) -> int:
-        if self.fd < 0:
-            self.fd = os.open(self.path, os.O_RDONLY)
-        return self.fd
-
-    def close(self) -> None:
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
-
-    def add(self, first: int, pos: int, ts: int, records: int, kind: int, dlen: int = -1) -> None:
-        self.dlens.append(dlen)
-        self.firsts.append(first)
-        self.positions.append(pos)
-        self.timestamps.append(ts)
-        self.records.append(records)
-        self.types.append(kind)
-
-    def send_size(self, i: int) -> int:
-        """A chunk's header and data, without its trailer (what a Deliver frame sends)."""
-        dlen = self.dlens[i]
-        if dlen < 0:
-            head = os.pread(self.reader(), HEADER_SIZE, self.positions[i])
-            dlen = self.dlens[i] = HEADER.unpack(head)[8]
-        return HEADER_SIZE + dlen
-
-    def chunk_size(self, i: int) -> int:
-        nxt = self.positions[i + 1] if i + 1 < len(self.positions) else self.size
-        return nxt - self.positions[i]
-
-
-class OsirisLog(SegmentedLog[_Segment]):
+class OsirisLog(SegmentedLog[Segment]):
     def __init__(
         self,
         directory: Path,
@@ -158,8 +77,11 @@ class OsirisLog(SegmentedLog[_Segment]):
         self.max_segment_bytes = max_segment_bytes
         self.max_bytes = max_bytes
         self.max_age_ms = max_age_ms
-        self.segments: list[_Segment] = []
+        self.segments: list[Segment] = []
         self._pending: list[bytes] = []
+        # the filter values of the pending messages that have one, by index (RabbitMQ 3.13)
+        self._pending_filters: dict[int, bytes] = {}
+        self.filter_size = bloom.DEFAULT_SIZE  # x-stream-filter-size-bytes
         # sub-batch entries among them (stored as they came): index -> record count
         self._pending_batches: dict[int, int] = {}
         self._writer = -1
@@ -175,96 +97,17 @@ class OsirisLog(SegmentedLog[_Segment]):
     def _open(self, start: int) -> None:
         bases = sorted(int(p.stem) for p in self.dir.glob("*.segment"))
         for base in bases:
-            seg = _Segment(self.dir, base)
-            self._load(seg)
+            seg = Segment(self.dir, base)
+            load(seg)
             if seg.firsts or base == bases[-1]:
                 self.segments.append(seg)
             else:  # a segment a crash left with no whole chunk
                 seg.path.unlink(missing_ok=True)
                 seg.idx_path.unlink(missing_ok=True)
         if not self.segments:
-            seg = _Segment(self.dir, start)
-            _create(seg)
+            seg = Segment(self.dir, start)
+            create(seg)
             self.segments.append(seg)
-
-    def _load(self, seg: _Segment) -> None:
-        """The segment's index, then its chunks from the last indexed one on: chunks whose
-        index record was never written are indexed, and a torn tail (a short chunk, a bad
-        header or CRC) is cut off."""
-        try:
-            raw = seg.idx_path.read_bytes()
-        except FileNotFoundError:
-            raw = b""
-        index_ok = raw.startswith(IDX_HEADER)
-        if not index_ok:
-            raw = IDX_HEADER
-        size = seg.path.stat().st_size
-        entries = []
-        for i in range(len(IDX_HEADER), len(raw) - _IDX.size + 1, _IDX.size):
-            first, ts, _epoch, pos, kind = _IDX.unpack_from(raw, i)
-            if pos + HEADER_SIZE > size:
-                break
-            entries.append((first, ts, pos, kind))
-        with open(seg.path, "rb") as f:
-            header_ok = f.read(len(LOG_HEADER)) == LOG_HEADER
-            if not header_ok:
-                entries = []
-            pos = len(LOG_HEADER)
-            expect = seg.base
-            # indexed chunks but the last are taken as indexed (osiris checks the last):
-            # each holds the offsets up to the next one's first
-            for i in range(len(entries) - 1):
-                first, ts, cpos, kind = entries[i]
-                nxt = entries[i + 1]
-                if first != expect or nxt[0] <= first or nxt[2] <= cpos:
-                    break
-                seg.add(first, cpos, ts, nxt[0] - first, kind)
-                seg.last_ts = ts
-                expect = nxt[0]
-                pos = nxt[2]
-            while True:  # the last indexed chunk and any chunk after it, checked
-                f.seek(pos)
-                head = f.read(HEADER_SIZE)
-                if len(head) < HEADER_SIZE:
-                    break
-                magic, kind, _, records, ts, _, first, crc, dlen, tlen, _ = HEADER.unpack(head)
-                if magic != MAGIC_VERSION or first != expect:
-                    break
-                data = f.read(dlen + tlen)
-                if len(data) < dlen + tlen or chunk.data_crc(data, 0, dlen) != crc:
-                    break
-                seg.add(first, pos, ts, records, kind, dlen)
-                seg.last_ts = ts
-                expect = first + records
-                pos += HEADER_SIZE + dlen + tlen
-        if not seg.firsts:
-            pos = len(LOG_HEADER)
-            expect = seg.base
-        if not header_ok:
-            pos = len(LOG_HEADER)
-        if pos < size or not header_ok:
-            with open(seg.path, "r+b") as f:
-                if not header_ok:
-                    f.write(LOG_HEADER)
-                f.truncate(pos)
-        if len(seg.firsts) != len(entries) or not index_ok:
-            self._rewrite_index(seg)
-        seg.size = pos
-        seg.end = expect
-
-    def _rewrite_index(self, seg: _Segment) -> None:
-        tmp = seg.idx_path.with_suffix(".index.tmp")
-        with open(tmp, "wb") as f:
-            f.write(IDX_HEADER)
-            for i in range(len(seg.firsts)):
-                f.write(
-                    _IDX.pack(
-                        seg.firsts[i], seg.timestamps[i], EPOCH, seg.positions[i], seg.types[i]
-                    )
-                )
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, seg.idx_path)
 
     # ------------------------------------------------------------- tracking
     def _recover_tracking(self) -> None:
@@ -281,14 +124,14 @@ class OsirisLog(SegmentedLog[_Segment]):
         for seg in segs[start:]:
             fd = seg.reader()
             for i in range(len(seg.firsts)):
-                pos, kind, chunk_id = seg.positions[i], seg.types[i], seg.firsts[i]
-                dlen, tlen = HEADER.unpack(os.pread(fd, HEADER_SIZE, pos))[8:10]
-                seg.dlens[i] = dlen
+                kind, chunk_id = seg.types[i], seg.firsts[i]
+                dlen, tlen, fsize = seg.header(i)
+                data_at = seg.positions[i] + HEADER_SIZE + fsize
                 if kind == CHUNK_USER:
                     if tlen:
-                        trk.apply_trailer(chunk_id, os.pread(fd, tlen, pos + HEADER_SIZE + dlen))
+                        trk.apply_trailer(chunk_id, os.pread(fd, tlen, data_at + dlen))
                     continue
-                entry = _only_record(os.pread(fd, dlen, pos + HEADER_SIZE))
+                entry = _only_record(os.pread(fd, dlen, data_at))
                 if kind == CHUNK_TRK_SNAPSHOT:
                     trk.load_snapshot(entry)
                 else:
@@ -345,6 +188,14 @@ class OsirisLog(SegmentedLog[_Segment]):
     def chunk_count(self) -> int:
         return sum(len(s.firsts) for s in self.segments)
 
+    def chunk_ids(self) -> tuple[int, int]:
+        """The ids (first offsets) of the first and the last chunk stored, of any type;
+        -1 each when there is none (osiris's first_chunk_id and last_chunk_id)."""
+        firsts = [s.firsts for s in self.segments if s.firsts]
+        if not firsts:
+            return -1, -1
+        return firsts[0][0], firsts[-1][-1]
+
     def last_chunk_start(self) -> int:
         for seg in reversed(self.segments):
             for i in range(len(seg.firsts) - 1, -1, -1):
@@ -384,11 +235,14 @@ class OsirisLog(SegmentedLog[_Segment]):
         return self.committed
 
     # --------------------------------------------------------------- append
-    def append(self, message: bytes) -> int:
+    def append(self, message: bytes, filter_value: bytes | None = None) -> int:
         """An AMQP 1.0-encoded message, readable after the next sync; the offset it is
-        to take (one more if a new segment's tracking snapshot goes before it)."""
+        to take (one more if a new segment's tracking snapshot goes before it). A message
+        with a ``filter_value`` sets its bits in its chunk's Bloom filter."""
         offset = self.next_offset
         self.next_offset = offset + 1
+        if filter_value:
+            self._pending_filters[len(self._pending)] = filter_value
         self._pending.append(message)
         return offset
 
@@ -418,11 +272,11 @@ class OsirisLog(SegmentedLog[_Segment]):
         pos = seg.size
         first = seg.end
 
-        def add(chunk: bytes, records: int, kind: int, dlen: int) -> None:
+        def add(chunk: bytes, records: int, kind: int, dlen: int, fsize: int = 0) -> None:
             nonlocal pos, first
             chunks.append(chunk)
-            index.append(_IDX.pack(first, ts, EPOCH, pos, kind))
-            seg.add(first, pos, ts, records, kind, dlen)
+            index.append(IDX.pack(first, ts, EPOCH, pos, kind))
+            seg.add(first, pos, ts, records, kind, dlen, fsize)
             pos += len(chunk)
             first += records
 
@@ -442,6 +296,8 @@ class OsirisLog(SegmentedLog[_Segment]):
         self._pending = []
         batches = self._pending_batches
         self._pending_batches = {}
+        filters = self._pending_filters
+        self._pending_filters = {}
         # entries framed (a simple entry is ``u32 size | message``; a sub-batch came framed)
         pack = chunk.ENTRY.pack
         if batches:
@@ -458,7 +314,12 @@ class OsirisLog(SegmentedLog[_Segment]):
             records = sum(counts[i:j]) if batches else j - i
             tail = trk.flush(first) if j == len(entries) and trk.pending else b""
             data = b"".join(entries[i:j])
-            add(chunk.build(first, ts, data, j - i, records, trailer=tail), records, 0, size)
+            # a filter only when some message of the chunk has a value, as osiris's
+            bits = bloom.build([filters.get(k) for k in range(i, j)], self.filter_size)
+            if not filters or not bits:
+                bits = b""
+            built = chunk.build(first, ts, data, j - i, records, trailer=tail, bloom=bits)
+            add(built, records, 0, size, len(bits))
             i = j
         if trk.pending:  # tracking alone: a chunk of its own, one entry, one offset
             delta = _tracking_chunk(trk.flush(first), first, ts, CHUNK_TRK_DELTA)
@@ -478,8 +339,8 @@ class OsirisLog(SegmentedLog[_Segment]):
 
     def _roll(self) -> None:
         self._close_writers()
-        seg = _Segment(self.dir, self.segments[-1].end)
-        _create(seg)
+        seg = Segment(self.dir, self.segments[-1].end)
+        create(seg)
         self.segments.append(seg)
 
     # ----------------------------------------------------------------- read
@@ -496,22 +357,15 @@ class OsirisLog(SegmentedLog[_Segment]):
             seg = segs[si]
             while ci < len(seg.firsts):
                 if seg.types[ci] == CHUNK_USER:
-                    return ChunkRef(
-                        seg.reader(),
-                        seg.positions[ci],
-                        seg.send_size(ci),
-                        seg.firsts[ci],
-                        seg.records[ci],
-                        seg.timestamps[ci],
-                    )
+                    return seg.ref(ci)
                 ci += 1
             si += 1
             ci = 0
         return None
 
     def read_chunk(self, ref: ChunkRef) -> bytes:
-        """A chunk's header and data."""
-        return os.pread(ref.fd, ref.size, ref.position)
+        """A chunk's header and data (as a Deliver frame carries them)."""
+        return ref.read()
 
     def read(self, offset: int, max_count: int, max_bytes: int = 4 * 1024 * 1024) -> list[Record]:
         """Up to ``max_count`` committed messages from ``offset`` on (whole chunks read,
@@ -558,6 +412,7 @@ class OsirisLog(SegmentedLog[_Segment]):
     def _drop_pending(self) -> None:
         self._pending.clear()
         self._pending_batches.clear()
+        self._pending_filters.clear()
         self.tracking.pending.clear()
         self._snapshot = None
 
@@ -573,14 +428,6 @@ def _only_record(data: bytes) -> bytes:
     with contextlib.suppress(struct.error):
         chunk.walk(data, 0, 1, 0, lambda b, s, e, _o: got.append(b[s:e]), chunk.LENIENT)
     return got[0] if got else b""
-
-
-def _create(seg: _Segment) -> None:
-    for path, head in ((seg.path, LOG_HEADER), (seg.idx_path, IDX_HEADER)):
-        with open(path, "wb") as f:
-            f.write(head)
-            f.flush()
-            os.fsync(f.fileno())
 
 
 def _write_all(fd: int, data: bytes) -> None:

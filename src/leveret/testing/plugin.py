@@ -14,6 +14,9 @@ off). Nothing starts until a test asks for a fixture.
   test-it-works-3f2a9c1b``. Tests that use it see nothing of one another, so they may run
   in parallel (pytest-xdist) against one broker.
 
+- ``--leveret-rabbitmq-version 4.2`` (ini ``leveret_rabbitmq_version``): the in-process
+  brokers behave as RabbitMQ 4.2 (see docs/compatibility.md); 3.10.8 by default.
+
 - ``leveret_clock`` (function): a :class:`leveret.Broker` of the test's own whose clock
   stands still until the test moves it: ``leveret_clock.advance(1800)`` makes half an
   hour pass at once (message TTL, queue expiry, delayed messages, consumer timeouts).
@@ -31,7 +34,8 @@ from __future__ import annotations
 import re
 import uuid
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -50,6 +54,9 @@ MANAGEMENT_HELP = (
 )
 
 
+VERSION_HELP = "the RabbitMQ the in-process brokers behave as: 3.10.8 (the default) or 4.2"
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("leveret", "AMQP broker fixtures (Leveret)")
     group.addoption("--leveret-url", dest="leveret_url", metavar="URL", help=URL_HELP)
@@ -59,8 +66,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         metavar="URL",
         help=MANAGEMENT_HELP,
     )
+    group.addoption(
+        "--leveret-rabbitmq-version",
+        dest="leveret_rabbitmq_version",
+        metavar="VERSION",
+        help=VERSION_HELP,
+    )
     parser.addini("leveret_url", URL_HELP, default=None)
     parser.addini("leveret_management_url", MANAGEMENT_HELP, default=None)
+    parser.addini("leveret_rabbitmq_version", VERSION_HELP, default=None)
 
 
 def _setting(config: pytest.Config, name: str) -> str | None:
@@ -85,9 +99,22 @@ def leveret_broker(request: pytest.FixtureRequest) -> Iterator[Broker | RemoteBr
             pytest.fail(f"--leveret-url: {exc}", pytrace=False)
         yield remote
         return
-    from leveret.embedded import Broker
+    with _in_process(request.config) as broker:
+        yield broker
 
-    with Broker() as broker:
+
+@contextmanager
+def _in_process(config: pytest.Config, **settings: Any) -> Iterator[Broker]:
+    """An in-process Leveret behaving as --leveret-rabbitmq-version says."""
+    from leveret.embedded import Broker
+    from leveret.server.config import ConfigError
+
+    version = _setting(config, "leveret_rabbitmq_version") or "3.10.8"
+    try:
+        broker = Broker(rabbitmq_version=version, **settings)
+    except ConfigError as exc:
+        pytest.fail(f"--leveret-rabbitmq-version: {exc}", pytrace=False)
+    with broker:
         yield broker
 
 
@@ -121,10 +148,8 @@ def amqp_url(leveret_broker: Broker | RemoteBroker, amqp_vhost: str) -> str:
 
 
 @pytest.fixture
-def leveret_clock() -> Iterator[Broker]:
+def leveret_clock(request: pytest.FixtureRequest) -> Iterator[Broker]:
     """An in-process Leveret of this test's own, on a manual clock: time passes only
     when the test calls ``advance(seconds)``."""
-    from leveret.embedded import Broker
-
-    with Broker(clock="manual") as broker:
+    with _in_process(request.config, clock="manual") as broker:
         yield broker

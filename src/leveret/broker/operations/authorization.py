@@ -30,7 +30,23 @@ def check_access(vhost: VirtualHost, actor: Actor, what: str, kind: str, name: s
         name = "amq.default"
     permission = actor.permission
     if permission is None or not permission.allows(what, name):
-        raise rabbit.access_refused(kind, name, vhost.name, actor.username)
+        named = what if vhost.compat.v4 else None
+        raise rabbit.access_refused(kind, name, vhost.name, actor.username, named)
+
+
+def passive_declare(vhost: VirtualHost, actor: Actor, kind: str, name: str) -> None:
+    """A passive declare: RabbitMQ 3.10.8 checks no permission; RabbitMQ 4.2 wants any of
+    read, write or configure on the queue or exchange, configure tried last so that a
+    refusal reads as a declare's (v4.2.9 rabbit_channel.erl:916-950, 2644-2650,
+    2756-2763; rabbitmq/rabbitmq-server#16085)."""
+    if not vhost.compat.v4:
+        return
+    permission = actor.permission
+    if permission is not None and (
+        permission.allows("read", name) or permission.allows("write", name)
+    ):
+        return
+    check_access(vhost, actor, "configure", kind, name)
 
 
 def exchange_declare(
@@ -39,7 +55,7 @@ def exchange_declare(
     """exchange.declare (not passive): the type, the default exchange, configure; for a
     new exchange, its name and its alternate exchange (read on the exchange being
     declared, write on the alternate)."""
-    exchange_type(type_name)
+    exchange_type(type_name, vhost.compat.v4)
     not_default(name)
     check_access(vhost, actor, "configure", "exchange", name)
     if name in vhost.exchanges:

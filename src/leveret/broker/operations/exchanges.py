@@ -25,6 +25,7 @@ def declare_exchange(
     name = actor.name(method.exchange)
     if method.passive:
         not_default(name)
+        authorization.passive_declare(vhost, actor, "exchange", name)
         return vhost.get_exchange(name), False
     arguments = spec.arguments(method)
     authorization.exchange_declare(vhost, actor, name, method.exchange_type, arguments)

@@ -5,7 +5,7 @@ method record, as exchange.declare does."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from leveret.broker import names
 from leveret.broker.events import QueueDeclared
@@ -31,15 +31,26 @@ class Declared(NamedTuple):
     message_count: int
 
 
-def declare_queue(vhost: VirtualHost, actor: Actor, method: commands.Queue.Declare) -> Declared:
+def declare_queue(
+    vhost: VirtualHost,
+    actor: Actor,
+    method: commands.Queue.Declare,
+    *,
+    transient_exclusive: bool = True,
+) -> Declared:
     """A queue declared as RabbitMQ declares it: an exclusive one is the actor's
-    connection's (and not durable); an empty name is the server's to choose."""
+    connection's (and not durable: rabbit_channel makes it transient; RabbitMQ 4's AMQP
+    management node keeps the durability asked for, ``transient_exclusive=False``); an
+    empty name is the server's to choose."""
     name = actor.name(method.queue)
     arguments = spec.arguments(method)
     if method.passive:
+        authorization.passive_declare(vhost, actor, "queue", name)
         q = vhost.get_queue(name)
         actor.check_exclusive(q, vhost.name)
         return Declared(q, False, q.declare_ok_count(arguments))
+    if vhost.compat.v4 and "x-queue-type" not in arguments:
+        arguments = with_default_queue_type(arguments)
     server_named = name == ""
     if server_named:
         qtype = queue_type_name(arguments)
@@ -51,9 +62,21 @@ def declare_queue(vhost: VirtualHost, actor: Actor, method: commands.Queue.Decla
     owner = actor.connection if method.exclusive else None
     authorization.queue_declare(vhost, actor, name, arguments, server_named)
     vhost.observers.emit(QueueDeclared(vhost.name, name))
-    durable = method.durable and not method.exclusive
+    durable = method.durable and not (method.exclusive and transient_exclusive)
     q, created = vhost.declare_queue(name, durable, owner, method.auto_delete, arguments)
     return Declared(q, created, q.message_count)
+
+
+def with_default_queue_type(arguments: dict[str, Any]) -> dict[str, Any]:
+    """RabbitMQ 4's rabbit_amqqueue:augment_declare_args (v4.2.9 rabbit_amqqueue.erl:
+    761-810): a declaration without x-queue-type gets the default one, classic, as a
+    long string (set_table_value: the table sorted by key), which the queue then shows
+    among its arguments."""
+    types = dict(getattr(arguments, "types", {}))
+    types["x-queue-type"] = "longstr"
+    merged = {**arguments, "x-queue-type": "classic"}
+    ordered = {k: merged[k] for k in sorted(merged, key=lambda k: k.encode())}
+    return spec.TypedTable(ordered, types)
 
 
 def open_queue(vhost: VirtualHost, actor: Actor, name: str) -> Queue:

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 # stream_queue_arguments); the others are ignored.
 _INT_ARGS = {"max-length-bytes", "stream-max-segment-size-bytes", "initial-cluster-size"}
 _CREATE_ARGS = _INT_ARGS | {"max-age", "queue-leader-locator"}
+_FILTER_SIZE = "stream-filter-size-bytes"  # RabbitMQ 3.13
 
 
 def stream_name(name: str) -> str | None:
@@ -33,11 +34,21 @@ def stream_name(name: str) -> str | None:
     return name
 
 
-def queue_arguments(arguments: Mapping[str, str]) -> dict[str, Any]:
-    """A Create command's arguments as the stream queue's. RabbitMQ 3.10.8's manager
-    crashes on a number that is not one, and the connection with it: a refusal here."""
+def queue_arguments(arguments: Mapping[str, str], v4: bool = False) -> dict[str, Any]:
+    """A Create command's arguments as the stream queue's (``v4``: with RabbitMQ 3.13's
+    ``stream-filter-size-bytes``, 16 to 255). RabbitMQ 3.10.8's manager crashes on a
+    number that is not one, and the connection with it: a refusal here."""
     args: dict[str, Any] = {"x-queue-type": "stream"}
     for k, v in arguments.items():
+        if k == _FILTER_SIZE and v4:
+            try:
+                size = int(v)
+            except ValueError:
+                raise errors.precondition_failed(f"invalid value for {k}: {v!r}") from None
+            if not 16 <= size <= 255:  # rabbit_stream_manager:validate_stream_queue_arguments
+                raise errors.precondition_failed(f"invalid value for {k}: {v!r}")
+            args[f"x-{k}"] = size
+            continue
         if k not in _CREATE_ARGS:
             continue
         try:
@@ -48,13 +59,13 @@ def queue_arguments(arguments: Mapping[str, str]) -> dict[str, Any]:
 
 
 def create_stream(
-    vhost: VirtualHost, actor: Actor, name: str, arguments: Mapping[str, str]
+    vhost: VirtualHost, actor: Actor, name: str, arguments: Mapping[str, str], v4: bool = False
 ) -> Declared:
     """Create a stream (``created`` False: an equivalent one already exists). AMQPError
     for what refuses it: configure permission, arguments, an existing queue of that name
-    that is not equivalent, the vhost's queue limit."""
+    that is not equivalent, the vhost's queue limit. ``v4``: as RabbitMQ 4.2 creates it."""
     check_access(vhost, actor, "configure", "queue", name)
-    args = queue_arguments(arguments)
+    args = queue_arguments(arguments, v4)
     existing = vhost.queues.get(name)
     if existing is not None:
         vhost.assert_queue_equivalence(existing, True, None, False, args)

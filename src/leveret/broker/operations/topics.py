@@ -22,7 +22,9 @@ def authorize_topic(
         return
     perm = vhost.topic_permissions.get((username, exchange.name))
     if perm is not None and not perm.allows(what, routing_key):
+        # from 3.13 the text names the permission (v4.2.9 rabbit_access_control.erl:356)
+        named = f"{what} access" if vhost.compat.v4 else "access"
         raise errors.access_refused(
-            f"access to topic '{routing_key}' in exchange '{exchange.name}' in vhost "
+            f"{named} to topic '{routing_key}' in exchange '{exchange.name}' in vhost "
             f"'{vhost.name}' refused for user '{username}'"
         )

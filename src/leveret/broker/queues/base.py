@@ -12,6 +12,7 @@ from enum import Enum, StrEnum
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from leveret.broker.arguments import check_typed_arguments, text
+from leveret.broker.compat import RABBITMQ_3_10, RabbitMQ
 from leveret.broker.entry import Entry, now_ms
 from leveret.broker.message import Message
 from leveret.broker.policies import Governed, Rule, arg_wins, resolve
@@ -34,6 +35,12 @@ class Subscriber(Protocol):
     prefetch: int
     unacked: int
     arguments: dict[str, Any]
+
+    @property
+    def reads_stored(self) -> bool:
+        """Whether it takes a stream's entries as stored (AMQP 1.0 links convert them
+        themselves) rather than as AMQP 0-9-1 messages."""
+        ...
 
     @property
     def holder(self) -> FlowHolder:
@@ -76,6 +83,11 @@ class QueueHome(DeadLetters, Protocol):
         """The memory budget classic queues page against."""
         ...
 
+    @property
+    def compat(self) -> RabbitMQ:
+        """The RabbitMQ the broker behaves as."""
+        ...
+
 
 @dataclass(frozen=True, slots=True)
 class Declaration:
@@ -99,13 +111,13 @@ class Declaration:
 
 
 def check_replicated_declaration(
-    declaration: Declaration, type_args: frozenset[str], rabbit_type: str
+    declaration: Declaration, type_args: frozenset[str], rabbit_type: str, v4: bool = False
 ) -> None:
     """What RabbitMQ refuses a quorum queue or stream declaration with: its arguments
     first (rabbit_amqqueue, ``type_args`` the ones the type takes), then the properties
     such a queue cannot have, in that order."""
     d = declaration
-    check_typed_arguments(d.where, d.arguments, type_args, rabbit_type)
+    check_typed_arguments(d.where, d.arguments, type_args, rabbit_type, v4)
     if d.auto_delete:
         raise errors.precondition_failed(f"invalid property 'auto-delete' for {d.where}")
     if d.exclusive:
@@ -165,6 +177,8 @@ class Queue(Governed):
     # Policy keys the type does not take: a policy holding one never applies to it
     # (unsupported_policies of the type's capabilities()).
     UNSUPPORTED_POLICIES: ClassVar[frozenset[str]] = frozenset()
+    # the RabbitMQ the broker behaves as (its vhost sets it once the queue is made)
+    compat: RabbitMQ = RABBITMQ_3_10
 
     def __init__(
         self,
@@ -207,8 +221,9 @@ class Queue(Governed):
 
     # ------------------------------------------------------------ declaration
     @classmethod
-    def validate(cls, declaration: Declaration) -> None:
-        """Raise what RabbitMQ refuses a declaration of this type with."""
+    def validate(cls, declaration: Declaration, compat: RabbitMQ = RABBITMQ_3_10) -> None:
+        """Raise what RabbitMQ (the one ``compat`` says) refuses a declaration of this type
+        with."""
 
     @classmethod
     def create(cls, declaration: Declaration, home: QueueHome) -> Queue:

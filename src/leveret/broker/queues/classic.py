@@ -15,6 +15,7 @@ from leveret.broker.arguments import (
     check_queue_arguments,
     optional_text,
 )
+from leveret.broker.compat import RABBITMQ_3_10, RabbitMQ
 from leveret.broker.entry import Entry, now_ms
 from leveret.broker.memory import MemoryBudget
 from leveret.broker.message import Message
@@ -126,8 +127,8 @@ class ClassicQueue(Queue):
         self.configure()
 
     @classmethod
-    def validate(cls, declaration: Declaration) -> None:
-        check_queue_arguments(declaration.where, declaration.arguments)
+    def validate(cls, declaration: Declaration, compat: RabbitMQ = RABBITMQ_3_10) -> None:
+        check_queue_arguments(declaration.where, declaration.arguments, compat.v4)
 
     @classmethod
     def create(cls, declaration: Declaration, home: QueueHome) -> ClassicQueue:
@@ -184,8 +185,9 @@ class ClassicQueue(Queue):
     def consumer_start(
         self, no_ack: bool, prefetch: int, arguments: dict[str, Any], global_prefetch: int = 0
     ) -> None:
-        check_consume_arguments(self.where, arguments, CONSUMER_ARGS, self.rabbit_type)
-        check_credit_argument(arguments)
+        v4 = self.compat.v4
+        check_consume_arguments(self.where, arguments, CONSUMER_ARGS, self.rabbit_type, v4)
+        check_credit_argument(arguments, v4)
 
     # ---------------------------------------------------------------- publishing
     def is_full(self, extra_bytes: int = 0) -> bool:

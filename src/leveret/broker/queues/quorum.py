@@ -39,10 +39,12 @@ from leveret.broker.arguments import (
     check_credit_argument,
     optional_text,
 )
+from leveret.broker.compat import RABBITMQ_3_10, RabbitMQ
 from leveret.broker.entry import Entry, now_ms
 from leveret.broker.message import Message
 from leveret.broker.policies import Rule, policy_wins, smaller
 from leveret.broker.ports import DEAD_LETTERED, OUT, RETURNED
+from leveret.broker.queues import quorum4
 from leveret.broker.queues.base import Accepted, Overflow, Queue, check_replicated_declaration
 from leveret.broker.ring import ConsumerRing
 from leveret.protocol import errors, table
@@ -161,7 +163,9 @@ class QuorumQueue(Queue):
         declaration: Declaration,
         dead_letters: DeadLetters | None = None,
         store: QuorumStore | None = None,
+        compat: RabbitMQ = RABBITMQ_3_10,
     ) -> None:
+        self.compat = compat
         # rabbit_fifo: with a single active consumer the next is the earliest subscribed;
         # a consumer without a prefetch takes DEFAULT_PREFETCH
         single_active = declaration.arguments.get("x-single-active-consumer") is True
@@ -169,6 +173,9 @@ class QuorumQueue(Queue):
         self.durable = True
         self._store = store
         self._messages: deque[_Msg] = deque()  # enqueued and requeued, in order
+        # RabbitMQ 4: messages of a priority above 4, served two to one (rabbit_fifo_q)
+        self._high: deque[_Msg] = deque()
+        self._dequeues = 0  # rabbit_fifo_q's dequeue_counter: 0, 1, 2, 0, ...
         self._returns: deque[_Msg] = deque()  # returned: served first
         self._pending: list[_Msg] = []  # enqueued, visible once synced
         self._out: dict[int, _Msg] = {}  # delivered, not settled
@@ -205,18 +212,33 @@ class QuorumQueue(Queue):
             )
             overflow = Overflow.DROP_HEAD
         self.overflow = overflow
-        # Any value is taken, as RabbitMQ takes it; one that is not an integer never
-        # limits (Erlang orders every number below every binary), but still makes
-        # returns go to the front.
-        limit = setting("delivery-limit")
-        self._limited = limit is not None
-        self.delivery_limit = _int(limit)
+        self._configure_delivery_limit()
         self.message_ttl = _int(setting("message-ttl"))
         self._expires = _int(setting("expires"))
         self.dead_letter_exchange = optional_text(setting("dead-letter-exchange"))
         self.dead_letter_routing_key = optional_text(setting("dead-letter-routing-key"))
         self.strategy = self._dead_letter_strategy()
         self._evaluate_limit()
+
+    def _configure_delivery_limit(self) -> None:
+        """The delivery limit in force, and whether returns go to the front.
+
+        3.10.8: argument and policy, the smaller; none by default. Any value is taken, as
+        RabbitMQ takes it; one that is not an integer never limits (Erlang orders every
+        number below every binary), but still makes returns go to the front.
+
+        4.x: :func:`leveret.broker.queues.quorum4.delivery_limit` (20 by default, a
+        negative one is none); without a limit returns go to the back of the queue
+        (v4.2.9 rabbit_fifo.erl:1036-1063)."""
+        if not self.compat.v4:
+            limit = self.setting("delivery-limit")
+            self._limited = limit is not None
+            self.delivery_limit = _int(limit)
+            return
+        default = self.compat.quorum_delivery_limit or 0
+        limit = quorum4.delivery_limit(self.arguments, self.policy, self.operator_policy, default)
+        self.delivery_limit = limit
+        self._limited = limit is not None
 
     def _dead_letter_strategy(self) -> Strategy | None:
         """rabbit_quorum_queue:dead_letter_handler: None (no dead-lettering) or the
@@ -239,8 +261,8 @@ class QuorumQueue(Queue):
 
     # ------------------------------------------------------------ declaration
     @classmethod
-    def validate(cls, declaration: Declaration) -> None:
-        check_replicated_declaration(declaration, QUORUM_ARGS, cls.rabbit_type)
+    def validate(cls, declaration: Declaration, compat: RabbitMQ = RABBITMQ_3_10) -> None:
+        check_replicated_declaration(declaration, QUORUM_ARGS, cls.rabbit_type, compat.v4)
 
     @classmethod
     def create(cls, declaration: Declaration, home: QueueHome) -> QuorumQueue:
@@ -250,7 +272,7 @@ class QuorumQueue(Queue):
             if storage is not None
             else None
         )
-        return cls(declaration, home, store)
+        return cls(declaration, home, store, home.compat)
 
     @property
     def expires(self) -> int | None:
@@ -270,7 +292,7 @@ class QuorumQueue(Queue):
                 # its consumer is gone: returned, as rabbit_fifo's return_all
                 self._return_one(msg)
             else:
-                self._messages.append(msg)
+                self._ready_for(msg).append(msg)
                 self._ready_bytes += msg.size
 
     # ------------------------------------------------------------- publishing
@@ -295,10 +317,10 @@ class QuorumQueue(Queue):
         if self._store is not None:
             self._pending.append(msg)  # visible once on disk
         else:
-            self._messages.append(msg)
+            self._ready_for(msg).append(msg)
             self.dispatch()
         self._evaluate_limit()
-        if self.consumers and self._messages:
+        if self.consumers and (self._messages or self._high):
             return Accepted.BACKLOG  # behind consumers without credit: credit flow
         return Accepted.YES
 
@@ -312,7 +334,8 @@ class QuorumQueue(Queue):
             return
         self._store.sync()
         if self._pending:
-            self._messages.extend(self._pending)
+            for msg in self._pending:
+                self._ready_for(msg).append(msg)
             self._pending.clear()
             self.dispatch()
         self._release()
@@ -326,7 +349,7 @@ class QuorumQueue(Queue):
 
     # ------------------------------------------------------------------ limits
     def _ready_count(self) -> int:
-        return len(self._messages) + len(self._returns) + len(self._pending)
+        return len(self._messages) + len(self._high) + len(self._returns) + len(self._pending)
 
     def _over_limit(self) -> bool:
         if self.max_length is None and self.max_bytes is None:
@@ -366,10 +389,11 @@ class QuorumQueue(Queue):
     def consumer_start(
         self, no_ack: bool, prefetch: int, arguments: dict[str, Any], global_prefetch: int = 0
     ) -> None:
-        check_consume_arguments(self.where, arguments, CONSUMER_ARGS, self.rabbit_type)
+        v4 = self.compat.v4
+        check_consume_arguments(self.where, arguments, CONSUMER_ARGS, self.rabbit_type, v4)
         if global_prefetch:
             raise errors.not_implemented(f"{self.where} does not support global qos")
-        check_credit_argument(arguments)
+        check_credit_argument(arguments, v4)
 
     def add_consumer(self, consumer: Subscriber, start: Any = None) -> None:
         self._subscribe(consumer)
@@ -379,7 +403,10 @@ class QuorumQueue(Queue):
         """The next message: returned ones first (rabbit_fifo:take_next_msg)."""
         if self._returns:
             msg = self._returns.popleft()
+        elif self._high:
+            msg = self._take_prioritised()
         elif self._messages:
+            self._dequeues = 0 if self._dequeues == 2 else self._dequeues + 1
             msg = self._messages.popleft()
         else:
             return None
@@ -389,7 +416,28 @@ class QuorumQueue(Queue):
     def _head(self) -> _Msg | None:
         if self._returns:
             return self._returns[0]
+        if self._high:
+            return self._high[0] if self._high_next() else self._messages[0]
         return self._messages[0] if self._messages else None
+
+    def _ready_for(self, msg: _Msg) -> deque[_Msg]:
+        """Where an enqueued message waits: RabbitMQ 4 keeps those of a priority above 4
+        apart (v4.2.9 rabbit_fifo.erl:2987-2999 priority_tag)."""
+        if self.compat.v4 and quorum4.high_priority(msg.message):
+            return self._high
+        return self._messages
+
+    def _high_next(self) -> bool:
+        """rabbit_fifo_q:next at v4.2.9 (rabbit_fifo_q.erl:117-133): the high queue first,
+        but every third dequeue the older of the two heads."""
+        if not self._messages:
+            return True
+        return self._dequeues != 2 or self._high[0].id < self._messages[0].id
+
+    def _take_prioritised(self) -> _Msg:
+        high = self._high_next()
+        self._dequeues = 0 if self._dequeues == 2 else self._dequeues + 1
+        return self._high.popleft() if high else self._messages.popleft()
 
     def _expire_head(self) -> None:
         now = now_ms()
@@ -424,8 +472,10 @@ class QuorumQueue(Queue):
 
     def _outgoing(self, msg: _Msg, get: bool) -> Message:
         """The message as delivered: with x-delivery-count once it has been returned,
-        always for basic.get (rabbit_fifo_client)."""
-        if msg.count is None and not get:
+        always for basic.get in 3.10.8 (rabbit_fifo_client); from 3.12 on, basic.get too
+        adds it only once the message was returned (v4.2.9 rabbit_fifo_client.erl:241-258
+        add_delivery_count_header: no acquired_count, no header)."""
+        if msg.count is None and (not get or self.compat.v4):
             return msg.message
         m = msg.message
         fields = table.store(
@@ -580,6 +630,8 @@ class QuorumQueue(Queue):
         oldest = 1 << 62
         if self._messages:
             oldest = self._messages[0].id  # ids grow from front to back
+        if self._high:
+            oldest = min(oldest, self._high[0].id)
         if self._pending:
             oldest = min(oldest, self._pending[0].id)
         for ids in (self._out, self._dlx):
@@ -591,10 +643,11 @@ class QuorumQueue(Queue):
 
     def purge(self) -> int:
         count = self._ready_count()
-        for msg in (*self._returns, *self._messages, *self._pending):
+        for msg in (*self._returns, *self._messages, *self._high, *self._pending):
             self._settled(msg)
         self._returns.clear()
         self._messages.clear()
+        self._high.clear()
         self._pending.clear()
         self._ready_bytes = 0
         self._evaluate_limit()
@@ -616,6 +669,7 @@ class QuorumQueue(Queue):
         count = self._ready_count()
         self._returns.clear()
         self._messages.clear()
+        self._high.clear()
         self._pending.clear()
         self._out.clear()
         self._gets.clear()
@@ -641,6 +695,15 @@ class QuorumQueue(Queue):
     @property
     def unacked_bytes(self) -> int:
         return sum(m.size for m in self._out.values())
+
+    @property
+    def ready_by_kind(self) -> tuple[int, int, int]:
+        """Ready messages of a high priority, of a normal one, and returned (RabbitMQ 4's
+        messages_ready_high, _normal, _returned)."""
+        pending_high = sum(1 for m in self._pending if self._ready_for(m) is self._high)
+        high = len(self._high) + pending_high
+        normal = len(self._messages) + len(self._pending) - pending_high
+        return high, normal, len(self._returns)
 
     @property
     def dead_lettered_figures(self) -> tuple[int, int]:

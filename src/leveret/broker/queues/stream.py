@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from leveret.broker.arguments import check_consume_arguments, text
 from leveret.broker.clock import wall_ms
+from leveret.broker.compat import RABBITMQ_3_10, RabbitMQ
 from leveret.broker.entry import Entry
 from leveret.broker.message import Message
 from leveret.broker.policies import Rule, policy_wins
@@ -64,6 +65,7 @@ def interval_ms(text: str) -> int | None:
 
 
 DEFAULT_SEGMENT_BYTES = 500_000_000  # osiris's default max_segment_size_bytes
+DEFAULT_FILTER_SIZE = 16  # osiris's ?DEFAULT_FILTER_SIZE
 
 
 class StreamQueue(Queue):
@@ -104,6 +106,9 @@ class StreamQueue(Queue):
         super().__init__(declaration)
         self.durable = True
         self.log = log
+        name = self.name.encode()[:255]
+        # the exchange ('') and routing key (the stream's name) of an entry as stored
+        self._key = b"\x00" + bytes((len(name),)) + name
         self._offsets: dict[Subscriber, int] = {}  # each consumer's next offset
         # stream-protocol subscriptions: told when new records are committed
         self.watchers: set[Callable[[], None]] = set()
@@ -122,10 +127,23 @@ class StreamQueue(Queue):
             if isinstance(segment, int) and not isinstance(segment, bool)
             else DEFAULT_SEGMENT_BYTES,
         )
+        # RabbitMQ 3.13's x-stream-filter-size-bytes (taken in the 4.2 mode only): the
+        # Bloom filter's bytes in each chunk written from now on
+        size = self.arguments.get("x-stream-filter-size-bytes")
+        if isinstance(size, int) and not isinstance(size, bool) and 16 <= size <= 255:
+            self.log.filter_size = size
+        else:
+            self.log.filter_size = DEFAULT_FILTER_SIZE
 
     @classmethod
-    def validate(cls, declaration: Declaration) -> None:
-        check_replicated_declaration(declaration, STREAM_ARGS, cls.rabbit_type)
+    def validate(cls, declaration: Declaration, compat: RabbitMQ = RABBITMQ_3_10) -> None:
+        type_args = STREAM_ARGS | {"x-stream-filter-size-bytes"} if compat.v4 else STREAM_ARGS
+        check_replicated_declaration(declaration, type_args, cls.rabbit_type, compat.v4)
+        size = declaration.arguments.get("x-stream-filter-size-bytes")
+        if compat.v4 and size is not None and not 16 <= size <= 255:
+            # rabbit_stream_queue:check_filter_size at v4.2.9 (its type was checked above);
+            # the size of a chunk's filter, which Leveret's chunks do not have
+            raise errors.precondition_failed("Invalid value for x-stream-filter-size-bytes")
 
     @classmethod
     def create(cls, declaration: Declaration, home: QueueHome) -> StreamQueue:
@@ -153,10 +171,11 @@ class StreamQueue(Queue):
         )
         return Accepted.YES
 
-    def append_amqp10(self, message: bytes) -> int:
-        """A message published over the stream protocol, stored as it came; its offset."""
+    def append_amqp10(self, message: bytes, filter_value: bytes | None = None) -> int:
+        """A message published over the stream protocol, stored as it came (with its
+        filter value, RabbitMQ 3.13's Publish version 2); its offset."""
         self.published += 1
-        return self.log.append(message)
+        return self.log.append(message, filter_value)
 
     def append_batch(
         self, compression: int, records: int, uncompressed_size: int, data: bytes
@@ -185,7 +204,8 @@ class StreamQueue(Queue):
     def consumer_start(
         self, no_ack: bool, prefetch: int, arguments: dict[str, Any], global_prefetch: int = 0
     ) -> int:
-        check_consume_arguments(self.where, arguments, CONSUMER_ARGS, self.rabbit_type)
+        v4 = self.compat.v4
+        check_consume_arguments(self.where, arguments, CONSUMER_ARGS, self.rabbit_type, v4)
         if no_ack:
             raise stream_not_supported("automatic acknowledgement", self)
         if not prefetch:
@@ -244,11 +264,19 @@ class StreamQueue(Queue):
             records = self.log.read(offsets[consumer], min(credit, READ_BATCH))
             if not records:
                 return
+            stored_form = consumer.reads_stored
+            settles = consumer.no_ack  # an AMQP 1.0 link that consumes settled
             for offset, _ts, stored in records:
-                message = Message.stored(*self._as_amqp091(stored, offset))
+                if stored_form:  # the consumer converts the entry itself
+                    message = Message.stored(self._key, b"", stored)
+                else:
+                    message = Message.stored(*self._as_amqp091(stored, offset))
                 offsets[consumer] = offset + 1
-                self.delivered += 1  # a stream consumer always acks
-                self.unacked += 1  # a stream consumer always acks, to return credit
+                self.delivered += 1
+                if settles:
+                    self.acked += 1
+                else:
+                    self.unacked += 1  # a stream consumer acks, to return credit
                 consumer.deliver(self, Entry(message, offset))
                 if consumer not in offsets:
                     return

@@ -56,7 +56,11 @@ export function connectionsPage() {
   );
 
   async function closeConnection(c) {
-    const how = c.protocol === "stream" ? "Its socket is closed." : "The client gets connection.close with 320 CONNECTION_FORCED.";
+    const how =
+      c.protocol === "stream" ? "Its socket is closed."
+      : c.type === "direct" ? "It is an AMQP 1.0 session: the session ends (amqp:internal-error), its connection stays open."
+      : c.protocol === "AMQP 1-0" ? "The client gets close with amqp:connection:forced."
+      : "The client gets connection.close with 320 CONNECTION_FORCED.";
     if (!(await confirmDialog("Close connection", `Close ${c.name}? ${how}`, { okLabel: "Close connection" }))) return;
     const ok = await act(null, () => api.del(`/connections/${enc(c.name)}`, { "X-Reason": "Closed via the Leveret dashboard" }), "Connection closed");
     if (ok !== undefined) refresh();

@@ -1,12 +1,16 @@
-"""Osiris chunks (osiris 1.3.1, RabbitMQ 3.10.8): the unit a stream stores and a Deliver
-frame carries. The one owner of the layout: the store writes and reads its segments with
-it, the server sends its chunks, the Spark reader and the session read entries with it.
+"""Osiris chunks (osiris 1.3.1, RabbitMQ 3.10.8; osiris 1.10.3, RabbitMQ 4.2): the unit a
+stream stores and a Deliver frame carries. The one owner of the layout: the store writes
+and reads its segments with it, the server sends its chunks, the Spark reader and the
+session read entries with it.
 
 A chunk is a 48-byte header — magic 5 and version (0) in one byte, chunk type, entry
 count (u16), record count (u32), timestamp ms (i64), epoch (u64), first offset (u64),
-CRC32 of the data (u32), data length (u32), trailer length (u32), 4 reserved bytes — then
-its data entries, then its trailer (tracking records, see the store; the CRC covers the
-data only, and a Deliver frame carries the header and data without the trailer).
+CRC32 of the data (u32), data length (u32), trailer length (u32), the size of its Bloom
+filter (u8, 0 for none: osiris 1.3.1 wrote 0 there) and 3 reserved bytes — then its
+filter (see :mod:`leveret.protocol.stream.bloom`), its data entries, then its trailer
+(tracking records, see the store; the CRC covers the data only). A Deliver frame carries
+the header as stored and the data, without the filter or the trailer: what follows a
+delivered header is its data, whatever its filter size says.
 
 An entry is either simple, ``0 | u31 size`` and one record (an AMQP 1.0 message, or a
 tracking chunk's records), or a sub-batch, as a publisher sent it: ``1 | compression u3 |
@@ -28,7 +32,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-HEADER = struct.Struct(">BBHIqQQIIII")
+HEADER = struct.Struct(">BBHIqQQIIIB3x")
 HEADER_SIZE = HEADER.size  # 48
 MAGIC = 0x5  # the first byte's high nibble; the low one is the format version
 MAGIC_VERSION = 0x50  # magic 5, chunk format version 0 (what osiris 1.3.1 writes)
@@ -65,6 +69,7 @@ class ChunkHeader:
     crc: int
     data_length: int
     trailer_length: int
+    filter_size: int = 0  # the Bloom filter's bytes between header and data, as stored
 
 
 def _gunzip(data: bytes, size: int) -> bytes:
@@ -105,9 +110,10 @@ def build(
     epoch: int = EPOCH,
     trailer: bytes = b"",
     chunk_type: int = CHUNK_USER,
+    bloom: bytes = b"",
 ) -> bytes:
     """A chunk around ``data`` (``entries`` entries holding ``records`` records, one each
-    when None) and a trailer, as osiris writes it."""
+    when None), its Bloom filter and a trailer, as osiris stores it."""
     head = HEADER.pack(
         MAGIC_VERSION,
         chunk_type,
@@ -119,15 +125,15 @@ def build(
         zlib.crc32(data),
         len(data),
         len(trailer),
-        0,
+        len(bloom),
     )
-    return head + data + trailer
+    return head + bloom + data + trailer
 
 
 # ---------------------------------------------------------------------------- reading
 def parse_header(raw: bytes | memoryview, at: int = 0) -> ChunkHeader:
     """The header at ``at``; ChunkError when it is not an osiris chunk's."""
-    magic, *fields, _reserved = HEADER.unpack_from(raw, at)
+    magic, *fields = HEADER.unpack_from(raw, at)
     if magic >> 4 != MAGIC:
         raise ChunkError(f"not an osiris chunk (first byte {magic:#x})")
     return ChunkHeader(*fields)
@@ -276,10 +282,12 @@ def _listed(names: list[str], word: str) -> str:
     return names[-1] if len(names) < 2 else f"{', '.join(names[:-1])} {word} {names[-1]}"
 
 
-def records(raw: bytes, at: int = 0) -> list[bytes]:
-    """The records of the chunk at ``at``, in order, its CRC checked (ChunkError)."""
+def records(raw: bytes, at: int = 0, stored: bool = False) -> list[bytes]:
+    """The records of the chunk at ``at`` as a Deliver frame carries it (``stored``: as a
+    segment holds it, its filter between header and data), in order, its CRC checked
+    (ChunkError)."""
     head = parse_header(raw, at)
-    pos = at + HEADER_SIZE
+    pos = at + HEADER_SIZE + (head.filter_size if stored else 0)
     if data_crc(raw, pos, head.data_length) != head.crc:
         raise ChunkError("chunk CRC does not match")
     out: list[bytes] = []

@@ -12,13 +12,15 @@ from typing import Any
 
 from leveret.protocol.stream import events as ev
 from leveret.protocol.stream.frames import Reader, Schemas, decode_frame, frame, write_fields
-from leveret.protocol.stream.spec import RESPONSE, VERSION_1, Key
+from leveret.protocol.stream.spec import RESPONSE, VERSION_1, VERSION_2, Key
 
 _RESP = struct.Struct(">IH")  # correlation id, response code
 _DELIVER_HEAD = struct.Struct(">IHHB")  # size, key, version, subscription id
+_DELIVER_V2_HEAD = struct.Struct(">IHHBQ")  # and the committed chunk id
 #: Where a Deliver frame's chunk starts in the frame without its size prefix (after the
 #: key, the version and the subscription id).
 CHUNK_AT = 5
+CHUNK_AT_V2 = 13  # a Deliver of version 2: after the committed chunk id
 
 # The server's frames whose layout is a flat list of fields, in the event's field order.
 # Every other response (a code alone) is a Response. Route and Partitions are answered
@@ -47,8 +49,18 @@ _SCHEMAS: Schemas = {
     Key.ROUTE: (ev.RouteResponse, ("u32", "u16", "strs")),
     Key.PARTITIONS: (ev.PartitionsResponse, ("u32", "u16", "strs")),
     Key.DELIVER: (ev.Deliver, ("u8", "rest")),
+    # RabbitMQ 3.11-3.13's
+    Key.CONSUMER_UPDATE: (ev.ConsumerUpdate, ("u32", "u8", "u8")),
+    Key.EXCHANGE_COMMAND_VERSIONS | RESPONSE: (
+        ev.ExchangeCommandVersionsResponse,
+        ("u32", "u16", "versions"),
+    ),
+    Key.STREAM_STATS | RESPONSE: (ev.StreamStatsResponse, ("u32", "u16", "int_map")),
 }
 _KEYS: dict[type[Any], int] = {cls: key for key, (cls, _) in _SCHEMAS.items()}
+# RabbitMQ 3.13 answers Route and Partitions as any response, with the response bit
+_SCHEMAS[Key.ROUTE | RESPONSE] = _SCHEMAS[Key.ROUTE]
+_SCHEMAS[Key.PARTITIONS | RESPONSE] = _SCHEMAS[Key.PARTITIONS]
 
 
 def _encode(key: int, *values: Any) -> bytes:
@@ -124,16 +136,43 @@ def credit_response(code: int, subscription_id: int) -> bytes:
     return _encode(Key.CREDIT | RESPONSE, code, subscription_id)
 
 
-def streams_response(key: int, correlation_id: int, code: int, names: list[str]) -> bytes:
+def streams_response(
+    key: int, correlation_id: int, code: int, names: list[str], response_bit: bool = False
+) -> bytes:
     """Route and Partitions: a code, then a list of stream names, under the request's
-    key (without the response bit), as RabbitMQ 3.10.8 sends them."""
-    return _encode(key, correlation_id, code, names)
+    key: without the response bit as RabbitMQ 3.10.8 sends them, with it (``response_bit``)
+    as RabbitMQ 3.13 does."""
+    return frame(
+        key | RESPONSE if response_bit else key,
+        write_fields(_SCHEMAS[key][1], (correlation_id, code, names)),
+    )
 
 
-def deliver_header(subscription_id: int, chunk_size: int) -> bytes:
+def consumer_update(correlation_id: int, subscription_id: int, active: bool) -> bytes:
+    """The server's request to a single active consumer's subscription (RabbitMQ 3.11)."""
+    return _encode(Key.CONSUMER_UPDATE, correlation_id, subscription_id, int(active))
+
+
+def exchange_command_versions(
+    correlation_id: int, code: int, versions: list[tuple[int, int, int]]
+) -> bytes:
+    return _encode(Key.EXCHANGE_COMMAND_VERSIONS | RESPONSE, correlation_id, code, versions)
+
+
+def stream_stats(correlation_id: int, code: int, stats: dict[str, int]) -> bytes:
+    return _encode(Key.STREAM_STATS | RESPONSE, correlation_id, code, stats)
+
+
+def deliver_header(subscription_id: int, chunk_size: int, committed: int | None = None) -> bytes:
     """What goes before an osiris chunk in a Deliver frame: the chunk follows as it is
-    (written separately, so stored chunk bytes need no copy)."""
-    return _DELIVER_HEAD.pack(chunk_size + CHUNK_AT, Key.DELIVER, VERSION_1, subscription_id)
+    (written separately, so stored chunk bytes need no copy). With ``committed`` (the id
+    of the stream's last committed chunk), a Deliver of version 2, for a client that asked
+    for it: its chunk is at :data:`CHUNK_AT_V2`."""
+    if committed is None:
+        return _DELIVER_HEAD.pack(chunk_size + CHUNK_AT, Key.DELIVER, VERSION_1, subscription_id)
+    return _DELIVER_V2_HEAD.pack(
+        chunk_size + CHUNK_AT_V2, Key.DELIVER, VERSION_2, subscription_id, committed
+    )
 
 
 def encode_reply(event: ev.Reply) -> bytes:
@@ -142,6 +181,9 @@ def encode_reply(event: ev.Reply) -> bytes:
         return response(event.key, event.correlation_id, event.code)
     if isinstance(event, ev.UnknownFrame):
         raise ValueError("an unknown frame has no layout")
+    if isinstance(event, ev.DeliverV2):
+        head = deliver_header(event.subscription_id, len(event.chunk), event.committed_chunk_id)
+        return head + event.chunk
     key = _KEYS[type(event)]
     return _encode(key, *[getattr(event, n) for n in event.__dataclass_fields__])
 
@@ -149,11 +191,13 @@ def encode_reply(event: ev.Reply) -> bytes:
 def decode_reply(frame: bytes | memoryview) -> ev.Reply:
     """A server's frame (without its size prefix) as an event: what a client reads.
     Unknown keys and versions give UnknownFrame; bad fields raise FrameError."""
-    reply: ev.Reply = decode_frame(frame, _SCHEMAS, _code_alone)
+    reply: ev.Reply = decode_frame(frame, _SCHEMAS, _varying)
     return reply
 
 
-def _code_alone(key: int, r: Reader) -> ev.Response | None:
+def _varying(key: int, version: int, r: Reader) -> ev.Response | ev.DeliverV2 | None:
+    if version == VERSION_2:  # decode_frame takes no other version 2 of a server frame
+        return ev.DeliverV2(r.u8(), r.u64(), r.rest()) if key == Key.DELIVER else None
     if not key & RESPONSE:
         return None
     return ev.Response(key & ~RESPONSE, r.u32(), r.u16())

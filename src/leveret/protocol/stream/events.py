@@ -101,11 +101,14 @@ class DeclarePublisher:
 @dataclass(frozen=True, slots=True)
 class Publish:
     """Messages, each ``(publishing id, AMQP 1.0 message bytes)``. A sub-entry batch
-    arrives as ``(publishing id, None)`` in ``batches`` with its records."""
+    arrives as ``(publishing id, None)`` in ``batches`` with its records. ``filters``: a
+    version 2 publish's filter value of each message, in the order of ``messages`` (None:
+    the message has none); None for version 1."""
 
     publisher_id: int
     messages: list[tuple[int, bytes]]
     batches: list[SubBatch]
+    filters: list[bytes | None] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,6 +181,47 @@ class Route:
 class Partitions:
     correlation_id: int
     super_stream: str
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerUpdateResponse:
+    """The client's answer to a :class:`ConsumerUpdate`: where the subscription, now
+    active, reads from (``offset_type`` NONE: from its own offset specification);
+    ``offset``: the offset (OFFSET) or the timestamp in ms (TIMESTAMP)."""
+
+    correlation_id: int
+    code: int
+    offset_type: int
+    offset: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ExchangeCommandVersions:
+    """The commands a client speaks: ``(key, min version, max version)`` each."""
+
+    correlation_id: int
+    versions: list[tuple[int, int, int]]
+
+
+@dataclass(frozen=True, slots=True)
+class StreamStats:
+    correlation_id: int
+    stream: str
+
+
+@dataclass(frozen=True, slots=True)
+class CreateSuperStream:
+    correlation_id: int
+    name: str
+    partitions: tuple[str, ...]
+    binding_keys: tuple[str, ...]
+    arguments: dict[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteSuperStream:
+    correlation_id: int
+    name: str
 
 
 # ------------------------------------------------------------------ the server's frames
@@ -298,6 +342,40 @@ class Deliver:
 
 
 @dataclass(frozen=True, slots=True)
+class DeliverV2:
+    """A Deliver of version 2 (a client that asked for it): the chunk, after the id of
+    the stream's last committed chunk."""
+
+    subscription_id: int
+    committed_chunk_id: int
+    chunk: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerUpdate:
+    """The server's request to a single active consumer's subscription: it becomes
+    active (the client answers where to read from) or inactive."""
+
+    correlation_id: int
+    subscription_id: int
+    active: int  # 1 or 0
+
+
+@dataclass(frozen=True, slots=True)
+class ExchangeCommandVersionsResponse:
+    correlation_id: int
+    code: int
+    versions: list[tuple[int, int, int]]
+
+
+@dataclass(frozen=True, slots=True)
+class StreamStatsResponse:
+    correlation_id: int
+    code: int
+    stats: dict[str, int]
+
+
+@dataclass(frozen=True, slots=True)
 class UnknownFrame:
     """A frame of a command this side does not take (or cannot parse)."""
 
@@ -344,6 +422,11 @@ Event = (
     | QueryOffset
     | Route
     | Partitions
+    | ConsumerUpdateResponse
+    | ExchangeCommandVersions
+    | StreamStats
+    | CreateSuperStream
+    | DeleteSuperStream
     | UnknownFrame
     | FrameTooLarge
     | ConnectionFailed
@@ -368,6 +451,10 @@ Reply = (
     | RouteResponse
     | PartitionsResponse
     | Deliver
+    | DeliverV2
+    | ConsumerUpdate
+    | ExchangeCommandVersionsResponse
+    | StreamStatsResponse
     | UnknownFrame
 )
 """A server's frame, as a client decodes it."""

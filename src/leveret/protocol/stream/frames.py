@@ -13,7 +13,7 @@ from typing import Any
 from leveret.protocol.binary import I16, I32, I64, U8, U16, U32, U64
 from leveret.protocol.stream import events as ev
 from leveret.protocol.stream.chunk import SUB_BATCH, sub_batch
-from leveret.protocol.stream.spec import RESPONSE, VERSION_1, Key, OffsetType
+from leveret.protocol.stream.spec import RESPONSE, VERSION_1, VERSION_2, Key, OffsetType
 
 _HEAD = struct.Struct(">HH")
 
@@ -99,6 +99,16 @@ class Reader:
     def brokers(self) -> list[tuple[int, str, int]]:
         return [(self.u16(), self.string(), self.u32()) for _ in range(self._count())]
 
+    def versions(self) -> list[tuple[int, int, int]]:
+        return [(self.u16(), self.u16(), self.u16()) for _ in range(self._count())]
+
+    def int_map(self) -> dict[str, int]:
+        out = {}
+        for _ in range(self._count()):
+            k = self.string()
+            out[k] = self.i64()
+        return out
+
     def streams_metadata(self) -> list[tuple[str, int, int, list[int]]]:
         out = []
         for _ in range(self._count()):
@@ -152,6 +162,17 @@ def _brokers(items: list[tuple[int, str, int]]) -> bytes:
     )
 
 
+def _versions(items: list[tuple[int, int, int]]) -> bytes:
+    return I32.pack(len(items)) + b"".join(_VERSION.pack(*v) for v in items)
+
+
+def _int_map(m: dict[str, int]) -> bytes:
+    return I32.pack(len(m)) + b"".join(string(k) + I64.pack(v) for k, v in m.items())
+
+
+_VERSION = struct.Struct(">HHH")
+
+
 def _streams_metadata(items: list[tuple[str, int, int, list[int]]]) -> bytes:
     parts = [I32.pack(len(items))]
     for name, code, leader, replicas in items:
@@ -179,6 +200,8 @@ _READ: dict[str, Callable[[Reader], Any]] = {
     "errors": Reader.errors,
     "brokers": Reader.brokers,
     "streams": Reader.streams_metadata,
+    "versions": Reader.versions,
+    "int_map": Reader.int_map,
     "rest": Reader.rest,
 }
 _WRITE: dict[str, Callable[[Any], bytes]] = {
@@ -197,6 +220,8 @@ _WRITE: dict[str, Callable[[Any], bytes]] = {
     "errors": _errors,
     "brokers": _brokers,
     "streams": _streams_metadata,
+    "versions": _versions,
+    "int_map": _int_map,
     "rest": bytes,
 }
 
@@ -222,6 +247,11 @@ _SCHEMAS: Schemas = {
     Key.QUERY_OFFSET: (ev.QueryOffset, ("u32", "str", "str")),
     Key.ROUTE: (ev.Route, ("u32", "str", "str")),
     Key.PARTITIONS: (ev.Partitions, ("u32", "str")),
+    # RabbitMQ 3.11-3.13's
+    Key.EXCHANGE_COMMAND_VERSIONS: (ev.ExchangeCommandVersions, ("u32", "versions")),
+    Key.STREAM_STATS: (ev.StreamStats, ("u32", "str")),
+    Key.CREATE_SUPER_STREAM: (ev.CreateSuperStream, ("u32", "str", "strs", "strs", "map")),
+    Key.DELETE_SUPER_STREAM: (ev.DeleteSuperStream, ("u32", "str")),
 }
 # The client answers our tune with a tune frame; clients send it with the request key
 # (rstream, the Java client) or the response key: both are taken.
@@ -230,26 +260,31 @@ _KEYS: dict[type[Any], int] = {cls: key for key, (cls, _) in _SCHEMAS.items()}
 _KEYS[ev.Tune] = Key.TUNE
 
 
+#: The (key, version) pairs of a version other than 1 that a layout exists for: Publish
+#: and Deliver's version 2 (RabbitMQ 3.13).
+VERSIONS_2 = frozenset(((Key.PUBLISH, VERSION_2), (Key.DELIVER, VERSION_2)))
+
+
 def decode_frame(
     frame: bytes | memoryview,
     schemas: Schemas,
-    special: Callable[[int, Reader], Any] | None = None,
+    special: Callable[[int, int, Reader], Any] | None = None,
 ) -> Any:
     """One frame (without its size prefix) as the event its key's schema gives, or
-    ``special`` (for the keys whose layout varies; None: not one of them). Unknown keys
-    and versions give :class:`~leveret.protocol.stream.events.UnknownFrame`; bad fields
-    raise FrameError."""
+    ``special`` (key, version, reader: for the keys whose layout varies; None: not one of
+    them). Unknown keys and versions give
+    :class:`~leveret.protocol.stream.events.UnknownFrame`; bad fields raise FrameError."""
     if len(frame) < 4:
         raise FrameError("frame too short")
     key, version = _HEAD.unpack_from(frame)
-    if version != VERSION_1:
+    if version != VERSION_1 and (key, version) not in VERSIONS_2:
         return ev.UnknownFrame(key, version)
     r = Reader(frame, 4)
-    schema = schemas.get(key)
+    schema = schemas.get(key) if version == VERSION_1 else None
     if schema is not None:
         cls, fields = schema
         event = cls(*[_READ[f](r) for f in fields])
-    elif special is None or (event := special(key, r)) is None:
+    elif special is None or (event := special(key, version, r)) is None:
         return ev.UnknownFrame(key, version)
     r.end()
     return event
@@ -266,11 +301,13 @@ def decode(frame: bytes | memoryview) -> ev.Event:
     return event
 
 
-def _decode_varying(key: int, r: Reader) -> ev.Event | None:
+def _decode_varying(key: int, version: int, r: Reader) -> ev.Event | None:
     if key == Key.PUBLISH:
-        return _decode_publish(r)
+        return _decode_publish(r) if version == VERSION_1 else _decode_publish_v2(r)
     if key == Key.SUBSCRIBE:
         return _decode_subscribe(r)
+    if key == Key.CONSUMER_UPDATE | RESPONSE:
+        return _decode_consumer_update_response(r)
     return None
 
 
@@ -298,6 +335,46 @@ def _decode_publish(r: Reader) -> ev.Publish:
     return ev.Publish(publisher_id, messages, batches)
 
 
+def _decode_publish_v2(r: Reader) -> ev.Publish:
+    """Version 2: a filter value (a string, -1 long for none) before each message. A
+    sub-entry batch has no layout in it (RabbitMQ 3.13 has none either)."""
+    publisher_id = r.u8()
+    count = r.i32()
+    messages: list[tuple[int, bytes]] = []
+    filters: list[bytes | None] = []
+    for _ in range(count):
+        publishing_id = r.u64()
+        n = r.i16()
+        filters.append(r.raw(n) if n >= 0 else None)
+        size = r.u32()
+        if size & 0x80000000:
+            raise FrameError("a sub-entry batch in a version 2 publish")
+        messages.append((publishing_id, r.raw(size)))
+    return ev.Publish(publisher_id, messages, [], filters)
+
+
+def _decode_consumer_update_response(r: Reader) -> ev.ConsumerUpdateResponse:
+    """As rabbit_stream_core parses it: the value after an offset type that has none is
+    ignored (rstream always sends 8 bytes of it)."""
+    correlation_id, code, kind = r.u32(), r.u16(), r.u16()
+    offset = 0
+    if kind == OffsetType.OFFSET:
+        offset = r.u64()
+    elif kind == OffsetType.TIMESTAMP:
+        offset = r.i64()
+    else:
+        r.rest()
+    return ev.ConsumerUpdateResponse(correlation_id, code, kind, offset)
+
+
+def _offset_spec(kind: int, offset: int) -> bytes:
+    if kind == OffsetType.OFFSET:
+        return U64.pack(offset)
+    if kind == OffsetType.TIMESTAMP:
+        return I64.pack(offset)
+    return b""
+
+
 def _decode_subscribe(r: Reader) -> ev.Subscribe:
     correlation_id = r.u32()
     subscription_id = r.u8()
@@ -315,13 +392,27 @@ def _decode_subscribe(r: Reader) -> ev.Subscribe:
     )
 
 
-def frame(key: int, body: bytes) -> bytes:
-    """A whole frame: size, key, version 1, body."""
-    return U32.pack(len(body) + 4) + _HEAD.pack(key, VERSION_1) + body
+def frame(key: int, body: bytes, version: int = VERSION_1) -> bytes:
+    """A whole frame: size, key, version (1 unless said), body."""
+    return U32.pack(len(body) + 4) + _HEAD.pack(key, version) + body
 
 
 def encode_client(event: ev.Event) -> bytes:
     """A client command as a whole frame (the inverse of :func:`decode`)."""
+    if isinstance(event, ev.Publish) and event.filters is not None:
+        parts = [U8.pack(event.publisher_id), I32.pack(len(event.messages))]
+        for (pid, msg), value in zip(event.messages, event.filters, strict=True):
+            head = I16.pack(-1) if value is None else U16.pack(len(value)) + value
+            parts += (U64.pack(pid), head, U32.pack(len(msg)), msg)
+        return frame(Key.PUBLISH, b"".join(parts), VERSION_2)
+    if isinstance(event, ev.ConsumerUpdateResponse):
+        return frame(
+            Key.CONSUMER_UPDATE | RESPONSE,
+            U32.pack(event.correlation_id)
+            + U16.pack(event.code)
+            + U16.pack(event.offset_type)
+            + _offset_spec(event.offset_type, event.offset),
+        )
     if isinstance(event, ev.Publish):
         parts = [U8.pack(event.publisher_id), I32.pack(len(event.messages) + len(event.batches))]
         for pid, msg in event.messages:
@@ -333,11 +424,7 @@ def encode_client(event: ev.Event) -> bytes:
             )
         return frame(Key.PUBLISH, b"".join(parts))
     if isinstance(event, ev.Subscribe):
-        offset = b""
-        if event.offset_type == OffsetType.OFFSET:
-            offset = U64.pack(event.offset)
-        elif event.offset_type == OffsetType.TIMESTAMP:
-            offset = I64.pack(event.offset)
+        offset = _offset_spec(event.offset_type, event.offset)
         return frame(
             Key.SUBSCRIBE,
             U32.pack(event.correlation_id)

@@ -1,11 +1,16 @@
-"""The stream protocol's numbers: command keys, response codes, offset types, defaults
-(protocol version 1, as RabbitMQ 3.10 serves it)."""
+"""The stream protocol's numbers: command keys, response codes, offset types, defaults.
+Version 1 of every command is RabbitMQ 3.10's; the commands from ConsumerUpdate on, version
+2 of Publish (a filter value per message) and of Deliver (the committed chunk id), and the
+SASL codes 20 and 21 came with RabbitMQ 3.11-3.13 (v3.13.7
+deps/rabbitmq_stream_common/include/rabbit_stream.hrl, deps/rabbitmq_stream/docs/
+PROTOCOL.adoc)."""
 
 from __future__ import annotations
 
 from enum import IntEnum
 
 VERSION_1 = 1
+VERSION_2 = 2
 RESPONSE = 0x8000  # set on a key: the frame is a response
 
 
@@ -35,6 +40,11 @@ class Key(IntEnum):
     HEARTBEAT = 0x0017
     ROUTE = 0x0018
     PARTITIONS = 0x0019
+    CONSUMER_UPDATE = 0x001A
+    EXCHANGE_COMMAND_VERSIONS = 0x001B
+    STREAM_STATS = 0x001C
+    CREATE_SUPER_STREAM = 0x001D
+    DELETE_SUPER_STREAM = 0x001E
 
 
 class Code(IntEnum):
@@ -57,9 +67,12 @@ class Code(IntEnum):
     PRECONDITION_FAILED = 17
     PUBLISHER_DOES_NOT_EXIST = 18
     NO_OFFSET = 19
+    SASL_CANNOT_CHANGE_MECHANISM = 20
+    SASL_CANNOT_CHANGE_USERNAME = 21
 
 
 class OffsetType(IntEnum):
+    NONE = 0  # a consumer update response: the subscription's own offset
     FIRST = 1
     LAST = 2
     NEXT = 3
