@@ -178,6 +178,7 @@ class Run:
     cpu_other: float = 0.0
     rss_rest: float = 0.0  # MiB before the load
     rss_peak: float = 0.0
+    load: tuple[float, float, float] = (0.0, 0.0, 0.0)  # the machine's, before the run
     error: str | None = None
 
 
@@ -193,6 +194,7 @@ def run_case(
     """One case against a running broker (``pid`` its process)."""
     run = Run(broker, case, rnd)
     run.rss_rest = rss_mib(pid) or 0.0
+    run.load = os.getloadavg()
     name = f"satgen-{case}-{broker}-{rnd}-{os.getpid()}"
     cmd = [
         str(binary),
@@ -435,6 +437,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             print(f"RabbitMQ skipped: {why}", file=sys.stderr)
     runs: list[Run] = []
+    load_before = os.getloadavg()
     try:
         binary = build_generator()
         for rnd in range(1, args.rounds + 1):
@@ -465,6 +468,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         + (f", RabbitMQ {rmq_version}" if rmq_version else "")
         + f"; {args.rounds} round(s) of {args.seconds:g} s (+{args.warmup:g} s warm-up)"
     )
+    # the 1-minute load average counts this benchmark's own broker and generator (about
+    # 2 on a busy run); what other work took is in the CPU column "o" below
+    loads = [r.load[0] for r in runs]
+    print(
+        "load average before: "
+        + " ".join(f"{v:.2f}" for v in load_before)
+        + "; after: "
+        + " ".join(f"{v:.2f}" for v in os.getloadavg())
+        + (f"; 1-min load at each run's start {min(loads):.2f}-{max(loads):.2f}" if loads else "")
+    )
     print_table(rows, brokers)
     if args.json is not None:
         report = {
@@ -473,6 +486,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "rabbitmq": rmq_version,
             "rounds": args.rounds,
             "seconds": args.seconds,
+            "load_before": load_before,
             "runs": [r.__dict__ for r in runs],
         }
         args.json.write_text(json.dumps(report, indent=2) + "\n")
