@@ -80,6 +80,29 @@ def test_a_publisher_that_consumes_from_the_queue_is_not_held(domain: BrokerCore
     assert client.session.held_by == set()
 
 
+def test_a_publisher_whose_consumers_have_deliveries_out_is_not_held(
+    domain: BrokerCore,
+) -> None:
+    """Its acks come in on the socket a hold stops reading, and another queue waits for
+    them: two connections each publishing to the queue the other consumes would hold
+    each other. Once it has nothing out, it is held as any publisher."""
+    consumer, publisher = Client(domain), Client(domain)
+    cch = consumer.channel()
+    cch.declare_queue("q")
+    cch.qos(10)
+    cch.consume("q", tag="c")
+    pch = publisher.channel()
+    pch.declare_queue("replies")
+    pch.qos(5)
+    pch.consume("replies", tag="r")
+    cch.publish("", "replies", b"reply")  # the publisher's consumer now has one out
+    fill(pch, "q", 2 * HOLD_AT)
+    assert publisher.session.held_by == set()
+    pch.ack(1)
+    fill(pch, "q", 1, start=2 * HOLD_AT)
+    assert publisher.session.held_by == {queue_flow(domain)}
+
+
 def test_a_backlog_that_does_not_drain_gives_up_and_holds_no_one_until_it_is_down(
     domain: BrokerCore,
 ) -> None:

@@ -1,6 +1,7 @@
 """Publisher confirms under load, on both brokers: persistent messages to a durable queue
-(confirmed once on disk: group commit on Leveret), nacks among acks, and a publisher
-whose consumer stops acking (credit flow on a queue's backlog must not stop it).
+(confirmed once on disk: group commit on Leveret), nacks among acks, mandatory returns
+before the acks of the same publishes, a publisher whose consumer stops acking, and two
+connections that feed each other (credit flow on a queue's backlog must stop neither).
 
 The frames are read as a client reads them: each basic.ack / basic.nack settles its tag,
 or with ``multiple`` every tag up to it not settled yet; every publish is settled exactly
@@ -9,6 +10,7 @@ once."""
 from __future__ import annotations
 
 import struct
+import threading
 
 from pamqp import commands as C
 from pamqp import frame
@@ -19,12 +21,15 @@ from tests.support.brokers import BrokerUnderTest
 from tests.support.rawclient import RawClient
 
 
-def publishes(queue: str, bodies: list[bytes], persistent: bool = True) -> bytes:
+def publishes(
+    queue: str, bodies: list[bytes], persistent: bool = True, mandatory: bool = False
+) -> bytes:
     """basic.publish frames (method, header, body) for each body, to ``queue``."""
     props = C.Basic.Properties(delivery_mode=2 if persistent else 1)
+    method = C.Basic.Publish(exchange="", routing_key=queue, mandatory=mandatory)
     out = []
     for body in bodies:
-        out.append(frame.marshal(C.Basic.Publish(exchange="", routing_key=queue), 1))
+        out.append(frame.marshal(method, 1))
         out.append(frame.marshal(ContentHeader(body_size=len(body), properties=props), 1))
         out.append(frame.marshal(ContentBody(body), 1))
     return b"".join(out)
@@ -157,6 +162,136 @@ def test_a_consumer_that_stops_acking_does_not_stop_its_publisher(
             publisher.send_method(1, C.Queue.Declare(queue=name, passive=True))
             ok = publisher.expect(C.Queue.DeclareOk)
             assert ok.message_count == count - 10
+
+
+def test_mandatory_returns_go_out_before_the_acks_of_their_publishes(
+    broker: BrokerUnderTest, name: str
+) -> None:
+    """300 persistent publishes in one write, every third mandatory to a queue that does
+    not exist, the others to a durable queue: each unroutable publish is returned
+    (NO_ROUTE) before the ack that settles it, and every publish is acked once (on
+    Leveret the acks wait for the disk and the returns do not: still, none comes late)."""
+    count = 300
+    nowhere = f"{name}-nowhere"
+    batch = b"".join(
+        publishes(nowhere, [b"r%d" % i], mandatory=True)
+        if i % 3 == 0
+        else publishes(name, [b"m%d" % i])
+        for i in range(1, count + 1)
+    )
+    unroutable = [i for i in range(1, count + 1) if i % 3 == 0]
+    with RawClient(broker.host, broker.port, timeout=30) as client:
+        client.handshake()
+        client.open_channel(1)
+        client.send_method(1, C.Confirm.Select())
+        client.expect(C.Confirm.SelectOk)
+        client.send_method(1, C.Queue.Declare(queue=name, durable=True))
+        client.expect(C.Queue.DeclareOk)
+        try:
+            client.send(batch)
+            outcomes = Outcomes()
+            returned: list[bytes] = []
+            returning = False
+            while len(outcomes.of) < count:
+                got = client.recv_frame()
+                assert got is not None, f"closed with {len(outcomes.of)} of {count} settled"
+                _, value = got
+                if isinstance(value, C.Basic.Return):
+                    assert (value.reply_code, value.reply_text) == (312, "NO_ROUTE")
+                    assert value.routing_key == nowhere
+                    returning = True
+                elif isinstance(value, ContentBody) and returning:
+                    returned.append(bytes(value.value))
+                    returning = False
+                elif isinstance(value, C.Basic.Ack | C.Basic.Nack):
+                    outcomes.settle(value, count)
+                    settled = max(outcomes.of)
+                    due = [i for i in unroutable if i <= settled]
+                    assert len(returned) >= len(due), (
+                        f"tags up to {settled} settled, {len(returned)} of {len(due)} returned"
+                    )
+                elif isinstance(value, C.Channel.Close | C.Connection.Close):
+                    raise AssertionError(f"closed: {value!r}")
+            assert set(outcomes.of.values()) == {"ack"}
+            assert returned == [b"r%d" % i for i in unroutable]
+            client.send_method(1, C.Queue.Declare(queue=name, passive=True))
+            assert client.expect(C.Queue.DeclareOk).message_count == count - len(unroutable)
+        finally:
+            client.send_method(1, C.Queue.Delete(queue=name))
+
+
+def test_two_connections_that_feed_each_other_both_finish(
+    broker: BrokerUnderTest, name: str
+) -> None:
+    """Each of two connections publishes 4,000 messages to a queue the other consumes
+    (prefetch 20, an ack per delivery) while it consumes the other's. A client's acks
+    queue behind its publishes on its one socket, as any client's do: should a broker
+    stop reading both publishers until their consumers ack, neither would ever ack. Both
+    finish, every message delivered once, in order."""
+    count, batch = 4000, 200
+    queues = (f"{name}-a", f"{name}-b")
+    bodies = [b"%05d" % i for i in range(count)]
+    with (
+        RawClient(broker.host, broker.port, timeout=30) as a,
+        RawClient(broker.host, broker.port, timeout=30) as b,
+    ):
+        clients = (a, b)
+        for client, queue in zip(clients, queues, strict=True):
+            client.handshake()
+            client.open_channel(1)
+            client.open_channel(2)
+            client.send_method(1, C.Queue.Declare(queue=queue))
+            client.expect(C.Queue.DeclareOk)
+        for client, queue in zip(clients, queues, strict=True):
+            client.send_method(2, C.Basic.Qos(prefetch_count=20))
+            client.expect(C.Basic.QosOk)
+            client.send_method(2, C.Basic.Consume(queue=queue, consumer_tag="c"))
+            client.expect(C.Basic.ConsumeOk)
+        locks = (threading.Lock(), threading.Lock())  # one writer at a time per socket
+        delivered: tuple[list[bytes], list[bytes]] = ([], [])
+        failures: list[BaseException] = []
+
+        def publish(me: int) -> None:
+            other = queues[1 - me]
+            try:
+                for start in range(0, count, batch):
+                    data = publishes(other, bodies[start : start + batch], persistent=False)
+                    with locks[me]:
+                        clients[me].send(data)
+            except BaseException as exc:  # reported by the test's thread
+                failures.append(exc)
+
+        def consume(me: int) -> None:
+            client, mine = clients[me], delivered[me]
+            try:
+                while len(mine) < count:
+                    got = client.recv_frame()
+                    assert got is not None, f"connection {me}: closed after {len(mine)}"
+                    channel, value = got
+                    if channel == 2 and isinstance(value, ContentBody):
+                        mine.append(bytes(value.value))
+                        with locks[me]:
+                            client.send(_ack(2, len(mine)))
+                    elif isinstance(value, C.Channel.Close | C.Connection.Close):
+                        raise AssertionError(f"connection {me}: closed: {value!r}")
+            except BaseException as exc:
+                failures.append(exc)
+
+        threads = [
+            threading.Thread(target=f, args=(me,), daemon=True)
+            for me in (0, 1)
+            for f in (publish, consume)
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()  # a socket that makes no progress for its timeout ends its thread
+        try:
+            assert not failures, failures
+            assert delivered == (bodies, bodies)
+        finally:
+            for client, queue in zip(clients, queues, strict=True):
+                client.send_method(1, C.Queue.Delete(queue=queue))
 
 
 _ACK = struct.Struct(">BHIIQB")

@@ -351,6 +351,9 @@ class Amqp10Session(Publishing, Consuming, ManagementLinks):
         self.holding.add(publisher)
         publisher.held_by.add(self)
 
+    def awaits_settlements(self) -> bool:
+        return any(session.unsettled for session in self.sessions.values())
+
     def _release_held(self) -> None:
         holding, self.holding = self.holding, set()
         for publisher in holding:

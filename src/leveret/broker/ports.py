@@ -161,6 +161,11 @@ class FlowHolder(Protocol):
         """Hold ``publisher`` back until this connection drains again."""
         ...
 
+    def awaits_settlements(self) -> bool:
+        """Its consumers have deliveries out, settled by what comes in on its own socket:
+        a queue's backlog does not hold it (the settlements would wait too)."""
+        ...
+
 
 class QueueStore(Protocol):
     """Persistent messages of one durable classic queue. What it kept before a restart

@@ -252,6 +252,9 @@ class Session(ConnectionEvents):
         self.holding.add(publisher)
         publisher.held_by.add(self)
 
+    def awaits_settlements(self) -> bool:
+        return any(ch.unacked for ch in self.channels.values())
+
     def release_held(self) -> None:
         """This session drains again (or is gone): publishers it held may read again."""
         holding, self.holding = self.holding, set()

@@ -18,7 +18,10 @@ The rule here, per queue:
   socket is not read until the backlog is down to :data:`RELEASE_AT` (or the queue has
   no consumers any more, is purged or deleted).
 - A publisher never waits on a queue it consumes from itself (its acks are what the
-  queue waits for).
+  queue waits for), nor while any of its consumers has deliveries out: its acks come in
+  on the socket a hold stops reading, and other queues may wait for them. Two
+  connections that each publish to the queue the other consumes would otherwise hold
+  each other until the patience ran out, at every backlog.
 - Consumers that do not drain (they stopped acking, or ack slowly) must not stop a
   publisher as RabbitMQ would not stop it: the edge gives up a hold after a short patience
   (:meth:`BacklogFlow.give_up`); the queue then holds no one until its backlog is down to
@@ -67,10 +70,13 @@ class BacklogFlow:
         self.stalled = False
 
     def hold(self, publisher: FlowHolder) -> None:
-        """Hold ``publisher`` back until the backlog drains, unless it consumes here."""
+        """Hold ``publisher`` back until the backlog drains, unless it consumes here or
+        has deliveries out."""
         for consumer in self._consumers:
             if consumer.holder is publisher:
                 return
+        if publisher.awaits_settlements():
+            return
         self.holding.add(publisher)
         publisher.held_by.add(self)
 
@@ -86,6 +92,10 @@ class BacklogFlow:
         everyone go, and hold no one until the backlog is down."""
         self.stalled = True
         self.release()
+
+    def awaits_settlements(self) -> bool:
+        """(A FlowHolder's; a queue's backlog is never a publisher.)"""
+        return False
 
     def release(self) -> None:
         holding, self.holding = self.holding, set()
