@@ -37,6 +37,12 @@ class _Edge:
     def opened(self) -> None:
         pass
 
+    def after_flush(self, callback: Any) -> None:
+        callback()
+
+    def later(self, delay: float, callback: Any) -> None:
+        callback()
+
     def force_close(self, reason: str) -> None:
         pass
 

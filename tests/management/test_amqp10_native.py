@@ -135,3 +135,26 @@ def test_closing_it_from_the_management_api(broker: leveret.Broker, api: Api) ->
         )
     finally:
         c.close()
+
+
+def test_the_management_node_declares_rabbitmq_4s_exchange_types(
+    broker: leveret.Broker, api: Api
+) -> None:
+    """The /management node knows the mode's exchange types: x-local-random is RabbitMQ
+    4.2's (rabbit_exchange_type_local_random, v4.2.9), declared through the node as through
+    AMQP 0-9-1."""
+    from rabbitmq_amqp_python_client import Environment, ExchangeCustomSpecification
+
+    env = Environment(f"amqp://guest:guest@{broker.host}:{broker.port}/")
+    conn = env.connection()
+    conn.dial()
+    try:
+        mgmt = conn.management()
+        mgmt.declare_exchange(
+            ExchangeCustomSpecification(name="a10n-local", exchange_type="x-local-random")
+        )
+        assert api.get("/api/exchanges/%2F/a10n-local")["type"] == "x-local-random"
+        mgmt.delete_exchange("a10n-local")
+        mgmt.close()
+    finally:
+        conn.close()

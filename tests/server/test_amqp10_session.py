@@ -164,6 +164,64 @@ def test_a_rejected_message_is_dead_lettered(amqp, channel) -> None:
     assert death[symbol("queue")] == "with-dlx"
 
 
+def _modify(receiver, annotations: dict, undeliverable: bool = False) -> None:
+    """Settle the next message taken with a modified outcome carrying ``annotations``."""
+    from proton import Delivery
+
+    delivery = receiver.fetcher.unsettled.popleft()
+    delivery.local.annotations = annotations
+    delivery.local.undeliverable = undeliverable
+    delivery.update(Delivery.MODIFIED)
+    delivery.settle()
+
+
+def test_a_quorum_queue_keeps_a_modified_outcomes_annotations(amqp, channel) -> None:
+    """rabbit_fifo incr_msg (v4.2.9): the annotations merge onto the message and go with its
+    next deliveries: as message annotations over AMQP 1.0, as headers over AMQP 0-9-1
+    (mc_amqpl:protocol_state), and with it when it is dead-lettered."""
+    channel.queue_declare("dlq-modified")
+    channel.queue_declare(
+        "qq-modified",
+        durable=True,
+        arguments={
+            "x-queue-type": "quorum",
+            "x-dead-letter-exchange": "",
+            "x-dead-letter-routing-key": "dlq-modified",
+        },
+    )
+    sender = amqp.create_sender("/queues/qq-modified")
+    sender.send(Message(body="m"))
+    receiver = amqp.create_receiver("/queues/qq-modified", credit=1)
+    receiver.receive(timeout=5)
+    _modify(receiver, {symbol("x-opt-first"): "one", symbol("x-opt-n"): 7})
+    again = receiver.receive(timeout=5)
+    assert again.annotations[symbol("x-opt-first")] == "one"
+    assert again.annotations[symbol("x-opt-n")] == 7
+    _modify(receiver, {symbol("x-opt-first"): "two"}, undeliverable=True)
+    dead = amqp.create_receiver("/queues/dlq-modified").receive(timeout=5)
+    assert dead.annotations[symbol("x-opt-first")] == "two"
+    assert dead.annotations[symbol("x-opt-n")] == 7
+    sender.send(Message(body=b"m2", inferred=True))  # a data section
+    receiver.receive(timeout=5)
+    _modify(receiver, {symbol("x-opt-flag"): True, symbol("x-opt-s"): "s"})
+    receiver.close()
+    _, props, body = channel.basic_get("qq-modified", auto_ack=True)
+    assert body == b"m2"
+    assert props.headers["x-opt-flag"] is True and props.headers["x-opt-s"] == "s"
+
+
+def test_a_classic_queue_ignores_a_modified_outcomes_annotations(amqp, channel) -> None:
+    """rabbit_classic_queue:settle (v4.2.9) turns modify into requeue, dropping the rest."""
+    channel.queue_declare("cq-modified")
+    amqp.create_sender("/queues/cq-modified").send(Message(body="m"))
+    receiver = amqp.create_receiver("/queues/cq-modified", credit=1)
+    receiver.receive(timeout=5)
+    _modify(receiver, {symbol("x-opt-first"): "one"})
+    again = receiver.receive(timeout=5)
+    assert symbol("x-opt-first") not in (again.annotations or {})
+    receiver.accept()
+
+
 def test_attaching_to_a_missing_queue_is_refused_with_not_found(amqp) -> None:
     with pytest.raises(LinkDetached) as refused:
         amqp.create_receiver("/queues/no-such-queue")
@@ -249,6 +307,10 @@ def test_direct_reply_to_over_a_volatile_queue(amqp, channel) -> None:
     name = unquote(address[len("/queues/") :])
     channel.basic_publish("", name, b"over 0-9-1")
     assert bytes(replies.receive(timeout=5).body) == b"over 0-9-1"
+    # a link to the address itself: the volatile queue exists while its consumer lives
+    # (rabbit_db_queue:exists, v4.2.9)
+    amqp.create_sender(address).send(Message(body="on its own link"))
+    assert replies.receive(timeout=5).body == "on its own link"
 
 
 def test_a_temporary_queue_lives_as_long_as_its_link(amqp, channel, broker) -> None:
@@ -328,8 +390,9 @@ def test_a_memory_alarm_shuts_the_sessions_incoming_window(broker, amqp, channel
 
 def test_rabbitmq_4_offers_anonymous_which_logs_in_as_guest(tmp_path) -> None:
     """RabbitMQ 4 offers SASL ANONYMOUS by default (deps/rabbit/Makefile v4.2.9:
-    auth_mechanisms, anonymous_login_user guest); RabbitMQ 3.10.8 has no such mechanism."""
-    with leveret.Broker(plugins="rabbitmq_amqp1_0", rabbitmq_version="4.2") as b:
+    auth_mechanisms, anonymous_login_user guest); RabbitMQ 3.10.8 has no such mechanism.
+    RabbitMQ 4 serves AMQP 1.0 in its core, with no plugin to enable."""
+    with leveret.Broker(rabbitmq_version="4.2") as b:
         conn = BlockingConnection(
             f"amqp://127.0.0.1:{b.port}", allowed_mechs="ANONYMOUS", timeout=10
         )
@@ -342,6 +405,9 @@ def test_rabbitmq_4_offers_anonymous_which_logs_in_as_guest(tmp_path) -> None:
         assert _amqp091_mechanisms(b.port) == "AMQPLAIN PLAIN"
         with pytest.raises(proton.ConnectionException):
             BlockingConnection(f"amqp://127.0.0.1:{b.port}", allowed_mechs="ANONYMOUS", timeout=10)
+    with leveret.Broker() as b:  # 3.10.8 without its rabbitmq_amqp1_0 plugin: no AMQP 1.0
+        with pytest.raises(proton.ConnectionException):
+            BlockingConnection(f"amqp://guest:guest@127.0.0.1:{b.port}", timeout=5)
 
 
 def _amqp091_mechanisms(port: int) -> str:

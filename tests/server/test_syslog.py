@@ -218,3 +218,44 @@ def test_the_exchange_and_vhost_settings_are_shared_and_not_empty(tmp_path: Path
     assert (config.log_sources_exchange, config.log_sources_vhost) == ("ext", "v")
     with pytest.raises(ConfigError, match="'log_sources_exchange': a name, not empty"):
         Config().set("log_sources_exchange", "")
+
+
+def test_a_super_stream_gets_each_host_in_the_partition_its_name_hashes_to(
+    tmp_path: Path,
+) -> None:
+    """The sources' exchange made as a super stream: each record goes with the binding key
+    of the partition its host hashes to (as emit-log --super-stream --route-by host)."""
+    import pika
+
+    from leveret.logs.superstream import declare_super_stream, partition_index
+
+    with leveret.Broker(
+        syslog_port=0, log_sources_exchange="sup", default_user=True, data_dir=tmp_path
+    ) as own:
+        assert declare_super_stream(own.url, "sup", 3, binding_keys=["a", "b", "c"])
+        conn = pika.BlockingConnection(pika.URLParameters(own.url))
+        try:
+            ch = conn.channel()
+            queue = ch.queue_declare("", exclusive=True).method.queue
+            for key in "abc":
+                ch.queue_bind(queue, "sup", key)
+            hosts = [f"web-{i}" for i in range(8)]
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp:
+                for host in hosts:
+                    line = f"<14>1 2026-01-01T00:00:00Z {host} app - - - from {host}"
+                    udp.sendto(line.encode(), ("127.0.0.1", own.syslog_port))
+            got: dict[str, str] = {}
+            assert wait_for(lambda: _take_into(ch, queue, got) >= len(hosts), 30, 0.05), got
+            assert got == {h: "abc"[partition_index(h, 3)] for h in hosts}
+            assert len(set(got.values())) > 1
+        finally:
+            conn.close()
+
+
+def _take_into(ch: object, queue: str, got: dict[str, str]) -> int:
+    import json
+
+    method, _, body = ch.basic_get(queue, auto_ack=True)  # type: ignore[attr-defined]
+    if method is not None:
+        got[json.loads(body)["host"]] = method.routing_key
+    return len(got)

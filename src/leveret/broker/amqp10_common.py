@@ -9,6 +9,7 @@ connection-level half (SASL, open, sessions, flow control) is the session module
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, cast
 
@@ -82,6 +83,14 @@ class Amqp10Edge(Protocol):
         ...
 
     def start_heartbeats(self, interval: int, send_every: float | None = None) -> None: ...
+
+    def after_flush(self, callback: Callable[[], None]) -> None:
+        """Write what waits now, and run ``callback`` on a later turn of the loop."""
+        ...
+
+    def later(self, delay: float, callback: Callable[[], None]) -> None:
+        """Run ``callback`` in ``delay`` seconds (it checks whether it still matters)."""
+        ...
 
     def opened(self) -> None: ...
 

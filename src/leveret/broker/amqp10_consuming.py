@@ -28,6 +28,7 @@ from leveret.broker.message import Message
 from leveret.broker.operations.bindings import BindingRequest, bind
 from leveret.broker.queues import Queue
 from leveret.broker.queues.stream import StreamQueue
+from leveret.broker.queues.stream_filtering import ConsumerFilter, chunk_matcher
 from leveret.broker.reply_to import REPLY_PREFIX
 from leveret.protocol.amqp10 import definitions as d
 from leveret.protocol.amqp10 import events as ev
@@ -45,6 +46,9 @@ NODE_PROPERTIES = {
     Symbol("lifetime-policy"): Described(Symbol("amqp:delete-on-close:list"), []),
     Symbol("supported-dist-modes"): Array("symbol", (Symbol("move"),)),
 }
+
+
+WARM_UP = 0.01  # seconds
 
 
 def _outcomes(source: d.Source) -> tuple[str, ...]:
@@ -113,9 +117,11 @@ class Consuming(Amqp10Base):
             return self._refuse_attach(session.channel, handle, attach, condition(exc))
         except LinkError as exc:
             return self._refuse_attach(session.channel, handle, attach, exc.error)
-        spec = consumer_spec(
-            source.filter if isinstance(source, d.Source) else None, attach.properties
-        )
+        if isinstance(source, d.Source):
+            v4 = self.broker.compat.v4
+            spec = consumer_spec(source.filter, attach.properties, source.filter_types, v4)
+        else:
+            spec = consumer_spec(None, attach.properties)
         start = None
         if isinstance(queue, StreamQueue):
             try:
@@ -131,7 +137,12 @@ class Consuming(Amqp10Base):
             str(handle), queue, link, settled, False, 0, spec.arguments, priority
         )
         link.consumer = consumer
+        link.filters = spec.listed
         session.consumers[handle] = link
+        if isinstance(queue, StreamQueue):
+            queue.set_filter(
+                consumer, ConsumerFilter(chunk_matcher(spec.arguments), spec.message_filter)
+            )
         if isinstance(source, d.Source) and source.filter is not None:
             source = dataclasses.replace(source, filter=spec.filter)
         self.conn.send_attach(
@@ -146,6 +157,29 @@ class Consuming(Amqp10Base):
         )
         queue.add_consumer(consumer, start)
         vhost.observers.emit(ConsumerCreated(consumer))
+        self.endpoint.edge.after_flush(lambda: self._attach_written(link))
+
+    def _attach_written(self, link: ConsumerLink) -> None:
+        link.attach_written = True
+        self.endpoint.edge.later(WARM_UP, lambda: self._warm_up(link))
+
+    def _warm_up(self, link: ConsumerLink) -> None:
+        """The link's credit counts from now on: once the client sent a frame for it after
+        its attach reply was written, or ``WARM_UP`` seconds after. A client that grants
+        credit with its attach (proton's prefetch does) gets its first transfers in a
+        later read than the attach, as from RabbitMQ, whose queue answers credit from
+        another process (a quorum queue once its checkout is committed): a blocking
+        client (proton's BlockingReceiver, which flows again once the link is open)
+        returns from opening its receiver before messages reach its handler."""
+        if link.closed or not link.held:
+            return
+        link.held = False
+        flow, link.held_flow = link.held_flow, None
+        if flow is not None:
+            self._flow(flow)
+        else:
+            link.queue.dispatch()
+        self.endpoint.edge.schedule()
 
     def _source_queue(self, origin: addresses.Origin, source: Any) -> str:
         """The queue a source address reads (RabbitMQ 4.2's ensure_source): a v1
@@ -356,6 +390,11 @@ class Consuming(Amqp10Base):
             if e.echo and session is not None and e.handle in session.publishers:
                 self.conn.send_link_flow(e.channel, e.handle)
             return
+        if link.held:
+            link.held_flow = e
+            if link.attach_written:
+                self._warm_up(link)
+            return
         link.queue.dispatch()
         own = self.conn.link(e.channel, e.handle)
         if e.drain and own.credit > 0:
@@ -388,6 +427,8 @@ class Consuming(Amqp10Base):
         except Amqp10Error as exc:
             raise SessionError(exc.error) from None
         for queue, entries in by_queue.items():
+            if op.kind == "modify" and op.annotations:
+                queue.annotate(entries, op.annotations)
             if op.kind == "complete" or isinstance(queue, StreamQueue):
                 queue.ack(entries)  # a stream: any outcome gives the credit back
                 if op.kind == "complete":

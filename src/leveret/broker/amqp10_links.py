@@ -82,6 +82,12 @@ class ConsumerLink:
     own_queue: bool = False
     next_tag: int = field(default=1)
     number: int = 0  # the handle, where a channel has its number
+    # the filters in place, as the management API lists a link's (its sessions' page)
+    filters: tuple[dict[str, Any], ...] = ()
+    # deliveries wait until the client has read the attach reply (``_warm_up``)
+    held: bool = True
+    attach_written: bool = False
+    held_flow: Any = None  # a flow that came while held, answered once the link warms up
 
     def __post_init__(self) -> None:
         self.number = self.handle
@@ -107,10 +113,10 @@ class ConsumerLink:
         return int(self.session.link_credit(self.channel, self.handle))
 
     def can_deliver(self) -> bool:
-        return self.writable and self.link_credit() > 0
+        return self.writable and not self.held and self.link_credit() > 0
 
     def credit(self) -> int:
-        return self.link_credit() if self.writable else 0
+        return self.link_credit() if self.writable and not self.held else 0
 
     def deliver(self, consumer: Consumer, queue: Queue, entry: Entry) -> None:
         tag = self.next_tag

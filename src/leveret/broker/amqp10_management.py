@@ -379,7 +379,7 @@ def _put_exchange(node: Node, raw: str, body: Value) -> tuple[str, Value]:
     arguments = props.get("arguments") or TypedTable({})
     type_name = str(props["type"])
     try:
-        exchange_type(type_name)
+        exchange_type(type_name, node.vhost.compat.v4)
     except AMQPError as exc:
         raise Refusal("400", _error_text(exc)) from None
     vhost = node.vhost

@@ -350,12 +350,14 @@ def consumer_shape(consumer: LinkConsumer) -> ConsumerShape:
     ``ctag-`` and the handle as 32 bits, its prefetch the channel's 65535, and x-credit
     (rabbit_amqp1_0_link_util:handle_to_ctag, rabbit_amqp1_0_outgoing_link:attach);
     RabbitMQ 4.2's session with the handle in decimal, in credited mode (prefetch 0), on
-    no channel (v4.2.9 rabbit_amqp_session.erl: handle_to_ctag;
+    no channel, its arguments those its attach made (``x-priority``, and a stream's
+    ``x-stream-offset``, ``x-stream-filter``, ``x-stream-match-unfiltered``) (v4.2.9
+    rabbit_amqp_session.erl: handle_to_ctag, parse_attach_properties, parse_filters;
     rabbit_queue_consumers:parse_prefetch_count)."""
     link = consumer.channel
     owner = link.session
     if shape(owner.broker) is Shape.NATIVE:
-        return ConsumerShape(str(link.handle), 0, {}, None)
+        return ConsumerShape(str(link.handle), 0, dict(consumer.arguments), None)
     direct = _CONSUMING_ON.get(link)
     tag = "ctag-" + "".join(chr(b) for b in link.handle.to_bytes(4, "big"))
     channel = direct.channel if direct is not None else None

@@ -87,7 +87,13 @@ class Publishing(Amqp10Base):
                 if dest.declare:  # a v1 /queue/Q target: the queue, declared if missing
                     assert dest.queue is not None
                     self._declare_v1(dest.queue, bool(getattr(target, "durable", 0)))
-                if dest.queue is not None and dest.queue not in vhost.queues:
+                if (
+                    dest.queue is not None
+                    and dest.queue not in vhost.queues
+                    # a volatile queue exists while its reply consumer lives (v4.2.9
+                    # rabbit_db_queue:exists)
+                    and not _replies_to_someone(vhost, dest.queue)
+                ):
                     raise LinkError(
                         d.Error(d.NOT_FOUND, f"no queue '{dest.queue}' in vhost '{vhost.name}'")
                     )

@@ -29,6 +29,7 @@ from leveret.logs.emitter import Emitter
 from leveret.logs.receiver import Subscription, receive
 from leveret.logs.record import DEFAULT_FACILITY
 from leveret.logs.sinks import FileSink, Sink, TerminalSink
+from leveret.logs.superstream import RouteBy
 
 Url = Annotated[
     list[str] | None,
@@ -73,6 +74,37 @@ DurableExchange = Annotated[
 ]
 
 
+SuperStream = Annotated[
+    str | None,
+    typer.Option(
+        "--super-stream",
+        envvar="LEVERET_SUPER_STREAM",
+        help="Send to this super stream (instead of --exchange): each record to the "
+        "partition its app, or host, hashes to (see --route-by). It must exist: see "
+        "'leveret pipeline ingest --super-stream'.",
+        show_default=False,
+    ),
+]
+RouteByOption = Annotated[
+    RouteBy,
+    typer.Option(
+        "--route-by",
+        help="With --super-stream: hash the record's app or its host to choose the partition "
+        "(one app's, or host's, records stay in order in one partition).",
+    ),
+]
+ManagementUrl = Annotated[
+    str | None,
+    typer.Option(
+        "--management-url",
+        envvar="LEVERET_MANAGEMENT_URL",
+        help="With --super-stream: the management API its partitions are read from "
+        "[default: http://<the broker's host>:15672, the --url's user].",
+        show_default=False,
+    ),
+]
+
+
 def _stdin_lines() -> Iterator[str]:
     for raw in sys.stdin.buffer:
         yield raw.decode("utf-8", "replace").rstrip("\r\n")
@@ -108,6 +140,9 @@ def emit_log(
         bool, typer.Option("--persistent", help="Publish with delivery mode 2 (persistent).")
     ] = False,
     durable_exchange: DurableExchange = False,
+    super_stream: SuperStream = None,
+    route_by: RouteByOption = RouteBy.app,
+    management_url: ManagementUrl = None,
 ) -> None:
     """Send log records: each MESSAGE, or each line of stdin.
 
@@ -115,19 +150,25 @@ def emit_log(
     only when the broker confirmed every record. With several --url (one cluster's nodes) a
     lost connection moves on to the next node; records in flight then are not sent again
     (the node may have stored them) and count as not confirmed.
+
+    With --super-stream every record goes to the partition of that super stream which its
+    app (or host, --route-by host) hashes to, as RabbitMQ's stream clients hash.
     """
     interrupt_on_sigterm()
     urls = broker_urls(url)
     try:
         emitter = Emitter(
             urls,
-            exchange,
+            super_stream or exchange,
             exchange_type,
             severity=severity,
             facility=facility,
             app=app,
             persistent=persistent,
             durable_exchange=durable_exchange,
+            super_stream=super_stream is not None,
+            route_by=route_by,
+            management_url=management_url,
         )
     except LogsError as exc:
         fail(str(exc))
@@ -157,6 +198,9 @@ def emit_log(
             + (f" and rejected {result.nacked}" if result.nacked else "")
         )
     noun = "record" if result.sent == 1 else "records"
+    if super_stream is not None:
+        print(f"Sent {result.sent} {noun} to super stream '{super_stream}'")
+        return
     print(f"Sent {result.sent} {noun} to exchange '{exchange}' ({exchange_type.value})")
 
 

@@ -132,6 +132,36 @@ def ingest(
             help="Read a classic queue instead (at-least-once; acks after each batch commits).",
         ),
     ] = None,
+    super_stream: Annotated[
+        str | None,
+        typer.Option(
+            "--super-stream",
+            envvar="LEVERET_SUPER_STREAM",
+            help="Read every partition of this super stream instead of --stream (made with "
+            "--partitions partitions if missing). Exactly-once per partition.",
+            show_default=False,
+        ),
+    ] = None,
+    partitions: Annotated[
+        int,
+        typer.Option(
+            "--partitions",
+            min=1,
+            max=1000,
+            help="The partitions a missing --super-stream is made with (NAME-0, NAME-1, ... "
+            "bound with keys 0, 1, ...).",
+        ),
+    ] = 3,
+    management_url: Annotated[
+        str | None,
+        typer.Option(
+            "--management-url",
+            envvar="LEVERET_MANAGEMENT_URL",
+            help="With --super-stream, where no stream port answers: the management API its "
+            "partitions are read from [default: http://<the broker's host>:15672].",
+            show_default=False,
+        ),
+    ] = None,
     exchange: Annotated[
         str,
         typer.Option(
@@ -218,8 +248,8 @@ def ingest(
     conf: Conf = None,
     log_level: LogLevel = "info",
 ) -> None:
-    """Stream the log records of the logs stream into a Parquet lake partitioned by date and
-    severity."""
+    """Stream the log records of the logs stream (or of every partition of a super stream)
+    into a Parquet lake partitioned by date and severity."""
     _need_spark()
     _logging(log_level)
     from leveret.spark.client import AmqpSourceError
@@ -232,6 +262,8 @@ def ingest(
         fail(str(exc))
     if protocol not in ("amqp", "stream", "auto"):
         fail(f"--protocol: {protocol!r} is not amqp, stream or auto")
+    if super_stream and queue:
+        fail("--super-stream and --queue: give one source")
     settings = _conf(conf)
     urls = broker_urls(url)
     from leveret.logs.lakeconfig import AlertRule, LakeConfigError
@@ -247,8 +279,11 @@ def ingest(
         url=",".join(urls),
         lake=lake.resolve(),
         checkpoint=checkpoint.resolve(),
-        stream=None if queue else stream,
+        stream=None if queue or super_stream else stream,
         queue=queue,
+        super_stream=super_stream,
+        partitions=partitions,
+        management_url=management_url,
         exchange=exchange,
         trigger=trigger,
         max_records_per_trigger=max_records_per_trigger,

@@ -23,7 +23,8 @@ import typer
 from rich.console import Console
 
 from leveret.cli.common import fail, interrupt_on_sigterm, setting_parameter
-from leveret.logs.record import BROKER_EVENT_EXCHANGE, BROKER_LOG_EXCHANGE
+from leveret.logs.record import BROKER_EVENT_EXCHANGE, BROKER_LOG_EXCHANGE, HOST
+from leveret.logs.superstream import Partition, pick
 from leveret.server import defaults
 
 # soft_wrap: lines are never broken by rich (at 80 columns when the output is not a
@@ -90,6 +91,7 @@ def _start_server(
     log: IO[str],
     config: Path | None = None,
     settings: list[str] | None = None,
+    env: dict[str, str] | None = None,
 ) -> tuple[subprocess.Popen[str], dict[str, str]]:
     """Start the broker with the ports ``asked`` (by flag); return it and the ports it
     listens on (asked-for 0 is filled in). A port not given is the config file's, else the
@@ -113,6 +115,7 @@ def _start_server(
         # left an ingest mid-batch retrying it); it still ends if up dies (see _bound_to_parent)
         process_group=0,
         preexec_fn=_bound_to_parent,
+        env=None if env is None else {**os.environ, **env},
     )
     assert proc.stdout is not None
     ports: dict[str, str] = {}
@@ -208,6 +211,19 @@ def _server_settings(config: Path | None) -> list[str]:
     interceptors = {"set_header_timestamp": False, **dict(loaded.message_interceptors)}
     stamps = ",".join(f"{n}={str(o).lower()}" for n, o in interceptors.items())
     return ["--plugins", plugins, "--message-interceptors", stamps]
+
+
+def _make_super_stream(url: str, management: str, name: str, partitions: int) -> list[Partition]:
+    """The lake's super stream, made if it is not there, and its partitions (with their
+    binding keys, from the management API)."""
+    from leveret.logs.amqp import LogsError
+    from leveret.logs.superstream import ManagementApi, declare_super_stream
+
+    try:
+        declare_super_stream(url, name, partitions)
+        return ManagementApi.of(url, management).partitions(name)
+    except LogsError as exc:
+        fail(str(exc))
 
 
 def _bind_broker_log(url: str, stream: str = "logs") -> None:
@@ -343,6 +359,23 @@ def up(
             show_default=False,
         ),
     ] = None,
+    super_stream: Annotated[
+        str | None,
+        typer.Option(
+            "--super-stream",
+            envvar="LEVERET_SUPER_STREAM",
+            help="Keep the logs in a super stream of this name (made with --partitions "
+            "partitions if missing) instead of the logs stream: the log sources, the "
+            "receiver and the lake ingest use it; send with emit-log --super-stream.",
+            show_default=False,
+        ),
+    ] = None,
+    partitions: Annotated[
+        int,
+        typer.Option(
+            "--partitions", min=1, max=1000, help="The partitions of a new --super-stream."
+        ),
+    ] = 3,
     compact_every: Annotated[
         str | None,
         typer.Option(
@@ -387,11 +420,27 @@ def up(
             settings = _server_settings(config)
             if rabbitmq_version is not None:
                 settings += ["--rabbitmq-version", rabbitmq_version]
-            server, ports = _start_server(data_dir, asked, broker_log, config, settings)
+            server, ports = _start_server(
+                data_dir,
+                asked,
+                broker_log,
+                config,
+                settings,
+                # syslog and OTLP records into the super stream (by host)
+                env={"LEVERET_LOG_SOURCES_EXCHANGE": super_stream} if super_stream else None,
+            )
         except RuntimeError as exc:
             fail(str(exc))  # one plain line, unwrapped, as leveret server's
         children.append(_Child("broker", server))
         url = f"amqp://guest:guest@127.0.0.1:{ports['amqp']}/"
+        management = f"http://127.0.0.1:{ports.get('http')}"
+        parts: list[Partition] = []
+        broker_partition = None
+        if super_stream:
+            # made before anyone is told to send: nothing sent is lost; the broker's own
+            # log and events go to the partition this host hashes to, as the log sources'
+            parts = _make_super_stream(url, management, super_stream, partitions)
+            broker_partition = pick(parts, HOST).stream
         lake = data_dir / "lake"
         ingest_log_path = logs_dir / "ingest.log"
         ingest_log_start = 0
@@ -400,8 +449,9 @@ def up(
             from leveret.spark.pipeline import ensure_log_stream
 
             # the stream is bound before anyone is told to send: nothing sent is lost
-            ensure_log_stream(url)
-            _bind_broker_log(url)
+            if broker_partition is None:
+                ensure_log_stream(url)
+            _bind_broker_log(url, broker_partition or "logs")
             ingest_log = open(ingest_log_path, "a")  # noqa: SIM115
             ingest_log_start = ingest_log.seek(0, os.SEEK_END)
             ingesting = _Child(
@@ -420,6 +470,11 @@ def up(
                         trigger,
                         # the port the broker bound: the ingest reads whole chunks from it
                         *(["--stream-port", ports["stream"]] if "stream" in ports else []),
+                        *(
+                            ["--super-stream", super_stream, "--management-url", management]
+                            if super_stream
+                            else []
+                        ),
                         *(["--alerts-config", str(config)] if lake_cfg.alerts else []),
                     ),
                     stdout=ingest_log,
@@ -459,7 +514,13 @@ def up(
             )
         console.print(f"Lake ingest {ingest_note} -> {lake}")
         leveret = _leveret_command()
-        console.print(f"Send logs   {leveret} emit-log --url {url} 'info: hello'")
+        if super_stream:
+            console.print(
+                f"Send logs   {leveret} emit-log --url {url} --super-stream {super_stream} "
+                f"--management-url {management} 'info: hello'"
+            )
+        else:
+            console.print(f"Send logs   {leveret} emit-log --url {url} 'info: hello'")
         if "syslog" in ports:
             console.print(
                 f"Syslog      udp+tcp 127.0.0.1:{ports['syslog']}   logger --tcp --server "
@@ -472,7 +533,14 @@ def up(
         console.rule()
         essential = [server]
         if receiver:
-            essential.append(subprocess.Popen(_cli("receive-logs", "--url", url), text=True))
+            # on a super stream: its exchange, bound with every partition's key
+            keys = (
+                ["--exchange", super_stream, "--type", "direct", "--durable-exchange"]
+                + [str(p.key) for p in parts]
+                if super_stream
+                else []
+            )
+            essential.append(subprocess.Popen(_cli("receive-logs", "--url", url, *keys), text=True))
             children.append(_Child("receiver", essential[-1]))
         # the broker and the receiver keep the stack up; an ingest that dies is reported
         reported: set[int] = set()

@@ -24,6 +24,7 @@ from leveret.logs.record import (
     rfc3339,
     split_severity_prefix,
 )
+from leveret.logs.superstream import RouteBy, SuperStreamRoute
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +50,13 @@ class Emitter:
     With a ``severity`` every record has it and a message is sent as it is. Without one
     (``None``) a message may name its own in the tutorial's ``severity: message`` form, as
     receivers and the lake read plain text: ``"error: disk full"`` is sent as severity
-    ``error`` with the message ``disk full``; a message without the prefix is ``info``."""
+    ``error`` with the message ``disk full``; a message without the prefix is ``info``.
+
+    With ``super_stream``, ``exchange`` names a super stream (which must exist) and every
+    record goes to the partition its app's name (``route_by="app"``) or its host's
+    (``"host"``) hashes to, as :mod:`leveret.logs.superstream` says; the partitions are
+    read from the management API (``management_url``: see
+    :class:`~leveret.logs.superstream.ManagementApi`)."""
 
     def __init__(
         self,
@@ -63,6 +70,9 @@ class Emitter:
         persistent: bool = False,
         durable_exchange: bool = False,
         connect_timeout: float = 30.0,
+        super_stream: bool = False,
+        route_by: str = RouteBy.app,
+        management_url: str | None = None,
     ) -> None:
         try:
             self.severity = normalize_severity(severity) if severity is not None else None
@@ -73,6 +83,13 @@ class Emitter:
         self.persistent = persistent
         self._exchange_type = str(exchange_type)
         self._keys: dict[str, str] = {}
+        route = None
+        if super_stream:
+            try:
+                by = RouteBy(route_by)
+            except ValueError:
+                raise LogsError(f"route by {route_by!r}: use app or host") from None
+            route = SuperStreamRoute(app if by == RouteBy.app else HOST, management_url)
         self._publisher = Publisher(
             url,
             exchange,
@@ -82,6 +99,7 @@ class Emitter:
             overflow="block",
             reconnect=False,
             name="leveret-emit-log",
+            super_stream=route,
         )
         self._publisher.start(wait=connect_timeout)
         self._result: EmitResult | None = None

@@ -34,6 +34,7 @@ from leveret.logs.record import (
     severity_for_level,
 )
 from leveret.logs.shipper import ShipperClient
+from leveret.logs.superstream import RouteBy, SuperStreamRoute
 
 # Attributes every LogRecord has; anything else on a record came from ``extra=``.
 _STANDARD = frozenset(logging.makeLogRecord({}).__dict__) | {"message", "asctime", "taskName"}
@@ -44,7 +45,13 @@ class AMQPHandler(logging.Handler):
     application. ``flush()`` and ``close()`` wait for the broker's confirms up to
     ``timeout`` seconds. ``url`` may be several (a list, or one string separated by commas):
     the nodes of a cluster, the next one tried whenever a connection is lost (records in
-    flight then are sent again: receivers drop such a copy by its message id)."""
+    flight then are sent again: receivers drop such a copy by its message id).
+
+    With ``super_stream``, ``exchange`` names a super stream (made beforehand, e.g. with
+    :func:`~leveret.logs.superstream.declare_super_stream`) and the handler's records all go
+    to the one partition its ``app`` (``route_by="app"``) or this host's name (``"host"``)
+    hashes to, found through the management API (``management_url``), so one app's records
+    keep their order in one partition (see :mod:`leveret.logs.superstream`)."""
 
     def __init__(
         self,
@@ -60,6 +67,9 @@ class AMQPHandler(logging.Handler):
         capacity: int = 100_000,
         timeout: float = 5.0,
         process: bool = True,
+        super_stream: bool = False,
+        route_by: str = RouteBy.app,
+        management_url: str | None = None,
     ) -> None:
         super().__init__(level)
         self.exchange_type = str(ExchangeType(exchange_type))
@@ -71,6 +81,10 @@ class AMQPHandler(logging.Handler):
             s: routing_key(self.exchange_type, s, self.facility)
             for s in ("debug", "info", "warning", "error", "critical")
         }
+        route = None
+        if super_stream:
+            by = RouteBy(route_by)  # ValueError for anything but app or host
+            route = SuperStreamRoute(self.app if by == RouteBy.app else HOST, management_url)
         self._local = threading.local()
         self._publisher: Publisher | ShipperClient
         self._thread_id: int | None = None
@@ -82,6 +96,7 @@ class AMQPHandler(logging.Handler):
                 durable_exchange=durable_exchange,
                 capacity=capacity,
                 timeout=timeout,
+                super_stream=route,
             )
         else:
             publisher = Publisher(
@@ -93,6 +108,7 @@ class AMQPHandler(logging.Handler):
                 overflow="drop-oldest",
                 reconnect=True,
                 name="leveret-logs-handler",
+                super_stream=route,
             )
             publisher.start()
             self._thread_id = publisher.thread_id

@@ -16,6 +16,11 @@ copy by message id). ``emit-log`` does not: the node that went away may or may n
 stored them, so they are counted as ``unconfirmed`` and the rest of the input goes on
 through the next node; every record it reports confirmed is in the broker exactly once.
 
+To a super stream (``super_stream``, see :mod:`leveret.logs.superstream`), the exchange is
+the super stream's, which must exist (it is checked with a passive declare, never
+declared), and every record goes with the binding key of the one partition the route
+picks, found again on each connection before it opens.
+
 Threading: the buffer and the counters are guarded by ``_lock``; everything pika touches
 runs on the I/O thread, which callers reach only through ``add_callback_threadsafe``.
 """
@@ -23,6 +28,7 @@ runs on the I/O thread, which callers reach only through ``add_callback_threadsa
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import os
 import threading
@@ -46,6 +52,7 @@ from leveret.logs.amqp import (
     split_urls,
 )
 from leveret.logs.record import CONTENT_TYPE
+from leveret.logs.superstream import SuperStreamRoute
 
 Overflow = Literal["block", "drop-oldest"]
 
@@ -90,6 +97,7 @@ class Publisher:
         chunk: int = 50,
         backoff_max: float = 30.0,
         name: str = "leveret-logs-publisher",
+        super_stream: SuperStreamRoute | None = None,
     ) -> None:
         if capacity < 1 or max_in_flight < 1 or chunk < 1:
             raise ValueError("capacity, max_in_flight and chunk must be positive")
@@ -98,6 +106,9 @@ class Publisher:
         self.exchange = exchange
         self.exchange_type = str(exchange_type)
         self.durable_exchange = durable_exchange
+        self.super_stream = super_stream
+        self._partition_key: str | None = None  # the routing key to the super stream's partition
+        self._partition_cluster: str | None = None  # whose management API told it
         self._params = [parameters(u) for u in self.urls]
         self._index = 0
         self._capacity = capacity
@@ -257,6 +268,17 @@ class Publisher:
             return
         self._channel_error = None
         self.url = self.urls[self._index]
+        if self.super_stream is not None:
+            # the partition, before the connection (a blocking HTTP request: this thread
+            # has nothing else to do until it is connected)
+            try:
+                self._partition_key, self._partition_cluster = self.super_stream.binding_key(
+                    self.url, self.exchange
+                )
+            except LogsError as exc:
+                # as a failed connection, from the loop (this may run before it starts)
+                self._retry_timer = self._ioloop.call_later(0, functools.partial(self._lost, exc))
+                return
         self._conn = pika.SelectConnection(
             self._params[self._index],
             on_open_callback=self._on_open,
@@ -266,6 +288,21 @@ class Publisher:
         )
 
     def _on_open(self, conn: Any) -> None:
+        theirs = self._partition_cluster
+        if theirs is not None:
+            # the management API must be this broker's (another one may answer on the
+            # default port of the same host): both name the same cluster
+            props = getattr(conn, "server_properties", None) or {}
+            mine = props.get("cluster_name")
+            mine = mine.decode() if isinstance(mine, bytes) else mine
+            if mine is not None and mine != theirs:
+                self._channel_error = LogsError(
+                    f"the management API the partitions of super stream {self.exchange!r} "
+                    f"were read from belongs to cluster {theirs!r}, not to {mine!r} at "
+                    f"{shown([self.url])}: give the broker's with --management-url"
+                )
+                conn.close()
+                return
         conn.channel(on_open_callback=self._on_channel_open)
 
     def _on_channel_open(self, channel: Any) -> None:
@@ -275,6 +312,8 @@ class Publisher:
             exchange=self.exchange,
             exchange_type=self.exchange_type,
             durable=self.durable_exchange,
+            # a super stream is made with its partitions (declare_super_stream), never here
+            passive=self.super_stream is not None,
             callback=lambda _frame: channel.confirm_delivery(
                 ack_nack_callback=self._on_confirm, callback=lambda _f: self._on_ready()
             ),
@@ -371,8 +410,11 @@ class Publisher:
         persistent = pika.spec.PERSISTENT_DELIVERY_MODE
         transient = pika.spec.TRANSIENT_DELIVERY_MODE
         deadline = time.perf_counter() + _SLICE
+        fixed = self._partition_key
         for i, item in enumerate(items):
             key, body, durable, message_id = item
+            if fixed is not None:
+                key = fixed
             self._tag += 1
             self._in_flight[self._tag] = item
             channel.basic_publish(

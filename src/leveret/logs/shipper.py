@@ -45,6 +45,7 @@ from typing import Any
 
 from leveret.logs.amqp import LogsError, Urls, split_urls
 from leveret.logs.publisher import Publisher, PublisherStats
+from leveret.logs.superstream import SuperStreamRoute
 
 _HEAD = struct.Struct(">cBHI")
 _PIPE_SIZE = 1 << 20
@@ -70,6 +71,7 @@ class ShipperClient:
         durable_exchange: bool = False,
         capacity: int = 100_000,
         timeout: float = 5.0,
+        super_stream: SuperStreamRoute | None = None,
     ) -> None:
         if capacity < 1:
             raise ValueError("capacity must be positive")
@@ -83,6 +85,7 @@ class ShipperClient:
             "durable_exchange": durable_exchange,
             "capacity": capacity,
             "timeout": timeout,
+            "super_stream": None if super_stream is None else asdict(super_stream),
         }
         self._capacity = capacity
         self._closed = False
@@ -356,6 +359,7 @@ def serve(config: dict[str, Any]) -> int:
         overflow="drop-oldest",
         reconnect=True,
         name="leveret-logs-shipper",
+        super_stream=SuperStreamRoute(**route) if (route := config.get("super_stream")) else None,
     )
     publisher.start()
     buf = bytearray()

@@ -194,7 +194,7 @@ def sessions(s: Amqp10Session) -> list[dict[str, Any]]:
                     "send_settled": clink.settled,
                     # the client's limit for what it is sent
                     "max_message_size": state.max_message_size or "unlimited",
-                    "filter": [],
+                    "filter": list(clink.filters),
                     "delivery_count": state.delivery_count,
                     "credit": state.credit,
                 }

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 
 from leveret.broker.amqp10_session import Amqp10Session
 from leveret.protocol.amqp10 import definitions as d
@@ -56,6 +57,13 @@ class Amqp10Edge(Edge):
 
     def force_close(self, reason: str) -> None:
         self.session.force_close(reason)
+
+    def after_flush(self, callback: Callable[[], None]) -> None:
+        self.flush()
+        self.loop.call_soon(callback)
+
+    def later(self, delay: float, callback: Callable[[], None]) -> None:
+        self.loop.call_later(delay, callback)
 
     def close_silently(self, delay: float) -> None:
         self.silenced = True

@@ -91,7 +91,8 @@ class Server:
             mechanisms=config.mechanisms(),
             cert_login_from=config.ssl_cert_login_from,
         )
-        self.state.amqp10 = plugins.AMQP_1_0 in self.broker.plugins
+        # AMQP 1.0 is RabbitMQ 4's core protocol; RabbitMQ 3.10 serves it by its plugin
+        self.state.amqp10 = rabbit.v4 or plugins.AMQP_1_0 in self.broker.plugins
         self.resources = ResourceMonitor(config, self.state, self.broker)
         self._servers: list[asyncio.base_events.Server] = []
         # (protocol, host, port) of each listener, as the management API lists them

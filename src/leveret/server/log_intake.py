@@ -9,7 +9,10 @@ dashboard's Logs view and the lake's ingest read them with no change.
 
 The exchange (``logs`` in vhost ``/`` by default: ``log_sources_exchange`` and
 ``log_sources_vhost``) is declared when it is missing as emit-log declares it (fanout, not
-durable); one that exists keeps its type, and the key follows it.
+durable); one that exists keeps its type, and the key follows it. When it is a super
+stream's, each record goes to the partition its host hashes to, as ``leveret emit-log
+--super-stream --route-by host`` sends it (:mod:`leveret.logs.superstream`): the routing key
+is that partition's binding key, so a sender's records keep their order in one partition.
 
 Everything goes through the broker's operations with an :class:`Actor`: OTLP's is the
 authenticated user (their write permission on the exchange is checked, and configure when
@@ -37,10 +40,11 @@ from pamqp import commands
 from leveret.broker import operations
 from leveret.broker.events import INTERNAL_USER
 from leveret.broker.message import Message
-from leveret.broker.operations import Actor
+from leveret.broker.operations import Actor, super_streams
 from leveret.broker.users import Permission
 from leveret.logs.amqp import routing_key
 from leveret.logs.record import CONTENT_TYPE, Record
+from leveret.logs.superstream import partition_index
 from leveret.protocol import errors, spec
 from leveret.protocol.errors import AMQPError
 
@@ -127,13 +131,19 @@ class LogIntake:
             exchange, _ = operations.declare_exchange(vhost, actor, method)
         kind = exchange.type_name
         keys: dict[tuple[str, str], str] = {}
+        partitions = [k for _, k in super_streams.partition_keys(vhost, name)] if (
+            super_streams.is_super_stream(exchange)
+        ) else []  # fmt: skip
         out: list[str | None] = []
         counts = self.counts[source]
         for record in records:
-            key = keys.get((record.severity, record.facility))
+            by = ("host", record.host) if partitions else (record.severity, record.facility)
+            key = keys.get(by)
             if key is None:
-                key = keys[(record.severity, record.facility)] = routing_key(
-                    kind, record.severity, record.facility
+                key = keys[by] = (
+                    partitions[partition_index(record.host, len(partitions))]
+                    if partitions
+                    else routing_key(kind, record.severity, record.facility)
                 )
             mid = f"{self._id_prefix}-{source}-{next(self._ids)}".encode()
             message = Message.from_parts(

@@ -149,20 +149,27 @@ class ReadOptions:
     #: the stream's leader and replicas (host, stream port) as the driver's Metadata named
     #: them: executors fall back to them when the URLs' nodes do not answer
     stream_members: tuple[tuple[str, int], ...] = ()
+    #: a super stream: every partition read, offsets kept per partition (see
+    #: :mod:`leveret.spark.superstream`)
+    super_stream: str | None = None
+    #: where the partitions are read from when the stream port cannot tell them
+    management_url: str | None = None
 
     @property
     def source(self) -> str:
-        return self.stream or self.queue or ""
+        return self.stream or self.queue or self.super_stream or ""
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> ReadOptions:
         url = _get(options, "url") or os.environ.get("LEVERET_URL") or DEFAULT_URL
         stream = _get(options, "stream") or None
         queue = _get(options, "queue") or None
-        if bool(stream) == bool(queue):
+        super_stream = _get(options, "superStream") or None
+        if [bool(stream), bool(queue), bool(super_stream)].count(True) != 1:
             raise AmqpSourceError(
                 "format('amqp') needs exactly one of the options stream (a stream queue, "
-                "replayable: exactly-once) or queue (a classic queue: at-least-once)"
+                "replayable: exactly-once), superStream (every partition of a super stream, "
+                "exactly-once) or queue (a classic queue: at-least-once)"
             )
         records = (_get(options, "records") or "").strip().lower()
         if records not in ("", "log", "messages"):
@@ -198,6 +205,8 @@ class ReadOptions:
             records=records == "log",
             protocol=protocol,
             stream_port=_int(options, "streamPort", None, 1),
+            super_stream=super_stream,
+            management_url=_get(options, "managementUrl") or None,
         )
 
 

@@ -10,7 +10,9 @@ The Parquet file sink commits each micro-batch in its ``_spark_metadata`` log, a
 source's offsets are replayable, so a batch is in the lake exactly once however often the
 driver dies; readers of the lake (``spark.read.parquet(lake)``) see committed batches only.
 With ``--queue`` the source is a classic queue instead, at-least-once (see
-:mod:`leveret.spark.queue`).
+:mod:`leveret.spark.queue`). With ``--super-stream`` it is every partition of a super
+stream, exactly-once per partition (see :mod:`leveret.spark.superstream`); the super stream
+is made first, if it does not exist, as ``rabbitmq-streams add_super_stream`` makes one.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from leveret.logs.alerts import AmqpAlerts, Evaluator
 from leveret.logs.lakeconfig import AlertRule
+from leveret.logs.superstream import DEFAULT_PARTITIONS
 from leveret.spark.client import AmqpSourceError, close_quietly, connect, connected
 from leveret.spark.keeper import LakeKeeper
 from leveret.spark.session import spark_session
@@ -85,6 +88,38 @@ def ensure_log_stream(
                 ch.queue_bind(stream, exchange, key)
 
 
+def ensure_super_stream(cfg: IngestConfig) -> str:
+    """Make the ingest's super stream if it does not exist (and ``cfg.declare``), find its
+    partitions as the query will, and return the one the lake's alert records go to (the
+    partition their app hashes to, as a publisher's records do). AmqpSourceError when the
+    broker refuses, or the super stream cannot be found."""
+    from leveret.logs.alerts import ALERT_APP
+    from leveret.logs.amqp import LogsError
+    from leveret.logs.superstream import Partition, declare_super_stream, pick
+    from leveret.spark.options import ReadOptions
+    from leveret.spark.superstream import discover
+
+    assert cfg.super_stream is not None
+    if cfg.declare:
+        arguments = {}
+        if cfg.stream_replicas is not None:
+            arguments["x-initial-cluster-size"] = cfg.stream_replicas
+        try:
+            if declare_super_stream(cfg.url, cfg.super_stream, cfg.partitions,
+                                    arguments=arguments):  # fmt: skip
+                log.info("made super stream %r with %d partitions", cfg.super_stream,
+                         cfg.partitions)  # fmt: skip
+        except LogsError as exc:
+            raise AmqpSourceError(str(exc)) from None
+    options = {"url": cfg.url, "superStream": cfg.super_stream, "protocol": cfg.protocol}
+    if cfg.stream_port is not None:
+        options["streamPort"] = str(cfg.stream_port)
+    if cfg.management_url:
+        options["managementUrl"] = cfg.management_url
+    names = discover(ReadOptions.parse(options))
+    return pick([Partition(n) for n in names], ALERT_APP).stream
+
+
 def parse_trigger(text: str) -> dict[str, Any]:
     """``availableNow``, ``once`` or a processing-time interval (``1s``, ``500ms``,
     ``10 seconds``) as keyword arguments of ``DataStreamWriter.trigger``."""
@@ -131,13 +166,27 @@ class IngestConfig:
     stream_port: int | None = None  # None: 5552, or 5551 for amqps:// URLs
     #: alert rules evaluated on each committed batch (see :mod:`leveret.logs.alerts`)
     alerts: tuple[AlertRule, ...] = ()
+    #: a super stream to read instead of ``stream``: every partition
+    super_stream: str | None = None
+    #: the partitions a super stream is made with when it does not exist
+    partitions: int = DEFAULT_PARTITIONS
+    #: where a super stream's partitions are read from when no stream port tells them
+    management_url: str | None = None
 
 
 def start_ingest(spark: SparkSession, cfg: IngestConfig) -> StreamingQuery:
     """Start the ingest query (the stream must exist)."""
     # the executors parse the records as they read: Spark gets typed Arrow batches
     reader = spark.readStream.format("amqp").option("url", cfg.url).option("records", "log")
-    if cfg.queue:
+    if cfg.super_stream:
+        reader = reader.option("superStream", cfg.super_stream)
+        reader = reader.option("startingOffsets", cfg.starting_offsets)
+        reader = reader.option("protocol", cfg.protocol)
+        if cfg.stream_port is not None:
+            reader = reader.option("streamPort", str(cfg.stream_port))
+        if cfg.management_url:
+            reader = reader.option("managementUrl", cfg.management_url)
+    elif cfg.queue:
         reader = (
             reader.option("queue", cfg.queue)
             .option("walLocation", str(cfg.checkpoint / "amqp-wal"))
@@ -255,7 +304,10 @@ def run_ingest(
     connection to the JVM instead). ``on_session`` is called once the Spark session exists
     (PySpark's context installs a SIGINT handler of its own then, which raises
     KeyboardInterrupt in whatever the main thread waits in: the CLI puts its own back)."""
-    if cfg.declare:
+    alerts_to = AmqpAlerts(cfg.url, cfg.exchange, cfg.stream)
+    if cfg.super_stream:
+        alerts_to = AmqpAlerts(cfg.url, "", ensure_super_stream(cfg))
+    elif cfg.declare:
         if cfg.queue:
             conn = connect(cfg.url)
             close_quietly(conn)
@@ -274,7 +326,7 @@ def run_ingest(
     keeper = LakeKeeper(
         cfg.lake,
         alerts=Evaluator(cfg.alerts) if cfg.alerts else None,
-        publish=AmqpAlerts(cfg.url, cfg.exchange, cfg.stream).publish,
+        publish=alerts_to.publish,
     )
     keeper.start()
     current: list[StreamingQuery] = []
@@ -297,7 +349,7 @@ def run_ingest(
             log.info(
                 "%s: %s -> %s (checkpoint %s)",
                 QUERY_STARTED,
-                cfg.stream or cfg.queue,
+                cfg.super_stream or cfg.stream or cfg.queue,
                 cfg.lake,
                 cfg.checkpoint,
             )

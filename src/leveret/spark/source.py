@@ -16,14 +16,17 @@ from leveret.spark.options import ReadOptions, WriteOptions
 from leveret.spark.queue import ClassicQueueStreamReader
 from leveret.spark.schema import LOG_SCHEMA, MESSAGE_SCHEMA
 from leveret.spark.stream import StreamQueueBatchReader, StreamQueueStreamReader
+from leveret.spark.superstream import SuperStreamBatchReader, SuperStreamStreamReader
 from leveret.spark.writer import AmqpStreamWriter, AmqpWriter
 
 
 class AmqpDataSource(DataSource):
     """Messages of an AMQP 0-9-1 broker (Leveret or RabbitMQ) as rows, and rows as messages.
 
-    Read options: ``url``; ``stream`` (a stream queue: replayable, exactly-once) or
-    ``queue`` (a classic queue: at-least-once, needs ``walLocation``); ``startingOffsets``
+    Read options: ``url``; ``stream`` (a stream queue: replayable, exactly-once),
+    ``superStream`` (every partition of a super stream, exactly-once per partition; see
+    :mod:`leveret.spark.superstream`, and ``managementUrl``) or ``queue`` (a classic queue:
+    at-least-once, needs ``walLocation``); ``startingOffsets``
     and, for batch reads, ``endingOffsets`` (``earliest``, ``latest``, an offset or an
     ISO-8601 time); ``maxRecordsPerTrigger``; ``minPartitions``; ``maxRecordsPerPartition``;
     ``prefetch``; ``failOnDataLoss``; ``probeTimeout``; ``stallTimeout``; ``records``:
@@ -43,6 +46,8 @@ class AmqpDataSource(DataSource):
 
     def reader(self, schema: StructType) -> DataSourceReader:
         opts = ReadOptions.parse(self.options)
+        if opts.super_stream is not None:
+            return SuperStreamBatchReader(opts)
         if opts.stream is None:
             raise AmqpSourceError(
                 "a batch read needs a stream queue (option stream): a classic queue can only "
@@ -52,6 +57,8 @@ class AmqpDataSource(DataSource):
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         opts = ReadOptions.parse(self.options)
+        if opts.super_stream is not None:
+            return SuperStreamStreamReader(opts)
         if opts.stream is not None:
             return StreamQueueStreamReader(opts)
         return ClassicQueueStreamReader(opts)

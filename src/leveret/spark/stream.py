@@ -87,18 +87,18 @@ def _stream(opts: ReadOptions) -> str:
     return opts.stream
 
 
-def _planner_logging() -> None:
+def _planner_logging(logger: logging.Logger = log) -> None:
     """Spark plans a Python streaming source in a Python process of its own, whose logging
     nobody configures (its INFO lines went nowhere) and whose stderr is the driver's: there,
     this module's lines (which protocol ``auto`` chose, and why) go to stderr, formatted
     as the pipeline commands format theirs. A process whose logging is configured keeps it."""
-    if logging.getLogger().handlers or log.handlers:
+    if logging.getLogger().handlers or logger.handlers:
         return
     handler = logging.StreamHandler()
     handler.setFormatter(logging.Formatter("%(asctime)s [%(levelname)s] %(name)s: %(message)s"))
-    log.addHandler(handler)
-    log.setLevel(logging.INFO)
-    log.propagate = False
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
 
 
 def choose_protocol(opts: ReadOptions) -> tuple[ReadOptions, StreamClient | None]:

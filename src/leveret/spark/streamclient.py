@@ -301,6 +301,39 @@ class StreamClient:
             )
         return brokers, code, [leader, *replicas]
 
+    def partitions(self, super_stream: str) -> list[str]:
+        """The partitions of ``super_stream`` in order (the Partitions command, which
+        RabbitMQ answers from 3.9 on: without the response bit before 3.13). AmqpSourceError
+        when there is no such super stream, or when the broker refuses the command."""
+        request = ev.Partitions(self._next_id(), super_stream)
+        reply = self._request(request, ev.PartitionsResponse, "partitions")
+        if reply.code == Code.STREAM_DOES_NOT_EXIST:
+            raise AmqpSourceError(
+                f"super stream {super_stream!r} does not exist on {self.target.shown}: no "
+                f"exchange {super_stream!r} in vhost {self.target.vhost!r}"
+            )
+        if reply.code != Code.OK:
+            raise AmqpSourceError(
+                f"cannot list the partitions of super stream {super_stream!r} on "
+                f"{self.target.shown}: {_code_text(reply.code)}"
+            )
+        return list(dict.fromkeys(reply.streams))  # RabbitMQ lists a stream bound twice twice
+
+    def route(self, routing_key: str, super_stream: str) -> list[str]:
+        """The partitions ``super_stream`` routes ``routing_key`` to (the Route command)."""
+        request = ev.Route(self._next_id(), routing_key, super_stream)
+        reply = self._request(request, ev.RouteResponse, "route")
+        if reply.code == Code.STREAM_DOES_NOT_EXIST:
+            raise AmqpSourceError(
+                f"super stream {super_stream!r} does not exist on {self.target.shown}"
+            )
+        if reply.code != Code.OK:
+            raise AmqpSourceError(
+                f"cannot route in super stream {super_stream!r} on {self.target.shown}: "
+                f"{_code_text(reply.code)}"
+            )
+        return list(reply.streams)
+
     def subscribe(
         self, subscription: int, stream: str, offset_type: int, offset: int, credit: int
     ) -> None:

@@ -102,6 +102,23 @@ def partitions(vhost: VirtualHost, name: str) -> list[str] | None:
     return out
 
 
+def is_super_stream(x: Exchange) -> bool:
+    """Whether an exchange was made as a super stream's (``x-super-stream: true``)."""
+    return x.arguments.get(SUPER_STREAM_ARG) in (True, "true")
+
+
+def partition_keys(vhost: VirtualHost, name: str) -> list[tuple[str, str]]:
+    """The super stream's partitions in order, each with the binding key that routes to
+    it (the first, for a partition bound with several); empty when there is no exchange."""
+    x = vhost.exchanges.get(name)
+    if x is None:
+        return []
+    out: dict[str, str] = {}
+    for b in _partition_bindings(vhost, x):
+        out.setdefault(b.destination.name, b.routing_key)
+    return list(out.items())
+
+
 def partition_index(vhost: VirtualHost, super_stream: str, stream: str) -> int:
     """A partition's index in its super stream (rabbit_stream_manager:partition_index):
     its binding's order, else the number after its name's last ``-``, else -1; -1 too

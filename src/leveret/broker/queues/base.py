@@ -6,7 +6,7 @@ A queue sees its consumers through :class:`Subscriber` and sends dead letters th
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum, StrEnum
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
@@ -342,6 +342,12 @@ class Queue(Governed):
     def requeue(self, entries: Iterable[Entry]) -> None:
         """Outstanding deliveries come back: their channel closed."""
         raise NotImplementedError
+
+    def annotate(self, entries: Iterable[Entry], annotations: Mapping[str, Any]) -> None:
+        """An AMQP 1.0 ``modified`` outcome's annotations for outstanding deliveries,
+        before they are returned or rejected. Only a quorum queue keeps them (RabbitMQ
+        4.2's rabbit_classic_queue:settle turns modify into requeue or discard, and a
+        stream ignores outcomes)."""
 
     def recovered(self, entries: Iterable[Entry]) -> None:
         """The client hands outstanding deliveries back (basic.recover)."""

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -560,6 +560,26 @@ class QuorumQueue(Queue):
                 self._discard(msg, "rejected")
         self._evaluate_limit()
 
+    def annotate(self, entries: Iterable[Entry], annotations: Mapping[str, Any]) -> None:
+        """rabbit_fifo's incr_msg (v4.2.9): a modified outcome's annotations merge onto the
+        message, later ones winning, and go with every later delivery and with it when it
+        is dead-lettered. They are kept as mc_amqpl:protocol_state gives them to an AMQP
+        0-9-1 consumer, as headers (integers long, strings and binaries longstr, booleans
+        bool; other values are left out), which an AMQP 1.0 consumer receives back as
+        message annotations, since they were not in the message as published."""
+        fields = _annotation_fields(annotations)
+        if not fields:
+            return
+        for entry in entries:
+            msg = self._out.get(entry.seq)
+            if msg is None:
+                continue
+            m = msg.message
+            merged = table.headers(m.properties) or []
+            for key, value in fields:
+                merged = table.store(merged, key, value)
+            msg.message = m.with_properties(table.with_headers(m.properties, merged))
+
     def recovered(self, entries: Iterable[Entry]) -> None:
         """The client returns deliveries (nack or reject with requeue, basic.recover):
         without a delivery limit they go to the back of the queue (rabbit_fifo's
@@ -719,3 +739,15 @@ class QuorumQueue(Queue):
         # rabbit_quorum_queue counts every message it holds as persistent
         total = self._ready_count() + len(self._out) + len(self._dlx)
         return total, self._ready_bytes + self.unacked_bytes + self._dlx_bytes
+
+
+def _annotation_fields(annotations: Mapping[str, Any]) -> list[tuple[str, bytes]]:
+    fields = []
+    for key, value in annotations.items():
+        if isinstance(value, bool):
+            fields.append((key, b"t" + (b"\x01" if value else b"\x00")))
+        elif isinstance(value, int):
+            fields.append((key, table.long(value)))
+        elif isinstance(value, (str, bytes)):
+            fields.append((key, table.longstr(value)))
+    return fields

@@ -20,6 +20,13 @@ from leveret.broker.policies import Rule, policy_wins
 from leveret.broker.queues.base import Accepted, Queue, check_replicated_declaration
 from leveret.broker.queues.stream_amqp091 import to_amqp091
 from leveret.broker.queues.stream_amqp10 import to_amqp10
+from leveret.broker.queues.stream_filtering import (
+    SCAN_BUDGET,
+    ConsumerFilter,
+    amqp091_view,
+    chunk_matcher,
+    stream_record,
+)
 from leveret.broker.queues.stream_properties import refused_by_a_stream
 from leveret.broker.spec_texts import stream_not_supported
 from leveret.protocol import errors
@@ -110,6 +117,11 @@ class StreamQueue(Queue):
         # the exchange ('') and routing key (the stream's name) of an entry as stored
         self._key = b"\x00" + bytes((len(name),)) + name
         self._offsets: dict[Subscriber, int] = {}  # each consumer's next offset
+        # RabbitMQ 4.2's stream filtering: each filtering consumer's filters, and those
+        # whose reading paused after many messages that did not match (taken up again
+        # at the next tick, so that one consumer's scan does not hold up the broker)
+        self._filters: dict[Subscriber, ConsumerFilter] = {}
+        self._paused: set[Subscriber] = set()
         # stream-protocol subscriptions: told when new records are committed
         self.watchers: set[Callable[[], None]] = set()
         self.configure()
@@ -165,6 +177,10 @@ class StreamQueue(Queue):
         if refused_by_a_stream(message.properties):
             return Accepted.UNSTORABLE
         self.published += 1
+        if self.compat.v4:  # RabbitMQ 4.2: AMQP 1.0 messages as published; filter values
+            stored, value = stream_record(message)
+            self.log.append(stored, value)
+            return Accepted.YES
         # stored as RabbitMQ 3.10 stores it: converted to AMQP 1.0 once, here
         self.log.append(
             to_amqp10(message.exchange, message.routing_key, message.properties, message.body)
@@ -243,6 +259,11 @@ class StreamQueue(Queue):
 
     def add_consumer(self, consumer: Subscriber, start: Any = None) -> None:
         self.had_consumers = True
+        if self.compat.v4 and consumer not in self._filters:
+            # an AMQP 0-9-1 consumer's x-stream-filter (RabbitMQ 3.13 on): chunks skipped
+            chunks = chunk_matcher(consumer.arguments)
+            if chunks is not None:
+                self._filters[consumer] = ConsumerFilter(chunks)
         self.ring.add(consumer)
         self._offsets[consumer] = self.log.committed if start is None else int(start)
         self._feed(consumer)
@@ -250,13 +271,27 @@ class StreamQueue(Queue):
     def remove_consumer(self, consumer: Subscriber) -> None:
         super().remove_consumer(consumer)
         self._offsets.pop(consumer, None)
+        self._filters.pop(consumer, None)
+        self._paused.discard(consumer)
 
     def dispatch(self) -> None:
         for consumer in list(self.consumers):
             self._feed(consumer)
 
+    def set_filter(self, consumer: Subscriber, spec: ConsumerFilter) -> None:
+        """What ``consumer`` (not yet added) filters: the chunks it reads, the messages
+        it takes (RabbitMQ 4.2's stream filtering)."""
+        if spec.chunks is not None or spec.messages is not None:
+            self._filters[consumer] = spec
+
     def _feed(self, consumer: Subscriber) -> None:
         offsets = self._offsets
+        spec = self._filters.get(consumer)
+        if spec is not None:
+            self._paused.discard(consumer)
+            if self._feed_filtered(consumer, spec):
+                self._paused.add(consumer)
+            return
         while consumer in offsets:
             credit = consumer.credit()
             if credit <= 0:
@@ -281,10 +316,71 @@ class StreamQueue(Queue):
                 if consumer not in offsets:
                     return
 
+    def _feed_filtered(self, consumer: Subscriber, spec: ConsumerFilter) -> bool:
+        """_feed for a consumer with filters: the chunks whose Bloom filter cannot match
+        skipped whole (osiris's reader), each message of the others delivered if it passes
+        the message filter (rabbit_stream_queue's stream_entries); no credit spent on what
+        is left out. True when it stopped after :data:`SCAN_BUDGET` records or chunks
+        passed over, with credit left (to read on at the next tick)."""
+        offsets = self._offsets
+        log = self.log
+        chunks = spec.chunks
+        messages = spec.messages
+        passed = 0
+        while consumer in offsets:
+            credit = consumer.credit()
+            if credit <= 0:
+                return False
+            if passed >= SCAN_BUDGET:
+                return True
+            offset = offsets[consumer]
+            limit = READ_BATCH
+            if chunks is not None:
+                ref = log.chunk_at(offset)
+                if ref is None:
+                    return False
+                end = ref.first + ref.records
+                if not chunks.matches(ref.read_filter()):
+                    offsets[consumer] = max(offset, end)
+                    passed += 1
+                    continue
+                limit = min(limit, end - max(offset, ref.first))
+            records = log.read(offset, limit if messages is not None else min(credit, limit))
+            if not records:
+                return False
+            stored_form = consumer.reads_stored
+            for rec_offset, _ts, stored in records:
+                if credit <= 0:
+                    break
+                offsets[consumer] = rec_offset + 1
+                if messages is not None and not messages.matches(stored):
+                    passed += 1
+                    if passed >= SCAN_BUDGET:
+                        return True
+                    continue
+                if stored_form:
+                    message = Message.stored(self._key, b"", stored)
+                else:
+                    message = Message.stored(*self._as_amqp091(stored, rec_offset))
+                credit -= 1
+                self.delivered += 1
+                if consumer.no_ack:
+                    self.acked += 1
+                else:
+                    self.unacked += 1
+                consumer.deliver(self, Entry(message, rec_offset))
+                if consumer not in offsets:
+                    return False
+        return False
+
     def _as_amqp091(self, message: bytes, offset: int) -> tuple[bytes, bytes, bytes]:
         """A stored message as AMQP 0-9-1 delivers it, with its offset in an
         ``x-stream-offset`` header. Bytes that are not AMQP 1.0 (RabbitMQ 3.10 fails the
         consuming connection) go out as the body, with no other properties."""
+        if self.compat.v4:  # an AMQP 1.0 client's message as RabbitMQ 4.2 converts it
+            view = amqp091_view(message, self.name, offset)
+            if view is not None:
+                return view
         try:
             return to_amqp091(message, self.name, offset)
         except ValueError:
@@ -314,8 +410,10 @@ class StreamQueue(Queue):
 
     def expire(self) -> None:
         """Retention by age follows the broker's clock: old segments go as time passes,
-        not only when something is written."""
+        not only when something is written. Filtering consumers that paused read on."""
         self.log.apply_retention()
+        for consumer in list(self._paused):
+            self._feed(consumer)
 
     def purge(self) -> int:
         raise stream_not_supported("queue.purge", self)

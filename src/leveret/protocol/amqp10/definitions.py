@@ -341,6 +341,10 @@ class Source(Composite):
     default_outcome: Any = None
     outcomes: tuple[str, ...] | None = None
     capabilities: tuple[str, ...] | None = None
+    # the filter map in the tagged view (types.decode), each value's AMQP type kept where
+    # the plain ``filter`` loses it (a uint from a ulong): set on a received attach by
+    # performatives.decode_performative; never encoded
+    filter_types: Any = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True, slots=True)

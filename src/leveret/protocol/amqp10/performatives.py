@@ -10,13 +10,14 @@ type or a missing mandatory field raises :class:`DecodeError`.
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from leveret.protocol.amqp10.definitions import (
     COMPOSITES,
     Composite,
     Error,
+    Source,
     decode_fields,
     encode_composite,
 )
@@ -24,6 +25,7 @@ from leveret.protocol.amqp10.types import (
     _READERS,
     DecodeError,
     Described,
+    decode,
     decode_plain,
 )
 
@@ -355,10 +357,28 @@ def decode_performative(
         cls = table.get(descriptor) if isinstance(descriptor, int | str) else None
         if cls is None:
             raise DecodeError(f"unknown performative {descriptor!r}")
+        at = pos
         values, pos = _read_list(body, pos)
     except (IndexError, struct.error) as exc:
         raise DecodeError("truncated performative") from exc
-    return cls(*decode_fields(cls, values)), pos
+    performative = cls(*decode_fields(cls, values))
+    if isinstance(performative, Attach):
+        source = performative.source
+        if isinstance(source, Source) and source.filter is not None:
+            filter_types = _source_filter_types(body, at)
+            source = replace(source, filter_types=filter_types)
+            return replace(performative, source=source), pos
+    return performative, pos
+
+
+def _source_filter_types(body: bytes, at: int) -> Any:
+    """The filter map of an attach's source (its list at ``at``) in the tagged view."""
+    try:
+        fields = decode(body, at)[0][1]
+        source = fields[5][1][1][1]  # ("described", (descriptor, ("list", [...])))
+        return source[7] if len(source) > 7 else None
+    except (DecodeError, IndexError, TypeError):
+        return None
 
 
 def _read_list(body: bytes, pos: int) -> tuple[list[Any], int]:
