@@ -96,6 +96,10 @@ class Amqp10Edge(Protocol):
 
     def force_close(self, reason: str) -> None: ...
 
+    def released(self) -> None:
+        """Credit flow let go of this publisher: its socket is read again."""
+        ...
+
     def close_silently(self, delay: float) -> None:
         """End the socket after ``delay`` seconds without a close (RabbitMQ's
         silent_close_delay), reading nothing more."""

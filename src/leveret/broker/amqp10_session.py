@@ -34,6 +34,7 @@ from leveret.broker.amqp10_publishing import Publishing
 from leveret.broker.broker import BrokerCore
 from leveret.broker.ports import FlowHolder, Traffic, WriteStalls
 from leveret.broker.queues import Queue
+from leveret.broker.queues.backlog import give_up_holds
 from leveret.broker.users import Permission, User
 from leveret.broker.vhost import VirtualHost
 from leveret.protocol.amqp10 import definitions as d
@@ -350,6 +351,9 @@ class Amqp10Session(Publishing, Consuming, ManagementLinks):
         self.holding.add(publisher)
         publisher.held_by.add(self)
 
+    def awaits_settlements(self) -> bool:
+        return any(session.unsettled for session in self.sessions.values())
+
     def _release_held(self) -> None:
         holding, self.holding = self.holding, set()
         for publisher in holding:
@@ -358,6 +362,13 @@ class Amqp10Session(Publishing, Consuming, ManagementLinks):
                 released: Callable[[], None] | None = getattr(publisher, "released", None)
                 if released is not None:
                     released()
+
+    def released(self) -> None:
+        """Credit flow let go of this publisher: its socket is read again."""
+        self.endpoint.edge.released()
+
+    def give_up_holds(self) -> None:
+        give_up_holds(self)
 
     def set_blocked(self, blocked: bool, reason: str) -> None:
         """A resource alarm, or its end (RabbitMQ 4.2's conserve_resources): each

@@ -4,7 +4,7 @@ prefetch, publisher confirms and transactions. It sees its connection as a
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable
 from enum import StrEnum
 from itertools import takewhile
@@ -92,6 +92,8 @@ class Channel:
         self.confirm = False
         self.publish_seq = 0
         self.confirm_upto = 0  # highest seq waiting to be acked (coalesced per batch)
+        # (store generation, highest seq) of batches whose confirms wait for an fsync
+        self.confirm_waits: deque[tuple[int, int]] = deque()
         self.settled_upto = 0  # highest seq acked or nacked to the client
         self.tx = False
         self.tx_publishes: list[TxPublish] = []
@@ -333,6 +335,41 @@ class Channel:
             return
         self._apply(kind, self._collect(tag, multiple), requeue)
 
+    def ack(self, tag: int, multiple: bool, settled: dict[Queue, None]) -> None:
+        """basic.ack outside a transaction and without a global prefetch (the common
+        case): the queues hear of it now; those whose consumers got credit back are
+        added to ``settled``, to dispatch once a run of acks is over (one dispatch of
+        many messages instead of one per ack; nothing a client sees depends on when,
+        between two acks of one read, a queue dispatches)."""
+        deliveries = self._collect(tag, multiple)
+        if len(deliveries) == 1:  # the per-message ack
+            d = deliveries[0]
+            queue = d.queue
+            consumer = d.consumer
+            if consumer is not None:
+                consumer.unacked -= 1
+            counts = self.by_queue.get(queue)
+            if counts is not None:
+                counts[ACK] += 1
+            queue.ack((d.entry,))
+            settled[queue] = None
+            return
+        by_queue: dict[Queue, list[Entry]] = {}
+        for d in deliveries:
+            consumer = d.consumer
+            if consumer is not None:
+                consumer.unacked -= 1
+            entries = by_queue.get(d.queue)
+            if entries is None:
+                entries = by_queue[d.queue] = []
+            entries.append(d.entry)
+        for queue, entries in by_queue.items():
+            counts = self.by_queue.get(queue)
+            if counts is not None:
+                counts[ACK] += len(entries)
+            queue.ack(entries)
+            settled[queue] = None
+
     def _apply(self, kind: Settle, deliveries: list[Delivery], requeue: bool) -> None:
         """Settle ``deliveries`` with their queues."""
         by_queue: dict[Queue, list[Entry]] = {}
@@ -466,6 +503,25 @@ class Channel:
         """Publishes in confirm mode not yet acked or nacked to the client (confirms go
         out in order, coalesced once per batch)."""
         return self.publish_seq - self.settled_upto
+
+    def defer_confirms(self, generation: int) -> None:
+        """The confirms gathered since the last flush wait for the store's
+        ``generation`` to be durable."""
+        if self.confirm_upto:
+            self.confirm_waits.append((generation, self.confirm_upto))
+            self.confirm_upto = 0
+
+    def release_confirms(self, durable: int) -> bool:
+        """The store is durable up to generation ``durable``: one basic.ack(multiple) for
+        the confirms that waited for it. True when none waits any more."""
+        waits = self.confirm_waits
+        upto = 0
+        while waits and waits[0][0] <= durable:
+            upto = waits.popleft()[1]
+        if upto and not self.closed:
+            self.out.send_basic_ack(self.number, upto, True)
+            self.settled_upto = max(self.settled_upto, upto)
+        return not waits
 
     def flush_confirms(self, upto: int | None = None) -> None:
         """Send one basic.ack(multiple) for every confirm gathered since the last flush."""

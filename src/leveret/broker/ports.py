@@ -62,6 +62,11 @@ class Edge(Output, Protocol):
         """Credit flow: nothing holds this publisher back any more; it is read again."""
         ...
 
+    def sync_confirms(self) -> None:
+        """Everything published is made durable now, and the confirms that waited for
+        it go out (a nack is to follow them)."""
+        ...
+
 
 def _no_certificate() -> tuple[str | None, str]:
     return None, "connection peer presented no TLS (x.509) certificate"
@@ -154,6 +159,11 @@ class FlowHolder(Protocol):
 
     def hold(self, publisher: FlowHolder) -> None:
         """Hold ``publisher`` back until this connection drains again."""
+        ...
+
+    def awaits_settlements(self) -> bool:
+        """Its consumers have deliveries out, settled by what comes in on its own socket:
+        a queue's backlog does not hold it (the settlements would wait too)."""
         ...
 
 

@@ -191,7 +191,9 @@ class Routing:
         refused = unstorable = False
         congested: list[FlowHolder] = []
         for q, accepted in uneven:
-            if accepted is Accepted.BACKLOG:
+            if accepted is Accepted.BACKLOG or accepted is Accepted.HOLD:
+                if accepted is Accepted.HOLD:
+                    congested.append(q.flow)
                 if WriteStalls.count:  # else no consumer's connection holds it back
                     holder = q.congested()
                     if holder is not None:

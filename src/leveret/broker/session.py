@@ -39,6 +39,7 @@ from leveret.broker.message import Message
 from leveret.broker.operations import Actor, BindingRequest, authorize_publish
 from leveret.broker.ports import WriteStalls
 from leveret.broker.queues import Queue
+from leveret.broker.queues.backlog import give_up_holds
 from leveret.broker.reply_to import REPLY_PREFIX, REPLY_QUEUE
 from leveret.broker.routing import ROUTED, PublishResult
 from leveret.broker.users import Permission, User
@@ -85,6 +86,7 @@ class Session(ConnectionEvents):
         self.channels: dict[int, Channel] = {}
         self.writable = True
         self.pending_confirms: set[Channel] = set()
+        self.waiting_confirms: set[Channel] = set()  # for the store's fsync (group commit)
         self.exclusive_queues: list[Queue] = []
         self.closed = False
         self.connected_at = 0
@@ -100,6 +102,9 @@ class Session(ConnectionEvents):
         self.held_by: set[FlowHolder] = set()
         self.holding: set[FlowHolder] = set()
         self.blocked = False  # a resource alarm stopped reading its publishes
+        # queues whose consumers got credit back from a run of acks, dispatched when
+        # the run is over (:meth:`ack`, :meth:`dispatch_settled`)
+        self.settled: dict[Queue, None] = {}
         # counters for management
         self.recv_publish = 0
         self.send_deliver = 0
@@ -216,6 +221,21 @@ class Session(ConnectionEvents):
         for ch in list(self.pending_confirms):
             ch.flush_confirms()
 
+    def defer_confirms(self, generation: int) -> None:
+        """This batch's confirms go out once the store's ``generation`` is durable
+        (:meth:`release_confirms`), after those that wait already."""
+        pending = self.pending_confirms
+        for ch in pending:
+            ch.defer_confirms(generation)
+        self.waiting_confirms.update(pending)
+        pending.clear()
+
+    def release_confirms(self, durable: int) -> None:
+        """The store is durable up to generation ``durable``: what waited for it goes out."""
+        for ch in list(self.waiting_confirms):
+            if ch.release_confirms(durable):
+                self.waiting_confirms.discard(ch)
+
     def set_writable(self, writable: bool) -> None:
         if writable == self.writable:
             return
@@ -232,6 +252,9 @@ class Session(ConnectionEvents):
         self.holding.add(publisher)
         publisher.held_by.add(self)
 
+    def awaits_settlements(self) -> bool:
+        return any(ch.unacked for ch in self.channels.values())
+
     def release_held(self) -> None:
         """This session drains again (or is gone): publishers it held may read again."""
         holding, self.holding = self.holding, set()
@@ -243,6 +266,9 @@ class Session(ConnectionEvents):
     def released(self) -> None:
         if self.endpoint is not None:
             self.endpoint.edge.released()
+
+    def give_up_holds(self) -> None:
+        give_up_holds(self)
 
     def force_close(self, reason: str) -> None:
         self.output.close_connection(errors.error(spec.CONNECTION_FORCED, reason))
@@ -261,8 +287,9 @@ class Session(ConnectionEvents):
         self.exclusive_queues.clear()
         self.release_held()
         for holder in self.held_by:
-            if isinstance(holder, Session):
-                holder.holding.discard(self)
+            holding: set[FlowHolder] | None = getattr(holder, "holding", None)
+            if holding is not None:  # a connection or a queue's backlog
+                holding.discard(self)
         self.held_by.clear()
         if not self.writable:  # it stalls no one any more
             self.writable = True
@@ -433,6 +460,32 @@ class Session(ConnectionEvents):
     def _basic_ack(self, ch: Channel, m: C.Basic.Ack) -> None:
         ch.settle(Settle.ACK, m.delivery_tag, m.multiple, False)
 
+    def ack(self, number: int, m: C.Basic.Ack) -> None:
+        """basic.ack, the per-message method, as :meth:`handle` would take it, except
+        that the queues it gives credit back to dispatch at :meth:`dispatch_settled`,
+        which the caller runs before anything else of the connection's is handled."""
+        ch = self.channels.get(number)
+        if ch is None:
+            return
+        if ch.tx or ch.global_prefetch:
+            self.dispatch_settled()
+            self.handle(number, m)
+            return
+        try:
+            ch.ack(m.delivery_tag, m.multiple, self.settled)
+        except AMQPError as exc:
+            self.dispatch_settled()
+            self.fail(number, exc.with_method(*spec.method_ids(m)))
+
+    def dispatch_settled(self) -> None:
+        """The queues a run of acks gave credit back to push what waits."""
+        settled = self.settled
+        while settled:
+            queue = next(iter(settled))
+            del settled[queue]
+            if not queue.deleted:
+                queue.dispatch()
+
     def _basic_nack(self, ch: Channel, m: C.Basic.Nack) -> None:
         ch.settle(Settle.NACK, m.delivery_tag, m.multiple, m.requeue)
 
@@ -581,6 +634,9 @@ class Session(ConnectionEvents):
             )
         if seq:
             if result.refused:
+                if self.endpoint is not None and (ch.confirm_upto or ch in self.waiting_confirms):
+                    # the acks before the nack go out first, and only once on disk
+                    self.endpoint.edge.sync_confirms()
                 ch.confirmed_fail(seq)
             else:
                 ch.confirmed_ok(seq)

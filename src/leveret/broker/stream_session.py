@@ -539,6 +539,9 @@ class StreamSession(StreamFeatures, StreamHandshake):
         """A resource alarm stops reading its publishes, or no longer does."""
         self.blocked = blocked
 
+    def give_up_holds(self) -> None:
+        """(Its publishes go to streams, which hold no publisher back.)"""
+
     def close(self) -> None:
         if self.closed:
             return

@@ -13,6 +13,8 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from pamqp.commands import Basic
+
 from leveret.broker.session import Session
 from leveret.protocol import errors, spec
 from leveret.protocol.amqp10.frames import AMQP_HEADER, SASL_HEADER
@@ -47,6 +49,7 @@ class AMQPEdge(Edge):
             limits.frame_max, limits.channel_max, limits.heartbeat, limits.frame_min
         )
         self._unflushed = 0  # body bytes of deliveries not yet written
+        self._awaiting = 0  # the last store generation this connection's confirms wait for
         # the first bytes, until the protocol header says which AMQP this is (None: known)
         self._header: bytes | None = b"" if state.amqp10 else None
 
@@ -103,10 +106,19 @@ class AMQPEdge(Edge):
     def opened(self) -> None:
         self.stop_timer()
 
-    def released(self) -> None:
-        """Credit came back: read again, and handle what waited in the buffer."""
-        if self.phase not in OVER and self.flow.release():
-            self.loop.call_soon(self.resume)
+    def _durable(self, generation: int) -> None:
+        """What was written up to ``generation`` is on disk: the confirms that waited for
+        it go out."""
+        if self.phase in OVER or self.transport is None:
+            return
+        self.session.release_confirms(generation)
+        if self.conn.has_output():
+            self.flush()
+
+    def sync_confirms(self) -> None:
+        """Everything published is made durable now (the loop waits) and the confirms
+        that waited for it go out first: a nack is about to follow them."""
+        self.state.sync()
 
     # ---------------------------------------------------------------- the edge
     def data_received(self, data: bytes) -> None:
@@ -169,24 +181,33 @@ class AMQPEdge(Edge):
         session = self.session
         flow = self.flow
         next_event = conn.next_event
+        settled = session.settled  # queues a run of acks gave credit back to
         published = False
         if not (flow.held or flow.blocked or self.transport is None):
             while True:
                 event = next_event()
                 kind = type(event)
+                if kind is MethodReceived:
+                    received: MethodReceived = event  # type: ignore[assignment]
+                    if type(received.method) is Basic.Ack:
+                        session.ack(received.channel, received.method)
+                        continue
+                    if settled:
+                        session.dispatch_settled()
+                    session.handle(received.channel, received.method)
+                    continue
+                if settled:
+                    session.dispatch_settled()
                 if kind is PublishReceived:
                     published = True
                     session.publish(*event)  # type: ignore[misc]
                     if session.held_by:
-                        flow.hold()
+                        self.hold()
                         break
                     if self.state.alarms and not flow.blocked:
                         # RabbitMQ's "blocking": a publisher is blocked at its publish
                         self.set_blocked(True, _alarm_reason(self.state.alarms))
                         break
-                elif kind is MethodReceived:
-                    received: MethodReceived = event  # type: ignore[assignment]
-                    session.handle(received.channel, received.method)
                 elif event is NEED_DATA:
                     break
                 else:
@@ -194,10 +215,17 @@ class AMQPEdge(Edge):
                     if flow.held or flow.blocked or self.transport is None:
                         break
         if published or session.pending_confirms:
-            # what this batch published is made durable (one fsync, one stream chunk)
-            # before its confirms go out and before stream consumers see it
-            self.state.sync()
-            session.flush_confirms()
+            # what this batch published is made durable (one stream chunk; the message
+            # store's fsync in a thread, group commit) before its confirms go out and
+            # before stream consumers see it
+            generation = self.state.commit()
+            if generation:
+                session.defer_confirms(generation)
+                if generation != self._awaiting:
+                    self._awaiting = generation
+                    self.state.when_durable(generation, self._durable)
+            else:
+                session.flush_confirms()
         if conn.has_output():
             if self.phase is Phase.ENDING:
                 self.flush()

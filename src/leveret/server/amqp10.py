@@ -69,11 +69,6 @@ class Amqp10Edge(Edge):
         self.silenced = True
         self.set_timer(delay, self.drop)
 
-    def released(self) -> None:
-        """Credit flow let go of this publisher: read again."""
-        if self.phase not in OVER and self.flow.release():
-            self.loop.call_soon(self.resume)
-
     def alarm_raised(self) -> None:
         """RabbitMQ 4: each session's incoming window closes (a flow says so); the socket
         goes on being read, so consumers settle and heartbeats flow."""
@@ -107,7 +102,7 @@ class Amqp10Edge(Edge):
                     conn.send_close(d.Error(d.INTERNAL_ERROR, "internal error"))
                 break
             if session.held_by:
-                flow.hold()
+                self.hold()
                 break
             if self.state.alarms and not session.blocked:
                 session.set_blocked(True, "")

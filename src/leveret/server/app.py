@@ -20,6 +20,7 @@ from leveret.broker.events import Observers
 from leveret.broker.exchanges.delayed import PLUGIN as DELAYED
 from leveret.broker.interceptors import Interceptors
 from leveret.server.amqp import AMQPEdge
+from leveret.server.commit import Committer
 from leveret.server.config import Config, ConfigError
 from leveret.server.listen import ListenError
 from leveret.server.log_exchange import LogExchangeHandler
@@ -30,6 +31,7 @@ from leveret.server.state import Limits, Listener, ServerState, Slots
 from leveret.server.stream import StreamEdge
 from leveret.server.syslog import SyslogListener
 from leveret.server.tls import server_context
+from leveret.store.messages import FsyncJob
 from leveret.store.setup import Persistence
 
 log = logging.getLogger(__name__)
@@ -73,6 +75,7 @@ class Server:
         self._log_handler: LogExchangeHandler | None = None
         self.broker.users.loopback_users = set(config.loopback_users)
         self.loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]
+        self.committer = Committer(self._write)
         self.state = ServerState(
             self.broker,
             Limits(
@@ -83,6 +86,8 @@ class Server:
                 frame_min=rabbit.frame_min_size,
             ),
             self.after_batch,
+            self.commit,
+            self.committer.when_durable,
             mechanisms=config.mechanisms(),
             cert_login_from=config.ssl_cert_login_from,
         )
@@ -128,6 +133,7 @@ class Server:
 
     async def start(self) -> None:
         self.loop = asyncio.get_running_loop()
+        self.committer.start(self.loop)
         config = self.config
         tls_context = server_context(config.tls) if config.tls.enabled else None
         if not config.tcp_listener and tls_context is None:
@@ -258,18 +264,31 @@ class Server:
         return f"amqps://{self.host}:{self.tls_port}" if self.tls_port else None
 
     def after_batch(self) -> None:
-        """Make what was published durable before confirms go out (fsync batching)."""
+        """Make what was published durable now (the loop waits for the disk)."""
         if self.persistence is not None:
-            self.persistence.sync()
-            self.scheduler.flush()  # confirmed delayed messages survive a kill -9
+            self.committer.sync()
+
+    def commit(self) -> int:
+        """After a batch of publishes: write what it stored and start its fsync (group
+        commit); the generation its confirms wait for, 0 when durable already."""
+        if self.persistence is None:
+            return 0
+        return self.committer.commit()
+
+    def _write(self) -> FsyncJob | None:
+        assert self.persistence is not None
+        job = self.persistence.write()
+        self.scheduler.flush()  # confirmed delayed messages survive a kill -9
+        return job
 
     def _tick(self) -> None:
         """Periodic housekeeping: message and queue expiry, memory and disk (alarms,
-        paging), and making buffered store writes durable."""
+        paging), and making buffered store writes durable (in the fsync thread: no one
+        waits for these, the loop does not either)."""
         self._alarm_handle = self.loop.call_later(ALARM_CHECK_INTERVAL, self._tick)
         self.housekeeping()
         self.resources.check()
-        self.after_batch()
+        self.commit()
 
     def housekeeping(self) -> None:
         """What the broker does when time passes: expire messages and queues, close
@@ -317,6 +336,9 @@ class Server:
             await asyncio.sleep(0.05)
         for p in list(self.state.connections):
             p.abort()
+        if self.persistence is not None:
+            self.committer.sync()  # what waits for an fsync too
+        self.committer.close()
         if self.persistence is not None:
             self.persistence.close()
         self.resources.close()

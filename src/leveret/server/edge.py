@@ -42,6 +42,12 @@ from leveret.server.tls import (
 
 log = logging.getLogger(__name__)
 
+#: How long credit flow may hold a publisher on a queue's backlog before that queue is
+#: taken for one whose consumers are not draining it (see leveret.broker.queues.backlog):
+#: long enough for consumers that ack to drain a backlog on a busy machine, short enough
+#: that a publisher feeding a stalled consumer barely notices.
+HOLD_PATIENCE = 0.05
+
 
 class Phase(Enum):
     """Where a client's socket is in its life (the protocol's own states are its sans-IO
@@ -83,6 +89,11 @@ class SessionPort(Protocol):
 
     def set_blocked(self, blocked: bool, reason: str) -> None: ...
 
+    def give_up_holds(self) -> None:
+        """Credit flow held this publisher on a queue's backlog past the patience: those
+        queues let it go (their consumers are not draining them)."""
+        ...
+
 
 class Edge(asyncio.Protocol):
     """One client socket. A protocol's edge makes its connection and session, pulls the
@@ -107,6 +118,7 @@ class Edge(asyncio.Protocol):
         self._heartbeats: Heartbeats
         self._flush_handle: asyncio.Handle | None = None
         self._timer: asyncio.TimerHandle | None = None  # handshake, close grace, ending
+        self._patience: asyncio.TimerHandle | None = None  # a hold by a queue's backlog
 
     # ----------------------------------------------------- what a protocol adds
     def greet(self, transport: asyncio.BaseTransport) -> None:
@@ -223,6 +235,28 @@ class Edge(asyncio.Protocol):
             log.info("%s handshake timed out for %s", self.protocol_name, self.name)
             self.drop()
 
+    # ------------------------------------------------------------- credit flow
+    def hold(self) -> None:
+        """Credit flow holds this publisher: its socket is not read until it is released
+        (:meth:`released`). A hold by a queue's backlog is given up after
+        :data:`HOLD_PATIENCE`."""
+        self.flow.hold()
+        if self._patience is None:
+            self._patience = self.loop.call_later(HOLD_PATIENCE, self._impatient)
+
+    def released(self) -> None:
+        """Credit came back: read again, and handle what waited in the buffer."""
+        if self._patience is not None:
+            self._patience.cancel()
+            self._patience = None
+        if self.phase not in OVER and self.flow.release():
+            self.loop.call_soon(self.resume)
+
+    def _impatient(self) -> None:
+        self._patience = None
+        if self.flow.held and self.phase not in OVER:
+            self.session.give_up_holds()
+
     def schedule(self) -> None:
         """Output to flush at the end of this turn of the loop."""
         if self._flush_handle is None:
@@ -266,6 +300,9 @@ class Edge(asyncio.Protocol):
         self.phase = Phase.LOST
         self._heartbeats.stop()
         self.stop_timer()
+        if self._patience is not None:
+            self._patience.cancel()
+            self._patience = None
         self.transport = None
         self.session.close()
         self.lost()

@@ -74,11 +74,24 @@ class Limits:
     close_grace: float = 1.0
 
 
+def _durable_now() -> int:
+    return 0
+
+
+def _at_once(generation: int, callback: Callable[[int], None]) -> None:
+    callback(generation)
+
+
 @dataclass(slots=True)
 class ServerState:
     broker: BrokerCore
     limits: Limits
-    sync: Callable[[], None]  # make buffered store writes durable (fsync batching)
+    sync: Callable[[], None]  # make buffered store writes durable now (the loop waits)
+    # group commit (leveret.server.commit): after a batch, write what it stored and start
+    # its fsync; the generation its confirms wait for (0: durable already) ...
+    commit: Callable[[], int] = _durable_now
+    # ... and be called back with the durable generation once that one is on disk
+    when_durable: Callable[[int, Callable[[int], None]], None] = _at_once
     connections: set[LiveConnection] = field(default_factory=set)
     alarms: set[str] = field(default_factory=set)  # resources in alarm: "memory", "disk"
     # SASL mechanisms enabled (EXTERNAL is offered only where the listener verifies peers)

@@ -86,6 +86,7 @@ class MessageLog:
         self._acks: dict[int, list[int]] = {}
         self._dead: set[int] = set()  # segments to delete at the next sync
         self._readers: dict[int, int] = {}
+        self._ack_fd: tuple[int, int] | None = None  # (segment, fd) of an open ack file
 
     # ------------------------------------------------------------ the queue table
     def _load_table(self) -> None:
@@ -204,34 +205,54 @@ class MessageLog:
 
     def sync(self) -> None:
         """Make appends durable (fsync), write removals, delete emptied segments."""
+        job = self.write()
+        if job is not None:
+            job.run()
+
+    def write(self) -> FsyncJob | None:
+        """All of :meth:`sync` but the fsync: write pending appends and removals, delete
+        emptied segments. What the appends need to be durable is returned as a job that
+        may run in another thread (None: nothing was appended since the last one); the
+        writer keeps appending meanwhile. Jobs must run one at a time, in order."""
         if self._table_dirty:
             self._save_table()
         if self._pending:
             self._flush()
-        if self._unsynced:
-            for fd in self._unsynced:
-                os.fsync(fd)
-            self._unsynced.clear()
-        if self._retired:
-            for fd in self._retired:
-                os.close(fd)
-            self._retired.clear()
+        job = None
+        if self._unsynced or self._retired:
+            job = FsyncJob(list(self._unsynced), self._retired)
+            self._unsynced = set()
+            self._retired = []
         if self._acks:
             for seg, positions in self._acks.items():
                 if seg in self._dead or seg not in self.live:
                     continue
-                with open(self._path(seg, ".ack"), "ab") as f:
-                    f.write(array("I", positions).tobytes())
+                os.write(self._ack_file(seg), array("I", positions).tobytes())
             self._acks.clear()
         if self._dead:
             for seg in self._dead:
                 self._delete_segment(seg)
             self._dead.clear()
+        return job
+
+    def _ack_file(self, seg: int) -> int:
+        """The open ack file of ``seg`` (one kept open: removals come mostly to one
+        segment at a time, the oldest)."""
+        if self._ack_fd is not None:
+            if self._ack_fd[0] == seg:
+                return self._ack_fd[1]
+            os.close(self._ack_fd[1])
+        fd = os.open(self._path(seg, ".ack"), os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+        self._ack_fd = (seg, fd)
+        return fd
 
     def _delete_segment(self, seg: int) -> None:
         fd = self._readers.pop(seg, None)
         if fd is not None:
             os.close(fd)
+        if self._ack_fd is not None and self._ack_fd[0] == seg:
+            os.close(self._ack_fd[1])
+            self._ack_fd = None
         for suffix in (".seg", ".ack"):
             with contextlib.suppress(FileNotFoundError):
                 self._path(seg, suffix).unlink()
@@ -359,9 +380,35 @@ class MessageLog:
         if self._writer is not None:
             os.close(self._writer)
             self._writer = None
+        if self._ack_fd is not None:
+            os.close(self._ack_fd[1])
+            self._ack_fd = None
         for fd in self._readers.values():
             os.close(fd)
         self._readers.clear()
+
+
+class FsyncJob:
+    """What makes appends written so far durable: fsync the files they went to, then
+    close the writers of the segments finished since (no one writes to those any more).
+    Runs in any thread."""
+
+    __slots__ = ("fds", "retired")
+
+    def __init__(self, fds: list[int], retired: list[int]) -> None:
+        self.fds = fds
+        self.retired = retired
+
+    def merge(self, later: FsyncJob) -> None:
+        """Take on what a later job has to do (one fsync for both: group commit)."""
+        self.fds.extend(fd for fd in later.fds if fd not in self.fds)
+        self.retired.extend(later.retired)
+
+    def run(self) -> None:
+        for fd in self.fds:
+            os.fsync(fd)
+        for fd in self.retired:
+            os.close(fd)
 
 
 def _decode(buf: bytes, pos: int) -> Record:

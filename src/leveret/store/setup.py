@@ -39,7 +39,7 @@ from leveret.broker.queues import Queue
 from leveret.broker.queues.stream import interval_ms
 from leveret.store.definitions import FileDefinitionStore
 from leveret.store.lock import DataDirLock
-from leveret.store.messages import MessageLog, Recovered
+from leveret.store.messages import FsyncJob, MessageLog, Recovered
 from leveret.store.osiris import OsirisLog
 from leveret.store.paging import PageFiles
 from leveret.store.quorum import QuorumLog
@@ -165,12 +165,22 @@ class Persistence:
             self.logs.pop((event.queue.vhost, event.queue.name), None)
 
     def sync(self) -> None:
+        """Everything written so far is durable when this returns."""
+        job = self.write()
+        if job is not None:
+            job.run()
+
+    def write(self) -> FsyncJob | None:
+        """As :meth:`sync`, except the message log's fsync: it is returned as a job to
+        run, in order, in another thread (group commit; None: nothing to fsync). The
+        definitions and the queues' own logs are made durable here and now."""
         if self._definitions_dirty and self._broker is not None:
             self._definitions_dirty = False
             self.definitions.save(export_definitions(self._broker))
-        self.messages.sync()
+        job = self.messages.write()
         for queue in list(self.logs.values()):
             queue.sync()
+        return job
 
     def close(self) -> None:
         try:

@@ -16,6 +16,7 @@ from leveret.broker.compat import RABBITMQ_3_10, RabbitMQ
 from leveret.broker.entry import Entry, now_ms
 from leveret.broker.message import Message
 from leveret.broker.policies import Governed, Rule, arg_wins, resolve
+from leveret.broker.queues.backlog import BacklogFlow
 from leveret.broker.ring import ConsumerRing
 from leveret.protocol import errors
 
@@ -156,6 +157,9 @@ class Accepted(Enum):
     BACKLOG = 1
     REFUSED = 2  # a length limit with x-overflow reject-publish: the publisher gets a nack
     UNSTORABLE = 3  # RabbitMQ's stream cannot store it: the publishing connection closes
+    # taken, behind a backlog its consumers are draining: the publisher waits until they
+    # have (backlog credit flow, see Queue.flow and leveret.broker.queues.backlog)
+    HOLD = 4
 
 
 class Queue(Governed):
@@ -196,6 +200,8 @@ class Queue(Governed):
         # active consumer, credit); ``consumers`` is its list, in its order
         self.ring: ConsumerRing[Subscriber] = ring if ring is not None else ConsumerRing()
         self.consumers: list[Subscriber] = self.ring.members
+        # the publishers its backlog holds back (credit flow)
+        self.flow = BacklogFlow(self.consumers)
         self.unacked = 0
         self.deleted = False
         self.had_consumers = False
@@ -301,6 +307,8 @@ class Queue(Governed):
         self.last_used = now_ms()
         if self.ring.remove(consumer):
             self.dispatch()  # another consumer became the single active one
+        if not self.consumers:
+            self.flow.drained()  # no one left to drain the backlog: publishers go on
 
     def _congested_when(self, waiting: bool) -> FlowHolder | None:
         """:meth:`congested` for a queue that hands each message to one consumer: the

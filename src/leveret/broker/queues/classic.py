@@ -20,6 +20,7 @@ from leveret.broker.entry import Entry, now_ms
 from leveret.broker.memory import MemoryBudget
 from leveret.broker.message import Message
 from leveret.broker.policies import Rule, smaller
+from leveret.broker.queues.backlog import HOLD_AT, RELEASE_AT
 from leveret.broker.queues.base import Accepted, Overflow, Queue
 from leveret.broker.queues.paging import PagedReady
 from leveret.broker.queues.ready import FifoReady, PriorityReady
@@ -38,6 +39,7 @@ _EXPIRATION_FLAG = 0x01  # byte 0 of the property flags: expiration (0x0100)
 _YES = Accepted.YES
 _BACKLOG = Accepted.BACKLOG
 _REFUSED = Accepted.REFUSED
+_HOLD = Accepted.HOLD
 
 
 def _int(value: Any) -> int | None:
@@ -220,6 +222,8 @@ class ClassicQueue(Queue):
                 # already (every credit change dispatches), so none can take it now.
                 self._keep(entry)
                 self._use.inactive()
+                if len(self._ready) > HOLD_AT and self.unacked and not self.flow.stalled:
+                    return _HOLD  # its publisher waits until the consumers drain it
                 return _BACKLOG
             self._keep(entry)
             return _YES
@@ -288,6 +292,8 @@ class ClassicQueue(Queue):
         if self.consumers:
             self.dispatch()
             if self.ready:
+                if len(self._ready) > HOLD_AT and self.unacked and not self.flow.stalled:
+                    return _HOLD
                 return _BACKLOG
         return _YES
 
@@ -337,9 +343,12 @@ class ClassicQueue(Queue):
             consumer = self._next_consumer()
             if consumer is None:
                 use.inactive()
-                return
+                break
             self._ready.popleft()
             self._hand(consumer, entry)
+        flow = self.flow
+        if (flow.holding or flow.stalled) and len(self._ready) <= RELEASE_AT:
+            flow.drained()
 
     def _expire_head(self) -> None:
         entry = self._ready.popleft()
@@ -414,6 +423,7 @@ class ClassicQueue(Queue):
 
     def purge(self) -> int:
         count = self.message_count
+        self.flow.drained()
         if self._dedup is not None:
             self._dedup.clear()  # as the plugin's purge flushes its cache
         for entry in self.ready:
@@ -427,6 +437,7 @@ class ClassicQueue(Queue):
     def delete(self) -> int:
         self.deleted = True
         count = self.message_count
+        self.flow.drained()
         self._ready.close()
         if self._store is not None:
             self._store.drop()
