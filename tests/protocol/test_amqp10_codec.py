@@ -341,3 +341,22 @@ def test_wrong_field_types_and_missing_mandatory_fields_are_decode_errors() -> N
         except DecodeError:
             continue
         raise AssertionError(f"{raw!r} decoded")
+
+
+@given(
+    st.integers(0, 65535),
+    st.booleans(),
+    st.integers(0, 2**32 - 1),
+    st.one_of(st.none(), st.integers(0, 2**32 - 1)),
+    st.sampled_from(["accepted", "released"]),
+)
+def test_a_settled_disposition_is_written_as_the_codec_writes_it(
+    channel: int, role: bool, first: int, last: int | None, outcome: str
+) -> None:
+    """The hot path's frame is the general encoder's, byte for byte."""
+    from leveret.protocol.amqp10.definitions import RELEASED
+
+    state = ACCEPTED if outcome == "accepted" else RELEASED
+    assert frames.settled_disposition_frame(
+        channel, role, first, last, frames.OUTCOME_BYTES[outcome]
+    ) == frames.performative_frame(channel, Disposition(role, first, last, True, state, None))

@@ -121,6 +121,9 @@ class LinkSession:
     unsettled: dict[int, tuple[ConsumerLink, Queue, Entry]] = field(default_factory=dict)
     # delivery-ids of publishes to confirm once they are on disk
     confirms: list[int] = field(default_factory=list)
+    # those of earlier batches, waiting for the fsync of their generation (group commit)
+    waiting: list[tuple[int, list[int]]] = field(default_factory=list)
+    waiting_count: int = 0
     received: int = 0  # transfers since the incoming window was last opened
     # what it did, and how the broker sees it (leveret.broker.amqp10_presence)
     figures: SessionFigures = field(default_factory=SessionFigures)

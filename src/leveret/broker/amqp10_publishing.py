@@ -244,7 +244,8 @@ class Publishing(Amqp10Base):
     def _credit_publisher(self, session: LinkSession, link: PublisherLink) -> None:
         """Credit again once half is used (and the session's window with it)."""
         own = self.conn.link(session.channel, link.handle)
-        if own.credit <= MAX_LINK_CREDIT // 2 and len(session.confirms) < MAX_LINK_CREDIT:
+        pending = len(session.confirms) + session.waiting_count
+        if own.credit <= MAX_LINK_CREDIT // 2 and pending < MAX_LINK_CREDIT:
             self.conn.grant_credit(session.channel, link.handle, MAX_LINK_CREDIT)
         session.received += 1
         if session.received >= INCOMING_WINDOW // 2 and not self.blocked:
@@ -256,19 +257,43 @@ class Publishing(Amqp10Base):
         time."""
         self.needs_sync = False
         for channel, session in self.sessions.items():
-            ids = session.confirms
-            if not ids:
+            self.release_confirms(1 << 62, session)
+            ids, session.confirms = session.confirms, []
+            self._accepted(channel, session, ids)
+
+    def defer_confirms(self, generation: int) -> None:
+        """The outcomes of what was published so far wait for the store's ``generation``
+        to be on disk (its fsync runs in a thread: group commit, as AMQP 0-9-1's
+        confirms)."""
+        self.needs_sync = False
+        for session in self.sessions.values():
+            if session.confirms:
+                session.waiting.append((generation, session.confirms))
+                session.waiting_count += len(session.confirms)
+                session.confirms = []
+
+    def release_confirms(self, durable: int, only: LinkSession | None = None) -> None:
+        """The store is on disk up to ``durable``: the outcomes that waited for it go out."""
+        for channel, session in self.sessions.items():
+            if only is not None and session is not only:
                 continue
-            session.confirms = []
-            session.figures.confirm += len(ids)
-            first = last = ids[0]
-            for did in ids[1:]:
-                if did == (last + 1) & 0xFFFF_FFFF:
-                    last = did
-                    continue
-                self.conn.send_disposition(channel, True, first, last, state=d.ACCEPTED)
-                first = last = did
+            while session.waiting and session.waiting[0][0] <= durable:
+                _, ids = session.waiting.pop(0)
+                session.waiting_count -= len(ids)
+                self._accepted(channel, session, ids)
+
+    def _accepted(self, channel: int, session: LinkSession, ids: list[int]) -> None:
+        if not ids:
+            return
+        session.figures.confirm += len(ids)
+        first = last = ids[0]
+        for did in ids[1:]:
+            if did == (last + 1) & 0xFFFF_FFFF:
+                last = did
+                continue
             self.conn.send_disposition(channel, True, first, last, state=d.ACCEPTED)
+            first = last = did
+        self.conn.send_disposition(channel, True, first, last, state=d.ACCEPTED)
 
     @property
     def pending_confirms(self) -> bool:

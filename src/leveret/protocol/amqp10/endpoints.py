@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from leveret.protocol.amqp10 import frames
-from leveret.protocol.amqp10.definitions import Composite, Error
+from leveret.protocol.amqp10.definitions import ACCEPTED, RELEASED, Composite, Error
 from leveret.protocol.amqp10.frames import FRAME_AMQP, UINT_MAX, performative_frame
 from leveret.protocol.amqp10.performatives import Attach, Begin, Detach, Disposition, End, Flow
 from leveret.protocol.amqp10.session import Link, Session, add
@@ -281,6 +281,10 @@ class Endpoints:
         received them)."""
         self.session(channel)
         last = None if last == first else last
+        if settled and not batchable and (state is ACCEPTED or state is RELEASED):
+            outcome = frames.OUTCOME_BYTES["accepted" if state is ACCEPTED else "released"]
+            self._out.append(frames.settled_disposition_frame(channel, role, first, last, outcome))
+            return
         self._frame(
             channel, Disposition(role, first, last, settled or None, state, batchable or None)
         )
