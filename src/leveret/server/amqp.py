@@ -22,7 +22,7 @@ from leveret.protocol.connection import ServerConnection, State
 from leveret.protocol.errors import AMQPError
 from leveret.protocol.events import NEED_DATA, MethodReceived, PublishReceived
 from leveret.server.amqp10 import Amqp10Edge
-from leveret.server.edge import OVER, Edge, Phase
+from leveret.server.edge import Edge, Phase
 from leveret.server.state import PLAIN_LISTENER, Listener, ServerState
 
 log = logging.getLogger(__name__)
@@ -49,7 +49,6 @@ class AMQPEdge(Edge):
             limits.frame_max, limits.channel_max, limits.heartbeat, limits.frame_min
         )
         self._unflushed = 0  # body bytes of deliveries not yet written
-        self._awaiting = 0  # the last store generation this connection's confirms wait for
         # the first bytes, until the protocol header says which AMQP this is (None: known)
         self._header: bytes | None = b"" if state.amqp10 else None
 
@@ -105,15 +104,6 @@ class AMQPEdge(Edge):
     # --------------------------------------------------------------- Edge port
     def opened(self) -> None:
         self.stop_timer()
-
-    def _durable(self, generation: int) -> None:
-        """What was written up to ``generation`` is on disk: the confirms that waited for
-        it go out."""
-        if self.phase in OVER or self.transport is None:
-            return
-        self.session.release_confirms(generation)
-        if self.conn.has_output():
-            self.flush()
 
     def sync_confirms(self) -> None:
         """Everything published is made durable now (the loop waits) and the confirms
@@ -218,14 +208,7 @@ class AMQPEdge(Edge):
             # what this batch published is made durable (one stream chunk; the message
             # store's fsync in a thread, group commit) before its confirms go out and
             # before stream consumers see it
-            generation = self.state.commit()
-            if generation:
-                session.defer_confirms(generation)
-                if generation != self._awaiting:
-                    self._awaiting = generation
-                    self.state.when_durable(generation, self._durable)
-            else:
-                session.flush_confirms()
+            self.confirm_when_durable(session)
         if conn.has_output():
             if self.phase is Phase.ENDING:
                 self.flush()

@@ -32,7 +32,6 @@ class Amqp10Edge(Edge):
         super().__init__(state, listener)
         self.conn = ServerConnection(state.limits.frame_max)
         self.silenced = False  # refused at its open: read no more, close after a delay
-        self._awaiting = 0  # the last store generation its outcomes wait for
 
     def greet(self, transport: asyncio.BaseTransport) -> None:
         limits = self.state.limits
@@ -86,14 +85,6 @@ class Amqp10Edge(Edge):
     def writing_paused(self, paused: bool) -> None:
         self.session.set_writable(not paused)
 
-    def _durable(self, generation: int) -> None:
-        """The store is on disk up to ``generation``: the outcomes that waited go out."""
-        if self.phase in OVER or self.transport is None:
-            return
-        self.session.release_confirms(generation)
-        if self.conn.has_output():
-            self.flush()
-
     def process(self) -> None:
         conn = self.conn
         session = self.session
@@ -116,16 +107,7 @@ class Amqp10Edge(Edge):
             if self.state.alarms and not session.blocked:
                 session.set_blocked(True, "")
         if session.needs_sync:
-            # on disk before their outcomes go out: the message store's fsync in a thread
-            # (group commit), as for AMQP 0-9-1's confirms
-            generation = self.state.commit()
-            if generation:
-                session.defer_confirms(generation)
-                if generation != self._awaiting:
-                    self._awaiting = generation
-                    self.state.when_durable(generation, self._durable)
-            else:
-                session.flush_confirms()
+            self.confirm_when_durable(session)  # outcomes once on disk
         if conn.has_output():
             self.flush()
         if conn.closed:

@@ -95,6 +95,23 @@ class SessionPort(Protocol):
         ...
 
 
+class Confirming(Protocol):
+    """A session whose publishers wait for what they published to be on disk: AMQP 0-9-1
+    confirms, AMQP 1.0 outcomes."""
+
+    def flush_confirms(self) -> None:
+        """Everything is durable: what waits goes out."""
+        ...
+
+    def defer_confirms(self, generation: int) -> None:
+        """What waits now waits for the store's ``generation`` to be on disk."""
+        ...
+
+    def release_confirms(self, durable: int) -> None:
+        """The store is on disk up to ``durable``: what waited for it goes out."""
+        ...
+
+
 class Edge(asyncio.Protocol):
     """One client socket. A protocol's edge makes its connection and session, pulls the
     connection's events into the session (:meth:`process`), says when the handshake is
@@ -119,6 +136,28 @@ class Edge(asyncio.Protocol):
         self._flush_handle: asyncio.Handle | None = None
         self._timer: asyncio.TimerHandle | None = None  # handshake, close grace, ending
         self._patience: asyncio.TimerHandle | None = None  # a hold by a queue's backlog
+        self._awaiting = 0  # the last store generation this connection's confirms wait for
+
+    # ------------------------------------------------------ confirms, group commit
+    def confirm_when_durable(self, session: Confirming) -> None:
+        """What this batch published is made durable (the store writes now and starts its
+        fsync in a thread: group commit) before its confirms go out, and before stream
+        consumers see it."""
+        generation = self.state.commit()
+        if not generation:
+            session.flush_confirms()
+            return
+        session.defer_confirms(generation)
+        if generation != self._awaiting:
+            self._awaiting = generation
+            self.state.when_durable(generation, partial(self._durable, session))
+
+    def _durable(self, session: Confirming, generation: int) -> None:
+        if self.phase in OVER or self.transport is None:
+            return
+        session.release_confirms(generation)
+        if self.conn.has_output():
+            self.flush()
 
     # ----------------------------------------------------- what a protocol adds
     def greet(self, transport: asyncio.BaseTransport) -> None:
