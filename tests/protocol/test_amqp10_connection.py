@@ -17,6 +17,7 @@ from leveret.protocol.amqp10.definitions import (
     DECODE_ERROR,
     FRAME_SIZE_TOO_SMALL,
     FRAMING_ERROR,
+    ILLEGAL_STATE,
     NOT_FOUND,
     TRANSFER_LIMIT_EXCEEDED,
     UNATTACHED_HANDLE,
@@ -440,3 +441,17 @@ def test_well_framed_garbage_gives_events_never_exceptions(body: bytes, channel:
         if isinstance(event, NeedData | ConnectionFailed):
             return
         pair.answer(event)
+
+
+def test_a_second_open_ends_the_connection() -> None:
+    """An open after the open is the peer breaking the protocol: the connection fails with
+    illegal-state (found by tests/server/test_fuzz_amqp10.py), never an exception."""
+    from leveret.protocol.amqp10.events import ConnectionFailed
+
+    pair = Pair()
+    pair.open()
+    second = Open("client", None, None, None, None, None, None, None, None, None)
+    pair.server.receive_data(frames.performative_frame(0, second))
+    event = pair.server.next_event()
+    assert isinstance(event, ConnectionFailed)
+    assert event.error.condition == ILLEGAL_STATE

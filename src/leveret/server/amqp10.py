@@ -90,7 +90,13 @@ class Amqp10Edge(Edge):
         session = self.session
         flow = self.flow
         while not (flow.held or flow.blocked or self.phase in OVER or self.silenced):
-            event = conn.next_event()
+            try:
+                event = conn.next_event()
+            except Exception:
+                # a fault of ours in reading the input: this connection ends, alone
+                log.exception("AMQP 1.0 connection %s failed reading its input", self.name)
+                self.drop()
+                return
             if isinstance(event, NeedData):
                 break
             try:

@@ -376,6 +376,8 @@ class Connection(Endpoints):
                     f"({frames.MIN_MAX_FRAME_SIZE})",
                 )
             )
+        if self.remote_open is not None:  # a second open: the peer broke the protocol
+            raise ConnectionViolation(Error(ILLEGAL_STATE, "open after open"))
         self._move(Trigger.RECV_OPEN)
         self.remote_open = performative
         self.remote_max_frame_size = UINT_MAX if size is None else size

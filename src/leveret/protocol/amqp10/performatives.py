@@ -359,7 +359,7 @@ def decode_performative(
             raise DecodeError(f"unknown performative {descriptor!r}")
         at = pos
         values, pos = _read_list(body, pos)
-    except (IndexError, struct.error) as exc:
+    except (IndexError, struct.error, UnicodeDecodeError, RecursionError) as exc:
         raise DecodeError("truncated performative") from exc
     performative = cls(*decode_fields(cls, values))
     if isinstance(performative, Attach):
