@@ -47,6 +47,7 @@ __all__ = [
     "Transfer",
     "decode_performative",
     "encode_performative",
+    "read_transfer",
 ]
 
 _SYMBOLS = "symbols"
@@ -369,6 +370,75 @@ def decode_performative(
             source = replace(source, filter_types=filter_types)
             return replace(performative, source=source), pos
     return performative, pos
+
+
+_U32 = struct.Struct(">I").unpack_from
+
+
+def read_transfer(
+    body: bytes,
+) -> tuple[int, int | None, bytes | None, int | None, bool | None, bool | None, int] | None:
+    """The hot path's transfer (``0x00 0x53 0x14`` and a list8 of at most six fields:
+    handle, delivery-id, delivery-tag, message-format, settled, more), read field by field:
+    those six values and where the payload starts, each as :func:`decode_performative`
+    reads it. None for any other shape or any irregularity (a field of another type code,
+    a mandatory handle left null, a list whose size does not match): the general decoder
+    then reads it and raises its errors."""
+    if len(body) < 6 or body[0] != 0x00 or body[1] != 0x53 or body[2] != 0x14:
+        return None
+    if body[3] != 0xC0:
+        return None
+    end = 5 + body[4]
+    count = body[5]
+    if count < 1 or count > 6 or end > len(body):
+        return None
+    p = 6
+    values: list[Any] = [None, None, None, None, None, None]
+    try:
+        for index in range(count):
+            code = body[p]
+            if code == 0x40:  # null: every field but the handle may be
+                if index == 0:
+                    return None
+                p += 1
+                continue
+            if index == 2:  # delivery-tag: binary
+                if code != 0xA0:
+                    return None
+                size = body[p + 1]
+                start = p + 2
+                p = start + size
+                if p > end:
+                    return None
+                values[2] = body[start:p]
+            elif index < 4:  # handle, delivery-id, message-format: uint
+                if code == 0x43:
+                    values[index] = 0
+                    p += 1
+                elif code == 0x52:
+                    values[index] = body[p + 1]
+                    p += 2
+                elif code == 0x70:
+                    values[index] = _U32(body, p + 1)[0]
+                    p += 5
+                else:
+                    return None
+            elif code == 0x41:  # settled, more: bool
+                values[index] = True
+                p += 1
+            elif code == 0x42:
+                values[index] = False
+                p += 1
+            elif code == 0x56:  # a boolean with its byte: any but 0 is true
+                values[index] = body[p + 1] != 0
+                p += 2
+            else:
+                return None
+    except (IndexError, struct.error):
+        return None
+    if p != end:
+        return None
+    return values[0], values[1], values[2], values[3], values[4], values[5], end
 
 
 def _source_filter_types(body: bytes, at: int) -> Any:
