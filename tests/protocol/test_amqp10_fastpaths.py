@@ -27,6 +27,10 @@ def _general(body: bytes) -> tuple[Any, ...] | DecodeError:
         t, end = decode_performative(body, 0, PERFORMATIVES)
     except DecodeError as exc:
         return exc
+    except ValueError as exc:
+        # the general decoder's own refusal of, e.g., a char descriptor beyond U+10FFFF
+        # (chr() raises): whatever it refuses, the fast reader leaves to it
+        return DecodeError(str(exc))
     if not isinstance(t, Transfer):
         return DecodeError("not a transfer")
     return t, end
