@@ -226,7 +226,9 @@ class Connection(Endpoints):
     # ------------------------------------------------------------------- input
     def receive_data(self, data: bytes) -> None:
         """Buffer bytes from the peer. Nothing is parsed until :meth:`next_event`."""
-        if self._discard or self._state not in READING:
+        state = self._state
+        # (identity first: an enum's hash is a Python call in 3.11)
+        if self._discard or (state is not _OPEN and state not in READING):
             return
         if self._pos:
             self._in = self._in[self._pos :] + data
@@ -241,7 +243,7 @@ class Connection(Endpoints):
             return NEED_DATA
         try:
             while True:
-                if self._state in HEADER_STATES:
+                if self._state is not _OPEN and self._state in HEADER_STATES:
                     header_event = self._header()
                     if header_event is not None:
                         return header_event
@@ -251,7 +253,7 @@ class Connection(Endpoints):
                 if len(buf) - pos < 8:
                     return NEED_DATA
                 size, doff, frame_type, channel = unpack_head(buf, pos)
-                sasl = self._state in SASL_STATES
+                sasl = self._state is not _OPEN and self._state in SASL_STATES
                 if size < 8 or doff < 2 or doff * 4 > size:
                     raise ConnectionViolation(
                         Error(FRAMING_ERROR, f"malformed frame header (size {size}, doff {doff})"),
@@ -283,7 +285,7 @@ class Connection(Endpoints):
                 event = self._sasl_frame(body) if sasl else self._amqp_frame(channel, body)
                 if event is not None:
                     return event
-                if self._state not in READING:
+                if self._state is not _OPEN and self._state not in READING:
                     return NEED_DATA
         except ConnectionViolation as exc:
             return self._fail(exc.error, exc.broken, exc.silent)
