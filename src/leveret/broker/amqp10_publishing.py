@@ -263,7 +263,8 @@ class Publishing(Amqp10Base):
         time."""
         self.needs_sync = False
         for channel, session in self.sessions.items():
-            self.release_confirms(1 << 62, session)
+            if session.waiting:
+                self.release_confirms(1 << 62, session)
             ids, session.confirms = session.confirms, []
             self._accepted(channel, session, ids)
 
