@@ -384,61 +384,88 @@ def read_transfer(
     reads it. None for any other shape or any irregularity (a field of another type code,
     a mandatory handle left null, a list whose size does not match): the general decoder
     then reads it and raises its errors."""
-    if len(body) < 6 or body[0] != 0x00 or body[1] != 0x53 or body[2] != 0x14:
+    if body[:4] != _TRANSFER_LIST8:
         return None
-    if body[3] != 0xC0:
-        return None
-    end = 5 + body[4]
-    count = body[5]
-    if count < 1 or count > 6 or end > len(body):
-        return None
-    p = 6
-    values: list[Any] = [None, None, None, None, None, None]
     try:
-        for index in range(count):
+        end = 5 + body[4]
+        count = body[5]
+        if count < 1 or count > 6 or end > len(body):
+            return None
+        # (unrolled: one per published message. A field that runs past the list's end
+        # leaves p beyond it, and p only grows: the last check refuses it.)
+        code = body[6]
+        if code == 0x43:
+            handle, p = 0, 7
+        elif code == 0x52:
+            handle, p = body[7], 8
+        elif code == 0x70:
+            handle, p = _U32(body, 7)[0], 11
+        else:
+            return None  # a null handle too: the general decoder's error
+        delivery_id = tag = fmt = settled = more = None
+        if count > 1:
             code = body[p]
-            if code == 0x40:  # null: every field but the handle may be
-                if index == 0:
-                    return None
+            if code == 0x52:
+                delivery_id, p = body[p + 1], p + 2
+            elif code == 0x43:
+                delivery_id, p = 0, p + 1
+            elif code == 0x70:
+                delivery_id, p = _U32(body, p + 1)[0], p + 5
+            elif code == 0x40:
                 p += 1
-                continue
-            if index == 2:  # delivery-tag: binary
-                if code != 0xA0:
-                    return None
-                size = body[p + 1]
-                start = p + 2
-                p = start + size
-                if p > end:
-                    return None
-                values[2] = body[start:p]
-            elif index < 4:  # handle, delivery-id, message-format: uint
-                if code == 0x43:
-                    values[index] = 0
-                    p += 1
-                elif code == 0x52:
-                    values[index] = body[p + 1]
-                    p += 2
-                elif code == 0x70:
-                    values[index] = _U32(body, p + 1)[0]
-                    p += 5
-                else:
-                    return None
-            elif code == 0x41:  # settled, more: bool
-                values[index] = True
-                p += 1
-            elif code == 0x42:
-                values[index] = False
-                p += 1
-            elif code == 0x56:  # a boolean with its byte: any but 0 is true
-                values[index] = body[p + 1] != 0
-                p += 2
             else:
                 return None
-    except (IndexError, struct.error):
+        if count > 2:
+            code = body[p]
+            if code == 0xA0:
+                start = p + 2
+                p = start + body[p + 1]
+                tag = body[start:p]
+            elif code == 0x40:
+                p += 1
+            else:
+                return None
+        if count > 3:
+            code = body[p]
+            if code == 0x43:
+                fmt, p = 0, p + 1
+            elif code == 0x52:
+                fmt, p = body[p + 1], p + 2
+            elif code == 0x70:
+                fmt, p = _U32(body, p + 1)[0], p + 5
+            elif code == 0x40:
+                p += 1
+            else:
+                return None
+        if count > 4:
+            settled, p = _read_bool(body, p)
+            if count > 5:
+                more, p = _read_bool(body, p)
+    except (IndexError, struct.error, _NotFast):
         return None
     if p != end:
         return None
-    return values[0], values[1], values[2], values[3], values[4], values[5], end
+    return handle, delivery_id, tag, fmt, settled, more, end
+
+
+class _NotFast(Exception):
+    """A field read_transfer leaves to the general decoder."""
+
+
+def _read_bool(body: bytes, p: int) -> tuple[bool | None, int]:
+    code = body[p]
+    if code == 0x42:
+        return False, p + 1
+    if code == 0x41:
+        return True, p + 1
+    if code == 0x40:
+        return None, p + 1
+    if code == 0x56:  # a boolean with its byte: any but 0 is true
+        return body[p + 1] != 0, p + 2
+    raise _NotFast
+
+
+_TRANSFER_LIST8 = b"\x00\x53\x14\xc0"
 
 
 def _source_filter_types(body: bytes, at: int) -> Any:
