@@ -291,13 +291,18 @@ def parse(payload: bytes) -> Parsed:
         p.valid_user,
         p.app_id,
     )
-    got = _Prefix(
-        p.to, p.subject, ma.cc, ma.cc_error, p.user_id, mode == 2, properties,
-        ma.annotations, s.annotations_raw, s.bare_at, born,
-    )  # fmt: skip
-    if body_type is None:
+    if body_type is None and p.message_id is None and p.correlation_id is None:
+        # (a message-id or correlation-id differs message by message: not kept)
+        got = _Prefix(
+            p.to, p.subject, ma.cc, ma.cc_error, p.user_id, mode == 2, properties,
+            ma.annotations, s.annotations_raw, s.bare_at, born,
+        )  # fmt: skip
         _last = (payload[: s.body_at], got)
-    return got.parsed(payload, body)
+        return got.parsed(payload, body)
+    return Parsed(
+        p.to, p.subject, ma.cc, ma.cc_error, p.user_id, mode == 2, properties, body,
+        ma.annotations, s.annotations_raw, payload[s.bare_at :], born,
+    )  # fmt: skip
 
 
 # ------------------------------------------------------------ the 0-9-1 view
