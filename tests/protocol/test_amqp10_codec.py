@@ -7,6 +7,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -360,3 +361,19 @@ def test_a_settled_disposition_is_written_as_the_codec_writes_it(
     assert frames.settled_disposition_frame(
         channel, role, first, last, frames.OUTCOME_BYTES[outcome]
     ) == frames.performative_frame(channel, Disposition(role, first, last, True, state, None))
+
+
+def test_an_array_of_empty_elements_cannot_claim_more_than_its_bytes() -> None:
+    """0xF0 with a count of 2**32 - 1 nulls (constructor 0x40, elements of no bytes) in a
+    dozen bytes: refused as a decode error, never expanded (found by mutating transfers:
+    the broker ran out of memory); a char beyond U+10FFFF is a decode error too."""
+    from leveret.protocol.amqp10.types import DecodeError, decode
+
+    bomb = b"\xf0\x00\x00\x00\x05\xff\xff\xff\xff\x40"
+    with pytest.raises(DecodeError):
+        decode(bomb, 0)
+    assert decode(b"\xe0\x03\x02\x40", 0)[0] == ("array", [("null", None), ("null", None)])
+    with pytest.raises(DecodeError):
+        decode_plain(b"\x73\xff\xff\xff\xff", 0)
+    with pytest.raises(DecodeError):
+        decode_performative(b"\x00\x53\x14\xc0\x06\x01\xf0\x00\x00\x00\x05\xff\xff\xff\xff\x40")

@@ -208,13 +208,61 @@ class Parsed:
 
 
 # --------------------------------------------------------------------- parsing
+@dataclass(frozen=True, slots=True)
+class _Prefix:
+    """What a payload's sections before its body give :class:`Parsed` (all of it but the
+    body and the bare message), for a body of data sections."""
+
+    to: str | None
+    subject: str | None
+    cc: tuple[str, ...]
+    cc_error: Amqp10Error | None
+    user_id: bytes | None
+    durable: bool
+    properties: bytes
+    annotations: tuple[tuple[str, Value], ...]
+    annotations_raw: bytes
+    bare_at: int
+    header: tuple[bool, int | None, int | None]
+
+    def parsed(self, payload: bytes, body: bytes) -> Parsed:
+        return Parsed(
+            self.to, self.subject, self.cc, self.cc_error, self.user_id, self.durable,
+            self.properties, body, self.annotations, self.annotations_raw,
+            payload[self.bare_at :], self.header,
+        )  # fmt: skip
+
+
+# The last prefix parsed (its bytes up to the body, and what they give). Publishers
+# repeat their header, annotations and properties message after message: when a payload
+# starts with these bytes and its body starts right after them, parsing them again gives
+# the same (parse is a function of the bytes), so only the body is read.
+_last: tuple[bytes, _Prefix] | None = None
+
+
 def parse(payload: bytes) -> Parsed:
     """A transfer's payload (its sections, as bytes) read as RabbitMQ 4.2 reads it.
     Raises :class:`Amqp10Error`: decode-error "message has no body" (the link is
     detached), or for a section RabbitMQ cannot take an internal-error that ends the
     session."""
+    global _last
     if type(payload) is not bytes:
         payload = bytes(payload)
+    last = _last
+    if last is not None:
+        prefix, got = last
+        at = len(prefix)
+        # read_sections reads the same sections up to ``at`` and stops at a body there
+        if (
+            len(payload) > at + 2
+            and payload[at] == 0x00
+            and payload[at + 1] == 0x53
+            and payload[at + 2] in BODY
+            and payload.startswith(prefix)
+        ):
+            body, body_type = _body(payload, at, payload[at + 2])
+            if body_type is None:
+                return got.parsed(payload, body)
     s = read_sections(payload)
     if s.body_at < 0:
         raise Amqp10Error(defs.DECODE_ERROR, "message has no body")
@@ -243,20 +291,18 @@ def parse(payload: bytes) -> Parsed:
         p.valid_user,
         p.app_id,
     )
+    if body_type is None and p.message_id is None and p.correlation_id is None:
+        # (a message-id or correlation-id differs message by message: not kept)
+        got = _Prefix(
+            p.to, p.subject, ma.cc, ma.cc_error, p.user_id, mode == 2, properties,
+            ma.annotations, s.annotations_raw, s.bare_at, born,
+        )  # fmt: skip
+        _last = (payload[: s.body_at], got)
+        return got.parsed(payload, body)
     return Parsed(
-        to=p.to,
-        subject=p.subject,
-        cc=ma.cc,
-        cc_error=ma.cc_error,
-        user_id=p.user_id,
-        durable=mode == 2,
-        properties=properties,
-        body=body,
-        annotations=ma.annotations,
-        annotations_raw=s.annotations_raw,
-        bare=payload[s.bare_at :],
-        header=born,
-    )
+        p.to, p.subject, ma.cc, ma.cc_error, p.user_id, mode == 2, properties, body,
+        ma.annotations, s.annotations_raw, payload[s.bare_at :], born,
+    )  # fmt: skip
 
 
 # ------------------------------------------------------------ the 0-9-1 view

@@ -147,9 +147,11 @@ class Publishing(Amqp10Base):
         except _Unroutable as exc:
             return self._unroutable(session, link, e, exc.error, anonymous)
         assert self.user is not None
-        refused = user_id_error(parsed.user_id, self.user.name, "impersonator" in self.user.tags)
-        if refused is not None:
-            raise LinkError(refused.error)
+        if parsed.user_id is not None:
+            user = self.user
+            refused = user_id_error(parsed.user_id, user.name, "impersonator" in user.tags)
+            if refused is not None:
+                raise LinkError(refused.error)
         message: Message = parsed.message(exchange.name, key)
         if vhost.topic_permissions:
             try:
@@ -160,7 +162,11 @@ class Publishing(Amqp10Base):
         interceptors = vhost.interceptors
         if interceptors is not None:
             message = interceptors.intercept(message, vhost.node)
-        replied = exchange is vhost.default_exchange and _replies_to_someone(vhost, key)
+        replied = (
+            exchange is vhost.default_exchange
+            and key.startswith(REPLY_PREFIX)
+            and _replies_to_someone(vhost, key)
+        )
         try:
             result = vhost.publish_to(exchange, message, False)
         except AMQPError:  # a reply address this broker cannot decode: nobody's
@@ -257,7 +263,8 @@ class Publishing(Amqp10Base):
         time."""
         self.needs_sync = False
         for channel, session in self.sessions.items():
-            self.release_confirms(1 << 62, session)
+            if session.waiting:
+                self.release_confirms(1 << 62, session)
             ids, session.confirms = session.confirms, []
             self._accepted(channel, session, ids)
 

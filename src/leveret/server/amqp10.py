@@ -17,7 +17,7 @@ from leveret.protocol.amqp10 import definitions as d
 from leveret.protocol.amqp10.events import NeedData
 from leveret.protocol.amqp10.server import ServerConnection
 from leveret.protocol.amqp10.states import State
-from leveret.server.edge import OVER, Edge, address
+from leveret.server.edge import OVER, Edge, Phase, address
 from leveret.server.state import PLAIN_LISTENER, Listener, ServerState
 
 log = logging.getLogger(__name__)
@@ -89,7 +89,13 @@ class Amqp10Edge(Edge):
         conn = self.conn
         session = self.session
         flow = self.flow
-        while not (flow.held or flow.blocked or self.phase in OVER or self.silenced):
+        # (SERVING by identity first: an enum's hash is a Python call in 3.11)
+        while not (
+            flow.held
+            or flow.blocked
+            or (self.phase is not Phase.SERVING and self.phase in OVER)
+            or self.silenced
+        ):
             try:
                 event = conn.next_event()
             except Exception:

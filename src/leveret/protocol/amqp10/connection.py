@@ -59,6 +59,7 @@ from leveret.protocol.amqp10.performatives import (
     Open,
     Transfer,
     decode_performative,
+    read_transfer,
 )
 from leveret.protocol.amqp10.session import Link, LinkViolation, Session, SessionViolation
 from leveret.protocol.amqp10.states import (
@@ -225,7 +226,9 @@ class Connection(Endpoints):
     # ------------------------------------------------------------------- input
     def receive_data(self, data: bytes) -> None:
         """Buffer bytes from the peer. Nothing is parsed until :meth:`next_event`."""
-        if self._discard or self._state not in READING:
+        state = self._state
+        # (identity first: an enum's hash is a Python call in 3.11)
+        if self._discard or (state is not _OPEN and state not in READING):
             return
         if self._pos:
             self._in = self._in[self._pos :] + data
@@ -240,7 +243,7 @@ class Connection(Endpoints):
             return NEED_DATA
         try:
             while True:
-                if self._state in HEADER_STATES:
+                if self._state is not _OPEN and self._state in HEADER_STATES:
                     header_event = self._header()
                     if header_event is not None:
                         return header_event
@@ -250,7 +253,7 @@ class Connection(Endpoints):
                 if len(buf) - pos < 8:
                     return NEED_DATA
                 size, doff, frame_type, channel = unpack_head(buf, pos)
-                sasl = self._state in SASL_STATES
+                sasl = self._state is not _OPEN and self._state in SASL_STATES
                 if size < 8 or doff < 2 or doff * 4 > size:
                     raise ConnectionViolation(
                         Error(FRAMING_ERROR, f"malformed frame header (size {size}, doff {doff})"),
@@ -282,7 +285,7 @@ class Connection(Endpoints):
                 event = self._sasl_frame(body) if sasl else self._amqp_frame(channel, body)
                 if event is not None:
                     return event
-                if self._state not in READING:
+                if self._state is not _OPEN and self._state not in READING:
                     return NEED_DATA
         except ConnectionViolation as exc:
             return self._fail(exc.error, exc.broken, exc.silent)
@@ -356,7 +359,11 @@ class Connection(Endpoints):
                     self._flush(session)
                 return event
             if isinstance(performative, Transfer):
-                return self._transfer_fields(session, performative, body[_end:])
+                t = performative
+                return self._transfer_fields(
+                    session, t.handle, t.delivery_id, t.delivery_tag, t.message_format,
+                    t.settled, t.more, t, body[_end:],
+                )  # fmt: skip
             if isinstance(performative, Disposition):
                 return session.on_disposition(performative)
             assert isinstance(performative, Detach)
@@ -457,9 +464,18 @@ class Connection(Endpoints):
 
     # ------------------------------------------------------------ transfers in
     def _transfer(self, channel: int, body: bytes) -> Event | None:
-        """The hot path: a transfer frame, its performative read field by field."""
-        performative, end = decode_performative(body, 0, PERFORMATIVES)
-        assert isinstance(performative, Transfer)
+        """The hot path: a transfer frame, its performative read field by field
+        (:func:`read_transfer`; the general decoder for any other shape)."""
+        fast = read_transfer(body)
+        if fast is None:
+            t, end = decode_performative(body, 0, PERFORMATIVES)
+            assert isinstance(t, Transfer)
+            handle, delivery_id, tag = t.handle, t.delivery_id, t.delivery_tag
+            fmt, settled, more = t.message_format, t.settled, t.more
+            rest: Transfer | None = t
+        else:
+            handle, delivery_id, tag, fmt, settled, more, end = fast
+            rest = None
         if channel > self.channel_max:
             raise ConnectionViolation(
                 Error(
@@ -475,29 +491,40 @@ class Connection(Endpoints):
         if session.state is SessionState.END_SENT:
             return None
         try:
-            return self._transfer_fields(session, performative, body[end:])
+            return self._transfer_fields(
+                session, handle, delivery_id, tag, fmt, settled, more, rest, body[end:]
+            )
         except SessionViolation as exc:
             return SessionFailed(session.channel, exc.error)
         except LinkViolation as exc:
             return self._link_failed(session, exc)
 
-    def _transfer_fields(self, session: Session, t: Transfer, payload: bytes) -> Event | None:
+    def _transfer_fields(
+        self,
+        session: Session,
+        handle: int,
+        delivery_id: int | None,
+        tag: bytes | None,
+        fmt: int | None,
+        settled: bool | None,
+        more: bool | None,
+        rest: Transfer | None,
+        payload: bytes,
+    ) -> Event | None:
+        """A transfer's fields (``rest``: the whole performative, for the fields after
+        ``more``; None when it has none)."""
         session.on_transfer_frame()
-        link = session.remote_links.get(t.handle)
+        link = session.remote_links.get(handle)
         if link is None or not link.role:
-            raise SessionViolation(Error(UNATTACHED_HANDLE, f"Unknown link handle: {t.handle}"))
+            raise SessionViolation(Error(UNATTACHED_HANDLE, f"Unknown link handle: {handle}"))
         if link.state is not LinkState.ATTACHED:
             return None  # a detach is under way: what is in flight is dropped
+        if rest is None:
+            return session.on_transfer(
+                link, delivery_id, tag, fmt, settled, bool(more), None, None, False, False,
+                payload,
+            )  # fmt: skip
         return session.on_transfer(
-            link,
-            t.delivery_id,
-            t.delivery_tag,
-            t.message_format,
-            t.settled,
-            bool(t.more),
-            t.rcv_settle_mode,
-            t.state,
-            bool(t.aborted),
-            bool(t.batchable),
-            payload,
-        )
+            link, delivery_id, tag, fmt, settled, bool(more), rest.rcv_settle_mode,
+            rest.state, bool(rest.aborted), bool(rest.batchable), payload,
+        )  # fmt: skip

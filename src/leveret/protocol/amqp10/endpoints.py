@@ -279,7 +279,8 @@ class Endpoints:
     ) -> None:
         """Settle or update deliveries ``first``..``last`` (``role``: ours, True when we
         received them)."""
-        self.session(channel)
+        if channel not in self._sessions:
+            self.session(channel)  # raises
         last = None if last == first else last
         if settled and not batchable and (state is ACCEPTED or state is RELEASED):
             outcome = frames.OUTCOME_BYTES["accepted" if state is ACCEPTED else "released"]

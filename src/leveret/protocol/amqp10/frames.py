@@ -103,7 +103,13 @@ def settled_disposition_frame(
         _TRUE,
         outcome,
     ))  # fmt: skip
-    return frame(channel, _DISPOSITION_DESCRIPTOR + bytes((0xC0, len(body) + 1, 5)) + body)
+    # (frame() inlined: one per published message)
+    return (
+        pack_head(FRAME_HEADER_SIZE + 6 + len(body), 2, FRAME_AMQP, channel)
+        + _DISPOSITION_DESCRIPTOR
+        + bytes((0xC0, len(body) + 1, 5))
+        + body
+    )
 
 
 def transfer_fields(

@@ -47,6 +47,7 @@ __all__ = [
     "Transfer",
     "decode_performative",
     "encode_performative",
+    "read_transfer",
 ]
 
 _SYMBOLS = "symbols"
@@ -359,8 +360,12 @@ def decode_performative(
             raise DecodeError(f"unknown performative {descriptor!r}")
         at = pos
         values, pos = _read_list(body, pos)
-    except (IndexError, struct.error, UnicodeDecodeError, RecursionError) as exc:
+    except DecodeError:
+        raise
+    except (IndexError, struct.error, RecursionError) as exc:
         raise DecodeError("truncated performative") from exc
+    except ValueError as exc:  # text that is not UTF-8/ASCII, a char beyond U+10FFFF
+        raise DecodeError(f"malformed performative: {exc}") from exc
     performative = cls(*decode_fields(cls, values))
     if isinstance(performative, Attach):
         source = performative.source
@@ -369,6 +374,102 @@ def decode_performative(
             source = replace(source, filter_types=filter_types)
             return replace(performative, source=source), pos
     return performative, pos
+
+
+_U32 = struct.Struct(">I").unpack_from
+
+
+def read_transfer(
+    body: bytes,
+) -> tuple[int, int | None, bytes | None, int | None, bool | None, bool | None, int] | None:
+    """The hot path's transfer (``0x00 0x53 0x14`` and a list8 of at most six fields:
+    handle, delivery-id, delivery-tag, message-format, settled, more), read field by field:
+    those six values and where the payload starts, each as :func:`decode_performative`
+    reads it. None for any other shape or any irregularity (a field of another type code,
+    a mandatory handle left null, a list whose size does not match): the general decoder
+    then reads it and raises its errors."""
+    if body[:4] != _TRANSFER_LIST8:
+        return None
+    try:
+        end = 5 + body[4]
+        count = body[5]
+        if count < 1 or count > 6 or end > len(body):
+            return None
+        # (unrolled: one per published message. A field that runs past the list's end
+        # leaves p beyond it, and p only grows: the last check refuses it.)
+        code = body[6]
+        if code == 0x43:
+            handle, p = 0, 7
+        elif code == 0x52:
+            handle, p = body[7], 8
+        elif code == 0x70:
+            handle, p = _U32(body, 7)[0], 11
+        else:
+            return None  # a null handle too: the general decoder's error
+        delivery_id = tag = fmt = settled = more = None
+        if count > 1:
+            code = body[p]
+            if code == 0x52:
+                delivery_id, p = body[p + 1], p + 2
+            elif code == 0x43:
+                delivery_id, p = 0, p + 1
+            elif code == 0x70:
+                delivery_id, p = _U32(body, p + 1)[0], p + 5
+            elif code == 0x40:
+                p += 1
+            else:
+                return None
+        if count > 2:
+            code = body[p]
+            if code == 0xA0:
+                start = p + 2
+                p = start + body[p + 1]
+                tag = body[start:p]
+            elif code == 0x40:
+                p += 1
+            else:
+                return None
+        if count > 3:
+            code = body[p]
+            if code == 0x43:
+                fmt, p = 0, p + 1
+            elif code == 0x52:
+                fmt, p = body[p + 1], p + 2
+            elif code == 0x70:
+                fmt, p = _U32(body, p + 1)[0], p + 5
+            elif code == 0x40:
+                p += 1
+            else:
+                return None
+        if count > 4:
+            settled, p = _read_bool(body, p)
+            if count > 5:
+                more, p = _read_bool(body, p)
+    except (IndexError, struct.error, _NotFast):
+        return None
+    if p != end:
+        return None
+    return handle, delivery_id, tag, fmt, settled, more, end
+
+
+class _NotFast(Exception):
+    """A field read_transfer leaves to the general decoder."""
+
+
+def _read_bool(body: bytes, p: int) -> tuple[bool | None, int]:
+    code = body[p]
+    if code == 0x42:
+        return False, p + 1
+    if code == 0x41:
+        return True, p + 1
+    if code == 0x40:
+        return None, p + 1
+    if code == 0x56:  # a boolean with its byte: any but 0 is true
+        return body[p + 1] != 0, p + 2
+    raise _NotFast
+
+
+_TRANSFER_LIST8 = b"\x00\x53\x14\xc0"
 
 
 def _source_filter_types(body: bytes, at: int) -> Any:

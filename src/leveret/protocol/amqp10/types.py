@@ -204,7 +204,12 @@ def _decode(data: bytes | memoryview, pos: int, code: int | None) -> tuple[Value
             array_descriptor, pos = _decode(data, pos, None)
             element = data[pos]
             pos += 1
-        if count > len(data) - pos + (count if element in _ZERO_WIDTH else 0):
+        if element in _ZERO_WIDTH:
+            # elements that take no bytes: a few bytes could claim 2**32 of them, so no
+            # more than the data has bytes (a bomb refused, never expanded)
+            if count > len(data):
+                raise DecodeError(f"an array of {count} elements in {len(data)} bytes")
+        elif count > len(data) - pos:
             raise DecodeError("truncated AMQP 1.0 value")
         items = []
         for _ in range(count):
@@ -490,7 +495,17 @@ for _code, (_name, _s) in _FIXED.items():
     if _name not in ("timestamp", "char"):
         _READERS[_code] = _fixed_reader(_s)
 _READERS[0x83] = _read_timestamp
-_READERS[0x73] = lambda data, pos: (chr(_unpack_u32(data, pos)[0]), pos + 4)
+
+
+def _read_char(data: Any, pos: int) -> tuple[str, int]:
+    """A char: a UTF-32 code point (one that is not is a decode error, not chr's)."""
+    (point,) = _unpack_u32(data, pos)
+    if point > 0x10FFFF:
+        raise DecodeError(f"char {point:#x} is not a Unicode code point")
+    return chr(point), pos + 4
+
+
+_READERS[0x73] = _read_char
 _READERS[0x40] = lambda data, pos: (None, pos)
 _READERS[0x41] = lambda data, pos: (True, pos)
 _READERS[0x42] = lambda data, pos: (False, pos)
@@ -535,6 +550,8 @@ def _untag(value: Value) -> Any:
     if kind in ("decimal32", "decimal64", "decimal128"):
         return Typed(kind, v)
     if kind == "char":
+        if not 0 <= v <= 0x10FFFF:
+            raise DecodeError(f"char {v:#x} is not a Unicode code point")
         return chr(v)
     if kind == "list":
         return [_untag(item) for item in v]
