@@ -30,6 +30,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from leveret.broker.amqp10_filter_msg import PROPERTY_FIELDS
+
 SQL_FILTER = "amqp:sql-filter"
 SQL_FILTER_CODE = 0x120
 FILTER_NAME = "sql-filter"
@@ -61,23 +63,7 @@ _KEYWORDS = frozenset(
     ]
 )
 _HEADER_FIELDS = {"priority": "priority"}
-_PROPERTY_FIELDS = frozenset(
-    [
-        "message_id",
-        "user_id",
-        "to",
-        "subject",
-        "reply_to",
-        "correlation_id",
-        "content_type",
-        "content_encoding",
-        "absolute_expiry_time",
-        "creation_time",
-        "group_id",
-        "group_sequence",
-        "reply_to_group_id",
-    ]
-)
+_PROPERTY_FIELDS = frozenset(PROPERTY_FIELDS)  # the properties' fields, by 4.2's names
 
 # The lexer's rules in leex's order: the longest match wins, the first rule of equal ones.
 _RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
