@@ -48,6 +48,7 @@ from leveret.logs.amqp import (
     Urls,
     describe,
     parameters,
+    redact,
     shown,
     split_urls,
 )
@@ -78,6 +79,7 @@ class PublisherStats:
     reconnects: int
     last_error: str | None
     unconfirmed: int = 0  # in flight on a node that went away, not sent again
+    node: str | None = None  # the URL it is connected to (password hidden), if it is
 
 
 class Publisher:
@@ -243,6 +245,7 @@ class Publisher:
                 reconnects=self._reconnects,
                 last_error=str(self._last_error) if self._last_error else None,
                 unconfirmed=self._unconfirmed,
+                node=redact(self.url) if self._connected else None,
             )
 
     def _shown(self) -> str:

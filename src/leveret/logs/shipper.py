@@ -303,6 +303,7 @@ class ShipperClient:
             reconnects=s["reconnects"],
             last_error=s["last_error"],
             unconfirmed=s.get("unconfirmed", 0),
+            node=s.get("node"),
         )
 
     @property
