@@ -143,6 +143,9 @@ class LeveretOnly:
     prepare: Callable[[Path], list[str]] | None = None
     # seconds for all the examples together: those it leaves no time for fail, not run
     examples_budget: float = 600.0
+    # The library is the tree's own package, which the tests import from the tree's root
+    # (as a CI that does not install it): no sdist is installed.
+    from_tree: bool = False
 
 
 def renew_if_expired(cert_path: Path, ca_cert: Path, ca_key: Path, days: int = 30) -> bool:
