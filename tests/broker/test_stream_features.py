@@ -13,6 +13,7 @@ from collections.abc import Iterator
 import pytest
 
 import leveret
+from leveret.broker import stream_features
 from leveret.broker.stream_features import COMMAND_VERSIONS
 from leveret.protocol.stream import chunk
 from leveret.protocol.stream import events as ev
@@ -325,6 +326,33 @@ def test_a_closed_connection_hands_over_its_active_consumer(b42: leveret.Broker)
         assert _answer(b) == 1  # NONE: from its own offset specification, first
         assert bodies(delivered(b)) == [b"m0"]
     finally:
+        b.close()
+
+
+def test_a_consumer_update_left_unanswered_ends_its_connection(
+    b42: leveret.Broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """rabbit_stream_reader v4.2.9 (check_outstanding_requests): a ConsumerUpdate without
+    an answer past request_timeout (60 s; shortened here) ends the connection without a
+    Close frame, and the group's next consumer takes over."""
+    monkeypatch.setattr(stream_features, "REQUEST_TIMEOUT", 0.3)
+    a, b = connect(b42), connect(b42)
+    try:
+        stream = new_stream(a)
+        publish(a, stream, [(b"m0", None)])
+        assert _sac(a, 1, stream, "app") == Code.OK
+        a.reply(ev.ConsumerUpdate, timeout=5)  # never answered
+        assert _sac(b, 1, stream, "app") == Code.OK
+        assert b.whole_frame(0.1) is None  # waiting
+        with pytest.raises(EOFError):  # closed, no Close frame first
+            while True:
+                got = a.frame(5)
+                assert got is not None, "not closed"
+                assert got[0] != Key.CLOSE
+        assert _answer(b) == 1
+        assert bodies(delivered(b)) == [b"m0"]
+    finally:
+        a.close()
         b.close()
 
 

@@ -131,6 +131,8 @@ class StreamFeatures:
     deliver_version: int
     v313: bool
     _next_request: int
+    _requests_timer: bool
+    closed: bool
 
     if TYPE_CHECKING:  # the session's own, which these handlers use
 
@@ -285,6 +287,32 @@ class StreamFeatures:
             time.monotonic(),
         )  # fmt: skip
         self.output.send(encode.consumer_update(cid, sub.id, notice.active))
+        self._watch_requests()
+
+    def _watch_requests(self) -> None:
+        """RabbitMQ's outstanding-requests timer (rabbit_stream_reader v4.2.9,
+        ensure_outstanding_requests_timer): armed while a ConsumerUpdate awaits its
+        answer, for the request timeout."""
+        if self._requests_timer or not self.requests or self.closed:
+            return
+        self._requests_timer = True
+        self.output.later(REQUEST_TIMEOUT, self._check_requests)
+
+    def _check_requests(self) -> None:
+        """The timer fired (check_outstanding_requests): a request older than the
+        timeout ends the connection, without a Close frame; else the timer is armed again
+        while requests remain."""
+        self._requests_timer = False
+        if self.closed:
+            return
+        overdue = self.overdue_requests()
+        if overdue:
+            self.output.force_close(
+                f"client did not respond within {REQUEST_TIMEOUT * 1000:.0f}ms to "
+                f"{overdue} RPC request(s)"
+            )
+            return
+        self._watch_requests()
 
     def _consumer_update_response(self, e: ev.ConsumerUpdateResponse) -> None:
         if e.code != Code.OK:
@@ -337,10 +365,10 @@ class StreamFeatures:
         sub.active = active
         return notices
 
-    def overdue_requests(self, now: float | None = None) -> bool:
-        """Whether a ConsumerUpdate has gone unanswered past the request timeout."""
+    def overdue_requests(self, now: float | None = None) -> int:
+        """How many ConsumerUpdates have gone unanswered past the request timeout."""
         now = time.monotonic() if now is None else now
-        return any(now - p.sent > REQUEST_TIMEOUT for p in self.requests.values())
+        return sum(now - p.sent > REQUEST_TIMEOUT for p in self.requests.values())
 
 
 _REFUSAL_CODES = {

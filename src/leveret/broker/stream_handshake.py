@@ -49,6 +49,10 @@ class StreamEdge(Protocol):
 
     def start_heartbeats(self, interval: int) -> None: ...
 
+    def later(self, delay: float, callback: Callable[[], None]) -> None:
+        """Run ``callback`` after ``delay`` seconds."""
+        ...
+
     def opened(self) -> None:
         """The open response went out: the handshake's clock stops."""
         ...

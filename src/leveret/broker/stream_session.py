@@ -146,6 +146,7 @@ class StreamSession(StreamFeatures, StreamHandshake):
         self.deliver_version = 1  # 2 once the client says it takes it
         self.requests = {}  # the ConsumerUpdates sent, by correlation id
         self._next_request = 0
+        self._requests_timer = False  # armed while a ConsumerUpdate awaits its answer
 
     @property
     def mechanisms(self) -> tuple[str, ...]:

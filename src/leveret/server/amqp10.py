@@ -62,9 +62,6 @@ class Amqp10Edge(Edge):
         self.flush()
         self.loop.call_soon(callback)
 
-    def later(self, delay: float, callback: Callable[[], None]) -> None:
-        self.loop.call_later(delay, callback)
-
     def close_silently(self, delay: float) -> None:
         self.silenced = True
         self.set_timer(delay, self.drop)

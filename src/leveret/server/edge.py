@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from enum import Enum, auto
 from functools import partial
 from typing import Any, ClassVar, Protocol
@@ -257,6 +258,10 @@ class Edge(asyncio.Protocol):
         self.listener.slots.active += 1
         self.state.connections.add(self)
         self.set_timer(self.state.limits.handshake_timeout, self._handshake_timeout)
+
+    def later(self, delay: float, callback: Callable[[], None]) -> None:
+        """Run ``callback`` on the loop after ``delay`` seconds (a session's own timers)."""
+        self.loop.call_later(delay, callback)
 
     def set_timer(self, delay: float, callback: Any) -> None:
         if self._timer is not None:
