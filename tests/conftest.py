@@ -62,11 +62,17 @@ SLOW_FIXTURES = frozenset({"rabbitmq", "leveret", "fresh_leveret", "broker", "ve
 _SUITE = (
     "tests/conformance/test_client_suites.py::test_client_suite_passes_on_leveret_as_on_rabbitmq"
 )
+_ALONE = (
+    "tests/conformance/test_client_suites.py::test_client_suite_fails_on_leveret_only_as_listed"
+)
+
 LONG_FIRST = (
     # The client suites mostly wait on their brokers; the Spark, cluster and install tests
     # keep both cores busy. Alternated, so that each long wait runs beside long work.
     f"{_SUITE}[aiormq]",
     "tests/spark/test_rabbitmq_cluster.py",
+    # RabbitMQ's official AMQP 1.0 client: the longest under CI (377 s in the last run)
+    f"{_ALONE}[amqp-python-client]",
     f"{_SUITE}[aio-pika:proxy]",
     "tests/spark/test_ingest.py::test_stream_ingest_is_exactly_once",
     f"{_SUITE}[aio-pika:rest]",
@@ -75,6 +81,7 @@ LONG_FIRST = (
     "tests/e2e/test_up.py",
     f"{_SUITE}[faststream]",
     "tests/spark/test_report.py",
+    f"{_ALONE}[rstream]",  # ~170 s
     # the pipeline's documented examples: an ingest, a report and a Spark read (~1.5 min)
     "tests/docs/test_examples.py::test_the_examples_run_as_written[docs/pipeline.md]",
     "tests/conformance/",
