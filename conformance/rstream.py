@@ -82,9 +82,12 @@ FRAME_TOO_LARGE = (
     "mode; the RabbitMQ 3.13.1 of rstream's CI did not check"
 )
 FILTER_ENCODING = (
-    "rstream 0.20.8 encodes an AMQP message with a str body and a two-digit application "
-    'property value wrongly: its own amqp_decoder fails on its own bytes from "id": "10" '
-    "on, on any broker (the chunks Leveret delivers hold the bytes the client sent)"
+    "rstream 0.20.8 encodes an AMQP message with a str body wrongly (any broker): its own "
+    'amqp_decoder returns another body, and fails from application property "id": "10" on, '
+    "which ends the client's reading of a chunk at its 11th message; the test then finds one "
+    'id "1" per chunk and waits for 10, one per Publish frame. Its 10 frames are sent without '
+    "waiting, and Leveret makes one chunk of the frames it reads at once, as osiris's writer "
+    "makes one of the messages waiting for it: 3 chunks here"
 )
 CHUNKING = (
     "counts the chunks the broker made of one Publish frame of 4,999 messages: Leveret "
