@@ -24,6 +24,7 @@ from leveret.protocol.amqp10.definitions import (
     FRAMING_ERROR,
     HANDLE_IN_USE,
     ILLEGAL_STATE,
+    NOT_ALLOWED,
     UNATTACHED_HANDLE,
     Error,
 )
@@ -312,8 +313,31 @@ class Connection(Endpoints):
         """A protocol header, when 8 bytes are buffered."""
         raise NotImplementedError
 
+    def _take_header(self) -> bytes | None:
+        """The 8 bytes of a protocol header, taken from the input once all are there."""
+        pos = self._pos
+        if len(self._in) - pos < frames.HEADER_SIZE:
+            return None
+        self._pos = pos + frames.HEADER_SIZE
+        return self._in[pos : self._pos]
+
+    def _bad_header(self) -> None:
+        """A header this role does not take: nothing more is read."""
+        self._move(Trigger.RECV_BAD_HEADER)
+        self._discard = True
+
     def _sasl_frame(self, body: bytes) -> Event | None:
         raise NotImplementedError
+
+    @staticmethod
+    def _unexpected_sasl(performative: Any) -> ConnectionViolation:
+        """A SASL frame out of turn: RabbitMQ's reader dies on it, the socket just
+        closes."""
+        return ConnectionViolation(
+            Error(NOT_ALLOWED, f"unexpected SASL frame {type(performative).__name__}"),
+            broken=True,
+            silent=True,
+        )
 
     def _amqp_frame(self, channel: int, body: bytes) -> Event | None:
         if body[:3] == _TRANSFER and self._state is _OPEN:
