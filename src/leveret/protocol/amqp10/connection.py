@@ -148,17 +148,6 @@ class Connection(Endpoints):
             self._pos = 0
 
     # ------------------------------------------------------------------ output
-    def data_to_send(self) -> bytes:
-        out = self._out
-        if not out:
-            return b""
-        data = b"".join(out)
-        out.clear()
-        return data
-
-    def has_output(self) -> bool:
-        return bool(self._out)
-
     def send_amqp_header(self) -> None:
         """``AMQP 0 1 0 0``: the server's answer to the client's, or the client's after
         a successful SASL outcome."""
@@ -329,6 +318,14 @@ class Connection(Endpoints):
     def _sasl_frame(self, body: bytes) -> Event | None:
         raise NotImplementedError
 
+    def _channel_beyond_max(self, channel: int) -> ConnectionViolation:
+        return ConnectionViolation(
+            Error(
+                FRAMING_ERROR,
+                f"channel number ({channel}) exceeds maximum channel number ({self.channel_max})",
+            )
+        )
+
     @staticmethod
     def _unexpected_sasl(performative: Any) -> ConnectionViolation:
         """A SASL frame out of turn: RabbitMQ's reader dies on it, the socket just
@@ -357,13 +354,7 @@ class Connection(Endpoints):
                 Error(ILLEGAL_STATE, f"{type(performative).__name__.lower()} before open")
             )
         if channel > self.channel_max:
-            raise ConnectionViolation(
-                Error(
-                    FRAMING_ERROR,
-                    f"channel number ({channel}) exceeds maximum channel number "
-                    f"({self.channel_max})",
-                )
-            )
+            raise self._channel_beyond_max(channel)
         if isinstance(performative, Begin):
             return self._begin_received(channel, performative)
         local = self._remote_channels.get(channel)
@@ -501,13 +492,7 @@ class Connection(Endpoints):
             handle, delivery_id, tag, fmt, settled, more, end = fast
             rest = None
         if channel > self.channel_max:
-            raise ConnectionViolation(
-                Error(
-                    FRAMING_ERROR,
-                    f"channel number ({channel}) exceeds maximum channel number "
-                    f"({self.channel_max})",
-                )
-            )
+            raise self._channel_beyond_max(channel)
         local = self._remote_channels.get(channel)
         if local is None:
             return None

@@ -22,6 +22,7 @@ from leveret.protocol.amqp10.states import (
     SessionState,
     SessionTrigger,
 )
+from leveret.protocol.sansio import Output
 
 __all__ = ["AttachOptions", "BeginOptions", "Endpoints"]
 
@@ -52,7 +53,7 @@ class AttachOptions(TypedDict, total=False):
     properties: dict[Any, Any] | None
 
 
-class Endpoints:
+class Endpoints(Output):
     """Sessions and links: their commands and the state they keep."""
 
     def __init__(self, window_margin: int = 0) -> None:
