@@ -79,6 +79,7 @@ from leveret.protocol.amqp10.states import (
     Trigger,
 )
 from leveret.protocol.amqp10.types import DecodeError
+from leveret.protocol.sansio import Input
 
 __all__ = ["Connection", "ConnectionViolation"]
 
@@ -98,7 +99,7 @@ class ConnectionViolation(Exception):
         self.silent = silent  # RabbitMQ closes the socket without a close frame
 
 
-class Connection(Endpoints):
+class Connection(Endpoints, Input):
     """The parts of an AMQP 1.0 connection both roles share."""
 
     TRANSITIONS: dict[State, dict[Trigger, State]]
@@ -220,11 +221,7 @@ class Connection(Endpoints):
         # (identity first: an enum's hash is a Python call in 3.11)
         if self._discard or (state is not _OPEN and state not in READING):
             return
-        if self._pos:
-            self._in = self._in[self._pos :] + data
-            self._pos = 0
-        else:
-            self._in += data
+        self._buffer(data)
 
     def next_event(self) -> Event | NeedData:
         """The next complete event, or NEED_DATA."""
