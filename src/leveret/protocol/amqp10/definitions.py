@@ -3,11 +3,15 @@ outcomes, and the source and target termini; the error conditions; the enumerati
 (role, settle modes, terminus durability and expiry) and the field codec every composite
 type shares.
 
-A composite is a frozen dataclass with a ``DESCRIPTOR`` code and ``FIELDS``, the wire
-type of each field in order. :func:`encode_composite` writes it as a described list with
-its trailing nulls left off (as RabbitMQ and Proton do); :func:`decode_fields` checks and
-converts a decoded list, field by field, and raises :class:`DecodeError` on a wrong type or
-a missing mandatory field.
+A composite (or a performative) is one table: a class made by :func:`composite` with its
+descriptor code and name, whose annotated fields, in order, are its list. An annotation
+names the field's wire type (``Uint``, ``Sym``, ``Symbols`` ...; ``| None``: the field
+may be null, otherwise it is mandatory) and its default is the field's. From them the
+decorator derives ``FIELDS`` (name and wire type of each) and ``MANDATORY``, which one
+codec serves: :func:`encode_composite` writes a described list with its trailing nulls
+left off (as RabbitMQ and Proton do); :func:`decode_fields` checks and converts a decoded
+list, field by field, and raises :class:`DecodeError` on a wrong type or a missing
+mandatory field.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """AMQP 1.0 performatives (open, begin, attach, flow, transfer, disposition, detach, end,
-close) and SASL frames' bodies (mechanisms, init, challenge, response, outcome), as frozen
-dataclasses with their codec.
+close) and SASL frames' bodies (mechanisms, init, challenge, response, outcome): one table
+each (see :func:`~leveret.protocol.amqp10.definitions.composite`), one codec for all, and
+the transfer's fast path (:func:`read_transfer`).
 
 :func:`decode_performative` reads a frame body: the described performative and, after it,
 where the payload starts (a transfer's message bytes). Field types are checked; a wrong
