@@ -45,6 +45,7 @@ from leveret.protocol.events import (
     UnsupportedProtocol,
     UpdateSecretReceived,
 )
+from leveret.protocol.sansio import Input, Output
 from leveret.protocol.spec import BASIC as _BASIC
 from leveret.protocol.spec import FRAME_BODY as _BODY
 from leveret.protocol.spec import FRAME_END as _END
@@ -221,7 +222,7 @@ def _unknown_frame(frame_type: int, payload: bytes) -> _Broken:
     return _Broken(errors.frame_error(frame_text(frame_type, payload, "unknown_frame")))
 
 
-class ServerConnection:
+class ServerConnection(Input, Output):
     """One AMQP connection, seen from the broker."""
 
     def __init__(
@@ -297,17 +298,6 @@ class ServerConnection:
         return self._channels.get(channel)
 
     # ------------------------------------------------------------------ output
-    def data_to_send(self) -> bytes:
-        out = self._out
-        if not out:
-            return b""
-        data = b"".join(out)
-        out.clear()
-        return data
-
-    def has_output(self) -> bool:
-        return bool(self._out)
-
     def send_protocol_header(self) -> None:
         """Answer a header of another protocol with ours; the connection is over."""
         self._move(Trigger.SEND_PROTOCOL_HEADER)
@@ -518,11 +508,7 @@ class ServerConnection:
         """Buffer bytes from the peer. Nothing is parsed until :meth:`next_event`."""
         if self._discard or self._state not in READING:
             return  # after the end, or after a broken stream: read and dropped
-        if self._pos:
-            self._in = self._in[self._pos :] + data
-            self._pos = 0
-        else:
-            self._in += data
+        self._buffer(data)
 
     def next_event(self) -> Event | NeedData:
         """The next complete event, or NEED_DATA."""

@@ -9,19 +9,9 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from leveret.protocol.errors import AMQPError
+from leveret.protocol.sansio import NEED_DATA as NEED_DATA
+from leveret.protocol.sansio import NeedData as NeedData
 from leveret.protocol.spec import Method
-
-
-class NeedData:
-    """No complete event is buffered: feed more bytes."""
-
-    __slots__ = ()
-
-    def __repr__(self) -> str:
-        return "NEED_DATA"
-
-
-NEED_DATA = NeedData()
 
 
 @dataclass(frozen=True, slots=True)

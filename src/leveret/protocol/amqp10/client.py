@@ -6,11 +6,12 @@ memory, without sockets.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Unpack
 
 from leveret.protocol.amqp10 import frames
 from leveret.protocol.amqp10.connection import Connection, ConnectionViolation
-from leveret.protocol.amqp10.definitions import FRAMING_ERROR, NOT_ALLOWED, Error, SaslCode
+from leveret.protocol.amqp10.definitions import FRAMING_ERROR, Error, SaslCode
+from leveret.protocol.amqp10.endpoints import AttachOptions, BeginOptions
 from leveret.protocol.amqp10.events import (
     NEED_DATA,
     AmqpHeaderReceived,
@@ -22,7 +23,7 @@ from leveret.protocol.amqp10.events import (
     SaslOutcomeReceived,
     UnsupportedProtocol,
 )
-from leveret.protocol.amqp10.frames import FRAME_SASL, UINT_MAX, performative_frame
+from leveret.protocol.amqp10.frames import FRAME_SASL, performative_frame
 from leveret.protocol.amqp10.performatives import (
     SASL_FRAMES,
     Attach,
@@ -78,18 +79,14 @@ class ClientConnection(Connection):
         self._out.append(performative_frame(0, SaslResponse(response), FRAME_SASL))
 
     def _header(self) -> Event | NeedData | None:
-        buf = self._in
-        pos = self._pos
-        if len(buf) - pos < frames.HEADER_SIZE:
+        header = self._take_header()
+        if header is None:
             return NEED_DATA
-        header = buf[pos : pos + frames.HEADER_SIZE]
-        self._pos = pos + frames.HEADER_SIZE
         expected = (
             frames.SASL_HEADER if self._state is State.AWAIT_SASL_HEADER else frames.AMQP_HEADER
         )
         if header != expected:
-            self._move(Trigger.RECV_BAD_HEADER)
-            self._discard = True
+            self._bad_header()
             return UnsupportedProtocol(header)
         if expected is frames.SASL_HEADER:
             self._move(Trigger.RECV_SASL_HEADER)
@@ -111,50 +108,17 @@ class ClientConnection(Connection):
                 ok = performative.code == SaslCode.OK
                 self._move(Trigger.RECV_OUTCOME_OK if ok else Trigger.RECV_OUTCOME_FAILED)
                 return SaslOutcomeReceived(performative.code, performative.additional_data)
-        raise ConnectionViolation(
-            Error(NOT_ALLOWED, f"unexpected SASL frame {type(performative).__name__}"),
-            broken=True,
-            silent=True,
-        )
+        raise self._unexpected_sasl(performative)
 
     # ---------------------------------------------------------------- sessions
-    def send_begin(
-        self,
-        *,
-        incoming_window: int,
-        outgoing_window: int = UINT_MAX,
-        handle_max: int | None = None,
-        next_outgoing_id: int = 0,
-        offered_capabilities: tuple[str, ...] | None = None,
-        desired_capabilities: tuple[str, ...] | None = None,
-        properties: dict[Any, Any] | None = None,
-    ) -> int:
+    def send_begin(self, *, incoming_window: int, **options: Unpack[BeginOptions]) -> int:
         """Begin a session on the lowest free channel, and return it."""
         limit = min(self.remote_channel_max, self.channel_max)
         channel = next((c for c in range(limit + 1) if c not in self._sessions), None)
         if channel is None:
             raise LocalProtocolError("every channel is taken")
-        session = self._new_session(channel, SessionState.BEGIN_SENT)
-        session.state = SessionState.BEGIN_SENT
         # (the table's first move, from a free channel, is SEND_BEGIN -> BEGIN_SENT)
-        session.incoming_window = incoming_window
-        session.outgoing_window = outgoing_window
-        session.next_outgoing_id = next_outgoing_id
-        if handle_max is not None:
-            session.handle_max = handle_max
-        self._frame(
-            channel,
-            Begin(
-                None,
-                next_outgoing_id,
-                incoming_window,
-                outgoing_window,
-                handle_max,
-                offered_capabilities,
-                desired_capabilities,
-                properties,
-            ),
-        )
+        self._begin(self._new_session(channel, SessionState.BEGIN_SENT), incoming_window, options)
         return channel
 
     def _begin_received(self, channel: int, begin: Begin) -> Event | None:
@@ -169,20 +133,7 @@ class ClientConnection(Connection):
 
     # ------------------------------------------------------------------- links
     def send_attach(
-        self,
-        channel: int,
-        *,
-        name: str,
-        role: bool,
-        source: Any = None,
-        target: Any = None,
-        snd_settle_mode: int | None = None,
-        rcv_settle_mode: int | None = None,
-        initial_delivery_count: int | None = None,
-        max_message_size: int | None = None,
-        offered_capabilities: tuple[str, ...] | None = None,
-        desired_capabilities: tuple[str, ...] | None = None,
-        properties: dict[Any, Any] | None = None,
+        self, channel: int, *, name: str, role: bool, **options: Unpack[AttachOptions]
     ) -> int:
         """Attach a link (``role``: False sends, True receives) on the lowest free
         handle, and return it."""
@@ -191,35 +142,10 @@ class ClientConnection(Connection):
         handle = next((h for h in range(limit + 1) if h not in session.links), None)
         if handle is None:
             raise LocalProtocolError("every handle is taken")
+        # (the table's first move, from a free handle, is SEND_ATTACH -> ATTACH_SENT)
         link = Link(name, handle, role, LinkState.ATTACH_SENT)
         session.links[handle] = link
-        link.state = LinkState.ATTACH_SENT
-        if not role:
-            count = initial_delivery_count or 0
-            link.delivery_count = link.initial_delivery_count = count
-        if snd_settle_mode is not None:
-            link.snd_settle_mode = snd_settle_mode
-        if rcv_settle_mode is not None:
-            link.rcv_settle_mode = rcv_settle_mode
-        self._frame(
-            channel,
-            Attach(
-                name,
-                handle,
-                role,
-                snd_settle_mode,
-                rcv_settle_mode,
-                source,
-                target,
-                None,
-                None,
-                initial_delivery_count if not role else None,
-                max_message_size,
-                offered_capabilities,
-                desired_capabilities,
-                properties,
-            ),
-        )
+        self._attach(session, link, options)
         return handle
 
     def _link_for_attach(self, session: Session, attach: Attach) -> Link | None:

@@ -24,6 +24,7 @@ from leveret.protocol.amqp10.definitions import (
     FRAMING_ERROR,
     HANDLE_IN_USE,
     ILLEGAL_STATE,
+    NOT_ALLOWED,
     UNATTACHED_HANDLE,
     Error,
 )
@@ -78,6 +79,7 @@ from leveret.protocol.amqp10.states import (
     Trigger,
 )
 from leveret.protocol.amqp10.types import DecodeError
+from leveret.protocol.sansio import Input
 
 __all__ = ["Connection", "ConnectionViolation"]
 
@@ -97,7 +99,7 @@ class ConnectionViolation(Exception):
         self.silent = silent  # RabbitMQ closes the socket without a close frame
 
 
-class Connection(Endpoints):
+class Connection(Endpoints, Input):
     """The parts of an AMQP 1.0 connection both roles share."""
 
     TRANSITIONS: dict[State, dict[Trigger, State]]
@@ -147,17 +149,6 @@ class Connection(Endpoints):
             self._pos = 0
 
     # ------------------------------------------------------------------ output
-    def data_to_send(self) -> bytes:
-        out = self._out
-        if not out:
-            return b""
-        data = b"".join(out)
-        out.clear()
-        return data
-
-    def has_output(self) -> bool:
-        return bool(self._out)
-
     def send_amqp_header(self) -> None:
         """``AMQP 0 1 0 0``: the server's answer to the client's, or the client's after
         a successful SASL outcome."""
@@ -230,11 +221,7 @@ class Connection(Endpoints):
         # (identity first: an enum's hash is a Python call in 3.11)
         if self._discard or (state is not _OPEN and state not in READING):
             return
-        if self._pos:
-            self._in = self._in[self._pos :] + data
-            self._pos = 0
-        else:
-            self._in += data
+        self._buffer(data)
 
     def next_event(self) -> Event | NeedData:
         """The next complete event, or NEED_DATA."""
@@ -312,8 +299,39 @@ class Connection(Endpoints):
         """A protocol header, when 8 bytes are buffered."""
         raise NotImplementedError
 
+    def _take_header(self) -> bytes | None:
+        """The 8 bytes of a protocol header, taken from the input once all are there."""
+        pos = self._pos
+        if len(self._in) - pos < frames.HEADER_SIZE:
+            return None
+        self._pos = pos + frames.HEADER_SIZE
+        return self._in[pos : self._pos]
+
+    def _bad_header(self) -> None:
+        """A header this role does not take: nothing more is read."""
+        self._move(Trigger.RECV_BAD_HEADER)
+        self._discard = True
+
     def _sasl_frame(self, body: bytes) -> Event | None:
         raise NotImplementedError
+
+    def _channel_beyond_max(self, channel: int) -> ConnectionViolation:
+        return ConnectionViolation(
+            Error(
+                FRAMING_ERROR,
+                f"channel number ({channel}) exceeds maximum channel number ({self.channel_max})",
+            )
+        )
+
+    @staticmethod
+    def _unexpected_sasl(performative: Any) -> ConnectionViolation:
+        """A SASL frame out of turn: RabbitMQ's reader dies on it, the socket just
+        closes."""
+        return ConnectionViolation(
+            Error(NOT_ALLOWED, f"unexpected SASL frame {type(performative).__name__}"),
+            broken=True,
+            silent=True,
+        )
 
     def _amqp_frame(self, channel: int, body: bytes) -> Event | None:
         if body[:3] == _TRANSFER and self._state is _OPEN:
@@ -333,13 +351,7 @@ class Connection(Endpoints):
                 Error(ILLEGAL_STATE, f"{type(performative).__name__.lower()} before open")
             )
         if channel > self.channel_max:
-            raise ConnectionViolation(
-                Error(
-                    FRAMING_ERROR,
-                    f"channel number ({channel}) exceeds maximum channel number "
-                    f"({self.channel_max})",
-                )
-            )
+            raise self._channel_beyond_max(channel)
         if isinstance(performative, Begin):
             return self._begin_received(channel, performative)
         local = self._remote_channels.get(channel)
@@ -477,13 +489,7 @@ class Connection(Endpoints):
             handle, delivery_id, tag, fmt, settled, more, end = fast
             rest = None
         if channel > self.channel_max:
-            raise ConnectionViolation(
-                Error(
-                    FRAMING_ERROR,
-                    f"channel number ({channel}) exceeds maximum channel number "
-                    f"({self.channel_max})",
-                )
-            )
+            raise self._channel_beyond_max(channel)
         local = self._remote_channels.get(channel)
         if local is None:
             return None

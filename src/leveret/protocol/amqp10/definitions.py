@@ -3,18 +3,23 @@ outcomes, and the source and target termini; the error conditions; the enumerati
 (role, settle modes, terminus durability and expiry) and the field codec every composite
 type shares.
 
-A composite is a frozen dataclass with a ``DESCRIPTOR`` code and ``FIELDS``, the wire
-type of each field in order. :func:`encode_composite` writes it as a described list with
-its trailing nulls left off (as RabbitMQ and Proton do); :func:`decode_fields` checks and
-converts a decoded list, field by field, and raises :class:`DecodeError` on a wrong type or
-a missing mandatory field.
+A composite (or a performative) is one table: a class made by :func:`composite` with its
+descriptor code and name, whose annotated fields, in order, are its list. An annotation
+names the field's wire type (``Uint``, ``Sym``, ``Symbols`` ...; ``| None``: the field
+may be null, otherwise it is mandatory) and its default is the field's. From them the
+decorator derives ``FIELDS`` (name and wire type of each) and ``MANDATORY``, which one
+codec serves: :func:`encode_composite` writes a described list with its trailing nulls
+left off (as RabbitMQ and Proton do); :func:`decode_fields` checks and converts a decoded
+list, field by field, and raises :class:`DecodeError` on a wrong type or a missing
+mandatory field.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
 from enum import IntEnum
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeAlias, TypeVar, dataclass_transform
 
 from leveret.protocol.amqp10.types import (
     Array,
@@ -57,37 +62,16 @@ LINK_REDIRECT = Symbol("amqp:link:redirect")
 STOLEN = Symbol("amqp:link:stolen")
 
 
-class Role(IntEnum):
-    """A link endpoint's role (a boolean on the wire)."""
-
-    SENDER = 0
-    RECEIVER = 1
-
-
-class SenderSettleMode(IntEnum):
-    UNSETTLED = 0
-    SETTLED = 1
-    MIXED = 2
-
-
-class ReceiverSettleMode(IntEnum):
-    FIRST = 0
-    SECOND = 1
-
-
-class TerminusDurability(IntEnum):
-    NONE = 0
-    CONFIGURATION = 1
-    UNSETTLED_STATE = 2
-
-
-class SaslCode(IntEnum):
-    OK = 0
-    AUTH = 1
-    SYS = 2
-    SYS_PERM = 3
-    SYS_TEMP = 4
-
+# Enumerations (numbers on the wire; a link endpoint's role is a boolean)
+Role = IntEnum("Role", [("SENDER", 0), ("RECEIVER", 1)])
+SenderSettleMode = IntEnum("SenderSettleMode", [("UNSETTLED", 0), ("SETTLED", 1), ("MIXED", 2)])
+ReceiverSettleMode = IntEnum("ReceiverSettleMode", [("FIRST", 0), ("SECOND", 1)])
+TerminusDurability = IntEnum(
+    "TerminusDurability", [("NONE", 0), ("CONFIGURATION", 1), ("UNSETTLED_STATE", 2)]
+)
+SaslCode = IntEnum(
+    "SaslCode", [("OK", 0), ("AUTH", 1), ("SYS", 2), ("SYS_PERM", 3), ("SYS_TEMP", 4)]
+)
 
 # Expiry policies (symbols)
 LINK_DETACH = Symbol("link-detach")
@@ -99,7 +83,16 @@ NEVER = Symbol("never")
 # ----------------------------------------------------------------- field codec
 # Wire types of fields: a primitive's name, "symbols" (a multiple symbol: one or an
 # array), "fields" (a map keyed by symbols), "map", "any", or "composite" (a described
-# value of a type in COMPOSITES, or one of its own).
+# value of a type in COMPOSITES, or one of its own). A composite's annotations name them
+# with the aliases below (see _WIRE_KINDS); "| None" marks a field that may be null.
+Ubyte: TypeAlias = int
+Ushort: TypeAlias = int
+Uint: TypeAlias = int
+Ulong: TypeAlias = int
+Sym: TypeAlias = str  # a symbol (decoded as types.Symbol, a str)
+Symbols: TypeAlias = tuple[str, ...]  # a multiple symbol: one, or an array of them
+Fields: TypeAlias = dict[Any, Any]  # a map keyed by symbols
+Map: TypeAlias = dict[Any, Any]
 _INT_RANGE = {
     "ubyte": (0, 0xFF),
     "ushort": (0, 0xFFFF),
@@ -170,7 +163,8 @@ def _wire(kind: str, value: Any) -> Any:
 
 
 class Composite:
-    """Base of every composite type and performative."""
+    """Base of every composite type and performative: made by :func:`composite`, which
+    reads ``FIELDS`` and ``MANDATORY`` from the dataclass's annotations."""
 
     __slots__ = ()
     DESCRIPTOR: ClassVar[int]
@@ -190,6 +184,56 @@ class Composite:
         while values and values[-1] is None:
             values.pop()
         return Described(self.DESCRIPTOR, values)
+
+
+# An annotation's type name -> the field's wire type ("Any" and composite types: a
+# described value; see _check)
+_WIRE_KINDS = {
+    "Ubyte": "ubyte",
+    "Ushort": "ushort",
+    "Uint": "uint",
+    "Ulong": "ulong",
+    "bool": "bool",
+    "str": "string",
+    "Sym": "symbol",
+    "bytes": "binary",
+    "Symbols": "symbols",
+    "Fields": "fields",
+    "Map": "map",
+    "Any": "composite",
+    "Error": "composite",
+}
+_C = TypeVar("_C", bound=Composite)
+
+
+@dataclass_transform(frozen_default=True)
+def composite(
+    descriptor: int, name: str, registry: dict[int | str, type[Composite]]
+) -> Callable[[type[_C]], type[_C]]:
+    """The class decorator of a composite type: a frozen slotted dataclass whose fields,
+    in order, are the composite's list (those with ``metadata={"wire": False}`` are not
+    on the wire), registered in ``registry`` under its code and symbolic descriptor."""
+
+    def make(cls: type[_C]) -> type[_C]:
+        made = dataclass(frozen=True, slots=True)(cls)
+        wire = [f for f in fields(made) if f.metadata.get("wire", True)]  # type: ignore[arg-type]
+        annotations = [str(f.type) for f in wire]
+        made.DESCRIPTOR = descriptor
+        made.NAME = name
+        made.FIELDS = tuple(
+            (f.name, _WIRE_KINDS[a.removesuffix(" | None")])
+            for f, a in zip(wire, annotations, strict=True)
+        )
+        made.MANDATORY = frozenset(
+            f.name
+            for f, a in zip(wire, annotations, strict=True)
+            if not a.endswith(" | None") and a != "Any"
+        )
+        registry[descriptor] = made
+        registry[f"amqp:{name}:list"] = made
+        return made
+
+    return make
 
 
 def decode_fields(cls: type[Composite], values: list[Any]) -> list[Any]:
@@ -216,88 +260,56 @@ def encode_composite(value: Composite) -> bytes:
 
 
 # ---------------------------------------------------------- composites
-@dataclass(frozen=True, slots=True)
+# Descriptor (code or symbolic name) -> composite type, for decoding described fields.
+COMPOSITES: dict[int | str, type[Composite]] = {}
+
+
+@composite(0x1D, "error", COMPOSITES)
 class Error(Composite):
     """An error: a condition, a description, and a map of further information."""
 
-    DESCRIPTOR = 0x1D
-    NAME = "error"
-    FIELDS = (("condition", "symbol"), ("description", "string"), ("info", "fields"))
-    MANDATORY = frozenset({"condition"})
-
-    condition: str
+    condition: Sym
     description: str | None = None
-    info: dict[Any, Any] | None = None
+    info: Fields | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@composite(0x23, "received", COMPOSITES)
 class Received(Composite):
-    DESCRIPTOR = 0x23
-    NAME = "received"
-    FIELDS = (("section_number", "uint"), ("section_offset", "ulong"))
-    MANDATORY = frozenset({"section_number", "section_offset"})
-
-    section_number: int
-    section_offset: int
+    section_number: Uint
+    section_offset: Ulong
 
 
-@dataclass(frozen=True, slots=True)
+@composite(0x24, "accepted", COMPOSITES)
 class Accepted(Composite):
-    DESCRIPTOR = 0x24
-    NAME = "accepted"
-    FIELDS = ()
+    pass
 
 
-@dataclass(frozen=True, slots=True)
+@composite(0x25, "rejected", COMPOSITES)
 class Rejected(Composite):
-    DESCRIPTOR = 0x25
-    NAME = "rejected"
-    FIELDS = (("error", "composite"),)
-
     error: Error | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@composite(0x26, "released", COMPOSITES)
 class Released(Composite):
-    DESCRIPTOR = 0x26
-    NAME = "released"
-    FIELDS = ()
+    pass
 
 
-@dataclass(frozen=True, slots=True)
+@composite(0x27, "modified", COMPOSITES)
 class Modified(Composite):
-    DESCRIPTOR = 0x27
-    NAME = "modified"
-    FIELDS = (
-        ("delivery_failed", "bool"),
-        ("undeliverable_here", "bool"),
-        ("message_annotations", "fields"),
-    )
-
     delivery_failed: bool | None = None
     undeliverable_here: bool | None = None
-    message_annotations: dict[Any, Any] | None = None
+    message_annotations: Fields | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@composite(0x33, "declared", COMPOSITES)
 class Declared(Composite):
     """A transaction's declared outcome (transactions: part 4)."""
-
-    DESCRIPTOR = 0x33
-    NAME = "declared"
-    FIELDS = (("txn_id", "binary"),)
-    MANDATORY = frozenset({"txn_id"})
 
     txn_id: bytes
 
 
-@dataclass(frozen=True, slots=True)
+@composite(0x34, "transactional-state", COMPOSITES)
 class TransactionalState(Composite):
-    DESCRIPTOR = 0x34
-    NAME = "transactional-state"
-    FIELDS = (("txn_id", "binary"), ("outcome", "composite"))
-    MANDATORY = frozenset({"txn_id"})
-
     txn_id: bytes
     outcome: Any = None
 
@@ -309,94 +321,43 @@ RELEASED = Released()
 
 
 @dataclass(frozen=True, slots=True)
-class Source(Composite):
+class Terminus(Composite):
+    """The fields a source and a target begin with."""
+
+    address: str | None = None
+    durable: Uint | None = None
+    expiry_policy: Sym | None = None
+    timeout: Uint | None = None
+    dynamic: bool | None = None
+    dynamic_node_properties: Fields | None = None
+
+
+@composite(0x28, "source", COMPOSITES)
+class Source(Terminus):
     """The source terminus of a link. ``filter`` maps a filter's name to its value,
     often a :class:`~leveret.protocol.amqp10.types.Described` of its own type
     (``Described(Symbol("apache.org:selector-filter:string"), "a = 1")``)."""
 
-    DESCRIPTOR = 0x28
-    NAME = "source"
-    FIELDS = (
-        ("address", "string"),
-        ("durable", "uint"),
-        ("expiry_policy", "symbol"),
-        ("timeout", "uint"),
-        ("dynamic", "bool"),
-        ("dynamic_node_properties", "fields"),
-        ("distribution_mode", "symbol"),
-        ("filter", "fields"),
-        ("default_outcome", "composite"),
-        ("outcomes", "symbols"),
-        ("capabilities", "symbols"),
-    )
-
-    address: str | None = None
-    durable: int | None = None
-    expiry_policy: str | None = None
-    timeout: int | None = None
-    dynamic: bool | None = None
-    dynamic_node_properties: dict[Any, Any] | None = None
-    distribution_mode: str | None = None
-    filter: dict[Any, Any] | None = None
+    distribution_mode: Sym | None = None
+    filter: Fields | None = None
     default_outcome: Any = None
-    outcomes: tuple[str, ...] | None = None
-    capabilities: tuple[str, ...] | None = None
+    outcomes: Symbols | None = None
+    capabilities: Symbols | None = None
     # the filter map in the tagged view (types.decode), each value's AMQP type kept where
     # the plain ``filter`` loses it (a uint from a ulong): set on a received attach by
     # performatives.decode_performative; never encoded
-    filter_types: Any = field(default=None, compare=False, repr=False)
+    filter_types: Any = field(default=None, compare=False, repr=False, metadata={"wire": False})
 
 
-@dataclass(frozen=True, slots=True)
-class Target(Composite):
+@composite(0x29, "target", COMPOSITES)
+class Target(Terminus):
     """The target terminus of a link."""
 
-    DESCRIPTOR = 0x29
-    NAME = "target"
-    FIELDS = (
-        ("address", "string"),
-        ("durable", "uint"),
-        ("expiry_policy", "symbol"),
-        ("timeout", "uint"),
-        ("dynamic", "bool"),
-        ("dynamic_node_properties", "fields"),
-        ("capabilities", "symbols"),
-    )
-
-    address: str | None = None
-    durable: int | None = None
-    expiry_policy: str | None = None
-    timeout: int | None = None
-    dynamic: bool | None = None
-    dynamic_node_properties: dict[Any, Any] | None = None
-    capabilities: tuple[str, ...] | None = None
+    capabilities: Symbols | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@composite(0x30, "coordinator", COMPOSITES)
 class Coordinator(Composite):
     """A transaction coordinator as a link's target (part 4)."""
 
-    DESCRIPTOR = 0x30
-    NAME = "coordinator"
-    FIELDS = (("capabilities", "symbols"),)
-
-    capabilities: tuple[str, ...] | None = field(default=None)
-
-
-# Descriptor (code or symbolic name) -> composite type, for decoding described fields.
-COMPOSITES: dict[int | str, type[Composite]] = {}
-for _cls in (
-    Error,
-    Received,
-    Accepted,
-    Rejected,
-    Released,
-    Modified,
-    Declared,
-    TransactionalState,
-    Source,
-    Target,
-    Coordinator,
-):
-    COMPOSITES[_cls.DESCRIPTOR] = _cls
-    COMPOSITES[f"amqp:{_cls.NAME}:list"] = _cls
+    capabilities: Symbols | None = None

@@ -6,7 +6,7 @@ connection's own frames."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypedDict
 
 from leveret.protocol.amqp10 import frames
 from leveret.protocol.amqp10.definitions import ACCEPTED, RELEASED, Composite, Error
@@ -22,11 +22,38 @@ from leveret.protocol.amqp10.states import (
     SessionState,
     SessionTrigger,
 )
+from leveret.protocol.sansio import Output
 
-__all__ = ["Endpoints"]
+__all__ = ["AttachOptions", "BeginOptions", "Endpoints"]
 
 
-class Endpoints:
+class BeginOptions(TypedDict, total=False):
+    """A begin's optional fields, as both roles' ``send_begin`` take them (keywords)."""
+
+    outgoing_window: int  # default: 4294967295
+    handle_max: int | None
+    next_outgoing_id: int  # default: 0
+    offered_capabilities: tuple[str, ...] | None
+    desired_capabilities: tuple[str, ...] | None
+    properties: dict[Any, Any] | None
+
+
+class AttachOptions(TypedDict, total=False):
+    """An attach's optional fields, as both roles' ``send_attach`` take them (keywords).
+    ``initial_delivery_count`` counts for a sending end only."""
+
+    source: Any
+    target: Any
+    snd_settle_mode: int | None
+    rcv_settle_mode: int | None
+    initial_delivery_count: int | None
+    max_message_size: int | None
+    offered_capabilities: tuple[str, ...] | None
+    desired_capabilities: tuple[str, ...] | None
+    properties: dict[Any, Any] | None
+
+
+class Endpoints(Output):
     """Sessions and links: their commands and the state they keep."""
 
     def __init__(self, window_margin: int = 0) -> None:
@@ -76,18 +103,12 @@ class Endpoints:
         self._sessions[channel] = session
         return session
 
-    def _begin(
-        self,
-        session: Session,
-        incoming_window: int,
-        outgoing_window: int,
-        handle_max: int | None,
-        next_outgoing_id: int,
-        offered_capabilities: tuple[str, ...] | None,
-        desired_capabilities: tuple[str, ...] | None,
-        properties: dict[Any, Any] | None,
-    ) -> None:
-        self._session_move(session, SessionTrigger.SEND_BEGIN)
+    def _begin(self, session: Session, incoming_window: int, options: BeginOptions) -> None:
+        """Our begin, for a session in its state after SEND_BEGIN: its windows and its
+        handle-max (the highest handle the peer may use) take effect."""
+        outgoing_window = options.get("outgoing_window", UINT_MAX)
+        next_outgoing_id = options.get("next_outgoing_id", 0)
+        handle_max = options.get("handle_max")
         session.incoming_window = incoming_window
         session.outgoing_window = outgoing_window
         session.next_outgoing_id = next_outgoing_id
@@ -101,9 +122,9 @@ class Endpoints:
                 incoming_window,
                 outgoing_window,
                 handle_max,
-                offered_capabilities,
-                desired_capabilities,
-                properties,
+                options.get("offered_capabilities"),
+                options.get("desired_capabilities"),
+                options.get("properties"),
             ),
         )
 
@@ -143,17 +164,38 @@ class Endpoints:
         else:
             link.state = nxt
 
-    def _attach(self, session: Session, link: Link, attach: Attach) -> None:
-        trigger = LinkTrigger.SEND_ATTACH
-        self._link_move(session, link, trigger)
-        if not link.role:
-            count = attach.initial_delivery_count or 0
-            link.delivery_count = link.initial_delivery_count = count
-        if attach.snd_settle_mode is not None:
-            link.snd_settle_mode = attach.snd_settle_mode
-        if attach.rcv_settle_mode is not None:
-            link.rcv_settle_mode = attach.rcv_settle_mode
-        self._frame(session.channel, attach)
+    def _attach(self, session: Session, link: Link, options: AttachOptions) -> None:
+        """Our attach, for a link in its state after SEND_ATTACH: a sending end's
+        ``initial_delivery_count`` and the settle modes take effect."""
+        role = link.role
+        initial_delivery_count = options.get("initial_delivery_count") if not role else None
+        if not role:
+            link.delivery_count = link.initial_delivery_count = initial_delivery_count or 0
+        snd_settle_mode = options.get("snd_settle_mode")
+        rcv_settle_mode = options.get("rcv_settle_mode")
+        if snd_settle_mode is not None:
+            link.snd_settle_mode = snd_settle_mode
+        if rcv_settle_mode is not None:
+            link.rcv_settle_mode = rcv_settle_mode
+        self._frame(
+            session.channel,
+            Attach(
+                link.name,
+                link.handle,
+                role,
+                snd_settle_mode,
+                rcv_settle_mode,
+                options.get("source"),
+                options.get("target"),
+                None,
+                None,
+                initial_delivery_count,
+                options.get("max_message_size"),
+                options.get("offered_capabilities"),
+                options.get("desired_capabilities"),
+                options.get("properties"),
+            ),
+        )
 
     def send_detach(
         self, channel: int, handle: int, closed: bool = True, error: Error | None = None

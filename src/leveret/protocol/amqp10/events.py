@@ -15,18 +15,8 @@ from typing import Any, NamedTuple
 
 from leveret.protocol.amqp10.definitions import Error
 from leveret.protocol.amqp10.performatives import Attach, Begin, Open
-
-
-class NeedData:
-    """No complete event is buffered: feed more bytes."""
-
-    __slots__ = ()
-
-    def __repr__(self) -> str:
-        return "NEED_DATA"
-
-
-NEED_DATA = NeedData()
+from leveret.protocol.sansio import NEED_DATA as NEED_DATA
+from leveret.protocol.sansio import NeedData as NeedData
 
 
 # ---------------------------------------------------------------- connection

@@ -1,6 +1,7 @@
 """AMQP 1.0 performatives (open, begin, attach, flow, transfer, disposition, detach, end,
-close) and SASL frames' bodies (mechanisms, init, challenge, response, outcome), as frozen
-dataclasses with their codec.
+close) and SASL frames' bodies (mechanisms, init, challenge, response, outcome): one table
+each (see :func:`~leveret.protocol.amqp10.definitions.composite`), one codec for all, and
+the transfer's fast path (:func:`read_transfer`).
 
 :func:`decode_performative` reads a frame body: the described performative and, after it,
 where the payload starts (a transfer's message bytes). Field types are checked; a wrong
@@ -10,14 +11,23 @@ type or a missing mandatory field raises :class:`DecodeError`.
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from leveret.protocol.amqp10.definitions import (
     COMPOSITES,
     Composite,
     Error,
+    Fields,
+    Map,
     Source,
+    Sym,
+    Symbols,
+    Ubyte,
+    Uint,
+    Ulong,
+    Ushort,
+    composite,
     decode_fields,
     encode_composite,
 )
@@ -50,283 +60,141 @@ __all__ = [
     "read_transfer",
 ]
 
-_SYMBOLS = "symbols"
+PERFORMATIVES: dict[int | str, type[Composite]] = {}
+SASL_FRAMES: dict[int | str, type[Composite]] = {}
 
 
-@dataclass(frozen=True, slots=True)
+@composite(0x10, "open", PERFORMATIVES)
 class Open(Composite):
-    DESCRIPTOR = 0x10
-    NAME = "open"
-    FIELDS = (
-        ("container_id", "string"),
-        ("hostname", "string"),
-        ("max_frame_size", "uint"),
-        ("channel_max", "ushort"),
-        ("idle_time_out", "uint"),
-        ("outgoing_locales", _SYMBOLS),
-        ("incoming_locales", _SYMBOLS),
-        ("offered_capabilities", _SYMBOLS),
-        ("desired_capabilities", _SYMBOLS),
-        ("properties", "fields"),
-    )
-    MANDATORY = frozenset({"container_id"})
-
     container_id: str
     hostname: str | None = None
-    max_frame_size: int | None = None  # none: 4294967295
-    channel_max: int | None = None  # none: 65535
-    idle_time_out: int | None = None  # milliseconds; none or 0: no timeout
-    outgoing_locales: tuple[str, ...] | None = None
-    incoming_locales: tuple[str, ...] | None = None
-    offered_capabilities: tuple[str, ...] | None = None
-    desired_capabilities: tuple[str, ...] | None = None
-    properties: dict[Any, Any] | None = None
+    max_frame_size: Uint | None = None  # none: 4294967295
+    channel_max: Ushort | None = None  # none: 65535
+    idle_time_out: Uint | None = None  # milliseconds; none or 0: no timeout
+    outgoing_locales: Symbols | None = None
+    incoming_locales: Symbols | None = None
+    offered_capabilities: Symbols | None = None
+    desired_capabilities: Symbols | None = None
+    properties: Fields | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@composite(0x11, "begin", PERFORMATIVES)
 class Begin(Composite):
-    DESCRIPTOR = 0x11
-    NAME = "begin"
-    FIELDS = (
-        ("remote_channel", "ushort"),
-        ("next_outgoing_id", "uint"),
-        ("incoming_window", "uint"),
-        ("outgoing_window", "uint"),
-        ("handle_max", "uint"),
-        ("offered_capabilities", _SYMBOLS),
-        ("desired_capabilities", _SYMBOLS),
-        ("properties", "fields"),
-    )
-    MANDATORY = frozenset({"next_outgoing_id", "incoming_window", "outgoing_window"})
-
-    remote_channel: int | None
-    next_outgoing_id: int
-    incoming_window: int
-    outgoing_window: int
-    handle_max: int | None = None  # none: 4294967295
-    offered_capabilities: tuple[str, ...] | None = None
-    desired_capabilities: tuple[str, ...] | None = None
-    properties: dict[Any, Any] | None = None
+    remote_channel: Ushort | None
+    next_outgoing_id: Uint
+    incoming_window: Uint
+    outgoing_window: Uint
+    handle_max: Uint | None = None  # none: 4294967295
+    offered_capabilities: Symbols | None = None
+    desired_capabilities: Symbols | None = None
+    properties: Fields | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@composite(0x12, "attach", PERFORMATIVES)
 class Attach(Composite):
-    DESCRIPTOR = 0x12
-    NAME = "attach"
-    FIELDS = (
-        ("name", "string"),
-        ("handle", "uint"),
-        ("role", "bool"),
-        ("snd_settle_mode", "ubyte"),
-        ("rcv_settle_mode", "ubyte"),
-        ("source", "composite"),
-        ("target", "composite"),
-        ("unsettled", "map"),
-        ("incomplete_unsettled", "bool"),
-        ("initial_delivery_count", "uint"),
-        ("max_message_size", "ulong"),
-        ("offered_capabilities", _SYMBOLS),
-        ("desired_capabilities", _SYMBOLS),
-        ("properties", "fields"),
-    )
-    MANDATORY = frozenset({"name", "handle", "role"})
-
     name: str
-    handle: int
+    handle: Uint
     role: bool  # False: sender, True: receiver (the attaching endpoint's role)
-    snd_settle_mode: int | None = None  # none: mixed (2)
-    rcv_settle_mode: int | None = None  # none: first (0)
+    snd_settle_mode: Ubyte | None = None  # none: mixed (2)
+    rcv_settle_mode: Ubyte | None = None  # none: first (0)
     source: Any = None  # Source, or a described value of another kind
     target: Any = None  # Target, Coordinator, or another described value
-    unsettled: dict[Any, Any] | None = None
+    unsettled: Map | None = None
     incomplete_unsettled: bool | None = None
-    initial_delivery_count: int | None = None
-    max_message_size: int | None = None
-    offered_capabilities: tuple[str, ...] | None = None
-    desired_capabilities: tuple[str, ...] | None = None
-    properties: dict[Any, Any] | None = None
+    initial_delivery_count: Uint | None = None
+    max_message_size: Ulong | None = None
+    offered_capabilities: Symbols | None = None
+    desired_capabilities: Symbols | None = None
+    properties: Fields | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@composite(0x13, "flow", PERFORMATIVES)
 class Flow(Composite):
-    DESCRIPTOR = 0x13
-    NAME = "flow"
-    FIELDS = (
-        ("next_incoming_id", "uint"),
-        ("incoming_window", "uint"),
-        ("next_outgoing_id", "uint"),
-        ("outgoing_window", "uint"),
-        ("handle", "uint"),
-        ("delivery_count", "uint"),
-        ("link_credit", "uint"),
-        ("available", "uint"),
-        ("drain", "bool"),
-        ("echo", "bool"),
-        ("properties", "fields"),
-    )
-    MANDATORY = frozenset({"incoming_window", "next_outgoing_id", "outgoing_window"})
-
-    next_incoming_id: int | None
-    incoming_window: int
-    next_outgoing_id: int
-    outgoing_window: int
-    handle: int | None = None
-    delivery_count: int | None = None
-    link_credit: int | None = None
-    available: int | None = None
+    next_incoming_id: Uint | None
+    incoming_window: Uint
+    next_outgoing_id: Uint
+    outgoing_window: Uint
+    handle: Uint | None = None
+    delivery_count: Uint | None = None
+    link_credit: Uint | None = None
+    available: Uint | None = None
     drain: bool | None = None
     echo: bool | None = None
-    properties: dict[Any, Any] | None = None
+    properties: Fields | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@composite(0x14, "transfer", PERFORMATIVES)
 class Transfer(Composite):
-    DESCRIPTOR = 0x14
-    NAME = "transfer"
-    FIELDS = (
-        ("handle", "uint"),
-        ("delivery_id", "uint"),
-        ("delivery_tag", "binary"),
-        ("message_format", "uint"),
-        ("settled", "bool"),
-        ("more", "bool"),
-        ("rcv_settle_mode", "ubyte"),
-        ("state", "composite"),
-        ("resume", "bool"),
-        ("aborted", "bool"),
-        ("batchable", "bool"),
-    )
-    MANDATORY = frozenset({"handle"})
-
-    handle: int
-    delivery_id: int | None = None
+    handle: Uint
+    delivery_id: Uint | None = None
     delivery_tag: bytes | None = None
-    message_format: int | None = None
+    message_format: Uint | None = None
     settled: bool | None = None
     more: bool | None = None
-    rcv_settle_mode: int | None = None
+    rcv_settle_mode: Ubyte | None = None
     state: Any = None
     resume: bool | None = None
     aborted: bool | None = None
     batchable: bool | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@composite(0x15, "disposition", PERFORMATIVES)
 class Disposition(Composite):
-    DESCRIPTOR = 0x15
-    NAME = "disposition"
-    FIELDS = (
-        ("role", "bool"),
-        ("first", "uint"),
-        ("last", "uint"),
-        ("settled", "bool"),
-        ("state", "composite"),
-        ("batchable", "bool"),
-    )
-    MANDATORY = frozenset({"role", "first"})
-
     role: bool  # the role of the endpoint that sends the disposition
-    first: int
-    last: int | None = None
+    first: Uint
+    last: Uint | None = None
     settled: bool | None = None
     state: Any = None
     batchable: bool | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@composite(0x16, "detach", PERFORMATIVES)
 class Detach(Composite):
-    DESCRIPTOR = 0x16
-    NAME = "detach"
-    FIELDS = (("handle", "uint"), ("closed", "bool"), ("error", "composite"))
-    MANDATORY = frozenset({"handle"})
-
-    handle: int
+    handle: Uint
     closed: bool | None = None
     error: Error | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@composite(0x17, "end", PERFORMATIVES)
 class End(Composite):
-    DESCRIPTOR = 0x17
-    NAME = "end"
-    FIELDS = (("error", "composite"),)
-
     error: Error | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@composite(0x18, "close", PERFORMATIVES)
 class Close(Composite):
-    DESCRIPTOR = 0x18
-    NAME = "close"
-    FIELDS = (("error", "composite"),)
-
     error: Error | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@composite(0x40, "sasl-mechanisms", SASL_FRAMES)
 class SaslMechanisms(Composite):
-    DESCRIPTOR = 0x40
-    NAME = "sasl-mechanisms"
-    FIELDS = (("sasl_server_mechanisms", _SYMBOLS),)
-    MANDATORY = frozenset({"sasl_server_mechanisms"})
-
-    sasl_server_mechanisms: tuple[str, ...]
+    sasl_server_mechanisms: Symbols
 
 
-@dataclass(frozen=True, slots=True)
+@composite(0x41, "sasl-init", SASL_FRAMES)
 class SaslInit(Composite):
-    DESCRIPTOR = 0x41
-    NAME = "sasl-init"
-    FIELDS = (("mechanism", "symbol"), ("initial_response", "binary"), ("hostname", "string"))
-    MANDATORY = frozenset({"mechanism"})
-
-    mechanism: str
+    mechanism: Sym
     initial_response: bytes | None = None
     hostname: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@composite(0x42, "sasl-challenge", SASL_FRAMES)
 class SaslChallenge(Composite):
-    DESCRIPTOR = 0x42
-    NAME = "sasl-challenge"
-    FIELDS = (("challenge", "binary"),)
-    MANDATORY = frozenset({"challenge"})
-
     challenge: bytes
 
 
-@dataclass(frozen=True, slots=True)
+@composite(0x43, "sasl-response", SASL_FRAMES)
 class SaslResponse(Composite):
-    DESCRIPTOR = 0x43
-    NAME = "sasl-response"
-    FIELDS = (("response", "binary"),)
-    MANDATORY = frozenset({"response"})
-
     response: bytes
 
 
-@dataclass(frozen=True, slots=True)
+@composite(0x44, "sasl-outcome", SASL_FRAMES)
 class SaslOutcome(Composite):
-    DESCRIPTOR = 0x44
-    NAME = "sasl-outcome"
-    FIELDS = (("code", "ubyte"), ("additional_data", "binary"))
-    MANDATORY = frozenset({"code"})
-
-    code: int
+    code: Ubyte
     additional_data: bytes | None = None
 
 
 Performative = Open | Begin | Attach | Flow | Transfer | Disposition | Detach | End | Close
 SaslFrame = SaslMechanisms | SaslInit | SaslChallenge | SaslResponse | SaslOutcome
-
-PERFORMATIVES: dict[int | str, type[Composite]] = {}
-SASL_FRAMES: dict[int | str, type[Composite]] = {}
-for _cls in (Open, Begin, Attach, Flow, Transfer, Disposition, Detach, End, Close):
-    PERFORMATIVES[_cls.DESCRIPTOR] = _cls
-    PERFORMATIVES[f"amqp:{_cls.NAME}:list"] = _cls
-for _sasl in (SaslMechanisms, SaslInit, SaslChallenge, SaslResponse, SaslOutcome):
-    SASL_FRAMES[_sasl.DESCRIPTOR] = _sasl
-    SASL_FRAMES[f"amqp:{_sasl.NAME}:list"] = _sasl
 # Performatives are not composites that fields carry
 assert not set(PERFORMATIVES) & set(COMPOSITES)
 

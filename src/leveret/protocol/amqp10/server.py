@@ -22,11 +22,12 @@ A typical owner::
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Unpack
 
 from leveret.protocol.amqp10 import frames
 from leveret.protocol.amqp10.connection import Connection, ConnectionViolation
 from leveret.protocol.amqp10.definitions import FRAMING_ERROR, NOT_ALLOWED, Error, SaslCode
+from leveret.protocol.amqp10.endpoints import AttachOptions, BeginOptions
 from leveret.protocol.amqp10.events import (
     NEED_DATA,
     AmqpHeaderReceived,
@@ -39,7 +40,7 @@ from leveret.protocol.amqp10.events import (
     SaslResponseReceived,
     UnsupportedProtocol,
 )
-from leveret.protocol.amqp10.frames import FRAME_SASL, UINT_MAX, performative_frame
+from leveret.protocol.amqp10.frames import FRAME_SASL, performative_frame
 from leveret.protocol.amqp10.performatives import (
     SASL_FRAMES,
     Attach,
@@ -56,6 +57,7 @@ from leveret.protocol.amqp10.states import (
     SERVER_TRANSITIONS,
     SESSION_TRANSITIONS,
     LinkState,
+    LinkTrigger,
     LocalProtocolError,
     SessionState,
     SessionTrigger,
@@ -81,26 +83,21 @@ class ServerConnection(Connection):
 
     # --------------------------------------------------------------- handshake
     def _header(self) -> Event | NeedData | None:
-        buf = self._in
-        pos = self._pos
-        if len(buf) - pos < frames.HEADER_SIZE:
+        header = self._take_header()
+        if header is None:
             return NEED_DATA
-        header = buf[pos : pos + frames.HEADER_SIZE]
-        self._pos = pos + frames.HEADER_SIZE
         if self._state is State.AWAIT_SASL_HEADER:
             if header == frames.SASL_HEADER:
                 self._move(Trigger.RECV_SASL_HEADER)
                 return SaslHeaderReceived()
             # As RabbitMQ 4: anything else (AMQP 1.0 without SASL included) gets the SASL
             # header and the socket closes.
-            self._move(Trigger.RECV_BAD_HEADER)
-            self._discard = True
+            self._bad_header()
             return UnsupportedProtocol(header)
         if header == frames.AMQP_HEADER:
             self._move(Trigger.RECV_AMQP_HEADER)
             return AmqpHeaderReceived()
-        self._move(Trigger.RECV_BAD_HEADER)
-        self._discard = True
+        self._bad_header()
         return ConnectionFailed(
             Error(FRAMING_ERROR, f"expected the AMQP 1.0 header, got {header!r}"), reply=False
         )
@@ -139,12 +136,7 @@ class ServerConnection(Connection):
         if self._state is State.AWAIT_SASL_RESPONSE and isinstance(performative, SaslResponse):
             self._move(Trigger.RECV_RESPONSE)
             return SaslResponseReceived(performative.response)
-        # RabbitMQ's reader dies on an unexpected SASL frame: the socket just closes.
-        raise ConnectionViolation(
-            Error(NOT_ALLOWED, f"unexpected SASL frame {type(performative).__name__}"),
-            broken=True,
-            silent=True,
-        )
+        raise self._unexpected_sasl(performative)
 
     # ---------------------------------------------------------------- sessions
     def _answers_begin(self) -> bool:
@@ -169,29 +161,13 @@ class ServerConnection(Connection):
         return BeginReceived(channel, begin)
 
     def send_begin(
-        self,
-        channel: int,
-        *,
-        incoming_window: int,
-        outgoing_window: int = UINT_MAX,
-        handle_max: int | None = None,
-        next_outgoing_id: int = 0,
-        offered_capabilities: tuple[str, ...] | None = None,
-        desired_capabilities: tuple[str, ...] | None = None,
-        properties: dict[Any, Any] | None = None,
+        self, channel: int, *, incoming_window: int, **options: Unpack[BeginOptions]
     ) -> None:
         """Answer the peer's begin on its channel: our windows and our handle-max (the
         highest handle the peer may use)."""
-        self._begin(
-            self.session(channel),
-            incoming_window,
-            outgoing_window,
-            handle_max,
-            next_outgoing_id,
-            offered_capabilities,
-            desired_capabilities,
-            properties,
-        )
+        session = self.session(channel)
+        self._session_move(session, SessionTrigger.SEND_BEGIN)
+        self._begin(session, incoming_window, options)
 
     # ------------------------------------------------------------------- links
     def _link_for_attach(self, session: Session, attach: Attach) -> Link | None:
@@ -200,21 +176,7 @@ class ServerConnection(Connection):
         # The server answers on the peer's handle; its end has the other role.
         return Link(attach.name, attach.handle, not attach.role, LinkState.ATTACH_RECEIVED)
 
-    def send_attach(
-        self,
-        channel: int,
-        handle: int,
-        *,
-        source: Any = None,
-        target: Any = None,
-        snd_settle_mode: int | None = None,
-        rcv_settle_mode: int | None = None,
-        initial_delivery_count: int | None = None,
-        max_message_size: int | None = None,
-        offered_capabilities: tuple[str, ...] | None = None,
-        desired_capabilities: tuple[str, ...] | None = None,
-        properties: dict[Any, Any] | None = None,
-    ) -> None:
+    def send_attach(self, channel: int, handle: int, **options: Unpack[AttachOptions]) -> None:
         """Answer the peer's attach on its handle. A sending end (the peer receives)
         gives ``initial_delivery_count``; to refuse a link, attach with a null source or
         target and then ``send_detach`` with the error (as RabbitMQ does)."""
@@ -222,23 +184,5 @@ class ServerConnection(Connection):
         link = self.link(channel, handle)
         if link.remote_handle is None:
             raise LocalProtocolError(f"handle {handle} was not attached by the peer")
-        self._attach(
-            session,
-            link,
-            Attach(
-                link.name,
-                handle,
-                link.role,
-                snd_settle_mode,
-                rcv_settle_mode,
-                source,
-                target,
-                None,
-                None,
-                initial_delivery_count if not link.role else None,
-                max_message_size,
-                offered_capabilities,
-                desired_capabilities,
-                properties,
-            ),
-        )
+        self._link_move(session, link, LinkTrigger.SEND_ATTACH)
+        self._attach(session, link, options)

@@ -11,6 +11,7 @@ protocol error; an owner's trigger that it does not allow is a bug in the owner
 from __future__ import annotations
 
 from enum import Enum, auto
+from typing import TypeVar
 
 
 class State(Enum):
@@ -158,71 +159,45 @@ AMQP_OPEN = frozenset({S.OPEN, S.OPEN_SENT, S.OPEN_RECEIVED})
 CLOSE_UNDER_WAY = frozenset({S.CLOSE_RECEIVED, S.CLOSE_SENT, S.CLOSED})
 
 
-class SessionState(Enum):
-    BEGIN_RECEIVED = auto()  # server: the owner sends begin
-    BEGIN_SENT = auto()  # client: waits for the peer's begin
-    MAPPED = auto()
-    END_RECEIVED = auto()  # the owner sends end
-    END_SENT = auto()  # the session's frames are dropped until the peer's end
+_E = TypeVar("_E", bound=Enum)
+_T = TypeVar("_T", bound=Enum)
 
 
-class SessionTrigger(Enum):
-    RECV_BEGIN = auto()
-    SEND_BEGIN = auto()
-    RECV_END = auto()
-    SEND_END = auto()
+def endpoint_transitions(
+    states: type[_E], triggers: type[_T]
+) -> dict[_E | None, dict[_T, _E | None]]:
+    """The life of a session or a link, one graph for both: (state or None for a free
+    channel or handle, trigger) -> next state or None (free again).
+
+    ``states``, in order: begun/attached by the peer (server: the owner answers); by us
+    (waits for the peer's answer); mapped/attached; ended/detached by the peer (the owner
+    answers); by us (the endpoint's frames are dropped until the peer's answer).
+    ``triggers``, in order: the peer's begin/attach, ours, the peer's end/detach, ours."""
+    by_peer, by_us, up, ended_by_peer, ended_by_us = states
+    recv_open, send_open, recv_end, send_end = triggers
+    return {
+        None: {recv_open: by_peer, send_open: by_us},
+        # (a refused link is attached first, then detached, as RabbitMQ does)
+        by_peer: {send_open: up},
+        by_us: {recv_open: up, send_end: ended_by_us, recv_end: ended_by_peer},
+        up: {recv_end: ended_by_peer, send_end: ended_by_us},
+        ended_by_peer: {send_end: None},
+        ended_by_us: {recv_end: None},
+    }
 
 
-SS = SessionState
-ST = SessionTrigger
+# A session's states and a link's, in endpoint_transitions' order
+SessionState = Enum("SessionState", "BEGIN_RECEIVED BEGIN_SENT MAPPED END_RECEIVED END_SENT")
+SessionTrigger = Enum("SessionTrigger", "RECV_BEGIN SEND_BEGIN RECV_END SEND_END")
+LinkState = Enum("LinkState", "ATTACH_RECEIVED ATTACH_SENT ATTACHED DETACH_RECEIVED DETACH_SENT")
+LinkTrigger = Enum("LinkTrigger", "RECV_ATTACH SEND_ATTACH RECV_DETACH SEND_DETACH")
 
-# (session state or None for a free channel, trigger) -> next state or None (free again)
-SESSION_TRANSITIONS: dict[SessionState | None, dict[SessionTrigger, SessionState | None]] = {
-    None: {ST.RECV_BEGIN: SS.BEGIN_RECEIVED, ST.SEND_BEGIN: SS.BEGIN_SENT},
-    SS.BEGIN_RECEIVED: {ST.SEND_BEGIN: SS.MAPPED},
-    SS.BEGIN_SENT: {
-        ST.RECV_BEGIN: SS.MAPPED,
-        ST.SEND_END: SS.END_SENT,
-        ST.RECV_END: SS.END_RECEIVED,
-    },
-    SS.MAPPED: {ST.RECV_END: SS.END_RECEIVED, ST.SEND_END: SS.END_SENT},
-    SS.END_RECEIVED: {ST.SEND_END: None},
-    SS.END_SENT: {ST.RECV_END: None},
-}
-
-
-class LinkState(Enum):
-    ATTACH_RECEIVED = auto()  # server: the owner sends attach
-    ATTACH_SENT = auto()  # waits for the peer's attach
-    ATTACHED = auto()
-    DETACH_RECEIVED = auto()  # the owner sends detach
-    DETACH_SENT = auto()  # the link's frames are dropped until the peer's detach
-
-
-class LinkTrigger(Enum):
-    RECV_ATTACH = auto()
-    SEND_ATTACH = auto()
-    RECV_DETACH = auto()
-    SEND_DETACH = auto()
-
-
-LS = LinkState
-LT = LinkTrigger
-
-# (link state or None for a free handle, trigger) -> next state or None (free again)
-LINK_TRANSITIONS: dict[LinkState | None, dict[LinkTrigger, LinkState | None]] = {
-    None: {LT.RECV_ATTACH: LS.ATTACH_RECEIVED, LT.SEND_ATTACH: LS.ATTACH_SENT},
-    # a refused link: the owner may detach before attaching (RabbitMQ attaches, then detaches)
-    LS.ATTACH_RECEIVED: {LT.SEND_ATTACH: LS.ATTACHED},
-    LS.ATTACH_SENT: {
-        LT.RECV_ATTACH: LS.ATTACHED,
-        LT.RECV_DETACH: LS.DETACH_RECEIVED,
-        LT.SEND_DETACH: LS.DETACH_SENT,
-    },
-    LS.ATTACHED: {LT.RECV_DETACH: LS.DETACH_RECEIVED, LT.SEND_DETACH: LS.DETACH_SENT},
-    LS.DETACH_RECEIVED: {LT.SEND_DETACH: None},
-    LS.DETACH_SENT: {LT.RECV_DETACH: None},
-}
+SESSION_TRANSITIONS: dict[SessionState | None, dict[SessionTrigger, SessionState | None]] = (
+    endpoint_transitions(SessionState, SessionTrigger)
+)
+LINK_TRANSITIONS: dict[LinkState | None, dict[LinkTrigger, LinkState | None]] = (
+    endpoint_transitions(LinkState, LinkTrigger)
+)
 
 
 class LocalProtocolError(Exception):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import struct
 from enum import Enum, auto
 
+from leveret.protocol.sansio import Output
 from leveret.protocol.stream import encode
 from leveret.protocol.stream import events as ev
 from leveret.protocol.stream.frames import FrameError, decode
@@ -118,7 +119,7 @@ _RECEIVED: dict[type, Trigger] = {
 }
 
 
-class ServerConnection:
+class ServerConnection(Output):
     def __init__(self, frame_max: int = DEFAULT_FRAME_MAX, heartbeat: int = 60) -> None:
         self.phase = Phase.PEER_PROPERTIES
         self.frame_max = frame_max  # what we offer, then what was agreed
@@ -200,14 +201,6 @@ class ServerConnection:
             self._pos = 0
 
     # ----------------------------------------------------------------- output
-    def data_to_send(self) -> bytes:
-        out = b"".join(self._out)
-        self._out.clear()
-        return out
-
-    def has_output(self) -> bool:
-        return bool(self._out)
-
     def send(self, data: bytes) -> None:
         """A frame made by :mod:`leveret.protocol.stream.encode`, queued as it is."""
         self._out.append(data)

@@ -8,17 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-
-class NeedData:
-    """No complete frame is buffered: feed more bytes."""
-
-    __slots__ = ()
-
-    def __repr__(self) -> str:
-        return "NEED_DATA"
-
-
-NEED_DATA = NeedData()
+from leveret.protocol.sansio import NEED_DATA as NEED_DATA
+from leveret.protocol.sansio import NeedData as NeedData
 
 
 @dataclass(frozen=True, slots=True)

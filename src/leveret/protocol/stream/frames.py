@@ -77,11 +77,8 @@ class Reader:
         return tuple(self.string() for _ in range(self._count()))
 
     def map(self) -> dict[str, str]:
-        out = {}
-        for _ in range(self._count()):
-            k = self.string()
-            out[k] = self.string()
-        return out
+        # (a dict display reads each key before its value)
+        return {self.string(): self.string() for _ in range(self._count())}
 
     def map_if_any(self) -> dict[str, str]:
         """A map, or none at all (empty) when the frame ends here."""
@@ -103,11 +100,7 @@ class Reader:
         return [(self.u16(), self.u16(), self.u16()) for _ in range(self._count())]
 
     def int_map(self) -> dict[str, int]:
-        out = {}
-        for _ in range(self._count()):
-            k = self.string()
-            out[k] = self.i64()
-        return out
+        return {self.string(): self.i64() for _ in range(self._count())}
 
     def streams_metadata(self) -> list[tuple[str, int, int, list[int]]]:
         out = []
