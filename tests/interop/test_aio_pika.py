@@ -38,25 +38,10 @@ from aiormq.exceptions import (
 from pamqp import commands as spec
 
 from tests.support.brokers import BrokerUnderTest
+from tests.support.identity import LOCKED, RABBITMQ_CAPABILITIES, SERVER_PROPERTIES
 
 P = ParamSpec("P")
 
-RABBITMQ_CAPABILITIES = {
-    "publisher_confirms": True,
-    "exchange_exchange_bindings": True,
-    "basic.nack": True,
-    "consumer_cancel_notify": True,
-    "connection.blocked": True,
-    "consumer_priorities": True,
-    "authentication_failure_close": True,
-    "per_consumer_qos": True,
-    "direct_reply_to": True,
-}
-LOCKED = (
-    "RESOURCE_LOCKED - cannot obtain exclusive access to locked queue '{}' in vhost '/'. "
-    "It could be originally declared on another connection or the exclusive property "
-    "value does not match that of the original declaration."
-)
 CODES = {cls: code for code, cls in EXCEPTION_MAPPING.items()}
 
 # how long "nothing more arrives" is watched for; short, the brokers answer in milliseconds
@@ -195,15 +180,7 @@ async def test_server_properties(broker: BrokerUnderTest) -> None:
         # the table arrives in RabbitMQ's wire order
         assert list(props["capabilities"]) == list(RABBITMQ_CAPABILITIES)
         assert props["version"] == "3.10.8"
-        assert set(props) == {
-            "capabilities",
-            "cluster_name",
-            "copyright",
-            "information",
-            "platform",
-            "product",
-            "version",
-        }
+        assert set(props) == set(SERVER_PROPERTIES)
         assert underlay.server_capabilities == RABBITMQ_CAPABILITIES
         assert underlay.connection_tune.frame_max == 131072
         assert underlay.connection_tune.channel_max == 2047

@@ -28,23 +28,7 @@ from amqp.exceptions import (
 from kombu.transport.pyamqp import Channel
 
 from tests.support.brokers import BrokerUnderTest
-
-RABBITMQ_CAPABILITIES = {
-    "publisher_confirms": True,
-    "exchange_exchange_bindings": True,
-    "basic.nack": True,
-    "consumer_cancel_notify": True,
-    "connection.blocked": True,
-    "consumer_priorities": True,
-    "authentication_failure_close": True,
-    "per_consumer_qos": True,
-    "direct_reply_to": True,
-}
-LOCKED = (
-    "RESOURCE_LOCKED - cannot obtain exclusive access to locked queue '{}' in vhost '/'. "
-    "It could be originally declared on another connection or the exclusive property "
-    "value does not match that of the original declaration."
-)
+from tests.support.identity import LOCKED, RABBITMQ_CAPABILITIES, SERVER_PROPERTIES
 
 # how long "nothing more arrives" is watched for; short, the brokers answer in milliseconds
 QUIET = 0.3
@@ -151,15 +135,7 @@ def test_server_properties_and_tuning(broker: BrokerUnderTest) -> None:
         # the table arrives in RabbitMQ's wire order
         assert list(props["capabilities"]) == list(RABBITMQ_CAPABILITIES)
         assert props["version"] == "3.10.8"
-        assert set(props) == {
-            "capabilities",
-            "cluster_name",
-            "copyright",
-            "information",
-            "platform",
-            "product",
-            "version",
-        }
+        assert set(props) == set(SERVER_PROPERTIES)
         assert client.server_capabilities == RABBITMQ_CAPABILITIES
         assert client.frame_max == 131072
         assert client.channel_max == 2047
