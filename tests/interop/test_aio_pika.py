@@ -38,7 +38,8 @@ from aiormq.exceptions import (
 from pamqp import commands as spec
 
 from tests.support.brokers import BrokerUnderTest
-from tests.support.identity import LOCKED, RABBITMQ_CAPABILITIES, SERVER_PROPERTIES
+from tests.support.identity import LOCKED, RABBITMQ_CAPABILITIES, SERVER_PROPERTIES, inequivalent
+from tests.support.interop import ROUTING
 
 P = ParamSpec("P")
 
@@ -220,11 +221,7 @@ async def test_exchange_type_inequivalent(broker: BrokerUnderTest, name: str, ti
         await (await conn.channel()).declare_exchange(name, ExchangeType.FANOUT)
         exc = await channel_error(conn, lambda c: c.declare_exchange(name, ExchangeType.DIRECT))
         assert isinstance(exc, ChannelPreconditionFailed)
-        assert reply(exc) == (
-            406,
-            f"PRECONDITION_FAILED - inequivalent arg 'type' for exchange '{name}' in "
-            "vhost '/': received 'direct' but current is 'fanout'",
-        )
+        assert reply(exc) == (406, inequivalent("type", "exchange", name, "'direct'", "'fanout'"))
 
 
 @sync
@@ -235,19 +232,14 @@ async def test_durable_exchange_inequivalent(
     async with connect(broker) as conn:
         await (await conn.channel()).declare_exchange(name, ExchangeType.TOPIC, durable=True)
         exc = await channel_error(conn, lambda c: c.declare_exchange(name, ExchangeType.TOPIC))
-        assert reply(exc) == (
-            406,
-            f"PRECONDITION_FAILED - inequivalent arg 'durable' for exchange '{name}' in "
-            "vhost '/': received 'false' but current is 'true'",
-        )
+        assert reply(exc) == (406, inequivalent("durable", "exchange", name, "'false'", "'true'"))
         exc = await channel_error(
             conn,
             lambda c: c.declare_exchange(name, ExchangeType.TOPIC, durable=True, auto_delete=True),
         )
         assert reply(exc) == (
             406,
-            f"PRECONDITION_FAILED - inequivalent arg 'auto_delete' for exchange '{name}' "
-            "in vhost '/': received 'true' but current is 'false'",
+            inequivalent("auto_delete", "exchange", name, "'true'", "'false'"),
         )
         exc = await channel_error(
             conn,
@@ -257,9 +249,9 @@ async def test_durable_exchange_inequivalent(
         )
         assert reply(exc) == (
             406,
-            f"PRECONDITION_FAILED - inequivalent arg 'alternate-exchange' for exchange "
-            f"'{name}' in vhost '/': received the value 'ae' of type 'longstr' but "
-            "current is none",
+            inequivalent(
+                "alternate-exchange", "exchange", name, "the value 'ae' of type 'longstr'", "none"
+            ),
         )
 
 
@@ -280,8 +272,7 @@ async def test_exchange_arguments_inequivalent(
         )
         assert reply(exc) == (
             406,
-            f"PRECONDITION_FAILED - inequivalent arg 'alternate-exchange' for exchange "
-            f"'{name}' in vhost '/': received 'ae2' but current is 'ae'",
+            inequivalent("alternate-exchange", "exchange", name, "'ae2'", "'ae'"),
         )
 
 
@@ -354,11 +345,7 @@ async def test_internal_exchange(broker: BrokerUnderTest, name: str, tidy: Tidy)
             f"ACCESS_REFUSED - cannot publish to internal exchange '{inner}' in vhost '/'",
         )
         exc = await channel_error(conn, lambda c: c.declare_exchange(inner, ExchangeType.FANOUT))
-        assert reply(exc) == (
-            406,
-            f"PRECONDITION_FAILED - inequivalent arg 'internal' for exchange '{inner}' in "
-            "vhost '/': received 'false' but current is 'true'",
-        )
+        assert reply(exc) == (406, inequivalent("internal", "exchange", inner, "'false'", "'true'"))
 
 
 @sync
@@ -511,11 +498,7 @@ async def test_queue_inequivalent(broker: BrokerUnderTest, name: str, tidy: Tidy
         exc = await channel_error(
             conn, lambda c: c.declare_queue(name, durable=True, arguments={"x-max-length": 10})
         )
-        assert reply(exc) == (
-            406,
-            f"PRECONDITION_FAILED - inequivalent arg 'durable' for queue '{name}' in "
-            "vhost '/': received 'true' but current is 'false'",
-        )
+        assert reply(exc) == (406, inequivalent("durable", "queue", name, "'true'", "'false'"))
         exc = await channel_error(
             conn, lambda c: c.declare_queue(name, exclusive=True, arguments={"x-max-length": 10})
         )
@@ -523,16 +506,11 @@ async def test_queue_inequivalent(broker: BrokerUnderTest, name: str, tidy: Tidy
         exc = await channel_error(
             conn, lambda c: c.declare_queue(name, arguments={"x-max-length": 20})
         )
-        assert reply(exc) == (
-            406,
-            f"PRECONDITION_FAILED - inequivalent arg 'x-max-length' for queue '{name}' in "
-            "vhost '/': received '20' but current is '10'",
-        )
+        assert reply(exc) == (406, inequivalent("x-max-length", "queue", name, "'20'", "'10'"))
         exc = await channel_error(conn, lambda c: c.declare_queue(name))
         assert reply(exc) == (
             406,
-            f"PRECONDITION_FAILED - inequivalent arg 'x-max-length' for queue '{name}' in "
-            "vhost '/': received none but current is the value '10' of type 'byte'",
+            inequivalent("x-max-length", "queue", name, "none", "the value '10' of type 'byte'"),
         )
 
 
@@ -633,88 +611,41 @@ async def test_auto_delete_queue_goes_with_its_last_consumer(
 # routing
 
 
+async def route(
+    ch: AbstractChannel, name: str, kind: str
+) -> tuple[AbstractExchange, dict[str, AbstractQueue], dict[str, list[bytes]]]:
+    """Exchange ``name`` of type ``kind`` with ROUTING[kind]'s queues bound to it and its
+    messages published; the exchange, the queues and what each queue then holds."""
+    bindings, messages, _ = ROUTING[kind]
+    ex = await ch.declare_exchange(name, ExchangeType(kind))
+    queues = {}
+    for label, bind in bindings.items():
+        q = await ch.declare_queue(f"{name}-{label}", exclusive=True)
+        await q.bind(ex, **bind)
+        queues[label] = q
+    for body, key, props in messages:
+        await publish(ex, body, key, **props)
+    return ex, queues, {label: await get_bodies(q) for label, q in queues.items()}
+
+
 @sync
 async def test_topic_routing(broker: BrokerUnderTest, name: str, tidy: Tidy) -> None:
     tidy.exchanges.append(name)
-    patterns = {
-        "star": "*.orange.*",
-        "hash-tail": "lazy.#",
-        "hash-only": "#",
-        "star-tail": "*.*.rabbit",
-        "hash-middle": "a.#.z",
-        "exact": "quick.orange.rabbit",
-    }
-    keys = [
-        "quick.orange.rabbit",
-        "lazy.orange.elephant",
-        "quick.orange.fox",
-        "lazy.brown.fox",
-        "lazy",
-        "quick.brown.fox",
-        "orange",
-        "quick.orange.male.rabbit",
-        "a.z",
-        "a.b.c.z",
-        "a.b",
-        "",
-    ]
     async with connect(broker) as conn:
-        ch = await conn.channel()
-        ex = await ch.declare_exchange(name, ExchangeType.TOPIC)
-        queues = {}
-        for label, pattern in patterns.items():
-            q = await ch.declare_queue(f"{name}-{label}", exclusive=True)
-            await q.bind(ex, pattern)
-            queues[label] = q
-        for key in keys:
-            await publish(ex, key.encode() or b"<empty>", key)
-        got = {label: await get_bodies(q) for label, q in queues.items()}
-    assert got == {
-        "star": [b"quick.orange.rabbit", b"lazy.orange.elephant", b"quick.orange.fox"],
-        "hash-tail": [b"lazy.orange.elephant", b"lazy.brown.fox", b"lazy"],
-        "hash-only": [k.encode() or b"<empty>" for k in keys],
-        "star-tail": [b"quick.orange.rabbit"],
-        "hash-middle": [b"a.z", b"a.b.c.z"],
-        "exact": [b"quick.orange.rabbit"],
-    }
+        _, _, got = await route(await conn.channel(), name, "topic")
+    assert got == ROUTING["topic"][2]
 
 
 @sync
 async def test_headers_routing(broker: BrokerUnderTest, name: str, tidy: Tidy) -> None:
     tidy.exchanges.append(name)
     async with connect(broker) as conn:
-        ch = await conn.channel()
-        ex = await ch.declare_exchange(name, ExchangeType.HEADERS)
-        bindings: dict[str, dict[str, Any]] = {
-            "all": {"x-match": "all", "format": "pdf", "type": "report"},
-            "any": {"x-match": "any", "format": "pdf", "type": "log"},
-            "default": {"format": "zip"},  # x-match defaults to all
-        }
-        queues = {}
-        for label, args in bindings.items():
-            q = await ch.declare_queue(f"{name}-{label}", exclusive=True)
-            await q.bind(ex, arguments=args)
-            queues[label] = q
-        messages: list[tuple[str, dict[str, Any]]] = [
-            ("pdf-report", {"format": "pdf", "type": "report"}),
-            ("pdf-log", {"format": "pdf", "type": "log"}),
-            ("zip-report", {"format": "zip", "type": "report"}),
-            ("pdf-only", {"format": "pdf"}),
-            ("none", {}),
-            ("extra", {"format": "pdf", "type": "report", "x": 1}),
-        ]
-        for body, headers in messages:
-            await publish(ex, body.encode(), "ignored", headers=headers)
-        got = {label: await get_bodies(q) for label, q in queues.items()}
+        ex, queues, got = await route(await conn.channel(), name, "headers")
         # unbinding needs the same arguments
-        await queues["all"].unbind(ex, arguments=bindings["all"])
+        await queues["all"].unbind(ex, arguments=ROUTING["headers"][0]["all"]["arguments"])
         await publish(ex, b"after", "ignored", headers={"format": "pdf", "type": "report"})
         assert await get_bodies(queues["all"]) == []
-    assert got == {
-        "all": [b"pdf-report", b"extra"],
-        "any": [b"pdf-report", b"pdf-log", b"pdf-only", b"extra"],
-        "default": [b"zip-report"],
-    }
+    assert got == ROUTING["headers"][2]
 
 
 # ---------------------------------------------------------------------------------------------

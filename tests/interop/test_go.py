@@ -8,22 +8,20 @@ tests judge. Every assertion pins what RabbitMQ 3.10.8 does.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import pytest
 
 from tests.support.brokers import BrokerUnderTest
 from tests.support.identity import RABBITMQ_CAPABILITIES, SERVER_PROPERTIES
+from tests.support.interop import assert_names_itself, fanout_tutorial, run_scenario, unavailable
 
 pytestmark = pytest.mark.go
 
-IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 SOURCE = Path(__file__).parent / "go" / "leveret-interop"
 GOCODE = Path(os.environ.get("LEVERET_GOCODE", "/usr/share/gocode"))
 AMQP091 = GOCODE / "src" / "github.com" / "rabbitmq" / "amqp091-go"
@@ -32,20 +30,14 @@ INSTALL_HINT = (
 )
 
 
-def _unavailable(reason: str) -> NoReturn:
-    if IN_CI:
-        pytest.fail(f"{reason}; under CI the Go interop tests must run: {INSTALL_HINT}")
-    pytest.skip(f"{reason}: {INSTALL_HINT}")
-
-
 @pytest.fixture(scope="session")
 def go_client(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The interop binary, built offline in GOPATH mode against Debian's amqp091-go."""
     go = shutil.which("go")
     if go is None:
-        _unavailable("the Go toolchain (`go`) is not installed")
+        unavailable("Go", "the Go toolchain (`go`) is not installed", INSTALL_HINT)
     if not (AMQP091 / "channel.go").exists():
-        _unavailable(f"amqp091-go is not installed under {AMQP091}")
+        unavailable("Go", f"amqp091-go is not installed under {AMQP091}", INSTALL_HINT)
     work = tmp_path_factory.mktemp("go-interop")
     binary = work / "leveret-interop"
     env = dict(os.environ)
@@ -74,29 +66,7 @@ def go_client(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def run_go(
     binary: Path, scenario: str, broker: BrokerUnderTest, name: str, *args: str
 ) -> dict[str, Any]:
-    proc = subprocess.run(
-        [str(binary), scenario, broker.url, name, *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert proc.returncode == 0, (
-        f"{scenario} on {broker.name} exited {proc.returncode}:\n{proc.stdout}{proc.stderr}"
-    )
-    lines = proc.stdout.strip().splitlines()
-    result: dict[str, Any] = json.loads(lines[-1])
-    return result
-
-
-@pytest.fixture
-def processes() -> Iterator[list[subprocess.Popen[str]]]:
-    """Processes a test starts; killed at teardown if still running."""
-    started: list[subprocess.Popen[str]] = []
-    yield started
-    for proc in started:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait(10)
+    return run_scenario([str(binary)], scenario, broker, name, *args)
 
 
 def test_tutorial_fanout_every_receiver_gets_every_message(
@@ -104,37 +74,7 @@ def test_tutorial_fanout_every_receiver_gets_every_message(
 ) -> None:
     """Seed 002: emit_log / receive_logs with a fanout exchange and server-named,
     exclusive queues; two receivers each get every message, in order."""
-    exchange = f"logs-{name}"
-    sent = [f"info: Hello World! {i}" for i in range(10)]
-    queues: list[str] = []
-    try:
-        for _ in range(2):
-            proc = subprocess.Popen(
-                [str(go_client), "receive_logs", broker.url, exchange, str(len(sent))],
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-            )
-            processes.append(proc)
-            assert proc.stdout is not None
-            ready = json.loads(proc.stdout.readline() or "{}")
-            assert ready.get("ready") is True, proc.stderr.read() if proc.stderr else ""
-            queues.append(ready["queue"])
-        emitted = run_go(go_client, "emit_log", broker, exchange, *sent)
-        assert emitted == {"sent": len(sent)}
-        received = []
-        for proc in processes:
-            out, err = proc.communicate(timeout=30)
-            assert proc.returncode == 0, err
-            received.append(json.loads(out.strip().splitlines()[-1]))
-    finally:
-        run_go(go_client, "delete_exchange", broker, exchange)
-    assert [r["messages"] for r in received] == [sent, sent]
-    assert [r["redelivered"] for r in received] == [0, 0]
-    assert [r["queue"] for r in received] == queues
-    assert len(set(queues)) == 2
-    for q in queues:
-        assert q.startswith("amq.gen-") and len(q) == len("amq.gen-") + 22
+    fanout_tutorial([str(go_client)], broker, name, processes)
 
 
 def test_connection_negotiation_and_server_properties(
@@ -151,29 +91,7 @@ def test_connection_negotiation_and_server_properties(
     props = r["properties"]
     # amqp091-go keeps the capabilities apart from the other properties
     assert sorted(props) == [k for k in SERVER_PROPERTIES if k != "capabilities"]
-    seen = {
-        **props,
-        "platform": props["platform"].split(" ")[0],
-        "cluster_name": props["cluster_name"].split("@")[0],
-    }
-    identity = {
-        "leveret": {
-            "product": "Leveret",
-            "copyright": "Copyright (c) the Leveret authors",
-            "platform": "Python",
-            "cluster_name": "rabbit",  # RabbitMQ's default node name, rabbit@<host>
-        },
-        "rabbitmq": {
-            "product": "RabbitMQ",
-            "copyright": "Copyright (c) 2007-2022 VMware, Inc. or its affiliates.",
-            "platform": "Erlang/OTP",  # then the OTP release, e.g. "Erlang/OTP 25.2.3"
-            "cluster_name": "rabbit",  # then "@" and the host name
-        },
-    }[broker.name]
-    # Leveret reports the RabbitMQ release it behaves as, and names itself honestly.
-    assert {k: seen[k] for k in identity} == identity
-    assert seen["version"] == "3.10.8"
-    assert seen["information"]
+    assert_names_itself(props, broker)
 
 
 def test_direct_and_topic_routing(go_client: Path, broker: BrokerUnderTest, name: str) -> None:

@@ -30,3 +30,13 @@ LOCKED = (
     "It could be originally declared on another connection or the exclusive property "
     "value does not match that of the original declaration."
 )
+
+
+def inequivalent(arg: str, kind: str, name: str, received: str, current: str) -> str:
+    """The PRECONDITION_FAILED text of a redeclaration that differs in ``arg`` (``received``
+    and ``current`` as RabbitMQ renders them: ``'true'``, ``none``, ``the value 'ae' of type
+    'longstr'``)."""
+    return (
+        f"PRECONDITION_FAILED - inequivalent arg '{arg}' for {kind} '{name}' in vhost '/': "
+        f"received {received} but current is {current}"
+    )
