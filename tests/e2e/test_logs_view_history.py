@@ -4,9 +4,6 @@ is declared again) after the view opened. An in-process broker per test."""
 
 from __future__ import annotations
 
-import base64
-import json
-import socket
 import subprocess
 import sys
 import time
@@ -21,40 +18,21 @@ import pytest
 import leveret
 from leveret.management.logstap import HISTORY
 from tests.e2e.browser import Page, chromium
+from tests.support.logstream import LogStream
 
 __all__ = ["chromium"]
 
 
-class Stream:
-    """``GET /api/logs/stream`` over a plain socket."""
+class Stream(LogStream):
+    """``GET /api/logs/stream`` of ``exchange`` in vhost /."""
 
     def __init__(self, broker: leveret.Broker, exchange: str = "logs") -> None:
         u = urlparse(broker.management_url)
         assert u.hostname is not None and u.port is not None
-        self.sock = socket.create_connection((u.hostname, u.port))
-        auth = base64.b64encode(b"guest:guest").decode()
-        self.sock.sendall(
-            f"GET /api/logs/stream?vhost=%2F&exchange={exchange} HTTP/1.1\r\nHost: x\r\n"
-            f"Authorization: Basic {auth}\r\n\r\n".encode()
-        )
-        self.buf = b""
+        super().__init__(u.hostname, u.port, f"/api/logs/stream?vhost=%2F&exchange={exchange}")
 
     def batches(self, seconds: float) -> Iterator[dict[str, Any]]:
-        until = time.monotonic() + seconds
-        self.sock.settimeout(0.5)
-        while time.monotonic() < until:
-            try:
-                chunk = self.sock.recv(65536)
-            except TimeoutError:
-                continue
-            if not chunk:
-                return
-            self.buf += chunk
-            while b"\n\n" in self.buf:
-                event, self.buf = self.buf.split(b"\n\n", 1)
-                for line in event.split(b"\n"):
-                    if line.startswith(b"data: "):
-                        yield json.loads(line[6:])
+        return self.batches_until(time.monotonic() + seconds)
 
     def messages_until(self, last: str, seconds: float = 60) -> list[str]:
         got: list[str] = []
@@ -69,9 +47,6 @@ class Stream:
             if batch["status"] == status:
                 return batch
         raise AssertionError(f"the view never was {status}")
-
-    def close(self) -> None:
-        self.sock.close()
 
 
 def emit(broker: leveret.Broker, lines: list[str], *args: str) -> None:
