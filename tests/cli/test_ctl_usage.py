@@ -15,11 +15,12 @@ import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
 from tests.support.brokers import BrokerUnderTest
-from tests.support.mgmt import Site
+from tests.support.mgmt import Site, prepared
 
 pytestmark = pytest.mark.rabbitmq
 
@@ -200,25 +201,19 @@ def test_add_vhost_options_as_rabbitmqctl(leveret_site: Site, rabbitmq_site: Sit
 @pytest.fixture
 def queues(leveret_site: Site, rabbitmq_site: Site) -> Iterator[tuple[Site, Site]]:
     """On each broker: 'full' holds a message, 'used' has a consumer, 'idle' neither."""
-    import pika
 
-    conns = []
-    for site in (leveret_site, rabbitmq_site):
-        conn = pika.BlockingConnection(
-            pika.ConnectionParameters(site.broker.host, site.broker.port, virtual_host=site.vhost)
-        )
+    def prepare(site: Site) -> Any:
+        conn = site.connect()
         ch = conn.channel()
         for name in ("full", "used", "idle"):
             ch.queue_declare(name)
         ch.basic_publish("", "full", b"m")
         ch.basic_consume("used", lambda *a: None)
         conn.process_data_events(0.2)
-        conns.append(conn)
-    try:
-        yield leveret_site, rabbitmq_site
-    finally:
-        for conn in conns:
-            conn.close()
+        return conn
+
+    with prepared((leveret_site, rabbitmq_site), prepare) as both:
+        yield both
 
 
 def test_delete_queue_conditions(queues: tuple[Site, Site]) -> None:
