@@ -209,13 +209,19 @@ def test_a_closed_channel_sends_no_confirm(host: FakeHost, channel: Channel) -> 
     assert host.output.log == [] and host.pending_confirms == set()
 
 
+def consuming_in_a_transaction(vhost: VirtualHost, channel: Channel, count: int) -> Queue:
+    """Queue q with ``count`` messages, and ``channel`` in a transaction consuming them."""
+    q, _ = vhost.declare_queue("q")
+    publish(vhost, "q", count)
+    channel.tx_select()
+    consume(channel, q)
+    return q
+
+
 def test_tx_settles_leave_unacked_at_once_and_rollback_puts_them_back(
     vhost: VirtualHost, channel: Channel
 ) -> None:
-    q, _ = vhost.declare_queue("q")
-    publish(vhost, "q", 3)
-    channel.tx_select()
-    consume(channel, q)
+    q = consuming_in_a_transaction(vhost, channel, 3)
     channel.settle(Settle.ACK, 1, False, False)
     channel.settle(Settle.REJECT, 3, False, True)
     assert list(channel.unacked) == [2]
@@ -233,11 +239,8 @@ def test_tx_settles_leave_unacked_at_once_and_rollback_puts_them_back(
 
 
 def test_tx_settles_hold_global_prefetch_until_commit(vhost: VirtualHost, channel: Channel) -> None:
-    q, _ = vhost.declare_queue("q")
-    publish(vhost, "q", 2)
     channel.global_prefetch = 1
-    channel.tx_select()
-    consume(channel, q)
+    q = consuming_in_a_transaction(vhost, channel, 2)
     channel.settle(Settle.ACK, 1, False, False)
     assert channel.unacked == {} and channel.credit() == 0 and not channel.can_deliver()
     assert q.message_count == 1
@@ -248,10 +251,7 @@ def test_tx_settles_hold_global_prefetch_until_commit(vhost: VirtualHost, channe
 def test_a_closed_channel_requeues_what_its_transaction_settled(
     vhost: VirtualHost, channel: Channel
 ) -> None:
-    q, _ = vhost.declare_queue("q")
-    publish(vhost, "q", 2)
-    channel.tx_select()
-    consume(channel, q)
+    q = consuming_in_a_transaction(vhost, channel, 2)
     channel.settle(Settle.ACK, 2, False, False)
     channel.close()
     assert (q.message_count, q.unacked) == (2, 0)
