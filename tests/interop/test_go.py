@@ -18,7 +18,13 @@ import pytest
 
 from tests.support.brokers import BrokerUnderTest
 from tests.support.identity import RABBITMQ_CAPABILITIES, SERVER_PROPERTIES
-from tests.support.interop import assert_names_itself, fanout_tutorial, run_scenario, unavailable
+from tests.support.interop import (
+    QOS_DELIVERIES,
+    assert_names_itself,
+    fanout_tutorial,
+    run_scenario,
+    unavailable,
+)
 
 pytestmark = pytest.mark.go
 
@@ -131,28 +137,13 @@ def test_mandatory_publish_without_route_is_returned(
     go_client: Path, broker: BrokerUnderTest, name: str
 ) -> None:
     r = run_go(go_client, "mandatory", broker, name)
-    assert r["returns"] == [
-        {
-            "reply_code": 312,
-            "reply_text": "NO_ROUTE",
-            "exchange": f"{name}-unbound",
-            "routing_key": "nobody",
-            "body": "lost",
-            "content_type": "text/plain",
-            "correlation_id": "c-1",
-            "headers": {"k": "v"},
-        },
-        {
-            "reply_code": 312,
-            "reply_text": "NO_ROUTE",
-            "exchange": "",
-            "routing_key": f"{name}-no-such-queue",
-            "body": "lost too",
-            "content_type": "text/plain",
-            "correlation_id": "",
-            "headers": None,
-        },
+    keys = ("reply_code", "reply_text", "exchange", "routing_key", "body", "content_type")
+    keys += ("correlation_id", "headers")
+    returned = [
+        (312, "NO_ROUTE", f"{name}-unbound", "nobody", "lost", "text/plain", "c-1", {"k": "v"}),
+        (312, "NO_ROUTE", "", f"{name}-no-such-queue", "lost too", "text/plain", "", None),
     ]
+    assert r["returns"] == [dict(zip(keys, values, strict=True)) for values in returned]
     # A returned message is still confirmed with an ack.
     assert r["acks"] == [True, True, True]
     assert r["extra_returns"] == 0
@@ -162,16 +153,10 @@ def test_qos_manual_ack_and_nack_requeue(
     go_client: Path, broker: BrokerUnderTest, name: str
 ) -> None:
     r = run_go(go_client, "qos", broker, name)
-    assert r["deliveries"] == [
-        {"body": "m0", "tag": 1, "redelivered": False},
-        {"body": "m0", "tag": 2, "redelivered": True},
-        {"body": "m1", "tag": 3, "redelivered": False},
-        {"body": "m2", "tag": 4, "redelivered": False},
-    ]
-    assert r["early"] == 0
-    assert r["ready_while_unacked"] == 2
-    assert r["consumers"] == 1
-    assert r["ready_after"] == 0
+    assert r["deliveries"] == QOS_DELIVERIES
+    # nothing before the first ack; two ready while one is unacked; none left after
+    counts = ("early", "ready_while_unacked", "consumers", "ready_after")
+    assert {k: r[k] for k in counts} == dict(zip(counts, (0, 2, 1, 0), strict=True))
 
 
 def test_channel_errors(go_client: Path, broker: BrokerUnderTest, name: str) -> None:

@@ -21,7 +21,13 @@ import pytest
 
 from tests.support.brokers import BrokerUnderTest
 from tests.support.identity import RABBITMQ_CAPABILITIES, SERVER_PROPERTIES
-from tests.support.interop import assert_names_itself, fanout_tutorial, run_scenario, unavailable
+from tests.support.interop import (
+    QOS_DELIVERIES,
+    assert_names_itself,
+    fanout_tutorial,
+    run_scenario,
+    unavailable,
+)
 
 pytestmark = pytest.mark.node
 
@@ -110,30 +116,28 @@ def test_mandatory_publish_without_route_is_returned(
     node_client: list[str], broker: BrokerUnderTest, name: str
 ) -> None:
     r = run_node(node_client, "mandatory", broker, name)
-    assert r["returns"] == [
-        {
-            "replyCode": 312,
-            "replyText": "NO_ROUTE",
-            "exchange": f"{name}-unbound",
-            "routingKey": "nobody",
-            "body": "lost",
-            "correlationId": "c-1",
-            "headers": {"k": "v"},
-        },
-        {
-            "replyCode": 312,
-            "replyText": "NO_ROUTE",
-            "exchange": "",
-            "routingKey": f"{name}-no-such-queue",
-            "body": "lost too",
-            "correlationId": None,
-            "headers": {},
-        },
+    keys = ("replyCode", "replyText", "exchange", "routingKey", "body", "correlationId", "headers")
+    returned = [
+        (312, "NO_ROUTE", f"{name}-unbound", "nobody", "lost", "c-1", {"k": "v"}),
+        (312, "NO_ROUTE", "", f"{name}-no-such-queue", "lost too", None, {}),
     ]
+    assert r["returns"] == [dict(zip(keys, values, strict=True)) for values in returned]
     assert r["acks"] == [True, True, True]
     # basic.return reaches the client before the basic.ack of the same message.
     assert r["order"] == ["return:lost", "confirm", "return:lost too", "confirm", "confirm"]
     assert r["extraReturns"] == 0
+
+
+def closed_by_server(class_id: int, method_id: int, what: str, missing: str) -> dict[str, Any]:
+    """amqplib's error for a channel closed with 404 NOT_FOUND (``missing``: what is not
+    found) in answer to the method ``class_id``/``method_id``; ``what`` begins its message."""
+    text = f"NOT_FOUND - {missing} in vhost '/'"
+    return {
+        "code": 404,
+        "classId": class_id,
+        "methodId": method_id,
+        "message": f'{what} 404 (NOT-FOUND) with message "{text}"',
+    }
 
 
 def test_channel_error_text_on_close(
@@ -141,28 +145,14 @@ def test_channel_error_text_on_close(
 ) -> None:
     r = run_node(node_client, "channel_error", broker, name)
     missing = f"{name}-missing"
-    assert r["publish"] == {
-        "code": 404,
-        "classId": 60,
-        "methodId": 40,  # basic.publish
-        "message": "Channel closed by server: 404 (NOT-FOUND) with message "
-        f"\"NOT_FOUND - no exchange '{missing}' in vhost '/'\"",
-    }
+    exchange, queue = f"no exchange '{missing}'", f"no queue '{missing}'"
+    # the methods refused: basic.publish (60, 40), exchange.declare (40, 10), queue.declare
+    assert r["publish"] == closed_by_server(60, 40, "Channel closed by server:", exchange)
     assert r["channelClosed"] is True
-    assert r["exchangePassive"] == {
-        "code": 404,
-        "classId": 40,
-        "methodId": 10,  # exchange.declare
-        "message": "Operation failed: ExchangeDeclare; 404 (NOT-FOUND) with message "
-        f"\"NOT_FOUND - no exchange '{missing}' in vhost '/'\"",
-    }
-    assert r["queuePassive"] == {
-        "code": 404,
-        "classId": 50,
-        "methodId": 10,  # queue.declare
-        "message": "Operation failed: QueueDeclare; 404 (NOT-FOUND) with message "
-        f"\"NOT_FOUND - no queue '{missing}' in vhost '/'\"",
-    }
+    assert r["exchangePassive"] == closed_by_server(
+        40, 10, "Operation failed: ExchangeDeclare;", exchange
+    )
+    assert r["queuePassive"] == closed_by_server(50, 10, "Operation failed: QueueDeclare;", queue)
     assert r["connectionError"] is None
     assert r["afterwards"] is True
 
@@ -171,12 +161,7 @@ def test_prefetch_ack_and_nack_requeue(
     node_client: list[str], broker: BrokerUnderTest, name: str
 ) -> None:
     r = run_node(node_client, "qos", broker, name)
-    assert r["deliveries"] == [
-        {"body": "m0", "tag": 1, "redelivered": False},
-        {"body": "m0", "tag": 2, "redelivered": True},
-        {"body": "m1", "tag": 3, "redelivered": False},
-        {"body": "m2", "tag": 4, "redelivered": False},
-    ]
+    assert r["deliveries"] == QOS_DELIVERIES
     assert r["early"] == 0
     assert r["readyWhileUnacked"] == 2
     assert r["consumers"] == 1

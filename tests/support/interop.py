@@ -189,3 +189,12 @@ ROUTING: dict[
         HEADERS_ROUTED,
     ),
 }
+
+# The qos scenario (prefetch 1, manual acknowledgement): m0 is nacked with requeue and comes
+# again, redelivered, before m1 and m2.
+QOS_DELIVERIES = [
+    {"body": "m0", "tag": 1, "redelivered": False},
+    {"body": "m0", "tag": 2, "redelivered": True},
+    {"body": "m1", "tag": 3, "redelivered": False},
+    {"body": "m2", "tag": 4, "redelivered": False},
+]
