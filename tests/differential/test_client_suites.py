@@ -59,10 +59,8 @@ def consume_on_channel_1(c: RawClient, queue: str) -> None:
     """Log in, open channel 1, declare ``queue`` exclusive and consume from it (tag ct)."""
     c.handshake()
     c.open_channel(1)
-    c.send_method(1, commands.Queue.Declare(queue=queue, exclusive=True))
-    c.expect(commands.Queue.DeclareOk)
-    c.send_method(1, commands.Basic.Consume(queue=queue, consumer_tag="ct"))
-    c.expect(commands.Basic.ConsumeOk)
+    c.call(1, commands.Queue.Declare(queue=queue, exclusive=True), commands.Queue.DeclareOk)
+    c.call(1, commands.Basic.Consume(queue=queue, consumer_tag="ct"), commands.Basic.ConsumeOk)
 
 
 def test_queue_delete_ok_comes_before_the_consumers_cancel(
