@@ -636,16 +636,24 @@ def test_declare_queue_needs_configure(domain: BrokerCore) -> None:
     )
 
 
+def refused_put(domain: BrokerCore, path: str, body: Value, **permissions: str) -> str | None:
+    """The session end's text for a PUT to ``path`` by a user with ``permissions`` only."""
+    return session_end(denied(domain, **permissions), "PUT", path, body).description
+
+
+def refusal(access: str, resource: str) -> str:
+    return f"{access} access to {resource} in vhost '/' refused for user 'test user'"
+
+
 def test_dead_letter_exchange_needs_read_on_the_queue_and_write_on_it(domain: BrokerCore) -> None:
     # amqp_auth_SUITE declare_queue_dlx_queue, declare_queue_dlx_exchange
     body = amap(arguments=args(x_dead_letter_exchange=s("📥")))
-    m = denied(domain, configure="🍿", write="📥")
-    assert session_end(m, "PUT", "/queues/%F0%9F%8D%BF", body).description == (
-        "read access to queue '🍿' in vhost '/' refused for user 'test user'"
+    path = "/queues/%F0%9F%8D%BF"
+    assert refused_put(domain, path, body, configure="🍿", write="📥") == refusal(
+        "read", "queue '🍿'"
     )
-    m = denied(domain, configure="🍿", read="🍿")
-    assert session_end(m, "PUT", "/queues/%F0%9F%8D%BF", body).description == (
-        "write access to exchange '📥' in vhost '/' refused for user 'test user'"
+    assert refused_put(domain, path, body, configure="🍿", read="🍿") == refusal(
+        "write", "exchange '📥'"
     )
 
 
@@ -654,13 +662,11 @@ def test_alternate_exchange_needs_read_on_the_exchange_and_write_on_it(
 ) -> None:
     # amqp_auth_SUITE declare_exchange_alternate_exchange_read, _write
     body = amap(arguments=args(alternate_exchange=s("ae.1")))
-    m = denied(domain, configure="x.1", write="ae.1")
-    assert session_end(m, "PUT", "/exchanges/x.1", body).description == (
-        "read access to exchange 'x.1' in vhost '/' refused for user 'test user'"
+    assert refused_put(domain, "/exchanges/x.1", body, configure="x.1", write="ae.1") == refusal(
+        "read", "exchange 'x.1'"
     )
-    m = denied(domain, configure="x.1", read="x.1")
-    assert session_end(m, "PUT", "/exchanges/x.1", body).description == (
-        "write access to exchange 'ae.1' in vhost '/' refused for user 'test user'"
+    assert refused_put(domain, "/exchanges/x.1", body, configure="x.1", read="x.1") == refusal(
+        "write", "exchange 'ae.1'"
     )
 
 
