@@ -49,6 +49,15 @@ class Stream(LogStream):
         raise AssertionError(f"the view never was {status}")
 
 
+def wait_for_row(p: Any, text: str, rows: str = "#log-list .log-row") -> None:
+    """Until one of the view's ``rows`` holds ``text`` (20 s at most)."""
+    p.wait_for_function(
+        "([rows, t]) => [...document.querySelectorAll(rows)].some(r => r.textContent.includes(t))",
+        arg=[rows, text],
+        timeout=20_000,
+    )
+
+
 def emit(broker: leveret.Broker, lines: list[str], *args: str) -> None:
     done = subprocess.run(
         [sys.executable, "-m", "leveret.cli.main", "emit-log", "--url", broker.url, *args],
@@ -129,19 +138,11 @@ def test_in_the_browser_the_view_shows_what_every_reader_reads(
         p = page.login("/logs")
         p.wait_for_selector("#logs-status[data-status=waiting]", timeout=20_000)
         emit(broker, ["disk full"], "--severity", "error")  # declares logs, then publishes
-        p.wait_for_function(
-            "() => [...document.querySelectorAll('#log-list .log-row')]"
-            ".some(r => r.textContent.includes('disk full'))",
-            timeout=20_000,
-        )
+        wait_for_row(p, "disk full")
         conn, ch = _channel(broker)
         ch.basic_publish("logs", "", b'{"message": 5, "tag": "CORRUPTJSON"}')
         conn.close()
-        p.wait_for_function(
-            "() => [...document.querySelectorAll('#log-list .log-row.malformed')]"
-            ".some(r => r.textContent.includes('CORRUPTJSON'))",
-            timeout=20_000,
-        )
+        wait_for_row(p, "CORRUPTJSON", "#log-list .log-row.malformed")
         rows = p.locator("#log-list .log-row").all_text_contents()
         disk = next(r for r in rows if "disk full" in r)
         assert " ERROR " in disk
@@ -175,11 +176,7 @@ def test_in_the_browser_the_history_shows_the_brokers_events_as_the_lake_files_t
         page = Page(chromium, b.management_url)
         try:
             p = page.login("/logs")
-            p.wait_for_function(
-                "() => [...document.querySelectorAll('#log-list .log-row')]"
-                ".some(r => r.textContent.includes('user.authentication.failure'))",
-                timeout=20_000,
-            )
+            wait_for_row(p, "user.authentication.failure")
             rows = p.locator("#log-list .log-row").all_text_contents()
             login = next(r for r in rows if "user.authentication.failure" in r)
             assert " WARNING " in login and " broker" in login
