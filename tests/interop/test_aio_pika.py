@@ -128,6 +128,14 @@ async def publish(
     )
 
 
+async def exclusive_queue(
+    conn: AbstractConnection, name: str
+) -> tuple[AbstractChannel, AbstractQueue]:
+    """A new channel on ``conn`` and exclusive queue ``name`` declared on it."""
+    ch = await conn.channel()
+    return ch, await ch.declare_queue(name, exclusive=True)
+
+
 async def get_bodies(queue: AbstractQueue) -> list[bytes]:
     """Everything ready in ``queue``, taken with basic.get (no-ack)."""
     out = []
@@ -472,8 +480,7 @@ async def test_exclusive_queue_of_another_connection(broker: BrokerUnderTest, na
 @sync
 async def test_declare_ok_counts(broker: BrokerUnderTest, name: str) -> None:
     async with connect(broker) as conn:
-        ch = await conn.channel()
-        q = await ch.declare_queue(name, exclusive=True)
+        ch, q = await exclusive_queue(conn, name)
         assert (q.declaration_result.message_count, q.declaration_result.consumer_count) == (0, 0)
         for i in range(3):
             await publish(ch.default_exchange, f"m{i}".encode(), name)
@@ -546,8 +553,7 @@ async def test_queue_bind_and_unbind(broker: BrokerUnderTest, name: str, tidy: T
 @sync
 async def test_purge_returns_count(broker: BrokerUnderTest, name: str) -> None:
     async with connect(broker) as conn:
-        ch = await conn.channel()
-        q = await ch.declare_queue(name, exclusive=True)
+        ch, q = await exclusive_queue(conn, name)
         for i in range(4):
             await publish(ch.default_exchange, f"m{i}".encode(), name)
         assert (await q.purge()).message_count == 4
@@ -679,8 +685,7 @@ async def test_prefetch_limits_unacked(broker: BrokerUnderTest, name: str) -> No
 @sync
 async def test_consume_and_cancel(broker: BrokerUnderTest, name: str) -> None:
     async with connect(broker) as conn:
-        ch = await conn.channel()
-        q = await ch.declare_queue(name, exclusive=True)
+        ch, q = await exclusive_queue(conn, name)
         inbox = Inbox()
         tag = await q.consume(inbox, no_ack=True, consumer_tag="my-tag")
         assert tag == "my-tag"
@@ -720,8 +725,7 @@ async def test_consume_and_cancel(broker: BrokerUnderTest, name: str) -> None:
 @sync
 async def test_get_and_get_empty(broker: BrokerUnderTest, name: str) -> None:
     async with connect(broker) as conn:
-        ch = await conn.channel()
-        q = await ch.declare_queue(name, exclusive=True)
+        ch, q = await exclusive_queue(conn, name)
         assert await q.get(fail=False) is None
         with pytest.raises(aio_pika.exceptions.QueueEmpty):
             await q.get()
@@ -756,8 +760,7 @@ async def test_get_and_get_empty(broker: BrokerUnderTest, name: str) -> None:
 @sync
 async def test_ack_nack_reject(broker: BrokerUnderTest, name: str) -> None:
     async with connect(broker) as conn:
-        ch = await conn.channel()
-        q = await ch.declare_queue(name, exclusive=True)
+        ch, q = await exclusive_queue(conn, name)
         for body in (b"acked", b"nacked", b"rejected-requeue", b"dropped", b"nack-dropped"):
             await publish(ch.default_exchange, body, name)
 
@@ -793,8 +796,7 @@ async def test_ack_nack_reject(broker: BrokerUnderTest, name: str) -> None:
 @sync
 async def test_nack_multiple(broker: BrokerUnderTest, name: str) -> None:
     async with connect(broker) as conn:
-        ch = await conn.channel()
-        q = await ch.declare_queue(name, exclusive=True)
+        ch, q = await exclusive_queue(conn, name)
         for i in range(3):
             await publish(ch.default_exchange, f"m{i}".encode(), name)
         got = [await q.get() for _ in range(3)]
@@ -814,8 +816,7 @@ async def test_nack_multiple(broker: BrokerUnderTest, name: str) -> None:
 @sync
 async def test_recover_redelivers_unacked(broker: BrokerUnderTest, name: str) -> None:
     async with connect(broker) as conn:
-        ch = await conn.channel()
-        q = await ch.declare_queue(name, exclusive=True)
+        ch, q = await exclusive_queue(conn, name)
         await publish(ch.default_exchange, b"a", name)
         await publish(ch.default_exchange, b"b", name)
         inbox = Inbox()
@@ -865,8 +866,7 @@ async def test_unknown_delivery_tag(broker: BrokerUnderTest, name: str) -> None:
 @sync
 async def test_consumer_cancel_notification(broker: BrokerUnderTest, name: str) -> None:
     async with connect(broker) as conn:
-        ch = await conn.channel()
-        q = await ch.declare_queue(name, exclusive=True)
+        ch, q = await exclusive_queue(conn, name)
         cancelled: list[str | None] = []
 
         async def on_cancel(frame: spec.Basic.Cancel) -> None:

@@ -116,6 +116,14 @@ def publish(
     kombu.Producer(ch).publish(body, exchange=exchange, routing_key=routing_key, **kwargs)
 
 
+def exclusive_queue(conn: kombu.Connection, name: str) -> tuple[Channel, kombu.Queue]:
+    """A new channel on ``conn`` and exclusive queue ``name`` declared on it."""
+    ch = conn.channel()
+    q = kombu.Queue(name, exclusive=True, channel=ch)
+    q.declare()
+    return ch, q
+
+
 def get_bodies(ch: Channel, queue: str) -> list[bytes]:
     """Everything ready in ``queue``, taken with basic.get and acknowledged."""
     out = []
@@ -489,9 +497,7 @@ def test_queue_bind_and_unbind(broker: BrokerUnderTest, name: str, tidy: Tidy) -
 
 def test_purge_returns_count(broker: BrokerUnderTest, name: str) -> None:
     with connect(broker) as conn:
-        ch = conn.channel()
-        q = kombu.Queue(name, exclusive=True, channel=ch)
-        q.declare()
+        ch, q = exclusive_queue(conn, name)
         for i in range(4):
             publish(ch, f"m{i}".encode(), routing_key=name)
         assert q.purge() == 4
@@ -565,9 +571,7 @@ def test_routing(broker: BrokerUnderTest, name: str, tidy: Tidy, kind: str) -> N
 
 def test_prefetch_limits_unacked(broker: BrokerUnderTest, name: str) -> None:
     with connect(broker) as conn:
-        ch = conn.channel()
-        q = kombu.Queue(name, exclusive=True, channel=ch)
-        q.declare()
+        ch, q = exclusive_queue(conn, name)
         for i in range(5):
             publish(ch, f"m{i}".encode(), routing_key=name)
         got: list[kombu.Message] = []
@@ -621,9 +625,7 @@ def test_consume_and_cancel(broker: BrokerUnderTest, name: str, tidy: Tidy) -> N
 
 def test_auto_delete_queue_goes_with_its_last_consumer(broker: BrokerUnderTest, name: str) -> None:
     with connect(broker) as conn:
-        ch = conn.channel()
-        q = kombu.Queue(name, exclusive=True, channel=ch)  # kombu: exclusive implies auto_delete
-        q.declare()
+        ch, q = exclusive_queue(conn, name)  # kombu: exclusive implies auto_delete
         assert q.auto_delete
         # never consumed from: stays
         ch.queue_declare(name, passive=True)
@@ -654,9 +656,7 @@ def test_reused_consumer_tag_closes_the_connection(broker: BrokerUnderTest, name
 
 def test_get_and_get_empty(broker: BrokerUnderTest, name: str) -> None:
     with connect(broker) as conn:
-        ch = conn.channel()
-        q = kombu.Queue(name, exclusive=True, channel=ch)
-        q.declare()
+        ch, q = exclusive_queue(conn, name)
         assert q.get() is None
         publish(
             ch,
@@ -690,9 +690,7 @@ def test_get_and_get_empty(broker: BrokerUnderTest, name: str) -> None:
 
 def test_ack_nack_reject(broker: BrokerUnderTest, name: str) -> None:
     with connect(broker) as conn:
-        ch = conn.channel()
-        q = kombu.Queue(name, exclusive=True, channel=ch)
-        q.declare()
+        ch, q = exclusive_queue(conn, name)
         for body in (b"acked", b"requeued", b"nacked", b"dropped"):
             publish(ch, body, routing_key=name)
         first = q.get()
@@ -723,9 +721,7 @@ def test_ack_nack_reject(broker: BrokerUnderTest, name: str) -> None:
 
 def test_recover_redelivers_unacked(broker: BrokerUnderTest, name: str) -> None:
     with connect(broker) as conn:
-        ch = conn.channel()
-        q = kombu.Queue(name, exclusive=True, channel=ch)
-        q.declare()
+        ch, q = exclusive_queue(conn, name)
         publish(ch, b"a", routing_key=name)
         publish(ch, b"b", routing_key=name)
         got: list[amqp.Message] = []
@@ -818,9 +814,7 @@ def test_publisher_confirms_and_mandatory_return(broker: BrokerUnderTest, name: 
 
 def test_transactions(broker: BrokerUnderTest, name: str) -> None:
     with connect(broker, confirm_publish=False) as conn:
-        ch = conn.channel()
-        q = kombu.Queue(name, exclusive=True, channel=ch)
-        q.declare()
+        ch, q = exclusive_queue(conn, name)
         ch.tx_select()
         publish(ch, b"rolled-back", routing_key=name)
         assert tuple(q.queue_declare(passive=True)) == (name, 0, 0)
