@@ -78,17 +78,26 @@ INVALID_OPTION = [
 ]
 
 
+def invalid_on_both(
+    both: BrokerUnderTest, args: list[str], option: str
+) -> tuple[subprocess.CompletedProcess[str], subprocess.CompletedProcess[str]]:
+    """``leveret ctl ARGS`` and ``rabbitmqctl ARGS``, both refused as invalid (exit code 64),
+    RabbitMQ naming ``option``: what each did."""
+    ours, theirs = leveret_ctl(both, *args), rabbitmqctl(*args)
+    assert (ours.returncode, theirs.returncode) == (64, 64)
+    lines = theirs.stderr.splitlines()
+    assert lines[0] == INVALID
+    assert lines[1].split(" : ")[0] == option
+    return ours, theirs
+
+
 @pytest.mark.parametrize(
     ("args", "option"), INVALID_OPTION, ids=[" ".join(a) for a, _ in INVALID_OPTION]
 )
 def test_invalid_option_names_the_same_option(
     both: BrokerUnderTest, args: list[str], option: str
 ) -> None:
-    ours, theirs = leveret_ctl(both, *args), rabbitmqctl(*args)
-    assert (ours.returncode, theirs.returncode) == (64, 64)
-    lines = theirs.stderr.splitlines()
-    assert lines[0] == INVALID
-    assert lines[1].split(" : ")[0] == option
+    ours, theirs = invalid_on_both(both, args, option)
     assert ours.stderr.splitlines() == [f"Error (argument validation): invalid option {option}"]
     assert ours.stdout == theirs.stdout == ""
 
@@ -107,11 +116,7 @@ BAD_VALUE = [
 def test_bad_option_value(both: BrokerUnderTest, args: list[str], option: str, text: str) -> None:
     """rabbitmqctl calls an option without a value, or with one of the wrong type, invalid;
     Leveret says which of the two it is (exit code 64 both)."""
-    ours, theirs = leveret_ctl(both, *args), rabbitmqctl(*args)
-    assert (ours.returncode, theirs.returncode) == (64, 64)
-    lines = theirs.stderr.splitlines()
-    assert lines[0] == INVALID
-    assert lines[1].split(" : ")[0] == option
+    ours, _ = invalid_on_both(both, args, option)
     assert ours.stderr.splitlines() == [f"Error (argument validation): {text}"]
 
 
