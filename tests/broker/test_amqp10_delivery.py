@@ -5,6 +5,8 @@ lettering), and the sections RabbitMQ refuses. Cases from RabbitMQ's own tests n
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from pamqp import commands
 
@@ -40,6 +42,19 @@ _PUBLISHED = (
 )
 
 
+def header_section(
+    durable: bool, priority: int | None, ttl: int | None, first_acquirer: bool, deliveries: int
+) -> list[tuple[str, Any]]:
+    """The fields of a header section as ``field_list`` reads them (None: null)."""
+    return [
+        ("bool", durable),
+        ("null", None) if priority is None else ("ubyte", priority),
+        ("null", None) if ttl is None else ("uint", ttl),
+        ("bool", first_acquirer),
+        ("uint", deliveries),
+    ]
+
+
 def _published() -> Amqp10Message:
     return amqp10_message.parse(_PUBLISHED).message("amq.direct", "key")
 
@@ -55,13 +70,7 @@ def test_published_over_amqp10_keeps_its_bare_message_and_annotations() -> None:
     out = amqp10_delivery.delivery(_published())
     assert _bare(out) == _PUBLISHED[_PUBLISHED.index(b"\x00Ss") :]
     s = sections(out)
-    assert field_list(s[0x70]) == [
-        ("bool", True),
-        ("ubyte", 5),
-        ("uint", 60000),
-        ("bool", True),
-        ("uint", 0),
-    ]
+    assert field_list(s[0x70]) == header_section(True, 5, 60000, True, 0)
     assert s[0x72][1] == [
         (("symbol", "x-opt-mine"), ("string", "kept")),
         (("symbol", "x-exchange"), ("string", "amq.direct")),
@@ -191,13 +200,7 @@ def test_dead_lettered_amqp10_message() -> None:
     assert dead.bare == m.bare
     out = amqp10_delivery.delivery(dead)
     s = sections(out)
-    assert field_list(s[0x70]) == [
-        ("bool", True),
-        ("ubyte", 5),
-        ("null", None),
-        ("bool", False),
-        ("uint", 0),
-    ]
+    assert field_list(s[0x70]) == header_section(True, 5, None, False, 0)
     ma = amap(s[0x72])
     assert ma["x-exchange"] == ("string", "dlx")
     assert ma["x-routing-key"] == ("string", "key")
@@ -270,13 +273,7 @@ def test_stream_delivery_of_a_stored_amqp091_message() -> None:
     entry = to_amqp10("ex", "rk", raw, b"body")
     out = amqp10_delivery.stream_delivery(entry, 42, "s1")
     s = sections(out)
-    assert field_list(s[0x70]) == [
-        ("bool", True),
-        ("null", None),
-        ("null", None),
-        ("bool", True),
-        ("uint", 0),
-    ]
+    assert field_list(s[0x70]) == header_section(True, None, None, True, 0)
     ma = amap(s[0x72])
     assert ma["x-routing-key"] == ("string", "rk")
     assert ma["x-exchange"] == ("string", "ex")
@@ -290,13 +287,7 @@ def test_stream_delivery_without_annotations() -> None:
     x-routing-key (entry_to_msg's annotations)."""
     entry = header(durable=False, priority=1) + data(b"b")
     s = sections(amqp10_delivery.stream_delivery(entry, 0, "s1"))
-    assert field_list(s[0x70]) == [
-        ("bool", False),
-        ("ubyte", 1),
-        ("null", None),
-        ("bool", True),
-        ("uint", 0),
-    ]
+    assert field_list(s[0x70]) == header_section(False, 1, None, True, 0)
     assert s[0x72][1] == [
         (("symbol", "x-exchange"), ("string", "")),
         (("symbol", "x-routing-key"), ("string", "s1")),

@@ -23,7 +23,7 @@ from leveret.protocol.amqp10 import definitions as d
 from leveret.protocol.amqp10 import types as t
 from leveret.protocol.amqp10.types import Value
 from leveret.protocol.spec import TypedTable
-from tests.broker.fakes import FakeConnection, new_broker
+from tests.broker.fakes import FakeConnection
 
 NULL: Value = ("null", None)
 
@@ -88,13 +88,8 @@ class Mgmt:
 
 
 @pytest.fixture
-def broker() -> BrokerCore:
-    return new_broker()
-
-
-@pytest.fixture
-def mgmt(broker: BrokerCore) -> Mgmt:
-    return Mgmt(broker)
+def mgmt(domain: BrokerCore) -> Mgmt:
+    return Mgmt(domain)
 
 
 def session_end(m: Mgmt, method: str, to: str, body: Value = NULL) -> d.Error:
@@ -182,7 +177,7 @@ def test_get_queue_not_found(mgmt: Mgmt) -> None:
     )
 
 
-def test_declare_queue_idempotent_with_its_info(mgmt: Mgmt, broker: BrokerCore) -> None:
+def test_declare_queue_idempotent_with_its_info(mgmt: Mgmt, domain: BrokerCore) -> None:
     # management_SUITE all_management_operations: the same map from the declaration, its
     # repetition and get_queue; the keys and types of encode_queue
     body = amap(
@@ -246,14 +241,14 @@ def test_queue_info_counts_ready_messages_and_consumers(mgmt: Mgmt) -> None:
 
 
 def test_an_exclusive_queue_is_the_connections_and_stays_durable(
-    mgmt: Mgmt, broker: BrokerCore
+    mgmt: Mgmt, domain: BrokerCore
 ) -> None:
     # management_SUITE queue_properties and exclusive_queue: durable unless asked
     # otherwise; another connection is locked out of binding, deleting and purging it
     _, info = mgmt.ok("PUT", "/queues/%F0%9F%99%8C", amap(exclusive=("bool", True)))
     assert info["exclusive"] and info["durable"]
     assert [q.name for q in mgmt.owned] == ["🙌"]
-    other = Mgmt(broker, cid=7)
+    other = Mgmt(domain, cid=7)
     locked = (
         "cannot obtain exclusive access to locked queue '🙌' in vhost '/'. It could be "
         "originally declared on another connection or the exclusive property value does "
@@ -632,8 +627,8 @@ def test_get_bindings_needs_a_destination(mgmt: Mgmt) -> None:
 # amqp_auth_SUITE: a refused permission ends the session (amqp:unauthorized-access)
 
 
-def test_declare_queue_needs_configure(broker: BrokerCore) -> None:
-    m = denied(broker)
+def test_declare_queue_needs_configure(domain: BrokerCore) -> None:
+    m = denied(domain)
     error = session_end(m, "PUT", "/queues/%F0%9F%8D%BF", amap())
     assert error == d.Error(
         d.UNAUTHORIZED_ACCESS,
@@ -641,68 +636,74 @@ def test_declare_queue_needs_configure(broker: BrokerCore) -> None:
     )
 
 
-def test_dead_letter_exchange_needs_read_on_the_queue_and_write_on_it(broker: BrokerCore) -> None:
+def refused_put(domain: BrokerCore, path: str, body: Value, **permissions: str) -> str | None:
+    """The session end's text for a PUT to ``path`` by a user with ``permissions`` only."""
+    return session_end(denied(domain, **permissions), "PUT", path, body).description
+
+
+def refusal(access: str, resource: str) -> str:
+    return f"{access} access to {resource} in vhost '/' refused for user 'test user'"
+
+
+def test_dead_letter_exchange_needs_read_on_the_queue_and_write_on_it(domain: BrokerCore) -> None:
     # amqp_auth_SUITE declare_queue_dlx_queue, declare_queue_dlx_exchange
     body = amap(arguments=args(x_dead_letter_exchange=s("📥")))
-    m = denied(broker, configure="🍿", write="📥")
-    assert session_end(m, "PUT", "/queues/%F0%9F%8D%BF", body).description == (
-        "read access to queue '🍿' in vhost '/' refused for user 'test user'"
+    path = "/queues/%F0%9F%8D%BF"
+    assert refused_put(domain, path, body, configure="🍿", write="📥") == refusal(
+        "read", "queue '🍿'"
     )
-    m = denied(broker, configure="🍿", read="🍿")
-    assert session_end(m, "PUT", "/queues/%F0%9F%8D%BF", body).description == (
-        "write access to exchange '📥' in vhost '/' refused for user 'test user'"
+    assert refused_put(domain, path, body, configure="🍿", read="🍿") == refusal(
+        "write", "exchange '📥'"
     )
 
 
 def test_alternate_exchange_needs_read_on_the_exchange_and_write_on_it(
-    broker: BrokerCore,
+    domain: BrokerCore,
 ) -> None:
     # amqp_auth_SUITE declare_exchange_alternate_exchange_read, _write
     body = amap(arguments=args(alternate_exchange=s("ae.1")))
-    m = denied(broker, configure="x.1", write="ae.1")
-    assert session_end(m, "PUT", "/exchanges/x.1", body).description == (
-        "read access to exchange 'x.1' in vhost '/' refused for user 'test user'"
+    assert refused_put(domain, "/exchanges/x.1", body, configure="x.1", write="ae.1") == refusal(
+        "read", "exchange 'x.1'"
     )
-    m = denied(broker, configure="x.1", read="x.1")
-    assert session_end(m, "PUT", "/exchanges/x.1", body).description == (
-        "write access to exchange 'ae.1' in vhost '/' refused for user 'test user'"
+    assert refused_put(domain, "/exchanges/x.1", body, configure="x.1", read="x.1") == refusal(
+        "write", "exchange 'ae.1'"
     )
 
 
-def test_purge_needs_read_and_get_needs_any(broker: BrokerCore, mgmt: Mgmt) -> None:
+def test_purge_needs_read_and_get_needs_any(domain: BrokerCore, mgmt: Mgmt) -> None:
     # amqp_auth_SUITE purge_queue; get_queue checks as a passive queue.declare
     mgmt.ok("PUT", "/queues/q", amap())
-    m = denied(broker, write="q")
+    m = denied(domain, write="q")
     assert session_end(m, "DELETE", "/queues/q/messages").description == (
         "read access to queue 'q' in vhost '/' refused for user 'test user'"
     )
-    m = denied(broker, write="q")
+    m = denied(domain, write="q")
     assert m("GET", "/queues/q")[0] == "200"
-    m = denied(broker)
+    m = denied(domain)
     assert session_end(m, "GET", "/queues/q").description == (
         "configure access to queue 'q' in vhost '/' refused for user 'test user'"
     )
 
 
 def test_binding_needs_write_on_the_destination_and_read_on_the_source(
-    broker: BrokerCore, mgmt: Mgmt
+    domain: BrokerCore, mgmt: Mgmt
 ) -> None:
     # amqp_auth_SUITE bind_queue_destination, bind_queue_source
     mgmt.ok("PUT", "/queues/q", amap())
-    m = denied(broker, read="amq.direct")
+    m = denied(domain, read="amq.direct")
     assert session_end(m, "POST", "/bindings", binding("amq.direct", "q", "k")).description == (
         "write access to queue 'q' in vhost '/' refused for user 'test user'"
     )
-    m = denied(broker, write="q")
+    m = denied(domain, write="q")
     assert session_end(m, "POST", "/bindings", binding("amq.direct", "q", "k")).description == (
         "read access to exchange 'amq.direct' in vhost '/' refused for user 'test user'"
     )
 
 
-def test_binding_to_a_topic_needs_its_read_permission(broker: BrokerCore) -> None:
+def test_binding_to_a_topic_needs_its_read_permission(domain: BrokerCore) -> None:
     # amqp_auth_SUITE bind_to_topic_exchange
-    m = denied(broker, ".*", ".*", ".*")
-    broker.set_topic_permissions("test user", "/", "amq.topic", ".*", "wrong.topic")
+    m = denied(domain, ".*", ".*", ".*")
+    domain.set_topic_permissions("test user", "/", "amq.topic", ".*", "wrong.topic")
     body = binding("amq.topic", "amq.direct", "a.b.🐇", kind="exchange")
     assert session_end(m, "POST", "/bindings", body) == d.Error(
         d.UNAUTHORIZED_ACCESS,
@@ -711,10 +712,10 @@ def test_binding_to_a_topic_needs_its_read_permission(broker: BrokerCore) -> Non
     )
 
 
-def test_delete_needs_configure(broker: BrokerCore, mgmt: Mgmt) -> None:
+def test_delete_needs_configure(domain: BrokerCore, mgmt: Mgmt) -> None:
     # amqp_auth_SUITE delete_queue, delete_exchange
     mgmt.ok("PUT", "/queues/q", amap())
-    m = denied(broker)
+    m = denied(domain)
     assert session_end(m, "DELETE", "/queues/q").description == (
         "configure access to queue 'q' in vhost '/' refused for user 'test user'"
     )

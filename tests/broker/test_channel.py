@@ -49,12 +49,21 @@ def delivered(host: FakeHost) -> list[tuple[str, int, bool, bytes]]:
     ]
 
 
+def consuming(vhost: VirtualHost, channel: Channel, count: int, tx: bool = False) -> Queue:
+    """Queue q with ``count`` messages, and ``channel`` (in a transaction if ``tx``)
+    consuming them."""
+    q, _ = vhost.declare_queue("q")
+    publish(vhost, "q", count)
+    if tx:
+        channel.tx_select()
+    consume(channel, q)
+    return q
+
+
 def test_a_consumer_gets_what_is_ready_with_consecutive_tags(
     vhost: VirtualHost, host: FakeHost, channel: Channel
 ) -> None:
-    q, _ = vhost.declare_queue("q")
-    publish(vhost, "q", 2)
-    consume(channel, q)
+    consuming(vhost, channel, 2)
     publish(vhost, "q", 1)
     assert delivered(host) == [
         ("c", 1, False, b"m0"),
@@ -119,9 +128,7 @@ def test_settling_an_unknown_tag_is_a_precondition_failure(
 def test_nack_without_requeue_drops_and_with_requeue_redelivers(
     vhost: VirtualHost, host: FakeHost, channel: Channel
 ) -> None:
-    q, _ = vhost.declare_queue("q")
-    publish(vhost, "q", 2)
-    consume(channel, q)
+    q = consuming(vhost, channel, 2)
     channel.settle(Settle.NACK, 1, False, False)
     channel.settle(Settle.NACK, 2, False, True)
     assert delivered(host)[-1] == ("c", 3, True, b"m1")
@@ -145,9 +152,7 @@ def test_close_requeues_cancels_and_deletes_auto_delete_queues(
 def test_recover_redelivers_everything_outstanding(
     vhost: VirtualHost, host: FakeHost, channel: Channel
 ) -> None:
-    q, _ = vhost.declare_queue("q")
-    publish(vhost, "q", 2)
-    consume(channel, q)
+    consuming(vhost, channel, 2)
     channel.recover()
     assert delivered(host)[2:] == [("c", 3, True, b"m0"), ("c", 4, True, b"m1")]
 
@@ -212,10 +217,7 @@ def test_a_closed_channel_sends_no_confirm(host: FakeHost, channel: Channel) -> 
 def test_tx_settles_leave_unacked_at_once_and_rollback_puts_them_back(
     vhost: VirtualHost, channel: Channel
 ) -> None:
-    q, _ = vhost.declare_queue("q")
-    publish(vhost, "q", 3)
-    channel.tx_select()
-    consume(channel, q)
+    q = consuming(vhost, channel, 3, tx=True)
     channel.settle(Settle.ACK, 1, False, False)
     channel.settle(Settle.REJECT, 3, False, True)
     assert list(channel.unacked) == [2]
@@ -233,11 +235,8 @@ def test_tx_settles_leave_unacked_at_once_and_rollback_puts_them_back(
 
 
 def test_tx_settles_hold_global_prefetch_until_commit(vhost: VirtualHost, channel: Channel) -> None:
-    q, _ = vhost.declare_queue("q")
-    publish(vhost, "q", 2)
     channel.global_prefetch = 1
-    channel.tx_select()
-    consume(channel, q)
+    q = consuming(vhost, channel, 2, tx=True)
     channel.settle(Settle.ACK, 1, False, False)
     assert channel.unacked == {} and channel.credit() == 0 and not channel.can_deliver()
     assert q.message_count == 1
@@ -248,10 +247,7 @@ def test_tx_settles_hold_global_prefetch_until_commit(vhost: VirtualHost, channe
 def test_a_closed_channel_requeues_what_its_transaction_settled(
     vhost: VirtualHost, channel: Channel
 ) -> None:
-    q, _ = vhost.declare_queue("q")
-    publish(vhost, "q", 2)
-    channel.tx_select()
-    consume(channel, q)
+    q = consuming(vhost, channel, 2, tx=True)
     channel.settle(Settle.ACK, 2, False, False)
     channel.close()
     assert (q.message_count, q.unacked) == (2, 0)

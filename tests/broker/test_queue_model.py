@@ -4,8 +4,6 @@ holds, and a consumer with credit never leaves a message waiting."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
@@ -14,46 +12,14 @@ from leveret.broker.broker import BrokerCore
 from leveret.broker.channel import Settle
 from leveret.broker.session import Session
 from leveret.protocol.errors import AMQPError
-
-
-class FakeOutput:
-    def __init__(self) -> None:
-        self.deliveries: list[tuple[int, bool, bytes]] = []
-        self.errors: list[AMQPError] = []
-
-    def send_method(self, channel: int, method: Any) -> None:
-        pass
-
-    def send_content(self, channel: int, method: Any, properties: bytes, body: bytes) -> None:
-        pass
-
-    def send_deliver(
-        self,
-        channel: int,
-        consumer_tag: bytes,
-        delivery_tag: int,
-        redelivered: bool,
-        exchange_and_key: bytes,
-        properties: bytes,
-        body: bytes,
-    ) -> None:
-        self.deliveries.append((delivery_tag, redelivered, body))
-
-    def send_basic_ack(self, channel: int, delivery_tag: int, multiple: bool) -> None:
-        pass
-
-    def close_channel(self, channel: int, error: AMQPError) -> None:
-        self.errors.append(error)
-
-    def close_connection(self, error: AMQPError) -> None:
-        self.errors.append(error)
+from tests.broker.fakes import Deliver, RecordingOutput
 
 
 class QueueModel(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.broker = BrokerCore.with_defaults()
-        self.out = FakeOutput()
+        self.out = RecordingOutput()
         self.session = Session(self.broker, self.out)
         self.session.authenticate("PLAIN", b"\0guest\0guest", {})
         assert self.session.open_vhost("/") is None
@@ -126,7 +92,8 @@ class QueueModel(RuleBasedStateMachine):
 
     @invariant()
     def redelivered_flag(self) -> None:
-        for tag, redelivered, body in self.out.deliveries:
+        for d in self.out.of(Deliver):
+            tag, redelivered, body = d.delivery_tag, d.redelivered, d.body
             if tag not in self.seen:
                 self.seen[tag] = body
                 assert redelivered == (body in self.requeued)

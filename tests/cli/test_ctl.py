@@ -33,9 +33,7 @@ def ctl(
 def test_connections_channels_and_close_connection(leveret_site: Site) -> None:
     site = leveret_site
     b = site.broker
-    conn = pika.BlockingConnection(
-        pika.ConnectionParameters(b.host, b.port, virtual_host=site.vhost)
-    )
+    conn = site.connect()
     ch = conn.channel()
     ch.queue_declare("cq")
     ch.basic_consume("cq", lambda *a: None, consumer_tag="tag-1")

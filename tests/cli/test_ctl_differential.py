@@ -8,22 +8,19 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
-from tests.support.mgmt import Site, declare_scenario, normalize
+from tests.support.mgmt import Site, declare_scenario, normalize, prepared
 
 pytestmark = pytest.mark.rabbitmq
 
 
 @pytest.fixture
 def sites(leveret_site: Site, rabbitmq_site: Site) -> Iterator[tuple[Site, Site]]:
-    conns = [declare_scenario(leveret_site), declare_scenario(rabbitmq_site)]
-    try:
-        yield leveret_site, rabbitmq_site
-    finally:
-        for conn in conns:
-            conn.close()
+    with prepared((leveret_site, rabbitmq_site), declare_scenario) as both:
+        yield both
 
 
 def split(out: str, banner_lines: int) -> tuple[list[str], list[str]]:
@@ -174,19 +171,9 @@ PID = re.compile(r"<[^<>\s]+>")
 def live_sites(leveret_site: Site, rabbitmq_site: Site) -> Iterator[tuple[Site, Site]]:
     """On each broker: one connection with a consuming channel (prefetch 5, two
     unacknowledged deliveries) and a confirm-mode channel."""
-    import pika
 
-    conns = []
-    for site in (leveret_site, rabbitmq_site):
-        b = site.broker
-        conn = pika.BlockingConnection(
-            pika.ConnectionParameters(
-                b.host,
-                b.port,
-                virtual_host=site.vhost,
-                client_properties={"connection_name": "ctl-differential"},
-            )
-        )
+    def prepare(site: Site) -> Any:
+        conn = site.connect("ctl-differential")
         ch = conn.channel()
         ch.queue_declare("consumed", durable=True)
         for _ in range(2):
@@ -198,12 +185,10 @@ def live_sites(leveret_site: Site, rabbitmq_site: Site) -> Iterator[tuple[Site, 
         ch2 = conn.channel()
         ch2.confirm_delivery()
         conn.process_data_events(0.5)
-        conns.append(conn)
-    try:
-        yield leveret_site, rabbitmq_site
-    finally:
-        for conn in conns:
-            conn.close()
+        return conn
+
+    with prepared((leveret_site, rabbitmq_site), prepare) as both:
+        yield both
 
 
 @pytest.mark.parametrize(

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import re
-import uuid
 from collections.abc import Iterator
 
 import pytest
@@ -23,7 +22,7 @@ from tests.support import rabbitmq
 from tests.support.brokers import BrokerUnderTest
 from tests.support.mgmt import Site, make_site
 from tests.support.ports import free_port
-from tests.support.streamscenario import StreamClients
+from tests.support.streamscenario import StreamClients, stream_clients_on
 
 pytestmark = pytest.mark.rabbitmq
 rstream = pytest.importorskip("rstream")
@@ -64,17 +63,8 @@ def rabbitmq_site(own_rabbitmq: tuple[BrokerUnderTest, rabbitmq.RabbitNode]) -> 
 
 @pytest.fixture
 def both(leveret_site: Site, rabbitmq_site: Site) -> Iterator[list[tuple[Site, StreamClients]]]:
-    tag = uuid.uuid4().hex[:8]
-    pairs: list[tuple[Site, StreamClients]] = []
-    try:
-        for site in (leveret_site, rabbitmq_site):
-            pairs.append((site, StreamClients(site, tag)))
-        for _, clients in pairs:
-            clients.settled()
+    with stream_clients_on(leveret_site, rabbitmq_site) as pairs:
         yield pairs
-    finally:
-        for _, clients in pairs:
-            clients.close()
 
 
 def ctl(site: Site, *args: str) -> str:

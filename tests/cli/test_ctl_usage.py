@@ -15,11 +15,12 @@ import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
 from tests.support.brokers import BrokerUnderTest
-from tests.support.mgmt import Site
+from tests.support.mgmt import Site, prepared
 
 pytestmark = pytest.mark.rabbitmq
 
@@ -77,17 +78,26 @@ INVALID_OPTION = [
 ]
 
 
+def invalid_on_both(
+    both: BrokerUnderTest, args: list[str], option: str
+) -> tuple[subprocess.CompletedProcess[str], subprocess.CompletedProcess[str]]:
+    """``leveret ctl ARGS`` and ``rabbitmqctl ARGS``, both refused as invalid (exit code 64),
+    RabbitMQ naming ``option``: what each did."""
+    ours, theirs = leveret_ctl(both, *args), rabbitmqctl(*args)
+    assert (ours.returncode, theirs.returncode) == (64, 64)
+    lines = theirs.stderr.splitlines()
+    assert lines[0] == INVALID
+    assert lines[1].split(" : ")[0] == option
+    return ours, theirs
+
+
 @pytest.mark.parametrize(
     ("args", "option"), INVALID_OPTION, ids=[" ".join(a) for a, _ in INVALID_OPTION]
 )
 def test_invalid_option_names_the_same_option(
     both: BrokerUnderTest, args: list[str], option: str
 ) -> None:
-    ours, theirs = leveret_ctl(both, *args), rabbitmqctl(*args)
-    assert (ours.returncode, theirs.returncode) == (64, 64)
-    lines = theirs.stderr.splitlines()
-    assert lines[0] == INVALID
-    assert lines[1].split(" : ")[0] == option
+    ours, theirs = invalid_on_both(both, args, option)
     assert ours.stderr.splitlines() == [f"Error (argument validation): invalid option {option}"]
     assert ours.stdout == theirs.stdout == ""
 
@@ -106,11 +116,7 @@ BAD_VALUE = [
 def test_bad_option_value(both: BrokerUnderTest, args: list[str], option: str, text: str) -> None:
     """rabbitmqctl calls an option without a value, or with one of the wrong type, invalid;
     Leveret says which of the two it is (exit code 64 both)."""
-    ours, theirs = leveret_ctl(both, *args), rabbitmqctl(*args)
-    assert (ours.returncode, theirs.returncode) == (64, 64)
-    lines = theirs.stderr.splitlines()
-    assert lines[0] == INVALID
-    assert lines[1].split(" : ")[0] == option
+    ours, _ = invalid_on_both(both, args, option)
     assert ours.stderr.splitlines() == [f"Error (argument validation): {text}"]
 
 
@@ -200,25 +206,19 @@ def test_add_vhost_options_as_rabbitmqctl(leveret_site: Site, rabbitmq_site: Sit
 @pytest.fixture
 def queues(leveret_site: Site, rabbitmq_site: Site) -> Iterator[tuple[Site, Site]]:
     """On each broker: 'full' holds a message, 'used' has a consumer, 'idle' neither."""
-    import pika
 
-    conns = []
-    for site in (leveret_site, rabbitmq_site):
-        conn = pika.BlockingConnection(
-            pika.ConnectionParameters(site.broker.host, site.broker.port, virtual_host=site.vhost)
-        )
+    def prepare(site: Site) -> Any:
+        conn = site.connect()
         ch = conn.channel()
         for name in ("full", "used", "idle"):
             ch.queue_declare(name)
         ch.basic_publish("", "full", b"m")
         ch.basic_consume("used", lambda *a: None)
         conn.process_data_events(0.2)
-        conns.append(conn)
-    try:
-        yield leveret_site, rabbitmq_site
-    finally:
-        for conn in conns:
-            conn.close()
+        return conn
+
+    with prepared((leveret_site, rabbitmq_site), prepare) as both:
+        yield both
 
 
 def test_delete_queue_conditions(queues: tuple[Site, Site]) -> None:

@@ -5,11 +5,9 @@ from __future__ import annotations
 
 import os
 import re
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
+
+from tests.support.cli import read_banner, run_cli, running_up
 
 
 def _env() -> dict[str, str]:
@@ -19,50 +17,15 @@ def _env() -> dict[str, str]:
 
 
 def test_up_banner_keeps_each_command_on_one_line(tmp_path: Path) -> None:
-    up = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "leveret.cli.main",
-            "up",
-            "--amqp-port",
-            "0",
-            "--http-port",
-            "0",
-            "--prometheus-port",
-            "0",
-            "--no-ingest",
-            "--no-receiver",
-        ],
-        cwd=tmp_path,
-        stderr=subprocess.PIPE,
-        stdout=subprocess.DEVNULL,
-        text=True,
-        env=_env(),
-        start_new_session=True,
-    )
-    try:
-        assert up.stderr is not None
-        lines: list[str] = []
-        deadline = time.monotonic() + 60
-        while not any(line.startswith("Report") for line in lines):
-            assert time.monotonic() < deadline, lines
-            line = up.stderr.readline()
-            assert line, lines
-            lines.append(line.rstrip("\n"))
+    with running_up("--no-ingest", "--no-receiver", cwd=tmp_path, env=_env()) as up:
+        lines = read_banner(up).splitlines()
+        assert any(line.startswith("Report") for line in lines), lines
         send = next(line for line in lines if line.startswith("Send logs"))
         assert re.fullmatch(r"Send logs\s+\S*leveret emit-log --url amqp://\S+ 'info: hello'", send)
         report = next(line for line in lines if line.startswith("Report"))
         assert re.fullmatch(r"Report\s+\S*leveret pipeline report --lake \S+ --out \S+", report), (
             report
         )
-    finally:
-        up.send_signal(signal.SIGINT)
-        try:
-            up.wait(60)
-        except subprocess.TimeoutExpired:
-            os.killpg(up.pid, signal.SIGKILL)
-            up.wait()
 
 
 COMMANDS = [
@@ -79,13 +42,7 @@ def test_help_texts_are_not_broken_mid_sentence() -> None:
     """A help paragraph is wrapped to the width as a whole: no line of it stops after a
     few words where the source's docstring had a line break."""
     for command in COMMANDS:
-        done = subprocess.run(
-            [sys.executable, "-m", "leveret.cli.main", *command, "--help"],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            env=_env(),
-        )
+        done = run_cli(*command, "--help", timeout=60, env=_env())
         assert done.returncode == 0, done.stderr
         prose = done.stdout.split("╭", 1)[0].splitlines()[2:]  # after the usage line
         blocks: list[list[str]] = [[]]

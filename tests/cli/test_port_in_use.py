@@ -7,11 +7,12 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from tests.support.cli import run_cli
 
 
 @pytest.fixture
@@ -23,14 +24,7 @@ def taken_port() -> Iterator[int]:
 
 
 def _run(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "leveret.cli.main", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**os.environ, "COLUMNS": "80"},
-    )
+    return run_cli(*args, cwd=cwd, timeout=60, env={**os.environ, "COLUMNS": "80"})
 
 
 @pytest.mark.parametrize(

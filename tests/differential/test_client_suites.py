@@ -4,14 +4,13 @@ connection.update-secret, and management API paths that end with a slash."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import pika
 import pytest
 from pamqp import commands, frame
 
 from tests.differential.helpers import connect
 from tests.support.brokers import BrokerUnderTest, ensure_rabbitmq_management
+from tests.support.drain import drain
 from tests.support.mgmt import Api
 from tests.support.rawclient import RawClient
 
@@ -26,15 +25,6 @@ def names_of(client: RawClient, count: int) -> list[str]:
         if name.startswith(("Basic.", "Queue.", "Channel.", "Connection.")):
             got.append(name)
     return got
-
-
-def drain(ch: Any, queue: str) -> list[bytes]:
-    out = []
-    while True:
-        method, _, body = ch.basic_get(queue, auto_ack=False)
-        if method is None:
-            return out
-        out.append(body)
 
 
 def test_priority_queue_delivers_highest_first_and_requeues_in_place(
@@ -52,22 +42,32 @@ def test_priority_queue_delivers_highest_first_and_requeues_in_place(
         ):
             ch.basic_publish("", name, body, pika.BasicProperties(priority=priority))
         # above x-max-priority counts as the maximum; no priority counts as 0
-        assert drain(ch, name) == [b"over", b"high", b"low1", b"low2", b"none"]
+        assert drain(ch, name, auto_ack=False) == [b"over", b"high", b"low1", b"low2", b"none"]
         ch.basic_recover(requeue=True)
         ch.basic_publish("", name, b"top", pika.BasicProperties(priority=9))
-        assert drain(ch, name) == [b"over", b"top", b"high", b"low1", b"low2", b"none"]
+        assert drain(ch, name, auto_ack=False) == [
+            b"over",
+            b"top",
+            b"high",
+            b"low1",
+            b"low2",
+            b"none",
+        ]
+
+
+def consume_on_channel_1(c: RawClient, queue: str) -> None:
+    """Log in, open channel 1, declare ``queue`` exclusive and consume from it (tag ct)."""
+    c.handshake()
+    c.open_channel(1)
+    c.call(1, commands.Queue.Declare(queue=queue, exclusive=True), commands.Queue.DeclareOk)
+    c.call(1, commands.Basic.Consume(queue=queue, consumer_tag="ct"), commands.Basic.ConsumeOk)
 
 
 def test_queue_delete_ok_comes_before_the_consumers_cancel(
     broker: BrokerUnderTest, name: str
 ) -> None:
     with RawClient(broker.host, broker.port) as c:
-        c.handshake()
-        c.open_channel(1)
-        c.send_method(1, commands.Queue.Declare(queue=name, exclusive=True))
-        c.expect(commands.Queue.DeclareOk)
-        c.send_method(1, commands.Basic.Consume(queue=name, consumer_tag="ct"))
-        c.expect(commands.Basic.ConsumeOk)
+        consume_on_channel_1(c, name)
         c.send_method(1, commands.Queue.Delete(queue=name))
         assert names_of(c, 2) == ["Queue.DeleteOk", "Basic.Cancel"]
 
@@ -79,12 +79,7 @@ def test_nothing_follows_channel_close_ok_when_methods_arrive_together(
     close-ok or (RabbitMQ, when its queue answers after the channel closed) not at all,
     never after it, where a client (py-amqp) no longer knows the channel."""
     with RawClient(broker.host, broker.port) as c:
-        c.handshake()
-        c.open_channel(1)
-        c.send_method(1, commands.Queue.Declare(queue=name, exclusive=True))
-        c.expect(commands.Queue.DeclareOk)
-        c.send_method(1, commands.Basic.Consume(queue=name, consumer_tag="ct"))
-        c.expect(commands.Basic.ConsumeOk)
+        consume_on_channel_1(c, name)
         c.send(
             frame.marshal(commands.Basic.Cancel(consumer_tag="ct"), 1)
             + frame.marshal(

@@ -81,18 +81,15 @@ def test_persistent_publishes_in_one_read_are_acked_and_nacked_once_each(
     with RawClient(broker.host, broker.port) as client:
         client.handshake()
         client.open_channel(1)
-        client.send_method(1, C.Confirm.Select())
-        client.expect(C.Confirm.SelectOk)
+        client.call(1, C.Confirm.Select(), C.Confirm.SelectOk)
         args = {"x-max-length": 3, "x-overflow": "reject-publish"}
-        client.send_method(1, C.Queue.Declare(queue=name, durable=True, arguments=args))
-        client.expect(C.Queue.DeclareOk)
+        client.call(1, C.Queue.Declare(queue=name, durable=True, arguments=args), C.Queue.DeclareOk)
         try:
             client.send(publishes(name, [b"m%d" % i for i in range(8)]))
             outcomes = read_confirms(client, 8)
             assert outcomes.of == {i: "ack" if i <= 3 else "nack" for i in range(1, 9)}
         finally:
-            client.send_method(1, C.Queue.Delete(queue=name))
-            client.expect(C.Queue.DeleteOk)
+            client.call(1, C.Queue.Delete(queue=name), C.Queue.DeleteOk)
 
 
 def test_a_flood_of_persistent_messages_is_confirmed_and_delivered_in_order(
@@ -107,14 +104,10 @@ def test_a_flood_of_persistent_messages_is_confirmed_and_delivered_in_order(
         client.handshake()
         client.open_channel(1)
         client.open_channel(2)
-        client.send_method(1, C.Confirm.Select())
-        client.expect(C.Confirm.SelectOk)
-        client.send_method(1, C.Queue.Declare(queue=name, durable=True))
-        client.expect(C.Queue.DeclareOk)
-        client.send_method(2, C.Basic.Qos(prefetch_count=100))
-        client.expect(C.Basic.QosOk)
-        client.send_method(2, C.Basic.Consume(queue=name, consumer_tag="c"))
-        client.expect(C.Basic.ConsumeOk)
+        client.call(1, C.Confirm.Select(), C.Confirm.SelectOk)
+        client.call(1, C.Queue.Declare(queue=name, durable=True), C.Queue.DeclareOk)
+        client.call(2, C.Basic.Qos(prefetch_count=100), C.Basic.QosOk)
+        client.call(2, C.Basic.Consume(queue=name, consumer_tag="c"), C.Basic.ConsumeOk)
         delivered: list[bytes] = []
         outcomes = Outcomes()
         sent = 0
@@ -145,17 +138,13 @@ def test_a_consumer_that_stops_acking_does_not_stop_its_publisher(
     with RawClient(broker.host, broker.port, timeout=30) as consumer:
         consumer.handshake()
         consumer.open_channel(1)
-        consumer.send_method(1, C.Queue.Declare(queue=name, auto_delete=True))
-        consumer.expect(C.Queue.DeclareOk)
-        consumer.send_method(1, C.Basic.Qos(prefetch_count=10))
-        consumer.expect(C.Basic.QosOk)
-        consumer.send_method(1, C.Basic.Consume(queue=name, consumer_tag="stuck"))
-        consumer.expect(C.Basic.ConsumeOk)
+        consumer.call(1, C.Queue.Declare(queue=name, auto_delete=True), C.Queue.DeclareOk)
+        consumer.call(1, C.Basic.Qos(prefetch_count=10), C.Basic.QosOk)
+        consumer.call(1, C.Basic.Consume(queue=name, consumer_tag="stuck"), C.Basic.ConsumeOk)
         with RawClient(broker.host, broker.port, timeout=30) as publisher:
             publisher.handshake()
             publisher.open_channel(1)
-            publisher.send_method(1, C.Confirm.Select())
-            publisher.expect(C.Confirm.SelectOk)
+            publisher.call(1, C.Confirm.Select(), C.Confirm.SelectOk)
             publisher.send(publishes(name, [b"%d" % i for i in range(count)], persistent=False))
             outcomes = read_confirms(publisher, count)
             assert set(outcomes.of.values()) == {"ack"}
@@ -183,10 +172,8 @@ def test_mandatory_returns_go_out_before_the_acks_of_their_publishes(
     with RawClient(broker.host, broker.port, timeout=30) as client:
         client.handshake()
         client.open_channel(1)
-        client.send_method(1, C.Confirm.Select())
-        client.expect(C.Confirm.SelectOk)
-        client.send_method(1, C.Queue.Declare(queue=name, durable=True))
-        client.expect(C.Queue.DeclareOk)
+        client.call(1, C.Confirm.Select(), C.Confirm.SelectOk)
+        client.call(1, C.Queue.Declare(queue=name, durable=True), C.Queue.DeclareOk)
         try:
             client.send(batch)
             outcomes = Outcomes()
@@ -240,13 +227,10 @@ def test_two_connections_that_feed_each_other_both_finish(
             client.handshake()
             client.open_channel(1)
             client.open_channel(2)
-            client.send_method(1, C.Queue.Declare(queue=queue))
-            client.expect(C.Queue.DeclareOk)
+            client.call(1, C.Queue.Declare(queue=queue), C.Queue.DeclareOk)
         for client, queue in zip(clients, queues, strict=True):
-            client.send_method(2, C.Basic.Qos(prefetch_count=20))
-            client.expect(C.Basic.QosOk)
-            client.send_method(2, C.Basic.Consume(queue=queue, consumer_tag="c"))
-            client.expect(C.Basic.ConsumeOk)
+            client.call(2, C.Basic.Qos(prefetch_count=20), C.Basic.QosOk)
+            client.call(2, C.Basic.Consume(queue=queue, consumer_tag="c"), C.Basic.ConsumeOk)
         locks = (threading.Lock(), threading.Lock())  # one writer at a time per socket
         delivered: tuple[list[bytes], list[bytes]] = ([], [])
         failures: list[BaseException] = []

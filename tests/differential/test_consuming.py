@@ -43,6 +43,15 @@ def fill(ch: BlockingChannel, queue: str, n: int) -> None:
         ch.basic_publish("", queue, f"m{i}".encode())
 
 
+def filled(conn: pika.BlockingConnection, queue: str, n: int) -> BlockingChannel:
+    """A channel on ``conn``, on which exclusive ``queue`` is declared and filled with
+    ``n`` messages (m0, m1, ...)."""
+    ch = conn.channel()
+    ch.queue_declare(queue, exclusive=True)
+    fill(ch, queue, n)
+    return ch
+
+
 def test_declare_ok_counts_and_purge(broker: BrokerUnderTest, name: str) -> None:
     with connect(broker) as conn:
         ch = conn.channel()
@@ -66,9 +75,7 @@ def test_declare_ok_counts_and_purge(broker: BrokerUnderTest, name: str) -> None
 
 def test_prefetch_limits_unacked(broker: BrokerUnderTest, name: str) -> None:
     with connect(broker) as conn:
-        ch = conn.channel()
-        ch.queue_declare(name, exclusive=True)
-        fill(ch, name, 10)
+        ch = filled(conn, name, 10)
         ch.basic_qos(prefetch_count=3)
         got: list[int] = []
         ch.basic_consume(name, lambda c, m, p, b: got.append(m.delivery_tag))
@@ -98,9 +105,7 @@ def test_global_prefetch_is_shared(broker: BrokerUnderTest, name: str) -> None:
 
 def test_nack_requeue_sets_redelivered_and_keeps_order(broker: BrokerUnderTest, name: str) -> None:
     with connect(broker) as conn:
-        ch = conn.channel()
-        ch.queue_declare(name, exclusive=True)
-        fill(ch, name, 3)
+        ch = filled(conn, name, 3)
         m1, _, b1 = ch.basic_get(name)
         m2, _, _b2 = ch.basic_get(name)
         assert (m1.redelivered, m1.message_count, b1) == (False, 2, b"m0")
@@ -118,9 +123,7 @@ def test_nack_requeue_sets_redelivered_and_keeps_order(broker: BrokerUnderTest, 
 
 def test_reject_without_requeue_drops(broker: BrokerUnderTest, name: str) -> None:
     with connect(broker) as conn:
-        ch = conn.channel()
-        ch.queue_declare(name, exclusive=True)
-        fill(ch, name, 2)
+        ch = filled(conn, name, 2)
         m, _, _ = ch.basic_get(name)
         ch.basic_reject(m.delivery_tag, requeue=False)
         m, _, body = ch.basic_get(name, auto_ack=True)
@@ -130,9 +133,7 @@ def test_reject_without_requeue_drops(broker: BrokerUnderTest, name: str) -> Non
 
 def test_recover_requeues_unacked(broker: BrokerUnderTest, name: str) -> None:
     with connect(broker) as conn:
-        ch = conn.channel()
-        ch.queue_declare(name, exclusive=True)
-        fill(ch, name, 2)
+        ch = filled(conn, name, 2)
         got = collect(conn, ch, name, auto_ack=False)
         assert [(r, b) for _, r, b in got] == [(False, b"m0"), (False, b"m1")]
         ch.basic_recover(requeue=True)
@@ -142,9 +143,7 @@ def test_recover_requeues_unacked(broker: BrokerUnderTest, name: str) -> None:
 
 def test_channel_close_requeues_unacked(broker: BrokerUnderTest, name: str) -> None:
     with connect(broker) as conn:
-        ch = conn.channel()
-        ch.queue_declare(name, exclusive=True)
-        fill(ch, name, 2)
+        ch = filled(conn, name, 2)
         ch2 = conn.channel()
         collect(conn, ch2, name, auto_ack=False)
         ch2.close()
@@ -256,9 +255,7 @@ def test_confirm_nack_on_reject_publish_overflow(broker: BrokerUnderTest, name: 
 
 def test_tx_commit_and_rollback(broker: BrokerUnderTest, name: str) -> None:
     with connect(broker) as conn:
-        ch = conn.channel()
-        ch.queue_declare(name, exclusive=True)
-        fill(ch, name, 1)
+        ch = filled(conn, name, 1)
         ch.tx_select()
         ch.basic_publish("", name, b"a")
         assert ch.queue_declare(name, passive=True).method.message_count == 1
@@ -322,9 +319,7 @@ def test_tx_multiple_acks_meet_settled_tags(
 
 def test_tx_rollback_returns_settled_tags_in_order(broker: BrokerUnderTest, name: str) -> None:
     with connect(broker) as conn:
-        ch = conn.channel()
-        ch.queue_declare(name, exclusive=True)
-        fill(ch, name, 3)
+        ch = filled(conn, name, 3)
         ch.tx_select()
         for _ in range(3):
             ch.basic_get(name)
@@ -350,9 +345,7 @@ def test_tx_acks_return_prefetch_credit_at_commit(
     broker: BrokerUnderTest, name: str, global_qos: bool
 ) -> None:
     with connect(broker) as conn:
-        ch = conn.channel()
-        ch.queue_declare(name, exclusive=True)
-        fill(ch, name, 3)
+        ch = filled(conn, name, 3)
         ch.basic_qos(prefetch_count=1, global_qos=global_qos)
         ch.tx_select()
         got: list[tuple[int, bytes]] = []
@@ -369,9 +362,7 @@ def test_tx_acks_return_prefetch_credit_at_commit(
 
 def test_tx_settles_of_a_closed_channel_are_requeued(broker: BrokerUnderTest, name: str) -> None:
     with connect(broker) as conn:
-        ch = conn.channel()
-        ch.queue_declare(name, exclusive=True)
-        fill(ch, name, 2)
+        ch = filled(conn, name, 2)
         tx = conn.channel()
         tx.tx_select()
         tx.basic_get(name)

@@ -17,8 +17,9 @@ REPLY_TO = "amq.rabbitmq.reply-to"
 def request(ch: Any, server_queue: str) -> str:
     """Publish a request with reply_to set to the pseudo-queue; the address the server
     side sees."""
-    ch.basic_publish("", server_queue, b"request", pika.BasicProperties(
-        reply_to=REPLY_TO, correlation_id="c1"))
+    ch.basic_publish(
+        "", server_queue, b"request", pika.BasicProperties(reply_to=REPLY_TO, correlation_id="c1")
+    )
     for _ in range(50):
         m, p, _b = ch.basic_get(server_queue, auto_ack=True)
         if m is not None:
@@ -27,13 +28,37 @@ def request(ch: Any, server_queue: str) -> str:
     raise AssertionError("the request did not arrive")
 
 
+def awaiting_replies(client: Any, name: str) -> tuple[Any, list[bytes], str]:
+    """On a channel of ``client``: a consumer of the pseudo-queue that keeps the replies'
+    bodies, and a request sent to queue ``name`` (declared here): the channel, the bodies
+    and the address the server side sees."""
+    ch = client.channel()
+    got: list[bytes] = []
+    ch.basic_consume(REPLY_TO, lambda c, m, p, b: got.append(b), auto_ack=True)
+    ch.queue_declare(name, exclusive=True)
+    return ch, got, request(ch, name)
+
+
 def test_replies_reach_the_consuming_channel(broker: BrokerUnderTest, name: str) -> None:
     with connect(broker) as client, connect(broker) as server:
         ch = client.channel()
         got: list[tuple[Any, ...]] = []
-        tag = ch.basic_consume(REPLY_TO, lambda c, m, p, b: got.append(
-            (m.consumer_tag, m.delivery_tag, m.redelivered, m.exchange, m.routing_key, b,
-             p.headers)), auto_ack=True, consumer_tag=f"{name}-replies")
+        tag = ch.basic_consume(
+            REPLY_TO,
+            lambda c, m, p, b: got.append(
+                (
+                    m.consumer_tag,
+                    m.delivery_tag,
+                    m.redelivered,
+                    m.exchange,
+                    m.routing_key,
+                    b,
+                    p.headers,
+                )
+            ),
+            auto_ack=True,
+            consumer_tag=f"{name}-replies",
+        )
         assert tag == f"{name}-replies"
         ch.queue_declare(name, exclusive=True)
         address = request(ch, name)  # took delivery tag 1 (basic.get)
@@ -68,15 +93,12 @@ def test_a_reply_is_unroutable_for_its_publisher(broker: BrokerUnderTest, name: 
     mandatory reply comes back as NO_ROUTE even though it was delivered; and a reply to a
     channel that is gone is dropped, returned in the same way."""
     with connect(broker) as client, connect(broker) as server:
-        ch = client.channel()
-        got: list[bytes] = []
-        ch.basic_consume(REPLY_TO, lambda c, m, p, b: got.append(b), auto_ack=True)
-        ch.queue_declare(name, exclusive=True)
-        address = request(ch, name)
+        ch, got, address = awaiting_replies(client, name)
         sch = server.channel()
         returned: list[tuple[int, str, str, bytes]] = []
-        sch.add_on_return_callback(lambda c, m, p, b: returned.append(
-            (m.reply_code, m.reply_text, m.routing_key, b)))
+        sch.add_on_return_callback(
+            lambda c, m, p, b: returned.append((m.reply_code, m.reply_text, m.routing_key, b))
+        )
         sch.basic_publish("", address, b"delivered", mandatory=True)
         settle(server, 0.2)
         settle(client, 0.2)
@@ -102,24 +124,35 @@ def test_cancelled_reply_consumer(broker: BrokerUnderTest, name: str) -> None:
         with pytest.raises(pika.exceptions.ChannelClosedByBroker) as info:
             ch.queue_declare(name, passive=True)
         assert (info.value.reply_code, info.value.reply_text) == (
-            406, "PRECONDITION_FAILED - fast reply consumer does not exist")
+            406,
+            "PRECONDITION_FAILED - fast reply consumer does not exist",
+        )
 
 
 @pytest.mark.parametrize("case", ["acks", "twice", "no consumer", "other reply_to untouched"])
 def test_misuse(broker: BrokerUnderTest, case: str) -> None:
     if case == "acks":
-        got = channel_error(broker, lambda ch: ch.basic_consume(
-            REPLY_TO, lambda *a: None, auto_ack=False))
+        got = channel_error(
+            broker, lambda ch: ch.basic_consume(REPLY_TO, lambda *a: None, auto_ack=False)
+        )
         assert got == (406, "PRECONDITION_FAILED - reply consumer cannot acknowledge")
     elif case == "twice":
+
         def twice(ch: Any) -> None:
             ch.basic_consume(REPLY_TO, lambda *a: None, auto_ack=True)
             ch.basic_consume(REPLY_TO, lambda *a: None, auto_ack=True)
+
         assert channel_error(broker, twice) == (
-            406, "PRECONDITION_FAILED - reply consumer already set")
+            406,
+            "PRECONDITION_FAILED - reply consumer already set",
+        )
     elif case == "no consumer":
-        got = channel_error(broker, lambda ch: ch.basic_publish(
-            "", "anywhere", b"x", pika.BasicProperties(reply_to=REPLY_TO)))
+        got = channel_error(
+            broker,
+            lambda ch: ch.basic_publish(
+                "", "anywhere", b"x", pika.BasicProperties(reply_to=REPLY_TO)
+            ),
+        )
         assert got == (406, "PRECONDITION_FAILED - fast reply consumer does not exist")
     else:
         # only exactly the pseudo-queue's name is rewritten
@@ -132,12 +165,15 @@ def test_misuse(broker: BrokerUnderTest, case: str) -> None:
                 assert p.reply_to == reply_to
 
 
-@pytest.mark.parametrize(("queue", "found"), [
-    ("amq.rabbitmq.reply-to.abc", False),  # one part: not an address
-    ("amq.rabbitmq.reply-to.a.b.c", False),
-    ("amq.rabbitmq.reply-to..abc", False),
-    ("amq.rabbitmq.reply-toX", False),
-])
+@pytest.mark.parametrize(
+    ("queue", "found"),
+    [
+        ("amq.rabbitmq.reply-to.abc", False),  # one part: not an address
+        ("amq.rabbitmq.reply-to.a.b.c", False),
+        ("amq.rabbitmq.reply-to..abc", False),
+        ("amq.rabbitmq.reply-toX", False),
+    ],
+)
 def test_declaring_names_that_are_no_address(
     broker: BrokerUnderTest, queue: str, found: bool
 ) -> None:
@@ -154,28 +190,38 @@ def test_an_address_the_broker_did_not_make_crashes_the_channel(broker: BrokerUn
     process fails to decode it, and the connection closes with 541."""
     address = "amq.rabbitmq.reply-to.abc.def"
     assert connection_error(broker, lambda ch: ch.basic_publish("", address, b"x")) == (
-        541, "INTERNAL_ERROR")
+        541,
+        "INTERNAL_ERROR",
+    )
     assert connection_error(broker, lambda ch: ch.queue_declare(address, passive=True)) == (
-        541, "INTERNAL_ERROR")
+        541,
+        "INTERNAL_ERROR",
+    )
 
 
 def test_declaring_ones_own_address_crashes_the_channel(broker: BrokerUnderTest) -> None:
     """RabbitMQ's channel asks the channel the address names whether it consumes: asking
     itself, it crashes (541)."""
+
     def own(ch: Any) -> None:
         ch.basic_consume(REPLY_TO, lambda *a: None, auto_ack=True)
         q = ch.queue_declare("", exclusive=True).method.queue
         ch.basic_publish("", q, b"x", pika.BasicProperties(reply_to=REPLY_TO))
         _m, p, _b = ch.basic_get(q, auto_ack=True)
         ch.queue_declare(p.reply_to, passive=True)
+
     assert connection_error(broker, own) == (541, "INTERNAL_ERROR")
 
 
 def test_the_pseudo_queue_is_no_queue(broker: BrokerUnderTest) -> None:
     assert channel_error(broker, lambda ch: ch.basic_get(REPLY_TO)) == (
-        404, f"NOT_FOUND - no queue '{REPLY_TO}' in vhost '/'")
+        404,
+        f"NOT_FOUND - no queue '{REPLY_TO}' in vhost '/'",
+    )
     assert channel_error(broker, lambda ch: ch.queue_bind(REPLY_TO, "amq.direct", "k")) == (
-        404, f"NOT_FOUND - no queue '{REPLY_TO}' in vhost '/'")
+        404,
+        f"NOT_FOUND - no queue '{REPLY_TO}' in vhost '/'",
+    )
 
 
 def test_rpc_with_aio_pika(broker: BrokerUnderTest, name: str) -> None:
@@ -193,9 +239,11 @@ def test_rpc_with_aio_pika(broker: BrokerUnderTest, name: str) -> None:
             async def serve(message: aio_pika.abc.AbstractIncomingMessage) -> None:
                 async with message.process():
                     await server.default_exchange.publish(
-                        aio_pika.Message(b"re: " + message.body,
-                                         correlation_id=message.correlation_id),
-                        routing_key=str(message.reply_to))
+                        aio_pika.Message(
+                            b"re: " + message.body, correlation_id=message.correlation_id
+                        ),
+                        routing_key=str(message.reply_to),
+                    )
 
             await queue.consume(serve)
             client = await conn.channel()
@@ -208,25 +256,20 @@ def test_rpc_with_aio_pika(broker: BrokerUnderTest, name: str) -> None:
             await reply_queue.consume(on_reply, no_ack=True)
             for i in range(3):
                 await client.default_exchange.publish(
-                    aio_pika.Message(f"q{i}".encode(), reply_to=REPLY_TO,
-                                     correlation_id=str(i)), routing_key=name)
+                    aio_pika.Message(f"q{i}".encode(), reply_to=REPLY_TO, correlation_id=str(i)),
+                    routing_key=name,
+                )
             return [await asyncio.wait_for(replies.get(), 5) for _ in range(3)]
 
     assert asyncio.run(run()) == [b"re: q0", b"re: q1", b"re: q2"]
 
 
-def test_a_transactional_reply_goes_out_when_published(
-    broker: BrokerUnderTest, name: str
-) -> None:
+def test_a_transactional_reply_goes_out_when_published(broker: BrokerUnderTest, name: str) -> None:
     """RabbitMQ's default exchange hands a reply to its channel while routing, and a
     transaction routes when it publishes: the reply is delivered at once, and a rollback
     cannot take it back."""
     with connect(broker) as client, connect(broker) as server:
-        ch = client.channel()
-        got: list[bytes] = []
-        ch.basic_consume(REPLY_TO, lambda c, m, p, b: got.append(b), auto_ack=True)
-        ch.queue_declare(name, exclusive=True)
-        address = request(ch, name)
+        _, got, address = awaiting_replies(client, name)
         sch = server.channel()
         sch.tx_select()
         sch.basic_publish("", address, b"rolled back")

@@ -125,15 +125,21 @@ def client_close(broker: BrokerUnderTest) -> Reading:
         return read_to_end(c)
 
 
+def read_then_half_close(c: RawClient) -> Reading:
+    """What comes in 2 s, then the client ends its side of the socket: all of it, and how
+    the broker ended the connection."""
+    reading = read_to_end(c, timeout=2.0)
+    c.sock.shutdown(socket.SHUT_WR)
+    rest = read_to_end(c)
+    return Reading(reading.frames + rest.frames, rest.ending)
+
+
 def repeated_close(broker: BrokerUnderTest) -> Reading:
     """Two connection.close frames at once (several threads closing one connection)."""
     with opened(broker) as c:
         c.send(CLOSE + CLOSE + CLOSE)
-        reading = read_to_end(c, timeout=2.0)
         # the client has its close-ok; it ends its side, the broker ends its side
-        c.sock.shutdown(socket.SHUT_WR)
-        rest = read_to_end(c)
-        return Reading(reading.frames + rest.frames, rest.ending)
+        return read_then_half_close(c)
 
 
 def close_under_traffic(broker: BrokerUnderTest) -> Reading:
@@ -141,10 +147,7 @@ def close_under_traffic(broker: BrokerUnderTest) -> Reading:
     with opened(broker) as c:
         ack = m(commands.Basic.Ack(delivery_tag=1, multiple=False), 1)
         c.send(publishes(20) + CLOSE + publishes(200) + ack + HEARTBEAT * 5 + publishes(200))
-        reading = read_to_end(c, timeout=2.0)
-        c.sock.shutdown(socket.SHUT_WR)
-        rest = read_to_end(c)
-        return Reading(reading.frames + rest.frames, rest.ending)
+        return read_then_half_close(c)
 
 
 def half_close(broker: BrokerUnderTest) -> Reading:

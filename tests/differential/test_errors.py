@@ -3,11 +3,14 @@ Leveret and on RabbitMQ with the same expectations."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pika
 import pytest
 
 from tests.differential.helpers import channel_error, connect, connection_error
 from tests.support.brokers import BrokerUnderTest
+from tests.support.identity import inequivalent
 
 
 def test_publish_to_missing_exchange(broker: BrokerUnderTest, name: str) -> None:
@@ -49,37 +52,31 @@ def test_bind_missing_queue(broker: BrokerUnderTest, name: str) -> None:
     )
 
 
-def test_exchange_type_inequivalent(broker: BrokerUnderTest, name: str) -> None:
+@pytest.mark.parametrize(
+    ("arg", "redeclared", "received", "current"),
+    [
+        ("type", {"exchange_type": "direct"}, "'direct'", "'fanout'"),
+        ("durable", {"durable": True}, "'true'", "'false'"),
+    ],
+)
+def test_exchange_inequivalent(
+    broker: BrokerUnderTest,
+    name: str,
+    arg: str,
+    redeclared: dict[str, Any],
+    received: str,
+    current: str,
+) -> None:
+    """A fanout exchange declared again with another type, or durable."""
+
     def action(ch: pika.adapters.blocking_connection.BlockingChannel) -> None:
         ch.exchange_declare(name, "fanout", auto_delete=True)
-        try:
-            ch.exchange_declare(name, "direct", auto_delete=True)
-        finally:
-            pass
+        ch.exchange_declare(name, **{"exchange_type": "fanout", "auto_delete": True, **redeclared})
 
     code, text = channel_error(broker, action)
     with connect(broker) as conn:
         conn.channel().exchange_delete(name)
-    assert (code, text) == (
-        406,
-        f"PRECONDITION_FAILED - inequivalent arg 'type' for exchange '{name}' in "
-        "vhost '/': received 'direct' but current is 'fanout'",
-    )
-
-
-def test_exchange_durable_inequivalent(broker: BrokerUnderTest, name: str) -> None:
-    def action(ch: pika.adapters.blocking_connection.BlockingChannel) -> None:
-        ch.exchange_declare(name, "fanout", auto_delete=True)
-        ch.exchange_declare(name, "fanout", durable=True, auto_delete=True)
-
-    code, text = channel_error(broker, action)
-    with connect(broker) as conn:
-        conn.channel().exchange_delete(name)
-    assert (code, text) == (
-        406,
-        f"PRECONDITION_FAILED - inequivalent arg 'durable' for exchange '{name}' in "
-        "vhost '/': received 'true' but current is 'false'",
-    )
+    assert (code, text) == (406, inequivalent(arg, "exchange", name, received, current))
 
 
 def test_queue_durable_inequivalent(broker: BrokerUnderTest, name: str) -> None:
@@ -89,8 +86,7 @@ def test_queue_durable_inequivalent(broker: BrokerUnderTest, name: str) -> None:
 
     assert channel_error(broker, action) == (
         406,
-        f"PRECONDITION_FAILED - inequivalent arg 'durable' for queue '{name}' in "
-        "vhost '/': received 'true' but current is 'false'",
+        inequivalent("durable", "queue", name, "'true'", "'false'"),
     )
 
 
@@ -101,8 +97,9 @@ def test_queue_argument_inequivalent(broker: BrokerUnderTest, name: str) -> None
 
     assert channel_error(broker, action) == (
         406,
-        f"PRECONDITION_FAILED - inequivalent arg 'x-message-ttl' for queue '{name}' in "
-        "vhost '/': received none but current is the value '1000' of type 'signedint'",
+        inequivalent(
+            "x-message-ttl", "queue", name, "none", "the value '1000' of type 'signedint'"
+        ),
     )
 
 
@@ -173,10 +170,11 @@ def test_exclusive_queue_of_another_connection(broker: BrokerUnderTest, name: st
         assert channel_error(broker, lambda ch: ch.queue_delete(name)) == (405, text)
 
 
-def test_unknown_delivery_tag(broker: BrokerUnderTest) -> None:
-    assert channel_error(broker, lambda ch: ch.basic_ack(42)) == (
+@pytest.mark.parametrize(("settle", "tag"), [("basic_ack", 42), ("basic_reject", 7)])
+def test_unknown_delivery_tag(broker: BrokerUnderTest, settle: str, tag: int) -> None:
+    assert channel_error(broker, lambda ch: getattr(ch, settle)(tag)) == (
         406,
-        "PRECONDITION_FAILED - unknown delivery tag 42",
+        f"PRECONDITION_FAILED - unknown delivery tag {tag}",
     )
 
 
@@ -189,13 +187,6 @@ def test_double_ack(broker: BrokerUnderTest, name: str) -> None:
         ch.basic_ack(method.delivery_tag)
 
     assert channel_error(broker, action) == (406, "PRECONDITION_FAILED - unknown delivery tag 1")
-
-
-def test_reject_unknown_tag(broker: BrokerUnderTest) -> None:
-    assert channel_error(broker, lambda ch: ch.basic_reject(7)) == (
-        406,
-        "PRECONDITION_FAILED - unknown delivery tag 7",
-    )
 
 
 def test_reused_consumer_tag(broker: BrokerUnderTest, name: str) -> None:
@@ -277,26 +268,17 @@ def test_exchange_delete_if_unused(broker: BrokerUnderTest, name: str) -> None:
     )
 
 
-def test_confirm_then_tx(broker: BrokerUnderTest) -> None:
+@pytest.mark.parametrize(("first", "then"), [("confirm", "tx"), ("tx", "confirm")])
+def test_confirm_and_tx_exclude_each_other(broker: BrokerUnderTest, first: str, then: str) -> None:
+    def select(ch: pika.adapters.blocking_connection.BlockingChannel, mode: str) -> None:
+        ch.confirm_delivery() if mode == "confirm" else ch.tx_select()
+
     def action(ch: pika.adapters.blocking_connection.BlockingChannel) -> None:
-        ch.confirm_delivery()
-        ch.tx_select()
+        select(ch, first)
+        select(ch, then)
 
-    assert channel_error(broker, action) == (
-        406,
-        "PRECONDITION_FAILED - cannot switch from confirm to tx mode",
-    )
-
-
-def test_tx_then_confirm(broker: BrokerUnderTest) -> None:
-    def action(ch: pika.adapters.blocking_connection.BlockingChannel) -> None:
-        ch.tx_select()
-        ch.confirm_delivery()
-
-    assert channel_error(broker, action) == (
-        406,
-        "PRECONDITION_FAILED - cannot switch from tx to confirm mode",
-    )
+    switch = f"cannot switch from {first} to {then} mode"
+    assert channel_error(broker, action) == (406, f"PRECONDITION_FAILED - {switch}")
 
 
 def test_commit_without_select(broker: BrokerUnderTest) -> None:

@@ -16,6 +16,7 @@ import pytest
 
 import leveret
 from tests.support import rabbitmq
+from tests.support.drain import events_from_now
 from tests.support.mgmt import Api
 from tests.support.waiting import wait_for
 
@@ -77,11 +78,7 @@ def normal(headers: dict[str, Any]) -> dict[str, Any]:
 def scenario(url: str) -> list[tuple[str, dict[str, Any], Any]]:
     ev = pika.BlockingConnection(pika.URLParameters(url))
     ech = ev.channel()
-    q = ech.queue_declare("", exclusive=True).method.queue
-    ech.queue_bind(q, "amq.rabbitmq.event", "#")
-    time.sleep(0.3)
-    while ech.basic_get(q, auto_ack=True)[0] is not None:
-        pass
+    q = events_from_now(ech)
     c = pika.BlockingConnection(pika.URLParameters(url))
     ch = c.channel()
     ch.exchange_declare("evx-x", "direct", arguments={"alternate-exchange": "ae"})

@@ -10,6 +10,7 @@ import pytest
 from pamqp import commands
 
 from tests.support.brokers import BrokerUnderTest
+from tests.support.identity import RABBITMQ_CAPABILITIES, SERVER_PROPERTIES
 from tests.support.rawclient import PROTOCOL_HEADER, RawClient
 
 FRAME_END = b"\xce"
@@ -17,6 +18,32 @@ FRAME_END = b"\xce"
 
 def frame_bytes(kind: int, channel: int, payload: bytes, end: bytes = FRAME_END) -> bytes:
     return struct.pack(">BHI", kind, channel, len(payload)) + payload + end
+
+
+def start_ok(
+    c: RawClient, response: str = "\0guest\0guest", client_properties: dict | None = None
+) -> None:
+    """The protocol header and a PLAIN connection.start-ok with these credentials."""
+    c.send(PROTOCOL_HEADER)
+    c.expect(commands.Connection.Start)
+    c.send_method(
+        0,
+        commands.Connection.StartOk(
+            client_properties=client_properties or {},
+            mechanism="PLAIN",
+            response=response,
+            locale="en_US",
+        ),
+    )
+
+
+def tune_ok(c: RawClient, channel_max: int | None = None) -> None:
+    """Answer connection.tune with its own figures, or with ``channel_max``; no heartbeat."""
+    tune = c.expect(commands.Connection.Tune)
+    channels = tune.channel_max if channel_max is None else channel_max
+    c.send_method(
+        0, commands.Connection.TuneOk(channel_max=channels, frame_max=tune.frame_max, heartbeat=0)
+    )
 
 
 def test_server_properties_and_tune(broker: BrokerUnderTest) -> None:
@@ -27,26 +54,8 @@ def test_server_properties_and_tune(broker: BrokerUnderTest) -> None:
     assert sorted(start.mechanisms.split()) == ["AMQPLAIN", "PLAIN"]
     assert start.locales == "en_US"
     props = start.server_properties
-    assert props["capabilities"] == {
-        "publisher_confirms": True,
-        "exchange_exchange_bindings": True,
-        "basic.nack": True,
-        "consumer_cancel_notify": True,
-        "connection.blocked": True,
-        "consumer_priorities": True,
-        "authentication_failure_close": True,
-        "per_consumer_qos": True,
-        "direct_reply_to": True,
-    }
-    assert set(props) >= {
-        "capabilities",
-        "cluster_name",
-        "copyright",
-        "information",
-        "platform",
-        "product",
-        "version",
-    }
+    assert props["capabilities"] == RABBITMQ_CAPABILITIES
+    assert set(props) >= set(SERVER_PROPERTIES)
     assert (tune.channel_max, tune.frame_max, tune.heartbeat) == (2047, 131072, 60)
 
 
@@ -81,37 +90,17 @@ def test_amqplain_login(broker: BrokerUnderTest) -> None:
 
 def test_bad_password_with_failure_close(broker: BrokerUnderTest) -> None:
     with RawClient(broker.host, broker.port) as c:
-        c.send(PROTOCOL_HEADER)
-        c.expect(commands.Connection.Start)
-        c.send_method(
-            0,
-            commands.Connection.StartOk(
-                client_properties={"capabilities": {"authentication_failure_close": True}},
-                mechanism="PLAIN",
-                response="\0guest\0wrong",
-                locale="en_US",
-            ),
-        )
-        assert c.next_close() == (
-            "connection",
-            403,
+        start_ok(c, "\0guest\0wrong", {"capabilities": {"authentication_failure_close": True}})
+        refused = (
             "ACCESS_REFUSED - Login was refused using authentication "
-            "mechanism PLAIN. For details see the broker logfile.",
-            0,
-            0,
+            "mechanism PLAIN. For details see the broker logfile."
         )
+        assert c.next_close() == ("connection", 403, refused, 0, 0)
 
 
 def test_bad_password_without_failure_close(broker: BrokerUnderTest) -> None:
     with RawClient(broker.host, broker.port) as c:
-        c.send(PROTOCOL_HEADER)
-        c.expect(commands.Connection.Start)
-        c.send_method(
-            0,
-            commands.Connection.StartOk(
-                client_properties={}, mechanism="PLAIN", response="\0guest\0wrong", locale="en_US"
-            ),
-        )
+        start_ok(c, "\0guest\0wrong")
         assert c.next_close() is None  # the socket just closes
 
 
@@ -124,21 +113,8 @@ def test_pika_sees_auth_failure(broker: BrokerUnderTest) -> None:
 
 def test_unknown_vhost(broker: BrokerUnderTest) -> None:
     with RawClient(broker.host, broker.port) as c:
-        c.send(PROTOCOL_HEADER)
-        c.expect(commands.Connection.Start)
-        c.send_method(
-            0,
-            commands.Connection.StartOk(
-                client_properties={}, mechanism="PLAIN", response="\0guest\0guest", locale="en_US"
-            ),
-        )
-        tune = c.expect(commands.Connection.Tune)
-        c.send_method(
-            0,
-            commands.Connection.TuneOk(
-                channel_max=tune.channel_max, frame_max=tune.frame_max, heartbeat=0
-            ),
-        )
+        start_ok(c)
+        tune_ok(c)
         c.send_method(0, commands.Connection.Open(virtual_host="no-such-vhost"))
         assert c.next_close() == (
             "connection",
@@ -149,103 +125,101 @@ def test_unknown_vhost(broker: BrokerUnderTest) -> None:
         )
 
 
-def test_bad_frame_end(broker: BrokerUnderTest) -> None:
+def publish(channel: int = 1) -> tuple[int, object]:
+    return (channel, commands.Basic.Publish(exchange="", routing_key="x"))
+
+
+def header(class_id: int, size: int, channel: int = 1) -> bytes:
+    return frame_bytes(2, channel, struct.pack(">HHQH", class_id, 0, size, 0))
+
+
+QOS = commands.Basic.Qos(prefetch_count=1)
+UNEXPECTED_IN_RUNNING = "CHANNEL_ERROR - unexpected method in connection state running"
+UNIMPLEMENTED = "COMMAND_INVALID - unimplemented method"
+
+
+# What a broker does with a malformed frame or a method out of place, after the handshake and
+# (where ``opened``) channel 1's opening: what it sends is a sequence of raw frames (bytes) and
+# methods (channel, method); ``expected`` is the connection.close's reply code, text, class and
+# method, or None where the broker drops the socket without a word.
+# fmt: off
+CLOSES = [
+    pytest.param(True, [frame_bytes(1, 2, b"\x00\x14\x00\x0a\x00", end=b"\x00")], (501,
+        "FRAME_ERROR - type 1, all octets = <<0,20,0,10,0>>: {invalid_frame_end_marker,0}",
+        0, 0), id="bad-frame-end"),
+    pytest.param(False, [frame_bytes(9, 0, b"abc")], (501,
+        'FRAME_ERROR - type 9, all octets = <<"abc">>: unknown_frame', 0, 0),
+        id="unknown-frame-type"),
+    pytest.param(True, [(1, commands.Channel.Open())],
+        (504, "CHANNEL_ERROR - second 'channel.open' seen", 20, 10), id="second-channel-open"),
+    pytest.param(True, [frame_bytes(3, 1, b"x" * 140000)], (501,
+        "FRAME_ERROR - type 3, all octets = <<>>: {frame_too_large,140000,131064}", 0, 0),
+        id="frame-larger-than-frame-max"),
+    pytest.param(True, [header(60, 1)], (505,
+        "UNEXPECTED_FRAME - expected method frame, got non method frame instead", 0, 0),
+        id="content-header-without-method"),
+    pytest.param(False, [(3, QOS)], (504, "CHANNEL_ERROR - expected 'channel.open'", 60, 10),
+        id="method-on-unopened-channel"),
+    pytest.param(True, [publish(), (1, QOS)], (505, "UNEXPECTED_FRAME - expected content "
+        "header for class 60, got non content header frame instead", 60, 40),
+        id="method-where-content-header-expected"),
+    pytest.param(True, [frame_bytes(1, 1, struct.pack(">HH", 99, 10))], None,
+        id="unknown-method-drops-the-socket"),
+    pytest.param(True, [publish(), header(50, 1)], (505, "UNEXPECTED_FRAME - expected content "
+        "header for class 60, got one for class 50 instead", 60, 40),
+        id="content-header-of-another-class"),
+    pytest.param(True, [publish(), header(60, 10), frame_bytes(3, 1, b"abc"), (1, QOS)],
+        (505, "UNEXPECTED_FRAME - expected content body, got non content body frame instead",
+         60, 40), id="method-before-body-is-complete"),
+    # methods out of place
+    pytest.param(True, [(0, QOS)], (504, UNEXPECTED_IN_RUNNING, 60, 10), id="misplaced-qos"),
+    pytest.param(True, [(0, commands.Connection.Open(virtual_host="/"))],
+        (504, UNEXPECTED_IN_RUNNING, 10, 40), id="misplaced-connection-open"),
+    pytest.param(True, [(1, commands.Connection.Open(virtual_host="/"))],
+        (503, UNIMPLEMENTED, 10, 40), id="connection-open-on-a-channel"),
+    pytest.param(True, [(1, commands.Queue.DeclareOk(queue="q", message_count=0,
+        consumer_count=0))], (503, UNIMPLEMENTED, 50, 11), id="declare-ok-from-the-client"),
+    pytest.param(True, [(1, commands.Channel.CloseOk())], (503, UNIMPLEMENTED, 20, 41),
+        id="close-ok-unasked"),
+    # malformed frames
+    pytest.param(True, [header(60, 3, channel=0)], (505,
+        "UNEXPECTED_FRAME - type 2, all octets = <<0,60,0,0,0,0,0,0,0,0,0,3,0,0>>", 0, 0),
+        id="content-header-on-channel-0"),
+    pytest.param(True, [frame_bytes(3, 0, b"abc")],
+        (505, 'UNEXPECTED_FRAME - type 3, all octets = <<"abc">>', 0, 0),
+        id="body-on-channel-0"),
+    pytest.param(True, [frame_bytes(8, 1, b"")], (505,
+        "UNEXPECTED_FRAME - type 8, all octets = <<>>", 0, 0), id="heartbeat-on-a-channel"),
+    pytest.param(True, [frame_bytes(8, 0, b"\x00")],
+        (501, "FRAME_ERROR - type 8, all octets = <<0>>: unknown_frame", 0, 0),
+        id="heartbeat-with-a-payload"),
+    pytest.param(True, [frame_bytes(1, 1, b"\x00")], (501,
+        "FRAME_ERROR - type 1, all octets = <<0>>: unknown_frame", 0, 0),
+        id="method-frame-too-short"),
+    pytest.param(True, [frame_bytes(1, 1, struct.pack(">HH", 60, 10) + b"\x00\x00\x00")],
+        (501, "FRAME_ERROR - cannot decode <<0,0,0>>", 60, 10),
+        id="method-arguments-undecodable"),
+]
+# fmt: on
+
+
+@pytest.mark.parametrize(("opened", "sent", "expected"), CLOSES)
+def test_connection_is_closed_for(
+    broker: BrokerUnderTest,
+    opened: bool,
+    sent: list[bytes | tuple[int, object]],
+    expected: tuple[int, str, int, int] | None,
+) -> None:
     with RawClient(broker.host, broker.port) as c:
         c.handshake()
-        c.open_channel()
-        payload = struct.pack(">HH", 20, 10) + b"\x00"  # channel.open
-        c.send(frame_bytes(1, 2, payload, end=b"\x00"))
-        assert c.next_close() == (
-            "connection",
-            501,
-            "FRAME_ERROR - type 1, all octets = <<0,20,0,10,0>>: {invalid_frame_end_marker,0}",
-            0,
-            0,
-        )
-
-
-def test_unknown_frame_type(broker: BrokerUnderTest) -> None:
-    with RawClient(broker.host, broker.port) as c:
-        c.handshake()
-        c.send(frame_bytes(9, 0, b"abc"))
-        assert c.next_close() == (
-            "connection",
-            501,
-            'FRAME_ERROR - type 9, all octets = <<"abc">>: unknown_frame',
-            0,
-            0,
-        )
-
-
-def test_frame_larger_than_frame_max(broker: BrokerUnderTest) -> None:
-    with RawClient(broker.host, broker.port) as c:
-        c.handshake()
-        c.open_channel()
-        c.send(frame_bytes(3, 1, b"x" * 140000))
-        assert c.next_close() == (
-            "connection",
-            501,
-            "FRAME_ERROR - type 3, all octets = <<>>: {frame_too_large,140000,131064}",
-            0,
-            0,
-        )
-
-
-def test_content_header_without_method(broker: BrokerUnderTest) -> None:
-    with RawClient(broker.host, broker.port) as c:
-        c.handshake()
-        c.open_channel()
-        c.send(frame_bytes(2, 1, struct.pack(">HHQH", 60, 0, 1, 0)))
-        assert c.next_close() == (
-            "connection",
-            505,
-            "UNEXPECTED_FRAME - expected method frame, got non method frame instead",
-            0,
-            0,
-        )
-
-
-def test_method_where_content_header_expected(broker: BrokerUnderTest) -> None:
-    with RawClient(broker.host, broker.port) as c:
-        c.handshake()
-        c.open_channel()
-        c.send_method(1, commands.Basic.Publish(exchange="", routing_key="x"))
-        c.send_method(1, commands.Basic.Qos(prefetch_count=1))
-        assert c.next_close() == (
-            "connection",
-            505,
-            "UNEXPECTED_FRAME - expected content header for class 60, got "
-            "non content header frame instead",
-            60,
-            40,
-        )
-
-
-def test_method_on_unopened_channel(broker: BrokerUnderTest) -> None:
-    with RawClient(broker.host, broker.port) as c:
-        c.handshake()
-        c.send_method(3, commands.Basic.Qos(prefetch_count=1))
-        assert c.next_close() == (
-            "connection",
-            504,
-            "CHANNEL_ERROR - expected 'channel.open'",
-            60,
-            10,
-        )
-
-
-def test_second_channel_open(broker: BrokerUnderTest) -> None:
-    with RawClient(broker.host, broker.port) as c:
-        c.handshake()
-        c.open_channel(1)
-        c.send_method(1, commands.Channel.Open())
-        assert c.next_close() == (
-            "connection",
-            504,
-            "CHANNEL_ERROR - second 'channel.open' seen",
-            20,
-            10,
-        )
+        if opened:
+            c.open_channel()
+        for item in sent:
+            if isinstance(item, bytes):
+                c.send(item)
+            else:
+                c.send_method(*item)  # type: ignore[arg-type]
+        assert c.next_close() == (None if expected is None else ("connection", *expected))
 
 
 def test_channel_max_bounds_the_count_not_the_number(broker: BrokerUnderTest) -> None:
@@ -300,143 +274,15 @@ def test_heartbeats_are_sent(broker: BrokerUnderTest) -> None:
 
 def test_channel_max_reached(broker: BrokerUnderTest) -> None:
     with RawClient(broker.host, broker.port) as c:
-        c.send(PROTOCOL_HEADER)
-        c.expect(commands.Connection.Start)
-        c.send_method(
-            0,
-            commands.Connection.StartOk(
-                client_properties={}, mechanism="PLAIN", response="\0guest\0guest", locale="en_US"
-            ),
-        )
-        tune = c.expect(commands.Connection.Tune)
-        c.send_method(
-            0, commands.Connection.TuneOk(channel_max=2, frame_max=tune.frame_max, heartbeat=0)
-        )
+        start_ok(c)
+        tune_ok(c, channel_max=2)
         c.send_method(0, commands.Connection.Open(virtual_host="/"))
         c.expect(commands.Connection.OpenOk)
         c.open_channel(1)
         c.open_channel(2)
         c.send_method(3, commands.Channel.Open())
-        assert c.next_close() == (
-            "connection",
-            530,
-            "NOT_ALLOWED - number of channels opened (2) has reached the "
-            "negotiated channel_max (2)",
-            0,
-            0,
-        )
-
-
-@pytest.mark.parametrize(
-    ("channel", "method", "expected"),
-    [
-        (
-            0,
-            commands.Basic.Qos(prefetch_count=1),
-            (504, "CHANNEL_ERROR - unexpected method in connection state running", 60, 10),
-        ),
-        (
-            0,
-            commands.Connection.Open(virtual_host="/"),
-            (504, "CHANNEL_ERROR - unexpected method in connection state running", 10, 40),
-        ),
-        (
-            1,
-            commands.Connection.Open(virtual_host="/"),
-            (503, "COMMAND_INVALID - unimplemented method", 10, 40),
-        ),
-        (
-            1,
-            commands.Queue.DeclareOk(queue="q", message_count=0, consumer_count=0),
-            (503, "COMMAND_INVALID - unimplemented method", 50, 11),
-        ),
-        (1, commands.Channel.CloseOk(), (503, "COMMAND_INVALID - unimplemented method", 20, 41)),
-    ],
-)
-def test_misplaced_methods(
-    broker: BrokerUnderTest, channel: int, method: object, expected: tuple[int, str, int, int]
-) -> None:
-    with RawClient(broker.host, broker.port) as c:
-        c.handshake()
-        c.open_channel()
-        c.send_method(channel, method)  # type: ignore[arg-type]
-        assert c.next_close() == ("connection", *expected)
-
-
-@pytest.mark.parametrize(
-    ("frame", "expected"),
-    [
-        (
-            frame_bytes(2, 0, struct.pack(">HHQH", 60, 0, 3, 0)),
-            (505, "UNEXPECTED_FRAME - type 2, all octets = <<0,60,0,0,0,0,0,0,0,0,0,3,0,0>>", 0, 0),
-        ),
-        (
-            frame_bytes(3, 0, b"abc"),
-            (505, 'UNEXPECTED_FRAME - type 3, all octets = <<"abc">>', 0, 0),
-        ),
-        (frame_bytes(8, 1, b""), (505, "UNEXPECTED_FRAME - type 8, all octets = <<>>", 0, 0)),
-        (
-            frame_bytes(8, 0, b"\x00"),
-            (501, "FRAME_ERROR - type 8, all octets = <<0>>: unknown_frame", 0, 0),
-        ),
-        (
-            frame_bytes(1, 1, b"\x00"),
-            (501, "FRAME_ERROR - type 1, all octets = <<0>>: unknown_frame", 0, 0),
-        ),
-        (
-            frame_bytes(1, 1, struct.pack(">HH", 60, 10) + b"\x00\x00\x00"),
-            (501, "FRAME_ERROR - cannot decode <<0,0,0>>", 60, 10),
-        ),
-    ],
-)
-def test_malformed_frames(
-    broker: BrokerUnderTest, frame: bytes, expected: tuple[int, str, int, int]
-) -> None:
-    with RawClient(broker.host, broker.port) as c:
-        c.handshake()
-        c.open_channel()
-        c.send(frame)
-        assert c.next_close() == ("connection", *expected)
-
-
-def test_unknown_method_drops_the_socket(broker: BrokerUnderTest) -> None:
-    with RawClient(broker.host, broker.port) as c:
-        c.handshake()
-        c.open_channel()
-        c.send(frame_bytes(1, 1, struct.pack(">HH", 99, 10)))
-        assert c.next_close() is None
-
-
-def test_content_header_of_another_class(broker: BrokerUnderTest) -> None:
-    with RawClient(broker.host, broker.port) as c:
-        c.handshake()
-        c.open_channel()
-        c.send_method(1, commands.Basic.Publish(exchange="", routing_key="x"))
-        c.send(frame_bytes(2, 1, struct.pack(">HHQH", 50, 0, 1, 0)))
-        assert c.next_close() == (
-            "connection",
-            505,
-            "UNEXPECTED_FRAME - expected content header for class 60, got one for class 50 instead",
-            60,
-            40,
-        )
-
-
-def test_method_before_body_is_complete(broker: BrokerUnderTest) -> None:
-    with RawClient(broker.host, broker.port) as c:
-        c.handshake()
-        c.open_channel()
-        c.send_method(1, commands.Basic.Publish(exchange="", routing_key="x"))
-        c.send(frame_bytes(2, 1, struct.pack(">HHQH", 60, 0, 10, 0)))
-        c.send(frame_bytes(3, 1, b"abc"))
-        c.send_method(1, commands.Basic.Qos(prefetch_count=1))
-        assert c.next_close() == (
-            "connection",
-            505,
-            "UNEXPECTED_FRAME - expected content body, got non content body frame instead",
-            60,
-            40,
-        )
+        reached = "number of channels opened (2) has reached the negotiated channel_max (2)"
+        assert c.next_close() == ("connection", 530, f"NOT_ALLOWED - {reached}", 0, 0)
 
 
 def test_access_request_is_answered(broker: BrokerUnderTest) -> None:
@@ -451,16 +297,6 @@ def test_access_request_is_answered(broker: BrokerUnderTest) -> None:
 
 def test_tune_ok_with_no_channel_limit_is_dropped(broker: BrokerUnderTest) -> None:
     with RawClient(broker.host, broker.port, timeout=10) as c:
-        c.send(PROTOCOL_HEADER)
-        c.expect(commands.Connection.Start)
-        c.send_method(
-            0,
-            commands.Connection.StartOk(
-                client_properties={}, mechanism="PLAIN", response="\0guest\0guest", locale="en_US"
-            ),
-        )
-        tune = c.expect(commands.Connection.Tune)
-        c.send_method(
-            0, commands.Connection.TuneOk(channel_max=0, frame_max=tune.frame_max, heartbeat=0)
-        )
+        start_ok(c)
+        tune_ok(c, channel_max=0)
         assert c.next_close() is None

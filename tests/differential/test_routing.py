@@ -11,15 +11,7 @@ from pika.adapters.blocking_connection import BlockingChannel
 
 from tests.differential.helpers import connect, settle
 from tests.support.brokers import BrokerUnderTest
-
-
-def drain(ch: BlockingChannel, queue: str) -> list[bytes]:
-    out = []
-    while True:
-        method, _, body = ch.basic_get(queue, auto_ack=True)
-        if method is None:
-            return out
-        out.append(body)
+from tests.support.drain import drain
 
 
 def setup_queues(
@@ -227,8 +219,10 @@ def test_names_any_utf8(broker: BrokerUnderTest, name: str, suffix: str) -> None
         ch.exchange_declare(exchange, "direct", auto_delete=True)
         ch.queue_bind(queue, exchange, routing_key=suffix)
         ch.add_on_return_callback(
-            lambda _ch, method, _props, _body: returned.append((method.exchange,
-                                                                 method.routing_key)))
+            lambda _ch, method, _props, _body: returned.append(
+                (method.exchange, method.routing_key)
+            )
+        )
         ch.basic_publish(exchange, suffix, b"routed")
         ch.basic_publish(exchange, "nowhere", b"returned", mandatory=True)
         method, _, body = ch.basic_get(queue, auto_ack=True)

@@ -59,15 +59,7 @@ def leveret_tls(pki: Pki) -> Iterator[BrokerUnderTest]:
         extra=[
             "--config",
             str(config),
-            "--amqps-port",
-            "0",
-            "--tls-cert",
-            str(pki.server_cert),
-            "--tls-key",
-            str(pki.server_key),
-            "--tls-ca",
-            str(pki.ca),
-            "--tls-verify-peer",
+            *pki.listener_flags(verify_peer=True),
             "--http-tls",
         ]
     )
@@ -307,12 +299,7 @@ def test_the_tls_listener_can_stand_alone(pki: Pki, tmp_path: Path) -> None:
     broker = start_leveret(
         extra=[
             "--no-tcp-listener",
-            "--amqps-port",
-            "0",
-            "--tls-cert",
-            str(pki.server_cert),
-            "--tls-key",
-            str(pki.server_key),
+            *pki.listener_flags(),
         ]
     )
     try:

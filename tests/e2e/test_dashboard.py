@@ -128,9 +128,7 @@ def test_login_and_overview_shows_live_rates(chromium: Any, leveret_site: Site) 
 def test_queue_page_gets_binds_purges_and_deletes(chromium: Any, leveret_site: Site) -> None:
     site = leveret_site
     b = site.broker
-    conn = pika.BlockingConnection(
-        pika.ConnectionParameters(b.host, b.port, virtual_host=site.vhost)
-    )
+    conn = site.connect()
     ch = conn.channel()
     ch.queue_declare("orders", durable=True)
     ch.exchange_declare("shop", "topic")
@@ -203,9 +201,7 @@ def test_stream_queue_page_shows_offsets_segments_and_size(
 ) -> None:
     site = leveret_site
     b = site.broker
-    conn = pika.BlockingConnection(
-        pika.ConnectionParameters(b.host, b.port, virtual_host=site.vhost)
-    )
+    conn = site.connect()
     ch = conn.channel()
     ch.queue_declare("events", durable=True, arguments={"x-queue-type": "stream"})
     ch.confirm_delivery()
@@ -232,9 +228,7 @@ def test_stream_queue_page_shows_offsets_segments_and_size(
 def test_exchange_page_publishes_and_binds(chromium: Any, leveret_site: Site) -> None:
     site = leveret_site
     b = site.broker
-    conn = pika.BlockingConnection(
-        pika.ConnectionParameters(b.host, b.port, virtual_host=site.vhost)
-    )
+    conn = site.connect()
     ch = conn.channel()
     ch.exchange_declare("alerts", "direct", durable=True)
     ch.queue_declare("pager")

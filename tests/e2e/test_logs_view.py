@@ -7,7 +7,6 @@ the view's consumer goes away when nobody watches."""
 from __future__ import annotations
 
 import base64
-import json
 import socket
 import subprocess
 import sys
@@ -17,10 +16,10 @@ from collections.abc import Iterator
 from typing import Any
 from urllib.parse import quote
 
-import pika
 import pytest
 
 from tests.e2e.browser import Page, chromium
+from tests.support.logstream import LogStream
 from tests.support.mgmt import Site, q
 from tests.support.waiting import wait_for
 
@@ -45,10 +44,7 @@ def emit(site: Site, *args: str, lines: str | None = None) -> None:
 
 
 def declare_logs_exchange(site: Site) -> None:
-    b = site.broker
-    conn = pika.BlockingConnection(
-        pika.ConnectionParameters(b.host, b.port, virtual_host=site.vhost)
-    )
+    conn = site.connect()
     conn.channel().exchange_declare("logs", "fanout")
     conn.close()
 
@@ -167,47 +163,22 @@ def test_logs_view_live_filters_pause_and_details(chromium: Any, leveret_site: S
 
 
 # ------------------------------------------------------------- the stream itself
-class Stream:
-    """``GET /api/logs/stream`` read over a plain socket, as slowly as a test wants."""
+class Stream(LogStream):
+    """``GET /api/logs/stream`` of the site's ``logs`` exchange."""
 
     def __init__(self, site: Site, rcvbuf: int | None = None) -> None:
         b = site.broker
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        if rcvbuf:
-            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
-        self.sock.connect((b.host, b.http_port))
-        auth = base64.b64encode(b"guest:guest").decode()
         path = f"/api/logs/stream?vhost={quote(site.vhost, safe='')}&exchange=logs"
-        self.sock.sendall(
-            f"GET {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Basic {auth}\r\n"
-            "Accept: text/event-stream\r\n\r\n".encode()
-        )
-        self.buf = b""
+        super().__init__(b.host, b.http_port, path, "Accept: text/event-stream\r\n", rcvbuf)
 
     def batches(self, until: float) -> Iterator[dict[str, Any]]:
-        self.sock.settimeout(0.5)
-        while time.monotonic() < until:
-            try:
-                chunk = self.sock.recv(65536)
-            except TimeoutError:
-                continue
-            if not chunk:
-                return
-            self.buf += chunk
-            while b"\n\n" in self.buf:
-                event, self.buf = self.buf.split(b"\n\n", 1)
-                for line in event.split(b"\n"):
-                    if line.startswith(b"data: "):
-                        yield json.loads(line[6:])
+        return self.batches_until(until)
 
     def wait_live(self) -> None:
         for batch in self.batches(time.monotonic() + 20):
             if batch["status"] == "live":
                 return
         raise AssertionError("the view's consumer never went live")
-
-    def close(self) -> None:
-        self.sock.close()
 
 
 def test_faster_than_the_view_takes_it_drops_and_counts(leveret_site: Site) -> None:

@@ -4,9 +4,6 @@ is declared again) after the view opened. An in-process broker per test."""
 
 from __future__ import annotations
 
-import base64
-import json
-import socket
 import subprocess
 import sys
 import time
@@ -21,40 +18,21 @@ import pytest
 import leveret
 from leveret.management.logstap import HISTORY
 from tests.e2e.browser import Page, chromium
+from tests.support.logstream import LogStream
 
 __all__ = ["chromium"]
 
 
-class Stream:
-    """``GET /api/logs/stream`` over a plain socket."""
+class Stream(LogStream):
+    """``GET /api/logs/stream`` of ``exchange`` in vhost /."""
 
     def __init__(self, broker: leveret.Broker, exchange: str = "logs") -> None:
         u = urlparse(broker.management_url)
         assert u.hostname is not None and u.port is not None
-        self.sock = socket.create_connection((u.hostname, u.port))
-        auth = base64.b64encode(b"guest:guest").decode()
-        self.sock.sendall(
-            f"GET /api/logs/stream?vhost=%2F&exchange={exchange} HTTP/1.1\r\nHost: x\r\n"
-            f"Authorization: Basic {auth}\r\n\r\n".encode()
-        )
-        self.buf = b""
+        super().__init__(u.hostname, u.port, f"/api/logs/stream?vhost=%2F&exchange={exchange}")
 
     def batches(self, seconds: float) -> Iterator[dict[str, Any]]:
-        until = time.monotonic() + seconds
-        self.sock.settimeout(0.5)
-        while time.monotonic() < until:
-            try:
-                chunk = self.sock.recv(65536)
-            except TimeoutError:
-                continue
-            if not chunk:
-                return
-            self.buf += chunk
-            while b"\n\n" in self.buf:
-                event, self.buf = self.buf.split(b"\n\n", 1)
-                for line in event.split(b"\n"):
-                    if line.startswith(b"data: "):
-                        yield json.loads(line[6:])
+        return self.batches_until(time.monotonic() + seconds)
 
     def messages_until(self, last: str, seconds: float = 60) -> list[str]:
         got: list[str] = []
@@ -70,8 +48,14 @@ class Stream:
                 return batch
         raise AssertionError(f"the view never was {status}")
 
-    def close(self) -> None:
-        self.sock.close()
+
+def wait_for_row(p: Any, text: str, rows: str = "#log-list .log-row") -> None:
+    """Until one of the view's ``rows`` holds ``text`` (20 s at most)."""
+    p.wait_for_function(
+        "([rows, t]) => [...document.querySelectorAll(rows)].some(r => r.textContent.includes(t))",
+        arg=[rows, text],
+        timeout=20_000,
+    )
 
 
 def emit(broker: leveret.Broker, lines: list[str], *args: str) -> None:
@@ -154,19 +138,11 @@ def test_in_the_browser_the_view_shows_what_every_reader_reads(
         p = page.login("/logs")
         p.wait_for_selector("#logs-status[data-status=waiting]", timeout=20_000)
         emit(broker, ["disk full"], "--severity", "error")  # declares logs, then publishes
-        p.wait_for_function(
-            "() => [...document.querySelectorAll('#log-list .log-row')]"
-            ".some(r => r.textContent.includes('disk full'))",
-            timeout=20_000,
-        )
+        wait_for_row(p, "disk full")
         conn, ch = _channel(broker)
         ch.basic_publish("logs", "", b'{"message": 5, "tag": "CORRUPTJSON"}')
         conn.close()
-        p.wait_for_function(
-            "() => [...document.querySelectorAll('#log-list .log-row.malformed')]"
-            ".some(r => r.textContent.includes('CORRUPTJSON'))",
-            timeout=20_000,
-        )
+        wait_for_row(p, "CORRUPTJSON", "#log-list .log-row.malformed")
         rows = p.locator("#log-list .log-row").all_text_contents()
         disk = next(r for r in rows if "disk full" in r)
         assert " ERROR " in disk
@@ -200,11 +176,7 @@ def test_in_the_browser_the_history_shows_the_brokers_events_as_the_lake_files_t
         page = Page(chromium, b.management_url)
         try:
             p = page.login("/logs")
-            p.wait_for_function(
-                "() => [...document.querySelectorAll('#log-list .log-row')]"
-                ".some(r => r.textContent.includes('user.authentication.failure'))",
-                timeout=20_000,
-            )
+            wait_for_row(p, "user.authentication.failure")
             rows = p.locator("#log-list .log-row").all_text_contents()
             login = next(r for r in rows if "user.authentication.failure" in r)
             assert " WARNING " in login and " broker" in login

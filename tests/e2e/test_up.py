@@ -9,12 +9,12 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
+from tests.support.cli import cli, read_banner, start_up, stop_up
 from tests.support.mgmt import Api
 from tests.support.waiting import wait_for
 
@@ -22,41 +22,14 @@ pytest.importorskip("pyspark")
 pq = pytest.importorskip("pyarrow.parquet")
 
 
-def _cli(*args: str) -> list[str]:
-    return [sys.executable, "-m", "leveret.cli.main", *args]
-
-
 def test_up_runs_the_whole_stack(tmp_path: Path) -> None:
     # the broker's stream listener on a free port too (5552 may be RabbitMQ's)
     env = {**os.environ, "COLUMNS": "200", "LEVERET_STREAM_PORT": "0"}
-    up = subprocess.Popen(
-        _cli(
-            "up",
-            "--amqp-port",
-            "0",
-            "--http-port",
-            "0",
-            "--prometheus-port",
-            "0",
-            "--no-receiver",
-            "--trigger",
-            "1s",
-        ),
-        cwd=tmp_path,
-        stderr=subprocess.PIPE,
-        stdout=subprocess.DEVNULL,
-        text=True,
-        env=env,
-        # a session of its own: if it does not stop, it is killed with everything it
-        # started (broker, ingest, Spark's JVM), by the id it was started with
-        start_new_session=True,
-    )
+    # a session of its own: if it does not stop, it is killed with everything it started
+    # (broker, ingest, Spark's JVM), by the id it was started with
+    up = start_up("--no-receiver", "--trigger", "1s", cwd=tmp_path, env=env)
     try:
-        assert up.stderr is not None
-        banner = ""
-        deadline = time.monotonic() + 60
-        while "Report" not in banner and time.monotonic() < deadline:
-            banner += up.stderr.readline()
+        banner = read_banner(up)
         url = re.search(r"AMQP\s+(amqp://\S+)", banner)
         dashboard = re.search(r"Dashboard\s+(http://\S+)", banner)
         streams = re.search(r"Streams\s+rabbitmq-stream://\S+@127\.0\.0\.1:(\d+)/%2f", banner)
@@ -66,7 +39,7 @@ def test_up_runs_the_whole_stack(tmp_path: Path) -> None:
             ("error", [f"failure number {i}" for i in range(20)]),
         ):
             sent = subprocess.run(
-                _cli("emit-log", "--url", url.group(1), "--severity", severity),
+                cli("emit-log", "--url", url.group(1), "--severity", severity),
                 input="\n".join(lines),
                 capture_output=True,
                 text=True,
@@ -119,7 +92,7 @@ def test_up_runs_the_whole_stack(tmp_path: Path) -> None:
         # the report, where `leveret up` says to put it, is served by the dashboard
         out = tmp_path / "leveret-data" / "report"
         report = subprocess.run(
-            _cli(
+            cli(
                 "pipeline", "report", "--lake", str(lake), "--out", str(out), "--master", "local[1]"
             ),
             capture_output=True,
@@ -159,13 +132,8 @@ def test_up_runs_the_whole_stack(tmp_path: Path) -> None:
         assert refused and failed, from_broker
         assert all(str(r["host"]).startswith("rabbit@") for r in refused)
     finally:
-        up.send_signal(signal.SIGINT)
-        try:
-            up.wait(60)
-        except subprocess.TimeoutExpired:
-            os.killpg(up.pid, signal.SIGKILL)
-            up.wait()
-            raise
+        if not stop_up(up):
+            raise AssertionError("leveret up did not stop within 60 s of a Ctrl-C")
     assert up.returncode in (0, 130, -signal.SIGINT)
 
 
@@ -174,31 +142,14 @@ def test_sigterm_stops_up_and_everything_it_started(tmp_path: Path) -> None:
     SIGTERM ended ``up`` alone and the broker ran on)."""
     import socket
 
-    up = subprocess.Popen(
-        _cli(
-            "up",
-            "--amqp-port",
-            "0",
-            "--http-port",
-            "0",
-            "--prometheus-port",
-            "0",
-            "--no-receiver",
-            "--no-ingest",
-        ),
+    up = start_up(
+        "--no-receiver",
+        "--no-ingest",
         cwd=tmp_path,
-        stderr=subprocess.PIPE,
-        stdout=subprocess.DEVNULL,
-        text=True,
         env={**os.environ, "COLUMNS": "200", "LEVERET_STREAM_PORT": "0"},
-        start_new_session=True,
     )
     try:
-        assert up.stderr is not None
-        banner = ""
-        deadline = time.monotonic() + 60
-        while "Report" not in banner and time.monotonic() < deadline:
-            banner += up.stderr.readline()
+        banner = read_banner(up)
         found = re.search(r"AMQP\s+amqp://\S+@127\.0\.0\.1:(\d+)/", banner)
         assert found, banner
         port = int(found.group(1))
@@ -219,19 +170,14 @@ def test_sigint_stops_up_started_with_sigint_ignored(tmp_path: Path) -> None:
     ``leveret up`` and the broker it started (which runs in a process group of its own)."""
     import socket
 
-    up = subprocess.Popen(
-        _cli("up", "--amqp-port", "0", "--http-port", "0", "--prometheus-port", "0",
-             "--no-receiver", "--no-ingest"),
-        cwd=tmp_path, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
-        env={**os.environ, "COLUMNS": "200"}, start_new_session=True,
+    up = start_up(
+        "--no-receiver",
+        "--no-ingest",
+        cwd=tmp_path,
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
-    )  # fmt: skip
+    )
     try:
-        assert up.stderr is not None
-        banner = ""
-        deadline = time.monotonic() + 60
-        while "Report" not in banner and time.monotonic() < deadline:
-            banner += up.stderr.readline()
+        banner = read_banner(up)
         found = re.search(r"AMQP\s+amqp://\S+@127\.0\.0\.1:(\d+)/", banner)
         assert found, banner
         port = int(found.group(1))

@@ -16,58 +16,26 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.cli import cli, read_banner, read_until, start_up
+
 pytest.importorskip("pyspark")
-
-
-def _cli(*args: str) -> list[str]:
-    return [sys.executable, "-m", "leveret.cli.main", *args]
-
-
-def _read_until(stream: object, needle: str, seconds: float) -> str:
-    text = ""
-    deadline = time.monotonic() + seconds
-    while needle not in text and time.monotonic() < deadline:
-        line = stream.readline()  # type: ignore[attr-defined]
-        if not line:
-            break
-        text += line
-    return text
 
 
 # Spark's start and first batch, on a loaded 2-core machine, can take minutes: the waits
 # below bound a hang, and the suite's 300 s per test would cut them short
 @pytest.mark.timeout(900)
 def test_ctrl_c_to_the_process_group_stops_the_ingest_then_the_broker(tmp_path: Path) -> None:
-    up = subprocess.Popen(
-        _cli(
-            "up",
-            "--amqp-port",
-            "0",
-            "--http-port",
-            "0",
-            "--prometheus-port",
-            "0",
-            "--no-receiver",
-            "--trigger",
-            "500ms",
-        ),
-        cwd=tmp_path,
-        stderr=subprocess.PIPE,
-        stdout=subprocess.DEVNULL,
-        text=True,
-        env={**os.environ, "COLUMNS": "200"},
-        start_new_session=True,  # its own group, as a terminal's foreground job
-    )
+    # its own session and group, as a terminal's foreground job
+    up = start_up("--no-receiver", "--trigger", "500ms", cwd=tmp_path)
     feeder: subprocess.Popen[bytes] | None = None
     data = tmp_path / "leveret-data"
     try:
-        assert up.stderr is not None
-        banner = _read_until(up.stderr, "Report", 60)
+        banner = read_banner(up)
         assert re.search(r"Lake ingest\s+starting", banner), banner
         url = re.search(r"AMQP\s+(amqp://\S+)", banner)
         assert url, banner
         # a wait for Spark, not a speed limit
-        started = _read_until(up.stderr, "Lake ingest running", 300)
+        started = read_until(up.stderr, "Lake ingest running", 300)
         assert "Lake ingest running" in started, started
         # logs keep flowing while it stops: the ingest is mid-batch when Ctrl-C comes
         feeder = subprocess.Popen(
@@ -83,7 +51,7 @@ def test_ctrl_c_to_the_process_group_stops_the_ingest_then_the_broker(tmp_path: 
             start_new_session=True,
         )
         emitter = subprocess.Popen(
-            _cli("emit-log", "--url", url.group(1)),
+            cli("emit-log", "--url", url.group(1)),
             stdin=feeder.stdout,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,

@@ -21,6 +21,19 @@ def connect(url: str) -> pika.BlockingConnection:
     return pika.BlockingConnection(pika.URLParameters(url))
 
 
+def confirming(url: str) -> tuple[pika.BlockingConnection, Any]:
+    """A connection and a channel in confirm mode on it."""
+    conn = connect(url)
+    ch = conn.channel()
+    ch.confirm_delivery()
+    return conn, ch
+
+
+def bind(ch: Any, queue: str, exchange: str, key: str, durable: bool = False) -> None:
+    ch.queue_declare(queue, durable=durable)
+    ch.queue_bind(queue, exchange, key)
+
+
 def count(ch: Any, queue: str) -> int:
     return int(ch.queue_declare(queue, passive=True).method.message_count)
 
@@ -37,12 +50,9 @@ def publish(ch: Any, exchange: str, key: str, body: bytes, delay: Any = None, **
 
 
 def test_an_hour_passes_on_the_manual_clock(leveret_clock: leveret.Broker) -> None:
-    conn = connect(leveret_clock.url)
-    ch = conn.channel()
-    ch.confirm_delivery()
+    conn, ch = confirming(leveret_clock.url)
     delayed_exchange(ch, "later")
-    ch.queue_declare("inbox")
-    ch.queue_bind("inbox", "later", "mail")
+    bind(ch, "inbox", "later", "mail")
     publish(ch, "later", "mail", b"in an hour", 3_600_000)
     publish(ch, "later", "mail", b"in a minute", 60_000)
     publish(ch, "later", "mail", b"now")  # no x-delay: routed at once
@@ -71,14 +81,10 @@ def test_an_hour_passes_on_the_manual_clock(leveret_clock: leveret.Broker) -> No
 
 
 def test_routing_follows_x_delayed_type(leveret_clock: leveret.Broker) -> None:
-    conn = connect(leveret_clock.url)
-    ch = conn.channel()
-    ch.confirm_delivery()
+    conn, ch = confirming(leveret_clock.url)
     delayed_exchange(ch, "later-topic", "topic")
-    ch.queue_declare("eu")
-    ch.queue_bind("eu", "later-topic", "orders.eu.*")
-    ch.queue_declare("all")
-    ch.queue_bind("all", "later-topic", "orders.#")
+    bind(ch, "eu", "later-topic", "orders.eu.*")
+    bind(ch, "all", "later-topic", "orders.#")
     publish(ch, "later-topic", "orders.eu.fr", b"1", 5000)
     publish(ch, "later-topic", "orders.us.ny", b"2", 1000)
     leveret_clock.advance(5)
@@ -91,12 +97,9 @@ def test_routing_follows_x_delayed_type(leveret_clock: leveret.Broker) -> None:
 def test_a_delayed_mandatory_message_comes_back(leveret_clock: leveret.Broker) -> None:
     """As the plugin's README says: a delayed message routes nowhere when published, so
     mandatory returns it (the plugin does not support mandatory)."""
-    conn = connect(leveret_clock.url)
-    ch = conn.channel()
-    ch.confirm_delivery()
+    conn, ch = confirming(leveret_clock.url)
     delayed_exchange(ch, "later-m")
-    ch.queue_declare("m")
-    ch.queue_bind("m", "later-m", "k")
+    bind(ch, "m", "later-m", "k")
     with pytest.raises(pika.exceptions.UnroutableError):
         ch.basic_publish(
             "later-m", "k", b"x", pika.BasicProperties(headers={"x-delay": 1000}), mandatory=True
@@ -145,9 +148,7 @@ def _get_json(url: str) -> Any:
 
 def test_the_count_waiting_is_in_the_api() -> None:
     with leveret.Broker(clock="manual", management=True) as b:
-        conn = connect(b.url)
-        ch = conn.channel()
-        ch.confirm_delivery()
+        conn, ch = confirming(b.url)
         delayed_exchange(ch, "counted")
         ch.exchange_declare("plain", "direct")
         for i in range(3):
@@ -167,12 +168,9 @@ def test_the_count_waiting_is_in_the_api() -> None:
 
 def test_the_schedule_survives_a_restart(tmp_path: Path) -> None:
     with leveret.Broker(data_dir=tmp_path, clock="manual") as b:
-        conn = connect(b.url)
-        ch = conn.channel()
-        ch.confirm_delivery()
+        conn, ch = confirming(b.url)
         delayed_exchange(ch, "durable-later", durable=True)
-        ch.queue_declare("kept", durable=True)
-        ch.queue_bind("kept", "durable-later", "k")
+        bind(ch, "kept", "durable-later", "k", durable=True)
         for i in range(5):
             publish(ch, "durable-later", "k", f"m{i}".encode(), 600_000 + 10 * i, delivery_mode=2)
         b.advance(600.005)  # the first is delivered before the restart

@@ -15,6 +15,7 @@ import pika.exceptions
 import pytest
 
 import leveret
+from tests.support.drain import events_from_now
 
 
 def _request(url: str, method: str, body: Any = None) -> None:
@@ -49,11 +50,7 @@ def test_administrative_events() -> None:
     with leveret.Broker(plugins=["rabbitmq_event_exchange"], management=True) as b:
         conn = pika.BlockingConnection(pika.URLParameters(b.url))
         ch = conn.channel()
-        q = ch.queue_declare("", exclusive=True).method.queue
-        ch.queue_bind(q, "amq.rabbitmq.event", "#")
-        time.sleep(0.3)
-        while ch.basic_get(q, auto_ack=True)[0] is not None:
-            pass
+        q = events_from_now(ch)
         api = b.management_url + "/api"
         b.add_vhost("evv")
         b.add_user("evu", "pw")

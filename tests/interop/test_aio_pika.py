@@ -38,25 +38,11 @@ from aiormq.exceptions import (
 from pamqp import commands as spec
 
 from tests.support.brokers import BrokerUnderTest
+from tests.support.identity import LOCKED, RABBITMQ_CAPABILITIES, SERVER_PROPERTIES, inequivalent
+from tests.support.interop import ROUTING
 
 P = ParamSpec("P")
 
-RABBITMQ_CAPABILITIES = {
-    "publisher_confirms": True,
-    "exchange_exchange_bindings": True,
-    "basic.nack": True,
-    "consumer_cancel_notify": True,
-    "connection.blocked": True,
-    "consumer_priorities": True,
-    "authentication_failure_close": True,
-    "per_consumer_qos": True,
-    "direct_reply_to": True,
-}
-LOCKED = (
-    "RESOURCE_LOCKED - cannot obtain exclusive access to locked queue '{}' in vhost '/'. "
-    "It could be originally declared on another connection or the exclusive property "
-    "value does not match that of the original declaration."
-)
 CODES = {cls: code for code, cls in EXCEPTION_MAPPING.items()}
 
 # how long "nothing more arrives" is watched for; short, the brokers answer in milliseconds
@@ -142,6 +128,14 @@ async def publish(
     )
 
 
+async def exclusive_queue(
+    conn: AbstractConnection, name: str
+) -> tuple[AbstractChannel, AbstractQueue]:
+    """A new channel on ``conn`` and exclusive queue ``name`` declared on it."""
+    ch = await conn.channel()
+    return ch, await ch.declare_queue(name, exclusive=True)
+
+
 async def get_bodies(queue: AbstractQueue) -> list[bytes]:
     """Everything ready in ``queue``, taken with basic.get (no-ack)."""
     out = []
@@ -195,15 +189,7 @@ async def test_server_properties(broker: BrokerUnderTest) -> None:
         # the table arrives in RabbitMQ's wire order
         assert list(props["capabilities"]) == list(RABBITMQ_CAPABILITIES)
         assert props["version"] == "3.10.8"
-        assert set(props) == {
-            "capabilities",
-            "cluster_name",
-            "copyright",
-            "information",
-            "platform",
-            "product",
-            "version",
-        }
+        assert set(props) == set(SERVER_PROPERTIES)
         assert underlay.server_capabilities == RABBITMQ_CAPABILITIES
         assert underlay.connection_tune.frame_max == 131072
         assert underlay.connection_tune.channel_max == 2047
@@ -243,11 +229,7 @@ async def test_exchange_type_inequivalent(broker: BrokerUnderTest, name: str, ti
         await (await conn.channel()).declare_exchange(name, ExchangeType.FANOUT)
         exc = await channel_error(conn, lambda c: c.declare_exchange(name, ExchangeType.DIRECT))
         assert isinstance(exc, ChannelPreconditionFailed)
-        assert reply(exc) == (
-            406,
-            f"PRECONDITION_FAILED - inequivalent arg 'type' for exchange '{name}' in "
-            "vhost '/': received 'direct' but current is 'fanout'",
-        )
+        assert reply(exc) == (406, inequivalent("type", "exchange", name, "'direct'", "'fanout'"))
 
 
 @sync
@@ -258,19 +240,14 @@ async def test_durable_exchange_inequivalent(
     async with connect(broker) as conn:
         await (await conn.channel()).declare_exchange(name, ExchangeType.TOPIC, durable=True)
         exc = await channel_error(conn, lambda c: c.declare_exchange(name, ExchangeType.TOPIC))
-        assert reply(exc) == (
-            406,
-            f"PRECONDITION_FAILED - inequivalent arg 'durable' for exchange '{name}' in "
-            "vhost '/': received 'false' but current is 'true'",
-        )
+        assert reply(exc) == (406, inequivalent("durable", "exchange", name, "'false'", "'true'"))
         exc = await channel_error(
             conn,
             lambda c: c.declare_exchange(name, ExchangeType.TOPIC, durable=True, auto_delete=True),
         )
         assert reply(exc) == (
             406,
-            f"PRECONDITION_FAILED - inequivalent arg 'auto_delete' for exchange '{name}' "
-            "in vhost '/': received 'true' but current is 'false'",
+            inequivalent("auto_delete", "exchange", name, "'true'", "'false'"),
         )
         exc = await channel_error(
             conn,
@@ -280,9 +257,9 @@ async def test_durable_exchange_inequivalent(
         )
         assert reply(exc) == (
             406,
-            f"PRECONDITION_FAILED - inequivalent arg 'alternate-exchange' for exchange "
-            f"'{name}' in vhost '/': received the value 'ae' of type 'longstr' but "
-            "current is none",
+            inequivalent(
+                "alternate-exchange", "exchange", name, "the value 'ae' of type 'longstr'", "none"
+            ),
         )
 
 
@@ -303,8 +280,7 @@ async def test_exchange_arguments_inequivalent(
         )
         assert reply(exc) == (
             406,
-            f"PRECONDITION_FAILED - inequivalent arg 'alternate-exchange' for exchange "
-            f"'{name}' in vhost '/': received 'ae2' but current is 'ae'",
+            inequivalent("alternate-exchange", "exchange", name, "'ae2'", "'ae'"),
         )
 
 
@@ -377,11 +353,7 @@ async def test_internal_exchange(broker: BrokerUnderTest, name: str, tidy: Tidy)
             f"ACCESS_REFUSED - cannot publish to internal exchange '{inner}' in vhost '/'",
         )
         exc = await channel_error(conn, lambda c: c.declare_exchange(inner, ExchangeType.FANOUT))
-        assert reply(exc) == (
-            406,
-            f"PRECONDITION_FAILED - inequivalent arg 'internal' for exchange '{inner}' in "
-            "vhost '/': received 'false' but current is 'true'",
-        )
+        assert reply(exc) == (406, inequivalent("internal", "exchange", inner, "'false'", "'true'"))
 
 
 @sync
@@ -508,8 +480,7 @@ async def test_exclusive_queue_of_another_connection(broker: BrokerUnderTest, na
 @sync
 async def test_declare_ok_counts(broker: BrokerUnderTest, name: str) -> None:
     async with connect(broker) as conn:
-        ch = await conn.channel()
-        q = await ch.declare_queue(name, exclusive=True)
+        ch, q = await exclusive_queue(conn, name)
         assert (q.declaration_result.message_count, q.declaration_result.consumer_count) == (0, 0)
         for i in range(3):
             await publish(ch.default_exchange, f"m{i}".encode(), name)
@@ -534,11 +505,7 @@ async def test_queue_inequivalent(broker: BrokerUnderTest, name: str, tidy: Tidy
         exc = await channel_error(
             conn, lambda c: c.declare_queue(name, durable=True, arguments={"x-max-length": 10})
         )
-        assert reply(exc) == (
-            406,
-            f"PRECONDITION_FAILED - inequivalent arg 'durable' for queue '{name}' in "
-            "vhost '/': received 'true' but current is 'false'",
-        )
+        assert reply(exc) == (406, inequivalent("durable", "queue", name, "'true'", "'false'"))
         exc = await channel_error(
             conn, lambda c: c.declare_queue(name, exclusive=True, arguments={"x-max-length": 10})
         )
@@ -546,16 +513,11 @@ async def test_queue_inequivalent(broker: BrokerUnderTest, name: str, tidy: Tidy
         exc = await channel_error(
             conn, lambda c: c.declare_queue(name, arguments={"x-max-length": 20})
         )
-        assert reply(exc) == (
-            406,
-            f"PRECONDITION_FAILED - inequivalent arg 'x-max-length' for queue '{name}' in "
-            "vhost '/': received '20' but current is '10'",
-        )
+        assert reply(exc) == (406, inequivalent("x-max-length", "queue", name, "'20'", "'10'"))
         exc = await channel_error(conn, lambda c: c.declare_queue(name))
         assert reply(exc) == (
             406,
-            f"PRECONDITION_FAILED - inequivalent arg 'x-max-length' for queue '{name}' in "
-            "vhost '/': received none but current is the value '10' of type 'byte'",
+            inequivalent("x-max-length", "queue", name, "none", "the value '10' of type 'byte'"),
         )
 
 
@@ -591,8 +553,7 @@ async def test_queue_bind_and_unbind(broker: BrokerUnderTest, name: str, tidy: T
 @sync
 async def test_purge_returns_count(broker: BrokerUnderTest, name: str) -> None:
     async with connect(broker) as conn:
-        ch = await conn.channel()
-        q = await ch.declare_queue(name, exclusive=True)
+        ch, q = await exclusive_queue(conn, name)
         for i in range(4):
             await publish(ch.default_exchange, f"m{i}".encode(), name)
         assert (await q.purge()).message_count == 4
@@ -656,88 +617,41 @@ async def test_auto_delete_queue_goes_with_its_last_consumer(
 # routing
 
 
+async def route(
+    ch: AbstractChannel, name: str, kind: str
+) -> tuple[AbstractExchange, dict[str, AbstractQueue], dict[str, list[bytes]]]:
+    """Exchange ``name`` of type ``kind`` with ROUTING[kind]'s queues bound to it and its
+    messages published; the exchange, the queues and what each queue then holds."""
+    bindings, messages, _ = ROUTING[kind]
+    ex = await ch.declare_exchange(name, ExchangeType(kind))
+    queues = {}
+    for label, bind in bindings.items():
+        q = await ch.declare_queue(f"{name}-{label}", exclusive=True)
+        await q.bind(ex, **bind)
+        queues[label] = q
+    for body, key, props in messages:
+        await publish(ex, body, key, **props)
+    return ex, queues, {label: await get_bodies(q) for label, q in queues.items()}
+
+
 @sync
 async def test_topic_routing(broker: BrokerUnderTest, name: str, tidy: Tidy) -> None:
     tidy.exchanges.append(name)
-    patterns = {
-        "star": "*.orange.*",
-        "hash-tail": "lazy.#",
-        "hash-only": "#",
-        "star-tail": "*.*.rabbit",
-        "hash-middle": "a.#.z",
-        "exact": "quick.orange.rabbit",
-    }
-    keys = [
-        "quick.orange.rabbit",
-        "lazy.orange.elephant",
-        "quick.orange.fox",
-        "lazy.brown.fox",
-        "lazy",
-        "quick.brown.fox",
-        "orange",
-        "quick.orange.male.rabbit",
-        "a.z",
-        "a.b.c.z",
-        "a.b",
-        "",
-    ]
     async with connect(broker) as conn:
-        ch = await conn.channel()
-        ex = await ch.declare_exchange(name, ExchangeType.TOPIC)
-        queues = {}
-        for label, pattern in patterns.items():
-            q = await ch.declare_queue(f"{name}-{label}", exclusive=True)
-            await q.bind(ex, pattern)
-            queues[label] = q
-        for key in keys:
-            await publish(ex, key.encode() or b"<empty>", key)
-        got = {label: await get_bodies(q) for label, q in queues.items()}
-    assert got == {
-        "star": [b"quick.orange.rabbit", b"lazy.orange.elephant", b"quick.orange.fox"],
-        "hash-tail": [b"lazy.orange.elephant", b"lazy.brown.fox", b"lazy"],
-        "hash-only": [k.encode() or b"<empty>" for k in keys],
-        "star-tail": [b"quick.orange.rabbit"],
-        "hash-middle": [b"a.z", b"a.b.c.z"],
-        "exact": [b"quick.orange.rabbit"],
-    }
+        _, _, got = await route(await conn.channel(), name, "topic")
+    assert got == ROUTING["topic"][2]
 
 
 @sync
 async def test_headers_routing(broker: BrokerUnderTest, name: str, tidy: Tidy) -> None:
     tidy.exchanges.append(name)
     async with connect(broker) as conn:
-        ch = await conn.channel()
-        ex = await ch.declare_exchange(name, ExchangeType.HEADERS)
-        bindings: dict[str, dict[str, Any]] = {
-            "all": {"x-match": "all", "format": "pdf", "type": "report"},
-            "any": {"x-match": "any", "format": "pdf", "type": "log"},
-            "default": {"format": "zip"},  # x-match defaults to all
-        }
-        queues = {}
-        for label, args in bindings.items():
-            q = await ch.declare_queue(f"{name}-{label}", exclusive=True)
-            await q.bind(ex, arguments=args)
-            queues[label] = q
-        messages: list[tuple[str, dict[str, Any]]] = [
-            ("pdf-report", {"format": "pdf", "type": "report"}),
-            ("pdf-log", {"format": "pdf", "type": "log"}),
-            ("zip-report", {"format": "zip", "type": "report"}),
-            ("pdf-only", {"format": "pdf"}),
-            ("none", {}),
-            ("extra", {"format": "pdf", "type": "report", "x": 1}),
-        ]
-        for body, headers in messages:
-            await publish(ex, body.encode(), "ignored", headers=headers)
-        got = {label: await get_bodies(q) for label, q in queues.items()}
+        ex, queues, got = await route(await conn.channel(), name, "headers")
         # unbinding needs the same arguments
-        await queues["all"].unbind(ex, arguments=bindings["all"])
+        await queues["all"].unbind(ex, arguments=ROUTING["headers"][0]["all"]["arguments"])
         await publish(ex, b"after", "ignored", headers={"format": "pdf", "type": "report"})
         assert await get_bodies(queues["all"]) == []
-    assert got == {
-        "all": [b"pdf-report", b"extra"],
-        "any": [b"pdf-report", b"pdf-log", b"pdf-only", b"extra"],
-        "default": [b"zip-report"],
-    }
+    assert got == ROUTING["headers"][2]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -771,8 +685,7 @@ async def test_prefetch_limits_unacked(broker: BrokerUnderTest, name: str) -> No
 @sync
 async def test_consume_and_cancel(broker: BrokerUnderTest, name: str) -> None:
     async with connect(broker) as conn:
-        ch = await conn.channel()
-        q = await ch.declare_queue(name, exclusive=True)
+        ch, q = await exclusive_queue(conn, name)
         inbox = Inbox()
         tag = await q.consume(inbox, no_ack=True, consumer_tag="my-tag")
         assert tag == "my-tag"
@@ -812,8 +725,7 @@ async def test_consume_and_cancel(broker: BrokerUnderTest, name: str) -> None:
 @sync
 async def test_get_and_get_empty(broker: BrokerUnderTest, name: str) -> None:
     async with connect(broker) as conn:
-        ch = await conn.channel()
-        q = await ch.declare_queue(name, exclusive=True)
+        ch, q = await exclusive_queue(conn, name)
         assert await q.get(fail=False) is None
         with pytest.raises(aio_pika.exceptions.QueueEmpty):
             await q.get()
@@ -848,8 +760,7 @@ async def test_get_and_get_empty(broker: BrokerUnderTest, name: str) -> None:
 @sync
 async def test_ack_nack_reject(broker: BrokerUnderTest, name: str) -> None:
     async with connect(broker) as conn:
-        ch = await conn.channel()
-        q = await ch.declare_queue(name, exclusive=True)
+        ch, q = await exclusive_queue(conn, name)
         for body in (b"acked", b"nacked", b"rejected-requeue", b"dropped", b"nack-dropped"):
             await publish(ch.default_exchange, body, name)
 
@@ -885,8 +796,7 @@ async def test_ack_nack_reject(broker: BrokerUnderTest, name: str) -> None:
 @sync
 async def test_nack_multiple(broker: BrokerUnderTest, name: str) -> None:
     async with connect(broker) as conn:
-        ch = await conn.channel()
-        q = await ch.declare_queue(name, exclusive=True)
+        ch, q = await exclusive_queue(conn, name)
         for i in range(3):
             await publish(ch.default_exchange, f"m{i}".encode(), name)
         got = [await q.get() for _ in range(3)]
@@ -906,8 +816,7 @@ async def test_nack_multiple(broker: BrokerUnderTest, name: str) -> None:
 @sync
 async def test_recover_redelivers_unacked(broker: BrokerUnderTest, name: str) -> None:
     async with connect(broker) as conn:
-        ch = await conn.channel()
-        q = await ch.declare_queue(name, exclusive=True)
+        ch, q = await exclusive_queue(conn, name)
         await publish(ch.default_exchange, b"a", name)
         await publish(ch.default_exchange, b"b", name)
         inbox = Inbox()
@@ -957,8 +866,7 @@ async def test_unknown_delivery_tag(broker: BrokerUnderTest, name: str) -> None:
 @sync
 async def test_consumer_cancel_notification(broker: BrokerUnderTest, name: str) -> None:
     async with connect(broker) as conn:
-        ch = await conn.channel()
-        q = await ch.declare_queue(name, exclusive=True)
+        ch, q = await exclusive_queue(conn, name)
         cancelled: list[str | None] = []
 
         async def on_cancel(frame: spec.Basic.Cancel) -> None:

@@ -8,21 +8,26 @@ tests judge. Every assertion pins what RabbitMQ 3.10.8 does.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import pytest
 
 from tests.support.brokers import BrokerUnderTest
+from tests.support.identity import RABBITMQ_CAPABILITIES, SERVER_PROPERTIES
+from tests.support.interop import (
+    QOS_DELIVERIES,
+    assert_names_itself,
+    fanout_tutorial,
+    run_scenario,
+    unavailable,
+)
 
 pytestmark = pytest.mark.go
 
-IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 SOURCE = Path(__file__).parent / "go" / "leveret-interop"
 GOCODE = Path(os.environ.get("LEVERET_GOCODE", "/usr/share/gocode"))
 AMQP091 = GOCODE / "src" / "github.com" / "rabbitmq" / "amqp091-go"
@@ -31,20 +36,14 @@ INSTALL_HINT = (
 )
 
 
-def _unavailable(reason: str) -> NoReturn:
-    if IN_CI:
-        pytest.fail(f"{reason}; under CI the Go interop tests must run: {INSTALL_HINT}")
-    pytest.skip(f"{reason}: {INSTALL_HINT}")
-
-
 @pytest.fixture(scope="session")
 def go_client(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The interop binary, built offline in GOPATH mode against Debian's amqp091-go."""
     go = shutil.which("go")
     if go is None:
-        _unavailable("the Go toolchain (`go`) is not installed")
+        unavailable("Go", "the Go toolchain (`go`) is not installed", INSTALL_HINT)
     if not (AMQP091 / "channel.go").exists():
-        _unavailable(f"amqp091-go is not installed under {AMQP091}")
+        unavailable("Go", f"amqp091-go is not installed under {AMQP091}", INSTALL_HINT)
     work = tmp_path_factory.mktemp("go-interop")
     binary = work / "leveret-interop"
     env = dict(os.environ)
@@ -73,29 +72,7 @@ def go_client(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def run_go(
     binary: Path, scenario: str, broker: BrokerUnderTest, name: str, *args: str
 ) -> dict[str, Any]:
-    proc = subprocess.run(
-        [str(binary), scenario, broker.url, name, *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert proc.returncode == 0, (
-        f"{scenario} on {broker.name} exited {proc.returncode}:\n{proc.stdout}{proc.stderr}"
-    )
-    lines = proc.stdout.strip().splitlines()
-    result: dict[str, Any] = json.loads(lines[-1])
-    return result
-
-
-@pytest.fixture
-def processes() -> Iterator[list[subprocess.Popen[str]]]:
-    """Processes a test starts; killed at teardown if still running."""
-    started: list[subprocess.Popen[str]] = []
-    yield started
-    for proc in started:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait(10)
+    return run_scenario([str(binary)], scenario, broker, name, *args)
 
 
 def test_tutorial_fanout_every_receiver_gets_every_message(
@@ -103,37 +80,7 @@ def test_tutorial_fanout_every_receiver_gets_every_message(
 ) -> None:
     """Seed 002: emit_log / receive_logs with a fanout exchange and server-named,
     exclusive queues; two receivers each get every message, in order."""
-    exchange = f"logs-{name}"
-    sent = [f"info: Hello World! {i}" for i in range(10)]
-    queues: list[str] = []
-    try:
-        for _ in range(2):
-            proc = subprocess.Popen(
-                [str(go_client), "receive_logs", broker.url, exchange, str(len(sent))],
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-            )
-            processes.append(proc)
-            assert proc.stdout is not None
-            ready = json.loads(proc.stdout.readline() or "{}")
-            assert ready.get("ready") is True, proc.stderr.read() if proc.stderr else ""
-            queues.append(ready["queue"])
-        emitted = run_go(go_client, "emit_log", broker, exchange, *sent)
-        assert emitted == {"sent": len(sent)}
-        received = []
-        for proc in processes:
-            out, err = proc.communicate(timeout=30)
-            assert proc.returncode == 0, err
-            received.append(json.loads(out.strip().splitlines()[-1]))
-    finally:
-        run_go(go_client, "delete_exchange", broker, exchange)
-    assert [r["messages"] for r in received] == [sent, sent]
-    assert [r["redelivered"] for r in received] == [0, 0]
-    assert [r["queue"] for r in received] == queues
-    assert len(set(queues)) == 2
-    for q in queues:
-        assert q.startswith("amq.gen-") and len(q) == len("amq.gen-") + 22
+    fanout_tutorial([str(go_client)], broker, name, processes)
 
 
 def test_connection_negotiation_and_server_properties(
@@ -146,49 +93,11 @@ def test_connection_negotiation_and_server_properties(
     assert r["frame_size"] == 131072
     assert r["heartbeat_s"] == 10
     assert r["locales"] == ["en_US"]
-    assert r["capabilities"] == {
-        "authentication_failure_close": True,
-        "basic.nack": True,
-        "connection.blocked": True,
-        "consumer_cancel_notify": True,
-        "consumer_priorities": True,
-        "direct_reply_to": True,
-        "exchange_exchange_bindings": True,
-        "per_consumer_qos": True,
-        "publisher_confirms": True,
-    }
+    assert r["capabilities"] == RABBITMQ_CAPABILITIES
     props = r["properties"]
-    assert sorted(props) == [
-        "cluster_name",
-        "copyright",
-        "information",
-        "platform",
-        "product",
-        "version",
-    ]
-    seen = {
-        **props,
-        "platform": props["platform"].split(" ")[0],
-        "cluster_name": props["cluster_name"].split("@")[0],
-    }
-    identity = {
-        "leveret": {
-            "product": "Leveret",
-            "copyright": "Copyright (c) the Leveret authors",
-            "platform": "Python",
-            "cluster_name": "rabbit",  # RabbitMQ's default node name, rabbit@<host>
-        },
-        "rabbitmq": {
-            "product": "RabbitMQ",
-            "copyright": "Copyright (c) 2007-2022 VMware, Inc. or its affiliates.",
-            "platform": "Erlang/OTP",  # then the OTP release, e.g. "Erlang/OTP 25.2.3"
-            "cluster_name": "rabbit",  # then "@" and the host name
-        },
-    }[broker.name]
-    # Leveret reports the RabbitMQ release it behaves as, and names itself honestly.
-    assert {k: seen[k] for k in identity} == identity
-    assert seen["version"] == "3.10.8"
-    assert seen["information"]
+    # amqp091-go keeps the capabilities apart from the other properties
+    assert sorted(props) == [k for k in SERVER_PROPERTIES if k != "capabilities"]
+    assert_names_itself(props, broker)
 
 
 def test_direct_and_topic_routing(go_client: Path, broker: BrokerUnderTest, name: str) -> None:
@@ -228,28 +137,13 @@ def test_mandatory_publish_without_route_is_returned(
     go_client: Path, broker: BrokerUnderTest, name: str
 ) -> None:
     r = run_go(go_client, "mandatory", broker, name)
-    assert r["returns"] == [
-        {
-            "reply_code": 312,
-            "reply_text": "NO_ROUTE",
-            "exchange": f"{name}-unbound",
-            "routing_key": "nobody",
-            "body": "lost",
-            "content_type": "text/plain",
-            "correlation_id": "c-1",
-            "headers": {"k": "v"},
-        },
-        {
-            "reply_code": 312,
-            "reply_text": "NO_ROUTE",
-            "exchange": "",
-            "routing_key": f"{name}-no-such-queue",
-            "body": "lost too",
-            "content_type": "text/plain",
-            "correlation_id": "",
-            "headers": None,
-        },
+    keys = ("reply_code", "reply_text", "exchange", "routing_key", "body", "content_type")
+    keys += ("correlation_id", "headers")
+    returned = [
+        (312, "NO_ROUTE", f"{name}-unbound", "nobody", "lost", "text/plain", "c-1", {"k": "v"}),
+        (312, "NO_ROUTE", "", f"{name}-no-such-queue", "lost too", "text/plain", "", None),
     ]
+    assert r["returns"] == [dict(zip(keys, values, strict=True)) for values in returned]
     # A returned message is still confirmed with an ack.
     assert r["acks"] == [True, True, True]
     assert r["extra_returns"] == 0
@@ -259,16 +153,10 @@ def test_qos_manual_ack_and_nack_requeue(
     go_client: Path, broker: BrokerUnderTest, name: str
 ) -> None:
     r = run_go(go_client, "qos", broker, name)
-    assert r["deliveries"] == [
-        {"body": "m0", "tag": 1, "redelivered": False},
-        {"body": "m0", "tag": 2, "redelivered": True},
-        {"body": "m1", "tag": 3, "redelivered": False},
-        {"body": "m2", "tag": 4, "redelivered": False},
-    ]
-    assert r["early"] == 0
-    assert r["ready_while_unacked"] == 2
-    assert r["consumers"] == 1
-    assert r["ready_after"] == 0
+    assert r["deliveries"] == QOS_DELIVERIES
+    # nothing before the first ack; two ready while one is unacked; none left after
+    counts = ("early", "ready_while_unacked", "consumers", "ready_after")
+    assert {k: r[k] for k in counts} == dict(zip(counts, (0, 2, 1, 0), strict=True))
 
 
 def test_channel_errors(go_client: Path, broker: BrokerUnderTest, name: str) -> None:

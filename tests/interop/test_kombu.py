@@ -28,23 +28,8 @@ from amqp.exceptions import (
 from kombu.transport.pyamqp import Channel
 
 from tests.support.brokers import BrokerUnderTest
-
-RABBITMQ_CAPABILITIES = {
-    "publisher_confirms": True,
-    "exchange_exchange_bindings": True,
-    "basic.nack": True,
-    "consumer_cancel_notify": True,
-    "connection.blocked": True,
-    "consumer_priorities": True,
-    "authentication_failure_close": True,
-    "per_consumer_qos": True,
-    "direct_reply_to": True,
-}
-LOCKED = (
-    "RESOURCE_LOCKED - cannot obtain exclusive access to locked queue '{}' in vhost '/'. "
-    "It could be originally declared on another connection or the exclusive property "
-    "value does not match that of the original declaration."
-)
+from tests.support.identity import LOCKED, RABBITMQ_CAPABILITIES, SERVER_PROPERTIES, inequivalent
+from tests.support.interop import ROUTING
 
 # how long "nothing more arrives" is watched for; short, the brokers answer in milliseconds
 QUIET = 0.3
@@ -131,6 +116,14 @@ def publish(
     kombu.Producer(ch).publish(body, exchange=exchange, routing_key=routing_key, **kwargs)
 
 
+def exclusive_queue(conn: kombu.Connection, name: str) -> tuple[Channel, kombu.Queue]:
+    """A new channel on ``conn`` and exclusive queue ``name`` declared on it."""
+    ch = conn.channel()
+    q = kombu.Queue(name, exclusive=True, channel=ch)
+    q.declare()
+    return ch, q
+
+
 def get_bodies(ch: Channel, queue: str) -> list[bytes]:
     """Everything ready in ``queue``, taken with basic.get and acknowledged."""
     out = []
@@ -151,15 +144,7 @@ def test_server_properties_and_tuning(broker: BrokerUnderTest) -> None:
         # the table arrives in RabbitMQ's wire order
         assert list(props["capabilities"]) == list(RABBITMQ_CAPABILITIES)
         assert props["version"] == "3.10.8"
-        assert set(props) == {
-            "capabilities",
-            "cluster_name",
-            "copyright",
-            "information",
-            "platform",
-            "product",
-            "version",
-        }
+        assert set(props) == set(SERVER_PROPERTIES)
         assert client.server_capabilities == RABBITMQ_CAPABILITIES
         assert client.frame_max == 131072
         assert client.channel_max == 2047
@@ -201,8 +186,7 @@ def test_exchange_type_inequivalent(broker: BrokerUnderTest, name: str, tidy: Ti
         assert isinstance(exc, PreconditionFailed)
         assert (exc.reply_code, exc.reply_text) == (
             406,
-            f"PRECONDITION_FAILED - inequivalent arg 'type' for exchange '{name}' in "
-            "vhost '/': received 'direct' but current is 'fanout'",
+            inequivalent("type", "exchange", name, "'direct'", "'fanout'"),
         )
 
 
@@ -215,8 +199,7 @@ def test_durable_exchange_inequivalent(broker: BrokerUnderTest, name: str, tidy:
         )
         assert (exc.reply_code, exc.reply_text) == (
             406,
-            f"PRECONDITION_FAILED - inequivalent arg 'durable' for exchange '{name}' in "
-            "vhost '/': received 'false' but current is 'true'",
+            inequivalent("durable", "exchange", name, "'false'", "'true'"),
         )
         exc = channel_error(
             conn,
@@ -226,8 +209,7 @@ def test_durable_exchange_inequivalent(broker: BrokerUnderTest, name: str, tidy:
         )
         assert (exc.reply_code, exc.reply_text) == (
             406,
-            f"PRECONDITION_FAILED - inequivalent arg 'auto_delete' for exchange '{name}' "
-            "in vhost '/': received 'true' but current is 'false'",
+            inequivalent("auto_delete", "exchange", name, "'true'", "'false'"),
         )
 
 
@@ -246,16 +228,15 @@ def test_exchange_arguments_inequivalent(broker: BrokerUnderTest, name: str, tid
         )
         assert (exc.reply_code, exc.reply_text) == (
             406,
-            f"PRECONDITION_FAILED - inequivalent arg 'alternate-exchange' for exchange "
-            f"'{name}' in vhost '/': received 'ae2' but current is 'ae'",
+            inequivalent("alternate-exchange", "exchange", name, "'ae2'", "'ae'"),
         )
         # missing on one side: the other is given with its type
         exc = channel_error(conn, lambda c: c.exchange_declare(name, "fanout", auto_delete=False))
         assert (exc.reply_code, exc.reply_text) == (
             406,
-            f"PRECONDITION_FAILED - inequivalent arg 'alternate-exchange' for exchange "
-            f"'{name}' in vhost '/': received none but current is the value 'ae' of type "
-            "'longstr'",
+            inequivalent(
+                "alternate-exchange", "exchange", name, "none", "the value 'ae' of type 'longstr'"
+            ),
         )
 
 
@@ -316,8 +297,7 @@ def test_internal_exchange(broker: BrokerUnderTest, name: str, tidy: Tidy) -> No
         exc = channel_error(conn, lambda c: c.exchange_declare(inner, "fanout"))
         assert (exc.reply_code, exc.reply_text) == (
             406,
-            f"PRECONDITION_FAILED - inequivalent arg 'internal' for exchange '{inner}' in "
-            "vhost '/': received 'false' but current is 'true'",
+            inequivalent("internal", "exchange", inner, "'false'", "'true'"),
         )
         ch = conn.channel()
         ch.exchange_unbind(inner, outer)
@@ -470,22 +450,21 @@ def test_queue_inequivalent(broker: BrokerUnderTest, name: str, tidy: Tidy) -> N
         )
         assert (exc.reply_code, exc.reply_text) == (
             406,
-            f"PRECONDITION_FAILED - inequivalent arg 'durable' for queue '{name}' in "
-            "vhost '/': received 'true' but current is 'false'",
+            inequivalent("durable", "queue", name, "'true'", "'false'"),
         )
         exc = channel_error(
             conn, lambda c: c.queue_declare(name, auto_delete=False, arguments={"x-max-length": 20})
         )
         assert (exc.reply_code, exc.reply_text) == (
             406,
-            f"PRECONDITION_FAILED - inequivalent arg 'x-max-length' for queue '{name}' in "
-            "vhost '/': received '20' but current is '10'",
+            inequivalent("x-max-length", "queue", name, "'20'", "'10'"),
         )
         exc = channel_error(conn, lambda c: c.queue_declare(name, auto_delete=False))
         assert (exc.reply_code, exc.reply_text) == (
             406,
-            f"PRECONDITION_FAILED - inequivalent arg 'x-max-length' for queue '{name}' in "
-            "vhost '/': received none but current is the value '10' of type 'signedint'",
+            inequivalent(
+                "x-max-length", "queue", name, "none", "the value '10' of type 'signedint'"
+            ),
         )
 
 
@@ -518,9 +497,7 @@ def test_queue_bind_and_unbind(broker: BrokerUnderTest, name: str, tidy: Tidy) -
 
 def test_purge_returns_count(broker: BrokerUnderTest, name: str) -> None:
     with connect(broker) as conn:
-        ch = conn.channel()
-        q = kombu.Queue(name, exclusive=True, channel=ch)
-        q.declare()
+        ch, q = exclusive_queue(conn, name)
         for i in range(4):
             publish(ch, f"m{i}".encode(), routing_key=name)
         assert q.purge() == 4
@@ -565,86 +542,27 @@ def test_queue_delete_if_unused_if_empty(broker: BrokerUnderTest, name: str, tid
 # routing
 
 
-def test_topic_routing(broker: BrokerUnderTest, name: str, tidy: Tidy) -> None:
-    tidy.exchanges.append(name)
-    patterns = {
-        "star": "*.orange.*",
-        "hash-tail": "lazy.#",
-        "hash-only": "#",
-        "star-tail": "*.*.rabbit",
-        "hash-middle": "a.#.z",
-        "exact": "quick.orange.rabbit",
-    }
-    keys = [
-        "quick.orange.rabbit",
-        "lazy.orange.elephant",
-        "quick.orange.fox",
-        "lazy.brown.fox",
-        "lazy",
-        "quick.brown.fox",
-        "orange",
-        "quick.orange.male.rabbit",
-        "a.z",
-        "a.b.c.z",
-        "a.b",
-        "",
-    ]
-    with connect(broker) as conn:
-        ch = conn.channel()
-        ex = kombu.Exchange(name, "topic", auto_delete=False, channel=ch)
-        ex.declare()
-        queues = {}
-        for label, pattern in patterns.items():
-            q = kombu.Queue(f"{name}-{label}", exclusive=True, channel=ch)
-            q.declare()
-            q.bind_to(ex, routing_key=pattern)
-            queues[label] = q.name
-        for key in keys:
-            publish(ch, key.encode() or b"<empty>", exchange=name, routing_key=key)
-        got = {label: get_bodies(ch, q) for label, q in queues.items()}
-    assert got == {
-        "star": [b"quick.orange.rabbit", b"lazy.orange.elephant", b"quick.orange.fox"],
-        "hash-tail": [b"lazy.orange.elephant", b"lazy.brown.fox", b"lazy"],
-        "hash-only": [k.encode() or b"<empty>" for k in keys],
-        "star-tail": [b"quick.orange.rabbit"],
-        "hash-middle": [b"a.z", b"a.b.c.z"],
-        "exact": [b"quick.orange.rabbit"],
-    }
+def route(ch: Channel, name: str, kind: str) -> dict[str, list[bytes]]:
+    """Exchange ``name`` of type ``kind`` with ROUTING[kind]'s queues bound to it and its
+    messages published; what each queue then holds."""
+    bindings, messages, _ = ROUTING[kind]
+    kombu.Exchange(name, kind, auto_delete=False, channel=ch).declare()
+    queues = {}
+    for label, bind in bindings.items():
+        q = kombu.Queue(f"{name}-{label}", exclusive=True, channel=ch)
+        q.declare()
+        q.bind_to(name, **bind)
+        queues[label] = q.name
+    for body, key, props in messages:
+        publish(ch, body, exchange=name, routing_key=key, **props)
+    return {label: get_bodies(ch, q) for label, q in queues.items()}
 
 
-def test_headers_routing(broker: BrokerUnderTest, name: str, tidy: Tidy) -> None:
+@pytest.mark.parametrize("kind", ["topic", "headers"])
+def test_routing(broker: BrokerUnderTest, name: str, tidy: Tidy, kind: str) -> None:
     tidy.exchanges.append(name)
     with connect(broker) as conn:
-        ch = conn.channel()
-        ex = kombu.Exchange(name, "headers", auto_delete=False, channel=ch)
-        ex.declare()
-        bindings = {
-            "all": {"x-match": "all", "format": "pdf", "type": "report"},
-            "any": {"x-match": "any", "format": "pdf", "type": "log"},
-            "default": {"format": "zip"},  # x-match defaults to all
-        }
-        queues = {}
-        for label, args in bindings.items():
-            q = kombu.Queue(f"{name}-{label}", exclusive=True, channel=ch)
-            q.declare()
-            q.bind_to(ex, arguments=args)
-            queues[label] = q.name
-        messages = [
-            ("pdf-report", {"format": "pdf", "type": "report"}),
-            ("pdf-log", {"format": "pdf", "type": "log"}),
-            ("zip-report", {"format": "zip", "type": "report"}),
-            ("pdf-only", {"format": "pdf"}),
-            ("none", {}),
-            ("extra", {"format": "pdf", "type": "report", "x": 1}),
-        ]
-        for body, headers in messages:
-            publish(ch, body.encode(), exchange=name, routing_key="ignored", headers=headers)
-        got = {label: get_bodies(ch, q) for label, q in queues.items()}
-    assert got == {
-        "all": [b"pdf-report", b"extra"],
-        "any": [b"pdf-report", b"pdf-log", b"pdf-only", b"extra"],
-        "default": [b"zip-report"],
-    }
+        assert route(conn.channel(), name, kind) == ROUTING[kind][2]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -653,9 +571,7 @@ def test_headers_routing(broker: BrokerUnderTest, name: str, tidy: Tidy) -> None
 
 def test_prefetch_limits_unacked(broker: BrokerUnderTest, name: str) -> None:
     with connect(broker) as conn:
-        ch = conn.channel()
-        q = kombu.Queue(name, exclusive=True, channel=ch)
-        q.declare()
+        ch, q = exclusive_queue(conn, name)
         for i in range(5):
             publish(ch, f"m{i}".encode(), routing_key=name)
         got: list[kombu.Message] = []
@@ -709,9 +625,7 @@ def test_consume_and_cancel(broker: BrokerUnderTest, name: str, tidy: Tidy) -> N
 
 def test_auto_delete_queue_goes_with_its_last_consumer(broker: BrokerUnderTest, name: str) -> None:
     with connect(broker) as conn:
-        ch = conn.channel()
-        q = kombu.Queue(name, exclusive=True, channel=ch)  # kombu: exclusive implies auto_delete
-        q.declare()
+        ch, q = exclusive_queue(conn, name)  # kombu: exclusive implies auto_delete
         assert q.auto_delete
         # never consumed from: stays
         ch.queue_declare(name, passive=True)
@@ -742,9 +656,7 @@ def test_reused_consumer_tag_closes_the_connection(broker: BrokerUnderTest, name
 
 def test_get_and_get_empty(broker: BrokerUnderTest, name: str) -> None:
     with connect(broker) as conn:
-        ch = conn.channel()
-        q = kombu.Queue(name, exclusive=True, channel=ch)
-        q.declare()
+        ch, q = exclusive_queue(conn, name)
         assert q.get() is None
         publish(
             ch,
@@ -778,9 +690,7 @@ def test_get_and_get_empty(broker: BrokerUnderTest, name: str) -> None:
 
 def test_ack_nack_reject(broker: BrokerUnderTest, name: str) -> None:
     with connect(broker) as conn:
-        ch = conn.channel()
-        q = kombu.Queue(name, exclusive=True, channel=ch)
-        q.declare()
+        ch, q = exclusive_queue(conn, name)
         for body in (b"acked", b"requeued", b"nacked", b"dropped"):
             publish(ch, body, routing_key=name)
         first = q.get()
@@ -811,9 +721,7 @@ def test_ack_nack_reject(broker: BrokerUnderTest, name: str) -> None:
 
 def test_recover_redelivers_unacked(broker: BrokerUnderTest, name: str) -> None:
     with connect(broker) as conn:
-        ch = conn.channel()
-        q = kombu.Queue(name, exclusive=True, channel=ch)
-        q.declare()
+        ch, q = exclusive_queue(conn, name)
         publish(ch, b"a", routing_key=name)
         publish(ch, b"b", routing_key=name)
         got: list[amqp.Message] = []
@@ -906,9 +814,7 @@ def test_publisher_confirms_and_mandatory_return(broker: BrokerUnderTest, name: 
 
 def test_transactions(broker: BrokerUnderTest, name: str) -> None:
     with connect(broker, confirm_publish=False) as conn:
-        ch = conn.channel()
-        q = kombu.Queue(name, exclusive=True, channel=ch)
-        q.declare()
+        ch, q = exclusive_queue(conn, name)
         ch.tx_select()
         publish(ch, b"rolled-back", routing_key=name)
         assert tuple(q.queue_declare(passive=True)) == (name, 0, 0)

@@ -11,32 +11,31 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import json
-import os
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import pytest
 
 from tests.support.brokers import BrokerUnderTest
+from tests.support.identity import RABBITMQ_CAPABILITIES, SERVER_PROPERTIES
+from tests.support.interop import (
+    QOS_DELIVERIES,
+    assert_names_itself,
+    fanout_tutorial,
+    run_scenario,
+    unavailable,
+)
 
 pytestmark = pytest.mark.node
 
-IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 NODE_DIR = Path(__file__).parent / "node"
 SCRIPT = NODE_DIR / "interop.js"
 INSTALL_HINT = (
     "scripts/install-interop-deps (apt-get install nodejs npm; npm ci in tests/interop/node)"
 )
-
-
-def _unavailable(reason: str) -> NoReturn:
-    if IN_CI:
-        pytest.fail(f"{reason}; under CI the Node interop tests must run: {INSTALL_HINT}")
-    pytest.skip(f"{reason}: {INSTALL_HINT}")
 
 
 def _amqplib_installed() -> bool:
@@ -53,7 +52,7 @@ def node_client() -> list[str]:
     """The command that runs interop.js, with amqplib installed from the lock file."""
     node = shutil.which("node")
     if node is None:
-        _unavailable("Node.js (`node`) is not installed")
+        unavailable("Node", "Node.js (`node`) is not installed", INSTALL_HINT)
     # One installer at a time, also across pytest-xdist workers.
     digest = hashlib.sha256(str(NODE_DIR).encode()).hexdigest()[:12]
     lock_path = Path(tempfile.gettempdir()) / f"leveret-npm-ci-{digest}.lock"
@@ -62,7 +61,7 @@ def node_client() -> list[str]:
         if not _amqplib_installed():
             npm = shutil.which("npm")
             if npm is None:
-                _unavailable("amqplib is not installed and `npm` is missing")
+                unavailable("Node", "amqplib is not installed and `npm` is missing", INSTALL_HINT)
             proc = subprocess.run(
                 [npm, "ci", "--no-audit", "--no-fund"],
                 cwd=NODE_DIR,
@@ -71,32 +70,14 @@ def node_client() -> list[str]:
                 timeout=300,
             )
             if proc.returncode != 0 or not _amqplib_installed():
-                _unavailable(f"`npm ci` failed:\n{proc.stdout}{proc.stderr}")
+                unavailable("Node", f"`npm ci` failed:\n{proc.stdout}{proc.stderr}", INSTALL_HINT)
     return [node, str(SCRIPT)]
 
 
 def run_node(
     client: list[str], scenario: str, broker: BrokerUnderTest, name: str, *args: str
 ) -> dict[str, Any]:
-    proc = subprocess.run(
-        [*client, scenario, broker.url, name, *args], capture_output=True, text=True, timeout=60
-    )
-    assert proc.returncode == 0, (
-        f"{scenario} on {broker.name} exited {proc.returncode}:\n{proc.stdout}{proc.stderr}"
-    )
-    result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
-    return result
-
-
-@pytest.fixture
-def processes() -> Iterator[list[subprocess.Popen[str]]]:
-    """Processes a test starts; killed at teardown if still running."""
-    started: list[subprocess.Popen[str]] = []
-    yield started
-    for proc in started:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait(10)
+    return run_scenario(client, scenario, broker, name, *args, timeout=60)
 
 
 def test_tutorial_fanout_every_receiver_gets_every_message(
@@ -107,36 +88,7 @@ def test_tutorial_fanout_every_receiver_gets_every_message(
 ) -> None:
     """The publish/subscribe tutorial in JavaScript: two receive_logs processes each get
     every message emit_log publishes, in order."""
-    exchange = f"logs-{name}"
-    sent = [f"info: Hello World! {i}" for i in range(10)]
-    queues: list[str] = []
-    try:
-        for _ in range(2):
-            proc = subprocess.Popen(
-                [*node_client, "receive_logs", broker.url, exchange, str(len(sent))],
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-            )
-            processes.append(proc)
-            assert proc.stdout is not None
-            ready = json.loads(proc.stdout.readline() or "{}")
-            assert ready.get("ready") is True, proc.stderr.read() if proc.stderr else ""
-            queues.append(ready["queue"])
-        assert run_node(node_client, "emit_log", broker, exchange, *sent) == {"sent": 10}
-        received = []
-        for proc in processes:
-            out, err = proc.communicate(timeout=30)
-            assert proc.returncode == 0, err
-            received.append(json.loads(out.strip().splitlines()[-1]))
-    finally:
-        run_node(node_client, "delete_exchange", broker, exchange)
-    assert [r["messages"] for r in received] == [sent, sent]
-    assert [r["redelivered"] for r in received] == [0, 0]
-    assert [r["queue"] for r in received] == queues
-    assert len(set(queues)) == 2
-    for q in queues:
-        assert q.startswith("amq.gen-") and len(q) == len("amq.gen-") + 22
+    fanout_tutorial(node_client, broker, name, processes, timeout=60)
 
 
 def test_connection_tuning_and_server_properties(
@@ -145,41 +97,9 @@ def test_connection_tuning_and_server_properties(
     r = run_node(node_client, "connection", broker, name)
     # amqplib asks for any channel count, frame_max 131072 and the server's heartbeat.
     assert (r["channelMax"], r["frameMax"], r["heartbeat"]) == (2047, 131072, 60)
-    assert r["capabilities"] == {
-        "authentication_failure_close": True,
-        "basic.nack": True,
-        "connection.blocked": True,
-        "consumer_cancel_notify": True,
-        "consumer_priorities": True,
-        "direct_reply_to": True,
-        "exchange_exchange_bindings": True,
-        "per_consumer_qos": True,
-        "publisher_confirms": True,
-    }
+    assert r["capabilities"] == RABBITMQ_CAPABILITIES
     props = r["properties"]
-    seen = {
-        **props,
-        "platform": props["platform"].split(" ")[0],
-        "cluster_name": props["cluster_name"].split("@")[0],
-    }
-    identity = {
-        "leveret": {
-            "product": "Leveret",
-            "copyright": "Copyright (c) the Leveret authors",
-            "platform": "Python",
-            "cluster_name": "rabbit",  # RabbitMQ's default node name, rabbit@<host>
-        },
-        "rabbitmq": {
-            "product": "RabbitMQ",
-            "copyright": "Copyright (c) 2007-2022 VMware, Inc. or its affiliates.",
-            "platform": "Erlang/OTP",  # then the OTP release, e.g. "Erlang/OTP 25.2.3"
-            "cluster_name": "rabbit",  # then "@" and the host name
-        },
-    }[broker.name]
-    # Leveret reports the RabbitMQ release it behaves as, and names itself honestly.
-    assert {k: seen[k] for k in identity} == identity
-    assert seen["version"] == "3.10.8"
-    assert seen["information"]
+    assert_names_itself(props, broker)
 
 
 def test_confirm_channel_wait_for_confirms(
@@ -196,30 +116,28 @@ def test_mandatory_publish_without_route_is_returned(
     node_client: list[str], broker: BrokerUnderTest, name: str
 ) -> None:
     r = run_node(node_client, "mandatory", broker, name)
-    assert r["returns"] == [
-        {
-            "replyCode": 312,
-            "replyText": "NO_ROUTE",
-            "exchange": f"{name}-unbound",
-            "routingKey": "nobody",
-            "body": "lost",
-            "correlationId": "c-1",
-            "headers": {"k": "v"},
-        },
-        {
-            "replyCode": 312,
-            "replyText": "NO_ROUTE",
-            "exchange": "",
-            "routingKey": f"{name}-no-such-queue",
-            "body": "lost too",
-            "correlationId": None,
-            "headers": {},
-        },
+    keys = ("replyCode", "replyText", "exchange", "routingKey", "body", "correlationId", "headers")
+    returned = [
+        (312, "NO_ROUTE", f"{name}-unbound", "nobody", "lost", "c-1", {"k": "v"}),
+        (312, "NO_ROUTE", "", f"{name}-no-such-queue", "lost too", None, {}),
     ]
+    assert r["returns"] == [dict(zip(keys, values, strict=True)) for values in returned]
     assert r["acks"] == [True, True, True]
     # basic.return reaches the client before the basic.ack of the same message.
     assert r["order"] == ["return:lost", "confirm", "return:lost too", "confirm", "confirm"]
     assert r["extraReturns"] == 0
+
+
+def closed_by_server(class_id: int, method_id: int, what: str, missing: str) -> dict[str, Any]:
+    """amqplib's error for a channel closed with 404 NOT_FOUND (``missing``: what is not
+    found) in answer to the method ``class_id``/``method_id``; ``what`` begins its message."""
+    text = f"NOT_FOUND - {missing} in vhost '/'"
+    return {
+        "code": 404,
+        "classId": class_id,
+        "methodId": method_id,
+        "message": f'{what} 404 (NOT-FOUND) with message "{text}"',
+    }
 
 
 def test_channel_error_text_on_close(
@@ -227,28 +145,14 @@ def test_channel_error_text_on_close(
 ) -> None:
     r = run_node(node_client, "channel_error", broker, name)
     missing = f"{name}-missing"
-    assert r["publish"] == {
-        "code": 404,
-        "classId": 60,
-        "methodId": 40,  # basic.publish
-        "message": "Channel closed by server: 404 (NOT-FOUND) with message "
-        f"\"NOT_FOUND - no exchange '{missing}' in vhost '/'\"",
-    }
+    exchange, queue = f"no exchange '{missing}'", f"no queue '{missing}'"
+    # the methods refused: basic.publish (60, 40), exchange.declare (40, 10), queue.declare
+    assert r["publish"] == closed_by_server(60, 40, "Channel closed by server:", exchange)
     assert r["channelClosed"] is True
-    assert r["exchangePassive"] == {
-        "code": 404,
-        "classId": 40,
-        "methodId": 10,  # exchange.declare
-        "message": "Operation failed: ExchangeDeclare; 404 (NOT-FOUND) with message "
-        f"\"NOT_FOUND - no exchange '{missing}' in vhost '/'\"",
-    }
-    assert r["queuePassive"] == {
-        "code": 404,
-        "classId": 50,
-        "methodId": 10,  # queue.declare
-        "message": "Operation failed: QueueDeclare; 404 (NOT-FOUND) with message "
-        f"\"NOT_FOUND - no queue '{missing}' in vhost '/'\"",
-    }
+    assert r["exchangePassive"] == closed_by_server(
+        40, 10, "Operation failed: ExchangeDeclare;", exchange
+    )
+    assert r["queuePassive"] == closed_by_server(50, 10, "Operation failed: QueueDeclare;", queue)
     assert r["connectionError"] is None
     assert r["afterwards"] is True
 
@@ -257,12 +161,7 @@ def test_prefetch_ack_and_nack_requeue(
     node_client: list[str], broker: BrokerUnderTest, name: str
 ) -> None:
     r = run_node(node_client, "qos", broker, name)
-    assert r["deliveries"] == [
-        {"body": "m0", "tag": 1, "redelivered": False},
-        {"body": "m0", "tag": 2, "redelivered": True},
-        {"body": "m1", "tag": 3, "redelivered": False},
-        {"body": "m2", "tag": 4, "redelivered": False},
-    ]
+    assert r["deliveries"] == QOS_DELIVERIES
     assert r["early"] == 0
     assert r["readyWhileUnacked"] == 2
     assert r["consumers"] == 1
@@ -282,23 +181,5 @@ def test_server_properties_wire_order(
     """amqplib keeps a field table's wire order in the object it decodes, so the order in
     connection.start is visible to JavaScript clients."""
     r = run_node(node_client, "connection", broker, name)
-    assert r["propertyOrder"] == [
-        "capabilities",
-        "cluster_name",
-        "copyright",
-        "information",
-        "platform",
-        "product",
-        "version",
-    ]
-    assert r["capabilityOrder"] == [
-        "publisher_confirms",
-        "exchange_exchange_bindings",
-        "basic.nack",
-        "consumer_cancel_notify",
-        "connection.blocked",
-        "consumer_priorities",
-        "authentication_failure_close",
-        "per_consumer_qos",
-        "direct_reply_to",
-    ]
+    assert r["propertyOrder"] == SERVER_PROPERTIES
+    assert r["capabilityOrder"] == list(RABBITMQ_CAPABILITIES)

@@ -4,6 +4,7 @@ one receiver optionally on a pseudo-terminal."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import signal
@@ -11,12 +12,13 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from leveret.logs import AMQPHandler
 from tests.support.brokers import BrokerUnderTest
 
 CLI = [sys.executable, "-m", "leveret.cli.main"]
@@ -155,6 +157,46 @@ def receivers() -> Iterator[list[Receiver]]:
             r.proc.kill()
             r.proc.wait(10)
         r.close()
+
+
+@pytest.fixture
+def logger(name: str) -> Iterator[logging.Logger]:
+    """A logger of the test's own, its handlers closed after the test."""
+    log = logging.getLogger(f"test.{name}")
+    log.setLevel(logging.DEBUG)
+    log.propagate = False
+    yield log
+    for h in list(log.handlers):
+        log.removeHandler(h)
+        h.close()
+
+
+# ``shipping(*binding, **handler_kwargs)``: the records file and the handler.
+Shipping = Callable[..., tuple[Path, AMQPHandler]]
+
+
+@pytest.fixture
+def shipping(
+    broker: BrokerUnderTest,
+    name: str,
+    tmp_path: Path,
+    receivers: list[Receiver],
+    logger: logging.Logger,
+) -> Shipping:
+    """A receiver on exchange ``name`` that writes what it gets to a file, and an
+    ``AMQPHandler`` on ``logger`` that publishes to that exchange (``handler_kwargs``):
+    the file's path and the handler. ``binding`` is the receiver's exchange type and
+    binding keys (a fanout exchange when none)."""
+
+    def start(*binding: str, **handler_kwargs: Any) -> tuple[Path, AMQPHandler]:
+        path = tmp_path / "records.jsonl"
+        kind = ["--type", binding[0]] if binding else []
+        start_receiver(receivers, broker, name, *kind, "--to", str(path), *binding[1:])
+        handler = AMQPHandler(broker.url, exchange=name, **handler_kwargs)
+        logger.addHandler(handler)
+        return path, handler
+
+    return start
 
 
 def start_receiver(

@@ -6,42 +6,21 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from leveret.logs import AMQPHandler
-from tests.logs.conftest import Receiver, start_receiver, wait_records
-from tests.support.brokers import BrokerUnderTest, start_leveret
+from tests.logs.conftest import Shipping, wait_records
+from tests.support.brokers import start_leveret
 from tests.support.ports import free_port
 from tests.support.waiting import wait_for
 
 BURST = 100_000
 
 
-@pytest.fixture
-def logger(name: str) -> Iterator[logging.Logger]:
-    log = logging.getLogger(f"test.{name}")
-    log.setLevel(logging.DEBUG)
-    log.propagate = False
-    yield log
-    for h in list(log.handlers):
-        log.removeHandler(h)
-        h.close()
-
-
-def test_every_record_of_a_burst_arrives(
-    broker: BrokerUnderTest,
-    name: str,
-    tmp_path: Path,
-    receivers: list[Receiver],
-    logger: logging.Logger,
-) -> None:
-    path = tmp_path / "burst.jsonl"
-    start_receiver(receivers, broker, name, "--to", str(path))
-    handler = AMQPHandler(broker.url, exchange=name, timeout=300)
-    logger.addHandler(handler)
+def test_every_record_of_a_burst_arrives(shipping: Shipping, logger: logging.Logger) -> None:
+    path, handler = shipping(timeout=300)
     for i in range(BURST):
         logger.info("burst %06d", i)
     handler.flush()
@@ -52,18 +31,9 @@ def test_every_record_of_a_burst_arrives(
 
 
 def test_records_carry_logger_exception_and_extra_fields(
-    broker: BrokerUnderTest,
-    name: str,
-    tmp_path: Path,
-    receivers: list[Receiver],
-    logger: logging.Logger,
+    shipping: Shipping, logger: logging.Logger
 ) -> None:
-    path = tmp_path / "fields.jsonl"
-    start_receiver(receivers, broker, name, "--type", "topic", "--to", str(path), "db.*")
-    handler = AMQPHandler(
-        broker.url, exchange=name, exchange_type="topic", facility="db", app="shop"
-    )
-    logger.addHandler(handler)
+    path, handler = shipping("topic", "db.*", exchange_type="topic", facility="db", app="shop")
     logger.warning("slow query %s", "q1", extra={"ms": 1234, "table": "orders"})
     try:
         raise KeyError("missing")

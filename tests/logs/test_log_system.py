@@ -250,16 +250,21 @@ def test_durable_queue_keeps_records_while_the_receiver_is_away(
 # ---------------------------------------------------------------- bad input
 
 
+def receiver_fails(receivers: list[Receiver], args: list[str]) -> str:
+    """``receive-logs ARGS``, which is to fail: the one line it says on stderr."""
+    r = Receiver(args)
+    receivers.append(r)
+    assert r.proc.wait(30) != 0
+    r.close()
+    return one_error_line((r.proc.returncode, "".join(r.stderr)))
+
+
 def test_refused_connection_is_one_line(name: str, receivers: list[Receiver]) -> None:
     port = free_port()  # a port nobody listens on
     url = f"amqp://guest:secret@127.0.0.1:{port}/"
     line = one_error_line(emit(url, name, "x"))
     assert "cannot connect" in line and "secret" not in line
-    r = Receiver(["--url", url, "--exchange", name])
-    receivers.append(r)
-    assert r.proc.wait(30) != 0
-    r.close()
-    assert "cannot connect" in one_error_line((r.proc.returncode, "".join(r.stderr)))
+    assert "cannot connect" in receiver_fails(receivers, ["--url", url, "--exchange", name])
 
 
 @pytest.mark.parametrize("url", ["http://localhost/", "not a url", "amqp://h:port/"])
@@ -273,11 +278,7 @@ def test_refused_credentials_are_one_line(
     url = broker.url.replace("guest:guest", "guest:wrong")
     line = one_error_line(emit(url, name, "x"))
     assert "ACCESS_REFUSED" in line and "wrong" not in line
-    r = Receiver(["--url", url, "--exchange", name])
-    receivers.append(r)
-    assert r.proc.wait(30) != 0
-    r.close()
-    assert "ACCESS_REFUSED" in one_error_line((r.proc.returncode, "".join(r.stderr)))
+    assert "ACCESS_REFUSED" in receiver_fails(receivers, ["--url", url, "--exchange", name])
 
 
 def test_exchange_of_another_type_is_406_in_one_line(
@@ -289,11 +290,8 @@ def test_exchange_of_another_type_is_406_in_one_line(
         f"Error: PRECONDITION_FAILED - inequivalent arg 'type' for exchange "
         f"'{name}' in vhost '/': received 'fanout' but current is 'direct'"
     )
-    r = Receiver(["--url", broker.url, "--exchange", name, "--type", "topic"])
-    receivers.append(r)
-    assert r.proc.wait(30) != 0
-    r.close()
-    assert "PRECONDITION_FAILED" in one_error_line((r.proc.returncode, "".join(r.stderr)))
+    topic = ["--url", broker.url, "--exchange", name, "--type", "topic"]
+    assert "PRECONDITION_FAILED" in receiver_fails(receivers, topic)
 
 
 def test_a_full_disk_is_one_line_and_nothing_unwritten_is_acked(

@@ -11,27 +11,13 @@ import sys
 import textwrap
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
-
 from leveret.logs import AMQPHandler
-from tests.logs.conftest import Receiver, start_receiver, wait_records
+from tests.logs.conftest import Receiver, Shipping, start_receiver, wait_records
 from tests.support.brokers import BrokerUnderTest
 
 HANG = 120.0  # bounds a hang; speed is benchmarks/logs.py's business
-
-
-@pytest.fixture
-def logger(name: str) -> Iterator[logging.Logger]:
-    log = logging.getLogger(f"test.shipper.{name}")
-    log.setLevel(logging.DEBUG)
-    log.propagate = False
-    yield log
-    for h in list(log.handlers):
-        log.removeHandler(h)
-        h.close()
 
 
 def _shipper_pid(handler: AMQPHandler) -> int:
@@ -72,18 +58,11 @@ def test_records_outlive_an_application_killed_with_sigkill(
 
 
 def test_emit_returns_while_the_shipper_cannot_read_and_nothing_is_lost(
-    broker: BrokerUnderTest,
-    name: str,
-    tmp_path: Path,
-    receivers: list[Receiver],
-    logger: logging.Logger,
+    shipping: Shipping, logger: logging.Logger
 ) -> None:
     # With the shipper stopped, the pipe fills (several MiB of records): emit keeps
     # returning, the rest waits in the handler, and all of it arrives once it reads again.
-    path = tmp_path / "stopped.jsonl"
-    start_receiver(receivers, broker, name, "--to", str(path))
-    handler = AMQPHandler(broker.url, exchange=name, timeout=HANG)
-    logger.addHandler(handler)
+    path, handler = shipping(timeout=HANG)
     _wait_connected(handler)
     pid = _shipper_pid(handler)
     pad = "x" * 10_000
@@ -105,17 +84,8 @@ def test_emit_returns_while_the_shipper_cannot_read_and_nothing_is_lost(
     assert [r["message"][:7] for r in records] == [f"big {i:03d}" for i in range(400)]
 
 
-def test_a_shipper_that_dies_is_replaced(
-    broker: BrokerUnderTest,
-    name: str,
-    tmp_path: Path,
-    receivers: list[Receiver],
-    logger: logging.Logger,
-) -> None:
-    path = tmp_path / "respawn.jsonl"
-    start_receiver(receivers, broker, name, "--to", str(path))
-    handler = AMQPHandler(broker.url, exchange=name, timeout=HANG)
-    logger.addHandler(handler)
+def test_a_shipper_that_dies_is_replaced(shipping: Shipping, logger: logging.Logger) -> None:
+    path, handler = shipping(timeout=HANG)
     logger.info("before")
     handler.flush()
     first = _shipper_pid(handler)
@@ -138,16 +108,9 @@ def test_a_shipper_that_dies_is_replaced(
 
 
 def test_a_forked_child_ships_through_its_own_shipper(
-    broker: BrokerUnderTest,
-    name: str,
-    tmp_path: Path,
-    receivers: list[Receiver],
-    logger: logging.Logger,
+    shipping: Shipping, logger: logging.Logger
 ) -> None:
-    path = tmp_path / "fork.jsonl"
-    start_receiver(receivers, broker, name, "--to", str(path))
-    handler = AMQPHandler(broker.url, exchange=name, timeout=HANG)
-    logger.addHandler(handler)
+    path, handler = shipping(timeout=HANG)
     logger.info("parent")
     handler.flush()
     parent_shipper = _shipper_pid(handler)

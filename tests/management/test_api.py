@@ -14,12 +14,7 @@ from tests.support.waiting import wait_for
 
 
 def connect(site: Site, name: str = "test-conn") -> pika.BlockingConnection:
-    b = site.broker
-    return pika.BlockingConnection(
-        pika.ConnectionParameters(
-            b.host, b.port, virtual_host=site.vhost, client_properties={"connection_name": name}
-        )
-    )
+    return site.connect(name)
 
 
 def test_message_stats_and_rates(leveret_site: Site) -> None:

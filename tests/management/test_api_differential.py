@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.mgmt import EXPECTED_DEPTHS, Site, declare_scenario, normalize, q
+from tests.support.mgmt import EXPECTED_DEPTHS, Site, declare_scenario, normalize, prepared, q
 from tests.support.waiting import STATS_WAIT, wait_for
 
 pytestmark = pytest.mark.rabbitmq
@@ -43,12 +43,8 @@ VOLATILE = {
 
 @pytest.fixture
 def sites(leveret_site: Site, rabbitmq_site: Site) -> Iterator[tuple[Site, Site]]:
-    conns = [declare_scenario(leveret_site), declare_scenario(rabbitmq_site)]
-    try:
-        yield leveret_site, rabbitmq_site
-    finally:
-        for conn in conns:
-            conn.close()
+    with prepared((leveret_site, rabbitmq_site), declare_scenario) as both:
+        yield both
 
 
 def by_name(items: list[dict[str, Any]], vhost: str) -> dict[str, dict[str, Any]]:
@@ -313,19 +309,10 @@ def test_writes_match(sites: tuple[Site, Site]) -> None:
 def test_other_endpoints_have_rabbitmqs_fields(sites: tuple[Site, Site]) -> None:
     """Overview, vhost, connection, channel, consumer, user and permission objects: every
     field Leveret gives is one RabbitMQ gives, with the same shape."""
-    import pika
 
     conns = []
     for site in sites:
-        b = site.broker
-        conn = pika.BlockingConnection(
-            pika.ConnectionParameters(
-                b.host,
-                b.port,
-                virtual_host=site.vhost,
-                client_properties={"connection_name": "shape-test"},
-            )
-        )
+        conn = site.connect("shape-test")
         ch = conn.channel()
         ch.confirm_delivery()
         ch.basic_publish("", "hello", b"x")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import urllib.request
 
-import pika
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -26,9 +25,7 @@ def scrape(url: str) -> dict[str, list[tuple[dict[str, str], float]]]:
 def test_metrics_names_and_values(leveret_site: Site) -> None:
     site = leveret_site
     b = site.broker
-    conn = pika.BlockingConnection(
-        pika.ConnectionParameters(b.host, b.port, virtual_host=site.vhost)
-    )
+    conn = site.connect()
     ch = conn.channel()
     ch.queue_declare("metered")
     for _ in range(5):

@@ -23,8 +23,10 @@ import pytest
 import requests
 
 import leveret
-from tests.support.logsources import Bound, assert_like_emit_log, metric
+from tests.support.logsources import Bound, assert_like_emit_log, bound, metric
 from tests.support.waiting import wait_for
+
+__all__ = ["bound"]  # the fixture
 
 pytest.importorskip("opentelemetry.sdk", reason="the dev extra's opentelemetry-sdk")
 from google.rpc import status_pb2
@@ -53,13 +55,6 @@ def broker() -> Iterator[leveret.Broker]:
         management=True, max_message_size=4096, users=USERS, permissions=PERMISSIONS
     ) as b:
         yield b
-
-
-@pytest.fixture
-def bound(broker: leveret.Broker) -> Iterator[Bound]:
-    b = Bound(broker.url)
-    yield b
-    b.close()
 
 
 def endpoint(broker: leveret.Broker) -> str:

@@ -9,7 +9,6 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-import pika
 import pytest
 
 from tests.differential.helpers import death_times_checked
@@ -25,10 +24,7 @@ def site(request: pytest.FixtureRequest) -> Site:
 
 
 def channel(site: Site) -> Any:
-    b = site.broker
-    conn = pika.BlockingConnection(
-        pika.ConnectionParameters(b.host, b.port, virtual_host=site.vhost)
-    )
+    conn = site.connect()
     return conn, conn.channel()
 
 

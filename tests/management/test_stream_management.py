@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from tests.support.mgmt import Site, q
-from tests.support.streamscenario import PUBLISHED, StreamClients
+from tests.support.streamscenario import PUBLISHED, StreamClients, stream_clients_on
 from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.rabbitmq
@@ -39,17 +39,8 @@ ERLANG_ONLY = {"garbage_collection", "reductions", "reductions_details"}
 
 @pytest.fixture
 def both(leveret_site: Site, rabbitmq_site: Site) -> Iterator[list[tuple[Site, StreamClients]]]:
-    tag = uuid.uuid4().hex[:8]
-    pairs: list[tuple[Site, StreamClients]] = []
-    try:
-        for site in (leveret_site, rabbitmq_site):
-            pairs.append((site, StreamClients(site, tag)))
-        for _, clients in pairs:
-            clients.settled()
+    with stream_clients_on(leveret_site, rabbitmq_site) as pairs:
         yield pairs
-    finally:
-        for _, clients in pairs:
-            clients.close()
 
 
 def connection_shape(c: dict[str, Any], site: Site) -> dict[str, Any]:
@@ -256,8 +247,9 @@ def test_deleting_the_vhost_closes_its_stream_connections(leveret_site: Site) ->
         assert site.api.delete(f"/api/vhosts/{q(site.vhost)}") == 204
 
         def closed() -> bool:
-            return not [c for c in site.api.get("/api/stream/connections")
-                        if c["vhost"] == site.vhost]
+            return not [
+                c for c in site.api.get("/api/stream/connections") if c["vhost"] == site.vhost
+            ]
 
         assert wait_for(closed, 10, 0.2)
     finally:

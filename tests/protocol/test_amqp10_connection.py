@@ -281,12 +281,19 @@ def test_refused_link_detach_with_error_end_and_close() -> None:
     assert pair.server.sessions() == [] and pair.client.sessions() == []
 
 
-def test_a_window_violation_ends_the_session() -> None:
+def attached_sender() -> tuple[Pair, int, int]:
+    """A pair with a session and a sending link to /queues/q attached: the pair, the
+    session's channel and the link's handle."""
     pair = Pair()
     channel = pair.session()
-    client = pair.client
-    handle = client.send_attach(channel, name="p", role=False, target=Target("/queues/q"))
+    handle = pair.client.send_attach(channel, name="p", role=False, target=Target("/queues/q"))
     pair.pump()
+    return pair, channel, handle
+
+
+def test_a_window_violation_ends_the_session() -> None:
+    pair, channel, handle = attached_sender()
+    client = pair.client
     pair.server.session(channel).incoming_window = 0  # as if the broker shut it
     client.send_transfer(channel, handle, b"x", b"1", settled=True)
     events = pair.pump()
@@ -299,11 +306,8 @@ def test_a_window_violation_ends_the_session() -> None:
 
 
 def test_transfers_past_the_credit_detach_the_link() -> None:
-    pair = Pair()
-    channel = pair.session()
+    pair, channel, handle = attached_sender()
     client = pair.client
-    handle = client.send_attach(channel, name="p", role=False, target=Target("/queues/q"))
-    pair.pump()
     pair.server.link(channel, handle).credit = 0
     client.send_transfer(channel, handle, b"x", b"1", settled=True)
     events = pair.pump()

@@ -9,6 +9,7 @@ alone; tests/differential holds what both brokers share."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pika
 import pytest
@@ -433,21 +434,20 @@ def test_rabbitmq_4_closes_a_connection_to_a_missing_vhost_without_a_close() -> 
     """RabbitMQ 4.2 (rabbit_amqp_reader: check_vhost_exists in waiting_open, a handshake
     error): no close frame, the socket is closed after SILENT_CLOSE_DELAY (amqp_auth_SUITE
     vhost_absent sees the connection closed). RabbitMQ 3.10.8's plugin answers a close."""
-    with leveret.Broker(plugins="rabbitmq_amqp1_0", rabbitmq_version="4.2") as b:
-        with pytest.raises(proton.ConnectionException) as closed:
+
+    def refused(**broker: Any) -> str:
+        """What proton says of a connection to vhost nope, refused."""
+        with (
+            leveret.Broker(plugins="rabbitmq_amqp1_0", **broker) as b,
+            pytest.raises(proton.ConnectionException) as closed,
+        ):
             BlockingConnection(
                 f"amqp://guest:guest@127.0.0.1:{b.port}",
                 allowed_mechs="PLAIN",
                 virtual_host="vhost:nope",
                 timeout=10,
             )
-        assert "does not exist" not in str(closed.value)
-    with leveret.Broker(plugins="rabbitmq_amqp1_0") as b:
-        with pytest.raises(proton.ConnectionException) as closed:
-            BlockingConnection(
-                f"amqp://guest:guest@127.0.0.1:{b.port}",
-                allowed_mechs="PLAIN",
-                virtual_host="vhost:nope",
-                timeout=10,
-            )
-        assert "virtual host 'nope' does not exist" in str(closed.value)
+        return str(closed.value)
+
+    assert "does not exist" not in refused(rabbitmq_version="4.2")
+    assert "virtual host 'nope' does not exist" in refused()

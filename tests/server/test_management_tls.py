@@ -30,19 +30,7 @@ def _overview(broker: BrokerUnderTest, pki: Pki, client: str | None = None) -> d
 
 
 def _tls_flags(pki: Pki) -> list[str]:
-    return [
-        "--amqps-port",
-        "0",
-        "--tls-cert",
-        str(pki.server_cert),
-        "--tls-key",
-        str(pki.server_key),
-        "--tls-ca",
-        str(pki.ca),
-        "--tls-verify-peer",
-        "--tls-fail-if-no-peer-cert",
-        "--http-tls",
-    ]
+    return [*pki.listener_flags(verify_peer=True), "--tls-fail-if-no-peer-cert", "--http-tls"]
 
 
 def test_amqp_peer_verification_does_not_reach_the_dashboard(tmp_path: Path) -> None:

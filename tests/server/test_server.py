@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import signal
 import socket
-import subprocess
-import sys
 import threading
 from pathlib import Path
 
@@ -14,6 +12,7 @@ import pika
 import pytest
 
 from tests.support.brokers import BrokerUnderTest, ensure_rabbitmq, start_leveret
+from tests.support.cli import run_cli
 
 
 def _non_loopback_address() -> str | None:
@@ -161,19 +160,7 @@ def test_guest_only_from_loopback(tmp_path: Path, which: str) -> None:
 
 
 def test_bad_config_is_one_line(tmp_path: Path) -> None:
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "leveret.cli.main",
-            "server",
-            "--config",
-            str(tmp_path / "missing.toml"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
+    result = run_cli("server", "--config", str(tmp_path / "missing.toml"), timeout=30)
     assert result.returncode != 0
     assert result.stderr.strip().splitlines() == [
         f"Error: config file not found: {tmp_path / 'missing.toml'}"
@@ -181,21 +168,7 @@ def test_bad_config_is_one_line(tmp_path: Path) -> None:
 
 
 def test_port_in_use_is_one_line(leveret: BrokerUnderTest) -> None:
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "leveret.cli.main",
-            "server",
-            "--bind",
-            "127.0.0.1",
-            "--amqp-port",
-            str(leveret.port),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
+    result = run_cli("server", "--bind", "127.0.0.1", "--amqp-port", str(leveret.port), timeout=30)
     assert result.returncode != 0
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("Error: cannot listen on")

@@ -18,8 +18,10 @@ from pathlib import Path
 import pytest
 
 import leveret
-from tests.support.logsources import Bound, assert_like_emit_log, metric
+from tests.support.logsources import Bound, assert_like_emit_log, bound, metric
 from tests.support.waiting import wait_for
+
+__all__ = ["bound"]  # the fixture
 
 LOGGER = shutil.which("logger")
 pytestmark = pytest.mark.skipif(LOGGER is None, reason="util-linux logger is not installed")
@@ -30,13 +32,6 @@ HOSTS = {socket.gethostname(), socket.gethostname().split(".")[0]}
 def broker() -> Iterator[leveret.Broker]:
     with leveret.Broker(syslog_port=0, management=True) as b:
         yield b
-
-
-@pytest.fixture
-def bound(broker: leveret.Broker) -> Iterator[Bound]:
-    b = Bound(broker.url)
-    yield b
-    b.close()
 
 
 def logger(broker: leveret.Broker, *args: str) -> None:

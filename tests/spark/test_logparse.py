@@ -15,8 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from leveret.logs.reading import Envelope
-from leveret.logs.record import Record
 from leveret.spark.logparse import Bodies, Messages, parse
+from tests.spark.samples import GOOD
 
 NOW = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC).timestamp()
 
@@ -43,11 +43,7 @@ def _parse(rows: list[tuple[bytes, str, str | None, int | None]]) -> dict[int, d
 
 
 def test_records_plain_text_and_malformed_bodies() -> None:
-    good = Record(
-        ts="2024-05-01T23:30:00.123456Z", severity="warning", facility="kern", host="h1",
-        app="a1", pid=12, message="disk almost full", logger="app.disk", exc="Traceback…",
-        extra={"id": 7, "tags": ["x"]},
-    ).to_json()  # fmt: skip
+    good = GOOD
     rows = [
         (good, "kern.warning", "application/json", None),
         (b'{"message": "m", "severity": "WARN", "pid": 3}', "", None, None),

@@ -10,9 +10,9 @@ from typing import Any
 import pika
 from pyspark.sql import SparkSession
 
-from leveret.logs.record import Record
 from leveret.spark.records import parse_log_records
 from leveret.spark.schema import MESSAGE_SCHEMA
+from tests.spark.samples import GOOD
 from tests.support.brokers import BrokerUnderTest
 
 
@@ -25,11 +25,7 @@ def _row(offset: int, body: bytes, routing_key: str = "", **props: Any) -> tuple
 def test_records_become_typed_columns_and_malformed_bodies_go_to_corrupt(
     spark: SparkSession,
 ) -> None:
-    good = Record(
-        ts="2024-05-01T23:30:00.123456Z", severity="warning", facility="kern", host="h1",
-        app="a1", pid=12, message="disk almost full", logger="app.disk", exc="Traceback…",
-        extra={"id": 7, "tags": ["x"]},
-    ).to_json()  # fmt: skip
+    good = GOOD
     rows = [
         _row(0, good, "kern.warning", content_type="application/json"),
         _row(1, b'{"message": "m", "severity": "WARN", "pid": 3}'),

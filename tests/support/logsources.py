@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import pika
+import pytest
 
 # bounds a hang; not a measurement
 WAIT = 60.0
@@ -58,6 +60,15 @@ class Bound:
     def close(self) -> None:
         if self.conn.is_open:
             self.conn.close()
+
+
+@pytest.fixture
+def bound(broker: Any) -> Iterator[Bound]:
+    """A ``Bound`` on the module's ``broker`` (an in-process ``leveret.Broker``), closed
+    after the test. A module uses it by importing it."""
+    b = Bound(broker.url)
+    yield b
+    b.close()
 
 
 def assert_like_emit_log(got: Got) -> None:

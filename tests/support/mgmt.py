@@ -11,6 +11,7 @@ import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
@@ -97,6 +98,18 @@ class Site:
     # a RabbitMQ node of the test's own: its rabbitmqctl (``-n`` and environment set)
     node_ctl: Callable[..., subprocess.CompletedProcess[str]] | None = None
 
+    def connect(self, name: str | None = None) -> Any:
+        """A pika connection to the site's vhost as guest; ``name`` is its connection_name
+        (what the management API shows as the client's name)."""
+        import pika
+
+        props = {} if name is None else {"client_properties": {"connection_name": name}}
+        return pika.BlockingConnection(
+            pika.ConnectionParameters(
+                self.broker.host, self.broker.port, virtual_host=self.vhost, **props
+            )
+        )
+
     def ctl(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         """``rabbitmqctl`` on RabbitMQ, ``leveret ctl`` on Leveret."""
         if self.node_ctl is not None:
@@ -153,6 +166,21 @@ def make_site(
         api.delete(f"/api/users/{q(user)}")
 
 
+@contextmanager
+def prepared(
+    sites: tuple[Site, Site], prepare: Callable[[Site], Any]
+) -> Iterator[tuple[Site, Site]]:
+    """``prepare`` on each site in turn (it returns a connection that keeps what it made,
+    such as consumers and exclusive queues), then the sites while those connections stay
+    open; they are closed at the end."""
+    conns = [prepare(site) for site in sites]
+    try:
+        yield sites
+    finally:
+        for conn in conns:
+            conn.close()
+
+
 def rabbitmq_with_management(rabbitmq: BrokerUnderTest) -> BrokerUnderTest:
     if not ensure_rabbitmq_management():
         pytest.fail("RabbitMQ's management plugin could not be enabled")
@@ -165,10 +193,7 @@ def declare_scenario(site: Site) -> Any:
     connection: its exclusive queue lives as long as it does."""
     import pika
 
-    b = site.broker
-    conn = pika.BlockingConnection(
-        pika.ConnectionParameters(b.host, b.port, virtual_host=site.vhost)
-    )
+    conn = site.connect()
     ch = conn.channel()
     ch.exchange_declare("logs", "fanout")
     ch.exchange_declare("direct_logs", "direct", durable=True)

@@ -15,6 +15,7 @@ import re
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 from pamqp import body, commands, frame, header
 
@@ -52,26 +53,26 @@ class Names:
     exclusive: dict[str, None] = field(default_factory=dict)
     bindings: list[tuple[str, str, str, str]] = field(default_factory=list)
 
-    def x(self, perms: str, internal: bool = False) -> str:
-        name = f"e.{perms}.{self.token}"
-        self.exchanges[name] = internal
+    def _made(self, kind: str, perms: str, made: dict[str, Any], value: Any = None) -> str:
+        """The name of a resource made before the case, kept in ``made``."""
+        name = f"{kind}.{perms}.{self.token}"
+        made[name] = value
         return name
+
+    def x(self, perms: str, internal: bool = False) -> str:
+        return self._made("e", perms, self.exchanges, internal)
 
     def X(self, perms: str) -> str:
         return f"e.{perms}.{self.token}.new"
 
     def q(self, perms: str) -> str:
-        name = f"q.{perms}.{self.token}"
-        self.queues[name] = None
-        return name
+        return self._made("q", perms, self.queues)
 
     def Q(self, perms: str) -> str:
         return f"q.{perms}.{self.token}.new"
 
     def xq(self, perms: str) -> str:
-        name = f"q.{perms}.{self.token}"
-        self.exclusive[name] = None
-        return name
+        return self._made("q", perms, self.exclusive)
 
     def bound(self, source: str, kind: str, destination: str, key: str = "k") -> str:
         """A binding guest makes before the case (``kind``: "q" or "e")."""

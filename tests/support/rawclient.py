@@ -32,6 +32,11 @@ class RawClient:
     def send_method(self, channel: int, method: Frame) -> None:
         self.send(frame.marshal(method, channel))
 
+    def call(self, channel: int, method: Frame, reply: type[Frame]) -> Any:
+        """Send ``method`` and read up to its ``reply``, which is returned."""
+        self.send_method(channel, method)
+        return self.expect(reply)
+
     def send_unchecked(self, channel: int, method: Frame) -> None:
         """Send ``method`` without pamqp's validation (names with CR/LF or non-ASCII
         characters, which pamqp refuses and brokers accept)."""

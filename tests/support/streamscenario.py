@@ -10,7 +10,9 @@ import contextlib
 import gc
 import subprocess
 import time
+import uuid
 import warnings
+from collections.abc import Iterator
 from typing import Any
 from urllib.parse import quote
 
@@ -167,3 +169,19 @@ class StreamClients:
                 gc.collect()
                 loop.close()
                 gc.collect()
+
+
+@contextlib.contextmanager
+def stream_clients_on(*sites: Site) -> Iterator[list[tuple[Site, StreamClients]]]:
+    """``StreamClients`` on each site (one tag for all), settled; closed at the end."""
+    tag = uuid.uuid4().hex[:8]
+    pairs: list[tuple[Site, StreamClients]] = []
+    try:
+        for site in sites:
+            pairs.append((site, StreamClients(site, tag)))
+        for _, clients in pairs:
+            clients.settled()
+        yield pairs
+    finally:
+        for _, clients in pairs:
+            clients.close()

@@ -53,6 +53,15 @@ class Pki:
     def server_key(self) -> Path:
         return self.root / "server.key"
 
+    def listener_flags(self, verify_peer: bool = False) -> list[str]:
+        """``leveret server``'s flags for an amqps listener on a free port with the server's
+        certificate; ``verify_peer``: clients present certificates signed by the CA."""
+        flags = ["--amqps-port", "0", "--tls-cert", str(self.server_cert)]
+        flags += ["--tls-key", str(self.server_key)]
+        if verify_peer:
+            flags += ["--tls-ca", str(self.ca), "--tls-verify-peer"]
+        return flags
+
     def client(self, name: str) -> tuple[Path, Path]:
         """(certificate, key) of a client whose certificate's CN is ``name``."""
         return self.root / f"client-{name}.pem", self.root / f"client-{name}.key"

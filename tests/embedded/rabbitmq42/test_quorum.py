@@ -11,6 +11,7 @@ import pika
 import pytest
 
 from tests.embedded.rabbitmq42.support import api, broker, channel
+from tests.support.drain import drain
 
 QUORUM = {"x-queue-type": "quorum"}
 
@@ -92,12 +93,7 @@ def _order_after_requeue(ch: Any, queue: str) -> list[bytes]:
     ch.basic_publish("", queue, b"b")
     method, _, _ = ch.basic_get(queue)
     ch.basic_nack(method.delivery_tag, requeue=True)
-    out = []
-    while True:
-        method, _, body = ch.basic_get(queue, auto_ack=True)
-        if method is None:
-            return out
-        out.append(body)
+    return drain(ch, queue)
 
 
 def test_with_a_limit_returns_go_to_the_front_without_one_to_the_back() -> None:

@@ -13,6 +13,7 @@ import pytest
 import leveret
 from leveret.server.config import Config, ConfigError
 from tests.embedded.rabbitmq42.support import MODES, api, broker, channel
+from tests.support.identity import RABBITMQ_CAPABILITIES, SERVER_PROPERTIES
 
 
 def test_the_switch_takes_3_10_8_or_4_2_from_a_file_the_environment_or_an_argument(
@@ -79,26 +80,8 @@ def test_server_properties_report_the_version(mode: str) -> None:
         conn.close()
     assert props["version"] == version
     assert props["information"].endswith(f"behaves as RabbitMQ {version}")
-    assert sorted(props) == [
-        "capabilities",
-        "cluster_name",
-        "copyright",
-        "information",
-        "platform",
-        "product",
-        "version",
-    ]
-    assert props["capabilities"] == {
-        "publisher_confirms": True,
-        "exchange_exchange_bindings": True,
-        "basic.nack": True,
-        "consumer_cancel_notify": True,
-        "connection.blocked": True,
-        "consumer_priorities": True,
-        "authentication_failure_close": True,
-        "per_consumer_qos": True,
-        "direct_reply_to": True,
-    }
+    assert sorted(props) == SERVER_PROPERTIES
+    assert props["capabilities"] == RABBITMQ_CAPABILITIES
 
 
 def test_the_management_api_reports_the_version_with_4_2s_fields() -> None:
