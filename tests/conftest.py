@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import pytest
 from hypothesis import HealthCheck, settings
 
-from tests.support import jvm
+from tests.support import jvm, tiers
 from tests.support.brokers import BrokerUnderTest, ensure_rabbitmq, start_leveret
 
 # Tests stop subprocesses with SIGINT and check the Ctrl-C path. A suite started as a
@@ -124,6 +124,18 @@ def _module_scoped(item: pytest.Item) -> bool:
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
+def pytest_configure(config: pytest.Config) -> None:
+    """The fast tier is ``-m "not slow"`` (what scripts/test --fast runs): it draws fewer
+    property-test examples. Set before any test module is imported, on every xdist worker
+    (each is configured with the same options)."""
+    if config.getoption("markexpr", "").strip() == "not slow":
+        tiers.FAST = True
+        settings.register_profile(
+            "leveret-fast", settings.get_profile("leveret"), max_examples=tiers.examples(100)
+        )
+        settings.load_profile("leveret-fast")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     slow = pytest.mark.slow
     long_timeout = pytest.mark.timeout(LONG_TIMEOUT)

@@ -13,6 +13,7 @@ from leveret.broker import amqp10_message
 from leveret.broker.amqp10_message import Amqp10Error, Parsed
 from leveret.protocol.amqp10 import types
 from tests.broker.test_amqp10_roundtrip import _amqp10_payload
+from tests.support.tiers import examples
 
 _FIELDS = (
     "to", "subject", "cc", "user_id", "durable", "properties", "body", "annotations",
@@ -48,7 +49,7 @@ def _body_at(payload: bytes) -> int:
 
 
 @given(_amqp10_payload(), _amqp10_payload(), st.binary(max_size=8))
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 def test_a_repeated_prefix_parses_as_afresh(first: tuple, second: tuple, junk: bytes) -> None:
     a, b = first[0], second[0]
     candidates = [b, a, a + junk]

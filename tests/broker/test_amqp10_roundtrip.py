@@ -20,6 +20,7 @@ from leveret.protocol import table
 from leveret.protocol.amqp10 import types
 from leveret.protocol.amqp10.types import Value
 from tests.broker.amqp10_helpers import sections
+from tests.support.tiers import examples
 
 _text = st.text(st.characters(min_codepoint=1, max_codepoint=0x2FF), max_size=12)
 _key = st.text(st.characters(min_codepoint=0x61, max_codepoint=0x7A), min_size=1, max_size=8)
@@ -118,7 +119,7 @@ def _normal(value: Value) -> Value:
     return value
 
 
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 @given(_amqp10_payload(), _text, _text)
 def test_amqp10_to_amqp10(case: tuple, exchange: str, key: str) -> None:
     payload, bare, head, ma = case
@@ -247,7 +248,7 @@ def _amqp091(draw: st.DrawFn) -> tuple[bytes, bytes]:
     return encode(got), encode(back)
 
 
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 @given(_amqp091(), st.binary(max_size=300), _text, _text)
 def test_amqp091_to_amqp10_and_back(
     case: tuple[bytes, bytes], body: bytes, exchange: str, key: str
@@ -272,7 +273,7 @@ def test_urn_ids_come_back_in_lower_case() -> None:
 
 
 # -------------------------------------------------------------------- fuzzing
-@settings(max_examples=500)
+@settings(max_examples=examples(500))
 @given(st.binary(max_size=200))
 def test_any_bytes_parse_or_are_refused(payload: bytes) -> None:
     try:
@@ -283,7 +284,7 @@ def test_any_bytes_parse_or_are_refused(payload: bytes) -> None:
     amqp10_delivery.delivery(parsed.message("e", "k"))
 
 
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 @given(_amqp10_payload(), st.integers(0, 199), st.integers(0, 255))
 def test_corrupted_messages_parse_or_are_refused(case: tuple, at: int, byte: int) -> None:
     payload = bytearray(case[0])

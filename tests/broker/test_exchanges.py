@@ -12,6 +12,7 @@ from leveret.broker.exchanges.topic import topic_matches
 from leveret.broker.message import Message
 from leveret.broker.queues import ClassicQueue as Queue
 from leveret.broker.queues import Declaration
+from tests.support.tiers import examples
 
 
 def reference(binding: str, key: str) -> bool:
@@ -35,13 +36,13 @@ words = st.lists(st.sampled_from(["a", "b", "c", ""]), max_size=5).map(".".join)
 patterns = st.lists(st.sampled_from(["a", "b", "*", "#", ""]), max_size=5).map(".".join)
 
 
-@settings(max_examples=1500, deadline=None)
+@settings(max_examples=examples(1500), deadline=None)
 @given(patterns, words)
 def test_topic_matches_reference(binding: str, key: str) -> None:
     assert topic_matches(binding, key) == reference(binding, key)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.lists(patterns, min_size=1, max_size=6), words)
 def test_topic_exchange_routes_each_queue_once(bindings: list[str], key: str) -> None:
     x = TopicExchange("t", "/")

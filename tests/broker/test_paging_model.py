@@ -24,6 +24,7 @@ from leveret.broker.queues.classic import ClassicQueue
 from leveret.store.messages import MessageLog
 from leveret.store.paging import PageFiles
 from leveret.store.setup import QueueMessages
+from tests.support.tiers import examples
 
 PERSISTENT = b"\x10\x00\x02"  # delivery-mode 2
 
@@ -44,8 +45,11 @@ class PagingModel(RuleBasedStateMachine):
             self.log.recover()
             store = QueueMessages(self.log, self.log.queue_id("/", "q"), None)
         self.queue = ClassicQueue(
-            Declaration("q", "/", durable=self.durable), store=store,
-            pager=PageFiles(self.dir / "pages", "q", self.log), memory=self.budget)
+            Declaration("q", "/", durable=self.durable),
+            store=store,
+            pager=PageFiles(self.dir / "pages", "q", self.log),
+            memory=self.budget,
+        )
         self.model: list[tuple[int, bytes]] = []  # (seq, body) ready, in queue order
         self.held: list[Entry] = []  # delivered, not settled
         self.n = 0
@@ -125,7 +129,6 @@ class PagingModel(RuleBasedStateMachine):
         requeued = sum(len(e.message.body) for e in q.ready if e.redelivered)
         assert q.ram_bytes <= paging.READ_AHEAD + paging.WRITE_BATCH + 2 * 65 + requeued
 
-
     @invariant()
     def persistent_counted(self) -> None:
         count, size = self.queue.persistent_figures()
@@ -143,7 +146,10 @@ class DurablePagingModel(PagingModel):
 
 
 TestPagingModel = PagingModel.TestCase
-TestPagingModel.settings = settings(max_examples=150, stateful_step_count=50, deadline=None)
+TestPagingModel.settings = settings(
+    max_examples=examples(150), stateful_step_count=50, deadline=None
+)
 TestDurablePagingModel = DurablePagingModel.TestCase
 TestDurablePagingModel.settings = settings(
-    max_examples=150, stateful_step_count=50, deadline=None)
+    max_examples=examples(150), stateful_step_count=50, deadline=None
+)

@@ -13,6 +13,7 @@ from leveret.broker.channel import Settle
 from leveret.broker.session import Session
 from leveret.protocol.errors import AMQPError
 from tests.broker.fakes import Deliver, RecordingOutput
+from tests.support.tiers import examples
 
 
 class QueueModel(RuleBasedStateMachine):
@@ -100,4 +101,6 @@ class QueueModel(RuleBasedStateMachine):
 
 
 TestQueueModel = QueueModel.TestCase
-TestQueueModel.settings = settings(max_examples=150, stateful_step_count=40, deadline=None)
+TestQueueModel.settings = settings(
+    max_examples=examples(150), stateful_step_count=40, deadline=None
+)

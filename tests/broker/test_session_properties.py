@@ -12,8 +12,9 @@ from hypothesis import strategies as st
 from pamqp import commands as C
 
 from tests.broker.fakes import Ack, Client, Content, Deliver, new_broker
+from tests.support.tiers import examples
 
-FEW = settings(max_examples=40, deadline=None)
+FEW = settings(max_examples=examples(40), deadline=None)
 
 # What a client does with one queue on one channel: publish, get, settle one outstanding
 # delivery (picked by index) with ack / nack-requeue / reject-requeue / nack-drop, recover,

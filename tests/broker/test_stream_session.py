@@ -21,6 +21,7 @@ from leveret.protocol.stream import chunk
 from leveret.protocol.stream import events as ev
 from leveret.store.setup import Persistence
 from tests.broker.fakes import stream_endpoint
+from tests.support.tiers import examples
 
 
 class Output:
@@ -86,7 +87,7 @@ commands = st.one_of(
 )
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(commands, max_size=40))
 def test_random_commands(script: list[object]) -> None:
     root = Path(tempfile.mkdtemp(prefix="leveret-session-"))

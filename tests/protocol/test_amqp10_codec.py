@@ -52,6 +52,7 @@ from leveret.protocol.amqp10.types import (
     encode,
     encode_plain,
 )
+from tests.support.tiers import examples
 
 
 # ------------------------------------------------------------ type vectors (OASIS 1.6)
@@ -322,7 +323,7 @@ _performatives = st.one_of(
 
 
 @given(_performatives)
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 def test_every_performative_round_trips(performative: Any) -> None:
     raw = encode_performative(performative)
     assert decode_performative(raw + b"payload", 0, PERFORMATIVES) == (performative, len(raw))

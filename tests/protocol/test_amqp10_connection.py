@@ -52,6 +52,7 @@ from leveret.protocol.amqp10.events import (
 from leveret.protocol.amqp10.performatives import Flow, Open, Transfer
 from leveret.protocol.amqp10.server import ServerConnection
 from leveret.protocol.amqp10.states import State
+from tests.support.tiers import examples
 
 Events = list[tuple[str, Any]]
 
@@ -413,7 +414,7 @@ _CONDITIONS = {DECODE_ERROR, FRAMING_ERROR, FRAME_SIZE_TOO_SMALL, "amqp:not-allo
 
 
 @given(st.binary(max_size=400), st.integers(0, 3))
-@settings(max_examples=400)
+@settings(max_examples=examples(400))
 def test_any_bytes_give_events_never_exceptions(data: bytes, stage: int) -> None:
     pair = Pair()
     if stage >= 2:
@@ -434,7 +435,7 @@ def test_any_bytes_give_events_never_exceptions(data: bytes, stage: int) -> None
 
 
 @given(st.binary(min_size=1, max_size=60), st.integers(0, 2))
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 def test_well_framed_garbage_gives_events_never_exceptions(body: bytes, channel: int) -> None:
     pair = Pair()
     pair.session()

@@ -17,6 +17,7 @@ from leveret.protocol.amqp10.performatives import (
     read_transfer,
 )
 from leveret.protocol.amqp10.types import DecodeError
+from tests.support.tiers import examples
 
 _uint = st.integers(0, 0xFFFF_FFFF)
 _opt = st.none
@@ -61,7 +62,7 @@ _transfers = st.builds(
 
 
 @given(_transfers, st.binary(max_size=20))
-@settings(max_examples=400)
+@settings(max_examples=examples(400))
 def test_read_transfer_equals_the_general_decoder(t: Transfer, payload: bytes) -> None:
     """Transfers as the general encoder writes them: read, and read the same."""
     raw = encode_performative(t)
@@ -74,7 +75,7 @@ def test_read_transfer_equals_the_general_decoder(t: Transfer, payload: bytes) -
     _uint, _opt() | _uint, _opt() | st.binary(max_size=40), _opt() | _uint,
     _opt() | st.booleans(), st.booleans(), st.binary(max_size=20),
 )  # fmt: skip
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 def test_read_transfer_reads_the_delivery_paths_encoding(
     handle: int,
     delivery_id: int | None,
@@ -89,7 +90,7 @@ def test_read_transfer_reads_the_delivery_paths_encoding(
 
 
 @given(st.binary(max_size=30), st.binary(max_size=30))
-@settings(max_examples=600)
+@settings(max_examples=examples(600))
 def test_read_transfer_declines_what_the_general_decoder_refuses(
     fields: bytes, tail: bytes
 ) -> None:
@@ -101,7 +102,7 @@ def test_read_transfer_declines_what_the_general_decoder_refuses(
 
 
 @given(_transfers, st.data())
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 def test_read_transfer_on_mutated_transfers(t: Transfer, data: st.DataObject) -> None:
     """One byte of a well-formed transfer changed: the two readers still agree."""
     raw = bytearray(encode_performative(t) + b"payload")

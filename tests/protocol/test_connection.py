@@ -33,6 +33,7 @@ from leveret.protocol.events import (
     UpdateSecretReceived,
 )
 from leveret.protocol.states import LocalProtocolError
+from tests.support.tiers import examples
 
 
 def frames(data: bytes) -> list[Any]:
@@ -325,7 +326,7 @@ def test_after_the_close_input_drains_and_each_close_gets_close_ok() -> None:
 
 
 # ------------------------------------------------------------------- fuzzing
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.binary(max_size=300))
 def test_garbage_after_handshake_never_raises(garbage: bytes) -> None:
     conn = opened()
@@ -335,7 +336,7 @@ def test_garbage_after_handshake_never_raises(garbage: bytes) -> None:
     conn.data_to_send()
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     st.lists(
         st.tuples(st.sampled_from([1, 2, 3, 8]), st.integers(0, 3), st.binary(max_size=40)),
@@ -422,7 +423,7 @@ def _summary(event: object) -> object:
     return event
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     st.lists(operations(), max_size=12),
     st.lists(st.integers(1, 5000), min_size=1, max_size=30),

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from leveret.logs.reading import Envelope
 from leveret.spark.logparse import Bodies, Messages, parse
 from tests.spark.samples import GOOD
+from tests.support.tiers import examples
 
 NOW = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC).timestamp()
 
@@ -106,7 +107,7 @@ _BODIES = st.one_of(
 )
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(bodies=st.lists(_BODIES, min_size=1, max_size=40))
 def test_a_records_fate_does_not_depend_on_its_block(bodies: list[bytes]) -> None:
     together = _parse([(b, "", None, None) for b in bodies])
@@ -406,7 +407,7 @@ def _row(row: dict[str, Any]) -> dict[str, Any]:
 _MICRO = timedelta(microseconds=1)
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(messages=st.lists(_messages(), min_size=1, max_size=12), arrival=st.booleans())
 def test_the_lake_reads_every_message_as_every_other_reader_does(
     messages: list[tuple[bytes, Any]], arrival: bool

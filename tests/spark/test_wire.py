@@ -23,6 +23,7 @@ from leveret.spark.reader import message_batch
 from leveret.spark.wire import StreamConsumer
 from tests.spark.conftest import declare_stream, delete_queue
 from tests.support.brokers import BrokerUnderTest
+from tests.support.tiers import examples
 
 
 def _consumer(broker: BrokerUnderTest, password: str = "guest") -> StreamConsumer:
@@ -120,7 +121,7 @@ def _delivery(tag: int, body: bytes, frame_max: int) -> bytes:
     return out + _frame(8, b"") if tag % 3 == 0 else out  # a heartbeat now and then
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=examples(30), deadline=None)
 @given(
     bodies=st.lists(st.binary(max_size=300), min_size=1, max_size=12),
     cuts=st.lists(st.integers(min_value=1, max_value=400), min_size=1, max_size=40),

@@ -20,6 +20,7 @@ from leveret.protocol.stream.chunk import HEADER
 from leveret.store.osiris import CHUNK_BYTES, OsirisLog
 from leveret.store.stream_layout import convert
 from leveret.store.streams import SegmentLog
+from tests.support.tiers import examples
 
 
 def messages(log: OsirisLog, start: int = 0, n: int = 1_000_000) -> list[bytes]:
@@ -54,7 +55,7 @@ def test_files_are_osiris_segments_and_indexes(tmp_path: Path) -> None:
     log.close()
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=examples(25), deadline=None)
 @given(st.lists(st.integers(1, 20), min_size=1, max_size=15), st.integers(200, 3000))
 def test_reads_from_any_offset_across_segments(
     tmp_path_factory: object, chunks: list[int], segment_bytes: int

@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from leveret.store.streams import SegmentLog
+from tests.support.tiers import examples
 
 EXRK = b"\x00\x01q"
 PROPS = b"\x00\x00"
@@ -31,7 +32,7 @@ def test_only_synced_records_are_visible(tmp_path: Path) -> None:
     assert log.last_chunk_start() == 2
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=examples(30), deadline=None)
 @given(st.lists(st.integers(1, 20), min_size=1, max_size=15), st.integers(200, 3000))
 def test_reads_from_any_offset_across_segments(
     tmp_path_factory: object, chunks: list[int], segment_bytes: int
