@@ -14,6 +14,7 @@ string when it is one, inspected otherwise (601-605, helpers.ex string_or_inspec
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
@@ -21,6 +22,7 @@ import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -207,3 +209,58 @@ def test_the_default_mode_has_no_super_stream_endpoint() -> None:
             assert r.stderr.count("\n") == 1
             assert "RabbitMQ 4.2 mode" in r.stderr
         assert api(b, "GET", "/api/exchanges/%2F/s")[0] == 404
+
+
+def test_rstream_publishes_and_consumes_through_a_super_stream_ctl_made(
+    b42: leveret.Broker,
+) -> None:
+    """rstream's super stream producer routes by key (RouteQuery) into the partitions the
+    ctl verb made; a consumer of each partition reads what went there."""
+    rstream = pytest.importorskip("rstream")
+    name = _name()
+    assert ctl(b42, "add_super_stream", name, "--binding-keys", "amer,emea").returncode == 0
+
+    async def scenario() -> list[tuple[str, bytes]]:
+        async def key(message: object) -> str:
+            body = message.body if hasattr(message, "body") else message
+            return bytes(body).split(b":")[0].decode()  # type: ignore[call-overload]
+
+        common = {"username": "guest", "password": "guest", "load_balancer_mode": True}
+        # rstream 1.1.1 keeps the first RouteQuery's answer for every key after it: a
+        # producer for each key
+        for routing_key, texts in (("amer", (b"amer:1", b"amer:3")), ("emea", (b"emea:2",))):
+            producer = rstream.SuperStreamProducer(
+                "127.0.0.1", b42.stream_port, super_stream=name, routing_extractor=key,
+                routing=rstream.RouteType.Key, **common,
+            )  # fmt: skip
+            async with producer:
+                for text in texts:
+                    assert text.startswith(routing_key.encode())
+                    await producer.send(rstream.AMQPMessage(body=text))
+        got: list[tuple[str, bytes]] = []
+
+        def collect(partition: str) -> Any:
+            async def on_message(msg: Any, context: Any) -> None:
+                got.append((partition, bytes(msg.body)))
+
+            return on_message
+
+        consumer = rstream.Consumer("127.0.0.1", b42.stream_port, **common)
+        async with consumer:
+            await consumer.start()
+            for partition in (f"{name}-amer", f"{name}-emea"):
+                await consumer.subscribe(
+                    partition, collect(partition), decoder=rstream.amqp_decoder,
+                    offset_specification=rstream.ConsumerOffsetSpecification(
+                        rstream.OffsetType.FIRST, None),
+                )  # fmt: skip
+            for _ in range(100):  # until the three have come (or 100 turns)
+                if len(got) >= 3:
+                    break
+                await asyncio.sleep(0.1)
+        return got
+
+    got = asyncio.run(scenario())
+    assert sorted(got) == [
+        (f"{name}-amer", b"amer:1"), (f"{name}-amer", b"amer:3"), (f"{name}-emea", b"emea:2")
+    ]  # fmt: skip
