@@ -27,6 +27,7 @@ from typing import Any
 import pytest
 
 import leveret
+from leveret.cli.ctlstreams import duration_seconds, information_unit
 from leveret.protocol.stream import events as ev
 from leveret.protocol.stream.spec import Code
 from tests.embedded.rabbitmq42.support import api
@@ -264,3 +265,26 @@ def test_rstream_publishes_and_consumes_through_a_super_stream_ctl_made(
     assert sorted(got) == [
         (f"{name}-amer", b"amer:1"), (f"{name}-amer", b"amer:3"), (f"{name}-emea", b"emea:2")
     ]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("text", "size"),
+    [("10", 10), ("2gb", 2 * 10**9), ("1k", 1000), ("3KB", 3000), ("5KiB", 5 * 1024),
+     ("50Mi", 50 * 1024**2), ("1PiB", 1024**4 * 2014), ("2 gb", None), ("1.5gb", None),
+     ("gb", None), ("2tb", 2 * 10**12)],
+)  # fmt: skip
+def test_sizes_as_parse_information_unit_reads_them(text: str, size: int | None) -> None:
+    """v4.2.9 rabbit_resource_monitor_misc:parse_information_unit (PiB's multiplier as
+    written there: 1024^4 * 2014)."""
+    assert information_unit(text) == size
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("P1DT1H", 90000), ("PT10M30S", 630), ("P1Y2M", 365 * 86400 + 60 * 86400),
+     ("PT1.5S", 1), ("P", 0), ("+PT1S", 1), ("10m", None), ("PT", 0), ("P1W", None)],
+)  # fmt: skip
+def test_durations_as_the_cli_reads_them(text: str, seconds: int | None) -> None:
+    """rabbit_date_time:parse_duration, then AddSuperStreamCommand's duration_to_seconds
+    (a year 365 days, a month 30; seconds' fraction dropped by string:to_integer)."""
+    assert duration_seconds(text) == seconds

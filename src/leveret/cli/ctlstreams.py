@@ -271,26 +271,45 @@ def add_super_stream(
     name: str,
     partitions: Annotated[
         int | None,
-        typer.Option("--partitions", parser=_partitions_option, metavar="N", help="Default 3."),
+        typer.Option(
+            "--partitions", parser=_partitions_option, metavar="N", help="How many (default 3)."
+        ),
     ] = None,
     binding_keys: Annotated[
-        str | None, typer.Option("--binding-keys", metavar="KEYS", help="a,b,c")
+        str | None,
+        typer.Option("--binding-keys", metavar="KEYS", help="Comma-separated, e.g. a,b,c."),
     ] = None,
     routing_keys: Annotated[
         str | None, typer.Option("--routing-keys", metavar="KEYS", help="As --binding-keys.")
     ] = None,
-    max_length_bytes: Annotated[str | None, typer.Option("--max-length-bytes")] = None,
-    max_age: Annotated[str | None, typer.Option("--max-age")] = None,
-    stream_max_segment_size_bytes: Annotated[
-        str | None, typer.Option("--stream-max-segment-size-bytes")
+    max_length_bytes: Annotated[
+        str | None,
+        typer.Option("--max-length-bytes", metavar="SIZE", help="Each partition's, e.g. 20gb."),
     ] = None,
-    leader_locator: Annotated[str | None, typer.Option("--leader-locator")] = None,
+    max_age: Annotated[
+        str | None,
+        typer.Option("--max-age", metavar="DURATION", help="ISO 8601, e.g. PT10M30S, P5DT8H."),
+    ] = None,
+    stream_max_segment_size_bytes: Annotated[
+        str | None,
+        typer.Option("--stream-max-segment-size-bytes", metavar="SIZE", help="e.g. 500mb."),
+    ] = None,
+    leader_locator: Annotated[
+        str | None,
+        typer.Option("--leader-locator", metavar="WHERE", help="client-local or balanced."),
+    ] = None,
     initial_cluster_size: Annotated[
-        int | None, typer.Option("--initial-cluster-size", parser=_cluster_size_option)
+        int | None,
+        typer.Option(
+            "--initial-cluster-size",
+            parser=_cluster_size_option,
+            metavar="N",
+            help="Replicas of each partition.",
+        ),
     ] = None,
 ) -> None:
-    """Adds a super stream: an exchange and its partition streams (``--partitions``, 3 by
-    default, named NAME-0, NAME-1, ...; or one for each of ``--binding-keys``)."""
+    """Adds a super stream: an exchange and its partition streams (--partitions, 3 by
+    default, named NAME-0, NAME-1, ...; or NAME-KEY for each of --binding-keys)."""
     # merge_defaults, then validate, in their order
     if routing_keys is not None and binding_keys is None:
         binding_keys, routing_keys = routing_keys, None
