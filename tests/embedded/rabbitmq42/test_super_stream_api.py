@@ -40,6 +40,12 @@ def b42() -> Iterator[leveret.Broker]:
         api(b, "PUT", "/api/permissions/%2F/alice", {"configure": "^s-.*", "write": ".*",
                                                       "read": ".*"})  # fmt: skip
         api(b, "PUT", "/api/users/bob", {"password": "bob", "tags": "management"})
+        # configure on the exchange, not on its partitions
+        api(b, "PUT", "/api/users/carol", {"password": "carol", "tags": "management"})
+        api(b, "PUT", "/api/permissions/%2F/carol", {"configure": "^s-[0-9a-f]{8}$",
+                                                      "write": ".*", "read": ".*"})  # fmt: skip
+        # an administrator without permissions in the vhost
+        api(b, "PUT", "/api/users/dave", {"password": "dave", "tags": "administrator"})
         yield b
 
 
@@ -160,6 +166,12 @@ def test_permissions(b42: leveret.Broker) -> None:
     )  # fmt: skip
     status, body = api(b42, "PUT", "/api/stream/super-streams/nowhere/s", {"partitions": 1})
     assert (status, body) == refused
+    # check_super_stream_management_permitted: configure on each partition too
+    name = _name()
+    assert put(b42, name, {"partitions": 2}, user="carol") == refused
+    assert put(b42, name, {"partitions": 2}, user="dave") == refused
+    _, exchanges = api(b42, "GET", "/api/exchanges/%2F")
+    assert name not in [x["name"] for x in exchanges]
 
 
 def test_no_delete_on_the_path(b42: leveret.Broker) -> None:
