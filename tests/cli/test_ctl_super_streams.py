@@ -8,7 +8,7 @@ deps/rabbitmq_stream/src/Elixir.RabbitMQ.CLI.Ctl.Commands.AddSuperStreamCommand.
 "Super stream ~ts has been created" 268-270, output: exit_software 278-279) and
 DeleteSuperStreamCommand.erl (run, banner, output), printed as deps/rabbitmq_cli's
 rabbitmqctl.ex prints them: "Error (argument validation): " and the inspected detail
-(349-354, 426 format_validation_error catch-all), exit 64; "Error:" and the reason, as a
+(349-354, format_validation_error catch-all 418), exit 64; "Error:" and the reason, as a
 string when it is one, inspected otherwise (601-605, helpers.ex string_or_inspect), exit
 70. The default mode has no super stream endpoint: the verbs say so in one line."""
 
