@@ -41,9 +41,11 @@ from leveret.cli.ctlclient import (
 )
 from leveret.cli.ctllist import listed_by_rabbitmqctl, node_name
 from leveret.cli.ctloperate import set_vhost_limits
+from leveret.cli.ctlstreams import add_super_stream
 
 # the operator verbs (policies, limits, topic permissions) register as ctloperate loads
 _OPERATOR_VERBS = (set_vhost_limits,)
+_STREAM_VERBS = (add_super_stream,)  # the super stream verbs register as ctlstreams loads
 
 OptionalArg = Annotated[str | None, typer.Argument(show_default=False)]
 MoreArgs = Annotated[list[str] | None, typer.Argument(show_default=False)]

@@ -8,7 +8,16 @@ from importlib import resources
 from aiohttp import web
 
 from leveret.broker.events import API_ACTOR
-from leveret.management import admin, api, dashboard, objects, operate, otlp, streamconns
+from leveret.management import (
+    admin,
+    api,
+    dashboard,
+    objects,
+    operate,
+    otlp,
+    streamconns,
+    superstreams,
+)
 from leveret.management.context import MANAGEMENT, Management, mgmt
 from leveret.management.httputil import (
     MANAGEMENT_TAGS,
@@ -113,6 +122,8 @@ def make_app(management: Management) -> web.Application:
     app = web.Application(middlewares=[middleware], client_max_size=64 * 1024 * 1024)
     app[MANAGEMENT] = management
     routes(app)
+    if management.broker.compat.v4:
+        superstreams.routes(app)  # rabbitmq_stream_management's, from RabbitMQ 4.2
     if management.server.config.otlp_logs:
         otlp.routes(app)  # OpenTelemetry's POST /v1/logs into the log system
     dashboard.setup(app, management)

@@ -45,10 +45,15 @@ class Refusal(Enum):
 
 
 class SuperStreamRefused(Exception):
-    def __init__(self, kind: Refusal, message: str) -> None:
+    """A refusal: its kind and the manager's message. ``nested``: the manager's reason
+    holds the message in a tuple of its own (``{validation_failed, {Message}}``), which
+    the management API shows as it is."""
+
+    def __init__(self, kind: Refusal, message: str, nested: bool = False) -> None:
         super().__init__(message)
         self.kind = kind
         self.message = message
+        self.nested = nested
 
 
 def partition_names(name: str, partitions: int) -> list[str]:
@@ -185,16 +190,21 @@ def _validate(
         raise SuperStreamRefused(
             Refusal.VALIDATION, "There must be the same number of partitions and binding keys"
         )
+    # the names are written with ~ts, which prints a list of binaries run together
     if len(set(partitions)) != len(partitions):
         raise SuperStreamRefused(
-            Refusal.VALIDATION, f"Duplicate partition names found {list(partitions)}"
+            Refusal.VALIDATION, f"Duplicate partition names found {''.join(partitions)}", True
         )
-    bad = [p for p in partitions if stream_name(p) is None]
-    if bad:
-        raise SuperStreamRefused(Refusal.VALIDATION, f"{bad} is not a correct partition names")
+    # lists:dropwhile: the first refused name and every one after it
+    first_bad = next((k for k, p in enumerate(partitions) if stream_name(p) is None), None)
+    if first_bad is not None:
+        bad = "".join(partitions[first_bad:])
+        raise SuperStreamRefused(
+            Refusal.VALIDATION, f"{bad} is not a correct partition names", True
+        )
     if len(partitions) > MAX_PARTITIONS:
         raise SuperStreamRefused(
-            Refusal.VALIDATION, f"The partition number must not exceed {MAX_PARTITIONS}"
+            Refusal.VALIDATION, f"The partition number must not exceed {MAX_PARTITIONS}", True
         )
     limit = vhost.limit("max-queues")
     if limit is not None and len(vhost.queues) + len(partitions) > limit:
@@ -202,6 +212,10 @@ def _validate(
             Refusal.VALIDATION,
             f"Cannot declare super stream {name} with {len(partitions)} partition(s) because "
             f"queue limit {limit} in vhost '{vhost.name}' is reached",
+        )
+    if stream_name(name) is None:  # the stream protocol refuses such a name before
+        raise SuperStreamRefused(
+            Refusal.VALIDATION, f"{name} is not a correct name for a super stream"
         )
     if name in vhost.exchanges:
         raise SuperStreamRefused(Refusal.EXISTS, f"there is already an exchange named {name}")
