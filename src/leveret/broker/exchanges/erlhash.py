@@ -17,9 +17,11 @@ from __future__ import annotations
 import math
 import struct
 
-M32 = 0xFFFFFFFF
+from leveret.protocol.lookup2 import GOLDEN as HCONST
+from leveret.protocol.lookup2 import M32, block_hash, mix
+
 M64 = 0xFFFFFFFFFFFFFFFF
-HCONST = 0x9E3779B9  # the golden ratio; the others are its multiples mod 2^32
+# HCONST is the golden ratio; the others are its multiples mod 2^32
 HCONST_2 = 0x3C6EF372
 HCONST_3 = 0xDAA66D2B
 HCONST_4 = 0x78DDE6E4
@@ -48,58 +50,16 @@ class _Rest:
         self.start = start
 
 
-def _mix(a: int, b: int, c: int) -> tuple[int, int, int]:
-    a = (a - b - c) & M32
-    a ^= c >> 13
-    b = (b - c - a) & M32
-    b ^= (a << 8) & M32
-    c = (c - a - b) & M32
-    c ^= b >> 13
-    a = (a - b - c) & M32
-    a ^= c >> 12
-    b = (b - c - a) & M32
-    b ^= (a << 16) & M32
-    c = (c - a - b) & M32
-    c ^= b >> 5
-    a = (a - b - c) & M32
-    a ^= c >> 3
-    b = (b - c - a) & M32
-    b ^= (a << 10) & M32
-    c = (c - a - b) & M32
-    c ^= b >> 15
-    return a, b, c
-
-
-def _block_hash(data: bytes, initval: int) -> int:
-    a = b = HCONST
-    c = initval & M32
-    n = len(data)
-    full = n - n % 12
-    for i in range(0, full, 12):
-        a = (a + int.from_bytes(data[i : i + 4], "little")) & M32
-        b = (b + int.from_bytes(data[i + 4 : i + 8], "little")) & M32
-        c = (c + int.from_bytes(data[i + 8 : i + 12], "little")) & M32
-        a, b, c = _mix(a, b, c)
-    rest = data[full:]
-    c = (c + n) & M32
-    # the first byte of c is the length: the tail's bytes 8..10 go in above it
-    tail = rest + bytes(12 - len(rest))
-    a = (a + int.from_bytes(tail[0:4], "little")) & M32
-    b = (b + int.from_bytes(tail[4:8], "little")) & M32
-    c = (c + (int.from_bytes(tail[8:11], "little") << 8)) & M32
-    return _mix(a, b, c)[2]
-
-
 def _uint32_hash(value: int, const: int, hash_: int) -> int:
     a = (const + (value & M32)) & M32
     b = const & M32
-    return _mix(a, b, hash_)[2]
+    return mix(a, b, hash_)[2]
 
 
 def _uint32_hash_2(x: int, y: int, const: int, hash_: int) -> int:
     a = (const + (x & M32)) & M32
     b = (const + (y & M32)) & M32
-    return _mix(a, b, hash_)[2]
+    return mix(a, b, hash_)[2]
 
 
 def atom_hash(name: str) -> int:
@@ -184,7 +144,7 @@ def make_hash2(term: object) -> int:
         elif isinstance(term, (str, bytes, bytearray, memoryview)):
             data = term.encode() if isinstance(term, str) else bytes(term)
             con = (HCONST_13 + hash_) & M32
-            hash_ = _block_hash(data, con) if data else con
+            hash_ = block_hash(data, con) if data else con
         elif isinstance(term, tuple):
             hash_ = _uint32_hash(len(term), HCONST_9, hash_)
             stack.extend(reversed(term))

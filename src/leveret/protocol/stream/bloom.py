@@ -26,64 +26,20 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from leveret.protocol.lookup2 import M32, block_hash, mix
+
 DEFAULT_SIZE = 16  # bytes
 MIN_SIZE = 16
 MAX_SIZE = 255
 
-_M = 0xFFFFFFFF
-_GOLDEN = 0x9E3779B9  # make_hash2's HCONST
 _BINARY = 0x08D12E65  # HCONST_13: a binary's seed (HCONST * 13 mod 2^32)
 _NIL = 0x3C6EF372  # HCONST_2: the list's tail ([]) mixed in after its element
 _NIL_DEF = 2  # the tag of [] as make_hash2 mixes it
 _NIL_ALONE = 3468870702  # make_hash2 of [] after a zero hash
 
 
-def _mix(a: int, b: int, c: int) -> tuple[int, int, int]:
-    a = (a - b - c) & _M
-    a ^= c >> 13
-    b = (b - c - a) & _M
-    b ^= (a << 8) & _M
-    c = (c - a - b) & _M
-    c ^= b >> 13
-    a = (a - b - c) & _M
-    a ^= c >> 12
-    b = (b - c - a) & _M
-    b ^= (a << 16) & _M
-    c = (c - a - b) & _M
-    c ^= b >> 5
-    a = (a - b - c) & _M
-    a ^= c >> 3
-    b = (b - c - a) & _M
-    b ^= (a << 10) & _M
-    c = (c - a - b) & _M
-    c ^= b >> 15
-    return a, b, c
-
-
-def _block_hash(data: bytes, seed: int) -> int:
-    a = b = _GOLDEN
-    c = seed
-    n = len(data)
-    i = 0
-    while n - i >= 12:
-        a = (a + int.from_bytes(data[i : i + 4], "little")) & _M
-        b = (b + int.from_bytes(data[i + 4 : i + 8], "little")) & _M
-        c = (c + int.from_bytes(data[i + 8 : i + 12], "little")) & _M
-        a, b, c = _mix(a, b, c)
-        i += 12
-    c = (c + n) & _M
-    tail = data[i:]
-    if len(tail) > 8:  # the first byte of c is the length's
-        c = (c + (int.from_bytes(tail[8:], "little") << 8)) & _M
-    if len(tail) > 4:
-        b = (b + int.from_bytes(tail[4:8], "little")) & _M
-    if tail:
-        a = (a + int.from_bytes(tail[:4], "little")) & _M
-    return _mix(a, b, c)[2]
-
-
 def _hash_binary(value: bytes) -> int:
-    return _block_hash(value, _BINARY) if value else _BINARY
+    return block_hash(value, _BINARY) if value else _BINARY
 
 
 def phash2(value: bytes, range_: int) -> int:
@@ -94,7 +50,7 @@ def phash2(value: bytes, range_: int) -> int:
 def phash2_list(value: bytes, range_: int) -> int:
     """``erlang:phash2([Value], Range)``: the binary, then the list's end, mixed."""
     h = _hash_binary(value)
-    h = _NIL_ALONE if h == 0 else _mix((_NIL + _NIL_DEF) & _M, _NIL, h)[2]
+    h = _NIL_ALONE if h == 0 else mix((_NIL + _NIL_DEF) & M32, _NIL, h)[2]
     return h % range_
 
 
