@@ -261,38 +261,9 @@ class Config:
         names = {f.name for f in fields(self)}
         if key not in names or key in self._TABLES:
             raise ConfigError(f"unknown setting '{key}'")
-        if key == "auth_mechanisms":
-            self.auth_mechanisms = _mechanisms(value)
-            return
-        if key == "connection_max":
-            self.connection_max = _connection_max(value)
-            return
-        if key == "loopback_users":
-            self.loopback_users = _loopback_users(value)
-            return
-        if key == "plugins":
-            try:
-                self.plugins = plugins.parse(value)
-            except (plugins.UnknownPlugin, TypeError) as exc:
-                raise ConfigError(str(exc)) from exc
-            return
-        if key == "consumer_timeout":
-            self.consumer_timeout = _consumer_timeout(value)
-            return
-        if key == "message_interceptors":
-            self.message_interceptors = _interceptors(value)
-            return
-        if key == "syslog_port":
-            self.syslog_port = _optional_port(key, value)
-            return
-        if key == "rabbitmq_version":
-            self.rabbitmq_version = _series(value)
-            return
-        if key == "deprecated_features":
-            self.deprecated_features = _deprecated_features(value)
-            return
-        if key == "max_message_size":
-            self.max_message_size = _max_message_size(value)
+        parse = _PARSERS.get(key)
+        if parse is not None:  # a setting with a reader of its own
+            setattr(self, key, parse(value))
             return
         current = getattr(self, key)
         try:
@@ -577,6 +548,13 @@ def _named_flags(
     return tuple(out.items())
 
 
+def _plugins(value: Any) -> tuple[str, ...]:
+    try:
+        return plugins.parse(value)
+    except (plugins.UnknownPlugin, TypeError) as exc:
+        raise ConfigError(str(exc)) from exc
+
+
 def _interceptors(value: Any) -> tuple[tuple[str, bool], ...]:
     """rabbitmq.conf's message_interceptors.incoming.<name>.overwrite entries, as a TOML
     table ``{incoming = {<name> = {overwrite = true}}}`` or ``name=true,...``."""
@@ -673,6 +651,21 @@ def _connection_max(value: Any) -> int | None:
     if number < 0 or isinstance(value, bool):
         raise ConfigError("invalid value for 'connection_max': a non-negative integer")
     return number
+
+
+#: The settings read by a function of their own (the others by their type, in Config.set).
+_PARSERS: dict[str, Callable[[Any], Any]] = {
+    "auth_mechanisms": _mechanisms,
+    "connection_max": _connection_max,
+    "loopback_users": _loopback_users,
+    "plugins": _plugins,
+    "consumer_timeout": _consumer_timeout,
+    "message_interceptors": _interceptors,
+    "syslog_port": lambda value: _optional_port("syslog_port", value),
+    "rabbitmq_version": _series,
+    "deprecated_features": _deprecated_features,
+    "max_message_size": _max_message_size,
+}
 
 
 def _tls(item: dict[str, Any]) -> TlsConfig:
