@@ -56,7 +56,7 @@ log = logging.getLogger(__name__)
 C = commands
 
 
-class Session(ConnectionEvents):
+class Session(ConnectionEvents, names.NamedConnection):
     def __init__(
         self,
         broker: BrokerCore,
@@ -159,11 +159,6 @@ class Session(ConnectionEvents):
     @property
     def username(self) -> str:
         return self._username
-
-    @property
-    def name(self) -> str:
-        """RabbitMQ's name for a connection: ``peer:port -> local:port``."""
-        return names.connection_name(self.peer, self.local)
 
     # -------------------------------------------------------------- channels
     @property
