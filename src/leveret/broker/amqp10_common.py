@@ -167,9 +167,18 @@ class Amqp10Base:
         assert self.user is not None
         return Actor(self.user.name, self.permission, self.info)
 
-    def _refuse_attach(self, channel: int, handle: int, attach: Any, error: d.Error) -> None:
+    def _refuse_attach(
+        self,
+        channel: int,
+        handle: int,
+        attach: Any,
+        error: d.Error | BadAddress | AMQPError | LinkError,
+    ) -> None:
         """As RabbitMQ 4.2 (its figure 2.33): an attach whose terminus on our side is
-        null (the client's echoed), then the detach."""
+        null (the client's echoed), then the detach with ``error`` (or what refused it:
+        an address, a broker operation's error or the link's own)."""
+        if not isinstance(error, d.Error):
+            error = refusal(error)
         receives = bool(attach.role)  # the client receives: we are the sender
         self.conn.send_attach(
             channel,

@@ -16,7 +16,6 @@ from leveret.broker.amqp10_common import (
     LinkSession,
     SessionError,
     condition,
-    refusal,
 )
 from leveret.broker.amqp10_delivery import delivery, settle_op, stream_delivery
 from leveret.broker.amqp10_filters import consumer_spec
@@ -112,7 +111,7 @@ class Consuming(Amqp10Base):
                     )
                 )
         except (addresses.BadAddress, AMQPError, LinkError) as exc:
-            return self._refuse_attach(session.channel, handle, attach, refusal(exc))
+            return self._refuse_attach(session.channel, handle, attach, exc)
         if isinstance(source, d.Source):
             v4 = self.broker.compat.v4
             spec = consumer_spec(source.filter, attach.properties, source.filter_types, v4)

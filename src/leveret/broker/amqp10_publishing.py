@@ -18,7 +18,6 @@ from leveret.broker.amqp10_common import (
     LinkSession,
     SessionError,
     condition,
-    refusal,
 )
 from leveret.broker.amqp10_links import MAX_LINK_CREDIT, PublisherLink
 from leveret.broker.amqp10_message import Amqp10Error, Parsed, parse, size_error, user_id_error
@@ -99,7 +98,7 @@ class Publishing(Amqp10Base):
                         d.Error(d.NOT_FOUND, f"no queue '{dest.queue}' in vhost '{vhost.name}'")
                     )
         except (addresses.BadAddress, AMQPError, LinkError) as exc:
-            return self._refuse_attach(session.channel, handle, attach, refusal(exc))
+            return self._refuse_attach(session.channel, handle, attach, exc)
         settled = attach.snd_settle_mode == d.SenderSettleMode.SETTLED
         max_size = vhost.max_message_size
         link = PublisherLink(

@@ -329,11 +329,7 @@ class Amqp10Session(Publishing, Consuming, ManagementLinks, names.NamedConnectio
 
     # ---------------------------------------------------------- flow control
     def set_writable(self, writable: bool) -> None:
-        if writable == self.writable:
-            return
-        self.writable = writable
-        WriteStalls.count += -1 if writable else 1
-        if writable:
+        if WriteStalls.turn(self, writable) and writable:
             for session in self.sessions.values():
                 for link in session.consumers.values():
                     link.queue.dispatch()

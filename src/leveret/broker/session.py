@@ -232,11 +232,7 @@ class Session(ConnectionEvents, names.NamedConnection):
                 self.waiting_confirms.discard(ch)
 
     def set_writable(self, writable: bool) -> None:
-        if writable == self.writable:
-            return
-        self.writable = writable
-        WriteStalls.count += -1 if writable else 1
-        if writable:
+        if WriteStalls.turn(self, writable) and writable:
             for ch in list(self.channels.values()):
                 ch.kick()
             self.release_held()
