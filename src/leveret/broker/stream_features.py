@@ -227,42 +227,37 @@ class StreamFeatures:
         ss.delete_super_stream(self.vhost_obj, e.name, partitions)
 
     def _route(self, e: ev.Route) -> None:
-        vhost = self.vhost_obj
-        assert vhost is not None
         self._streams_response(
             Key.ROUTE,
-            e.correlation_id,
-            e.super_stream,
-            lambda: ss.route(vhost, e.super_stream, e.routing_key),
+            e,
+            lambda vhost: ss.route(vhost, e.super_stream, e.routing_key),
             lambda kind, name: self._may("write", kind, name),
         )
 
     def _partitions(self, e: ev.Partitions) -> None:
-        vhost = self.vhost_obj
-        assert vhost is not None
         self._streams_response(
             Key.PARTITIONS,
-            e.correlation_id,
-            e.super_stream,
-            lambda: ss.partitions(vhost, e.super_stream),
+            e,
+            lambda vhost: ss.partitions(vhost, e.super_stream),
             self._may_read_or_write,
         )
 
     def _streams_response(
         self,
         key: Key,
-        cid: int,
-        super_stream: str,
-        find: Callable[[], list[str] | None],
+        e: ev.Route | ev.Partitions,
+        find: Callable[[VirtualHost], list[str] | None],
         may: Callable[[str, str], bool],
     ) -> None:
-        """Route's and Partitions' answer: the super stream's streams ``find`` gives, or
-        why not; from 3.13 on, the permission ``may`` on its exchange and on each stream."""
+        """Route's and Partitions' answer: the streams of the super stream ``find`` gives,
+        or why not; from 3.13 on, the permission ``may`` on its exchange and each stream."""
+        vhost = self.vhost_obj
+        assert vhost is not None
         code, streams = Code.OK, []
-        if self.v313 and not may("exchange", super_stream):
+        if self.v313 and not may("exchange", e.super_stream):
             code = Code.ACCESS_REFUSED
         else:
-            found = find()
+            found = find(vhost)
             if found is None:
                 code = Code.STREAM_DOES_NOT_EXIST
             elif self.v313 and not all(may("queue", s) for s in found):
@@ -271,7 +266,7 @@ class StreamFeatures:
                 streams = found
         if code != Code.OK:
             count_error(self.broker, code)
-        self.output.send(encode.streams_response(key, cid, code, streams, self.v313))
+        self.output.send(encode.streams_response(key, e.correlation_id, code, streams, self.v313))
 
     # ------------------------------------------------ single active consumer
     def sac_notice(self, notice: Notice) -> None:
