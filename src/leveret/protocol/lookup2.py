@@ -29,17 +29,19 @@ def block_hash(data: bytes, initval: int) -> int:
     a = b = GOLDEN
     c = initval & M32
     n = len(data)
-    full = n - n % 12
-    for i in range(0, full, 12):
+    i = 0
+    while n - i >= 12:
         a = (a + int.from_bytes(data[i : i + 4], "little")) & M32
         b = (b + int.from_bytes(data[i + 4 : i + 8], "little")) & M32
         c = (c + int.from_bytes(data[i + 8 : i + 12], "little")) & M32
         a, b, c = mix(a, b, c)
-    rest = data[full:]
+        i += 12
     c = (c + n) & M32
-    # the first byte of c is the length: the tail's bytes 8..10 go in above it
-    tail = rest + bytes(12 - len(rest))
-    a = (a + int.from_bytes(tail[0:4], "little")) & M32
-    b = (b + int.from_bytes(tail[4:8], "little")) & M32
-    c = (c + (int.from_bytes(tail[8:11], "little") << 8)) & M32
+    tail = data[i:]
+    if len(tail) > 8:  # the first byte of c is the length: bytes 8..10 go in above it
+        c = (c + (int.from_bytes(tail[8:], "little") << 8)) & M32
+    if len(tail) > 4:
+        b = (b + int.from_bytes(tail[4:8], "little")) & M32
+    if tail:
+        a = (a + int.from_bytes(tail[:4], "little")) & M32
     return mix(a, b, c)[2]
