@@ -162,6 +162,17 @@ class Accepted(Enum):
     HOLD = 4
 
 
+#: The policy keys of classic queue mirroring: no other queue type takes them.
+MIRRORING_POLICIES = (
+    "ha-mode",
+    "ha-params",
+    "ha-sync-mode",
+    "ha-promote-on-shutdown",
+    "ha-promote-on-failure",
+    "queue-master-locator",
+)
+
+
 class Queue(Governed):
     """State every queue type has, and the operations each type implements."""
 

@@ -6,7 +6,7 @@ to disk (:mod:`leveret.broker.queues.paging`)."""
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
 
 from leveret.broker import dedup
 from leveret.broker.arguments import (
@@ -19,7 +19,7 @@ from leveret.broker.compat import RABBITMQ_3_10, RabbitMQ
 from leveret.broker.entry import Entry, now_ms
 from leveret.broker.memory import MemoryBudget
 from leveret.broker.message import Message
-from leveret.broker.policies import Rule, smaller
+from leveret.broker.policies import smaller
 from leveret.broker.queues.backlog import HOLD_AT, RELEASE_AT
 from leveret.broker.queues.base import Accepted, Overflow, Queue
 from leveret.broker.queues.paging import PagedReady
@@ -52,17 +52,17 @@ def _int(value: Any) -> int | None:
 
 
 class ClassicQueue(Queue):
-    type_name: ClassVar[str] = "classic"
-    rabbit_type: ClassVar[str] = "rabbit_classic_queue"
+    type_name = "classic"
+    rabbit_type = "rabbit_classic_queue"
     # rabbit_amqqueue_process:process_args_policy: the smaller of argument and policy for
     # these, the argument for the others.
-    POLICY_RULES: ClassVar[dict[str, Rule]] = {
+    POLICY_RULES = {
         "expires": smaller,
         "message-ttl": smaller,
         "max-length": smaller,
         "max-length-bytes": smaller,
     }
-    UNSUPPORTED_POLICIES: ClassVar[frozenset[str]] = frozenset(
+    UNSUPPORTED_POLICIES = frozenset(
         (
             "max-age",
             "stream-max-segment-size-bytes",

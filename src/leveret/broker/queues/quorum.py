@@ -31,7 +31,7 @@ import logging
 from collections import deque
 from collections.abc import Iterable, Mapping
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
 
 from leveret.broker import dedup
 from leveret.broker.arguments import (
@@ -42,10 +42,16 @@ from leveret.broker.arguments import (
 from leveret.broker.compat import RABBITMQ_3_10, RabbitMQ
 from leveret.broker.entry import Entry, now_ms
 from leveret.broker.message import Message
-from leveret.broker.policies import Rule, policy_wins, smaller
+from leveret.broker.policies import policy_wins, smaller
 from leveret.broker.ports import DEAD_LETTERED, OUT, RETURNED
 from leveret.broker.queues import quorum4
-from leveret.broker.queues.base import Accepted, Overflow, Queue, check_replicated_declaration
+from leveret.broker.queues.base import (
+    MIRRORING_POLICIES,
+    Accepted,
+    Overflow,
+    Queue,
+    check_replicated_declaration,
+)
 from leveret.broker.ring import ConsumerRing
 from leveret.protocol import errors, table
 
@@ -124,13 +130,13 @@ class _Letter:
 
 
 class QuorumQueue(Queue):
-    keeps_log: ClassVar[bool] = True
-    type_name: ClassVar[str] = "quorum"
-    rabbit_type: ClassVar[str] = "rabbit_quorum_queue"
+    keeps_log = True
+    type_name = "quorum"
+    rabbit_type = "rabbit_quorum_queue"
     # rabbit_quorum_queue:ra_machine_config: the smaller of argument and policy for the
     # limits and the TTL, the policy for overflow and expires, the argument for the
     # dead-letter settings.
-    POLICY_RULES: ClassVar[dict[str, Rule]] = {
+    POLICY_RULES = {
         "max-length": smaller,
         "max-length-bytes": smaller,
         "max-in-memory-length": smaller,
@@ -141,17 +147,12 @@ class QuorumQueue(Queue):
         "expires": policy_wins,
     }
     # rabbit_quorum_queue:capabilities(): a policy holding one of these never applies
-    UNSUPPORTED_POLICIES: ClassVar[frozenset[str]] = frozenset(
+    UNSUPPORTED_POLICIES = frozenset(
         (
             "max-priority",
             "queue-mode",
             "single-active-consumer",
-            "ha-mode",
-            "ha-params",
-            "ha-sync-mode",
-            "ha-promote-on-shutdown",
-            "ha-promote-on-failure",
-            "queue-master-locator",
+            *MIRRORING_POLICIES,
             "max-age",
             "stream-max-segment-size-bytes",
             "initial-cluster-size",

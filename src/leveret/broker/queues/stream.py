@@ -9,15 +9,20 @@ import datetime
 import re
 import struct
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
 
 from leveret.broker.arguments import check_consume_arguments, text
 from leveret.broker.clock import wall_ms
 from leveret.broker.compat import RABBITMQ_3_10, RabbitMQ
 from leveret.broker.entry import Entry
 from leveret.broker.message import Message
-from leveret.broker.policies import Rule, policy_wins
-from leveret.broker.queues.base import Accepted, Queue, check_replicated_declaration
+from leveret.broker.policies import policy_wins
+from leveret.broker.queues.base import (
+    MIRRORING_POLICIES,
+    Accepted,
+    Queue,
+    check_replicated_declaration,
+)
 from leveret.broker.queues.stream_amqp091 import to_amqp091
 from leveret.broker.queues.stream_amqp10 import to_amqp10
 from leveret.broker.queues.stream_filtering import (
@@ -76,16 +81,16 @@ DEFAULT_FILTER_SIZE = 16  # osiris's ?DEFAULT_FILTER_SIZE
 
 
 class StreamQueue(Queue):
-    keeps_log: ClassVar[bool] = True
-    type_name: ClassVar[str] = "stream"
-    rabbit_type: ClassVar[str] = "rabbit_stream_queue"
+    keeps_log = True
+    type_name = "stream"
+    rabbit_type = "rabbit_stream_queue"
     # rabbit_stream_queue:update_stream_conf: a policy's value wins over the argument.
-    POLICY_RULES: ClassVar[dict[str, Rule]] = {
+    POLICY_RULES = {
         "max-length-bytes": policy_wins,
         "max-age": policy_wins,
         "stream-max-segment-size-bytes": policy_wins,
     }
-    UNSUPPORTED_POLICIES: ClassVar[frozenset[str]] = frozenset(
+    UNSUPPORTED_POLICIES = frozenset(
         (
             "expires",
             "message-ttl",
@@ -99,12 +104,7 @@ class StreamQueue(Queue):
             "queue-mode",
             "single-active-consumer",
             "delivery-limit",
-            "ha-mode",
-            "ha-params",
-            "ha-sync-mode",
-            "ha-promote-on-shutdown",
-            "ha-promote-on-failure",
-            "queue-master-locator",
+            *MIRRORING_POLICIES,
             "dead-letter-strategy",
         )
     )
