@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING, Any
 
 from leveret.broker import dedup
 from leveret.broker.arguments import (
-    check_consume_arguments,
     check_credit_argument,
     check_queue_arguments,
     optional_text,
@@ -31,8 +30,6 @@ if TYPE_CHECKING:
     from leveret.broker.ports import FlowHolder, Pager, QueueStore
     from leveret.broker.queues.base import DeadLetters, Declaration, QueueHome, Subscriber
 
-# The consumer arguments a classic queue takes (rabbit_classic_queue:capabilities()).
-CONSUMER_ARGS = frozenset(("x-cancel-on-ha-failover", "x-priority", "x-credit"))
 _EXPIRATION_FLAG = 0x01  # byte 0 of the property flags: expiration (0x0100)
 
 
@@ -54,6 +51,8 @@ def _int(value: Any) -> int | None:
 class ClassicQueue(Queue):
     type_name = "classic"
     rabbit_type = "rabbit_classic_queue"
+    # The consumer arguments a classic queue takes (rabbit_classic_queue:capabilities()).
+    CONSUMER_ARGS = frozenset(("x-cancel-on-ha-failover", "x-priority", "x-credit"))
     # rabbit_amqqueue_process:process_args_policy: the smaller of argument and policy for
     # these, the argument for the others.
     POLICY_RULES = {
@@ -185,9 +184,8 @@ class ClassicQueue(Queue):
     def consumer_start(
         self, no_ack: bool, prefetch: int, arguments: dict[str, Any], global_prefetch: int = 0
     ) -> None:
-        v4 = self.compat.v4
-        check_consume_arguments(self.where, arguments, CONSUMER_ARGS, self.rabbit_type, v4)
-        check_credit_argument(arguments, v4)
+        self._check_consume_arguments(arguments)
+        check_credit_argument(arguments, self.compat.v4)
 
     # ---------------------------------------------------------------- publishing
     def is_full(self, extra_bytes: int = 0) -> bool:

@@ -35,7 +35,6 @@ from typing import TYPE_CHECKING, Any
 
 from leveret.broker import dedup
 from leveret.broker.arguments import (
-    check_consume_arguments,
     check_credit_argument,
     optional_text,
 )
@@ -81,8 +80,6 @@ QUORUM_ARGS = frozenset(
         "x-queue-leader-locator",
     )
 )
-# The consumer arguments it takes; those of other types are refused (rabbit_amqqueue).
-CONSUMER_ARGS = frozenset(("x-priority", "x-credit"))
 DEFAULT_PREFETCH = 2000  # what a consumer without prefetch gets (rabbit_quorum_queue)
 LOW_LIMIT = 0.8  # reject-publish lets publishers in again below this share of the limit
 SETTLE_TIMEOUT_MS = 180_000  # at-least-once retry interval (RabbitMQ's default)
@@ -133,6 +130,8 @@ class QuorumQueue(Queue):
     keeps_log = True
     type_name = "quorum"
     rabbit_type = "rabbit_quorum_queue"
+    # The consumer arguments a quorum queue takes (rabbit_quorum_queue:capabilities()).
+    CONSUMER_ARGS = frozenset(("x-priority", "x-credit"))
     # rabbit_quorum_queue:ra_machine_config: the smaller of argument and policy for the
     # limits and the TTL, the policy for overflow and expires, the argument for the
     # dead-letter settings.
@@ -390,11 +389,10 @@ class QuorumQueue(Queue):
     def consumer_start(
         self, no_ack: bool, prefetch: int, arguments: dict[str, Any], global_prefetch: int = 0
     ) -> None:
-        v4 = self.compat.v4
-        check_consume_arguments(self.where, arguments, CONSUMER_ARGS, self.rabbit_type, v4)
+        self._check_consume_arguments(arguments)
         if global_prefetch:
             raise errors.not_implemented(f"{self.where} does not support global qos")
-        check_credit_argument(arguments, v4)
+        check_credit_argument(arguments, self.compat.v4)
 
     def add_consumer(self, consumer: Subscriber, start: Any = None) -> None:
         self._subscribe(consumer)

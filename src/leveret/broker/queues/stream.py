@@ -11,7 +11,7 @@ import struct
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
-from leveret.broker.arguments import check_consume_arguments, text
+from leveret.broker.arguments import text
 from leveret.broker.clock import wall_ms
 from leveret.broker.compat import RABBITMQ_3_10, RabbitMQ
 from leveret.broker.entry import Entry
@@ -65,8 +65,6 @@ STREAM_ARGS = frozenset(
     )
 )
 READ_BATCH = 256
-# The consumer arguments a stream takes (rabbit_stream_queue:capabilities()).
-CONSUMER_ARGS = frozenset(("x-stream-offset", "x-credit"))
 
 
 def interval_ms(text: str) -> int | None:
@@ -84,6 +82,8 @@ class StreamQueue(Queue):
     keeps_log = True
     type_name = "stream"
     rabbit_type = "rabbit_stream_queue"
+    # The consumer arguments a stream takes (rabbit_stream_queue:capabilities()).
+    CONSUMER_ARGS = frozenset(("x-stream-offset", "x-credit"))
     # rabbit_stream_queue:update_stream_conf: a policy's value wins over the argument.
     POLICY_RULES = {
         "max-length-bytes": policy_wins,
@@ -220,8 +220,7 @@ class StreamQueue(Queue):
     def consumer_start(
         self, no_ack: bool, prefetch: int, arguments: dict[str, Any], global_prefetch: int = 0
     ) -> int:
-        v4 = self.compat.v4
-        check_consume_arguments(self.where, arguments, CONSUMER_ARGS, self.rabbit_type, v4)
+        self._check_consume_arguments(arguments)
         if no_ack:
             raise stream_not_supported("automatic acknowledgement", self)
         if not prefetch:
