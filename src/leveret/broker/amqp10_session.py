@@ -44,7 +44,7 @@ from leveret.protocol.amqp10.types import Symbol
 log = logging.getLogger(__name__)
 
 
-class Amqp10Session(Publishing, Consuming, ManagementLinks, names.NamedConnection):
+class Amqp10Session(names.NamedConnection, Publishing, Consuming, ManagementLinks):
     """An AMQP 1.0 connection, from SASL to close."""
 
     # RabbitMQ 4 lists these connections with this protocol

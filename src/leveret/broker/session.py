@@ -56,7 +56,7 @@ log = logging.getLogger(__name__)
 C = commands
 
 
-class Session(ConnectionEvents, names.NamedConnection):
+class Session(names.NamedConnection, ConnectionEvents):
     def __init__(
         self,
         broker: BrokerCore,

@@ -97,7 +97,7 @@ class Subscription:
     reading: bool = True
 
 
-class StreamSession(StreamFeatures, StreamHandshake, names.NamedConnection):
+class StreamSession(names.NamedConnection, StreamFeatures, StreamHandshake):
     # the info item protocol of rabbit_stream_reader's connections (the events say it)
     protocol: ClassVar[str] = "stream"
 
