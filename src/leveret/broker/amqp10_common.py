@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, cast
 
 from leveret.broker import operations
+from leveret.broker.amqp10_addresses import BadAddress
 from leveret.broker.amqp10_figures import SessionFigures
 from leveret.broker.amqp10_links import ConsumerLink, PublisherLink, VolatileLink
 from leveret.broker.broker import BrokerCore
@@ -64,6 +65,12 @@ class LinkError(Exception):
     def __init__(self, error: d.Error) -> None:
         super().__init__(error.description)
         self.error = error
+
+
+def refusal(exc: BadAddress | AMQPError | LinkError) -> d.Error:
+    """Why an attach is refused, from what refused it: an address RabbitMQ refuses, a
+    broker operation's error, or the link's own."""
+    return condition(exc) if isinstance(exc, AMQPError) else exc.error
 
 
 class SessionError(Exception):
@@ -160,9 +167,18 @@ class Amqp10Base:
         assert self.user is not None
         return Actor(self.user.name, self.permission, self.info)
 
-    def _refuse_attach(self, channel: int, handle: int, attach: Any, error: d.Error) -> None:
+    def _refuse_attach(
+        self,
+        channel: int,
+        handle: int,
+        attach: Any,
+        error: d.Error | BadAddress | AMQPError | LinkError,
+    ) -> None:
         """As RabbitMQ 4.2 (its figure 2.33): an attach whose terminus on our side is
-        null (the client's echoed), then the detach."""
+        null (the client's echoed), then the detach with ``error`` (or what refused it:
+        an address, a broker operation's error or the link's own)."""
+        if not isinstance(error, d.Error):
+            error = refusal(error)
         receives = bool(attach.role)  # the client receives: we are the sender
         self.conn.send_attach(
             channel,
@@ -175,6 +191,16 @@ class Amqp10Base:
         )
         self.conn.send_detach(channel, handle, True, error)
 
+    @staticmethod
+    def _check_queue_limit(vhost: VirtualHost, name: str) -> None:
+        """The vhost's queue limit: a LinkError (resource-limit-exceeded) when reached."""
+        try:
+            check_queue_limit(vhost, name)
+        except AMQPError as exc:
+            raise LinkError(
+                d.Error(d.RESOURCE_LIMIT_EXCEEDED, condition(exc).description)
+            ) from None
+
     def _declare_v1(self, name: str, durable: bool) -> None:
         """declare_queue_v1: configure permission, the vhost's queue limit, then a
         classic queue (an existing one as it is)."""
@@ -183,10 +209,5 @@ class Amqp10Base:
         operations.check_access(vhost, self.actor, "configure", "queue", name)
         if name in vhost.queues:
             return
-        try:
-            check_queue_limit(vhost, name)
-        except AMQPError as exc:
-            raise LinkError(
-                d.Error(d.RESOURCE_LIMIT_EXCEEDED, condition(exc).description)
-            ) from None
+        self._check_queue_limit(vhost, name)
         vhost.declare_queue(name, durable, None, False, {})

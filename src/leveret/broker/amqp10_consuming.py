@@ -23,7 +23,6 @@ from leveret.broker.amqp10_links import ConsumerLink, LinkConsumer, VolatileLink
 from leveret.broker.amqp10_message import Amqp10Error, size_error
 from leveret.broker.entry import Entry
 from leveret.broker.events import ConsumerCreated, ConsumerDeleted
-from leveret.broker.limits import check_queue_limit
 from leveret.broker.message import Message
 from leveret.broker.operations.bindings import BindingRequest, bind
 from leveret.broker.queues import Queue
@@ -111,12 +110,8 @@ class Consuming(Amqp10Base):
                         f"vhost '{vhost.name}'",
                     )
                 )
-        except addresses.BadAddress as exc:
-            return self._refuse_attach(session.channel, handle, attach, exc.error)
-        except AMQPError as exc:
-            return self._refuse_attach(session.channel, handle, attach, condition(exc))
-        except LinkError as exc:
-            return self._refuse_attach(session.channel, handle, attach, exc.error)
+        except (addresses.BadAddress, AMQPError, LinkError) as exc:
+            return self._refuse_attach(session.channel, handle, attach, exc)
         if isinstance(source, d.Source):
             v4 = self.broker.compat.v4
             spec = consumer_spec(source.filter, attach.properties, source.filter_types, v4)
@@ -227,12 +222,7 @@ class Consuming(Amqp10Base):
             assert vhost is not None
             name = _dynamic_name(self.container_id, attach.name)
             operations.check_access(vhost, self.actor, "configure", "queue", name)
-            try:
-                check_queue_limit(vhost, name)
-            except AMQPError as exc:
-                raise LinkError(
-                    d.Error(d.RESOURCE_LIMIT_EXCEEDED, condition(exc).description)
-                ) from None
+            self._check_queue_limit(vhost, name)
             vhost.declare_queue(name, False, self.info, False, {})
             return d.Source(
                 address=queue_address(name),

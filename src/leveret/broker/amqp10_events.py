@@ -24,6 +24,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from leveret.broker.amqp10_presence import (
+    DIRECT_TLS_KEYS,
     DirectConnection,
     Shape,
     consumer_shape,
@@ -37,27 +38,9 @@ Value = Any
 _PLUGIN_PROTOCOL = Term("{'AMQP',\"1.0\"}")
 #: rabbit_amqp_reader's i(protocol)
 _NATIVE_PROTOCOL = Term("{1,0}")
-#: the TLS items of the adapter info (amqp_direct_connection:maybe_ssl_info), after ssl
-_DIRECT_TLS = (
-    "ssl_protocol",
-    "ssl_key_exchange",
-    "ssl_cipher",
-    "ssl_hash",
-    "peer_cert_issuer",
-    "peer_cert_subject",
-    "peer_cert_validity",
-)
-#: ?AUTH_EVENT_KEYS' TLS items
-_NATIVE_TLS = (
-    "ssl_protocol",
-    "ssl_key_exchange",
-    "ssl_cipher",
-    "ssl_hash",
-    "peer_cert_issuer",
-    "peer_cert_subject",
-    "peer_cert_serial_number",
-    "peer_cert_validity",
-)
+#: ?AUTH_EVENT_KEYS' TLS items: the adapter's (DIRECT_TLS_KEYS), the serial number
+#: before the validity
+_NATIVE_TLS = (*DIRECT_TLS_KEYS[:-1], "peer_cert_serial_number", "peer_cert_validity")
 
 
 class Exchange(Protocol):
@@ -86,17 +69,24 @@ def _tls(c: Any) -> dict[str, Any]:
     return getattr(c, "transport_details", None) or {}
 
 
-def _native_auth_items(c: Any) -> list[tuple[str, Value]]:
-    """?AUTH_EVENT_KEYS after ``name``: those with a value ('' left out)."""
+def _native_addresses(c: Any) -> list[tuple[str, Value]]:
+    """An AMQP 1.0 connection's ends and protocol, as its events (RabbitMQ 4.2) tell them."""
     peer, local = _ends(c)
-    tls = _tls(c)
     return [
-        ("connection_name", c.name),
         ("host", ip_term(str(local[0]))),
         ("port", int(local[1])),
         ("peer_host", ip_term(str(peer[0]))),
         ("peer_port", int(peer[1])),
         ("protocol", _NATIVE_PROTOCOL),
+    ]
+
+
+def _native_auth_items(c: Any) -> list[tuple[str, Value]]:
+    """?AUTH_EVENT_KEYS after ``name``: those with a value ('' left out)."""
+    tls = _tls(c)
+    return [
+        ("connection_name", c.name),
+        *_native_addresses(c),
         *([("auth_mechanism", c.auth_mechanism)] if c.auth_mechanism else []),
         ("ssl", bool(tls.get("ssl", False))),
         *[(key, tls[key]) for key in _NATIVE_TLS if tls.get(key)],
@@ -147,11 +137,10 @@ def connection_created(x: Exchange, c: Any) -> list[tuple[str, Value]] | None:
             ("node", x.node),
             ("user_who_performed_action", c.username),
             ("ssl", ssl),
-            *([(key, tls.get(key, "")) for key in _DIRECT_TLS] if ssl else []),
+            *([(key, tls.get(key, "")) for key in DIRECT_TLS_KEYS] if ssl else []),
         ]
     if not is_amqp10(c):
         return None
-    peer, local = _ends(c)
     tls = _tls(c)
     return [
         ("type", "network"),
@@ -166,11 +155,7 @@ def connection_created(x: Exchange, c: Any) -> list[tuple[str, Value]] | None:
         ("user", c.username),
         ("node", x.node),
         ("name", c.name),
-        ("host", ip_term(str(local[0]))),
-        ("port", int(local[1])),
-        ("peer_host", ip_term(str(peer[0]))),
-        ("peer_port", int(peer[1])),
-        ("protocol", _NATIVE_PROTOCOL),
+        *_native_addresses(c),
         ("auth_mechanism", c.auth_mechanism),
         ("ssl", bool(tls.get("ssl", False))),
         *[(key, tls.get(key, "")) for key in _NATIVE_TLS],

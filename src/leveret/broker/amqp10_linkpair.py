@@ -112,35 +112,34 @@ class ManagementLinks(Amqp10Base):
             error = self._join(session, attach.name, terminus, handle, client_receives)
         if error is not None:
             log.warning("refusing link '%s': %s", attach.name, error.description)
-            self._refuse_pair(channel, handle, attach, error)
+            self._refuse_attach(channel, handle, attach, error)
             if not session.pairs:
                 del self.link_pairs[channel]
             return True
+        # we send settled either way; sending, from delivery count 0 and as the client
+        # settles, up to its size; receiving, first-settled, up to the vhost's size
         if client_receives:
-            self.conn.send_attach(
-                channel,
-                handle,
-                source=source,
-                target=target,
-                snd_settle_mode=d.SenderSettleMode.SETTLED,
-                rcv_settle_mode=attach.rcv_settle_mode,
-                initial_delivery_count=0,
-                max_message_size=attach.max_message_size,
-                properties=attach.properties,
-            )
+            rcv_settle_mode = attach.rcv_settle_mode
+            delivery_count: int | None = 0
+            max_message_size = attach.max_message_size
         else:
             vhost = self.vhost_obj
             assert vhost is not None
-            self.conn.send_attach(
-                channel,
-                handle,
-                source=source,
-                target=target,
-                snd_settle_mode=d.SenderSettleMode.SETTLED,
-                rcv_settle_mode=d.ReceiverSettleMode.FIRST,
-                max_message_size=vhost.max_message_size,
-                properties=attach.properties,
-            )
+            rcv_settle_mode = d.ReceiverSettleMode.FIRST
+            delivery_count = None
+            max_message_size = vhost.max_message_size
+        self.conn.send_attach(
+            channel,
+            handle,
+            source=source,
+            target=target,
+            snd_settle_mode=d.SenderSettleMode.SETTLED,
+            rcv_settle_mode=rcv_settle_mode,
+            initial_delivery_count=delivery_count,
+            max_message_size=max_message_size,
+            properties=attach.properties,
+        )
+        if not client_receives:
             self.conn.grant_credit(channel, handle, MAX_CREDIT)
         return True
 
@@ -171,21 +170,6 @@ class ManagementLinks(Amqp10Base):
             pair.incoming = handle
             session.incoming[handle] = name
         return None
-
-    def _refuse_pair(self, channel: int, handle: int, attach: Any, error: d.Error) -> None:
-        """RabbitMQ's refusal (Figure 2.33): our end attached with a null terminus on its
-        side (a receiver's target, a sender's source), then detached with the error."""
-        client_receives = bool(attach.role)
-        self.conn.send_attach(
-            channel,
-            handle,
-            source=None if client_receives else attach.source,
-            target=attach.target if client_receives else None,
-            snd_settle_mode=attach.snd_settle_mode,
-            rcv_settle_mode=attach.rcv_settle_mode,
-            initial_delivery_count=0 if client_receives else None,
-        )
-        self.conn.send_detach(channel, handle, True, error)
 
     # ------------------------------------------------------------------ events
     def _pair_event(self, event: Any) -> bool:

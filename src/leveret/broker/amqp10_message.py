@@ -165,13 +165,10 @@ def restored(exchange_and_key: bytes, properties: bytes, body: bytes, origin: by
     )
 
 
-@dataclass(slots=True)
-class Parsed:
-    """A transfer's payload as RabbitMQ 4.2 reads it, before it is routed: ``to`` and
-    ``subject`` (text, or None when absent or of another type), ``cc`` (the routing keys
-    of an ``x-cc`` annotation) or ``cc_error`` (the invalid-field error RabbitMQ gives a
-    malformed one when it routes), ``user_id`` (a binary user-id, to check against the
-    user), ``durable``; then the AMQP 0-9-1 view and what is kept."""
+@dataclass(frozen=True, slots=True)
+class _Prefix:
+    """What a payload's sections before its body give :class:`Parsed` (all of it but the
+    body and the bare message, which starts at ``bare_at``), for a body of data sections."""
 
     to: str | None
     subject: str | None
@@ -180,11 +177,30 @@ class Parsed:
     user_id: bytes | None
     durable: bool
     properties: bytes
-    body: bytes
     annotations: tuple[tuple[str, Value], ...]
     annotations_raw: bytes
-    bare: bytes
+    bare_at: int
     header: tuple[bool, int | None, int | None]
+
+    def parsed(self, payload: bytes, body: bytes) -> Parsed:
+        return Parsed(
+            self.to, self.subject, self.cc, self.cc_error, self.user_id, self.durable,
+            self.properties, self.annotations, self.annotations_raw, self.bare_at,
+            self.header, body, payload[self.bare_at :],
+        )  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class Parsed(_Prefix):
+    """A transfer's payload as RabbitMQ 4.2 reads it, before it is routed: ``to`` and
+    ``subject`` (text, or None when absent or of another type), ``cc`` (the routing keys
+    of an ``x-cc`` annotation) or ``cc_error`` (the invalid-field error RabbitMQ gives a
+    malformed one when it routes), ``user_id`` (a binary user-id, to check against the
+    user), ``durable``; then the AMQP 0-9-1 view and what is kept, the body and the bare
+    message."""
+
+    body: bytes
+    bare: bytes
 
     def message(self, exchange: str, routing_key: str) -> Amqp10Message:
         """The message as published to ``exchange`` with ``routing_key`` (and the x-cc
@@ -208,31 +224,6 @@ class Parsed:
 
 
 # --------------------------------------------------------------------- parsing
-@dataclass(frozen=True, slots=True)
-class _Prefix:
-    """What a payload's sections before its body give :class:`Parsed` (all of it but the
-    body and the bare message), for a body of data sections."""
-
-    to: str | None
-    subject: str | None
-    cc: tuple[str, ...]
-    cc_error: Amqp10Error | None
-    user_id: bytes | None
-    durable: bool
-    properties: bytes
-    annotations: tuple[tuple[str, Value], ...]
-    annotations_raw: bytes
-    bare_at: int
-    header: tuple[bool, int | None, int | None]
-
-    def parsed(self, payload: bytes, body: bytes) -> Parsed:
-        return Parsed(
-            self.to, self.subject, self.cc, self.cc_error, self.user_id, self.durable,
-            self.properties, body, self.annotations, self.annotations_raw,
-            payload[self.bare_at :], self.header,
-        )  # fmt: skip
-
-
 # The last prefix parsed (its bytes up to the body, and what they give). Publishers
 # repeat their header, annotations and properties message after message: when a payload
 # starts with these bytes and its body starts right after them, parsing them again gives
@@ -300,8 +291,8 @@ def parse(payload: bytes) -> Parsed:
         _last = (payload[: s.body_at], got)
         return got.parsed(payload, body)
     return Parsed(
-        p.to, p.subject, ma.cc, ma.cc_error, p.user_id, mode == 2, properties, body,
-        ma.annotations, s.annotations_raw, payload[s.bare_at :], born,
+        p.to, p.subject, ma.cc, ma.cc_error, p.user_id, mode == 2, properties,
+        ma.annotations, s.annotations_raw, s.bare_at, born, body, payload[s.bare_at :],
     )  # fmt: skip
 
 

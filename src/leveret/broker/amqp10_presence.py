@@ -69,6 +69,17 @@ def shape(broker: BrokerCore) -> Shape:
 
 #: the plugin's basic.qos on a session's channel (?MAX_SESSION_WINDOW_SIZE)
 PLUGIN_PREFETCH = 65535
+#: the TLS items amqp_direct_connection's adapter info adds (maybe_ssl_info), in its
+#: order: what a session's direct connection shows and tells of (RabbitMQ 3.10.8)
+DIRECT_TLS_KEYS = (
+    "ssl_protocol",
+    "ssl_key_exchange",
+    "ssl_cipher",
+    "ssl_hash",
+    "peer_cert_issuer",
+    "peer_cert_subject",
+    "peer_cert_validity",
+)
 
 
 class Owner(Protocol):

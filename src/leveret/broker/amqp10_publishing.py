@@ -97,12 +97,8 @@ class Publishing(Amqp10Base):
                     raise LinkError(
                         d.Error(d.NOT_FOUND, f"no queue '{dest.queue}' in vhost '{vhost.name}'")
                     )
-        except addresses.BadAddress as exc:
-            return self._refuse_attach(session.channel, handle, attach, exc.error)
-        except AMQPError as exc:
-            return self._refuse_attach(session.channel, handle, attach, condition(exc))
-        except LinkError as exc:
-            return self._refuse_attach(session.channel, handle, attach, exc.error)
+        except (addresses.BadAddress, AMQPError, LinkError) as exc:
+            return self._refuse_attach(session.channel, handle, attach, exc)
         settled = attach.snd_settle_mode == d.SenderSettleMode.SETTLED
         max_size = vhost.max_message_size
         link = PublisherLink(

@@ -34,7 +34,7 @@ from leveret.broker.amqp10_publishing import Publishing
 from leveret.broker.broker import BrokerCore
 from leveret.broker.ports import FlowHolder, Traffic, WriteStalls
 from leveret.broker.queues import Queue
-from leveret.broker.queues.backlog import give_up_holds
+from leveret.broker.queues.backlog import give_up_holds, release_held
 from leveret.broker.users import Permission, User
 from leveret.broker.vhost import VirtualHost
 from leveret.protocol.amqp10 import definitions as d
@@ -44,7 +44,7 @@ from leveret.protocol.amqp10.types import Symbol
 log = logging.getLogger(__name__)
 
 
-class Amqp10Session(Publishing, Consuming, ManagementLinks):
+class Amqp10Session(names.NamedConnection, Publishing, Consuming, ManagementLinks):
     """An AMQP 1.0 connection, from SASL to close."""
 
     # RabbitMQ 4 lists these connections with this protocol
@@ -92,15 +92,7 @@ class Amqp10Session(Publishing, Consuming, ManagementLinks):
         self.link_pairs: dict[int, PairSession] = {}
         self.owned_queues: list[Queue] = []
 
-    # ------------------------------------------------------ as others see it
-    @property
-    def name(self) -> str:
-        return names.connection_name(self.peer, self.local)
-
-    @property
-    def username(self) -> str:
-        return self.user.name if self.user is not None else ""
-
+    # ------------------------------------ as others see it (and NamedConnection)
     @property
     def channel_count(self) -> int:
         return len(self.sessions)
@@ -337,15 +329,11 @@ class Amqp10Session(Publishing, Consuming, ManagementLinks):
 
     # ---------------------------------------------------------- flow control
     def set_writable(self, writable: bool) -> None:
-        if writable == self.writable:
-            return
-        self.writable = writable
-        WriteStalls.count += -1 if writable else 1
-        if writable:
+        if WriteStalls.turn(self, writable) and writable:
             for session in self.sessions.values():
                 for link in session.consumers.values():
                     link.queue.dispatch()
-            self._release_held()
+            release_held(self)
 
     def hold(self, publisher: FlowHolder) -> None:
         self.holding.add(publisher)
@@ -353,15 +341,6 @@ class Amqp10Session(Publishing, Consuming, ManagementLinks):
 
     def awaits_settlements(self) -> bool:
         return any(session.unsettled for session in self.sessions.values())
-
-    def _release_held(self) -> None:
-        holding, self.holding = self.holding, set()
-        for publisher in holding:
-            publisher.held_by.discard(self)
-            if not publisher.held_by:
-                released: Callable[[], None] | None = getattr(publisher, "released", None)
-                if released is not None:
-                    released()
 
     def released(self) -> None:
         """Credit flow let go of this publisher: its socket is read again."""
@@ -391,7 +370,7 @@ class Amqp10Session(Publishing, Consuming, ManagementLinks):
         for channel in list(self.sessions):
             self._end_session(channel)
         self._close_pairs()  # --- /management link pairs (amqp10_linkpair) ---
-        self._release_held()
+        release_held(self)
         for holder in list(self.held_by):
             holding = getattr(holder, "holding", None)
             if holding is not None:

@@ -27,6 +27,7 @@ NOT binds tighter than AND, AND tighter than OR; comparisons do not chain."""
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -192,19 +193,20 @@ class _Parser:
             raise SqlError(f"syntax error before {self.peek()}")
         return node
 
-    def conditional(self) -> Node:
-        node = self.conjunction()
-        while self.peek() == "OR":
+    def _chain(self, operators: Mapping[str, str], operand: Callable[[], Node]) -> Node:
+        """``operand (operator operand)*``, left-associative: each operator's node kind by
+        its token's."""
+        node = operand()
+        while (kind := operators.get(self.peek())) is not None:
             self.take()
-            node = ("or", node, self.conjunction())
+            node = (kind, node, operand())
         return node
 
+    def conditional(self) -> Node:
+        return self._chain({"OR": "or"}, self.conjunction)
+
     def conjunction(self) -> Node:
-        node = self.negation()
-        while self.peek() == "AND":
-            self.take()
-            node = ("and", node, self.negation())
-        return node
+        return self._chain({"AND": "and"}, self.negation)
 
     def negation(self) -> Node:
         if self.peek() == "NOT":
@@ -257,18 +259,10 @@ class _Parser:
         return left
 
     def additive(self) -> Node:
-        node = self.multiplicative()
-        while self.peek() in ("+", "-"):
-            op = self.take().kind
-            node = (op, node, self.multiplicative())
-        return node
+        return self._chain({"+": "+", "-": "-"}, self.multiplicative)
 
     def multiplicative(self) -> Node:
-        node = self.unary()
-        while self.peek() in ("*", "/", "%"):
-            op = self.take().kind
-            node = (op, node, self.unary())
-        return node
+        return self._chain({"*": "*", "/": "/", "%": "%"}, self.unary)
 
     def unary(self) -> Node:
         if self.peek() == "+":

@@ -190,22 +190,17 @@ def _eval(node: Node, m: FilterMessage) -> Any:
         return _field(key, m)
     if kind == "utc":
         return wall_ms()
-    if kind == "and":
+    if kind in ("and", "or"):
+        # three-valued (None: unknown), each the other's dual: one side ``decisive``
+        # (False for AND, True for OR) decides, the other side unevaluated when it is first
+        decisive = kind == "or"
         a = _eval(node[1], m)
-        if a is False:
-            return False
+        if a is decisive:
+            return decisive
         b = _eval(node[2], m)
-        if a is True:
+        if a is (not decisive):
             return b if isinstance(b, bool) else None
-        return False if b is False else None
-    if kind == "or":
-        a = _eval(node[1], m)
-        if a is True:
-            return True
-        b = _eval(node[2], m)
-        if a is False:
-            return b if isinstance(b, bool) else None
-        return True if b is True else None
+        return decisive if b is decisive else None
     if kind == "not":
         a = _eval(node[1], m)
         return (not a) if isinstance(a, bool) else None

@@ -4,15 +4,17 @@ nothing is attached to its objects afterwards.
 
 Each event is a frozen dataclass whose fields name what it carries; events of one family
 (the same payload) share a base class, and an observer tells them apart by their class
-(a table of handlers by class, or ``match``). What the broker's own modules would import back (a
-vhost, a channel, a connection) is seen through a Protocol."""
+(a table of handlers by class, or ``match``). An event that carries no more than its family
+is one line, ``class VhostAdded(VhostEvent): ...``: a frozen slotted dataclass all the same,
+by its family's decorator and :class:`_Slotted`. What the broker's own modules would import
+back (a vhost, a channel, a connection) is seen through a Protocol."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from leveret.broker.consumer import Consumer
@@ -72,8 +74,19 @@ class ChannelInfo(Protocol):
 
 
 # ------------------------------------------------------------------- the events
-@dataclass(frozen=True, slots=True)
-class BrokerEvent:
+class _Slotted(type):
+    """Gives a class that declares no fields (and no slots) empty ``__slots__``: an event
+    without fields of its own stays slotted with no decorator. A class with fields gets its
+    slots from ``dataclass(slots=True)``, which refuses a class that has them already."""
+
+    def __new__(mcs, name: str, bases: tuple[type, ...], ns: dict[str, Any]) -> _Slotted:
+        if "__slots__" not in ns and not ns.get("__annotations__"):
+            ns["__slots__"] = ()
+        return super().__new__(mcs, name, bases, ns)
+
+
+@dataclass(frozen=True)  # slotted by _Slotted (it has no fields)
+class BrokerEvent(metaclass=_Slotted):
     """Something changed (the base of every event; never emitted itself)."""
 
 
@@ -83,29 +96,19 @@ class VhostEvent(BrokerEvent):
     vhost: VhostInfo
 
 
-@dataclass(frozen=True, slots=True)
-class VhostAdded(VhostEvent):
-    pass
+class VhostAdded(VhostEvent): ...
 
 
-@dataclass(frozen=True, slots=True)
-class VhostChanged(VhostEvent):
-    pass
+class VhostChanged(VhostEvent): ...
 
 
-@dataclass(frozen=True, slots=True)
-class VhostDeleted(VhostEvent):
-    pass
+class VhostDeleted(VhostEvent): ...
 
 
-@dataclass(frozen=True, slots=True)
-class PolicyChanged(VhostEvent):
-    """A policy or operator policy of the vhost was set or cleared."""
+class PolicyChanged(VhostEvent): ...  # a policy or operator policy of the vhost was set or cleared
 
 
-@dataclass(frozen=True, slots=True)
-class VhostLimitsChanged(VhostEvent):
-    pass
+class VhostLimitsChanged(VhostEvent): ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,34 +128,22 @@ class UserEvent(BrokerEvent):
     user: str
 
 
-@dataclass(frozen=True, slots=True)
-class UserChanged(UserEvent):
-    pass
+class UserChanged(UserEvent): ...
 
 
-@dataclass(frozen=True, slots=True)
-class UserTagsSet(UserEvent):
-    pass
+class UserTagsSet(UserEvent): ...
 
 
-@dataclass(frozen=True, slots=True)
-class UserPasswordChanged(UserEvent):
-    pass
+class UserPasswordChanged(UserEvent): ...
 
 
-@dataclass(frozen=True, slots=True)
-class UserPasswordCleared(UserEvent):
-    pass
+class UserPasswordCleared(UserEvent): ...
 
 
-@dataclass(frozen=True, slots=True)
-class UserLimitsChanged(UserEvent):
-    """The user's limits as a whole were replaced."""
+class UserLimitsChanged(UserEvent): ...  # the user's limits as a whole were replaced
 
 
-@dataclass(frozen=True, slots=True)
-class UserLimitsCleared(UserEvent):
-    pass
+class UserLimitsCleared(UserEvent): ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,14 +161,10 @@ class PermissionEvent(BrokerEvent):
     vhost: str
 
 
-@dataclass(frozen=True, slots=True)
-class PermissionChanged(PermissionEvent):
-    pass
+class PermissionChanged(PermissionEvent): ...
 
 
-@dataclass(frozen=True, slots=True)
-class TopicPermissionChanged(PermissionEvent):
-    pass
+class TopicPermissionChanged(PermissionEvent): ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,9 +189,7 @@ class DefinitionChanged(BrokerEvent):
     definition: Exchange | Queue | Binding
 
 
-@dataclass(frozen=True, slots=True)
-class DefinitionsImported(BrokerEvent):
-    pass
+class DefinitionsImported(BrokerEvent): ...
 
 
 # queues
@@ -213,14 +198,10 @@ class QueueEvent(BrokerEvent):
     queue: Queue
 
 
-@dataclass(frozen=True, slots=True)
-class QueueCreated(QueueEvent):
-    pass
+class QueueCreated(QueueEvent): ...
 
 
-@dataclass(frozen=True, slots=True)
-class QueueDeleted(QueueEvent):
-    pass
+class QueueDeleted(QueueEvent): ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,14 +233,10 @@ class ExchangeDeleteMarker(BrokerEvent):
     exchange: str
 
 
-@dataclass(frozen=True, slots=True)
-class ExchangeDeleteStarted(ExchangeDeleteMarker):
-    pass
+class ExchangeDeleteStarted(ExchangeDeleteMarker): ...
 
 
-@dataclass(frozen=True, slots=True)
-class ExchangeDeleteFinished(ExchangeDeleteMarker):
-    pass
+class ExchangeDeleteFinished(ExchangeDeleteMarker): ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -279,14 +256,10 @@ class ConsumerEvent(BrokerEvent):
     consumer: Consumer
 
 
-@dataclass(frozen=True, slots=True)
-class ConsumerCreated(ConsumerEvent):
-    pass
+class ConsumerCreated(ConsumerEvent): ...
 
 
-@dataclass(frozen=True, slots=True)
-class ConsumerDeleted(ConsumerEvent):
-    pass
+class ConsumerDeleted(ConsumerEvent): ...
 
 
 # connections and channels
@@ -295,24 +268,16 @@ class ConnectionEvent(BrokerEvent):
     connection: ConnectionInfo
 
 
-@dataclass(frozen=True, slots=True)
-class ConnectionOpened(ConnectionEvent):
-    """Registered with the broker."""
+class ConnectionOpened(ConnectionEvent): ...  # registered with the broker
 
 
-@dataclass(frozen=True, slots=True)
-class ConnectionClosed(ConnectionEvent):
-    pass
+class ConnectionClosed(ConnectionEvent): ...
 
 
-@dataclass(frozen=True, slots=True)
-class UserAuthenticated(ConnectionEvent):
-    pass
+class UserAuthenticated(ConnectionEvent): ...
 
 
-@dataclass(frozen=True, slots=True)
-class ConnectionAuthorized(ConnectionEvent):
-    """Let into its vhost (connection.open)."""
+class ConnectionAuthorized(ConnectionEvent): ...  # let into its vhost (connection.open)
 
 
 @dataclass(frozen=True, slots=True)
@@ -327,14 +292,10 @@ class ChannelEvent(BrokerEvent):
     channel: ChannelInfo
 
 
-@dataclass(frozen=True, slots=True)
-class ChannelOpened(ChannelEvent):
-    pass
+class ChannelOpened(ChannelEvent): ...
 
 
-@dataclass(frozen=True, slots=True)
-class ChannelClosed(ChannelEvent):
-    pass
+class ChannelClosed(ChannelEvent): ...
 
 
 # resource alarms: "memory" or "disk"
@@ -343,14 +304,10 @@ class AlarmEvent(BrokerEvent):
     resource: str
 
 
-@dataclass(frozen=True, slots=True)
-class AlarmSet(AlarmEvent):
-    pass
+class AlarmSet(AlarmEvent): ...
 
 
-@dataclass(frozen=True, slots=True)
-class AlarmCleared(AlarmEvent):
-    pass
+class AlarmCleared(AlarmEvent): ...
 
 
 # ------------------------------------------------------------------ observers

@@ -5,6 +5,10 @@ from __future__ import annotations
 
 import base64
 import secrets
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from leveret.broker.users import User
 
 
 def generate(prefix: str) -> str:
@@ -25,3 +29,21 @@ def connection_name(peer: tuple[str, int] | None, local: tuple[str, int] | None)
     peer = peer or ("", 0)
     local = local or ("", 0)
     return f"{peer[0]}:{peer[1]} -> {local[0]}:{local[1]}"
+
+
+class NamedConnection:
+    """A connection's ``name`` by its ends and ``username`` by its user ("" before its
+    login), as listings and events show them: a mixin of the protocols' sessions."""
+
+    peer: tuple[str, int] | None
+    local: tuple[str, int] | None
+    user: User | None
+
+    @property
+    def name(self) -> str:
+        """RabbitMQ's name for a connection: ``peer:port -> local:port``."""
+        return connection_name(self.peer, self.local)
+
+    @property
+    def username(self) -> str:
+        return self.user.name if self.user is not None else ""

@@ -147,6 +147,20 @@ class WriteStalls:
 
     count = 0
 
+    @classmethod
+    def turn(cls, holder: Writable, writable: bool) -> bool:
+        """``holder`` can write again (``writable``) or cannot any more: counted, and
+        False when that is no change."""
+        if writable == holder.writable:
+            return False
+        holder.writable = writable
+        cls.count += -1 if writable else 1
+        return True
+
+
+class Writable(Protocol):
+    writable: bool
+
 
 class FlowHolder(Protocol):
     """A connection whose socket can stop draining; while it cannot, the publishers that

@@ -56,7 +56,7 @@ log = logging.getLogger(__name__)
 C = commands
 
 
-class Session(ConnectionEvents):
+class Session(names.NamedConnection, ConnectionEvents):
     def __init__(
         self,
         broker: BrokerCore,
@@ -160,11 +160,6 @@ class Session(ConnectionEvents):
     def username(self) -> str:
         return self._username
 
-    @property
-    def name(self) -> str:
-        """RabbitMQ's name for a connection: ``peer:port -> local:port``."""
-        return names.connection_name(self.peer, self.local)
-
     # -------------------------------------------------------------- channels
     @property
     def channel_count(self) -> int:
@@ -237,11 +232,7 @@ class Session(ConnectionEvents):
                 self.waiting_confirms.discard(ch)
 
     def set_writable(self, writable: bool) -> None:
-        if writable == self.writable:
-            return
-        self.writable = writable
-        WriteStalls.count += -1 if writable else 1
-        if writable:
+        if WriteStalls.turn(self, writable) and writable:
             for ch in list(self.channels.values()):
                 ch.kick()
             self.release_held()

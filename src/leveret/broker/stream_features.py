@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -228,42 +229,46 @@ class StreamFeatures:
         ss.delete_super_stream(self.vhost_obj, e.name, partitions)
 
     def _route(self, e: ev.Route) -> None:
-        assert self.vhost_obj is not None
-        code, streams = Code.OK, []
-        if self.v313 and not self._may("write", "exchange", e.super_stream):
-            code = Code.ACCESS_REFUSED
-        else:
-            routed = ss.route(self.vhost_obj, e.super_stream, e.routing_key)
-            if routed is None:
-                code = Code.STREAM_DOES_NOT_EXIST
-            elif self.v313 and not all(self._may("write", "queue", s) for s in routed):
-                code = Code.ACCESS_REFUSED
-            else:
-                streams = routed
-        if code != Code.OK:
-            count_error(self.broker, code)
-        self.output.send(
-            encode.streams_response(Key.ROUTE, e.correlation_id, code, streams, self.v313)
+        self._streams_response(
+            Key.ROUTE,
+            e,
+            lambda vhost: ss.route(vhost, e.super_stream, e.routing_key),
+            lambda kind, name: self._may("write", kind, name),
         )
 
     def _partitions(self, e: ev.Partitions) -> None:
-        assert self.vhost_obj is not None
+        self._streams_response(
+            Key.PARTITIONS,
+            e,
+            lambda vhost: ss.partitions(vhost, e.super_stream),
+            self._may_read_or_write,
+        )
+
+    def _streams_response(
+        self,
+        key: Key,
+        e: ev.Route | ev.Partitions,
+        find: Callable[[VirtualHost], list[str] | None],
+        may: Callable[[str, str], bool],
+    ) -> None:
+        """Route's and Partitions' answer: the streams of the super stream ``find`` gives,
+        or why not; from 3.13 on, the permission ``may`` on its exchange and each stream."""
+        vhost = self.vhost_obj
+        assert vhost is not None
         code, streams = Code.OK, []
-        if self.v313 and not self._may_read_or_write("exchange", e.super_stream):
+        if self.v313 and not may("exchange", e.super_stream):
             code = Code.ACCESS_REFUSED
         else:
-            found = ss.partitions(self.vhost_obj, e.super_stream)
+            found = find(vhost)
             if found is None:
                 code = Code.STREAM_DOES_NOT_EXIST
-            elif self.v313 and not all(self._may_read_or_write("queue", s) for s in found):
+            elif self.v313 and not all(may("queue", s) for s in found):
                 code = Code.ACCESS_REFUSED
             else:
                 streams = found
         if code != Code.OK:
             count_error(self.broker, code)
-        self.output.send(
-            encode.streams_response(Key.PARTITIONS, e.correlation_id, code, streams, self.v313)
-        )
+        self.output.send(encode.streams_response(key, e.correlation_id, code, streams, self.v313))
 
     # ------------------------------------------------ single active consumer
     def sac_notice(self, notice: Notice) -> None:

@@ -97,7 +97,7 @@ class Subscription:
     reading: bool = True
 
 
-class StreamSession(StreamFeatures, StreamHandshake):
+class StreamSession(names.NamedConnection, StreamFeatures, StreamHandshake):
     # the info item protocol of rabbit_stream_reader's connections (the events say it)
     protocol: ClassVar[str] = "stream"
 
@@ -152,16 +152,7 @@ class StreamSession(StreamFeatures, StreamHandshake):
     def mechanisms(self) -> tuple[str, ...]:
         return self.endpoint.mechanisms
 
-    # ------------------------------------------------- as others see it (ports)
-    @property
-    def name(self) -> str:
-        """RabbitMQ's name for a connection: ``peer:port -> local:port``."""
-        return names.connection_name(self.peer, self.local)
-
-    @property
-    def username(self) -> str:
-        return self.user.name if self.user is not None else ""
-
+    # ------------------------------ as others see it (ports; and NamedConnection)
     @property
     def channel_count(self) -> int:
         return 0

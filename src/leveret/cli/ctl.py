@@ -30,7 +30,6 @@ from leveret.cli.ctlclient import (
     EX_SOFTWARE,
     EX_UNAVAILABLE,
     EX_USAGE,
-    Client,
     Ctl,
     CtlError,
     HttpError,
@@ -39,7 +38,7 @@ from leveret.cli.ctlclient import (
     q,
     user_and_vhost,
 )
-from leveret.cli.ctllist import listed_by_rabbitmqctl, node_name
+from leveret.cli.ctllist import listed_by_rabbitmqctl
 from leveret.cli.ctloperate import set_vhost_limits
 from leveret.cli.ctlstreams import add_super_stream
 
@@ -51,19 +50,6 @@ OptionalArg = Annotated[str | None, typer.Argument(show_default=False)]
 MoreArgs = Annotated[list[str] | None, typer.Argument(show_default=False)]
 
 
-def _user_exists(client: Client, user: str) -> bool:
-    return client.get(f"/api/users/{q(user)}", missing=None) is not None
-
-
-def _vhost_exists(client: Client, vhost: str) -> bool:
-    return client.get(f"/api/vhosts/{q(vhost)}", missing=None) is not None
-
-
-def _existing_user(client: Client, user: str) -> dict[str, Any]:
-    data: dict[str, Any] = client.get(f"/api/users/{q(user)}", missing=_no_user(user))
-    return data
-
-
 def _no_user(user: str) -> CtlError:
     return CtlError(f'User "{user}" does not exist', EX_NOUSER)
 
@@ -73,7 +59,7 @@ def add_user(ctl: Ctl, username: str, password: OptionalArg = None) -> None:
     """Adds a user with no tags and no permissions; without PASSWORD, reads it from
     standard input."""
     ctl.banner(f'Adding user "{username}" ...')
-    if _user_exists(ctl.client, username):
+    if ctl.client.user(username, missing=None) is not None:
         raise CtlError(f'User "{username}" already exists', EX_SOFTWARE)
     if password is None:
         password = sys.stdin.readline().rstrip("\n")
@@ -96,7 +82,7 @@ def delete_user(ctl: Ctl, username: str) -> None:
 def change_password(ctl: Ctl, username: str, new_password: OptionalArg = None) -> None:
     """Changes a user's password; without NEW_PASSWORD, reads it from standard input."""
     ctl.banner(f'Changing password for user "{username}" ...')
-    existing = _existing_user(ctl.client, username)
+    existing = ctl.client.user(username, missing=_no_user(username))
     password = sys.stdin.readline().rstrip("\n") if new_password is None else new_password
     ctl.client.request(
         "PUT", f"/api/users/{q(username)}", {"password": password, "tags": existing["tags"]}
@@ -109,7 +95,7 @@ def set_user_tags(ctl: Ctl, username: str, tags: MoreArgs = None) -> None:
     ones it has; no TAGS clears them."""
     tags = tags or []
     ctl.banner(f'Setting tags for user "{username}" to [{", ".join(tags)}] ...')
-    existing = _existing_user(ctl.client, username)
+    existing = ctl.client.user(username, missing=_no_user(username))
     body: dict[str, Any] = {"tags": tags, "password_hash": existing["password_hash"]}
     ctl.client.request("PUT", f"/api/users/{q(username)}", body)
 
@@ -142,7 +128,7 @@ def add_vhost(
         body["tags"] = tags
     if default_queue_type is not None:
         body["defaultqueuetype"] = default_queue_type  # the management API's field name
-    if not _vhost_exists(ctl.client, vhost):
+    if ctl.client.vhost(vhost, missing=None) is None:
         ctl.client.request("PUT", f"/api/vhosts/{q(vhost)}", body)
         # The API grants its caller permissions in a new vhost; rabbitmqctl does not.
         ctl.client.request("DELETE", f"/api/permissions/{q(vhost)}/{q(ctl.opts.username)}")
@@ -228,7 +214,7 @@ def close_connection(ctl: Ctl, connection_pid: str, explanation: str) -> None:
     the client EXPLANATION."""
     client = ctl.client
     ctl.banner(f"Closing connection {connection_pid}, reason: {explanation}...")
-    node = node_name(client)
+    node = client.node_name()
     for conn in client.get("/api/connections"):
         name = conn.get("name", "")
         if not listed_by_rabbitmqctl(conn):
@@ -404,13 +390,13 @@ def _set_tracing(ctl: Ctl, on: bool) -> None:
     json_out = ctl.opts.formatter == "json"
     if not json_out:
         ctl.banner(f'{"Starting" if on else "Stopping"} tracing for vhost "{vhost}" ...')
-    if _vhost_exists(ctl.client, vhost):
+    if ctl.client.vhost(vhost, missing=None) is not None:
         info = ctl.client.get(f"/api/vhosts/{q(vhost)}")
         body = {"description": info.get("description", ""), "tags": info.get("tags", [])}
         ctl.client.request("PUT", f"/api/vhosts/{q(vhost)}", {**body, "tracing": on})
     value = f"Trace {'enabled' if on else 'disabled'} for vhost {vhost}"
     if json_out:
-        node = node_name(ctl.client)
+        node = ctl.client.node_name()
         print(json.dumps({"node": node, "result": "ok", "value": value}, separators=(",", ":")))
     else:
         print(value)

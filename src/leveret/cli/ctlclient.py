@@ -117,6 +117,22 @@ class Client:
     def get(self, path: str, missing: Any = _RAISE) -> Any:
         return self.request("GET", path, missing=missing)
 
+    def user(self, name: str, missing: Any = _RAISE) -> Any:
+        """The user ``name`` as the API shows it (``missing``: as :meth:`request`'s)."""
+        return self.get(f"/api/users/{q(name)}", missing=missing)
+
+    def vhost(self, name: str, missing: Any = _RAISE) -> Any:
+        """The virtual host ``name`` as the API shows it (``missing``: as :meth:`request`'s)."""
+        return self.get(f"/api/vhosts/{q(name)}", missing=missing)
+
+    def node_name(self) -> str:
+        """The node the broker says it is ("leveret" when it does not say)."""
+        try:
+            who = self.get("/api/overview")
+            return str(who.get("node", "leveret"))
+        except HttpError:
+            return "leveret"
+
 
 def q(name: str) -> str:
     """A path segment: vhosts and names are percent-encoded, '/' included."""
@@ -145,9 +161,8 @@ def user_and_vhost(
     """A user and a virtual host a verb names must exist: rabbitmqctl's texts and codes
     if not (``error`` frames them: the permission verbs and the topic permission verbs
     print them differently)."""
-    client.get(f"/api/users/{q(user)}", missing=error(f"User {user} does not exist", EX_NOUSER))
-    missing = error(f"Virtual host {vhost} does not exist", EX_UNAVAILABLE)
-    client.get(f"/api/vhosts/{q(vhost)}", missing=missing)
+    client.user(user, missing=error(f"User {user} does not exist", EX_NOUSER))
+    client.vhost(vhost, missing=error(f"Virtual host {vhost} does not exist", EX_UNAVAILABLE))
 
 
 def put_permissions(

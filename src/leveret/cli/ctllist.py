@@ -20,7 +20,6 @@ from leveret.cli.ctlclient import (
     Client,
     Ctl,
     CtlError,
-    HttpError,
     Options,
     q,
 )
@@ -297,14 +296,6 @@ LISTINGS: dict[str, Listing] = {
 }
 
 
-def node_name(client: Client) -> str:
-    try:
-        who = client.get("/api/overview")
-        return str(who.get("node", "leveret"))
-    except HttpError:
-        return "leveret"
-
-
 def _chosen(columns: list[str], default: list[str], known: Collection[str]) -> list[str]:
     """The columns asked for (the default ones when none are); an unknown one is refused
     as rabbitmqctl refuses it."""
@@ -325,7 +316,7 @@ def run_listing(spec: Listing, columns: list[str], ctl: Ctl) -> None:
     if spec.keep is not None:
         items = [item for item in items or [] if spec.keep(item)]
     needs_node = any(c in ("pid", "channel_pid", "connection", "owner_pid") for c in columns)
-    node = node_name(client) if needs_node else ""
+    node = client.node_name() if needs_node else ""
     rows = [[(c, spec.columns[c](item, node)) for c in columns] for item in items or []]
     out = sys.stdout
     if opts.formatter == "json":
@@ -483,7 +474,7 @@ def run_stream_listing(spec: StreamListing, columns: list[str], ctl: Ctl) -> Non
         counts = _subscriptions(client)
         for item in items:
             item["subscriptions"] = counts.get(str(item.get("name", "")), 0)
-    node = node_name(client) if any(spec.columns[c][1] == PID for c in columns) else ""
+    node = client.node_name() if any(spec.columns[c][1] == PID for c in columns) else ""
     rows = [
         [
             _stream_cell(

@@ -26,7 +26,6 @@ from leveret.cli.ctlclient import (
     q,
     user_and_vhost,
 )
-from leveret.cli.ctllist import node_name
 
 POLICY_COLUMNS = ("vhost", "name", "pattern", "apply-to", "definition", "priority")
 
@@ -298,7 +297,7 @@ def list_vhost_limits(
         if not limits:
             sys.stdout.write("[]\n")
             return
-        node = node_name(ctl.client)
+        node = ctl.client.node_name()
         answer = {"node": node, "result": "ok", "value": _compact(limits)}
         sys.stdout.write(json.dumps(answer, separators=(",", ":")) + "\n")
         return

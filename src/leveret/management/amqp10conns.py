@@ -17,32 +17,25 @@ sessions, links and their credit at .../sessions."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from leveret.broker.amqp10_presence import PLUGIN_PREFETCH, DirectConnection
+from leveret.broker.amqp10_presence import DIRECT_TLS_KEYS, PLUGIN_PREFETCH, DirectConnection
 from leveret.broker.amqp10_session import Amqp10Session
 from leveret.management import views
 
 if TYPE_CHECKING:
     from leveret.broker.amqp10_common import LinkSession
     from leveret.management.stats import Stats
+    from leveret.protocol.amqp10.session import Link
 
 #: an AMQP 1.0 connection as /api/connections lists it: a session's direct connection
 #: (RabbitMQ 3.10.8) or the connection itself (RabbitMQ 4.2)
 Amqp10Row = DirectConnection | Amqp10Session
+L = TypeVar("L")
 
-# what amqp_direct_connection's adapter info adds with TLS (maybe_ssl_info)
-_DIRECT_TLS_KEYS = (
-    "ssl_protocol",
-    "ssl_key_exchange",
-    "ssl_cipher",
-    "ssl_hash",
-    "peer_cert_issuer",
-    "peer_cert_subject",
-    "peer_cert_validity",
-)
 # rabbit_amqp_reader's TLS items (?AUTH_EVENT_KEYS): '' without TLS (null in listings)
-_NATIVE_TLS_KEYS = (*_DIRECT_TLS_KEYS, "peer_cert_serial_number")
+_NATIVE_TLS_KEYS = (*DIRECT_TLS_KEYS, "peer_cert_serial_number")
 
 
 def connection(c: Amqp10Row, stats: Stats | None = None, alarm: bool = False) -> dict[str, Any]:
@@ -77,7 +70,7 @@ def direct_connection(c: DirectConnection) -> dict[str, Any]:
         "vhost": c.vhost,
     }
     if ssl:
-        out.update({key: tls[key] for key in _DIRECT_TLS_KEYS if tls.get(key) is not None})
+        out.update({key: tls[key] for key in DIRECT_TLS_KEYS if tls.get(key) is not None})
     return dict(sorted(out.items()))
 
 
@@ -160,6 +153,12 @@ def channel(c: DirectConnection, stats: Stats, node: str) -> dict[str, Any]:
 _SETTLE_MODES = {0: "unsettled", 1: "settled", 2: "mixed"}
 
 
+def _links(s: Amqp10Session, number: int, links: Mapping[int, L]) -> Iterator[tuple[int, L, Link]]:
+    """A session's links by handle, each with its state on the connection."""
+    for handle, link in sorted(links.items()):
+        yield handle, link, s.conn.link(number, handle)
+
+
 def sessions(s: Amqp10Session) -> list[dict[str, Any]]:
     """RabbitMQ 4.2's /api/connections/{name}/sessions: rabbit_amqp_session:infos/1 of
     each session, by channel number; each link's handle, name, address, settlement,
@@ -167,38 +166,34 @@ def sessions(s: Amqp10Session) -> list[dict[str, Any]]:
     out = []
     for number, session in sorted(s.sessions.items()):
         own = s.conn.session(number)
-        incoming = []
-        for handle, link in sorted(session.publishers.items()):
-            state = s.conn.link(number, handle)
-            incoming.append(
-                {
-                    "handle": handle,
-                    "link_name": link.name,
-                    "snd_settle_mode": _SETTLE_MODES.get(state.snd_settle_mode, "mixed"),
-                    "target_address": link.address,
-                    "max_message_size": link.max_message_size,
-                    "delivery_count": state.delivery_count,
-                    "credit": state.credit,
-                    "unconfirmed_messages": 0,
-                }
-            )
-        outgoing = []
-        for handle, clink in sorted(session.consumers.items()):
-            state = s.conn.link(number, handle)
-            outgoing.append(
-                {
-                    "handle": handle,
-                    "link_name": clink.name,
-                    "source_address": clink.address,
-                    "queue_name": clink.queue.name,
-                    "send_settled": clink.settled,
-                    # the client's limit for what it is sent
-                    "max_message_size": state.max_message_size or "unlimited",
-                    "filter": list(clink.filters),
-                    "delivery_count": state.delivery_count,
-                    "credit": state.credit,
-                }
-            )
+        incoming = [
+            {
+                "handle": handle,
+                "link_name": link.name,
+                "snd_settle_mode": _SETTLE_MODES.get(state.snd_settle_mode, "mixed"),
+                "target_address": link.address,
+                "max_message_size": link.max_message_size,
+                "delivery_count": state.delivery_count,
+                "credit": state.credit,
+                "unconfirmed_messages": 0,
+            }
+            for handle, link, state in _links(s, number, session.publishers)
+        ]
+        outgoing = [
+            {
+                "handle": handle,
+                "link_name": clink.name,
+                "source_address": clink.address,
+                "queue_name": clink.queue.name,
+                "send_settled": clink.settled,
+                # the client's limit for what it is sent
+                "max_message_size": state.max_message_size or "unlimited",
+                "filter": list(clink.filters),
+                "delivery_count": state.delivery_count,
+                "credit": state.credit,
+            }
+            for handle, clink, state in _links(s, number, session.consumers)
+        ]
         out.append(
             {
                 "channel_number": number,

@@ -396,21 +396,25 @@ def routes(app: web.Application) -> None:
     if management is None or management.broker.compat.v4:  # none in RabbitMQ 3.10.8
         resource(r, "/api/deprecated-features", deprecated_features)
         resource(r, "/api/deprecated-features/used", deprecated_features)
-    resource(r, "/api/overview", overview)
-    resource(r, "/api/whoami", whoami)
-    resource(r, "/api/nodes", nodes)
-    resource(r, "/api/nodes/{node}", node_one)
-    resource(r, "/api/cluster-name", cluster_name)
-    resource(r, "/api/extensions", extensions)
-    resource(r, "/api/health/checks/alarms", alarms)
-    resource(r, "/api/health/checks/local-alarms", local_alarms)
-    resource(r, "/api/aliveness-test/{vhost}", aliveness)
-    resource(r, "/api/connections", connections)
+    # the paths only read (GET), then the others
+    for path, get in (
+        ("/api/overview", overview),
+        ("/api/whoami", whoami),
+        ("/api/nodes", nodes),
+        ("/api/nodes/{node}", node_one),
+        ("/api/cluster-name", cluster_name),
+        ("/api/extensions", extensions),
+        ("/api/health/checks/alarms", alarms),
+        ("/api/health/checks/local-alarms", local_alarms),
+        ("/api/aliveness-test/{vhost}", aliveness),
+        ("/api/connections", connections),
+        ("/api/connections/{name}/channels", connection_channels),
+        ("/api/connections/{name}/sessions", connection_sessions),
+        ("/api/vhosts/{vhost}/connections", connections),
+        ("/api/channels", channels),
+        ("/api/channels/{name}", channel_one),
+        ("/api/vhosts/{vhost}/channels", channels),
+    ):
+        resource(r, path, get)
     resource(r, "/api/connections/{name}", connection_one, delete=connection_delete)
-    resource(r, "/api/connections/{name}/channels", connection_channels)
-    resource(r, "/api/connections/{name}/sessions", connection_sessions)
-    resource(r, "/api/vhosts/{vhost}/connections", connections)
-    resource(r, "/api/channels", channels)
-    resource(r, "/api/channels/{name}", channel_one)
-    resource(r, "/api/vhosts/{vhost}/channels", channels)
     scoped(r, "/api/consumers", consumers, "{vhost}")

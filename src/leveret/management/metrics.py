@@ -19,21 +19,9 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
+from leveret.broker import channel as counter  # a channel's counters, by index
 from leveret.broker.amqp10_presence import DirectConnection
 from leveret.broker.amqp10_session import Amqp10Session
-from leveret.broker.channel import (
-    ACK,
-    CONFIRMED,
-    DELIVER,
-    DELIVER_ACK,
-    DROPPED,
-    GET,
-    GET_ACK,
-    GET_EMPTY,
-    PUBLISHED,
-    REDELIVER,
-    RETURNED,
-)
 from leveret.server.resources import file_descriptors, sockets_limit
 
 if TYPE_CHECKING:
@@ -466,23 +454,23 @@ CHANNEL_GAUGES = (
 )
 CHANNEL_EXCHANGE_COUNTERS = (
     (
-        PUBLISHED,
+        counter.PUBLISHED,
         "rabbitmq_channel_messages_published_total",
         "Total number of messages published into an exchange on a channel",
     ),
     (
-        CONFIRMED,
+        counter.CONFIRMED,
         "rabbitmq_channel_messages_confirmed_total",
         "Total number of messages published into an exchange and confirmed on the channel",
     ),
     (
-        RETURNED,
+        counter.RETURNED,
         "rabbitmq_channel_messages_unroutable_returned_total",
         "Total number of messages published as mandatory into an exchange and returned to "
         "the publisher as unroutable",
     ),
     (
-        DROPPED,
+        counter.DROPPED,
         "rabbitmq_channel_messages_unroutable_dropped_total",
         "Total number of messages published as non-mandatory into an exchange and dropped "
         "as unroutable",
@@ -490,37 +478,37 @@ CHANNEL_EXCHANGE_COUNTERS = (
 )
 CHANNEL_QUEUE_COUNTERS = (
     (
-        GET_ACK,
+        counter.GET_ACK,
         "rabbitmq_channel_get_ack_total",
         "Total number of messages fetched with basic.get in manual acknowledgement mode",
     ),
     (
-        GET,
+        counter.GET,
         "rabbitmq_channel_get_total",
         "Total number of messages fetched with basic.get in automatic acknowledgement mode",
     ),
     (
-        DELIVER_ACK,
+        counter.DELIVER_ACK,
         "rabbitmq_channel_messages_delivered_ack_total",
         "Total number of messages delivered to consumers in manual acknowledgement mode",
     ),
     (
-        DELIVER,
+        counter.DELIVER,
         "rabbitmq_channel_messages_delivered_total",
         "Total number of messages delivered to consumers in automatic acknowledgement mode",
     ),
     (
-        REDELIVER,
+        counter.REDELIVER,
         "rabbitmq_channel_messages_redelivered_total",
         "Total number of messages redelivered to consumers",
     ),
     (
-        ACK,
+        counter.ACK,
         "rabbitmq_channel_messages_acked_total",
         "Total number of messages acknowledged by consumers",
     ),
     (
-        GET_EMPTY,
+        counter.GET_EMPTY,
         "rabbitmq_channel_get_empty_total",
         "Total number of times basic.get operations fetched no message",
     ),

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
@@ -261,38 +261,9 @@ class Config:
         names = {f.name for f in fields(self)}
         if key not in names or key in self._TABLES:
             raise ConfigError(f"unknown setting '{key}'")
-        if key == "auth_mechanisms":
-            self.auth_mechanisms = _mechanisms(value)
-            return
-        if key == "connection_max":
-            self.connection_max = _connection_max(value)
-            return
-        if key == "loopback_users":
-            self.loopback_users = _loopback_users(value)
-            return
-        if key == "plugins":
-            try:
-                self.plugins = plugins.parse(value)
-            except (plugins.UnknownPlugin, TypeError) as exc:
-                raise ConfigError(str(exc)) from exc
-            return
-        if key == "consumer_timeout":
-            self.consumer_timeout = _consumer_timeout(value)
-            return
-        if key == "message_interceptors":
-            self.message_interceptors = _interceptors(value)
-            return
-        if key == "syslog_port":
-            self.syslog_port = _optional_port(key, value)
-            return
-        if key == "rabbitmq_version":
-            self.rabbitmq_version = _series(value)
-            return
-        if key == "deprecated_features":
-            self.deprecated_features = _deprecated_features(value)
-            return
-        if key == "max_message_size":
-            self.max_message_size = _max_message_size(value)
+        parse = _PARSERS.get(key)
+        if parse is not None:  # a setting with a reader of its own
+            setattr(self, key, parse(value))
             return
         current = getattr(self, key)
         try:
@@ -535,38 +506,78 @@ def _consumer_timeout(value: Any) -> int | None:
     return number
 
 
-def _interceptors(value: Any) -> tuple[tuple[str, bool], ...]:
-    """rabbitmq.conf's message_interceptors.incoming.<name>.overwrite entries, as a TOML
-    table ``{incoming = {<name> = {overwrite = true}}}`` or ``name=true,...``."""
-    from leveret.broker.interceptors import NAMES
+def _bad(key: str, why: str) -> ConfigError:
+    return ConfigError(f"invalid value for '{key}': {why}")
 
-    def bad(why: str) -> ConfigError:
-        return ConfigError(f"invalid value for 'message_interceptors': {why}")
 
+def _named_flags(
+    key: str,
+    value: Any,
+    table: str,
+    *,
+    not_table: str,
+    known: Collection[str],
+    unknown: Callable[[str], str],
+    entry: Callable[[str, Any], Any] = lambda name, item: item,
+    suffix: str = "",
+) -> tuple[tuple[str, bool], ...]:
+    """``key``'s flags by name, from ``name=true,...`` or a TOML table ``{<table> =
+    {<name> = <entry>}}`` (``entry`` takes the flag out of one, or refuses it); each name
+    one of ``known`` (else ``unknown(name)`` says why not), each flag read by :func:`_flag`
+    as ``key.table.<name><suffix>``."""
     pairs: list[tuple[str, Any]] = []
     if isinstance(value, str):
         for item in (i.strip() for i in value.split(",")):
             if item:
                 name, sep, flag = item.partition("=")
                 if not sep:
-                    raise bad(f"{item!r}: name=true or name=false")
+                    raise _bad(key, f"{item!r}: name=true or name=false")
                 pairs.append((name.strip(), flag.strip()))
-    elif isinstance(value, dict) and set(value) <= {"incoming"}:
-        incoming = value.get("incoming", {})
-        if not isinstance(incoming, dict):
-            raise bad("message_interceptors.incoming must be a table")
-        for name, entry in incoming.items():
-            if not isinstance(entry, dict) or set(entry) != {"overwrite"}:
-                raise bad(f"message_interceptors.incoming.{name} takes overwrite = true|false")
-            pairs.append((name, entry["overwrite"]))
+    elif isinstance(value, dict) and set(value) <= {table}:
+        entries = value.get(table, {})
+        if not isinstance(entries, dict):
+            raise _bad(key, not_table)
+        pairs.extend((name, entry(name, item)) for name, item in entries.items())
     else:
-        raise bad("a table message_interceptors.incoming.<name>.overwrite = true|false")
+        raise _bad(key, f"a table {key}.{table}.<name>{suffix} = true|false")
     out: dict[str, bool] = {}
     for name, flag in pairs:
-        if name not in NAMES:
-            raise bad(f"{name} is invalid (one of {', '.join(NAMES)})")
-        out[name] = _flag(f"message_interceptors.incoming.{name}.overwrite", flag)
+        if name not in known:
+            raise _bad(key, unknown(name))
+        out[name] = _flag(f"{key}.{table}.{name}{suffix}", flag)
     return tuple(out.items())
+
+
+def _plugins(value: Any) -> tuple[str, ...]:
+    try:
+        return plugins.parse(value)
+    except (plugins.UnknownPlugin, TypeError) as exc:
+        raise ConfigError(str(exc)) from exc
+
+
+def _interceptors(value: Any) -> tuple[tuple[str, bool], ...]:
+    """rabbitmq.conf's message_interceptors.incoming.<name>.overwrite entries, as a TOML
+    table ``{incoming = {<name> = {overwrite = true}}}`` or ``name=true,...``."""
+    from leveret.broker.interceptors import NAMES
+
+    def overwrite(name: str, entry: Any) -> Any:
+        if not isinstance(entry, dict) or set(entry) != {"overwrite"}:
+            raise _bad(
+                "message_interceptors",
+                f"message_interceptors.incoming.{name} takes overwrite = true|false",
+            )
+        return entry["overwrite"]
+
+    return _named_flags(
+        "message_interceptors",
+        value,
+        "incoming",
+        not_table="message_interceptors.incoming must be a table",
+        known=NAMES,
+        unknown=lambda name: f"{name} is invalid (one of {', '.join(NAMES)})",
+        entry=overwrite,
+        suffix=".overwrite",
+    )
 
 
 def _optional_port(key: str, value: Any) -> int | None:
@@ -604,34 +615,17 @@ def _deprecated_features(value: Any) -> tuple[tuple[str, bool], ...]:
     """rabbitmq.conf's deprecated_features.permit.<name> = true|false, as a TOML table
     ``{permit = {<name> = true}}`` or ``name=true,...``; each name one RabbitMQ 4.2
     knows."""
-
-    def bad(why: str) -> ConfigError:
-        return ConfigError(f"invalid value for 'deprecated_features': {why}")
-
-    pairs: list[tuple[str, Any]] = []
-    if isinstance(value, str):
-        for item in (i.strip() for i in value.split(",")):
-            if item:
-                name, sep, flag = item.partition("=")
-                if not sep:
-                    raise bad(f"{item!r}: name=true or name=false")
-                pairs.append((name.strip(), flag.strip()))
-    elif isinstance(value, dict) and set(value) <= {"permit"}:
-        permit = value.get("permit", {})
-        if not isinstance(permit, dict):
-            raise bad("deprecated_features.permit must be a table of name = true|false")
-        pairs.extend(permit.items())
-    else:
-        raise bad("a table deprecated_features.permit.<name> = true|false")
-    out: dict[str, bool] = {}
-    for name, flag in pairs:
-        if name not in compat.DEPRECATED_FEATURES_4_2:
-            raise bad(
-                f"{name} is no deprecated feature of RabbitMQ 4.2 (one of "
-                f"{', '.join(sorted(compat.DEPRECATED_FEATURES_4_2))})"
-            )
-        out[name] = _flag(f"deprecated_features.permit.{name}", flag)
-    return tuple(out.items())
+    known = compat.DEPRECATED_FEATURES_4_2
+    return _named_flags(
+        "deprecated_features",
+        value,
+        "permit",
+        not_table="deprecated_features.permit must be a table of name = true|false",
+        known=known,
+        unknown=lambda name: (
+            f"{name} is no deprecated feature of RabbitMQ 4.2 (one of {', '.join(sorted(known))})"
+        ),
+    )
 
 
 def _max_message_size(value: Any) -> int:
@@ -657,6 +651,21 @@ def _connection_max(value: Any) -> int | None:
     if number < 0 or isinstance(value, bool):
         raise ConfigError("invalid value for 'connection_max': a non-negative integer")
     return number
+
+
+#: The settings read by a function of their own (the others by their type, in Config.set).
+_PARSERS: dict[str, Callable[[Any], Any]] = {
+    "auth_mechanisms": _mechanisms,
+    "connection_max": _connection_max,
+    "loopback_users": _loopback_users,
+    "plugins": _plugins,
+    "consumer_timeout": _consumer_timeout,
+    "message_interceptors": _interceptors,
+    "syslog_port": lambda value: _optional_port("syslog_port", value),
+    "rabbitmq_version": _series,
+    "deprecated_features": _deprecated_features,
+    "max_message_size": _max_message_size,
+}
 
 
 def _tls(item: dict[str, Any]) -> TlsConfig:

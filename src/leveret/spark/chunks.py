@@ -31,20 +31,8 @@ from leveret.logs.reading import TIMESTAMP_HEADER, header_text
 from leveret.protocol.stream import amqp10, chunk
 from leveret.protocol.stream.encode import CHUNK_AT
 from leveret.spark.client import AmqpSourceError
-from leveret.spark.logparse import (
-    Bodies,
-    Messages,
-    broker_events,
-    broker_nodes,
-    header_times,
-    parse,
-)
-from leveret.spark.schema import (
-    ARROW_SCHEMA,
-    DEFAULT_KEEP,
-    LOG_ARROW_SCHEMA,
-    PROPERTY_COLUMNS,
-)
+from leveret.spark.logparse import Bodies, Messages, header_times, log_batch
+from leveret.spark.schema import ARROW_SCHEMA, PROPERTY_COLUMNS
 
 _U32 = struct.Struct(">I")
 _I64 = struct.Struct(">q")
@@ -459,8 +447,6 @@ class Columns:
             return headers
 
         msgs = Messages(
-            broker_node=broker_nodes(exchange, node_of),
-            broker_event=broker_events(exchange, headers_of),
             routing_key=routing_key,
             content_type=self._column(2, index, pa.string()),
             timestamp=ms // 1000,  # AMQP 0-9-1 timestamps are whole seconds
@@ -476,8 +462,7 @@ class Columns:
             "redelivered": pa.array(np.zeros(n, np.bool_), pa.bool_()),
             "message_id": pa.array(self.message_id, pa.string()),
         }
-        assert tuple(kept) == DEFAULT_KEEP
-        return parse(msgs, kept, LOG_ARROW_SCHEMA)
+        return log_batch(msgs, exchange, node_of, headers_of, kept)
 
     def messages(self) -> pa.RecordBatch:
         """The message rows (``schema.MESSAGE_SCHEMA``), as the AMQP 0-9-1 reader makes

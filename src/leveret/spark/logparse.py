@@ -36,6 +36,7 @@ line of the broker's own log (``amq.rabbitmq.log``) takes its time and logger fr
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -534,6 +535,26 @@ def _is_utf8(raw: bytes) -> bool:
 
 
 # ----------------------------------------------------------------------------- Spark
+def log_batch(
+    msgs: Messages,
+    exchange: pa.Array,
+    node_of: Callable[[int], str | None],
+    headers_of: Callable[[int], Mapping[str, Any] | None],
+    kept: Mapping[str, pa.Array],
+) -> pa.RecordBatch:
+    """The log records (``LOG_ARROW_SCHEMA``) of ``msgs`` after the ``kept`` columns
+    (``DEFAULT_KEEP``), each message published to the ``exchange`` of its row: those of the
+    broker's own log and events known by their ``node`` header and their headers
+    (``node_of``, ``headers_of``: see :func:`broker_nodes` and :func:`broker_events`)."""
+    assert tuple(kept) == DEFAULT_KEEP
+    msgs = dataclasses.replace(
+        msgs,
+        broker_node=broker_nodes(exchange, node_of),
+        broker_event=broker_events(exchange, headers_of),
+    )
+    return parse(msgs, kept, LOG_ARROW_SCHEMA)
+
+
 def broker_nodes(exchange: pa.Array, node_of: Callable[[int], str | None]) -> pa.Array | None:
     """Per message, the ``node`` header (``node_of(i)``; "" when it has none) of those
     published to the broker's log exchange (``amq.rabbitmq.log``), NULL for the others;

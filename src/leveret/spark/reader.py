@@ -18,20 +18,8 @@ from leveret.logs.amqp import LogsError, parameters, redact
 from leveret.logs.reading import TIMESTAMP_HEADER, header_text
 from leveret.spark.client import AmqpSourceError, RangeProgress, error_from, urls_of
 from leveret.spark.frames import NO_OFFSET, Fields, Mask
-from leveret.spark.logparse import (
-    Bodies,
-    Messages,
-    broker_events,
-    broker_nodes,
-    header_times,
-    parse,
-)
-from leveret.spark.schema import (
-    ARROW_SCHEMA,
-    DEFAULT_KEEP,
-    LOG_ARROW_SCHEMA,
-    PROPERTY_COLUMNS,
-)
+from leveret.spark.logparse import Bodies, Messages, header_times, log_batch
+from leveret.spark.schema import ARROW_SCHEMA, PROPERTY_COLUMNS
 from leveret.spark.wire import Deliveries, Positions, StreamConsumer
 
 log = logging.getLogger(__name__)
@@ -161,8 +149,6 @@ def record_batch(fields: Fields, offsets: Positions, rows: Positions) -> pa.Reco
             [(headers_of(j) or {}).get(TIMESTAMP_HEADER) for j in range(len(rows))]
         )
     msgs = Messages(
-        broker_node=broker_nodes(exchanges, node_of),
-        broker_event=broker_events(exchanges, headers_of),
         routing_key=routing_keys,
         content_type=fields.prop_string("content_type", rows),
         timestamp=seconds[rows],
@@ -177,8 +163,7 @@ def record_batch(fields: Fields, offsets: Positions, rows: Positions) -> pa.Reco
         "redelivered": pa.array(fields.redelivered[rows], pa.bool_()),
         "message_id": fields.prop_string("message_id", rows),
     }
-    assert tuple(kept) == DEFAULT_KEEP
-    return parse(msgs, kept, LOG_ARROW_SCHEMA)
+    return log_batch(msgs, exchanges, node_of, headers_of, kept)
 
 
 # ----------------------------------------------------------------------------- the range

@@ -206,7 +206,21 @@ def _read(opts: ReadOptions, partition: InputPartition) -> Iterator[pa.RecordBat
     return read_stream_range(*args, prefetch=opts.prefetch, **common)
 
 
-class StreamQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+class OffsetsReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """What Structured Streaming from a stream and from a super stream share: the read
+    limit ``maxRecordsPerTrigger`` sets, and nothing to do at a commit."""
+
+    opts: ReadOptions
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        n = self.opts.max_records_per_trigger
+        return ReadAllAvailable() if n is None else ReadMaxRows(n)
+
+    def commit(self, end: dict[str, Any]) -> None:
+        """Nothing to do: a stream keeps its messages whatever consumers do."""
+
+
+class StreamQueueStreamReader(OffsetsReader):
     """Structured Streaming from a stream queue (``option("stream", ...)``)."""
 
     def __init__(self, opts: ReadOptions) -> None:
@@ -224,10 +238,6 @@ class StreamQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
 
     def initialOffset(self) -> dict[str, Any]:
         return self._json(resolve(self.opts, self.opts.starting, self._probe))
-
-    def getDefaultReadLimit(self) -> ReadLimit:
-        n = self.opts.max_records_per_trigger
-        return ReadAllAvailable() if n is None else ReadMaxRows(n)
 
     def prepareForTriggerAvailableNow(self) -> None:
         self._target = stream_end(self.opts, self._probe)
@@ -252,9 +262,6 @@ class StreamQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return _read(self.opts, partition)
-
-    def commit(self, end: dict[str, Any]) -> None:
-        """Nothing to do: a stream keeps its messages whatever consumers do."""
 
     def stop(self) -> None:
         if self._probe is not None:

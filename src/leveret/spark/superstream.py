@@ -34,12 +34,10 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pyarrow as pa
-from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.datasource import DataSourceReader, InputPartition
 from pyspark.sql.streaming.datasource import (
-    ReadAllAvailable,
     ReadLimit,
     ReadMaxRows,
-    SupportsTriggerAvailableNow,
 )
 
 from leveret.logs.amqp import LogsError
@@ -47,6 +45,7 @@ from leveret.spark.client import AmqpSourceError
 from leveret.spark.options import Position, ReadOptions
 from leveret.spark.stream import (
     AUTO_TIMEOUT,
+    OffsetsReader,
     RangePartition,
     _amqp_cluster_name,
     _planner_logging,
@@ -227,7 +226,7 @@ def _read_range(opts: ReadOptions, p: InputPartition) -> Iterator[pa.RecordBatch
     return _read(popts, RangePartition(p.start, p.end))
 
 
-class SuperStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+class SuperStreamStreamReader(OffsetsReader):
     """Structured Streaming from every partition of a super stream."""
 
     def __init__(self, opts: ReadOptions) -> None:
@@ -273,10 +272,6 @@ class SuperStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
     def initialOffset(self) -> dict[str, Any]:
         return self._json(self._partitions().resolve(self.opts.starting))
 
-    def getDefaultReadLimit(self) -> ReadLimit:
-        n = self.opts.max_records_per_trigger
-        return ReadAllAvailable() if n is None else ReadMaxRows(n)
-
     def prepareForTriggerAvailableNow(self) -> None:
         self._target = self._partitions().tails()
 
@@ -309,9 +304,6 @@ class SuperStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return _read_range(self.opts, partition)
-
-    def commit(self, end: dict[str, Any]) -> None:
-        """Nothing to do: a stream keeps its messages whatever consumers do."""
 
     def stop(self) -> None:
         if self._parts is not None:

@@ -9,21 +9,19 @@ from __future__ import annotations
 import random
 from typing import TYPE_CHECKING
 
-from leveret.broker.exchanges.base import Binding, Destination, Exchange
+from leveret.broker.exchanges.base import Binding, Destination
+from leveret.broker.exchanges.fanout import FanoutExchange
 from leveret.protocol import errors
 
 if TYPE_CHECKING:
     from leveret.broker.message import Message
 
 
-class LocalRandomExchange(Exchange):
+class LocalRandomExchange(FanoutExchange):
+    """A fanout exchange (its index of bound queues) that routes to one of them."""
+
     type_name = "x-local-random"
     description = "Picks one random local binding (queue) to route via (to)."
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        self._counts: dict[Destination, int] = {}
-        self._queues: list[Destination] = []
 
     def validate_binding(self, binding: Binding) -> None:
         """validate_binding/2: an empty key, and a classic queue at the other end (an
@@ -41,21 +39,9 @@ class LocalRandomExchange(Exchange):
                 f"Queue type {rabbit_type} not valid for this exchange type"
             )
 
-    def _index_add(self, binding: Binding) -> None:
-        self._counts[binding.destination] = self._counts.get(binding.destination, 0) + 1
-        self._queues = list(self._counts)
-
-    def _index_remove(self, binding: Binding) -> None:
-        count = self._counts.get(binding.destination, 0) - 1
-        if count > 0:
-            self._counts[binding.destination] = count
-        else:
-            self._counts.pop(binding.destination, None)
-        self._queues = list(self._counts)
-
     def route(self, message: Message) -> list[Destination]:
         """route/3: none, the one, or one of them at random."""
-        queues = self._queues
+        queues = self._route
         if len(queues) <= 1:
             return queues
         return [random.choice(queues)]  # load spreading, no secret

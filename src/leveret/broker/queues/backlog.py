@@ -98,13 +98,25 @@ class BacklogFlow:
         return False
 
     def release(self) -> None:
-        holding, self.holding = self.holding, set()
-        for publisher in holding:
-            publisher.held_by.discard(self)
-            if not publisher.held_by:
-                released: Callable[[], None] | None = getattr(publisher, "released", None)
-                if released is not None:
-                    released()
+        release_held(self)
+
+
+class Holding(Protocol):
+    """What holds publishers back: a congested connection, or a queue's backlog."""
+
+    holding: set[FlowHolder]
+
+
+def release_held(holder: Holding) -> None:
+    """``holder`` lets go of the publishers it holds; one that nothing holds any more
+    reads again (its ``released``, when it has one)."""
+    holding, holder.holding = holder.holding, set()
+    for publisher in holding:
+        publisher.held_by.discard(holder)
+        if not publisher.held_by:
+            released: Callable[[], None] | None = getattr(publisher, "released", None)
+            if released is not None:
+                released()
 
 
 def give_up_holds(publisher: FlowHolder) -> None:

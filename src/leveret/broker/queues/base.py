@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from enum import Enum, StrEnum
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
-from leveret.broker.arguments import check_typed_arguments, text
+from leveret.broker.arguments import check_consume_arguments, check_typed_arguments, text
 from leveret.broker.compat import RABBITMQ_3_10, RabbitMQ
 from leveret.broker.entry import Entry, now_ms
 from leveret.broker.message import Message
@@ -162,6 +162,17 @@ class Accepted(Enum):
     HOLD = 4
 
 
+#: The policy keys of classic queue mirroring: no other queue type takes them.
+MIRRORING_POLICIES = (
+    "ha-mode",
+    "ha-params",
+    "ha-sync-mode",
+    "ha-promote-on-shutdown",
+    "ha-promote-on-failure",
+    "queue-master-locator",
+)
+
+
 class Queue(Governed):
     """State every queue type has, and the operations each type implements."""
 
@@ -177,6 +188,9 @@ class Queue(Governed):
     # Policy keys the type does not take: a policy holding one never applies to it
     # (unsupported_policies of the type's capabilities()).
     UNSUPPORTED_POLICIES: ClassVar[frozenset[str]] = frozenset()
+    # The consumer arguments the type takes; those of other types are refused
+    # (rabbit_amqqueue:check_consume_arguments).
+    CONSUMER_ARGS: ClassVar[frozenset[str]] = frozenset()
     # the RabbitMQ the broker behaves as (its vhost sets it once the queue is made)
     compat: RabbitMQ = RABBITMQ_3_10
 
@@ -278,6 +292,11 @@ class Queue(Governed):
         """Check a basic.consume on this queue (``prefetch`` the consumer's, and the
         channel's global one); what the consumer starts from."""
         return None
+
+    def _check_consume_arguments(self, arguments: dict[str, Any]) -> None:
+        """A basic.consume's arguments, as the queue's type takes them (CONSUMER_ARGS)."""
+        v4 = self.compat.v4
+        check_consume_arguments(self.where, arguments, self.CONSUMER_ARGS, self.rabbit_type, v4)
 
     def admits(self, exclusive: bool) -> bool:
         """Whether a consumer (exclusive or not) may subscribe now: an exclusive consumer

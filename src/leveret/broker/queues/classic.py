@@ -6,11 +6,10 @@ to disk (:mod:`leveret.broker.queues.paging`)."""
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
 
 from leveret.broker import dedup
 from leveret.broker.arguments import (
-    check_consume_arguments,
     check_credit_argument,
     check_queue_arguments,
     optional_text,
@@ -19,7 +18,7 @@ from leveret.broker.compat import RABBITMQ_3_10, RabbitMQ
 from leveret.broker.entry import Entry, now_ms
 from leveret.broker.memory import MemoryBudget
 from leveret.broker.message import Message
-from leveret.broker.policies import Rule, smaller
+from leveret.broker.policies import smaller
 from leveret.broker.queues.backlog import HOLD_AT, RELEASE_AT
 from leveret.broker.queues.base import Accepted, Overflow, Queue
 from leveret.broker.queues.paging import PagedReady
@@ -31,8 +30,6 @@ if TYPE_CHECKING:
     from leveret.broker.ports import FlowHolder, Pager, QueueStore
     from leveret.broker.queues.base import DeadLetters, Declaration, QueueHome, Subscriber
 
-# The consumer arguments a classic queue takes (rabbit_classic_queue:capabilities()).
-CONSUMER_ARGS = frozenset(("x-cancel-on-ha-failover", "x-priority", "x-credit"))
 _EXPIRATION_FLAG = 0x01  # byte 0 of the property flags: expiration (0x0100)
 
 
@@ -52,17 +49,19 @@ def _int(value: Any) -> int | None:
 
 
 class ClassicQueue(Queue):
-    type_name: ClassVar[str] = "classic"
-    rabbit_type: ClassVar[str] = "rabbit_classic_queue"
+    type_name = "classic"
+    rabbit_type = "rabbit_classic_queue"
+    # The consumer arguments a classic queue takes (rabbit_classic_queue:capabilities()).
+    CONSUMER_ARGS = frozenset(("x-cancel-on-ha-failover", "x-priority", "x-credit"))
     # rabbit_amqqueue_process:process_args_policy: the smaller of argument and policy for
     # these, the argument for the others.
-    POLICY_RULES: ClassVar[dict[str, Rule]] = {
+    POLICY_RULES = {
         "expires": smaller,
         "message-ttl": smaller,
         "max-length": smaller,
         "max-length-bytes": smaller,
     }
-    UNSUPPORTED_POLICIES: ClassVar[frozenset[str]] = frozenset(
+    UNSUPPORTED_POLICIES = frozenset(
         (
             "max-age",
             "stream-max-segment-size-bytes",
@@ -185,9 +184,8 @@ class ClassicQueue(Queue):
     def consumer_start(
         self, no_ack: bool, prefetch: int, arguments: dict[str, Any], global_prefetch: int = 0
     ) -> None:
-        v4 = self.compat.v4
-        check_consume_arguments(self.where, arguments, CONSUMER_ARGS, self.rabbit_type, v4)
-        check_credit_argument(arguments, v4)
+        self._check_consume_arguments(arguments)
+        check_credit_argument(arguments, self.compat.v4)
 
     # ---------------------------------------------------------------- publishing
     def is_full(self, extra_bytes: int = 0) -> bool:

@@ -31,21 +31,26 @@ import logging
 from collections import deque
 from collections.abc import Iterable, Mapping
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
 
 from leveret.broker import dedup
 from leveret.broker.arguments import (
-    check_consume_arguments,
     check_credit_argument,
     optional_text,
 )
 from leveret.broker.compat import RABBITMQ_3_10, RabbitMQ
 from leveret.broker.entry import Entry, now_ms
 from leveret.broker.message import Message
-from leveret.broker.policies import Rule, policy_wins, smaller
+from leveret.broker.policies import policy_wins, smaller
 from leveret.broker.ports import DEAD_LETTERED, OUT, RETURNED
 from leveret.broker.queues import quorum4
-from leveret.broker.queues.base import Accepted, Overflow, Queue, check_replicated_declaration
+from leveret.broker.queues.base import (
+    MIRRORING_POLICIES,
+    Accepted,
+    Overflow,
+    Queue,
+    check_replicated_declaration,
+)
 from leveret.broker.ring import ConsumerRing
 from leveret.protocol import errors, table
 
@@ -75,8 +80,6 @@ QUORUM_ARGS = frozenset(
         "x-queue-leader-locator",
     )
 )
-# The consumer arguments it takes; those of other types are refused (rabbit_amqqueue).
-CONSUMER_ARGS = frozenset(("x-priority", "x-credit"))
 DEFAULT_PREFETCH = 2000  # what a consumer without prefetch gets (rabbit_quorum_queue)
 LOW_LIMIT = 0.8  # reject-publish lets publishers in again below this share of the limit
 SETTLE_TIMEOUT_MS = 180_000  # at-least-once retry interval (RabbitMQ's default)
@@ -124,13 +127,15 @@ class _Letter:
 
 
 class QuorumQueue(Queue):
-    keeps_log: ClassVar[bool] = True
-    type_name: ClassVar[str] = "quorum"
-    rabbit_type: ClassVar[str] = "rabbit_quorum_queue"
+    keeps_log = True
+    type_name = "quorum"
+    rabbit_type = "rabbit_quorum_queue"
+    # The consumer arguments a quorum queue takes (rabbit_quorum_queue:capabilities()).
+    CONSUMER_ARGS = frozenset(("x-priority", "x-credit"))
     # rabbit_quorum_queue:ra_machine_config: the smaller of argument and policy for the
     # limits and the TTL, the policy for overflow and expires, the argument for the
     # dead-letter settings.
-    POLICY_RULES: ClassVar[dict[str, Rule]] = {
+    POLICY_RULES = {
         "max-length": smaller,
         "max-length-bytes": smaller,
         "max-in-memory-length": smaller,
@@ -141,17 +146,12 @@ class QuorumQueue(Queue):
         "expires": policy_wins,
     }
     # rabbit_quorum_queue:capabilities(): a policy holding one of these never applies
-    UNSUPPORTED_POLICIES: ClassVar[frozenset[str]] = frozenset(
+    UNSUPPORTED_POLICIES = frozenset(
         (
             "max-priority",
             "queue-mode",
             "single-active-consumer",
-            "ha-mode",
-            "ha-params",
-            "ha-sync-mode",
-            "ha-promote-on-shutdown",
-            "ha-promote-on-failure",
-            "queue-master-locator",
+            *MIRRORING_POLICIES,
             "max-age",
             "stream-max-segment-size-bytes",
             "initial-cluster-size",
@@ -389,11 +389,10 @@ class QuorumQueue(Queue):
     def consumer_start(
         self, no_ack: bool, prefetch: int, arguments: dict[str, Any], global_prefetch: int = 0
     ) -> None:
-        v4 = self.compat.v4
-        check_consume_arguments(self.where, arguments, CONSUMER_ARGS, self.rabbit_type, v4)
+        self._check_consume_arguments(arguments)
         if global_prefetch:
             raise errors.not_implemented(f"{self.where} does not support global qos")
-        check_credit_argument(arguments, v4)
+        check_credit_argument(arguments, self.compat.v4)
 
     def add_consumer(self, consumer: Subscriber, start: Any = None) -> None:
         self._subscribe(consumer)

@@ -9,15 +9,20 @@ import datetime
 import re
 import struct
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
 
-from leveret.broker.arguments import check_consume_arguments, text
+from leveret.broker.arguments import text
 from leveret.broker.clock import wall_ms
 from leveret.broker.compat import RABBITMQ_3_10, RabbitMQ
 from leveret.broker.entry import Entry
 from leveret.broker.message import Message
-from leveret.broker.policies import Rule, policy_wins
-from leveret.broker.queues.base import Accepted, Queue, check_replicated_declaration
+from leveret.broker.policies import policy_wins
+from leveret.broker.queues.base import (
+    MIRRORING_POLICIES,
+    Accepted,
+    Queue,
+    check_replicated_declaration,
+)
 from leveret.broker.queues.stream_amqp091 import to_amqp091
 from leveret.broker.queues.stream_amqp10 import to_amqp10
 from leveret.broker.queues.stream_filtering import (
@@ -60,8 +65,6 @@ STREAM_ARGS = frozenset(
     )
 )
 READ_BATCH = 256
-# The consumer arguments a stream takes (rabbit_stream_queue:capabilities()).
-CONSUMER_ARGS = frozenset(("x-stream-offset", "x-credit"))
 
 
 def interval_ms(text: str) -> int | None:
@@ -76,16 +79,18 @@ DEFAULT_FILTER_SIZE = 16  # osiris's ?DEFAULT_FILTER_SIZE
 
 
 class StreamQueue(Queue):
-    keeps_log: ClassVar[bool] = True
-    type_name: ClassVar[str] = "stream"
-    rabbit_type: ClassVar[str] = "rabbit_stream_queue"
+    keeps_log = True
+    type_name = "stream"
+    rabbit_type = "rabbit_stream_queue"
+    # The consumer arguments a stream takes (rabbit_stream_queue:capabilities()).
+    CONSUMER_ARGS = frozenset(("x-stream-offset", "x-credit"))
     # rabbit_stream_queue:update_stream_conf: a policy's value wins over the argument.
-    POLICY_RULES: ClassVar[dict[str, Rule]] = {
+    POLICY_RULES = {
         "max-length-bytes": policy_wins,
         "max-age": policy_wins,
         "stream-max-segment-size-bytes": policy_wins,
     }
-    UNSUPPORTED_POLICIES: ClassVar[frozenset[str]] = frozenset(
+    UNSUPPORTED_POLICIES = frozenset(
         (
             "expires",
             "message-ttl",
@@ -99,12 +104,7 @@ class StreamQueue(Queue):
             "queue-mode",
             "single-active-consumer",
             "delivery-limit",
-            "ha-mode",
-            "ha-params",
-            "ha-sync-mode",
-            "ha-promote-on-shutdown",
-            "ha-promote-on-failure",
-            "queue-master-locator",
+            *MIRRORING_POLICIES,
             "dead-letter-strategy",
         )
     )
@@ -220,8 +220,7 @@ class StreamQueue(Queue):
     def consumer_start(
         self, no_ack: bool, prefetch: int, arguments: dict[str, Any], global_prefetch: int = 0
     ) -> int:
-        v4 = self.compat.v4
-        check_consume_arguments(self.where, arguments, CONSUMER_ARGS, self.rabbit_type, v4)
+        self._check_consume_arguments(arguments)
         if no_ack:
             raise stream_not_supported("automatic acknowledgement", self)
         if not prefetch:

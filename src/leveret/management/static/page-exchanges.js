@@ -6,7 +6,7 @@ import * as api from "./api.js";
 import { enc } from "./api.js";
 import { navigate } from "./nav.js";
 import {
-  Table, act, bindingForm, card, confirmDialog, declareForm, exchangeHref, exchangeLabel, features, field, figures,
+  Table, act, argumentsColumn, bindingForm, card, confirmDialog, declareForm, exchangeHref, exchangeLabel, features, field, figures,
   formArguments, h, input, link, listWithAddForm, queueHref, select, toast,
 } from "./ui.js";
 
@@ -60,7 +60,7 @@ export function exchangePage(vhost, urlName) {
       { title: "To", render: dest },
       { key: "destination_type", title: "Kind" },
       { key: "routing_key", title: "Routing key" },
-      { title: "Arguments", render: (b) => (Object.keys(b.arguments || {}).length ? JSON.stringify(b.arguments) : "") },
+      argumentsColumn(),
       { title: "", render: (b) => (name === "" ? null : h("button.small", { type: "button", onclick: () => unbind(b) }, "Unbind")) },
     ],
     { empty: "Nothing is bound to this exchange.", id: "exchange-outgoing" },
@@ -69,7 +69,7 @@ export function exchangePage(vhost, urlName) {
     [
       { title: "From", render: (b) => link(exchangeHref(b.vhost, b.source), exchangeLabel(b.source)) },
       { key: "routing_key", title: "Routing key" },
-      { title: "Arguments", render: (b) => (Object.keys(b.arguments || {}).length ? JSON.stringify(b.arguments) : "") },
+      argumentsColumn(),
     ],
     { empty: "No exchange binds to this one.", id: "exchange-incoming" },
   );

@@ -6,7 +6,7 @@ import * as api from "./api.js";
 import { enc } from "./api.js";
 import { navigate } from "./nav.js";
 import {
-  Table, act, bindingForm, card, confirmDialog, declareForm, exchangeHref, exchangeLabel, features, field, figures,
+  Table, act, argumentsColumn, bindingForm, card, confirmDialog, declareForm, exchangeHref, exchangeLabel, features, field, figures,
   fmtBytes, fmtInt, fmtRate, h, input, link, listWithAddForm, queueHref, rate, select,
 } from "./ui.js";
 
@@ -66,7 +66,7 @@ export function queuePage(vhost, name) {
       { title: "Ack required", render: (c) => (c.ack_required ? "yes" : "no") },
       { title: "Exclusive", render: (c) => (c.exclusive ? "yes" : "no") },
       { key: "prefetch_count", title: "Prefetch", num: true },
-      { title: "Arguments", render: (c) => (Object.keys(c.arguments || {}).length ? JSON.stringify(c.arguments) : "") },
+      argumentsColumn(),
     ],
     { empty: "No consumers.", id: "queue-consumers" },
   );
@@ -74,7 +74,7 @@ export function queuePage(vhost, name) {
     [
       { title: "From", render: (b) => (b.source === "" ? h("span.muted", "(AMQP default)") : link(exchangeHref(b.vhost, b.source), b.source)) },
       { key: "routing_key", title: "Routing key" },
-      { title: "Arguments", render: (b) => (Object.keys(b.arguments || {}).length ? JSON.stringify(b.arguments) : "") },
+      argumentsColumn(),
       {
         title: "",
         render: (b) =>

@@ -305,6 +305,11 @@ export function bindingForm(spec, { vhost, where, after, keyId, example, names }
   );
 }
 
+/** A table column of each row's arguments as JSON (empty when it has none). */
+export function argumentsColumn() {
+  return { title: "Arguments", render: (x) => (Object.keys(x.arguments || {}).length ? JSON.stringify(x.arguments) : "") };
+}
+
 /** The search box over a table: "Filter <what>  ( / )" (the / key focuses it). */
 export function tableFilter(table, what) {
   const box = h("input.filter", { type: "search", placeholder: `Filter ${what}  ( / )`, "data-search": "", "aria-label": `Filter ${what}`, oninput: () => table.filter(box.value) });
