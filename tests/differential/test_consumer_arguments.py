@@ -36,14 +36,14 @@ def queues(broker: BrokerUnderTest, name: str) -> Iterator[dict[str, str]]:
 
 
 CASES: list[tuple[str, dict[str, Any], str | None]] = [
-    ("classic", {"x-priority": "high"}, "{where}: \"expected integer, got longstr\""),
+    ("classic", {"x-priority": "high"}, '{where}: "expected integer, got longstr"'),
     ("classic", {"x-priority": 5}, None),
     ("classic", {"x-cancel-on-ha-failover": "yes"}, "{where}: {{unacceptable_type,longstr}}"),
     ("classic", {"x-cancel-on-ha-failover": True}, None),
     ("classic", {"x-credit": {"credit": 2, "drain": False}}, None),
     ("classic", {"x-stream-offset": "first"}, "{where} of queue type rabbit_classic_queue"),
     ("classic", {"x-foo": 1}, None),
-    ("quorum", {"x-priority": "high"}, "{where}: \"expected integer, got longstr\""),
+    ("quorum", {"x-priority": "high"}, '{where}: "expected integer, got longstr"'),
     ("quorum", {"x-priority": 5}, None),
     ("quorum", {"x-cancel-on-ha-failover": True}, "{where} of queue type rabbit_quorum_queue"),
     ("quorum", {"x-credit": {"credit": 2, "drain": False}}, None),
@@ -58,8 +58,13 @@ CASES: list[tuple[str, dict[str, Any], str | None]] = [
 
 
 @pytest.mark.parametrize(("kind", "args", "refusal"), CASES)
-def test_consumer_arguments(broker: BrokerUnderTest, queues: dict[str, str], kind: str,
-                            args: dict[str, Any], refusal: str | None) -> None:
+def test_consumer_arguments(
+    broker: BrokerUnderTest,
+    queues: dict[str, str],
+    kind: str,
+    args: dict[str, Any],
+    refusal: str | None,
+) -> None:
     import pika
 
     q = queues[kind]
@@ -75,7 +80,9 @@ def test_consumer_arguments(broker: BrokerUnderTest, queues: dict[str, str], kin
         key = next(iter(args))
         where = f"invalid arg '{key}' for queue '{q}' in vhost '/'"
         assert (info.value.reply_code, info.value.reply_text) == (
-            406, "PRECONDITION_FAILED - " + refusal.format(where=where))
+            406,
+            "PRECONDITION_FAILED - " + refusal.format(where=where),
+        )
 
 
 @pytest.mark.parametrize("kind", ["classic", "quorum"])
@@ -87,8 +94,7 @@ def test_an_x_credit_that_is_no_table_crashes_the_channel(
     conn = pika.BlockingConnection(broker.pika_params())
     try:
         with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as info:
-            conn.channel().basic_consume(queues[kind], lambda *a: None,
-                                         arguments={"x-credit": 5})
+            conn.channel().basic_consume(queues[kind], lambda *a: None, arguments={"x-credit": 5})
             settle(conn, 0.2)
         assert (info.value.reply_code, info.value.reply_text) == (541, "INTERNAL_ERROR")
     finally:

@@ -45,28 +45,65 @@ def test_x_death_history_across_queues(broker: BrokerUnderTest, name: str) -> No
         ch = conn.channel()
         ch.exchange_declare(f"{name}-dlx", "fanout", auto_delete=True)
         ch.queue_declare(a, exclusive=True, arguments={"x-dead-letter-exchange": f"{name}-dlx"})
-        ch.queue_declare(b, exclusive=True, arguments={
-            "x-dead-letter-exchange": "", "x-dead-letter-routing-key": a})
+        ch.queue_declare(
+            b,
+            exclusive=True,
+            arguments={"x-dead-letter-exchange": "", "x-dead-letter-routing-key": a},
+        )
         ch.queue_bind(b, f"{name}-dlx")
-        ch.basic_publish("", a, b"m", pika.BasicProperties(
-            headers={"z": 1, "a": "s", "CC": ["nowhere"]}, expiration="60000", priority=3))
+        ch.basic_publish(
+            "",
+            a,
+            b"m",
+            pika.BasicProperties(
+                headers={"z": 1, "a": "s", "CC": ["nowhere"]}, expiration="60000", priority=3
+            ),
+        )
         get(ch, a, "reject")
-        first = [("count", 1), ("reason", "rejected"), ("queue", a), ("time", "<now>"),
-                 ("exchange", ""), ("routing-keys", [a, "nowhere"]),
-                 ("original-expiration", "60000")]
+        first = [
+            ("count", 1),
+            ("reason", "rejected"),
+            ("queue", a),
+            ("time", "<now>"),
+            ("exchange", ""),
+            ("routing-keys", [a, "nowhere"]),
+            ("original-expiration", "60000"),
+        ]
         # the first death: headers sorted, x-first-death-*, expiration gone
-        assert wait_get(conn, ch, b, "nack") == (f"{name}-dlx", a, b"m", [
-            ("CC", ["nowhere"]), ("a", "s"), ("x-death", [dict(first)]),
-            ("x-first-death-exchange", ""), ("x-first-death-queue", a),
-            ("x-first-death-reason", "rejected"), ("z", 1)], None)
-        second = {"count": 1, "exchange": f"{name}-dlx", "queue": b, "reason": "rejected",
-                  "routing-keys": [a, "nowhere"], "time": "<now>"}
+        assert wait_get(conn, ch, b, "nack") == (
+            f"{name}-dlx",
+            a,
+            b"m",
+            [
+                ("CC", ["nowhere"]),
+                ("a", "s"),
+                ("x-death", [dict(first)]),
+                ("x-first-death-exchange", ""),
+                ("x-first-death-queue", a),
+                ("x-first-death-reason", "rejected"),
+                ("z", 1),
+            ],
+            None,
+        )
+        second = {
+            "count": 1,
+            "exchange": f"{name}-dlx",
+            "queue": b,
+            "reason": "rejected",
+            "routing-keys": [a, "nowhere"],
+            "time": "<now>",
+        }
         # a dead-letter routing key replaces the keys and removes CC; a new entry goes first
         got = wait_get(conn, ch, a, "reject")
         assert got[:3] == ("", a, b"m")
-        assert got[3] == [("a", "s"), ("x-death", [second, dict(first)]),
-                          ("x-first-death-exchange", ""), ("x-first-death-queue", a),
-                          ("x-first-death-reason", "rejected"), ("z", 1)]
+        assert got[3] == [
+            ("a", "s"),
+            ("x-death", [second, dict(first)]),
+            ("x-first-death-exchange", ""),
+            ("x-first-death-queue", a),
+            ("x-first-death-reason", "rejected"),
+            ("z", 1),
+        ]
         assert [list(d) for d in got[3][1][1]] == [list(second), [k for k, _ in first]]
         # the same queue and reason again: its count goes up (its time stays), it moves first
         got = wait_get(conn, ch, b)
@@ -82,8 +119,11 @@ def test_more_than_two_entries_come_back_reversed(broker: BrokerUnderTest, name:
     with connect(broker) as conn:
         ch = conn.channel()
         for here, there in zip(qs, qs[1:] + qs[:1], strict=True):
-            ch.queue_declare(here, exclusive=True, arguments={
-                "x-dead-letter-exchange": "", "x-dead-letter-routing-key": there})
+            ch.queue_declare(
+                here,
+                exclusive=True,
+                arguments={"x-dead-letter-exchange": "", "x-dead-letter-routing-key": there},
+            )
         ch.basic_publish("", qs[0], b"m")
         for q in qs[:3]:
             wait_get(conn, ch, q, "reject")
@@ -116,14 +156,23 @@ def test_reasons(broker: BrokerUnderTest, name: str) -> None:
         seen = []
         while (got := get(ch, sink)) is not None:
             d = dict(got[3])["x-death"][0]
-            seen.append((got[2], d["reason"], d["queue"], d.get("original-expiration"),
-                         dict(got[3])["x-first-death-reason"]))
-        assert sorted(seen) == sorted([
-            (b"old", "maxlen", f"{name}-len", None, "maxlen"),
-            (b"queue ttl", "expired", f"{name}-ttl", None, "expired"),
-            (b"own ttl", "expired", f"{name}-exp", "20", "expired"),
-            (b"nacked", "rejected", f"{name}-rej", None, "rejected"),
-        ])
+            seen.append(
+                (
+                    got[2],
+                    d["reason"],
+                    d["queue"],
+                    d.get("original-expiration"),
+                    dict(got[3])["x-first-death-reason"],
+                )
+            )
+        assert sorted(seen) == sorted(
+            [
+                (b"old", "maxlen", f"{name}-len", None, "maxlen"),
+                (b"queue ttl", "expired", f"{name}-ttl", None, "expired"),
+                (b"own ttl", "expired", f"{name}-exp", "20", "expired"),
+                (b"nacked", "rejected", f"{name}-rej", None, "rejected"),
+            ]
+        )
 
 
 def test_reject_publish_dlx(broker: BrokerUnderTest, name: str) -> None:
@@ -134,9 +183,16 @@ def test_reject_publish_dlx(broker: BrokerUnderTest, name: str) -> None:
         ch = conn.channel()
         ch.queue_declare(sink, exclusive=True)
         for overflow in ("reject-publish-dlx", "reject-publish"):
-            ch.queue_declare(f"{name}-{overflow}", exclusive=True, arguments={
-                "x-max-length": 1, "x-overflow": overflow, "x-dead-letter-exchange": "",
-                "x-dead-letter-routing-key": sink})
+            ch.queue_declare(
+                f"{name}-{overflow}",
+                exclusive=True,
+                arguments={
+                    "x-max-length": 1,
+                    "x-overflow": overflow,
+                    "x-dead-letter-exchange": "",
+                    "x-dead-letter-routing-key": sink,
+                },
+            )
         ch.confirm_delivery()
         for overflow in ("reject-publish-dlx", "reject-publish"):
             ch.basic_publish("", f"{name}-{overflow}", b"kept")
@@ -144,9 +200,16 @@ def test_reject_publish_dlx(broker: BrokerUnderTest, name: str) -> None:
                 ch.basic_publish("", f"{name}-{overflow}", overflow.encode())
         got = wait_get(conn, ch, sink)
         assert got[2] == b"reject-publish-dlx"
-        assert dict(got[3])["x-death"] == [{
-            "count": 1, "reason": "maxlen", "queue": f"{name}-reject-publish-dlx",
-            "time": "<now>", "exchange": "", "routing-keys": [f"{name}-reject-publish-dlx"]}]
+        assert dict(got[3])["x-death"] == [
+            {
+                "count": 1,
+                "reason": "maxlen",
+                "queue": f"{name}-reject-publish-dlx",
+                "time": "<now>",
+                "exchange": "",
+                "routing-keys": [f"{name}-reject-publish-dlx"],
+            }
+        ]
         assert get(ch, sink) is None
         for overflow in ("reject-publish-dlx", "reject-publish"):
             assert get(ch, f"{name}-{overflow}")[2] == b"kept"  # type: ignore[index]
@@ -180,12 +243,21 @@ def test_cycles(broker: BrokerUnderTest, name: str) -> None:
         assert ch.queue_declare(q1, passive=True).method.message_count == 0
         assert ch.queue_declare(q2, passive=True).method.message_count == 0
         got = wait_get(conn, ch, q3)
-        assert dict(got[3])["x-death"] == [{
-            "count": 2, "exchange": "", "queue": q3, "reason": "rejected",
-            "routing-keys": [q3], "time": "<now>"}]
+        assert dict(got[3])["x-death"] == [
+            {
+                "count": 2,
+                "exchange": "",
+                "queue": q3,
+                "reason": "rejected",
+                "routing-keys": [q3],
+                "time": "<now>",
+            }
+        ]
         got = wait_get(conn, ch, q5)
         assert [(d["queue"], d["reason"], d["count"]) for d in dict(got[3])["x-death"]] == [
-            (q4, "expired", 2), (q5, "rejected", 1)]
+            (q4, "expired", 2),
+            (q5, "rejected", 1),
+        ]
 
 
 def test_x_death_of_another_type_is_reset(broker: BrokerUnderTest, name: str) -> None:
@@ -193,13 +265,32 @@ def test_x_death_of_another_type_is_reset(broker: BrokerUnderTest, name: str) ->
     with connect(broker) as conn:
         ch = conn.channel()
         ch.queue_declare(sink, exclusive=True)
-        ch.queue_declare(name, exclusive=True, arguments={
-            "x-dead-letter-exchange": "", "x-dead-letter-routing-key": sink})
-        ch.basic_publish("", name, b"m", pika.BasicProperties(headers={
-            "x-death": "junk", "x-first-death-queue": "kept"}))
+        ch.queue_declare(
+            name,
+            exclusive=True,
+            arguments={"x-dead-letter-exchange": "", "x-dead-letter-routing-key": sink},
+        )
+        ch.basic_publish(
+            "",
+            name,
+            b"m",
+            pika.BasicProperties(headers={"x-death": "junk", "x-first-death-queue": "kept"}),
+        )
         get(ch, name, "reject")
         got = wait_get(conn, ch, sink)
         assert got[3] == [
-            ("x-death", [{"count": 1, "reason": "rejected", "queue": name, "time": "<now>",
-                          "exchange": "", "routing-keys": [name]}]),
-            ("x-first-death-queue", "kept")]
+            (
+                "x-death",
+                [
+                    {
+                        "count": 1,
+                        "reason": "rejected",
+                        "queue": name,
+                        "time": "<now>",
+                        "exchange": "",
+                        "routing-keys": [name],
+                    }
+                ],
+            ),
+            ("x-first-death-queue", "kept"),
+        ]

@@ -33,13 +33,18 @@ def test_cc_and_bcc_route_to_more_queues_and_bcc_is_removed(
         ch.queue_bind(qc, f"{name}-x", "kc")
         ch.confirm_delivery()
         # default exchange: the keys are queue names
-        ch.basic_publish("", qa, b"one", pika.BasicProperties(
-            headers={"z": 1, "CC": [qb], "BCC": [qc, qd], "a": "x"}))
+        ch.basic_publish(
+            "",
+            qa,
+            b"one",
+            pika.BasicProperties(headers={"z": 1, "CC": [qb], "BCC": [qc, qd], "a": "x"}),
+        )
         # a direct exchange, BCC alone: the headers table stays, empty
         ch.basic_publish(f"{name}-x", "kb", b"two", pika.BasicProperties(headers={"BCC": ["kc"]}))
         # keys that lead nowhere, and a queue named twice, are fine: each queue gets one copy
-        ch.basic_publish("", qa, b"three", pika.BasicProperties(
-            headers={"CC": [qa, "nowhere"], "BCC": [qa]}))
+        ch.basic_publish(
+            "", qa, b"three", pika.BasicProperties(headers={"CC": [qa, "nowhere"], "BCC": [qa]})
+        )
         # array elements that are not long strings are skipped
         ch.basic_publish("", qa, b"four", pika.BasicProperties(headers={"CC": [3, b"raw", qb]}))
         kept = [("z", 1), ("CC", [qb]), ("a", "x")]
@@ -66,25 +71,40 @@ def test_cc_routes_through_topic_bindings_and_mandatory(broker: BrokerUnderTest,
         returned: list[str] = []
         ch.add_on_return_callback(lambda c, m, p, b: returned.append(b.decode()))
         # the routing key leads nowhere, a CC key does: routed, not returned
-        ch.basic_publish(f"{name}-t", "app.info", b"cc", pika.BasicProperties(
-            headers={"CC": ["kern.warning"]}), mandatory=True)
-        ch.basic_publish(f"{name}-t", "app.info", b"lost", pika.BasicProperties(
-            headers={"CC": ["app.debug"]}), mandatory=True)
+        ch.basic_publish(
+            f"{name}-t",
+            "app.info",
+            b"cc",
+            pika.BasicProperties(headers={"CC": ["kern.warning"]}),
+            mandatory=True,
+        )
+        ch.basic_publish(
+            f"{name}-t",
+            "app.info",
+            b"lost",
+            pika.BasicProperties(headers={"CC": ["app.debug"]}),
+            mandatory=True,
+        )
         settle(conn, 0.3)
         assert returned == ["lost"]
         m, _p, body = ch.basic_get(q, auto_ack=True)
         assert (m.routing_key, body) == ("app.info", b"cc")
 
 
-@pytest.mark.parametrize(("headers", "text"), [
-    ({"CC": "q"}, 'invalid message: {unacceptable_type_in_header,"CC",longstr}'),
-    ({"BCC": 5}, 'invalid message: {unacceptable_type_in_header,"BCC",signedint}'),
-    ({"CC": {"a": 1}}, 'invalid message: {unacceptable_type_in_header,"CC",table}'),
-    ({"CC": ["ok"], "BCC": True}, 'invalid message: {unacceptable_type_in_header,"BCC",bool}'),
-])
+@pytest.mark.parametrize(
+    ("headers", "text"),
+    [
+        ({"CC": "q"}, 'invalid message: {unacceptable_type_in_header,"CC",longstr}'),
+        ({"BCC": 5}, 'invalid message: {unacceptable_type_in_header,"BCC",signedint}'),
+        ({"CC": {"a": 1}}, 'invalid message: {unacceptable_type_in_header,"CC",table}'),
+        ({"CC": ["ok"], "BCC": True}, 'invalid message: {unacceptable_type_in_header,"BCC",bool}'),
+    ],
+)
 def test_cc_or_bcc_of_another_type_is_an_invalid_message(
     broker: BrokerUnderTest, headers: dict[str, Any], text: str
 ) -> None:
-    code, reply = channel_error(broker, lambda ch: ch.basic_publish(
-        "", "anywhere", b"x", pika.BasicProperties(headers=headers)))
+    code, reply = channel_error(
+        broker,
+        lambda ch: ch.basic_publish("", "anywhere", b"x", pika.BasicProperties(headers=headers)),
+    )
     assert (code, reply) == (406, f"PRECONDITION_FAILED - {text}")

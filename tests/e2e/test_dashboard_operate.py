@@ -20,8 +20,9 @@ __all__ = ["chromium"]
 def test_policies_tab_sets_and_clears_policies(chromium: Any, leveret_site: Site) -> None:
     site = leveret_site
     b = site.broker
-    conn = pika.BlockingConnection(pika.ConnectionParameters(b.host, b.port,
-                                                             virtual_host=site.vhost))
+    conn = pika.BlockingConnection(
+        pika.ConnectionParameters(b.host, b.port, virtual_host=site.vhost)
+    )
     ch = conn.channel()
     ch.queue_declare("orders.eu")
     for i in range(8):
@@ -79,8 +80,13 @@ def test_policies_tab_sets_and_clears_policies(chromium: Any, leveret_site: Site
         assert p.input_value("#policy-definition") == "max-length = 5\noverflow = drop-head"
         p.fill("#policy-definition", "max-length = 4")
         p.click("#policy-submit")
-        wait_for(lambda: site.api.get(f"/api/policies/{q(site.vhost)}/orders-cap")
-                 ["definition"] == {"max-length": 4}, timeout=10)
+        wait_for(
+            lambda: (
+                site.api.get(f"/api/policies/{q(site.vhost)}/orders-cap")["definition"]
+                == {"max-length": 4}
+            ),
+            timeout=10,
+        )
         p.click("#policy-table tr:has(td:text-is('orders-cap')) button:text-is('Delete')")
         p.click("#confirm-ok")
         p.wait_for_selector("#policy-table td:text-is('orders-cap')", state="detached")
@@ -103,7 +109,8 @@ def test_limits_and_topic_permissions_tabs(chromium: Any, leveret_site: Site) ->
         p.click("#vhost-limit-submit")
         p.wait_for_selector(f"#vhost-limits-table td:text-is('{site.vhost}')")
         assert site.api.get(f"/api/vhost-limits/{q(site.vhost)}") == [
-            {"vhost": site.vhost, "value": {"max-queues": 2}}]
+            {"vhost": site.vhost, "value": {"max-queues": 2}}
+        ]
         p.select_option("#user-limit-user", site.user)
         p.select_option("#user-limit-name", "max-channels")
         p.fill("#user-limit-value", "7")
@@ -113,8 +120,9 @@ def test_limits_and_topic_permissions_tabs(chromium: Any, leveret_site: Site) ->
         view.shot("admin-limits.png", full_page=True)
         # the vhost limit is in force: a third queue is refused
         b = site.broker
-        conn = pika.BlockingConnection(pika.ConnectionParameters(b.host, b.port,
-                                                                 virtual_host=site.vhost))
+        conn = pika.BlockingConnection(
+            pika.ConnectionParameters(b.host, b.port, virtual_host=site.vhost)
+        )
         try:
             ch = conn.channel()
             ch.queue_declare("one")
@@ -126,8 +134,9 @@ def test_limits_and_topic_permissions_tabs(chromium: Any, leveret_site: Site) ->
                 assert exc.reply_code == 406
         finally:
             conn.close()
-        p.click(f"#vhost-limits-table tr[data-key='{site.vhost}'] button:text-is"
-                "('Clear max-queues')")
+        p.click(
+            f"#vhost-limits-table tr[data-key='{site.vhost}'] button:text-is('Clear max-queues')"
+        )
         p.wait_for_selector(f"#vhost-limits-table td:text-is('{site.vhost}')", state="detached")
         assert site.api.get(f"/api/vhost-limits/{q(site.vhost)}") == []
 
@@ -139,14 +148,20 @@ def test_limits_and_topic_permissions_tabs(chromium: Any, leveret_site: Site) ->
         p.click("#topic-submit")
         p.wait_for_selector(f"#topic-permissions-table td:text-is('{site.user}')")
         assert site.api.get(f"/api/topic-permissions/{q(site.vhost)}/{q(site.user)}") == [
-            {"user": site.user, "vhost": site.vhost, "exchange": "amq.topic",
-             "write": "^logs\\.{username}\\.", "read": ".*"}]
+            {
+                "user": site.user,
+                "vhost": site.vhost,
+                "exchange": "amq.topic",
+                "write": "^logs\\.{username}\\.",
+                "read": ".*",
+            }
+        ]
         view.shot("admin-topic-permissions.png")
-        p.click(f"#topic-permissions-table tr:has(td:text-is('{site.user}')) "
-                "button:text-is('Clear')")
+        p.click(
+            f"#topic-permissions-table tr:has(td:text-is('{site.user}')) button:text-is('Clear')"
+        )
         p.click("#confirm-ok")
-        p.wait_for_selector(f"#topic-permissions-table td:text-is('{site.user}')",
-                            state="detached")
+        p.wait_for_selector(f"#topic-permissions-table td:text-is('{site.user}')", state="detached")
         assert view.errors == []
     finally:
         view.close()

@@ -58,8 +58,7 @@ def test_an_hour_of_records_for_a_stopped_archive_never_blocks_the_publishers(
 
     logger = logging.getLogger(f"test.{name}")
     logger.propagate = False
-    handler = AMQPHandler(broker.url, exchange=name, persistent=True, timeout=300,
-                          process=False)
+    handler = AMQPHandler(broker.url, exchange=name, persistent=True, timeout=300, process=False)
     logger.addHandler(handler)
     try:
         for i in range(half):
@@ -84,8 +83,10 @@ def test_an_hour_of_records_for_a_stopped_archive_never_blocks_the_publishers(
     while _lines(path) < HOUR and time.monotonic() < deadline:
         time.sleep(0.5)
     records = read_records(path)
-    print(f"published {t1 - t0:.0f} s, received {time.monotonic() - t1:.0f} s; "
-          f"peak RSS {peak / MiB:.0f} MiB, watermark {node.watermark / MiB:.0f} MiB")
+    print(
+        f"published {t1 - t0:.0f} s, received {time.monotonic() - t1:.0f} s; "
+        f"peak RSS {peak / MiB:.0f} MiB, watermark {node.watermark / MiB:.0f} MiB"
+    )
     messages = [r["message"] for r in records]
     assert messages[:half] == [f"emitted {i:06d}" for i in range(half)]
     assert messages[half:] == [f"handled {i:06d}" for i in range(half)]

@@ -192,11 +192,13 @@ def test_per_vhost_definitions_round_trip(
                 pass
 
 
-@pytest.mark.parametrize("body", [{"queues": True}, {"queues": [1]}, {"bindings": 4},
-                                  {"queues": [["a"]]}])
+@pytest.mark.parametrize(
+    "body", [{"queues": True}, {"queues": [1]}, {"bindings": 4}, {"queues": [["a"]]}]
+)
 @pytest.mark.parametrize("where", ["", "/{v}"])
-def test_malformed_definitions_are_refused(leveret_site: Site, body: dict[str, Any],
-                                           where: str) -> None:
+def test_malformed_definitions_are_refused(
+    leveret_site: Site, body: dict[str, Any], where: str
+) -> None:
     """Sections that are not lists of objects: RabbitMQ's import crashes on them (500, no
     body); Leveret refuses them with a 400 and RabbitMQ's error object, the whole broker's
     definitions and a vhost's alike (the vhost's raised a traceback and a 500, found by

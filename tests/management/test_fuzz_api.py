@@ -58,8 +58,12 @@ def _routes() -> list[tuple[str, str]]:
         if template and route.method in ("GET", "PUT", "POST", "DELETE"):
             out.add((route.method, template))
     # served beside the API by the dashboard and the streams module
-    out |= {("GET", "/api/queues/{vhost}/{name}/stream-status"), ("GET", "/api/logs/lake"),
-            ("GET", "/api/logs/report"), ("GET", "/api/logs/report/{path}")}
+    out |= {
+        ("GET", "/api/queues/{vhost}/{name}/stream-status"),
+        ("GET", "/api/logs/lake"),
+        ("GET", "/api/logs/report"),
+        ("GET", "/api/logs/report/{path}"),
+    }
     return sorted(out)
 
 
@@ -70,8 +74,16 @@ PARAM = re.compile(r"\{([a-z_]+)(?::[^}]*)?\}")
 KNOWN = {
     "vhost": ["/", "fuzz"],
     "user": ["guest", "fuzz-user"],
-    "name": ["fuzz-q", "fuzz-x", "amq.direct", "amq.topic", "fuzz-policy", "max-connections",
-             "max-queues", "max-channels"],
+    "name": [
+        "fuzz-q",
+        "fuzz-x",
+        "amq.direct",
+        "amq.topic",
+        "fuzz-policy",
+        "max-connections",
+        "max-queues",
+        "max-channels",
+    ],
     "source": ["amq.direct", "fuzz-x", ""],
     "dest": ["fuzz-q", "fuzz-x"],
     "props": ["~", "rk", "rk~abc"],
@@ -85,40 +97,100 @@ KNOWN = {
 ADMIN, ADMIN_PASSWORD = "fuzz-admin", "fuzz-admin-pw"
 FORBIDDEN = {WITNESS_VHOST, WITNESS_USER, ADMIN}
 
-QUERY_KEYS = ["page", "page_size", "name", "use_regex", "pagination", "sort", "sort_reverse",
-              "columns", "lengths_age", "lengths_incr", "msg_rates_age", "msg_rates_incr",
-              "data_rates_age", "data_rates_incr", "if-unused", "if-empty", "vhost",
-              "exchange", "disable_stats", "enable_queue_totals", "download", "limit"]
+QUERY_KEYS = [
+    "page",
+    "page_size",
+    "name",
+    "use_regex",
+    "pagination",
+    "sort",
+    "sort_reverse",
+    "columns",
+    "lengths_age",
+    "lengths_incr",
+    "msg_rates_age",
+    "msg_rates_incr",
+    "data_rates_age",
+    "data_rates_incr",
+    "if-unused",
+    "if-empty",
+    "vhost",
+    "exchange",
+    "disable_stats",
+    "enable_queue_totals",
+    "download",
+    "limit",
+]
 
 TEXT = st.text(max_size=16).filter(lambda s: s not in FORBIDDEN)
 
 
 def json_values(depth: int = 2) -> st.SearchStrategy[Any]:
     scalars = st.one_of(
-        st.none(), st.booleans(), st.integers(),
+        st.none(),
+        st.booleans(),
+        st.integers(),
         st.sampled_from([0, -1, 1, 2**31, 2**63, -(2**63) - 1, 10**40]),
-        st.floats(allow_nan=False), TEXT,
-        st.sampled_from(["", "x-", "classic", "quorum", "stream", "lazy", "drop-head",
-                         "reject-publish", "all", "queues", "exchanges", "auto", "base64",
-                         "string", "ack_requeue_true", "reject_requeue_false", ".*", "^$",
-                         "(", "administrator", "1D", "first"]))
+        st.floats(allow_nan=False),
+        TEXT,
+        st.sampled_from(
+            [
+                "",
+                "x-",
+                "classic",
+                "quorum",
+                "stream",
+                "lazy",
+                "drop-head",
+                "reject-publish",
+                "all",
+                "queues",
+                "exchanges",
+                "auto",
+                "base64",
+                "string",
+                "ack_requeue_true",
+                "reject_requeue_false",
+                ".*",
+                "^$",
+                "(",
+                "administrator",
+                "1D",
+                "first",
+            ]
+        ),
+    )
     if depth == 0:
         return scalars
     inner = json_values(depth - 1)
-    return st.one_of(scalars, st.lists(inner, max_size=4),
-                     st.dictionaries(TEXT, inner, max_size=4))
+    return st.one_of(scalars, st.lists(inner, max_size=4), st.dictionaries(TEXT, inner, max_size=4))
 
 
-ARGUMENT_KEYS = ["x-message-ttl", "x-expires", "x-max-length", "x-max-length-bytes",
-                 "x-overflow", "x-dead-letter-exchange", "x-dead-letter-routing-key",
-                 "x-max-priority", "x-queue-mode", "x-queue-type", "x-single-active-consumer",
-                 "x-max-age", "x-stream-max-segment-size-bytes", "x-initial-cluster-size",
-                 "x-delivery-limit", "alternate-exchange", "x-queue-master-locator"]
+ARGUMENT_KEYS = [
+    "x-message-ttl",
+    "x-expires",
+    "x-max-length",
+    "x-max-length-bytes",
+    "x-overflow",
+    "x-dead-letter-exchange",
+    "x-dead-letter-routing-key",
+    "x-max-priority",
+    "x-queue-mode",
+    "x-queue-type",
+    "x-single-active-consumer",
+    "x-max-age",
+    "x-stream-max-segment-size-bytes",
+    "x-initial-cluster-size",
+    "x-delivery-limit",
+    "alternate-exchange",
+    "x-queue-master-locator",
+]
 
 
 def arguments() -> st.SearchStrategy[dict[str, Any]]:
-    return st.dictionaries(st.one_of(st.sampled_from(ARGUMENT_KEYS), TEXT), json_values(1),
-                           max_size=3)
+    return st.dictionaries(
+        st.one_of(st.sampled_from(ARGUMENT_KEYS), TEXT), json_values(1), max_size=3
+    )
 
 
 # a valid body per kind of route, to be mutated
@@ -129,13 +201,22 @@ def base_body(method: str, template: str) -> dict[str, Any] | None:
     if t.startswith("/api/queues/") and t.endswith("/get"):
         return {"count": 2, "ackmode": "ack_requeue_true", "encoding": "auto", "truncate": 50}
     if t.endswith("/publish"):
-        return {"properties": {"delivery_mode": 2, "headers": {"a": 1}}, "routing_key": "fuzz-q",
-                "payload": "hello", "payload_encoding": "string"}
+        return {
+            "properties": {"delivery_mode": 2, "headers": {"a": 1}},
+            "routing_key": "fuzz-q",
+            "payload": "hello",
+            "payload_encoding": "string",
+        }
     if t.startswith("/api/queues/"):
         return {"durable": True, "auto_delete": False, "arguments": {"x-max-length": 10}}
     if t.startswith("/api/exchanges/"):
-        return {"type": "direct", "durable": True, "auto_delete": False, "internal": False,
-                "arguments": {}}
+        return {
+            "type": "direct",
+            "durable": True,
+            "auto_delete": False,
+            "internal": False,
+            "arguments": {},
+        }
     if t.startswith("/api/bindings/"):
         return {"routing_key": "rk", "arguments": {"abc": "1"}}
     if t == "/api/users/bulk-delete":
@@ -147,18 +228,35 @@ def base_body(method: str, template: str) -> dict[str, Any] | None:
     if t.startswith("/api/permissions/"):
         return {"configure": ".*", "write": ".*", "read": ".*"}
     if t.startswith(("/api/policies/", "/api/operator-policies/")):
-        return {"pattern": "^fuzz", "definition": {"max-length": 5}, "priority": 0,
-                "apply-to": "queues"}
+        return {
+            "pattern": "^fuzz",
+            "definition": {"max-length": 5},
+            "priority": 0,
+            "apply-to": "queues",
+        }
     if t.startswith(("/api/vhost-limits/", "/api/user-limits/")):
         return {"value": 100}
     if t.startswith("/api/vhosts/"):
         return {"description": "fuzzed", "tags": "a,b", "tracing": False}
     if t.startswith("/api/definitions"):
-        return {"rabbit_version": "3.10.8",
-                "queues": [{"name": "fuzz-q", "vhost": "fuzz", "durable": True,
-                            "auto_delete": False, "arguments": {}}],
-                "exchanges": [], "bindings": [], "policies": [], "users": [], "vhosts": [],
-                "permissions": []}
+        return {
+            "rabbit_version": "3.10.8",
+            "queues": [
+                {
+                    "name": "fuzz-q",
+                    "vhost": "fuzz",
+                    "durable": True,
+                    "auto_delete": False,
+                    "arguments": {},
+                }
+            ],
+            "exchanges": [],
+            "bindings": [],
+            "policies": [],
+            "users": [],
+            "vhosts": [],
+            "permissions": [],
+        }
     return {}
 
 
@@ -170,9 +268,12 @@ class ApiCase:
     content_type: str | None
 
     def jsonable(self) -> dict[str, Any]:
-        return {"method": self.method, "path": self.path,
-                "body": None if self.body is None else self.body.decode("utf-8", "replace"),
-                "content_type": self.content_type}
+        return {
+            "method": self.method,
+            "path": self.path,
+            "body": None if self.body is None else self.body.decode("utf-8", "replace"),
+            "content_type": self.content_type,
+        }
 
 
 def segment(draw: Any, param: str) -> str:
@@ -181,8 +282,14 @@ def segment(draw: Any, param: str) -> str:
         return draw(st.sampled_from(known))
     if known and draw(st.integers(0, 2)) > 0:
         return quote(draw(st.sampled_from(known)), safe="")
-    raw = draw(st.one_of(TEXT, st.sampled_from(["..", ".", "%", "%zz", "%2F", "a/b", "~", " ",
-                                                "\u00e9\u4e2d", "a" * 300])))
+    raw = draw(
+        st.one_of(
+            TEXT,
+            st.sampled_from(
+                ["..", ".", "%", "%zz", "%2F", "a/b", "~", " ", "\u00e9\u4e2d", "a" * 300]
+            ),
+        )
+    )
     if draw(st.booleans()):
         return quote(raw, safe="")
     # stray slashes and percent signs left as they are
@@ -195,12 +302,32 @@ def api_cases(draw: Any) -> ApiCase:
     if draw(st.integers(0, 19)) == 0:  # now and then a method the route does not serve
         method = draw(st.sampled_from(["GET", "PUT", "POST", "DELETE", "PATCH"]))
     path = PARAM.sub(lambda m: segment(draw, m.group(1)), template)
-    query = draw(st.lists(st.tuples(st.one_of(st.sampled_from(QUERY_KEYS), TEXT),
-                                    st.one_of(TEXT, st.integers().map(str),
-                                              st.sampled_from(["true", "false", "", "0", "-1",
-                                                               "name", "messages,name",
-                                                               "a.b.c", "1e999", "nan"]))),
-                          max_size=4))
+    query = draw(
+        st.lists(
+            st.tuples(
+                st.one_of(st.sampled_from(QUERY_KEYS), TEXT),
+                st.one_of(
+                    TEXT,
+                    st.integers().map(str),
+                    st.sampled_from(
+                        [
+                            "true",
+                            "false",
+                            "",
+                            "0",
+                            "-1",
+                            "name",
+                            "messages,name",
+                            "a.b.c",
+                            "1e999",
+                            "nan",
+                        ]
+                    ),
+                ),
+            ),
+            max_size=4,
+        )
+    )
     if query:
         path += "?" + urlencode(query, quote_via=quote)
     body: bytes | None = None
@@ -223,13 +350,34 @@ def api_cases(draw: Any) -> ApiCase:
     elif shape <= 7:
         body = json.dumps(draw(json_values())).encode()
     elif shape == 8:
-        body = draw(st.one_of(st.binary(max_size=64),
-                              st.sampled_from([b"{", b"[1,", b'{"a":}', b"\xff\xfe{}", b"null",
-                                               b'{"password": "\\ud800"}', b"{}" * 1000])))
+        body = draw(
+            st.one_of(
+                st.binary(max_size=64),
+                st.sampled_from(
+                    [
+                        b"{",
+                        b"[1,",
+                        b'{"a":}',
+                        b"\xff\xfe{}",
+                        b"null",
+                        b'{"password": "\\ud800"}',
+                        b"{}" * 1000,
+                    ]
+                ),
+            )
+        )
     if draw(st.integers(0, 9)) == 0:
-        content_type = draw(st.sampled_from([None, "text/plain", "application/x-www-form-"
-                                             "urlencoded", "multipart/form-data; boundary=x",
-                                             "application/json; charset=latin-1"]))
+        content_type = draw(
+            st.sampled_from(
+                [
+                    None,
+                    "text/plain",
+                    "application/x-www-form-urlencoded",
+                    "multipart/form-data; boundary=x",
+                    "application/json; charset=latin-1",
+                ]
+            )
+        )
     return ApiCase(method, path, body, content_type)
 
 
@@ -242,18 +390,33 @@ class Target:
         self.witness = Witness(self.broker)
         self.watch = LogWatch(self.broker)
         self.auth = "Basic " + base64.b64encode(b"guest:guest").decode()
-        self.send(ApiCase("PUT", f"/api/users/{ADMIN}", json.dumps(
-            {"password": ADMIN_PASSWORD, "tags": "administrator"}).encode(), "application/json"))
+        self.send(
+            ApiCase(
+                "PUT",
+                f"/api/users/{ADMIN}",
+                json.dumps({"password": ADMIN_PASSWORD, "tags": "administrator"}).encode(),
+                "application/json",
+            )
+        )
         self.auth = "Basic " + base64.b64encode(f"{ADMIN}:{ADMIN_PASSWORD}".encode()).decode()
         # the objects the known names refer to
-        for case in (ApiCase("PUT", "/api/vhosts/fuzz", b"{}", "application/json"),
-                     ApiCase("PUT", f"/api/permissions/%2F/{ADMIN}",
-                             b'{"configure":".*","write":".*","read":".*"}', "application/json"),
-                     ApiCase("PUT", f"/api/permissions/fuzz/{ADMIN}",
-                             b'{"configure":".*","write":".*","read":".*"}', "application/json"),
-                     ApiCase("PUT", "/api/queues/fuzz/fuzz-q", b"{}", "application/json"),
-                     ApiCase("PUT", "/api/exchanges/fuzz/fuzz-x", b'{"type":"direct"}',
-                             "application/json")):
+        for case in (
+            ApiCase("PUT", "/api/vhosts/fuzz", b"{}", "application/json"),
+            ApiCase(
+                "PUT",
+                f"/api/permissions/%2F/{ADMIN}",
+                b'{"configure":".*","write":".*","read":".*"}',
+                "application/json",
+            ),
+            ApiCase(
+                "PUT",
+                f"/api/permissions/fuzz/{ADMIN}",
+                b'{"configure":".*","write":".*","read":".*"}',
+                "application/json",
+            ),
+            ApiCase("PUT", "/api/queues/fuzz/fuzz-q", b"{}", "application/json"),
+            ApiCase("PUT", "/api/exchanges/fuzz/fuzz-x", b'{"type":"direct"}', "application/json"),
+        ):
             status, _ = self.send(case)
             assert status in (201, 204), (case, status)
 
@@ -302,8 +465,10 @@ class Target:
             except ValueError:
                 doc = None
             if not (isinstance(doc, dict) and {"error", "reason"} <= doc.keys()):
-                return (f"status {status} without RabbitMQ's error object",
-                        f"{case.method} {route}: {text}")
+                return (
+                    f"status {status} without RabbitMQ's error object",
+                    f"{case.method} {route}: {text}",
+                )
         return None
 
 
@@ -322,11 +487,15 @@ def test_every_route_is_fuzzed() -> None:
 
 
 @pytest.mark.skipif(CAMPAIGN_EXAMPLES > 0, reason="the campaign runs instead")
-@settings(max_examples=IN_SUITE_EXAMPLES, deadline=None, derandomize=True, database=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(
+    max_examples=IN_SUITE_EXAMPLES,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 @given(case=api_cases())
-def test_fuzzed_requests_leave_the_broker_and_others_alone(target: Target,
-                                                           case: ApiCase) -> None:
+def test_fuzzed_requests_leave_the_broker_and_others_alone(target: Target, case: ApiCase) -> None:
     assert target.failure(case) is None
 
 
@@ -348,7 +517,8 @@ def test_campaign() -> None:
             sig, detail = got
             campaign.record(sig, detail, case.jsonable(), len(json.dumps(case.jsonable())))
             if sig.startswith(("witness", "http")) or (
-                    t.broker.process is not None and t.broker.process.poll() is not None):
+                t.broker.process is not None and t.broker.process.poll() is not None
+            ):
                 t.restart()
 
     try:

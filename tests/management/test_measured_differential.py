@@ -31,8 +31,9 @@ def sites(leveret_site: Site, rabbitmq_site: Site) -> Iterator[tuple[Site, Site]
 
 def connect(site: Site) -> pika.BlockingConnection:
     b = site.broker
-    return pika.BlockingConnection(pika.ConnectionParameters(b.host, b.port,
-                                                             virtual_host=site.vhost))
+    return pika.BlockingConnection(
+        pika.ConnectionParameters(b.host, b.port, virtual_host=site.vhost)
+    )
 
 
 def test_login_challenge(sites: tuple[Site, Site]) -> None:
@@ -90,8 +91,13 @@ def test_aliveness_round_trip(sites: tuple[Site, Site]) -> None:
         def queue(site: Site = site) -> Any:
             data = site.api.get(f"/api/queues/{q(site.vhost)}/aliveness-test")
             stats = data.get("message_stats", {})
-            return (data.get("messages"), data["durable"], data["arguments"],
-                    stats.get("publish", 0), stats.get("get_no_ack", 0))
+            return (
+                data.get("messages"),
+                data["durable"],
+                data["arguments"],
+                stats.get("publish", 0),
+                stats.get("get_no_ack", 0),
+            )
 
         assert wait_for(lambda: queue()[0] is not None, timeout=STATS_WAIT, interval=0.2)
         before = settled(queue)  # the first round trip's figures, if they count, are in
@@ -99,9 +105,12 @@ def test_aliveness_round_trip(sites: tuple[Site, Site]) -> None:
         missing = site.api.call("GET", "/api/aliveness-test/no-such-vhost-x")
         # the test's user may configure only ^t- names
         refused = site.api.as_user(site.user, site.password).call(
-            "GET", f"/api/aliveness-test/{q(site.vhost)}")
-        refused = (refused[0], str(refused[1]).replace(site.vhost, "VHOST")
-                   .replace(site.user, "USER"))
+            "GET", f"/api/aliveness-test/{q(site.vhost)}"
+        )
+        refused = (
+            refused[0],
+            str(refused[1]).replace(site.vhost, "VHOST").replace(site.user, "USER"),
+        )
         assert before[:3] == (0, False, {}), before
 
         def counted(b: Any = before, site: Site = site) -> bool:
@@ -109,7 +118,10 @@ def test_aliveness_round_trip(sites: tuple[Site, Site]) -> None:
             return published == got and max(b[3], b[4]) + 1 <= published <= 2
 
         assert wait_for(counted, timeout=STATS_WAIT, interval=0.2), (
-            site.broker.name, before, queue())
+            site.broker.name,
+            before,
+            queue(),
+        )
         answers.append([ok, again, missing, refused, queue()])
     ours, theirs = answers
     assert ours[:4] == theirs[:4]
@@ -128,8 +140,12 @@ def queue_scenario(site: Site) -> pika.BlockingConnection:
     ch.queue_bind("q2", "x1")
     ch.confirm_delivery()
     for i in range(10):
-        ch.basic_publish("x1", "", b"hello%d" % i,
-                         pika.BasicProperties(delivery_mode=2, timestamp=1700000000 + i))
+        ch.basic_publish(
+            "x1",
+            "",
+            b"hello%d" % i,
+            pika.BasicProperties(delivery_mode=2, timestamp=1700000000 + i),
+        )
     ch.basic_qos(prefetch_count=3)
     ch.basic_consume("q1", lambda *a: None)
     for _ in range(2):
@@ -140,11 +156,22 @@ def queue_scenario(site: Site) -> pika.BlockingConnection:
 
 
 QUEUE_FIGURES = (
-    "messages", "messages_ready", "messages_unacknowledged", "messages_ram",
-    "messages_ready_ram", "messages_unacknowledged_ram", "messages_persistent",
-    "messages_paged_out", "message_bytes", "message_bytes_ready",
-    "message_bytes_unacknowledged", "message_bytes_ram", "message_bytes_persistent",
-    "message_bytes_paged_out", "head_message_timestamp", "consumers",
+    "messages",
+    "messages_ready",
+    "messages_unacknowledged",
+    "messages_ram",
+    "messages_ready_ram",
+    "messages_unacknowledged_ram",
+    "messages_persistent",
+    "messages_paged_out",
+    "message_bytes",
+    "message_bytes_ready",
+    "message_bytes_unacknowledged",
+    "message_bytes_ram",
+    "message_bytes_persistent",
+    "message_bytes_paged_out",
+    "head_message_timestamp",
+    "consumers",
 )
 
 
@@ -158,14 +185,17 @@ def test_queue_figures(sites: tuple[Site, Site]) -> None:
 
         def figures(site: Site, name: str) -> Any:
             data = site.api.get(f"/api/queues/{q(site.vhost)}/{name}")
-            stats = {k: v for k, v in data.get("message_stats", {}).items()
-                     if not k.endswith("_details")}
+            stats = {
+                k: v for k, v in data.get("message_stats", {}).items() if not k.endswith("_details")
+            }
             return {k: data.get(k) for k in QUEUE_FIGURES}, stats
 
         for name in ("q1", "q2"):
             ours = figures(lev, name)
             assert wait_for(lambda n=name, o=ours: figures(rmq, n) == o, timeout=STATS_WAIT), (
-                ours, figures(rmq, name))
+                ours,
+                figures(rmq, name),
+            )
         one = lev.api.get(f"/api/queues/{q(lev.vhost)}/q1")
         assert "memory" not in one
         assert 0 < one["consumer_utilisation"] <= 1 and one["consumer_capacity"] <= 1
@@ -194,8 +224,9 @@ def test_consumer_capacity_measures_blocked_time(sites: tuple[Site, Site]) -> No
         conn.process_data_events(3)
 
         def capacity(name: str, site: Site = site) -> float:
-            return float(site.api.get(f"/api/queues/{q(site.vhost)}/{name}")
-                         .get("consumer_capacity", -1))
+            return float(
+                site.api.get(f"/api/queues/{q(site.vhost)}/{name}").get("consumer_capacity", -1)
+            )
 
         def held(ch: Any = ch) -> bool:
             # One more message for the held consumer at each look: RabbitMQ's queue process
@@ -246,15 +277,23 @@ def test_exchange_and_channel_stats(sites: tuple[Site, Site]) -> None:
         lev, rmq = sites
 
         def exchanges(site: Site) -> Any:
-            return {x["name"]: {k: v for k, v in x.get("message_stats", {}).items()
-                                if not k.endswith("_details")}
-                    for x in site.api.get(f"/api/exchanges/{q(site.vhost)}")}
+            return {
+                x["name"]: {
+                    k: v
+                    for k, v in x.get("message_stats", {}).items()
+                    if not k.endswith("_details")
+                }
+                for x in site.api.get(f"/api/exchanges/{q(site.vhost)}")
+            }
 
         def channels(site: Site) -> Any:
             out = []
             for c in site.api.get(f"/api/vhosts/{q(site.vhost)}/channels"):
-                stats = {k: v for k, v in c.get("message_stats", {}).items()
-                         if not k.endswith("_details")}
+                stats = {
+                    k: v
+                    for k, v in c.get("message_stats", {}).items()
+                    if not k.endswith("_details")
+                }
                 # RabbitMQ 3.10.8's management shows drop_unroutable and get_empty as 0
                 # whatever happened; Leveret counts what it dropped and what found nothing
                 stats.pop("drop_unroutable", None)
@@ -264,13 +303,18 @@ def test_exchange_and_channel_stats(sites: tuple[Site, Site]) -> None:
 
         ours = exchanges(lev), channels(lev)
         assert wait_for(lambda: (exchanges(rmq), channels(rmq)) == ours, timeout=STATS_WAIT), (
-            ours, exchanges(rmq), channels(rmq))
+            ours,
+            exchanges(rmq),
+            channels(rmq),
+        )
         assert ours[0]["x2"] == {"publish_in": 2, "publish_out": 4}
-        number_one = next(c for c in lev.api.get(f"/api/vhosts/{q(lev.vhost)}/channels")
-                          if c["number"] == 1)
+        number_one = next(
+            c for c in lev.api.get(f"/api/vhosts/{q(lev.vhost)}/channels") if c["number"] == 1
+        )
         assert number_one["message_stats"]["drop_unroutable"] == 3
-        number_two = next(c for c in lev.api.get(f"/api/vhosts/{q(lev.vhost)}/channels")
-                          if c["number"] == 2)
+        number_two = next(
+            c for c in lev.api.get(f"/api/vhosts/{q(lev.vhost)}/channels") if c["number"] == 2
+        )
         assert number_two["message_stats"]["get_empty"] == 1
     finally:
         for conn in conns:
@@ -279,7 +323,8 @@ def test_exchange_and_channel_stats(sites: tuple[Site, Site]) -> None:
 
 def metrics(site: Site, path: str) -> dict[str, float]:
     with urllib.request.urlopen(
-            f"http://{site.broker.host}:{site.broker.prometheus_port}{path}", timeout=10) as r:
+        f"http://{site.broker.host}:{site.broker.prometheus_port}{path}", timeout=10
+    ) as r:
         text = r.read().decode()
     out = {}
     for line in text.splitlines():
@@ -307,21 +352,28 @@ def test_prometheus_channel_and_connection_series(sites: tuple[Site, Site]) -> N
         conn.process_data_events(0.2)
         ours = metrics(lev, "/metrics/per-object")
         mine = {k: v for k, v in ours.items() if "rabbitmq_channel_" in k and lev.vhost in k}
-        published = [v for k, v in mine.items()
-                     if k.startswith("rabbitmq_channel_messages_published_total{")
-                     and 'exchange=""' in k]
+        published = [
+            v
+            for k, v in mine.items()
+            if k.startswith("rabbitmq_channel_messages_published_total{") and 'exchange=""' in k
+        ]
         assert published == [4.0]
         gets = {k.split("{")[0]: v for k, v in mine.items() if 'queue="pq"' in k}
         assert gets["rabbitmq_channel_get_total"] == 1
         assert gets["rabbitmq_channel_get_ack_total"] == 1
-        assert any(k.startswith("rabbitmq_connection_incoming_bytes_total{channel=")
-                   and v > 0 for k, v in ours.items())
+        assert any(
+            k.startswith("rabbitmq_connection_incoming_bytes_total{channel=") and v > 0
+            for k, v in ours.items()
+        )
         theirs = metrics(rmq, "/metrics/per-object")
 
         def families(m: dict[str, float]) -> set[str]:
-            return {k.split("{")[0] for k in m
-                    if k.startswith(("rabbitmq_channel_", "rabbitmq_connection_"))
-                    and "process_reductions" not in k}
+            return {
+                k.split("{")[0]
+                for k in m
+                if k.startswith(("rabbitmq_channel_", "rabbitmq_connection_"))
+                and "process_reductions" not in k
+            }
 
         # RabbitMQ lists a family only while it has samples: compare the ones it has
         assert families(theirs) <= families(ours)
@@ -361,5 +413,10 @@ def test_churn_rates(sites: tuple[Site, Site]) -> None:
     after = lev.api.get("/api/overview")["churn_rates"]
     grew = {k: after[k] - before[k] for k in after if not k.endswith("_details")}
     assert {k: v for k, v in grew.items() if k != "connection_closed"} == {
-        "channel_created": 1, "channel_closed": 1, "connection_created": 1,
-        "queue_created": 1, "queue_declared": 2, "queue_deleted": 0}
+        "channel_created": 1,
+        "channel_closed": 1,
+        "connection_created": 1,
+        "queue_created": 1,
+        "queue_declared": 2,
+        "queue_deleted": 0,
+    }

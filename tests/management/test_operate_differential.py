@@ -44,8 +44,9 @@ def calls(site: Site, steps: list[tuple[str, str, Any]], as_user: bool = False) 
     return out
 
 
-def same_answers(sites: tuple[Site, Site], steps: list[tuple[str, str, Any]],
-                 as_user: bool = False) -> None:
+def same_answers(
+    sites: tuple[Site, Site], steps: list[tuple[str, str, Any]], as_user: bool = False
+) -> None:
     ours, theirs = (calls(site, steps, as_user) for site in sites)
     for mine, reference in zip(ours, theirs, strict=True):
         assert _any_order(mine) == _any_order(reference)
@@ -61,12 +62,14 @@ def _any_order(answer: Any) -> Any:
     return answer
 
 
-def connect(site: Site, user: str | None = None, password: str | None = None
-            ) -> pika.BlockingConnection:
+def connect(
+    site: Site, user: str | None = None, password: str | None = None
+) -> pika.BlockingConnection:
     b = site.broker
     credentials = pika.PlainCredentials(user or "guest", password or "guest")
-    return pika.BlockingConnection(pika.ConnectionParameters(
-        b.host, b.port, virtual_host=site.vhost, credentials=credentials))
+    return pika.BlockingConnection(
+        pika.ConnectionParameters(b.host, b.port, virtual_host=site.vhost, credentials=credentials)
+    )
 
 
 def on_both(sites: tuple[Site, Site], scenario: Callable[[Site], Any]) -> None:
@@ -78,12 +81,25 @@ def on_both(sites: tuple[Site, Site], scenario: Callable[[Site], Any]) -> None:
 POLICY_API = [
     ("GET", "/api/policies/{v}", None),
     ("PUT", "/api/policies/{v}/p1", {"pattern": "^a", "definition": {"max-length": 5}}),
-    ("PUT", "/api/policies/{v}/p1", {"pattern": "^a", "definition": {"max-length": 5},
-                                     "priority": 3, "apply-to": "queues"}),
-    ("PUT", "/api/policies/{v}/p2", {"pattern": "^b", "definition": {"message-ttl": 100,
-                                     "dead-letter-exchange": "dlx"}, "priority": 1}),
-    ("PUT", "/api/policies/{v}/p3", {"pattern": "^c", "definition": {"max-length": 1},
-                                     "priority": 1.5}),
+    (
+        "PUT",
+        "/api/policies/{v}/p1",
+        {"pattern": "^a", "definition": {"max-length": 5}, "priority": 3, "apply-to": "queues"},
+    ),
+    (
+        "PUT",
+        "/api/policies/{v}/p2",
+        {
+            "pattern": "^b",
+            "definition": {"message-ttl": 100, "dead-letter-exchange": "dlx"},
+            "priority": 1,
+        },
+    ),
+    (
+        "PUT",
+        "/api/policies/{v}/p3",
+        {"pattern": "^c", "definition": {"max-length": 1}, "priority": 1.5},
+    ),
     ("GET", "/api/policies/{v}/p1", None),
     ("GET", "/api/policies/{v}", None),
     ("GET", "/api/policies/{v}?sort=name", None),
@@ -92,15 +108,24 @@ POLICY_API = [
     ("PUT", "/api/policies/{v}/bad", {"pattern": "^a", "definition": {"max-length": -1}}),
     ("PUT", "/api/policies/{v}/bad", {"pattern": "^a", "definition": {"max-length": "x"}}),
     ("PUT", "/api/policies/{v}/bad", {"pattern": "^a", "definition": {"foo": 1}}),
-    ("PUT", "/api/policies/{v}/bad", {"pattern": "^a", "definition": {"foo": 1,
-                                      "max-length": "x"}}),
+    (
+        "PUT",
+        "/api/policies/{v}/bad",
+        {"pattern": "^a", "definition": {"foo": 1, "max-length": "x"}},
+    ),
     ("PUT", "/api/policies/{v}/bad", {"pattern": "^a", "definition": {}}),
     ("PUT", "/api/policies/{v}/bad", {"pattern": "[", "definition": {"max-length": 1}}),
     ("PUT", "/api/policies/{v}/bad", {"pattern": "*a", "definition": {"max-length": 1}}),
-    ("PUT", "/api/policies/{v}/bad", {"pattern": "^a", "definition": {"max-length": 1},
-                                      "apply-to": "bogus"}),
-    ("PUT", "/api/policies/{v}/bad", {"pattern": "^a", "definition": {"max-length": 1},
-                                      "priority": "x"}),
+    (
+        "PUT",
+        "/api/policies/{v}/bad",
+        {"pattern": "^a", "definition": {"max-length": 1}, "apply-to": "bogus"},
+    ),
+    (
+        "PUT",
+        "/api/policies/{v}/bad",
+        {"pattern": "^a", "definition": {"max-length": 1}, "priority": "x"},
+    ),
     ("PUT", "/api/policies/{v}/bad", {"definition": {"max-length": 1}}),
     ("PUT", "/api/policies/{v}/bad", {"pattern": "^a"}),
     ("PUT", "/api/policies/{v}/bad", {"pattern": 1, "definition": {"max-length": 1}}),
@@ -110,16 +135,24 @@ POLICY_API = [
     ("PUT", "/api/policies/{v}/bad", {"pattern": "^a", "definition": {"queue-mode": "x"}}),
     ("PUT", "/api/policies/{v}/bad", {"pattern": "^a", "definition": {"overflow": "x"}}),
     ("PUT", "/api/policies/{v}/bad", {"pattern": "^a", "definition": {"max-age": "1Q"}}),
-    ("PUT", "/api/policies/{v}/ok", {"pattern": "^a", "definition": {"max-age": "1D",
-                                     "stream-max-segment-size-bytes": 1000}}),
-    ("PUT", "/api/policies/{v}/bad", {"pattern": "^a", "definition": {
-        "stream-max-segment-size-bytes": 5000000000}}),
+    (
+        "PUT",
+        "/api/policies/{v}/ok",
+        {"pattern": "^a", "definition": {"max-age": "1D", "stream-max-segment-size-bytes": 1000}},
+    ),
+    (
+        "PUT",
+        "/api/policies/{v}/bad",
+        {"pattern": "^a", "definition": {"stream-max-segment-size-bytes": 5000000000}},
+    ),
     ("PUT", "/api/policies/{v}/bad", {"pattern": "^a", "definition": {"alternate-exchange": 1}}),
-    ("PUT", "/api/policies/{v}/bad", {"pattern": "^a", "definition": {
-        "dead-letter-routing-key": 1}}),
+    (
+        "PUT",
+        "/api/policies/{v}/bad",
+        {"pattern": "^a", "definition": {"dead-letter-routing-key": 1}},
+    ),
     ("PUT", "/api/policies/{v}/bad", {"pattern": "^a", "definition": {"delivery-limit": -2}}),
-    ("PUT", "/api/policies/no-such-vhost-x/p", {"pattern": "^a", "definition": {
-        "max-length": 5}}),
+    ("PUT", "/api/policies/no-such-vhost-x/p", {"pattern": "^a", "definition": {"max-length": 5}}),
     ("GET", "/api/policies/no-such-vhost-x", None),
     ("DELETE", "/api/policies/{v}/ok", None),
     ("DELETE", "/api/policies/{v}/p3", None),
@@ -133,17 +166,32 @@ def test_policy_endpoints(sites: tuple[Site, Site]) -> None:
 
 OPERATOR_API = [
     ("GET", "/api/operator-policies/{v}", None),
-    ("PUT", "/api/operator-policies/{v}/o1", {"pattern": "^a", "definition": {
-        "max-length": 3, "expires": 100000, "message-ttl": 5000, "max-length-bytes": 100,
-        "delivery-limit": 2}}),
-    ("PUT", "/api/operator-policies/{v}/o2", {"pattern": "^a", "definition": {
-        "overflow": "reject-publish"}}),
-    ("PUT", "/api/operator-policies/{v}/o2", {"pattern": "^a", "definition": {
-        "queue-mode": "lazy"}}),
-    ("PUT", "/api/operator-policies/{v}/o2", {"pattern": "^a", "definition": {
-        "max-length": "x"}}),
-    ("PUT", "/api/operator-policies/{v}/o2", {"pattern": "[", "definition": {
-        "max-length": 1}}),
+    (
+        "PUT",
+        "/api/operator-policies/{v}/o1",
+        {
+            "pattern": "^a",
+            "definition": {
+                "max-length": 3,
+                "expires": 100000,
+                "message-ttl": 5000,
+                "max-length-bytes": 100,
+                "delivery-limit": 2,
+            },
+        },
+    ),
+    (
+        "PUT",
+        "/api/operator-policies/{v}/o2",
+        {"pattern": "^a", "definition": {"overflow": "reject-publish"}},
+    ),
+    (
+        "PUT",
+        "/api/operator-policies/{v}/o2",
+        {"pattern": "^a", "definition": {"queue-mode": "lazy"}},
+    ),
+    ("PUT", "/api/operator-policies/{v}/o2", {"pattern": "^a", "definition": {"max-length": "x"}}),
+    ("PUT", "/api/operator-policies/{v}/o2", {"pattern": "[", "definition": {"max-length": 1}}),
     ("GET", "/api/operator-policies/{v}/o1", None),
     ("GET", "/api/operator-policies/{v}", None),
     ("DELETE", "/api/operator-policies/{v}/o1", None),
@@ -159,13 +207,21 @@ def test_operator_policy_endpoints(sites: tuple[Site, Site]) -> None:
 def test_policy_listings_across_vhosts(sites: tuple[Site, Site]) -> None:
     """/api/policies and /api/operator-policies list every vhost's: this test's are
     compared."""
+
     def scenario(site: Site) -> Any:
-        site.api.put(f"/api/policies/{q(site.vhost)}/pa",
-                     {"pattern": "x", "definition": {"max-length": 1}, "priority": 2})
-        site.api.put(f"/api/operator-policies/{q(site.vhost)}/oa",
-                     {"pattern": "x", "definition": {"max-length": 1}})
-        return [[p for p in site.api.get(path) if p["vhost"] == site.vhost]
-                for path in ("/api/policies", "/api/operator-policies")]
+        site.api.put(
+            f"/api/policies/{q(site.vhost)}/pa",
+            {"pattern": "x", "definition": {"max-length": 1}, "priority": 2},
+        )
+        site.api.put(
+            f"/api/operator-policies/{q(site.vhost)}/oa",
+            {"pattern": "x", "definition": {"max-length": 1}},
+        )
+        return [
+            [p for p in site.api.get(path) if p["vhost"] == site.vhost]
+            for path in ("/api/policies", "/api/operator-policies")
+        ]
+
     on_both(sites, scenario)
 
 
@@ -173,8 +229,9 @@ def test_who_may_use_policies(sites: tuple[Site, Site]) -> None:
     """A management user lists a vhost's policies but may not read, set or clear one, nor
     touch operator policies; a policymaker may set policies in its vhosts."""
     for site in sites:
-        site.api.put(f"/api/policies/{q(site.vhost)}/p1",
-                     {"pattern": "^a", "definition": {"max-length": 5}})
+        site.api.put(
+            f"/api/policies/{q(site.vhost)}/p1", {"pattern": "^a", "definition": {"max-length": 5}}
+        )
     steps: list[tuple[str, str, Any]] = [
         ("GET", "/api/policies/{v}", None),
         ("GET", "/api/policies/{v}/p1", None),
@@ -182,20 +239,22 @@ def test_who_may_use_policies(sites: tuple[Site, Site]) -> None:
         ("DELETE", "/api/policies/{v}/p1", None),
         ("GET", "/api/operator-policies/{v}", None),
         ("GET", "/api/operator-policies/{v}/x", None),
-        ("PUT", "/api/operator-policies/{v}/x", {"pattern": "x", "definition": {
-            "max-length": 1}}),
+        ("PUT", "/api/operator-policies/{v}/x", {"pattern": "x", "definition": {"max-length": 1}}),
     ]
     same_answers(sites, steps, as_user=True)
     for site in sites:
-        site.api.put(f"/api/users/{q(site.user)}", {"password": site.password,
-                                                     "tags": "policymaker"})
+        site.api.put(
+            f"/api/users/{q(site.user)}", {"password": site.password, "tags": "policymaker"}
+        )
     same_answers(sites, steps, as_user=True)
 
 
 def queue_fields(site: Site, name: str) -> dict[str, Any]:
     data = site.api.get(f"/api/queues/{q(site.vhost)}/{q(name)}")
-    return {k: data.get(k) for k in ("policy", "operator_policy",
-                                     "effective_policy_definition", "messages")}
+    return {
+        k: data.get(k)
+        for k in ("policy", "operator_policy", "effective_policy_definition", "messages")
+    }
 
 
 def settle(
@@ -227,19 +286,30 @@ def test_policies_apply_to_existing_queues_at_once(sites: tuple[Site, Site]) -> 
             ch.basic_publish("", "a1", b"m%d" % i)
             ch.basic_publish("", "a2", b"m%d" % i)
             ch.basic_publish("", "b1", b"m%d" % i)
-        site.api.put(f"/api/policies/{q(site.vhost)}/p1", {
-            "pattern": "^a", "priority": 1,
-            "definition": {"max-length": 4, "message-ttl": 60000, "overflow": "drop-head"}})
-        site.api.put(f"/api/operator-policies/{q(site.vhost)}/o1", {
-            "pattern": "^a", "definition": {"max-length": 3, "expires": 100000}})
+        site.api.put(
+            f"/api/policies/{q(site.vhost)}/p1",
+            {
+                "pattern": "^a",
+                "priority": 1,
+                "definition": {"max-length": 4, "message-ttl": 60000, "overflow": "drop-head"},
+            },
+        )
+        site.api.put(
+            f"/api/operator-policies/{q(site.vhost)}/o1",
+            {"pattern": "^a", "definition": {"max-length": 3, "expires": 100000}},
+        )
     try:
         for name in ("a1", "a2", "b1"):
             settle(sites, lambda site, name=name: queue_fields(site, name))
         assert queue_fields(sites[0], "a2")["messages"] == 3
         # the head went: the oldest left are m3..m5
-        got = [sites[0].api.call("POST", f"/api/queues/{q(sites[0].vhost)}/a2/get",
-                                 {"count": 5, "ackmode": "ack_requeue_true",
-                                  "encoding": "auto"})[1]]
+        got = [
+            sites[0].api.call(
+                "POST",
+                f"/api/queues/{q(sites[0].vhost)}/a2/get",
+                {"count": 5, "ackmode": "ack_requeue_true", "encoding": "auto"},
+            )[1]
+        ]
         assert [m["payload"] for m in got[0]] == ["m3", "m4", "m5"]
         for site in sites:
             site.api.delete(f"/api/policies/{q(site.vhost)}/p1")
@@ -260,6 +330,7 @@ def test_exchange_policies(sites: tuple[Site, Site]) -> None:
     """A policy's alternate exchange takes unroutable messages, the exchange's own
     argument wins over it; policies show on exchanges (the default one too), only the
     policy's name."""
+
     def scenario(site: Site) -> Any:
         conn = connect(site)
         try:
@@ -272,33 +343,49 @@ def test_exchange_policies(sites: tuple[Site, Site]) -> None:
             ch.queue_bind("t-ae2", "ae2")
             ch.exchange_declare("x-plain", "direct")
             ch.exchange_declare("x-own", "direct", arguments={"alternate-exchange": "ae2"})
-            site.api.put(f"/api/policies/{q(site.vhost)}/ae", {
-                "pattern": "^x-", "apply-to": "exchanges",
-                "definition": {"alternate-exchange": "ae1"}})
-            site.api.put(f"/api/policies/{q(site.vhost)}/everything", {
-                "pattern": "^$", "apply-to": "exchanges", "priority": -1,
-                "definition": {"alternate-exchange": "ae1"}})
+            site.api.put(
+                f"/api/policies/{q(site.vhost)}/ae",
+                {
+                    "pattern": "^x-",
+                    "apply-to": "exchanges",
+                    "definition": {"alternate-exchange": "ae1"},
+                },
+            )
+            site.api.put(
+                f"/api/policies/{q(site.vhost)}/everything",
+                {
+                    "pattern": "^$",
+                    "apply-to": "exchanges",
+                    "priority": -1,
+                    "definition": {"alternate-exchange": "ae1"},
+                },
+            )
             time.sleep(0.2)
             ch.confirm_delivery()
             ch.basic_publish("x-plain", "nowhere", b"1")
             ch.basic_publish("x-own", "nowhere", b"2")
             ch.basic_publish("", "no-such-queue", b"3")  # the default exchange: no AE
             time.sleep(0.2)
-            depths = {n: ch.queue_declare(n, passive=True).method.message_count
-                      for n in ("t-ae1", "t-ae2")}
-            shown = {x["name"]: x.get("policy")
-                     for x in site.api.get(f"/api/exchanges/{q(site.vhost)}")}
+            depths = {
+                n: ch.queue_declare(n, passive=True).method.message_count
+                for n in ("t-ae1", "t-ae2")
+            }
+            shown = {
+                x["name"]: x.get("policy") for x in site.api.get(f"/api/exchanges/{q(site.vhost)}")
+            }
             one = site.api.get(f"/api/exchanges/{q(site.vhost)}/x-plain")
             # (message_stats arrive later on RabbitMQ: compared in test_exchange_stats)
             return depths, shown, sorted(k for k in one if k != "message_stats")
         finally:
             conn.close()
+
     on_both(sites, scenario)
 
 
 def test_queue_argument_and_policy_precedence(sites: tuple[Site, Site]) -> None:
     """Per key, as rabbit_amqqueue_process: the smaller of argument and policy for
     message-ttl and max-length, the argument for dead-letter-exchange and overflow."""
+
     def scenario(site: Site) -> Any:
         conn = connect(site)
         try:
@@ -307,9 +394,17 @@ def test_queue_argument_and_policy_precedence(sites: tuple[Site, Site]) -> None:
                 ch.exchange_declare(n, "fanout")
                 ch.queue_declare(f"t-{n}")
                 ch.queue_bind(f"t-{n}", n)
-            site.api.put(f"/api/policies/{q(site.vhost)}/pq", {
-                "pattern": "^q", "definition": {
-                    "dead-letter-exchange": "dlx-pol", "message-ttl": 60000, "max-length": 2}})
+            site.api.put(
+                f"/api/policies/{q(site.vhost)}/pq",
+                {
+                    "pattern": "^q",
+                    "definition": {
+                        "dead-letter-exchange": "dlx-pol",
+                        "message-ttl": 60000,
+                        "max-length": 2,
+                    },
+                },
+            )
             ch.queue_declare("q-ttl", arguments={"x-message-ttl": 50})
             ch.queue_declare("q-dlx", arguments={"x-dead-letter-exchange": "dlx-arg"})
             ch.queue_declare("q-len", arguments={"x-max-length": 5})
@@ -323,10 +418,13 @@ def test_queue_argument_and_policy_precedence(sites: tuple[Site, Site]) -> None:
                 if m[0] is not None:
                     ch.basic_nack(m[0].delivery_tag, requeue=False)
             time.sleep(0.3)
-            return {n: ch.queue_declare(n, passive=True).method.message_count
-                    for n in ("q-ttl", "q-dlx", "q-len", "q-pol", "t-dlx-arg", "t-dlx-pol")}
+            return {
+                n: ch.queue_declare(n, passive=True).method.message_count
+                for n in ("q-ttl", "q-dlx", "q-len", "q-pol", "t-dlx-arg", "t-dlx-pol")
+            }
         finally:
             conn.close()
+
     on_both(sites, scenario)
 
 
@@ -336,6 +434,7 @@ def test_policies_apply_to_quorum_queues(sites: tuple[Site, Site]) -> None:
     argument's dead-letter exchange; a policy holding a key quorum queues do not take
     (queue-mode) does not apply to them at all; removing the policy gives the arguments
     back."""
+
     def scenario(site: Site) -> Any:
         conn = connect(site)
         v = q(site.vhost)
@@ -347,18 +446,31 @@ def test_policies_apply_to_quorum_queues(sites: tuple[Site, Site]) -> None:
             ch.queue_bind("t-qdlx-arg", "qdlx-arg")
             quorum = {"x-queue-type": "quorum"}
             ch.queue_declare("qq-len", durable=True, arguments={**quorum, "x-max-length": 10})
-            ch.queue_declare("qq-dl", durable=True, arguments={
-                **quorum, "x-delivery-limit": 5, "x-dead-letter-exchange": "qdlx-arg"})
+            ch.queue_declare(
+                "qq-dl",
+                durable=True,
+                arguments={**quorum, "x-delivery-limit": 5, "x-dead-letter-exchange": "qdlx-arg"},
+            )
             ch.queue_declare("qq-lazy", durable=True, arguments=quorum)
             for i in range(6):
                 ch.basic_publish("", "qq-len", b"m%d" % i)
             ch.basic_publish("", "qq-dl", b"d")
-            site.api.put(f"/api/policies/{v}/pqq", {
-                "pattern": "^qq-(len|dl)", "definition": {
-                    "max-length": 3, "delivery-limit": 1, "overflow": "drop-head",
-                    "dead-letter-exchange": "nowhere"}})
-            site.api.put(f"/api/policies/{v}/plazy", {
-                "pattern": "^qq-lazy", "definition": {"queue-mode": "lazy"}})
+            site.api.put(
+                f"/api/policies/{v}/pqq",
+                {
+                    "pattern": "^qq-(len|dl)",
+                    "definition": {
+                        "max-length": 3,
+                        "delivery-limit": 1,
+                        "overflow": "drop-head",
+                        "dead-letter-exchange": "nowhere",
+                    },
+                },
+            )
+            site.api.put(
+                f"/api/policies/{v}/plazy",
+                {"pattern": "^qq-lazy", "definition": {"queue-mode": "lazy"}},
+            )
             time.sleep(0.5)
             # the head went at once: m3..m5 left
             got = [ch.basic_get("qq-len", auto_ack=True)[2] for _ in range(4)]
@@ -371,34 +483,42 @@ def test_policies_apply_to_quorum_queues(sites: tuple[Site, Site]) -> None:
                 if m[0] is not None:
                     ch.basic_nack(m[0].delivery_tag, requeue=True)
             time.sleep(0.5)
-            out["qq-dl"] = ch.queue_declare("qq-dl", durable=True, passive=True
-                                            ).method.message_count
+            out["qq-dl"] = ch.queue_declare(
+                "qq-dl", durable=True, passive=True
+            ).method.message_count
             out["dead"] = ch.queue_declare("t-qdlx-arg", passive=True).method.message_count
             site.api.delete(f"/api/policies/{v}/pqq")
             time.sleep(0.3)
             for i in range(9):
                 ch.basic_publish("", "qq-len", b"n%d" % i)
             time.sleep(0.5)
-            out["qq-len after"] = ch.queue_declare("qq-len", durable=True, passive=True
-                                                   ).method.message_count
+            out["qq-len after"] = ch.queue_declare(
+                "qq-len", durable=True, passive=True
+            ).method.message_count
             for name in ("qq-len", "qq-dl", "qq-lazy"):
                 ch.queue_delete(name)
             return out
         finally:
             conn.close()
+
     on_both(sites, scenario)
 
     def policies(site: Site) -> Any:
         conn = connect(site)
         try:
-            conn.channel().queue_declare("qq-shown", durable=True,
-                                         arguments={"x-queue-type": "quorum"})
+            conn.channel().queue_declare(
+                "qq-shown", durable=True, arguments={"x-queue-type": "quorum"}
+            )
         finally:
             conn.close()
-        site.api.put(f"/api/policies/{q(site.vhost)}/pshown", {
-            "pattern": "^qq-shown", "definition": {"max-length": 7}})
-        site.api.put(f"/api/policies/{q(site.vhost)}/plazy2", {
-            "pattern": "^qq-shown", "priority": 5, "definition": {"queue-mode": "lazy"}})
+        site.api.put(
+            f"/api/policies/{q(site.vhost)}/pshown",
+            {"pattern": "^qq-shown", "definition": {"max-length": 7}},
+        )
+        site.api.put(
+            f"/api/policies/{q(site.vhost)}/plazy2",
+            {"pattern": "^qq-shown", "priority": 5, "definition": {"queue-mode": "lazy"}},
+        )
         return None
 
     for site in sites:
@@ -462,15 +582,20 @@ def test_limit_listings_and_who_may_set_them(sites: tuple[Site, Site]) -> None:
     def scenario(site: Site) -> Any:
         site.api.put(f"/api/vhost-limits/{q(site.vhost)}/max-queues", {"value": 7})
         site.api.put(f"/api/user-limits/{q(site.user)}/max-channels", {"value": 4})
-        mine = [("/api/vhost-limits", "vhost", site.vhost), ("/api/user-limits", "user",
-                                                              site.user)]
+        mine = [("/api/vhost-limits", "vhost", site.vhost), ("/api/user-limits", "user", site.user)]
         listed = [[i for i in site.api.get(path) if i[key] == name] for path, key, name in mine]
-        as_user = calls(site, [("GET", "/api/vhost-limits/{v}", None),
-                               ("PUT", "/api/vhost-limits/{v}/max-queues", {"value": 1}),
-                               ("GET", "/api/user-limits/{u}", None),
-                               ("PUT", "/api/user-limits/{u}/max-channels", {"value": 1})],
-                        as_user=True)
+        as_user = calls(
+            site,
+            [
+                ("GET", "/api/vhost-limits/{v}", None),
+                ("PUT", "/api/vhost-limits/{v}/max-queues", {"value": 1}),
+                ("GET", "/api/user-limits/{u}", None),
+                ("PUT", "/api/user-limits/{u}/max-channels", {"value": 1}),
+            ],
+            as_user=True,
+        )
         return listed, as_user
+
     on_both(sites, scenario)
 
 
@@ -487,6 +612,7 @@ def refusal(action: Callable[[], Any]) -> Any:
 def test_vhost_limits_refuse_as_rabbitmq(sites: tuple[Site, Site]) -> None:
     """max-queues refuses new queues (AMQP and API), not existing ones; max-connections
     refuses the connection past it, 0 refuses all."""
+
     def scenario(site: Site) -> Any:
         out = []
         site.api.put(f"/api/vhost-limits/{q(site.vhost)}/max-queues", {"value": 2})
@@ -507,16 +633,20 @@ def test_vhost_limits_refuse_as_rabbitmq(sites: tuple[Site, Site]) -> None:
         site.api.delete(f"/api/vhost-limits/{q(site.vhost)}/max-connections")
         out.append(refusal(lambda: connect(site).close()))
         return out
+
     on_both(sites, scenario)
 
 
 def test_user_limits_refuse_as_rabbitmq(sites: tuple[Site, Site]) -> None:
     """max-channels closes the connection that opens one channel too many (530);
     max-connections refuses the connection past it."""
+
     def scenario(site: Site) -> Any:
         out = []
-        site.api.put(f"/api/permissions/{q(site.vhost)}/{q(site.user)}",
-                     {"configure": ".*", "write": ".*", "read": ".*"})
+        site.api.put(
+            f"/api/permissions/{q(site.vhost)}/{q(site.user)}",
+            {"configure": ".*", "write": ".*", "read": ".*"},
+        )
         site.api.put(f"/api/user-limits/{q(site.user)}/max-channels", {"value": 2})
         conn = connect(site, site.user, site.password)
         conn.channel()
@@ -530,24 +660,33 @@ def test_user_limits_refuse_as_rabbitmq(sites: tuple[Site, Site]) -> None:
         site.api.put(f"/api/user-limits/{q(site.user)}/max-connections", {"value": 0})
         out.append(refusal(lambda: connect(site, site.user, site.password).close()))
         return out
+
     on_both(sites, scenario)
 
 
 # ------------------------------------------------------------- topic permissions
 TOPIC_API = [
     ("GET", "/api/topic-permissions/{v}/{u}", None),
-    ("PUT", "/api/topic-permissions/{v}/{u}", {"exchange": "amq.topic", "write": "^a",
-                                               "read": "^b"}),
-    ("PUT", "/api/topic-permissions/{v}/{u}", {"exchange": "amq.topic", "write": "^a",
-                                               "read": "^c"}),
+    (
+        "PUT",
+        "/api/topic-permissions/{v}/{u}",
+        {"exchange": "amq.topic", "write": "^a", "read": "^b"},
+    ),
+    (
+        "PUT",
+        "/api/topic-permissions/{v}/{u}",
+        {"exchange": "amq.topic", "write": "^a", "read": "^c"},
+    ),
     ("PUT", "/api/topic-permissions/{v}/{u}", {"exchange": "t2", "write": "", "read": ".*"}),
     ("PUT", "/api/topic-permissions/{v}/{u}", {"exchange": "t3", "write": "["}),
     ("PUT", "/api/topic-permissions/{v}/{u}", {"exchange": "t3", "write": "[", "read": "x"}),
     ("PUT", "/api/topic-permissions/{v}/{u}", {"write": "a", "read": "x"}),
-    ("PUT", "/api/topic-permissions/{v}/nobody-x", {"exchange": "t3", "write": "a",
-                                                    "read": "x"}),
-    ("PUT", "/api/topic-permissions/no-such-vhost-x/{u}", {"exchange": "t3", "write": "a",
-                                                           "read": "x"}),
+    ("PUT", "/api/topic-permissions/{v}/nobody-x", {"exchange": "t3", "write": "a", "read": "x"}),
+    (
+        "PUT",
+        "/api/topic-permissions/no-such-vhost-x/{u}",
+        {"exchange": "t3", "write": "a", "read": "x"},
+    ),
     ("GET", "/api/topic-permissions/{v}/{u}", None),
     ("GET", "/api/vhosts/{v}/topic-permissions", None),
     ("GET", "/api/users/{u}/topic-permissions", None),
@@ -566,40 +705,58 @@ def test_topic_permissions_are_enforced(sites: tuple[Site, Site]) -> None:
     """Publishing to a topic exchange is checked against write (with {username} filled
     in), binding against read; an empty pattern allows only the empty key; other exchange
     types are not checked. The API's publish and bind meet the same checks."""
+
     def scenario(site: Site) -> Any:
         v, u = q(site.vhost), q(site.user)
-        site.api.put(f"/api/permissions/{v}/{u}", {"configure": ".*", "write": ".*",
-                                                   "read": ".*"})
-        site.api.put(f"/api/topic-permissions/{v}/{u}", {
-            "exchange": "amq.topic", "write": "^a\\.{username}", "read": "^b"})
-        site.api.put(f"/api/topic-permissions/{v}/{u}", {"exchange": "tx", "write": "",
-                                                         "read": ""})
+        site.api.put(f"/api/permissions/{v}/{u}", {"configure": ".*", "write": ".*", "read": ".*"})
+        site.api.put(
+            f"/api/topic-permissions/{v}/{u}",
+            {"exchange": "amq.topic", "write": "^a\\.{username}", "read": "^b"},
+        )
+        site.api.put(f"/api/topic-permissions/{v}/{u}", {"exchange": "tx", "write": "", "read": ""})
         out: list[Any] = []
         conn = connect(site, site.user, site.password)
         ch = conn.channel()
         ch.exchange_declare("tx", "topic")
         ch.queue_declare("qq")
-        for ex, rk in [("amq.topic", f"a.{site.user}.x"), ("amq.topic", "a.other"),
-                       ("tx", ""), ("tx", "z"), ("amq.direct", "zzz")]:
+        for ex, rk in [
+            ("amq.topic", f"a.{site.user}.x"),
+            ("amq.topic", "a.other"),
+            ("tx", ""),
+            ("tx", "z"),
+            ("amq.direct", "zzz"),
+        ]:
+
             def publish(ex: str = ex, rk: str = rk) -> None:
                 c = conn.channel()
                 c.confirm_delivery()
                 c.basic_publish(ex, rk, b"m")
+
             out.append(refusal(publish))
         for ex, rk in [("amq.topic", "b.1"), ("amq.topic", "c"), ("tx", "")]:
             out.append(refusal(lambda ex=ex, rk=rk: conn.channel().queue_bind("qq", ex, rk)))
             out.append(refusal(lambda ex=ex, rk=rk: conn.channel().queue_unbind("qq", ex, rk)))
-        out.append(refusal(lambda: conn.channel().exchange_bind("amq.direct", "amq.topic",
-                                                                 "c")))
+        out.append(refusal(lambda: conn.channel().exchange_bind("amq.direct", "amq.topic", "c")))
         conn.close()
         api = site.api.as_user(site.user, site.password)
         publish = {"properties": {}, "payload": "x", "payload_encoding": "string"}
-        out.append(api.call("POST", f"/api/exchanges/{v}/amq.topic/publish",
-                            dict(publish, routing_key="a.other")))
-        out.append(api.call("POST", f"/api/exchanges/{v}/amq.topic/publish",
-                            dict(publish, routing_key=f"a.{site.user}")))
+        out.append(
+            api.call(
+                "POST",
+                f"/api/exchanges/{v}/amq.topic/publish",
+                dict(publish, routing_key="a.other"),
+            )
+        )
+        out.append(
+            api.call(
+                "POST",
+                f"/api/exchanges/{v}/amq.topic/publish",
+                dict(publish, routing_key=f"a.{site.user}"),
+            )
+        )
         out.append(api.call("POST", f"/api/bindings/{v}/e/amq.topic/q/qq", {"routing_key": "c"}))
         return out
+
     on_both(sites, scenario)
 
 
@@ -610,32 +767,74 @@ def definitions_file(site: Site) -> dict[str, Any]:
     vhost, user = f"{site.vhost}-defs", f"{site.user}-defs"
     return {
         "rabbit_version": "3.10.8",
-        "users": [{"name": user, "password_hash":
-                   "kI3GCqW5JLMJa4iX1lo7X4D6XbYqlLgxIs30+P6tENUV2POR",
-                   "hashing_algorithm": "rabbit_password_hashing_sha256",
-                   "tags": ["management"], "limits": {"max-channels": 4,
-                                                      "max-connections": 2}}],
+        "users": [
+            {
+                "name": user,
+                "password_hash": "kI3GCqW5JLMJa4iX1lo7X4D6XbYqlLgxIs30+P6tENUV2POR",
+                "hashing_algorithm": "rabbit_password_hashing_sha256",
+                "tags": ["management"],
+                "limits": {"max-channels": 4, "max-connections": 2},
+            }
+        ],
         "vhosts": [{"name": vhost}],
-        "permissions": [{"user": user, "vhost": vhost, "configure": ".*", "write": ".*",
-                         "read": ".*"}],
-        "topic_permissions": [{"user": user, "vhost": vhost, "exchange": "amq.topic",
-                               "write": "^a", "read": "^b"}],
+        "permissions": [
+            {"user": user, "vhost": vhost, "configure": ".*", "write": ".*", "read": ".*"}
+        ],
+        "topic_permissions": [
+            {"user": user, "vhost": vhost, "exchange": "amq.topic", "write": "^a", "read": "^b"}
+        ],
         "parameters": [
-            {"value": {"max-queues": 7, "max-connections": 9}, "vhost": vhost,
-             "component": "vhost-limits", "name": "limits"},
-            {"value": {"pattern": "^q", "definition": {"max-length": 3}, "priority": 0,
-                       "apply-to": "queues"}, "vhost": vhost,
-             "component": "operator_policy", "name": "o1"}],
+            {
+                "value": {"max-queues": 7, "max-connections": 9},
+                "vhost": vhost,
+                "component": "vhost-limits",
+                "name": "limits",
+            },
+            {
+                "value": {
+                    "pattern": "^q",
+                    "definition": {"max-length": 3},
+                    "priority": 0,
+                    "apply-to": "queues",
+                },
+                "vhost": vhost,
+                "component": "operator_policy",
+                "name": "o1",
+            },
+        ],
         "global_parameters": [],
         "policies": [
-            {"vhost": vhost, "name": "p1", "pattern": "^q", "apply-to": "queues",
-             "definition": {"max-length": 5, "message-ttl": 60000}, "priority": 1},
-            {"vhost": vhost, "name": "p2", "pattern": "^x", "apply-to": "exchanges",
-             "definition": {"alternate-exchange": "ae"}, "priority": 0}],
-        "queues": [{"name": "q1", "vhost": vhost, "durable": True, "auto_delete": False,
-                    "arguments": {}}],
-        "exchanges": [{"name": "x1", "vhost": vhost, "type": "direct", "durable": True,
-                       "auto_delete": False, "internal": False, "arguments": {}}],
+            {
+                "vhost": vhost,
+                "name": "p1",
+                "pattern": "^q",
+                "apply-to": "queues",
+                "definition": {"max-length": 5, "message-ttl": 60000},
+                "priority": 1,
+            },
+            {
+                "vhost": vhost,
+                "name": "p2",
+                "pattern": "^x",
+                "apply-to": "exchanges",
+                "definition": {"alternate-exchange": "ae"},
+                "priority": 0,
+            },
+        ],
+        "queues": [
+            {"name": "q1", "vhost": vhost, "durable": True, "auto_delete": False, "arguments": {}}
+        ],
+        "exchanges": [
+            {
+                "name": "x1",
+                "vhost": vhost,
+                "type": "direct",
+                "durable": True,
+                "auto_delete": False,
+                "internal": False,
+                "arguments": {},
+            }
+        ],
         "bindings": [],
     }
 
@@ -643,6 +842,7 @@ def definitions_file(site: Site) -> dict[str, Any]:
 def test_definitions_round_trip(sites: tuple[Site, Site]) -> None:
     """Imported, the file's policies, limits and topic permissions are in force and
     exported again as they came, on both brokers."""
+
     def scenario(site: Site) -> Any:
         data = definitions_file(site)
         vhost, user = data["vhosts"][0]["name"], data["users"][0]["name"]
@@ -650,21 +850,36 @@ def test_definitions_round_trip(sites: tuple[Site, Site]) -> None:
             assert site.api.call("POST", "/api/definitions", data)[0] in (201, 204)
             exported = site.api.get("/api/definitions")
             mine: dict[str, Any] = {}
-            for section in ("users", "topic_permissions", "parameters", "policies", "queues",
-                            "exchanges", "permissions"):
-                items = [i for i in exported[section]
-                         if i.get("vhost") == vhost or i.get("name") == user]
+            for section in (
+                "users",
+                "topic_permissions",
+                "parameters",
+                "policies",
+                "queues",
+                "exchanges",
+                "permissions",
+            ):
+                items = [
+                    i for i in exported[section] if i.get("vhost") == vhost or i.get("name") == user
+                ]
                 mine[section] = sorted(json.dumps(i, sort_keys=True) for i in items)
             per_vhost = site.api.get(f"/api/definitions/{q(vhost)}")
-            mine["per_vhost"] = {k: sorted(json.dumps(i, sort_keys=True) for i in per_vhost[k])
-                                 for k in ("parameters", "policies")}
-            q1 = wait_for(lambda: (site.api.get(f"/api/queues/{q(vhost)}/q1")
-                                   .get("effective_policy_definition")), timeout=STATS_WAIT)
+            mine["per_vhost"] = {
+                k: sorted(json.dumps(i, sort_keys=True) for i in per_vhost[k])
+                for k in ("parameters", "policies")
+            }
+            q1 = wait_for(
+                lambda: site.api.get(f"/api/queues/{q(vhost)}/q1").get(
+                    "effective_policy_definition"
+                ),
+                timeout=STATS_WAIT,
+            )
             x1 = site.api.get(f"/api/exchanges/{q(vhost)}/x1").get("policy")
             return mine, q1, x1, site.api.get(f"/api/user-limits/{q(user)}")
         finally:
             site.api.delete(f"/api/vhosts/{q(vhost)}")
             site.api.delete(f"/api/users/{q(user)}")
+
     lev, rmq = (norm(site, scenario(site)) for site in sites)
     assert lev == rmq
 
@@ -682,14 +897,29 @@ def test_policies_limits_and_topic_permissions_survive_a_restart(tmp_path: Any) 
         v, u = q(site.vhost), q(site.user)
         api = site.api
         assert api.put(f"/api/queues/{v}/t-kept", {"durable": True}) == 201
-        assert api.put(f"/api/policies/{v}/p", {"pattern": "^t-", "apply-to": "queues",
-                                                "definition": {"max-length": 2}}) == 201
-        assert api.put(f"/api/operator-policies/{v}/o", {"pattern": ".*", "definition": {
-            "message-ttl": 1000}}) == 201
+        assert (
+            api.put(
+                f"/api/policies/{v}/p",
+                {"pattern": "^t-", "apply-to": "queues", "definition": {"max-length": 2}},
+            )
+            == 201
+        )
+        assert (
+            api.put(
+                f"/api/operator-policies/{v}/o",
+                {"pattern": ".*", "definition": {"message-ttl": 1000}},
+            )
+            == 201
+        )
         assert api.put(f"/api/vhost-limits/{v}/max-queues", {"value": 5}) == 204
         assert api.put(f"/api/user-limits/{u}/max-channels", {"value": 3}) == 204
-        assert api.put(f"/api/topic-permissions/{v}/{u}", {"exchange": "amq.topic",
-                                                           "write": "^a", "read": "^b"}) == 201
+        assert (
+            api.put(
+                f"/api/topic-permissions/{v}/{u}",
+                {"exchange": "amq.topic", "write": "^a", "read": "^b"},
+            )
+            == 201
+        )
     finally:
         broker.stop()
     broker = start_leveret(tmp_path)
@@ -698,8 +928,9 @@ def test_policies_limits_and_topic_permissions_survive_a_restart(tmp_path: Any) 
         queue = api.get(f"/api/queues/{v}/t-kept")
         assert (queue["policy"], queue["operator_policy"]) == ("p", "o")
         assert queue["effective_policy_definition"] == {"max-length": 2, "message-ttl": 1000}
-        assert api.get(f"/api/vhost-limits/{v}") == [{"vhost": site.vhost,
-                                                      "value": {"max-queues": 5}}]
+        assert api.get(f"/api/vhost-limits/{v}") == [
+            {"vhost": site.vhost, "value": {"max-queues": 5}}
+        ]
         assert api.get(f"/api/users/{u}")["limits"] == {"max-channels": 3}
         assert api.get(f"/api/topic-permissions/{v}/{u}")[0]["write"] == "^a"
     finally:
@@ -726,12 +957,16 @@ def test_users_bulk_delete(sites: tuple[Site, Site]) -> None:
     ]
     answers = []
     for site in sites:
-        concrete = [(m, p, json.loads(json.dumps(b).replace("{U}", site.user)) if b else b)
-                    for m, p, b in steps]
+        concrete = [
+            (m, p, json.loads(json.dumps(b).replace("{U}", site.user)) if b else b)
+            for m, p, b in steps
+        ]
         got = calls(site, concrete)
         answers.append([(m, p, s, d if s != 200 else None) for m, p, s, d in got])
     assert answers[0] == answers[1]
     leveret, _ = sites
     status, body = leveret.api.call("POST", "/api/users/bulk-delete", {"users": 100})
-    assert (status, body) == (400, {"error": "bad_request",
-                                    "reason": "users must be a list of user names"})
+    assert (status, body) == (
+        400,
+        {"error": "bad_request", "reason": "users must be a list of user names"},
+    )

@@ -43,14 +43,24 @@ def bindings(source: str, kind: str, destination: str, props: str | None = None)
 
 
 def publish(exchange: str, routing_key: str = "") -> Request:
-    return ("POST", ex(exchange, "/publish"),
-            {"properties": {}, "routing_key": routing_key, "payload": "p",
-             "payload_encoding": "string"})
+    return (
+        "POST",
+        ex(exchange, "/publish"),
+        {
+            "properties": {},
+            "routing_key": routing_key,
+            "payload": "p",
+            "payload_encoding": "string",
+        },
+    )
 
 
 def get(queue: str) -> Request:
-    return ("POST", qu(queue, "/get"), {"count": 1, "ackmode": "ack_requeue_false",
-                                         "encoding": "auto"})
+    return (
+        "POST",
+        qu(queue, "/get"),
+        {"count": 1, "ackmode": "ack_requeue_false", "encoding": "auto"},
+    )
 
 
 CASES: list[Case] = [
@@ -62,22 +72,46 @@ CASES: list[Case] = [
     ("xput-unknown-type-refused", "main", lambda r: [("PUT", ex(r.X("wr")), {"type": "nope"})]),
     ("xput-default", "main", lambda r: [("PUT", ex("amq.default"), {"type": "direct"})]),
     ("xput-reserved", "main", lambda r: [("PUT", ex("amq.t-" + r.token), {"type": "direct"})]),
-    ("xput-reserved-admin", "admin",
-     lambda r: [("PUT", ex("amq.t-" + r.token), {"type": "direct"})]),
-    ("xput-ae-allowed", "main",
-     lambda r: [("PUT", ex(r.X("cr")), {"type": "direct", "arguments": {AE: r.x("w")}})]),
-    ("xput-ae-no-read", "main",
-     lambda r: [("PUT", ex(r.X("c")), {"type": "direct", "arguments": {AE: r.x("w")}})]),
-    ("xput-ae-no-write", "main",
-     lambda r: [("PUT", ex(r.X("cr")), {"type": "direct", "arguments": {AE: r.x("r")}})]),
-    ("xput-ae-default", "main",
-     lambda r: [("PUT", ex(r.X("cr")), {"type": "direct", "arguments": {AE: ""}})]),
-    ("xput-ae-default-refused", "nodefault",
-     lambda r: [("PUT", ex(r.X("cr")), {"type": "direct", "arguments": {AE: ""}})]),
-    ("xput-ae-int", "main",
-     lambda r: [("PUT", ex(r.X("c")), {"type": "direct", "arguments": {AE: 5}})]),
-    ("xput-ae-int-refused", "main",
-     lambda r: [("PUT", ex(r.X("r")), {"type": "direct", "arguments": {AE: 5}})]),
+    (
+        "xput-reserved-admin",
+        "admin",
+        lambda r: [("PUT", ex("amq.t-" + r.token), {"type": "direct"})],
+    ),
+    (
+        "xput-ae-allowed",
+        "main",
+        lambda r: [("PUT", ex(r.X("cr")), {"type": "direct", "arguments": {AE: r.x("w")}})],
+    ),
+    (
+        "xput-ae-no-read",
+        "main",
+        lambda r: [("PUT", ex(r.X("c")), {"type": "direct", "arguments": {AE: r.x("w")}})],
+    ),
+    (
+        "xput-ae-no-write",
+        "main",
+        lambda r: [("PUT", ex(r.X("cr")), {"type": "direct", "arguments": {AE: r.x("r")}})],
+    ),
+    (
+        "xput-ae-default",
+        "main",
+        lambda r: [("PUT", ex(r.X("cr")), {"type": "direct", "arguments": {AE: ""}})],
+    ),
+    (
+        "xput-ae-default-refused",
+        "nodefault",
+        lambda r: [("PUT", ex(r.X("cr")), {"type": "direct", "arguments": {AE: ""}})],
+    ),
+    (
+        "xput-ae-int",
+        "main",
+        lambda r: [("PUT", ex(r.X("c")), {"type": "direct", "arguments": {AE: 5}})],
+    ),
+    (
+        "xput-ae-int-refused",
+        "main",
+        lambda r: [("PUT", ex(r.X("r")), {"type": "direct", "arguments": {AE: 5}})],
+    ),
     ("xput-no-vhost-permissions", "none", lambda r: [("PUT", ex(r.X("c")), {"type": "direct"})]),
     ("xput-admin-no-permissions", "admin", lambda r: [("PUT", ex(r.X("c")), {"type": "direct"})]),
     ("xput-monitor", "monitor", lambda r: [("PUT", ex(r.X("c")), {"type": "direct"})]),
@@ -100,18 +134,29 @@ CASES: list[Case] = [
     ("qput-reserved", "main", lambda r: [("PUT", qu("amq.t-" + r.token), {})]),
     ("qput-exclusive-other", "main", lambda r: [("PUT", qu(r.xq("c")), {})]),
     ("qput-exclusive-other-refused", "main", lambda r: [("PUT", qu(r.xq("wr")), {})]),
-    ("qput-dlx-allowed", "main",
-     lambda r: [("PUT", qu(r.Q("cr")), {"arguments": {DLX: r.x("w")}})]),
-    ("qput-dlx-no-read", "main",
-     lambda r: [("PUT", qu(r.Q("c")), {"arguments": {DLX: r.x("w")}})]),
-    ("qput-dlx-no-write", "main",
-     lambda r: [("PUT", qu(r.Q("cr")), {"arguments": {DLX: r.x("r")}})]),
+    (
+        "qput-dlx-allowed",
+        "main",
+        lambda r: [("PUT", qu(r.Q("cr")), {"arguments": {DLX: r.x("w")}})],
+    ),
+    ("qput-dlx-no-read", "main", lambda r: [("PUT", qu(r.Q("c")), {"arguments": {DLX: r.x("w")}})]),
+    (
+        "qput-dlx-no-write",
+        "main",
+        lambda r: [("PUT", qu(r.Q("cr")), {"arguments": {DLX: r.x("r")}})],
+    ),
     ("qput-dlx-default", "main", lambda r: [("PUT", qu(r.Q("cr")), {"arguments": {DLX: ""}})]),
-    ("qput-dlx-default-refused", "nodefault",
-     lambda r: [("PUT", qu(r.Q("cr")), {"arguments": {DLX: ""}})]),
+    (
+        "qput-dlx-default-refused",
+        "nodefault",
+        lambda r: [("PUT", qu(r.Q("cr")), {"arguments": {DLX: ""}})],
+    ),
     ("qput-dlx-int", "main", lambda r: [("PUT", qu(r.Q("c")), {"arguments": {DLX: 1}})]),
-    ("qput-dlx-before-arguments", "main",
-     lambda r: [("PUT", qu(r.Q("cr")), {"arguments": {DLX: r.x("r"), "x-max-length": "a"}})]),
+    (
+        "qput-dlx-before-arguments",
+        "main",
+        lambda r: [("PUT", qu(r.Q("cr")), {"arguments": {DLX: r.x("r"), "x-max-length": "a"}})],
+    ),
     ("qput-no-vhost-permissions", "none", lambda r: [("PUT", qu(r.Q("c")), {})]),
     ("qput-admin-no-permissions", "admin", lambda r: [("PUT", qu(r.Q("c")), {})]),
     # ---- DELETE /api/queues: configure
@@ -127,10 +172,12 @@ CASES: list[Case] = [
     ("purge-refused", "main", lambda r: [("DELETE", qu(r.q("cw"), "/contents"), None)]),
     ("purge-missing", "main", lambda r: [("DELETE", qu(r.Q("r"), "/contents"), None)]),
     ("purge-exclusive-other", "main", lambda r: [("DELETE", qu(r.xq("r"), "/contents"), None)]),
-    ("purge-admin-no-permissions", "admin",
-     lambda r: [("DELETE", qu(r.q("r"), "/contents"), None)]),
-    ("purge-no-vhost-permissions", "none",
-     lambda r: [("DELETE", qu(r.q("r"), "/contents"), None)]),
+    (
+        "purge-admin-no-permissions",
+        "admin",
+        lambda r: [("DELETE", qu(r.q("r"), "/contents"), None)],
+    ),
+    ("purge-no-vhost-permissions", "none", lambda r: [("DELETE", qu(r.q("r"), "/contents"), None)]),
     # ---- POST /api/queues/.../get: read (on a channel of its own)
     ("get-allowed", "main", lambda r: [get(r.q("r"))]),
     ("get-refused", "main", lambda r: [get(r.q("cw"))]),
@@ -149,89 +196,187 @@ CASES: list[Case] = [
     ("publish-admin-no-permissions", "admin", lambda r: [publish(r.x("w"))]),
     ("publish-no-vhost-permissions", "none", lambda r: [publish(r.x("w"))]),
     # ---- POST /api/bindings: write on the destination, read on the source
-    ("qbind-allowed", "main",
-     lambda r: [("POST", bindings(r.x("r"), "q", r.q("w")), {"routing_key": "k"})]),
-    ("qbind-no-write", "main",
-     lambda r: [("POST", bindings(r.x("r"), "q", r.q("cr")), {"routing_key": "k"})]),
-    ("qbind-no-read", "main",
-     lambda r: [("POST", bindings(r.x("cw"), "q", r.q("w")), {"routing_key": "k"})]),
-    ("qbind-default", "main",
-     lambda r: [("POST", bindings("amq.default", "q", r.q("w")), {"routing_key": "k"})]),
-    ("qbind-missing-queue", "main",
-     lambda r: [("POST", bindings(r.x("r"), "q", r.Q("w")), {"routing_key": "k"})]),
-    ("qbind-missing-exchange", "main",
-     lambda r: [("POST", bindings(r.X("r"), "q", r.q("w")), {"routing_key": "k"})]),
-    ("qbind-missing-refused", "main",
-     lambda r: [("POST", bindings(r.X("r"), "q", r.Q("c")), {"routing_key": "k"})]),
-    ("qbind-exclusive-other", "main",
-     lambda r: [("POST", bindings(r.x("r"), "q", r.xq("w")), {"routing_key": "k"})]),
-    ("qbind-admin-no-permissions", "admin",
-     lambda r: [("POST", bindings(r.x("r"), "q", r.q("w")), {"routing_key": "k"})]),
-    ("ebind-allowed", "main",
-     lambda r: [("POST", bindings(r.x("r"), "e", r.x("w")), {"routing_key": "k"})]),
-    ("ebind-no-write", "main",
-     lambda r: [("POST", bindings(r.x("r"), "e", r.x("cr")), {"routing_key": "k"})]),
-    ("ebind-no-read", "main",
-     lambda r: [("POST", bindings(r.x("cw"), "e", r.x("w")), {"routing_key": "k"})]),
-    ("ebind-default-destination", "main",
-     lambda r: [("POST", bindings(r.x("r"), "e", "amq.default"), {"routing_key": "k"})]),
-    ("ebind-default-destination-refused", "nodefault",
-     lambda r: [("POST", bindings(r.x("r"), "e", "amq.default"), {"routing_key": "k"})]),
-    ("ebind-default-source", "main",
-     lambda r: [("POST", bindings("amq.default", "e", r.x("w")), {"routing_key": "k"})]),
-    ("ebind-builtin-source", "main",
-     lambda r: [("POST", bindings("amq.direct", "e", r.x("w")), {"routing_key": "k"})]),
-    ("ebind-builtin-source-refused", "nodefault",
-     lambda r: [("POST", bindings("amq.direct", "e", r.x("w")), {"routing_key": "k"})]),
-    ("bind-no-vhost-permissions", "none",
-     lambda r: [("POST", bindings(r.x("r"), "e", r.x("w")), {"routing_key": "k"})]),
+    (
+        "qbind-allowed",
+        "main",
+        lambda r: [("POST", bindings(r.x("r"), "q", r.q("w")), {"routing_key": "k"})],
+    ),
+    (
+        "qbind-no-write",
+        "main",
+        lambda r: [("POST", bindings(r.x("r"), "q", r.q("cr")), {"routing_key": "k"})],
+    ),
+    (
+        "qbind-no-read",
+        "main",
+        lambda r: [("POST", bindings(r.x("cw"), "q", r.q("w")), {"routing_key": "k"})],
+    ),
+    (
+        "qbind-default",
+        "main",
+        lambda r: [("POST", bindings("amq.default", "q", r.q("w")), {"routing_key": "k"})],
+    ),
+    (
+        "qbind-missing-queue",
+        "main",
+        lambda r: [("POST", bindings(r.x("r"), "q", r.Q("w")), {"routing_key": "k"})],
+    ),
+    (
+        "qbind-missing-exchange",
+        "main",
+        lambda r: [("POST", bindings(r.X("r"), "q", r.q("w")), {"routing_key": "k"})],
+    ),
+    (
+        "qbind-missing-refused",
+        "main",
+        lambda r: [("POST", bindings(r.X("r"), "q", r.Q("c")), {"routing_key": "k"})],
+    ),
+    (
+        "qbind-exclusive-other",
+        "main",
+        lambda r: [("POST", bindings(r.x("r"), "q", r.xq("w")), {"routing_key": "k"})],
+    ),
+    (
+        "qbind-admin-no-permissions",
+        "admin",
+        lambda r: [("POST", bindings(r.x("r"), "q", r.q("w")), {"routing_key": "k"})],
+    ),
+    (
+        "ebind-allowed",
+        "main",
+        lambda r: [("POST", bindings(r.x("r"), "e", r.x("w")), {"routing_key": "k"})],
+    ),
+    (
+        "ebind-no-write",
+        "main",
+        lambda r: [("POST", bindings(r.x("r"), "e", r.x("cr")), {"routing_key": "k"})],
+    ),
+    (
+        "ebind-no-read",
+        "main",
+        lambda r: [("POST", bindings(r.x("cw"), "e", r.x("w")), {"routing_key": "k"})],
+    ),
+    (
+        "ebind-default-destination",
+        "main",
+        lambda r: [("POST", bindings(r.x("r"), "e", "amq.default"), {"routing_key": "k"})],
+    ),
+    (
+        "ebind-default-destination-refused",
+        "nodefault",
+        lambda r: [("POST", bindings(r.x("r"), "e", "amq.default"), {"routing_key": "k"})],
+    ),
+    (
+        "ebind-default-source",
+        "main",
+        lambda r: [("POST", bindings("amq.default", "e", r.x("w")), {"routing_key": "k"})],
+    ),
+    (
+        "ebind-builtin-source",
+        "main",
+        lambda r: [("POST", bindings("amq.direct", "e", r.x("w")), {"routing_key": "k"})],
+    ),
+    (
+        "ebind-builtin-source-refused",
+        "nodefault",
+        lambda r: [("POST", bindings("amq.direct", "e", r.x("w")), {"routing_key": "k"})],
+    ),
+    (
+        "bind-no-vhost-permissions",
+        "none",
+        lambda r: [("POST", bindings(r.x("r"), "e", r.x("w")), {"routing_key": "k"})],
+    ),
     # ---- DELETE /api/bindings/...: the same checks
-    ("qunbind-allowed", "main",
-     lambda r: [("DELETE", bindings(r.x("r"), "q", r.q("w"), r.bound(r.x("r"), "q", r.q("w"))),
-                 None)]),
-    ("qunbind-no-write", "main",
-     lambda r: [("DELETE", bindings(r.x("r"), "q", r.q("cr"),
-                                    r.bound(r.x("r"), "q", r.q("cr"))), None)]),
-    ("qunbind-no-read", "main",
-     lambda r: [("DELETE", bindings(r.x("cw"), "q", r.q("w"),
-                                    r.bound(r.x("cw"), "q", r.q("w"))), None)]),
-    ("qunbind-missing-binding", "main",
-     lambda r: [("DELETE", bindings(r.x("r"), "q", r.q("w"), "k"), None)]),
-    ("qunbind-default", "main",
-     lambda r: [("DELETE", bindings("amq.default", "q", r.q("w"), r.q("w")), None)]),
-    ("qunbind-exclusive-other", "main",
-     lambda r: [("DELETE", bindings(r.x("r"), "q", r.xq("w"),
-                                    r.bound(r.x("r"), "q", r.xq("w"))), None)]),
-    ("eunbind-allowed", "main",
-     lambda r: [("DELETE", bindings(r.x("r"), "e", r.x("w"),
-                                    r.bound(r.x("r"), "e", r.x("w"))), None)]),
-    ("eunbind-no-write", "main",
-     lambda r: [("DELETE", bindings(r.x("r"), "e", r.x("cr"),
-                                    r.bound(r.x("r"), "e", r.x("cr"))), None)]),
-    ("eunbind-no-read", "main",
-     lambda r: [("DELETE", bindings(r.x("cw"), "e", r.x("w"),
-                                    r.bound(r.x("cw"), "e", r.x("w"))), None)]),
-    ("unbind-admin-no-permissions", "admin",
-     lambda r: [("DELETE", bindings(r.x("r"), "q", r.q("w"), r.bound(r.x("r"), "q", r.q("w"))),
-                 None)]),
-    ("unbind-no-vhost-permissions", "none",
-     lambda r: [("DELETE", bindings(r.x("r"), "q", r.q("w"), r.bound(r.x("r"), "q", r.q("w"))),
-                 None)]),
+    (
+        "qunbind-allowed",
+        "main",
+        lambda r: [
+            ("DELETE", bindings(r.x("r"), "q", r.q("w"), r.bound(r.x("r"), "q", r.q("w"))), None)
+        ],
+    ),
+    (
+        "qunbind-no-write",
+        "main",
+        lambda r: [
+            ("DELETE", bindings(r.x("r"), "q", r.q("cr"), r.bound(r.x("r"), "q", r.q("cr"))), None)
+        ],
+    ),
+    (
+        "qunbind-no-read",
+        "main",
+        lambda r: [
+            ("DELETE", bindings(r.x("cw"), "q", r.q("w"), r.bound(r.x("cw"), "q", r.q("w"))), None)
+        ],
+    ),
+    (
+        "qunbind-missing-binding",
+        "main",
+        lambda r: [("DELETE", bindings(r.x("r"), "q", r.q("w"), "k"), None)],
+    ),
+    (
+        "qunbind-default",
+        "main",
+        lambda r: [("DELETE", bindings("amq.default", "q", r.q("w"), r.q("w")), None)],
+    ),
+    (
+        "qunbind-exclusive-other",
+        "main",
+        lambda r: [
+            ("DELETE", bindings(r.x("r"), "q", r.xq("w"), r.bound(r.x("r"), "q", r.xq("w"))), None)
+        ],
+    ),
+    (
+        "eunbind-allowed",
+        "main",
+        lambda r: [
+            ("DELETE", bindings(r.x("r"), "e", r.x("w"), r.bound(r.x("r"), "e", r.x("w"))), None)
+        ],
+    ),
+    (
+        "eunbind-no-write",
+        "main",
+        lambda r: [
+            ("DELETE", bindings(r.x("r"), "e", r.x("cr"), r.bound(r.x("r"), "e", r.x("cr"))), None)
+        ],
+    ),
+    (
+        "eunbind-no-read",
+        "main",
+        lambda r: [
+            ("DELETE", bindings(r.x("cw"), "e", r.x("w"), r.bound(r.x("cw"), "e", r.x("w"))), None)
+        ],
+    ),
+    (
+        "unbind-admin-no-permissions",
+        "admin",
+        lambda r: [
+            ("DELETE", bindings(r.x("r"), "q", r.q("w"), r.bound(r.x("r"), "q", r.q("w"))), None)
+        ],
+    ),
+    (
+        "unbind-no-vhost-permissions",
+        "none",
+        lambda r: [
+            ("DELETE", bindings(r.x("r"), "q", r.q("w"), r.bound(r.x("r"), "q", r.q("w"))), None)
+        ],
+    ),
     # ---- reading: who may see a vhost's objects
-    *[(f"read-{role}-{what}", role, build)
-      for role in ("main", "none", "admin", "monitor", "empty")
-      for what, build in (
-          ("exchanges", lambda r: [("GET", "/api/exchanges/{v}", None)]),
-          ("exchange", lambda r: [("GET", ex(r.x("n")), None)]),
-          ("exchange-bindings", lambda r: [("GET", ex(r.x("n"), "/bindings/source"), None)]),
-          ("queues", lambda r: [("GET", "/api/queues/{v}", None)]),
-          ("queue", lambda r: [("GET", qu(r.q("n")), None)]),
-          ("queue-bindings", lambda r: [("GET", qu(r.q("n"), "/bindings"), None)]),
-          ("bindings", lambda r: [("GET", "/api/bindings/{v}", None)]),
-          ("bindings-between", lambda r: [("GET", bindings(r.x("n"), "q", r.q("n")), None)]),
-          ("vhost", lambda r: [("GET", "/api/vhosts/{v}", None)]),
-          ("permissions", lambda r: [("GET", "/api/vhosts/{v}/permissions", None)]),
-      )],
+    *[
+        (f"read-{role}-{what}", role, build)
+        for role in ("main", "none", "admin", "monitor", "empty")
+        for what, build in (
+            ("exchanges", lambda r: [("GET", "/api/exchanges/{v}", None)]),
+            ("exchange", lambda r: [("GET", ex(r.x("n")), None)]),
+            ("exchange-bindings", lambda r: [("GET", ex(r.x("n"), "/bindings/source"), None)]),
+            ("queues", lambda r: [("GET", "/api/queues/{v}", None)]),
+            ("queue", lambda r: [("GET", qu(r.q("n")), None)]),
+            ("queue-bindings", lambda r: [("GET", qu(r.q("n"), "/bindings"), None)]),
+            ("bindings", lambda r: [("GET", "/api/bindings/{v}", None)]),
+            ("bindings-between", lambda r: [("GET", bindings(r.x("n"), "q", r.q("n")), None)]),
+            ("vhost", lambda r: [("GET", "/api/vhosts/{v}", None)]),
+            ("permissions", lambda r: [("GET", "/api/vhosts/{v}/permissions", None)]),
+        )
+    ],
 ]
 
 
@@ -241,12 +386,16 @@ def answer(site: Site, names: Names, role: str, request: Request) -> Any:
     if method == "GET" and status == 200:
         # what may be seen, not how it is shown (the API tests compare the fields)
         if isinstance(data, list):
-            data = sorted({str(i.get("name", i.get("destination", ""))) for i in data
-                           if names.token in json.dumps(i)})
+            data = sorted(
+                {
+                    str(i.get("name", i.get("destination", "")))
+                    for i in data
+                    if names.token in json.dumps(i)
+                }
+            )
         else:
             data = "ok"
-    return json.loads(site.normalize(json.dumps([status, data], ensure_ascii=False), names,
-                                     role))
+    return json.loads(site.normalize(json.dumps([status, data], ensure_ascii=False), names, role))
 
 
 def outcomes(broker: BrokerUnderTest) -> Iterator[dict[str, Any]]:
@@ -278,7 +427,8 @@ def state(site: Site, tokens: dict[str, str]) -> dict[str, list[str]]:
         out[what] = sorted(named(i["name"]) for i in site.api.get(f"/api/{what}/{v}"))
     out["bindings"] = sorted(
         named(f"{b['source']} -> {b['destination_type']} {b['destination']} {b['routing_key']}")
-        for b in site.api.get(f"/api/bindings/{v}"))
+        for b in site.api.get(f"/api/bindings/{v}")
+    )
     return out
 
 
@@ -295,13 +445,15 @@ def rabbitmq_outcomes(rabbitmq: BrokerUnderTest) -> Iterator[dict[str, Any]]:
 
 
 @pytest.mark.parametrize("case", [c[0] for c in CASES])
-def test_matrix(case: str, leveret_outcomes: dict[str, Any],
-                rabbitmq_outcomes: dict[str, Any]) -> None:
+def test_matrix(
+    case: str, leveret_outcomes: dict[str, Any], rabbitmq_outcomes: dict[str, Any]
+) -> None:
     assert leveret_outcomes[case] == rabbitmq_outcomes[case]
 
 
-def test_the_same_state_after_the_matrix(leveret_outcomes: dict[str, Any],
-                                         rabbitmq_outcomes: dict[str, Any]) -> None:
+def test_the_same_state_after_the_matrix(
+    leveret_outcomes: dict[str, Any], rabbitmq_outcomes: dict[str, Any]
+) -> None:
     """What was allowed changed the vhost on both, what was refused on neither."""
     assert leveret_outcomes["state"] == rabbitmq_outcomes["state"]
 

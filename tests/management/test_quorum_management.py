@@ -17,10 +17,23 @@ pytestmark = pytest.mark.rabbitmq
 # The broker's own figures (memory, timings) and what RabbitMQ measures of its Erlang
 # processes, which Leveret has no such thing to measure of.
 VOLATILE = {
-    "memory", "node", "leader", "members", "online", "open_files", "garbage_collection",
-    "reductions", "reductions_details", "consumer_utilisation", "consumer_capacity",
-    "message_stats", "messages_details", "messages_ready_details",
-    "messages_unacknowledged_details", "messages_ram", "message_bytes_ram",
+    "memory",
+    "node",
+    "leader",
+    "members",
+    "online",
+    "open_files",
+    "garbage_collection",
+    "reductions",
+    "reductions_details",
+    "consumer_utilisation",
+    "consumer_capacity",
+    "message_stats",
+    "messages_details",
+    "messages_ready_details",
+    "messages_unacknowledged_details",
+    "messages_ram",
+    "message_bytes_ram",
 }
 RABBITMQ_ONLY = {"garbage_collection", "reductions", "reductions_details"}
 # Figures Leveret does not measure for a quorum queue, so leaves out rather than invent:
@@ -33,17 +46,27 @@ def scenario(site: Site) -> tuple[pika.BlockingConnection, Any]:
     """A quorum queue with ready, unacknowledged and dead-lettered (at-least-once, no
     route) messages, and a consumer."""
     b = site.broker
-    conn = pika.BlockingConnection(pika.ConnectionParameters(b.host, b.port,
-                                                             virtual_host=site.vhost))
+    conn = pika.BlockingConnection(
+        pika.ConnectionParameters(b.host, b.port, virtual_host=site.vhost)
+    )
     ch = conn.channel()
     ch.exchange_declare("t-nowhere", "fanout", durable=True)
-    ch.queue_declare("t-qq", durable=True, arguments={
-        "x-queue-type": "quorum", "x-max-length": 100, "x-overflow": "reject-publish",
-        "x-dead-letter-exchange": "t-nowhere", "x-dead-letter-strategy": "at-least-once"})
+    ch.queue_declare(
+        "t-qq",
+        durable=True,
+        arguments={
+            "x-queue-type": "quorum",
+            "x-max-length": 100,
+            "x-overflow": "reject-publish",
+            "x-dead-letter-exchange": "t-nowhere",
+            "x-dead-letter-strategy": "at-least-once",
+        },
+    )
     ch.confirm_delivery()
     for i in range(6):
-        ch.basic_publish("", "t-qq", f"message {i}".encode(),
-                         pika.BasicProperties(delivery_mode=1 + i % 2))
+        ch.basic_publish(
+            "", "t-qq", f"message {i}".encode(), pika.BasicProperties(delivery_mode=1 + i % 2)
+        )
     m = ch.basic_get("t-qq")[0]
     ch.basic_reject(m.delivery_tag, requeue=False)  # stays, dead-lettered, no route
     ch.basic_get("t-qq")  # unacknowledged
@@ -95,18 +118,35 @@ def test_queue_fields_match(sites: tuple[Site, Site]) -> None:
 
         assert wait_for(lambda d=differences: not d(), timeout=STATS_WAIT), differences()
     assert ours["type"] == "quorum"
-    assert (ours["messages"], ours["messages_ready"], ours["messages_unacknowledged"],
-            ours["messages_dlx"]) == (6, 3, 2, 1)
+    assert (
+        ours["messages"],
+        ours["messages_ready"],
+        ours["messages_unacknowledged"],
+        ours["messages_dlx"],
+    ) == (6, 3, 2, 1)
     assert ours["leader"] == ours["node"] and ours["members"] == ours["online"] == [ours["node"]]
 
 
 def test_ctl_list_queues_shows_the_type_and_members(sites: tuple[Site, Site]) -> None:
     def rows(site: Site) -> list[list[str]]:
-        out = site.ctl("list_queues", "-p", site.vhost, "--no-table-headers", "name", "type",
-                       "leader", "members", "online", "messages_ready").stdout
+        out = site.ctl(
+            "list_queues",
+            "-p",
+            site.vhost,
+            "--no-table-headers",
+            "name",
+            "type",
+            "leader",
+            "members",
+            "online",
+            "messages_ready",
+        ).stdout
         node = site.api.get("/api/overview")["node"]
-        return sorted(line.replace(node, "NODE").split("\t")
-                      for line in out.splitlines() if line.startswith("t-qq"))
+        return sorted(
+            line.replace(node, "NODE").split("\t")
+            for line in out.splitlines()
+            if line.startswith("t-qq")
+        )
 
     lev, rmq = sites
     assert rows(lev) == [["t-qq", "quorum", "NODE", "[NODE]", "[NODE]", "3"]]

@@ -26,8 +26,9 @@ def site(request: pytest.FixtureRequest) -> Iterator[Site]:
 
 def connect(site: Site) -> pika.BlockingConnection:
     b = site.broker
-    return pika.BlockingConnection(pika.ConnectionParameters(b.host, b.port,
-                                                             virtual_host=site.vhost))
+    return pika.BlockingConnection(
+        pika.ConnectionParameters(b.host, b.port, virtual_host=site.vhost)
+    )
 
 
 def activity(site: Site, queue: str) -> tuple[Any, dict[str, tuple[bool, str]]]:
@@ -35,18 +36,24 @@ def activity(site: Site, queue: str) -> tuple[Any, dict[str, tuple[bool, str]]]:
     single_active_consumer_tag for classic queues, single_active_consumer_ctag for quorum
     queues), and each consumer's (active, status)."""
     info = site.api.get(f"/api/queues/{q(site.vhost)}/{q(queue)}")
-    key = ("single_active_consumer_ctag" if info.get("type") == "quorum"
-           else "single_active_consumer_tag")
-    consumers = {c["consumer_tag"]: (c["active"], c["activity_status"])
-                 for c in site.api.get(f"/api/consumers/{q(site.vhost)}")
-                 if c["queue"]["name"] == queue}
+    key = (
+        "single_active_consumer_ctag"
+        if info.get("type") == "quorum"
+        else "single_active_consumer_tag"
+    )
+    consumers = {
+        c["consumer_tag"]: (c["active"], c["activity_status"])
+        for c in site.api.get(f"/api/consumers/{q(site.vhost)}")
+        if c["queue"]["name"] == queue
+    }
     return info.get(key, "missing"), consumers
 
 
 def shows(site: Site, queue: str, expected: tuple[Any, dict[str, tuple[bool, str]]]) -> Any:
     """Wait until management shows ``expected`` (RabbitMQ's figures lag by seconds)."""
     return wait_for(lambda: activity(site, queue) == expected, timeout=STATS_WAIT) or activity(
-        site, queue)
+        site, queue
+    )
 
 
 @pytest.mark.parametrize("queue_type", ["classic", "quorum"])
@@ -55,8 +62,11 @@ def test_takeover_in_subscription_order(site: Site, queue_type: str) -> None:
     a, b = connect(site), connect(site)
     try:
         ch1, ch2, ch3 = a.channel(), a.channel(), b.channel()
-        ch1.queue_declare(name, durable=True, arguments={
-            "x-single-active-consumer": True, "x-queue-type": queue_type})
+        ch1.queue_declare(
+            name,
+            durable=True,
+            arguments={"x-single-active-consumer": True, "x-queue-type": queue_type},
+        )
         got: dict[str, list[bytes]] = {"c1": [], "c2": [], "c3": []}
         tags: dict[str, list[int]] = {"c1": [], "c2": [], "c3": []}
 
@@ -64,6 +74,7 @@ def test_takeover_in_subscription_order(site: Site, queue_type: str) -> None:
             def cb(c: Any, m: Any, p: Any, body: bytes) -> None:
                 got[tag].append(body)
                 tags[tag].append(m.delivery_tag)
+
             return cb
 
         for ch in (ch1, ch2, ch3):
@@ -78,16 +89,30 @@ def test_takeover_in_subscription_order(site: Site, queue_type: str) -> None:
         settle(a, 0.3)
         settle(b, 0.1)
         assert got == {"c1": [b"m0", b"m1", b"m2"], "c2": [], "c3": []}
-        assert shows(site, name, ("c1", {"c1": (True, "single_active"),
-                                         "c2": (False, "waiting"),
-                                         "c3": (False, "waiting")})) is True
+        assert (
+            shows(
+                site,
+                name,
+                (
+                    "c1",
+                    {
+                        "c1": (True, "single_active"),
+                        "c2": (False, "waiting"),
+                        "c3": (False, "waiting"),
+                    },
+                ),
+            )
+            is True
+        )
         # cancel: the next in subscription order takes over; c1's unacked stay with it
         ch1.basic_cancel("c1")
         pub.basic_publish("", name, b"m3")
         settle(a, 0.3)
         assert got["c2"] == [b"m3"]
-        assert shows(site, name, ("c2", {"c2": (True, "single_active"),
-                                         "c3": (False, "waiting")})) is True
+        assert (
+            shows(site, name, ("c2", {"c2": (True, "single_active"), "c3": (False, "waiting")}))
+            is True
+        )
         # channel close: the next (on another connection) takes over, and gets what the
         # closed channel had not acked
         ch2.close()
@@ -116,7 +141,9 @@ def test_exclusive_consumers_are_refused_by_classic_queues(site: Site) -> None:
         with pytest.raises(pika.exceptions.ChannelClosedByBroker) as info:
             ch.basic_consume(name, lambda *a: None, exclusive=True)
         assert (info.value.reply_code, info.value.reply_text) == (
-            403, f"ACCESS_REFUSED - queue '{name}' in vhost '{site.vhost}' in exclusive use")
+            403,
+            f"ACCESS_REFUSED - queue '{name}' in vhost '{site.vhost}' in exclusive use",
+        )
         conn.channel().queue_delete(name)
     finally:
         conn.close()
@@ -128,14 +155,21 @@ def test_quorum_queues_ignore_the_exclusive_flag(site: Site) -> None:
     conn = connect(site)
     try:
         ch = conn.channel()
-        ch.queue_declare(name, durable=True, arguments={
-            "x-single-active-consumer": True, "x-queue-type": "quorum"})
+        ch.queue_declare(
+            name,
+            durable=True,
+            arguments={"x-single-active-consumer": True, "x-queue-type": "quorum"},
+        )
         ch.basic_consume(name, lambda *a: None, consumer_tag="c1")
         ch.basic_consume(name, lambda *a: None, exclusive=True, consumer_tag="c2")
-        assert shows(site, name, ("c1", {"c1": (True, "single_active"),
-                                         "c2": (False, "waiting")})) is True
-        exclusive = {c["consumer_tag"]: c["exclusive"]
-                     for c in site.api.get(f"/api/consumers/{q(site.vhost)}")}
+        assert (
+            shows(site, name, ("c1", {"c1": (True, "single_active"), "c2": (False, "waiting")}))
+            is True
+        )
+        exclusive = {
+            c["consumer_tag"]: c["exclusive"]
+            for c in site.api.get(f"/api/consumers/{q(site.vhost)}")
+        }
         assert exclusive == {"c1": False, "c2": True}
         ch.queue_delete(name)
     finally:

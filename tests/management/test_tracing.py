@@ -28,8 +28,9 @@ def site(request: pytest.FixtureRequest) -> Iterator[Site]:
 def traced_scenario(site: Site) -> list[tuple[Any, ...]]:
     """Publish, consume and get with tracing on; the trace messages, normalised."""
     b = site.broker
-    conn = pika.BlockingConnection(pika.ConnectionParameters(b.host, b.port,
-                                                             virtual_host=site.vhost))
+    conn = pika.BlockingConnection(
+        pika.ConnectionParameters(b.host, b.port, virtual_host=site.vhost)
+    )
     try:
         ch = conn.channel()
         ch.queue_declare("t-trace", exclusive=True)
@@ -39,12 +40,27 @@ def traced_scenario(site: Site) -> list[tuple[Any, ...]]:
         ch.exchange_declare("t-x", "fanout", auto_delete=True)
         ch.queue_bind("t-work", "t-x")
         ch.confirm_delivery()
-        ch.basic_publish("", "t-work", b"one", pika.BasicProperties(
-            content_type="text/plain", headers={"b": 1, "a": "x"}, delivery_mode=2,
-            priority=3, timestamp=1700000000, message_id="m1", expiration="60000",
-            correlation_id="c", type="t", app_id="app", reply_to="r"))
-        ch.basic_publish("t-x", "k", b"two", pika.BasicProperties(
-            headers={"CC": ["cc1"], "BCC": ["bcc1"]}))
+        ch.basic_publish(
+            "",
+            "t-work",
+            b"one",
+            pika.BasicProperties(
+                content_type="text/plain",
+                headers={"b": 1, "a": "x"},
+                delivery_mode=2,
+                priority=3,
+                timestamp=1700000000,
+                message_id="m1",
+                expiration="60000",
+                correlation_id="c",
+                type="t",
+                app_id="app",
+                reply_to="r",
+            ),
+        )
+        ch.basic_publish(
+            "t-x", "k", b"two", pika.BasicProperties(headers={"CC": ["cc1"], "BCC": ["bcc1"]})
+        )
         ch.basic_publish("", "nowhere", b"three")
         ch.basic_publish("", "t-qq", b"four")
         m = ch.basic_get("t-work")[0]
@@ -86,14 +102,33 @@ def test_trace_messages_match(leveret_site: Site, rabbitmq_site: Site) -> None:
             site.ctl("trace_off", "-p", site.vhost)
     assert traces["leveret"] == traces["rabbitmq"]
     keys = [t[1] for t in traces["leveret"]]
-    assert keys == ["publish.", "publish.t-x", "publish.", "publish.", "deliver.t-work",
-                    "deliver.t-work", "deliver.t-work", "deliver.t-qq", "deliver.t-qq",
-                    "publish."]
+    assert keys == [
+        "publish.",
+        "publish.t-x",
+        "publish.",
+        "publish.",
+        "deliver.t-work",
+        "deliver.t-work",
+        "deliver.t-work",
+        "deliver.t-qq",
+        "deliver.t-qq",
+        "publish.",
+    ]
     first = dict(traces["leveret"][0][4])
     assert first["routed_queues"] == ["t-work"] and first["channel"] == 1
     assert list(first["properties"]) == [
-        "app_id", "type", "timestamp", "message_id", "expiration", "reply_to",
-        "correlation_id", "priority", "delivery_mode", "headers", "content_type"]
+        "app_id",
+        "type",
+        "timestamp",
+        "message_id",
+        "expiration",
+        "reply_to",
+        "correlation_id",
+        "priority",
+        "delivery_mode",
+        "headers",
+        "content_type",
+    ]
 
 
 def test_trace_on_and_off_and_the_vhost_flag(site: Site) -> None:
@@ -102,16 +137,19 @@ def test_trace_on_and_off_and_the_vhost_flag(site: Site) -> None:
 
     assert flag() is False
     on = site.ctl("trace_on", "-p", site.vhost).stdout
-    assert on == (f'Starting tracing for vhost "{site.vhost}" ...\n'
-                  f"Trace enabled for vhost {site.vhost}\n")
+    assert on == (
+        f'Starting tracing for vhost "{site.vhost}" ...\nTrace enabled for vhost {site.vhost}\n'
+    )
     assert flag() is True
     assert site.ctl("-q", "trace_on", "-p", site.vhost).stdout == (
-        f"Trace enabled for vhost {site.vhost}\n")
+        f"Trace enabled for vhost {site.vhost}\n"
+    )
     listed = site.ctl("list_vhosts", "name", "tracing").stdout
     assert f"{site.vhost}\ttrue\n" in listed
     off = site.ctl("trace_off", "-p", site.vhost).stdout
-    assert off == (f'Stopping tracing for vhost "{site.vhost}" ...\n'
-                   f"Trace disabled for vhost {site.vhost}\n")
+    assert off == (
+        f'Stopping tracing for vhost "{site.vhost}" ...\nTrace disabled for vhost {site.vhost}\n'
+    )
     assert flag() is False
     # the API's flag; a PUT without it leaves tracing as it is
     path = f"/api/vhosts/{q(site.vhost)}"

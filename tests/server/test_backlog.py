@@ -44,8 +44,9 @@ PREFETCH = 100
 
 
 @contextlib.contextmanager
-def own_broker(kind: str, base: Path | None = None, headroom: int | None = HEADROOM,
-               management: bool = False) -> Iterator[Node]:
+def own_broker(
+    kind: str, base: Path | None = None, headroom: int | None = HEADROOM, management: bool = False
+) -> Iterator[Node]:
     """A broker of the test's own, for tests that kill it or put its data on a tmpfs."""
     node: Node
     if kind == "leveret":
@@ -83,9 +84,11 @@ def test_backlog_of_four_times_the_memory_fills_and_drains_in_order(node: Node) 
     pub.close()
     assert seen == list(range(COUNT))
     assert intact
-    print(f"{node.kind}: watermark {node.watermark / MiB:.0f} MiB, peak RSS filling "
-          f"{res.peak_rss / MiB:.0f} MiB, draining {drain_peak / MiB:.0f} MiB, "
-          f"blocked {len(res.blocked)} times")
+    print(
+        f"{node.kind}: watermark {node.watermark / MiB:.0f} MiB, peak RSS filling "
+        f"{res.peak_rss / MiB:.0f} MiB, draining {drain_peak / MiB:.0f} MiB, "
+        f"blocked {len(res.blocked)} times"
+    )
     if node.kind == "leveret":
         assert res.blocked == []
         assert max(res.peak_rss, drain_peak) < node.watermark
@@ -107,8 +110,10 @@ def test_a_lazy_queue_keeps_its_memory_flat(node: Node) -> None:
     pub.delete_queue()
     pub.close()
     grew = after[-1] - after[0]
-    print(f"{node.kind}: RSS after each quarter of {BACKLOG // MiB} MiB: "
-          f"{[round(a / MiB) for a in after]} MiB")
+    print(
+        f"{node.kind}: RSS after each quarter of {BACKLOG // MiB} MiB: "
+        f"{[round(a / MiB) for a in after]} MiB"
+    )
     assert grew < 3 * quarter * SIZE // 4
 
 
@@ -119,8 +124,11 @@ def small_disk() -> Iterator[Path]:
     if os.geteuid() != 0:
         pytest.skip("mounting a tmpfs needs root")
     where = Path(tempfile.mkdtemp(prefix="small-disk-"))
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=96m", "tmpfs", str(where)],
-                       capture_output=True, text=True)
+    r = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=96m", "tmpfs", str(where)],
+        capture_output=True,
+        text=True,
+    )
     if r.returncode != 0:
         where.rmdir()
         pytest.skip(f"cannot mount a tmpfs here: {r.stderr.strip()}")
@@ -150,8 +158,13 @@ def _status(node: Node) -> list[str]:
         name = node.node.name
     else:
         env = {**os.environ, "LEVERET_CTL_URL": node.http_url}
-        out = subprocess.run([sys.executable, "-m", "leveret.cli.main", "ctl", "status"],
-                             capture_output=True, text=True, env=env, timeout=60).stdout
+        out = subprocess.run(
+            [sys.executable, "-m", "leveret.cli.main", "ctl", "status"],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=60,
+        ).stdout
         name = Api(node.http_url).get("/api/overview")["node"]
     return _alarms_section(out, name)
 
@@ -187,12 +200,22 @@ def test_disk_alarm_blocks_publishers_until_space_returns(kind: str, small_disk:
         me = node_figures(api, lambda n: n["disk_free_alarm"] is True)
         assert me["disk_free"] < 50_000_000
         alarm = [{"node": me["name"], "resource": "disk space"}]
-        assert api.call("GET", "/api/health/checks/alarms") == (503, {
-            "status": "failed", "reason": "There are alarms in effect in the cluster",
-            "alarms": alarm})
-        assert api.call("GET", "/api/health/checks/local-alarms") == (503, {
-            "status": "failed", "reason": "There are alarms in effect on the node",
-            "alarms": alarm})
+        assert api.call("GET", "/api/health/checks/alarms") == (
+            503,
+            {
+                "status": "failed",
+                "reason": "There are alarms in effect in the cluster",
+                "alarms": alarm,
+            },
+        )
+        assert api.call("GET", "/api/health/checks/local-alarms") == (
+            503,
+            {
+                "status": "failed",
+                "reason": "There are alarms in effect on the node",
+                "alarms": alarm,
+            },
+        )
         assert _status(node) == ["Free disk space alarm on node NODE"]
 
         filler.unlink()
@@ -236,8 +259,10 @@ def test_kill_9_with_a_paged_backlog_loses_no_confirmed_message(kind: str) -> No
         depth = queue_depth(node, "kept")
         assert depth >= confirmed
         seen, _, intact = drain(node, "kept", depth, SIZE, PREFETCH)
-        print(f"{kind}: published {t1 - t0:.1f}s, restarted {t3 - t2:.1f}s, "
-              f"drained {time.monotonic() - t3:.1f}s; {confirmed} confirmed, {depth} kept")
+        print(
+            f"{kind}: published {t1 - t0:.1f}s, restarted {t3 - t2:.1f}s, "
+            f"drained {time.monotonic() - t3:.1f}s; {confirmed} confirmed, {depth} kept"
+        )
         assert intact
         assert seen[:confirmed] == list(range(confirmed))
         assert seen == list(range(len(seen)))

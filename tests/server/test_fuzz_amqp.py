@@ -79,17 +79,25 @@ def target() -> Iterator[Target]:
 
 
 @pytest.mark.skipif(CAMPAIGN_EXAMPLES > 0, reason="the campaign runs instead")
-@settings(max_examples=IN_SUITE_EXAMPLES, deadline=None, derandomize=True, database=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
-                                 HealthCheck.large_base_example])
+@settings(
+    max_examples=IN_SUITE_EXAMPLES,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[
+        HealthCheck.too_slow,
+        HealthCheck.data_too_large,
+        HealthCheck.large_base_example,
+    ],
+)
 @given(case=fuzz_cases())
-def test_fuzzed_sessions_leave_the_broker_and_others_alone(target: Target,
-                                                           case: list[bytes]) -> None:
+def test_fuzzed_sessions_leave_the_broker_and_others_alone(
+    target: Target, case: list[bytes]
+) -> None:
     assert target.failure(case) is None
 
 
-def test_the_witness_messages_are_all_deliverable_and_survive_a_restart(
-        target: Target) -> None:
+def test_the_witness_messages_are_all_deliverable_and_survive_a_restart(target: Target) -> None:
     target.witness.check()
     target.witness.deliverable()
     target.witness.close()
@@ -120,7 +128,7 @@ def minimize(t: Target, chunks: list[bytes], sig: str, budget: int = 400) -> lis
         size = len(data) // n
         reduced = False
         for i in range(n):
-            candidate = data[:i * size] + data[(i + 1) * size:]
+            candidate = data[: i * size] + data[(i + 1) * size :]
             if runs >= budget:
                 break
             if candidate and fails([candidate]):
@@ -145,16 +153,18 @@ def test_campaign() -> None:
             sig, detail = got
             campaign.record(sig, detail, case, sum(map(len, case)))
             if sig.startswith(("witness", "connection: socket")) or (
-                    t.broker.process is not None and t.broker.process.poll() is not None):
+                t.broker.process is not None and t.broker.process.poll() is not None
+            ):
                 t.restart()
 
     try:
         campaign.drive(fuzz_cases(), check)
         for failure in campaign.failures.values():
-            failure.example = {"smallest seen": failure.example,
-                               "minimized": minimize(t, failure.example, failure.signature)}
+            failure.example = {
+                "smallest seen": failure.example,
+                "minimized": minimize(t, failure.example, failure.signature),
+            }
         campaign.save()
     finally:
         t.stop()
     assert not campaign.failures, [f.signature for f in campaign.failures.values()]
-

@@ -30,8 +30,12 @@ def logging_broker(request: pytest.FixtureRequest) -> Iterator[tuple[str, Broker
 
         def ctl(*args: str) -> str:
             return subprocess.run(
-                [sys.executable, "-m", "leveret.cli.main", "ctl", "--url", broker.http_url,
-                 *args], capture_output=True, text=True, timeout=60, check=True).stdout
+                [sys.executable, "-m", "leveret.cli.main", "ctl", "--url", broker.http_url, *args],
+                capture_output=True,
+                text=True,
+                timeout=60,
+                check=True,
+            ).stdout
 
         try:
             yield "leveret", broker, ctl
@@ -42,6 +46,7 @@ def logging_broker(request: pytest.FixtureRequest) -> Iterator[tuple[str, Broker
         pytest.skip("RabbitMQ is not installed here")
     node = rabbitmq.RabbitNode(config={"log.exchange": "true"}).start()
     try:
+
         def rctl(*args: str) -> str:
             return node.ctl(*args).stdout
 
@@ -68,8 +73,11 @@ def test_the_log_exchange(logging_broker: tuple[str, BrokerUnderTest, Any]) -> N
         assert info.value.reply_code == 403
         ch = conn.channel()
         with pytest.raises(pika.exceptions.AMQPError):
-            pika.BlockingConnection(pika.ConnectionParameters(
-                broker.host, broker.port, credentials=pika.PlainCredentials("guest", "wrong")))
+            pika.BlockingConnection(
+                pika.ConnectionParameters(
+                    broker.host, broker.port, credentials=pika.PlainCredentials("guest", "wrong")
+                )
+            )
         errors: list[tuple[Any, ...]] = []
         deadline = time.monotonic() + 10
         while not errors and time.monotonic() < deadline:
@@ -93,8 +101,11 @@ def test_the_log_exchange(logging_broker: tuple[str, BrokerUnderTest, Any]) -> N
     assert len(errors) == 1, errors
     level, lines = errors[0]
     assert level == "error"
-    assert re.fullmatch(r"Error on AMQP connection (<[\d.]+> )?\(127\.0\.0\.1:\d+ -> "
-                        r"127\.0\.0\.1:\d+, state: starting\):", lines[0]), lines
+    assert re.fullmatch(
+        r"Error on AMQP connection (<[\d.]+> )?\(127\.0\.0\.1:\d+ -> "
+        r"127\.0\.0\.1:\d+, state: starting\):",
+        lines[0],
+    ), lines
     assert lines[1:] == ["PLAIN login refused: user 'guest' - invalid credentials"]
 
 

@@ -49,8 +49,11 @@ needs_address = pytest.mark.skipif(ADDRESS is None, reason="no non-loopback addr
 
 def amqp_login(address: str, port: int, user: str, password: str) -> str:
     try:
-        pika.BlockingConnection(pika.ConnectionParameters(
-            address, port, credentials=pika.PlainCredentials(user, password))).close()
+        pika.BlockingConnection(
+            pika.ConnectionParameters(
+                address, port, credentials=pika.PlainCredentials(user, password)
+            )
+        ).close()
         return "ok"
     except ProbableAuthenticationError as exc:
         return str(exc)
@@ -82,29 +85,37 @@ def test_guest_only_from_localhost_as_rabbitmq(
 ) -> None:
     assert ADDRESS is not None
     answers = []
-    for broker, http_port in ((open_leveret, open_leveret.http_port),
-                              (rabbitmq, rabbitmq.http_port)):
-        answers.append((
-            amqp_login(ADDRESS, broker.port, "guest", "guest"),
-            amqp_login("127.0.0.1", broker.port, "guest", "guest"),
-            api_login(ADDRESS, http_port, "guest", "guest"),
-            api_login("127.0.0.1", http_port, "guest", "guest")[0],
-        ))
+    for broker, http_port in (
+        (open_leveret, open_leveret.http_port),
+        (rabbitmq, rabbitmq.http_port),
+    ):
+        answers.append(
+            (
+                amqp_login(ADDRESS, broker.port, "guest", "guest"),
+                amqp_login("127.0.0.1", broker.port, "guest", "guest"),
+                api_login(ADDRESS, http_port, "guest", "guest"),
+                api_login("127.0.0.1", http_port, "guest", "guest")[0],
+            )
+        )
     assert answers[0] == answers[1]
-    assert answers[0][2] == (401, b'{"error":"not_authorised","reason":"User can only log in '
-                                  b'via localhost"}')
+    assert answers[0][2] == (
+        401,
+        b'{"error":"not_authorised","reason":"User can only log in via localhost"}',
+    )
 
 
 @needs_address
-@pytest.mark.parametrize(("setting", "guest_outside"), [
-    ('loopback_users = "none"', "ok"),
-    ("loopback_users = []", "ok"),
-    ('loopback_users = ["guest"]', "refused"),
-    ("[loopback_users]\nguest = false", "ok"),
-    ("[loopback_users]\nguest = true", "refused"),
-])
-def test_config_file_sets_loopback_users(tmp_path: Path, setting: str,
-                                         guest_outside: str) -> None:
+@pytest.mark.parametrize(
+    ("setting", "guest_outside"),
+    [
+        ('loopback_users = "none"', "ok"),
+        ("loopback_users = []", "ok"),
+        ('loopback_users = ["guest"]', "refused"),
+        ("[loopback_users]\nguest = false", "ok"),
+        ("[loopback_users]\nguest = true", "refused"),
+    ],
+)
+def test_config_file_sets_loopback_users(tmp_path: Path, setting: str, guest_outside: str) -> None:
     assert ADDRESS is not None
     config = tmp_path / "leveret.toml"
     config.write_text(setting + "\n")
@@ -120,9 +131,11 @@ def test_config_file_sets_loopback_users(tmp_path: Path, setting: str,
 
 def test_loopback_users_values(tmp_path: Path) -> None:
     path = tmp_path / "c.toml"
-    for text, expected in [('loopback_users = "none"', ()),
-                           ('loopback_users = ["a", "b"]', ("a", "b")),
-                           ("[loopback_users]\na = true\nb = false", ("a",))]:
+    for text, expected in [
+        ('loopback_users = "none"', ()),
+        ('loopback_users = ["a", "b"]', ("a", "b")),
+        ("[loopback_users]\na = true\nb = false", ("a",)),
+    ]:
         path.write_text(text)
         assert Config.load(path, env={}).loopback_users == expected
     assert Config.load(None, env={}).loopback_users == ("guest",)

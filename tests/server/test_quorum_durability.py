@@ -17,8 +17,9 @@ from tests.support.brokers import BrokerUnderTest, start_leveret
 QUORUM = {"x-queue-type": "quorum"}
 
 
-def publish_until_killed(broker: BrokerUnderTest, queue: str, start: int,
-                         confirmed: list[int], stop: threading.Event) -> None:
+def publish_until_killed(
+    broker: BrokerUnderTest, queue: str, start: int, confirmed: list[int], stop: threading.Event
+) -> None:
     """Publish numbered persistent messages with confirms, one batch of 50 in flight at
     a time, recording each number once its batch is confirmed."""
     try:
@@ -29,8 +30,13 @@ def publish_until_killed(broker: BrokerUnderTest, queue: str, start: int,
         while not stop.is_set():
             batch = list(range(i, i + 50))
             for n in batch:
-                ch.basic_publish("", queue, str(n).encode(),
-                                 pika.BasicProperties(delivery_mode=2), mandatory=False)
+                ch.basic_publish(
+                    "",
+                    queue,
+                    str(n).encode(),
+                    pika.BasicProperties(delivery_mode=2),
+                    mandatory=False,
+                )
             confirmed.extend(batch)  # pika's publish returns once the broker acked it
             i += 50
     except (pika.exceptions.AMQPError, OSError):
@@ -61,8 +67,9 @@ def test_kill_9_under_confirmed_load_loses_nothing_confirmed(tmp_path: Path, rou
         conn.close()
         for r in range(rounds):
             stop = threading.Event()
-            t = threading.Thread(target=publish_until_killed,
-                                 args=(broker, "crash", r * 1_000_000, confirmed, stop))
+            t = threading.Thread(
+                target=publish_until_killed, args=(broker, "crash", r * 1_000_000, confirmed, stop)
+            )
             t.start()
             # let the load build up (no assertion on time: only when the kill lands)
             t.join(1.5)

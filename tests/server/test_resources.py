@@ -28,17 +28,20 @@ GB = 10**9
 
 
 # ------------------------------------------------------------------ settings
-@pytest.mark.parametrize(("raw", "expected"), [
-    ("0.4", MemoryWatermark(0.4, None)),
-    ("1", MemoryWatermark(1.0, None)),
-    ("0", MemoryWatermark(0.0, None)),
-    ("512MiB", MemoryWatermark(None, 512 * MiB)),
-    ("2GB", MemoryWatermark(None, 2 * GB)),
-    ("1024k", MemoryWatermark(None, 1024 * 1024)),
-    ("3G", MemoryWatermark(None, 3 * 1024**3)),
-    ({"absolute": "1GiB"}, MemoryWatermark(None, 1024**3)),
-    ({"relative": 0.5}, MemoryWatermark(0.5, None)),
-])
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        ("0.4", MemoryWatermark(0.4, None)),
+        ("1", MemoryWatermark(1.0, None)),
+        ("0", MemoryWatermark(0.0, None)),
+        ("512MiB", MemoryWatermark(None, 512 * MiB)),
+        ("2GB", MemoryWatermark(None, 2 * GB)),
+        ("1024k", MemoryWatermark(None, 1024 * 1024)),
+        ("3G", MemoryWatermark(None, 3 * 1024**3)),
+        ({"absolute": "1GiB"}, MemoryWatermark(None, 1024**3)),
+        ({"relative": 0.5}, MemoryWatermark(0.5, None)),
+    ],
+)
 def test_vm_memory_high_watermark_values(raw: Any, expected: MemoryWatermark) -> None:
     assert Config.load(env={}, vm_memory_high_watermark=raw).vm_memory_high_watermark == expected
 
@@ -49,19 +52,23 @@ def test_bad_vm_memory_high_watermark_is_one_line(raw: str) -> None:
         Config.load(env={"LEVERET_VM_MEMORY_HIGH_WATERMARK": raw})
     assert str(info.value) == (
         f"invalid value for 'vm_memory_high_watermark': {raw!r} (a fraction of RAM up to "
-        "1.0, or a size such as 512MiB or 2GB)")
+        "1.0, or a size such as 512MiB or 2GB)"
+    )
 
 
-@pytest.mark.parametrize(("raw", "expected"), [
-    ("50MB", DiskFreeLimit(50_000_000, None)),
-    ("1000000000", DiskFreeLimit(10**9, None)),
-    (2_000_000, DiskFreeLimit(2_000_000, None)),
-    ("{mem_relative, 1.0}", DiskFreeLimit(None, 1.0)),
-    ("{mem_relative,2}", DiskFreeLimit(None, 2.0)),
-    ("mem_relative:1.5", DiskFreeLimit(None, 1.5)),
-    ({"relative": 1.5}, DiskFreeLimit(None, 1.5)),
-    ({"absolute": "1GB"}, DiskFreeLimit(GB, None)),
-])
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        ("50MB", DiskFreeLimit(50_000_000, None)),
+        ("1000000000", DiskFreeLimit(10**9, None)),
+        (2_000_000, DiskFreeLimit(2_000_000, None)),
+        ("{mem_relative, 1.0}", DiskFreeLimit(None, 1.0)),
+        ("{mem_relative,2}", DiskFreeLimit(None, 2.0)),
+        ("mem_relative:1.5", DiskFreeLimit(None, 1.5)),
+        ({"relative": 1.5}, DiskFreeLimit(None, 1.5)),
+        ({"absolute": "1GB"}, DiskFreeLimit(GB, None)),
+    ],
+)
 def test_disk_free_limit_values(raw: Any, expected: DiskFreeLimit) -> None:
     assert Config.load(env={}, disk_free_limit=raw).disk_free_limit == expected
 
@@ -80,9 +87,11 @@ def test_defaults_and_limits_are_rabbitmqs() -> None:
 
 def test_settings_from_a_file(tmp_path: Path) -> None:
     path = tmp_path / "leveret.toml"
-    path.write_text('[server]\nvm_memory_high_watermark.absolute = "600MB"\n'
-                    'vm_memory_high_watermark_paging_ratio = 0.75\n'
-                    'disk_free_limit = {mem_relative = 1.0}\n')
+    path.write_text(
+        '[server]\nvm_memory_high_watermark.absolute = "600MB"\n'
+        "vm_memory_high_watermark_paging_ratio = 0.75\n"
+        "disk_free_limit = {mem_relative = 1.0}\n"
+    )
     c = Config.load(path, env={})
     assert c.vm_memory_high_watermark == MemoryWatermark(None, 600 * 10**6)
     assert c.vm_memory_high_watermark_paging_ratio == 0.75
@@ -91,12 +100,25 @@ def test_settings_from_a_file(tmp_path: Path) -> None:
 
 def test_bad_setting_on_the_command_line_is_one_line(tmp_path: Path) -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "leveret.cli.main", "server", "--data-dir", str(tmp_path),
-         "--disk-free-limit", "plenty"], capture_output=True, text=True, timeout=60)
+        [
+            sys.executable,
+            "-m",
+            "leveret.cli.main",
+            "server",
+            "--data-dir",
+            str(tmp_path),
+            "--disk-free-limit",
+            "plenty",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode != 0
     assert result.stderr.strip().splitlines() == [
         "Error: invalid value for 'disk_free_limit': 'plenty' (a size such as 50MB or 2GiB, "
-        "or {mem_relative, 1.0})"]
+        "or {mem_relative, 1.0})"
+    ]
 
 
 # ------------------------------------------------------------------ the monitor
@@ -135,16 +157,18 @@ def monitored(tmp_path: Path) -> Iterator[tuple[ResourceMonitor, Readings, Serve
     conn = Conn()
     state.connections.add(conn)
     readings = Readings()
-    config = Config.load(env={}, data_dir=tmp_path, vm_memory_high_watermark="1GiB",
-                         disk_free_limit="1GB")
-    monitor = ResourceMonitor(config, state, broker, rss=readings.read_rss,
-                              disk=readings.read_disk, total=8 * 1024**3)
+    config = Config.load(
+        env={}, data_dir=tmp_path, vm_memory_high_watermark="1GiB", disk_free_limit="1GB"
+    )
+    monitor = ResourceMonitor(
+        config, state, broker, rss=readings.read_rss, disk=readings.read_disk, total=8 * 1024**3
+    )
     yield monitor, readings, state, conn
     monitor.close()
 
 
 def test_memory_alarm_is_set_above_the_watermark_and_cleared_below(
-    monitored: tuple[ResourceMonitor, Readings, ServerState, Conn]
+    monitored: tuple[ResourceMonitor, Readings, ServerState, Conn],
 ) -> None:
     monitor, readings, state, conn = monitored
     monitor.check()
@@ -165,7 +189,7 @@ def test_memory_alarm_is_set_above_the_watermark_and_cleared_below(
 
 
 def test_the_paging_budget_follows_resident_memory(
-    monitored: tuple[ResourceMonitor, Readings, ServerState, Conn]
+    monitored: tuple[ResourceMonitor, Readings, ServerState, Conn],
 ) -> None:
     monitor, readings, state, _ = monitored
     budget = state.broker.memory
@@ -202,9 +226,14 @@ def test_memory_alarm_blocks_a_publisher_at_its_first_publish(
         api = Api(node.http_url)
         assert wait_for(lambda: api.call("GET", "/api/health/checks/alarms")[0] == 503, 30, 0.2)
         name = api.get("/api/overview")["node"]
-        assert api.call("GET", "/api/health/checks/alarms") == (503, {
-            "status": "failed", "reason": "There are alarms in effect in the cluster",
-            "alarms": [{"node": name, "resource": "memory"}]})
+        assert api.call("GET", "/api/health/checks/alarms") == (
+            503,
+            {
+                "status": "failed",
+                "reason": "There are alarms in effect in the cluster",
+                "alarms": [{"node": name, "resource": "memory"}],
+            },
+        )
         me = node_figures(api, lambda n: n["mem_limit"] == 8 * MiB and n["mem_alarm"])
         assert me["mem_used"] > 8 * MiB
         assert me["mem_alarm"] is True and me["mem_calculation_strategy"] == "rss"
@@ -234,8 +263,11 @@ def test_memory_alarm_blocks_a_publisher_at_its_first_publish(
         if isinstance(node, LeveretNode):
             status = subprocess.run(
                 [sys.executable, "-m", "leveret.cli.main", "ctl", "status"],
-                capture_output=True, text=True, timeout=60,
-                env={**os.environ, "LEVERET_CTL_URL": node.http_url})
+                capture_output=True,
+                text=True,
+                timeout=60,
+                env={**os.environ, "LEVERET_CTL_URL": node.http_url},
+            )
             assert f"Alarms\n\nMemory alarm on node {name}\n" in status.stdout
     finally:
         if isinstance(node, LeveretNode):

@@ -247,9 +247,10 @@ def test_a_stream_is_read_over_tls(leveret: BrokerUnderTest, tmp_path: Path) -> 
     port = listener.getsockname()[1]
 
     def relay(raw: socket.socket) -> None:
-        with server_ctx.wrap_socket(raw, server_side=True) as tls, socket.create_connection(
-            (leveret.host, leveret.port)
-        ) as up:
+        with (
+            server_ctx.wrap_socket(raw, server_side=True) as tls,
+            socket.create_connection((leveret.host, leveret.port)) as up,
+        ):
             sel = selectors.DefaultSelector()
             sel.register(tls, selectors.EVENT_READ, up)
             sel.register(up, selectors.EVENT_READ, tls)

@@ -125,14 +125,28 @@ def test_earlier_single_file_log_is_converted(tmp_path: Path) -> None:
         return struct.pack(">I", len(b)) + b
 
     def add(mid: int, queue: str, body: bytes) -> bytes:
-        payload = (struct.pack(">Q", mid) + s("/") + s(queue) + s("ex") + s("rk")
-                   + struct.pack(">I", 2) + b"\x00\x00" + struct.pack(">I", len(body)) + body)
+        payload = (
+            struct.pack(">Q", mid)
+            + s("/")
+            + s(queue)
+            + s("ex")
+            + s("rk")
+            + struct.pack(">I", 2)
+            + b"\x00\x00"
+            + struct.pack(">I", len(body))
+            + body
+        )
         return b"A" + struct.pack(">I", len(payload)) + payload
 
     remove = struct.pack(">Q", 2) + s("/") + s("q")
     (tmp_path / "messages.log").write_bytes(
-        add(1, "q", b"one") + add(2, "q", b"two") + add(3, "q", b"three")
-        + b"R" + struct.pack(">I", len(remove)) + remove)
+        add(1, "q", b"one")
+        + add(2, "q", b"two")
+        + add(3, "q", b"three")
+        + b"R"
+        + struct.pack(">I", len(remove))
+        + remove
+    )
     log = MessageLog(tmp_path)
     found = log.recover()
     q = log.queue_id("/", "q")
@@ -167,7 +181,10 @@ def test_page_files_give_back_what_was_paged(tmp_path: Path) -> None:
     assert [e.seq for e in got] == list(range(1, 201))
     e = got[8]
     assert (e.message.exchange, e.message.routing_key, e.message.exchange_and_key) == (
-        "ex", "rk", EK)
+        "ex",
+        "rk",
+        EK,
+    )
     assert (e.expires_at, e.delivery_count, e.redelivered, e.store_id) == (1009, 0, True, 0)
     assert got[3].store_id == 4
     assert got[150].message.body.startswith(b"000151")
@@ -203,8 +220,9 @@ def test_purge_gives_the_store_ids_of_persistent_messages(tmp_path: Path) -> Non
     assert pager.count == 0 and not list(tmp_path.iterdir())
 
 
-def test_a_full_disk_keeps_nothing_half_written(tmp_path: Path,
-                                                monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_full_disk_keeps_nothing_half_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     pager = PageFiles(tmp_path, "q")
     assert pager.write([entry(1)])
     real = os.pwrite

@@ -42,7 +42,8 @@ def test_recovery_order_and_states(tmp_path: Path) -> None:
     # recovery compacted the state log: the same again
     again = QuorumLog(tmp_path).recover()
     assert [(r.id, r.state, r.count, r.reason) for r in again] == [
-        (r.id, r.state, r.count, r.reason) for r in got]
+        (r.id, r.state, r.count, r.reason) for r in got
+    ]
 
 
 def test_unsynced_writes_are_not_there_and_torn_tails_are_cut(tmp_path: Path) -> None:
