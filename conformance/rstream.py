@@ -102,6 +102,14 @@ RULES = (
     Rule(CHUNKING, test=r"test_offset_type_last$"),
 )
 
+TIMED = (
+    "sends 10,000 messages and checks, after a fixed 1 s, that the consumers got them all; "
+    "the client sends them from a timer every 0.5 s, over a connection per partition that "
+    "it opens (and checks against the stream's leader) when the first message for it "
+    "comes: on a loaded machine the client needs longer than that second, on any broker "
+    "(a full test-suite run here: 6,703 of 10,000 read in time; alone, all)"
+)
+
 SUITE = LeveretOnly(
     listing=HERE / "rstream.txt",
     tree=TREE,
@@ -110,4 +118,5 @@ SUITE = LeveretOnly(
     rules=RULES,
     config=config,
     from_tree=True,
+    retry=((r"test_consume_superstream_with_(sac|callback)_", TIMED),),
 )

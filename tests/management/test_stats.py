@@ -82,12 +82,12 @@ def test_deleting_a_queue_does_not_count_its_publishes_twice() -> None:
     from leveret.broker.message import Message
     from leveret.broker.session import Session
     from leveret.management.stats import Stats
-    from tests.broker.test_queue_model import FakeOutput
+    from tests.broker.fakes import RecordingOutput
 
     broker = BrokerCore.with_defaults()
     stats = Stats(broker)
     vhost = broker.vhosts["/"]
-    session = Session(broker, FakeOutput())
+    session = Session(broker, RecordingOutput())
     assert session.authenticate("PLAIN", b"\0guest\0guest", {}) is None
     assert session.open_vhost("/") is None
     session.recv_publish = 5
