@@ -106,13 +106,6 @@ def renew_certificates(tree: Path) -> list[str]:
     return renewed
 
 
-def server_args(tree: Path) -> list[str]:
-    # on every address family, as RabbitMQ listens: localhost may be ::1 to the client;
-    # the stream protocol on its default port, as the enabled rabbitmq_stream plugin
-    return ["--amqp-port", "5672", "--http-port", "15672", "--bind", "::",
-            "--stream-port", "5552"]
-
-
 OAUTH = (
     "needs RabbitMQ's OAuth 2.0 backend (rabbitmq_auth_backend_oauth2: a JWT signed with "
     "the HS256 key of the suite's advanced.config as the password, expiry, refresh through "
@@ -188,7 +181,6 @@ EXAMPLES = (
 SUITE = LeveretOnly(
     listing=HERE / "amqp-python-client.txt",
     tree=TREE,
-    server_args=server_args,
     mode=("--rabbitmq-version", "4.2"),
     # RabbitMQ 4 serves AMQP 1.0 in its core (it keeps rabbitmq_amqp1_0 as an empty
     # plugin); Leveret, as RabbitMQ 3.10 does, through this plugin

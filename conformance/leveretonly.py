@@ -135,14 +135,22 @@ class Example:
         return self.path
 
 
+def default_ports(tree: Path) -> list[str]:
+    """Leveret on RabbitMQ's default ports (AMQP 5672, management 15672, stream 5552, as
+    the rabbitmq_stream plugin), on every address family as RabbitMQ listens: localhost may
+    be ::1 to the client."""
+    return ["--amqp-port", "5672", "--http-port", "15672", "--stream-port", "5552",
+            "--bind", "::"]  # fmt: skip
+
+
 @dataclass(frozen=True)
 class LeveretOnly:
     """How a suite runs against Leveret alone, and where its list of failures is."""
 
     listing: Path  # the list: tests that do not pass, with reasons
     tree: GitTree
-    # Leveret's arguments beyond the ports, given the tree (its certificates live there)
-    server_args: Callable[[Path], list[str]]
+    # Leveret's arguments, given the tree (its certificates live there)
+    server_args: Callable[[Path], list[str]] = default_ports
     # the switch to the broker's mode the suite needs, used when this Leveret has it
     mode: tuple[str, ...] = ()
     # plugins the suite needs enabled (--plugins), where this Leveret has them

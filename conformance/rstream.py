@@ -64,12 +64,6 @@ def config(tree: Path) -> str:
     )
 
 
-def server_args(tree: Path) -> list[str]:
-    # on every address family, as RabbitMQ listens: localhost may be ::1 to the client
-    return ["--amqp-port", "5672", "--http-port", "15672", "--stream-port", "5552",
-            "--bind", "::"]  # fmt: skip
-
-
 PRODUCT = (
     'asserts that the server\'s peer properties say product "RabbitMQ": Leveret names '
     "itself in the stream protocol's peer properties (only AMQP 1.0's open says "
@@ -113,7 +107,6 @@ TIMED = (
 SUITE = LeveretOnly(
     listing=HERE / "rstream.txt",
     tree=TREE,
-    server_args=server_args,
     mode=("--rabbitmq-version", "4.2"),
     rules=RULES,
     config=config,
