@@ -167,9 +167,6 @@ class LeveretOnly:
     # The library is the tree's own package, which the tests import from the tree's root
     # (as a CI that does not install it): no sdist is installed.
     from_tree: bool = False
-    # Tests that wait a fixed time for their own client's work, which a loaded machine can
-    # outlast on any broker: (regex on the test id, why). One that fails runs once more.
-    retry: tuple[tuple[str, str], ...] = ()
 
 
 def renew_if_expired(cert_path: Path, ca_cert: Path, ca_key: Path, days: int = 30) -> bool:

@@ -89,19 +89,22 @@ CHUNKING = (
     "by its own timing, so the last chunk holds other messages; not a 4.2 feature"
 )
 
+TIMED = (
+    "sends 10,000 messages and checks, after a fixed 1 s, that the consumers got them all; "
+    "the client sends them from a timer every 0.5 s, over a connection per partition that "
+    "it opens when the first message for it comes, partition by partition: alone it passes "
+    "(the last partition's messages reach the broker about 0.5 s before the check), but in "
+    "a full run of the test suite on this 2-core machine the last partition's 3,297 came "
+    "too late, in two runs and in a run again at once after one of them: the client's own "
+    "pace, on any broker"
+)
+
 RULES = (
     Rule(PRODUCT, test=r"test_peer_properties$"),
     Rule(FRAME_TOO_LARGE, test=r"test_publishing_several_messages"),
     Rule(FILTER_ENCODING, test=r"test_consume_filtering$"),
     Rule(CHUNKING, test=r"test_offset_type_last$"),
-)
-
-TIMED = (
-    "sends 10,000 messages and checks, after a fixed 1 s, that the consumers got them all; "
-    "the client sends them from a timer every 0.5 s, over a connection per partition that "
-    "it opens (and checks against the stream's leader) when the first message for it "
-    "comes: on a loaded machine the client needs longer than that second, on any broker "
-    "(a full test-suite run here: 6,703 of 10,000 read in time; alone, all)"
+    Rule(TIMED, test=r"test_consume_superstream_with_(sac|callback)_"),
 )
 
 SUITE = LeveretOnly(
@@ -111,5 +114,4 @@ SUITE = LeveretOnly(
     rules=RULES,
     config=config,
     from_tree=True,
-    retry=((r"test_consume_superstream_with_(sac|callback)_", TIMED),),
 )
