@@ -346,3 +346,37 @@ def test_a_consumer_that_cannot_write_holds_its_publisher_back_until_it_drains_o
     assert publisher.session.held_by == set()
     pch.publish("", "q", b"nobody")  # a queue without consumers holds no one back
     assert publisher.session.held_by == set()
+
+
+class _OtherPublisher:
+    """A publisher of another protocol (an AMQP 1.0 or stream session) as credit flow
+    sees it: held back by whatever it feeds, and told when nothing holds it any more."""
+
+    def __init__(self) -> None:
+        self.held_by: set[object] = set()
+        self.reads_again = 0
+        self.writable = True
+
+    def awaits_settlements(self) -> bool:
+        return False
+
+    def released(self) -> None:
+        self.reads_again += 1
+
+
+def test_a_draining_consumer_lets_a_publisher_of_another_protocol_go_at_once(
+    domain: BrokerCore,
+) -> None:
+    """An AMQP 1.0 publisher held by a 0-9-1 consumer's connection reads again as soon as
+    that connection drains (or closes), not only when its patience runs out."""
+    consumer = Client(domain)
+    other = _OtherPublisher()
+    consumer.session.set_writable(False)
+    consumer.session.hold(other)  # type: ignore[arg-type]
+    assert other.held_by == {consumer.session}
+    consumer.session.set_writable(True)
+    assert (other.held_by, other.reads_again) == (set(), 1)
+    consumer.session.set_writable(False)
+    consumer.session.hold(other)  # type: ignore[arg-type]
+    consumer.close()
+    assert (other.held_by, other.reads_again) == (set(), 2)

@@ -39,7 +39,7 @@ from leveret.broker.message import Message
 from leveret.broker.operations import Actor, BindingRequest, authorize_publish
 from leveret.broker.ports import WriteStalls
 from leveret.broker.queues import Queue
-from leveret.broker.queues.backlog import give_up_holds
+from leveret.broker.queues.backlog import give_up_holds, release_held
 from leveret.broker.reply_to import REPLY_PREFIX, REPLY_QUEUE
 from leveret.broker.routing import ROUTED, PublishResult
 from leveret.broker.users import Permission, User
@@ -247,12 +247,9 @@ class Session(names.NamedConnection, ConnectionEvents):
         return any(ch.unacked for ch in self.channels.values())
 
     def release_held(self) -> None:
-        """This session drains again (or is gone): publishers it held may read again."""
-        holding, self.holding = self.holding, set()
-        for publisher in holding:
-            publisher.held_by.discard(self)
-            if not publisher.held_by and isinstance(publisher, Session):
-                publisher.released()
+        """This session drains again (or is gone): publishers it held may read again,
+        whatever protocol they speak."""
+        release_held(self)
 
     def released(self) -> None:
         if self.endpoint is not None:
