@@ -40,8 +40,11 @@ def failed_login(broker: BrokerUnderTest, i: int) -> None:
                 response=f"\0guest\0wrong-{i}",
             ),
         )
-        while c.recv_frame() is not None:  # connection.close (or nothing), then the end
-            pass
+        # connection.close (or nothing), then the end; most answer close-ok as clients do,
+        # every tenth leaves the broker to wait for it until its timeout
+        while (frame := c.recv_frame()) is not None:
+            if isinstance(frame[1], commands.Connection.Close) and i % 10 != 1:
+                c.send_method(0, commands.Connection.CloseOk())
 
 
 def half_open(broker: BrokerUnderTest, i: int) -> socket.socket:
