@@ -41,6 +41,7 @@ from leveret.broker.events import (
     ConnectionClosed,
     UserAuthenticated,
 )
+from leveret.broker.ports import ConnectionInfo
 from leveret.protocol.amqp10 import definitions as d
 from leveret.protocol.spec import TypedTable
 
@@ -82,31 +83,17 @@ DIRECT_TLS_KEYS = (
 )
 
 
-class Owner(Protocol):
+class Owner(ConnectionInfo, Protocol):
     """The AMQP 1.0 connection (:class:`~leveret.broker.amqp10_session.Amqp10Session`),
-    as the hooks here see it."""
+    as the hooks here see it: a client connection, and what its hooks keep."""
 
     broker: BrokerCore
-    id: int
     user: User | None
-    vhost: str
     registered: bool
-    peer: tuple[str, int] | None
     local: tuple[str, int] | None
     auth_mechanism: str
     transport_details: dict[str, Any]
     sessions: dict[int, LinkSession]
-
-    @property
-    def name(self) -> str: ...
-
-    @property
-    def username(self) -> str: ...
-
-    @property
-    def channel_count(self) -> int: ...
-
-    def force_close(self, reason: str) -> None: ...
 
     def end_session(self, channel: int, error: d.Error) -> None: ...
 

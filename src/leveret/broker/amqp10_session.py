@@ -11,7 +11,6 @@ sans-IO connection of its endpoint; the edge flushes once per batch of events.""
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 from typing import Any, ClassVar
 
@@ -35,7 +34,7 @@ from leveret.broker.broker import BrokerCore
 from leveret.broker.ports import FlowHolder, Traffic, WriteStalls
 from leveret.broker.queues import Queue
 from leveret.broker.queues.backlog import give_up_holds, release_held
-from leveret.broker.users import Permission, User
+from leveret.broker.users import Permission
 from leveret.broker.vhost import VirtualHost
 from leveret.protocol.amqp10 import definitions as d
 from leveret.protocol.amqp10 import events as ev
@@ -60,18 +59,12 @@ class Amqp10Session(names.NamedConnection, Publishing, Consuming, ManagementLink
         frame_max: int,
         heartbeat: int,
     ) -> None:
+        self.connected(broker.next_connection_id(), peer, local, traffic)
         self.broker = broker
         self.endpoint = endpoint
         self.conn = endpoint.connection
-        self.peer = peer
-        self.local = local
-        self.traffic = traffic
         self.frame_max = frame_max
         self.heartbeat = heartbeat
-        self.id = broker.next_connection_id()
-        self.connected_at = int(time.time() * 1000)
-        self.auth_mechanism = ""
-        self.user: User | None = None
         self._refusal: login.Refusal | None = None  # a loopback user, refused at open
         self.vhost = ""
         self.vhost_obj: VirtualHost | None = None

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import base64
 import secrets
+import time
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from leveret.broker.ports import Traffic
     from leveret.broker.users import User
 
 
@@ -38,6 +40,28 @@ class NamedConnection:
     peer: tuple[str, int] | None
     local: tuple[str, int] | None
     user: User | None
+    id: int
+    connected_at: int  # ms since the epoch
+    auth_mechanism: str
+    traffic: Traffic | None
+
+    def connected(
+        self,
+        connection_id: int,
+        peer: tuple[str, int] | None,
+        local: tuple[str, int] | None,
+        traffic: Traffic | None,
+    ) -> None:
+        """What a session knows once its socket is accepted: its number (the broker's
+        next), its ends, the socket's figures (when there is a socket) and when; nobody
+        logged in yet. (An AMQP 0-9-1 session is numbered at its start-ok instead.)"""
+        self.id = connection_id
+        self.peer = peer
+        self.local = local
+        self.traffic = traffic
+        self.connected_at = int(time.time() * 1000)
+        self.auth_mechanism = ""
+        self.user = None
 
     @property
     def name(self) -> str:

@@ -4,12 +4,14 @@ restart. (What a queue sees of its consumers is in :mod:`leveret.broker.queues.b
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from leveret.protocol.errors import AMQPError
 from leveret.protocol.spec import Method
+from leveret.protocol.stream.chunk import HEADER_SIZE
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -299,41 +301,35 @@ class QuorumStore(Protocol):
     def delete(self) -> None: ...
 
 
-class ChunkRef(Protocol):
-    """Where a stored chunk of a stream is: an open file descriptor, the position of the
-    chunk in it, the size of its header and data (what a Deliver frame carries), its first
-    offset, how many records and its timestamp."""
+@dataclass(frozen=True, slots=True)
+class ChunkRef:
+    """Where a stored chunk of a stream is: ``fd`` (open for reading) at ``position``;
+    ``size`` bytes of header and data (what a Deliver frame carries; the filter and the
+    trailer are not sent); its ``first`` offset, how many ``records`` and its
+    ``timestamp``; ``filter_size`` bytes of Bloom filter between the header and the data.
+    The store makes them; the broker and the stream edge read them."""
 
-    @property
-    def fd(self) -> int: ...
-
-    @property
-    def position(self) -> int: ...
-
-    @property
-    def size(self) -> int: ...
-
-    @property
-    def first(self) -> int: ...
-
-    @property
-    def records(self) -> int: ...
-
-    @property
-    def timestamp(self) -> int: ...
-
-    @property
-    def filter_size(self) -> int:
-        """The bytes of Bloom filter stored between its header and its data (not sent)."""
-        ...
+    fd: int
+    position: int
+    size: int
+    first: int
+    records: int
+    timestamp: int
+    filter_size: int = 0
 
     def read_filter(self) -> bytes:
-        """Its Bloom filter (empty: none of its messages has a filter value)."""
-        ...
+        """The chunk's Bloom filter (empty: none of its messages has a filter value)."""
+        if not self.filter_size:
+            return b""
+        return os.pread(self.fd, self.filter_size, self.position + HEADER_SIZE)
 
     def read(self) -> bytes:
-        """Its header and data, as a Deliver frame carries them."""
-        ...
+        """The chunk's header and data, as a Deliver frame carries them."""
+        if not self.filter_size:
+            return os.pread(self.fd, self.size, self.position)
+        head = os.pread(self.fd, HEADER_SIZE, self.position)
+        data_at = self.position + HEADER_SIZE + self.filter_size
+        return head + os.pread(self.fd, self.size - HEADER_SIZE, data_at)
 
 
 class StreamLog(Protocol):

@@ -25,17 +25,10 @@ __all__ = ["ConsumerRing", "Member", "PriorityRing"]
 class Member(Protocol):
     """A consumer, as far as its ring sees it."""
 
-    @property
-    def priority(self) -> int: ...
-
-    @property
-    def no_ack(self) -> bool: ...
-
-    @property
-    def prefetch(self) -> int: ...
-
-    @property
-    def unacked(self) -> int: ...
+    priority: int
+    no_ack: bool
+    prefetch: int
+    unacked: int
 
     def has_credit(self) -> bool: ...
 

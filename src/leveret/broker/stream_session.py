@@ -13,7 +13,6 @@ costs no memory."""
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -40,7 +39,7 @@ from leveret.broker.stream_handshake import (
     StreamHandshake,
     count_error,
 )
-from leveret.broker.users import Permission, User
+from leveret.broker.users import Permission
 from leveret.broker.vhost import VirtualHost
 from leveret.protocol import spec
 from leveret.protocol.errors import AMQPError
@@ -110,15 +109,10 @@ class StreamSession(names.NamedConnection, StreamFeatures, StreamHandshake):
         local: tuple[str, int] | None = None,
         traffic: Traffic | None = None,
     ) -> None:
+        self.connected(broker.next_connection_id(), peer, local, traffic)
         self.broker = broker
         self.endpoint = endpoint
         self.output: StreamEdge = endpoint.edge
-        self.peer = peer
-        self.local = local
-        self.traffic = traffic  # the socket's figures, when there is a socket
-        self.id = broker.next_connection_id()
-        self.connected_at = int(time.time() * 1000)
-        self.auth_mechanism = ""
         self.heartbeat = 0
         self.blocked = False  # a resource alarm stopped reading its publishes
         # what the transport says of the connection for management (TLS)
@@ -126,7 +120,6 @@ class StreamSession(names.NamedConnection, StreamFeatures, StreamHandshake):
         self.registered = False
         self.advertised = advertised
         self.client_properties: dict[str, str] = {}
-        self.user: User | None = None
         self.vhost = ""
         self.vhost_obj: VirtualHost | None = None
         self.permission: Permission | None = None

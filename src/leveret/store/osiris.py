@@ -36,6 +36,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from leveret.broker.clock import wall_ms
+from leveret.broker.ports import ChunkRef
 from leveret.protocol.stream import bloom, chunk
 from leveret.protocol.stream.chunk import (
     CHUNK_TRK_DELTA,
@@ -46,7 +47,7 @@ from leveret.protocol.stream.chunk import (
     HEADER_SIZE,
     Reading,
 )
-from leveret.store.osiris_segment import IDX, ChunkRef, Segment, create, load
+from leveret.store.osiris_segment import IDX, Segment, create, load
 from leveret.store.osiris_tracking import TRK_OFFSET, TRK_SEQUENCE, Tracking, read_tracking_json
 from leveret.store.segmented import SegmentedLog
 

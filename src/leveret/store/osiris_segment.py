@@ -16,9 +16,9 @@ from __future__ import annotations
 import os
 import struct
 from array import array
-from dataclasses import dataclass
 from pathlib import Path
 
+from leveret.broker.ports import ChunkRef
 from leveret.protocol.stream import chunk
 from leveret.protocol.stream.chunk import EPOCH, HEADER, HEADER_SIZE, MAGIC_VERSION
 from leveret.store.segmented import segment_name
@@ -26,35 +26,6 @@ from leveret.store.segmented import segment_name
 LOG_HEADER = b"OSIL\x00\x00\x00\x01"
 IDX_HEADER = b"OSII\x00\x00\x00\x01"
 IDX = struct.Struct(">QqQIB")  # first offset, timestamp, epoch, file position, chunk type
-
-
-@dataclass(frozen=True, slots=True)
-class ChunkRef:
-    """Where a stored chunk is: ``fd`` (open for reading) at ``position``; ``size`` bytes
-    of header and data (what a Deliver frame carries; the filter and the trailer are not
-    sent); ``filter_size`` bytes of Bloom filter between the header and the data."""
-
-    fd: int
-    position: int
-    size: int
-    first: int
-    records: int
-    timestamp: int
-    filter_size: int = 0
-
-    def read_filter(self) -> bytes:
-        """The chunk's Bloom filter (empty: none of its messages has a filter value)."""
-        if not self.filter_size:
-            return b""
-        return os.pread(self.fd, self.filter_size, self.position + HEADER_SIZE)
-
-    def read(self) -> bytes:
-        """The chunk's header and data, as a Deliver frame carries them."""
-        if not self.filter_size:
-            return os.pread(self.fd, self.size, self.position)
-        head = os.pread(self.fd, HEADER_SIZE, self.position)
-        data_at = self.position + HEADER_SIZE + self.filter_size
-        return head + os.pread(self.fd, self.size - HEADER_SIZE, data_at)
 
 
 class Segment:
