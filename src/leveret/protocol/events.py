@@ -50,33 +50,33 @@ class OpenReceived:
 
 
 @dataclass(frozen=True, slots=True)
-class ChannelOpenReceived:
-    """channel.open. Answer: ``send_channel_open_ok``."""
+class OnChannel:
+    """An event of one channel: its number."""
 
     channel: int
 
 
 @dataclass(frozen=True, slots=True)
-class ChannelCloseReceived:
+class ChannelOpenReceived(OnChannel):
+    """channel.open. Answer: ``send_channel_open_ok``."""
+
+
+@dataclass(frozen=True, slots=True)
+class ChannelCloseReceived(OnChannel):
     """The peer closed a channel. Answer: ``send_channel_close_ok``."""
 
-    channel: int
     reply_code: int
     reply_text: str
 
 
 @dataclass(frozen=True, slots=True)
-class ChannelCloseOkReceived:
+class ChannelCloseOkReceived(OnChannel):
     """The peer answered the channel.close we sent; the number is free again."""
-
-    channel: int
 
 
 @dataclass(frozen=True, slots=True)
-class AccessRequestReceived:
+class AccessRequestReceived(OnChannel):
     """access.request (deprecated). Answer: ``send_access_request_ok``."""
-
-    channel: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,8 +88,7 @@ class UpdateSecretReceived:
 
 
 @dataclass(frozen=True, slots=True)
-class MethodReceived:
-    channel: int
+class MethodReceived(OnChannel):
     method: Method
 
 

@@ -13,19 +13,33 @@ from leveret.protocol.sansio import NeedData as NeedData
 
 
 @dataclass(frozen=True, slots=True)
-class PeerProperties:
+class Correlated:
+    """A frame that pairs a request with its response: the request's ``correlation_id``,
+    which the response repeats. Its first field in every such frame."""
+
     correlation_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class Answer(Correlated):
+    """A response with a response code (:class:`~leveret.protocol.stream.spec.Code`) after
+    the request's correlation id."""
+
+    code: int
+
+
+@dataclass(frozen=True, slots=True)
+class PeerProperties(Correlated):
     properties: dict[str, str]
 
 
 @dataclass(frozen=True, slots=True)
-class SaslHandshake:
-    correlation_id: int
+class SaslHandshake(Correlated):
+    """Asks for the server's SASL mechanisms."""
 
 
 @dataclass(frozen=True, slots=True)
-class SaslAuthenticate:
-    correlation_id: int
+class SaslAuthenticate(Correlated):
     mechanism: str
     data: bytes
 
@@ -39,22 +53,19 @@ class Tune:
 
 
 @dataclass(frozen=True, slots=True)
-class Open:
-    correlation_id: int
+class Open(Correlated):
     virtual_host: str
 
 
 @dataclass(frozen=True, slots=True)
-class Close:
-    correlation_id: int
+class Close(Correlated):
     code: int
     reason: str
 
 
 @dataclass(frozen=True, slots=True)
-class CloseResponse:
-    correlation_id: int
-    code: int
+class CloseResponse(Answer):
+    """The answer to a :class:`Close`, either way."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,27 +74,23 @@ class Heartbeat:
 
 
 @dataclass(frozen=True, slots=True)
-class Metadata:
-    correlation_id: int
+class Metadata(Correlated):
     streams: tuple[str, ...]
 
 
 @dataclass(frozen=True, slots=True)
-class Create:
-    correlation_id: int
+class Create(Correlated):
     stream: str
     arguments: dict[str, str]
 
 
 @dataclass(frozen=True, slots=True)
-class Delete:
-    correlation_id: int
+class Delete(Correlated):
     stream: str
 
 
 @dataclass(frozen=True, slots=True)
-class DeclarePublisher:
-    correlation_id: int
+class DeclarePublisher(Correlated):
     publisher_id: int
     reference: str
     stream: str
@@ -112,21 +119,18 @@ class SubBatch:
 
 
 @dataclass(frozen=True, slots=True)
-class QueryPublisherSequence:
-    correlation_id: int
+class QueryPublisherSequence(Correlated):
     reference: str
     stream: str
 
 
 @dataclass(frozen=True, slots=True)
-class DeletePublisher:
-    correlation_id: int
+class DeletePublisher(Correlated):
     publisher_id: int
 
 
 @dataclass(frozen=True, slots=True)
-class Subscribe:
-    correlation_id: int
+class Subscribe(Correlated):
     subscription_id: int
     stream: str
     offset_type: int
@@ -142,8 +146,7 @@ class Credit:
 
 
 @dataclass(frozen=True, slots=True)
-class Unsubscribe:
-    correlation_id: int
+class Unsubscribe(Correlated):
     subscription_id: int
 
 
@@ -155,54 +158,46 @@ class StoreOffset:
 
 
 @dataclass(frozen=True, slots=True)
-class QueryOffset:
-    correlation_id: int
+class QueryOffset(Correlated):
     reference: str
     stream: str
 
 
 @dataclass(frozen=True, slots=True)
-class Route:
-    correlation_id: int
+class Route(Correlated):
     routing_key: str
     super_stream: str
 
 
 @dataclass(frozen=True, slots=True)
-class Partitions:
-    correlation_id: int
+class Partitions(Correlated):
     super_stream: str
 
 
 @dataclass(frozen=True, slots=True)
-class ConsumerUpdateResponse:
+class ConsumerUpdateResponse(Answer):
     """The client's answer to a :class:`ConsumerUpdate`: where the subscription, now
     active, reads from (``offset_type`` NONE: from its own offset specification);
     ``offset``: the offset (OFFSET) or the timestamp in ms (TIMESTAMP)."""
 
-    correlation_id: int
-    code: int
     offset_type: int
     offset: int = 0
 
 
 @dataclass(frozen=True, slots=True)
-class ExchangeCommandVersions:
+class ExchangeCommandVersions(Correlated):
     """The commands a client speaks: ``(key, min version, max version)`` each."""
 
-    correlation_id: int
     versions: list[tuple[int, int, int]]
 
 
 @dataclass(frozen=True, slots=True)
-class StreamStats:
-    correlation_id: int
+class StreamStats(Correlated):
     stream: str
 
 
 @dataclass(frozen=True, slots=True)
-class CreateSuperStream:
-    correlation_id: int
+class CreateSuperStream(Correlated):
     name: str
     partitions: tuple[str, ...]
     binding_keys: tuple[str, ...]
@@ -210,8 +205,7 @@ class CreateSuperStream:
 
 
 @dataclass(frozen=True, slots=True)
-class DeleteSuperStream:
-    correlation_id: int
+class DeleteSuperStream(Correlated):
     name: str
 
 
@@ -227,43 +221,34 @@ class Response:
 
 
 @dataclass(frozen=True, slots=True)
-class PeerPropertiesResponse:
-    correlation_id: int
-    code: int
+class PeerPropertiesResponse(Answer):
     properties: dict[str, str]
 
 
 @dataclass(frozen=True, slots=True)
-class SaslHandshakeResponse:
-    correlation_id: int
-    code: int
+class SaslHandshakeResponse(Answer):
     mechanisms: tuple[str, ...]
 
 
 @dataclass(frozen=True, slots=True)
-class SaslAuthenticateResponse:
+class SaslAuthenticateResponse(Answer):
     """``challenge`` is empty when the frame has none (as RabbitMQ sends it)."""
 
-    correlation_id: int
-    code: int
     challenge: bytes
 
 
 @dataclass(frozen=True, slots=True)
-class OpenResponse:
+class OpenResponse(Answer):
     """``properties`` is empty when the frame has none (a refused open)."""
 
-    correlation_id: int
-    code: int
     properties: dict[str, str]
 
 
 @dataclass(frozen=True, slots=True)
-class MetadataResponse:
+class MetadataResponse(Correlated):
     """``brokers``: (reference, host, port); ``streams``: (name, code, leader reference,
     replica references)."""
 
-    correlation_id: int
     brokers: list[tuple[int, str, int]]
     streams: list[tuple[str, int, int, list[int]]]
 
@@ -289,16 +274,12 @@ class PublishError:
 
 
 @dataclass(frozen=True, slots=True)
-class QueryPublisherSequenceResponse:
-    correlation_id: int
-    code: int
+class QueryPublisherSequenceResponse(Answer):
     sequence: int
 
 
 @dataclass(frozen=True, slots=True)
-class QueryOffsetResponse:
-    correlation_id: int
-    code: int
+class QueryOffsetResponse(Answer):
     offset: int
 
 
@@ -311,16 +292,12 @@ class CreditResponse:
 
 
 @dataclass(frozen=True, slots=True)
-class RouteResponse:
-    correlation_id: int
-    code: int
+class RouteResponse(Answer):
     streams: tuple[str, ...]
 
 
 @dataclass(frozen=True, slots=True)
-class PartitionsResponse:
-    correlation_id: int
-    code: int
+class PartitionsResponse(Answer):
     streams: tuple[str, ...]
 
 
@@ -343,26 +320,21 @@ class DeliverV2:
 
 
 @dataclass(frozen=True, slots=True)
-class ConsumerUpdate:
+class ConsumerUpdate(Correlated):
     """The server's request to a single active consumer's subscription: it becomes
     active (the client answers where to read from) or inactive."""
 
-    correlation_id: int
     subscription_id: int
     active: int  # 1 or 0
 
 
 @dataclass(frozen=True, slots=True)
-class ExchangeCommandVersionsResponse:
-    correlation_id: int
-    code: int
+class ExchangeCommandVersionsResponse(Answer):
     versions: list[tuple[int, int, int]]
 
 
 @dataclass(frozen=True, slots=True)
-class StreamStatsResponse:
-    correlation_id: int
-    code: int
+class StreamStatsResponse(Answer):
     stats: dict[str, int]
 
 
