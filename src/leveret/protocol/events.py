@@ -50,33 +50,33 @@ class OpenReceived:
 
 
 @dataclass(frozen=True, slots=True)
-class OnChannel:
-    """An event of one channel: its number."""
+class ChannelOpenReceived:
+    """channel.open. Answer: ``send_channel_open_ok``."""
 
     channel: int
 
 
 @dataclass(frozen=True, slots=True)
-class ChannelOpenReceived(OnChannel):
-    """channel.open. Answer: ``send_channel_open_ok``."""
-
-
-@dataclass(frozen=True, slots=True)
-class ChannelCloseReceived(OnChannel):
+class ChannelCloseReceived:
     """The peer closed a channel. Answer: ``send_channel_close_ok``."""
 
+    channel: int
     reply_code: int
     reply_text: str
 
 
 @dataclass(frozen=True, slots=True)
-class ChannelCloseOkReceived(OnChannel):
+class ChannelCloseOkReceived:
     """The peer answered the channel.close we sent; the number is free again."""
+
+    channel: int
 
 
 @dataclass(frozen=True, slots=True)
-class AccessRequestReceived(OnChannel):
+class AccessRequestReceived:
     """access.request (deprecated). Answer: ``send_access_request_ok``."""
+
+    channel: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,7 +88,8 @@ class UpdateSecretReceived:
 
 
 @dataclass(frozen=True, slots=True)
-class MethodReceived(OnChannel):
+class MethodReceived:
+    channel: int
     method: Method
 
 

@@ -109,79 +109,75 @@ class ConnectionFailed:
 
 # ------------------------------------------------------------------ sessions
 @dataclass(frozen=True, slots=True)
-class OnSession:
-    """An event of one session: its local channel."""
-
-    channel: int
-
-
-@dataclass(frozen=True, slots=True)
-class BeginReceived(OnSession):
+class BeginReceived:
     """A session began. Server: answer ``send_begin(channel, ...)``. Client: the answer
     to ours; the session is mapped."""
 
+    channel: int
     begin: Begin
 
 
 @dataclass(frozen=True, slots=True)
-class EndReceived(OnSession):
+class EndReceived:
     """The peer ended a session. Answer: ``send_end(channel)``, unless ``complete``:
     it answers ours, and the channel is free now."""
 
+    channel: int
     error: Error | None
     complete: bool = False
 
 
 @dataclass(frozen=True, slots=True)
-class SessionFailed(OnSession):
+class SessionFailed:
     """The peer broke a session's rules (window, handles). Answer:
     ``send_end(channel, error)``; the session's frames are dropped until the peer's end."""
 
+    channel: int
     error: Error
 
 
 # --------------------------------------------------------------------- links
 @dataclass(frozen=True, slots=True)
-class OnLink(OnSession):
-    """An event of one link: its session's channel and its local handle."""
-
-    handle: int
-
-
-@dataclass(frozen=True, slots=True)
-class AttachReceived(OnLink):
+class AttachReceived:
     """The peer attached a link. Server: answer ``send_attach`` on the same handle
     (then ``send_detach`` with an error to refuse it). Client: the answer to ours."""
 
+    channel: int
+    handle: int
     attach: Attach
 
 
 @dataclass(frozen=True, slots=True)
-class DetachReceived(OnLink):
+class DetachReceived:
     """The peer detached a link. Answer: ``send_detach(channel, handle, closed)``,
     unless ``complete``: it answers ours, and the handle is free now."""
 
+    channel: int
+    handle: int
     closed: bool
     error: Error | None
     complete: bool = False
 
 
 @dataclass(frozen=True, slots=True)
-class LinkFailed(OnLink):
+class LinkFailed:
     """The peer broke a link's rules (credit, a continuation transfer's fields). Answer:
     ``send_detach(channel, handle, closed=True, error=error)``."""
 
+    channel: int
+    handle: int
     error: Error
 
 
 @dataclass(frozen=True, slots=True)
-class FlowReceived(OnSession):
+class FlowReceived:
     """A flow frame. The session's window is already applied. For a link (``handle`` set)
     whose local end sends, ``credit`` is what may be sent now (the peer's credit less what
     is in flight), ``drain`` asks to use it up or give it back (``drained``); for a link
     whose local end receives, ``available`` is the peer's count of waiting messages.
     ``echo``: the peer asks for our flow state (``send_link_flow`` / ``send_session_flow``)."""
 
+    channel: int
     handle: int | None
     credit: int | None
     delivery_count: int | None
@@ -217,17 +213,20 @@ class TransferReceived(NamedTuple):
 
 
 @dataclass(frozen=True, slots=True)
-class TransferAborted(OnLink):
+class TransferAborted:
     """The sender aborted a multi-frame delivery: what came of it is dropped."""
 
+    channel: int
+    handle: int
     delivery_id: int | None
 
 
 @dataclass(frozen=True, slots=True)
-class DispositionReceived(OnSession):
+class DispositionReceived:
     """The peer's disposition of deliveries ``first``..``last`` (inclusive, serial
     numbers): ``role`` is the peer's (receiver: it settles what we sent)."""
 
+    channel: int
     role: bool
     first: int
     last: int

@@ -13,33 +13,19 @@ from leveret.protocol.sansio import NeedData as NeedData
 
 
 @dataclass(frozen=True, slots=True)
-class Correlated:
-    """A frame that pairs a request with its response: the request's ``correlation_id``,
-    which the response repeats. Its first field in every such frame."""
-
+class PeerProperties:
     correlation_id: int
-
-
-@dataclass(frozen=True, slots=True)
-class Answer(Correlated):
-    """A response with a response code (:class:`~leveret.protocol.stream.spec.Code`) after
-    the request's correlation id."""
-
-    code: int
-
-
-@dataclass(frozen=True, slots=True)
-class PeerProperties(Correlated):
     properties: dict[str, str]
 
 
 @dataclass(frozen=True, slots=True)
-class SaslHandshake(Correlated):
-    """Asks for the server's SASL mechanisms."""
+class SaslHandshake:
+    correlation_id: int
 
 
 @dataclass(frozen=True, slots=True)
-class SaslAuthenticate(Correlated):
+class SaslAuthenticate:
+    correlation_id: int
     mechanism: str
     data: bytes
 
@@ -53,19 +39,22 @@ class Tune:
 
 
 @dataclass(frozen=True, slots=True)
-class Open(Correlated):
+class Open:
+    correlation_id: int
     virtual_host: str
 
 
 @dataclass(frozen=True, slots=True)
-class Close(Correlated):
+class Close:
+    correlation_id: int
     code: int
     reason: str
 
 
 @dataclass(frozen=True, slots=True)
-class CloseResponse(Answer):
-    """The answer to a :class:`Close`, either way."""
+class CloseResponse:
+    correlation_id: int
+    code: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,23 +63,27 @@ class Heartbeat:
 
 
 @dataclass(frozen=True, slots=True)
-class Metadata(Correlated):
+class Metadata:
+    correlation_id: int
     streams: tuple[str, ...]
 
 
 @dataclass(frozen=True, slots=True)
-class Create(Correlated):
+class Create:
+    correlation_id: int
     stream: str
     arguments: dict[str, str]
 
 
 @dataclass(frozen=True, slots=True)
-class Delete(Correlated):
+class Delete:
+    correlation_id: int
     stream: str
 
 
 @dataclass(frozen=True, slots=True)
-class DeclarePublisher(Correlated):
+class DeclarePublisher:
+    correlation_id: int
     publisher_id: int
     reference: str
     stream: str
@@ -119,18 +112,21 @@ class SubBatch:
 
 
 @dataclass(frozen=True, slots=True)
-class QueryPublisherSequence(Correlated):
+class QueryPublisherSequence:
+    correlation_id: int
     reference: str
     stream: str
 
 
 @dataclass(frozen=True, slots=True)
-class DeletePublisher(Correlated):
+class DeletePublisher:
+    correlation_id: int
     publisher_id: int
 
 
 @dataclass(frozen=True, slots=True)
-class Subscribe(Correlated):
+class Subscribe:
+    correlation_id: int
     subscription_id: int
     stream: str
     offset_type: int
@@ -146,7 +142,8 @@ class Credit:
 
 
 @dataclass(frozen=True, slots=True)
-class Unsubscribe(Correlated):
+class Unsubscribe:
+    correlation_id: int
     subscription_id: int
 
 
@@ -158,46 +155,54 @@ class StoreOffset:
 
 
 @dataclass(frozen=True, slots=True)
-class QueryOffset(Correlated):
+class QueryOffset:
+    correlation_id: int
     reference: str
     stream: str
 
 
 @dataclass(frozen=True, slots=True)
-class Route(Correlated):
+class Route:
+    correlation_id: int
     routing_key: str
     super_stream: str
 
 
 @dataclass(frozen=True, slots=True)
-class Partitions(Correlated):
+class Partitions:
+    correlation_id: int
     super_stream: str
 
 
 @dataclass(frozen=True, slots=True)
-class ConsumerUpdateResponse(Answer):
+class ConsumerUpdateResponse:
     """The client's answer to a :class:`ConsumerUpdate`: where the subscription, now
     active, reads from (``offset_type`` NONE: from its own offset specification);
     ``offset``: the offset (OFFSET) or the timestamp in ms (TIMESTAMP)."""
 
+    correlation_id: int
+    code: int
     offset_type: int
     offset: int = 0
 
 
 @dataclass(frozen=True, slots=True)
-class ExchangeCommandVersions(Correlated):
+class ExchangeCommandVersions:
     """The commands a client speaks: ``(key, min version, max version)`` each."""
 
+    correlation_id: int
     versions: list[tuple[int, int, int]]
 
 
 @dataclass(frozen=True, slots=True)
-class StreamStats(Correlated):
+class StreamStats:
+    correlation_id: int
     stream: str
 
 
 @dataclass(frozen=True, slots=True)
-class CreateSuperStream(Correlated):
+class CreateSuperStream:
+    correlation_id: int
     name: str
     partitions: tuple[str, ...]
     binding_keys: tuple[str, ...]
@@ -205,7 +210,8 @@ class CreateSuperStream(Correlated):
 
 
 @dataclass(frozen=True, slots=True)
-class DeleteSuperStream(Correlated):
+class DeleteSuperStream:
+    correlation_id: int
     name: str
 
 
@@ -221,34 +227,43 @@ class Response:
 
 
 @dataclass(frozen=True, slots=True)
-class PeerPropertiesResponse(Answer):
+class PeerPropertiesResponse:
+    correlation_id: int
+    code: int
     properties: dict[str, str]
 
 
 @dataclass(frozen=True, slots=True)
-class SaslHandshakeResponse(Answer):
+class SaslHandshakeResponse:
+    correlation_id: int
+    code: int
     mechanisms: tuple[str, ...]
 
 
 @dataclass(frozen=True, slots=True)
-class SaslAuthenticateResponse(Answer):
+class SaslAuthenticateResponse:
     """``challenge`` is empty when the frame has none (as RabbitMQ sends it)."""
 
+    correlation_id: int
+    code: int
     challenge: bytes
 
 
 @dataclass(frozen=True, slots=True)
-class OpenResponse(Answer):
+class OpenResponse:
     """``properties`` is empty when the frame has none (a refused open)."""
 
+    correlation_id: int
+    code: int
     properties: dict[str, str]
 
 
 @dataclass(frozen=True, slots=True)
-class MetadataResponse(Correlated):
+class MetadataResponse:
     """``brokers``: (reference, host, port); ``streams``: (name, code, leader reference,
     replica references)."""
 
+    correlation_id: int
     brokers: list[tuple[int, str, int]]
     streams: list[tuple[str, int, int, list[int]]]
 
@@ -274,12 +289,16 @@ class PublishError:
 
 
 @dataclass(frozen=True, slots=True)
-class QueryPublisherSequenceResponse(Answer):
+class QueryPublisherSequenceResponse:
+    correlation_id: int
+    code: int
     sequence: int
 
 
 @dataclass(frozen=True, slots=True)
-class QueryOffsetResponse(Answer):
+class QueryOffsetResponse:
+    correlation_id: int
+    code: int
     offset: int
 
 
@@ -292,12 +311,16 @@ class CreditResponse:
 
 
 @dataclass(frozen=True, slots=True)
-class RouteResponse(Answer):
+class RouteResponse:
+    correlation_id: int
+    code: int
     streams: tuple[str, ...]
 
 
 @dataclass(frozen=True, slots=True)
-class PartitionsResponse(Answer):
+class PartitionsResponse:
+    correlation_id: int
+    code: int
     streams: tuple[str, ...]
 
 
@@ -320,21 +343,26 @@ class DeliverV2:
 
 
 @dataclass(frozen=True, slots=True)
-class ConsumerUpdate(Correlated):
+class ConsumerUpdate:
     """The server's request to a single active consumer's subscription: it becomes
     active (the client answers where to read from) or inactive."""
 
+    correlation_id: int
     subscription_id: int
     active: int  # 1 or 0
 
 
 @dataclass(frozen=True, slots=True)
-class ExchangeCommandVersionsResponse(Answer):
+class ExchangeCommandVersionsResponse:
+    correlation_id: int
+    code: int
     versions: list[tuple[int, int, int]]
 
 
 @dataclass(frozen=True, slots=True)
-class StreamStatsResponse(Answer):
+class StreamStatsResponse:
+    correlation_id: int
+    code: int
     stats: dict[str, int]
 
 
