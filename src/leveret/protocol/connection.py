@@ -45,7 +45,7 @@ from leveret.protocol.events import (
     UnsupportedProtocol,
     UpdateSecretReceived,
 )
-from leveret.protocol.sansio import Input, Output
+from leveret.protocol.sansio import Machine, Output
 from leveret.protocol.spec import BASIC as _BASIC
 from leveret.protocol.spec import FRAME_BODY as _BODY
 from leveret.protocol.spec import FRAME_END as _END
@@ -222,8 +222,12 @@ def _unknown_frame(frame_type: int, payload: bytes) -> _Broken:
     return _Broken(errors.frame_error(frame_text(frame_type, payload, "unknown_frame")))
 
 
-class ServerConnection(Input, Output):
+class ServerConnection(Machine[State, Trigger], Output):
     """One AMQP connection, seen from the broker."""
+
+    TRANSITIONS = TRANSITIONS
+    CLOSED = State.CLOSED
+    DROP = Trigger.DROP
 
     def __init__(
         self,
@@ -251,10 +255,6 @@ class ServerConnection(Input, Output):
 
     # ------------------------------------------------------------------- state
     @property
-    def state(self) -> State:
-        return self._state
-
-    @property
     def closed(self) -> bool:
         """The conversation is over: the owner ends the TCP connection (at once when
         CLOSED; once the peer has ended its side when DRAINING)."""
@@ -267,15 +267,6 @@ class ServerConnection(Input, Output):
 
     def _can(self, trigger: Trigger) -> bool:
         return trigger in TRANSITIONS[self._state]
-
-    def _move(self, trigger: Trigger) -> None:
-        nxt = TRANSITIONS[self._state].get(trigger)
-        if nxt is None:
-            raise LocalProtocolError(f"{trigger.name} in state {self._state.name}")
-        self._state = nxt
-        if nxt is State.CLOSED:
-            self._in = b""
-            self._pos = 0
 
     def _channel_move(self, channel: int, trigger: ChannelTrigger) -> None:
         current = self._channels.get(channel)
@@ -357,10 +348,6 @@ class ServerConnection(Input, Output):
     def send_update_secret_ok(self) -> None:
         self._move(Trigger.SEND_UPDATE_SECRET_OK)
         self._method(0, commands.Connection.UpdateSecretOk())
-
-    def drop(self) -> None:
-        """End without another word (RabbitMQ's answer to some handshake errors)."""
-        self._move(Trigger.DROP)
 
     def connection_lost(self) -> None:
         """The transport went away."""

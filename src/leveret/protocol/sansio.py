@@ -1,10 +1,17 @@
 """What every sans-IO connection here (AMQP 0-9-1, AMQP 1.0, the stream protocol) shares
 with its owner: the marker that says no complete event is buffered yet, the buffer of
-bytes read and the queue of bytes to send.
+bytes read and the queue of bytes to send; the state machine of the two AMQP connections.
 
 No project imports and no I/O (the stream codec, which leveret.spark uses, imports it)."""
 
 from __future__ import annotations
+
+from collections.abc import Mapping
+from enum import Enum
+from typing import Generic, TypeVar
+
+_S = TypeVar("_S", bound=Enum)
+_T = TypeVar("_T", bound=Enum)
 
 
 class NeedData:
@@ -54,3 +61,37 @@ class Input:
             self._pos = 0
         else:
             self._in += data
+
+
+class LocalProtocolError(Exception):
+    """The owner asked the connection to send something its state does not allow."""
+
+
+class Machine(Input, Generic[_S, _T]):
+    """A connection's state, moved by its table (the class sets ``TRANSITIONS``,
+    ``CLOSED`` and ``DROP``): ``TRANSITIONS[state][trigger]`` is the next state, and a
+    trigger the table lacks there is the owner's mistake. Once ``CLOSED``, the unread
+    bytes are let go."""
+
+    TRANSITIONS: Mapping[_S, Mapping[_T, _S]]
+    CLOSED: _S
+    DROP: _T  # ends the conversation without a word
+    _state: _S
+
+    @property
+    def state(self) -> _S:
+        return self._state
+
+    def _move(self, trigger: _T) -> None:
+        nxt = self.TRANSITIONS[self._state].get(trigger)
+        if nxt is None:
+            raise LocalProtocolError(f"{trigger.name} in state {self._state.name}")
+        self._state = nxt
+        if nxt is self.CLOSED:
+            self._in = b""
+            self._pos = 0
+
+    def drop(self) -> None:
+        """End without another word (RabbitMQ's answer to some handshake errors and to
+        bytes that cannot be framed)."""
+        self._move(self.DROP)

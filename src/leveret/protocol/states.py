@@ -12,6 +12,7 @@ from __future__ import annotations
 from enum import Enum, auto
 
 from leveret.protocol import spec
+from leveret.protocol.sansio import LocalProtocolError as LocalProtocolError
 
 
 class State(Enum):
@@ -180,7 +181,3 @@ CHANNEL_TRANSITIONS: dict[ChannelState | None, dict[ChannelTrigger, ChannelState
     # taken until the peer's close-ok.
     CS.CLOSING: {CT.RECV_CLOSE_OK: None, CT.RECV_CLOSE: CS.CLOSING, CT.SEND_CLOSE_OK: CS.CLOSING},
 }
-
-
-class LocalProtocolError(Exception):
-    """The owner asked the connection to send something its state does not allow."""

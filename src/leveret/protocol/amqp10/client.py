@@ -10,7 +10,7 @@ from typing import Unpack
 
 from leveret.protocol.amqp10 import frames
 from leveret.protocol.amqp10.connection import Connection, ConnectionViolation
-from leveret.protocol.amqp10.definitions import FRAMING_ERROR, Error, SaslCode
+from leveret.protocol.amqp10.definitions import FRAMING_ERROR, Composite, Error, SaslCode
 from leveret.protocol.amqp10.endpoints import AttachOptions, BeginOptions
 from leveret.protocol.amqp10.events import (
     NEED_DATA,
@@ -23,9 +23,7 @@ from leveret.protocol.amqp10.events import (
     SaslOutcomeReceived,
     UnsupportedProtocol,
 )
-from leveret.protocol.amqp10.frames import FRAME_SASL, performative_frame
 from leveret.protocol.amqp10.performatives import (
-    SASL_FRAMES,
     Attach,
     Begin,
     SaslChallenge,
@@ -33,7 +31,6 @@ from leveret.protocol.amqp10.performatives import (
     SaslMechanisms,
     SaslOutcome,
     SaslResponse,
-    decode_performative,
 )
 from leveret.protocol.amqp10.session import Link, Session
 from leveret.protocol.amqp10.states import (
@@ -52,14 +49,8 @@ class ClientConnection(Connection):
     """One AMQP 1.0 connection, seen from a client."""
 
     TRANSITIONS = CLIENT_TRANSITIONS
-
-    def __init__(
-        self,
-        max_frame_size: int = frames.DEFAULT_MAX_FRAME_SIZE,
-        channel_max: int = 0xFFFF,
-        window_margin: int = 0,
-    ) -> None:
-        super().__init__(State.START, max_frame_size, channel_max, window_margin)
+    START = State.START
+    CHANNEL_MAX = 0xFFFF
 
     # --------------------------------------------------------------- handshake
     def send_sasl_header(self) -> None:
@@ -70,13 +61,11 @@ class ClientConnection(Connection):
         self, mechanism: str, initial_response: bytes | None = None, hostname: str | None = None
     ) -> None:
         self._move(Trigger.SEND_INIT)
-        self._out.append(
-            performative_frame(0, SaslInit(mechanism, initial_response, hostname), FRAME_SASL)
-        )
+        self._send_sasl(SaslInit(mechanism, initial_response, hostname))
 
     def send_sasl_response(self, response: bytes) -> None:
         self._move(Trigger.SEND_RESPONSE)
-        self._out.append(performative_frame(0, SaslResponse(response), FRAME_SASL))
+        self._send_sasl(SaslResponse(response))
 
     def _header(self) -> Event | NeedData | None:
         header = self._take_header()
@@ -94,8 +83,7 @@ class ClientConnection(Connection):
         self._move(Trigger.RECV_AMQP_HEADER)
         return AmqpHeaderReceived()
 
-    def _sasl_frame(self, body: bytes) -> Event | None:
-        performative, _end = decode_performative(body, 0, SASL_FRAMES)
+    def _sasl_frame(self, performative: Composite) -> Event | None:
         state = self._state
         if state is State.AWAIT_SASL_MECHANISMS and isinstance(performative, SaslMechanisms):
             self._move(Trigger.RECV_MECHANISMS)

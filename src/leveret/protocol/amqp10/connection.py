@@ -26,6 +26,7 @@ from leveret.protocol.amqp10.definitions import (
     ILLEGAL_STATE,
     NOT_ALLOWED,
     UNATTACHED_HANDLE,
+    Composite,
     Error,
 )
 from leveret.protocol.amqp10.endpoints import Endpoints
@@ -50,6 +51,7 @@ from leveret.protocol.amqp10.frames import (
 )
 from leveret.protocol.amqp10.performatives import (
     PERFORMATIVES,
+    SASL_FRAMES,
     Attach,
     Begin,
     Close,
@@ -72,14 +74,13 @@ from leveret.protocol.amqp10.states import (
     SASL_STATES,
     LinkState,
     LinkTrigger,
-    LocalProtocolError,
     SessionState,
     SessionTrigger,
     State,
     Trigger,
 )
 from leveret.protocol.amqp10.types import DecodeError
-from leveret.protocol.sansio import Input
+from leveret.protocol.sansio import Machine
 
 __all__ = ["Connection", "ConnectionViolation"]
 
@@ -99,23 +100,28 @@ class ConnectionViolation(Exception):
         self.silent = silent  # RabbitMQ closes the socket without a close frame
 
 
-class Connection(Endpoints, Input):
+class Connection(Endpoints, Machine[State, Trigger]):
     """The parts of an AMQP 1.0 connection both roles share."""
 
+    # The role's: its table, the state it starts in and the channel-max it offers unless
+    # told otherwise.
     TRANSITIONS: dict[State, dict[Trigger, State]]
+    START: State
+    CHANNEL_MAX: int
+    CLOSED = State.CLOSED
+    DROP = Trigger.DROP
 
     def __init__(
         self,
-        state: State,
         max_frame_size: int = frames.DEFAULT_MAX_FRAME_SIZE,
-        channel_max: int = frames.DEFAULT_CHANNEL_MAX,
+        channel_max: int | None = None,
         window_margin: int = 0,
     ) -> None:
         super().__init__(window_margin)
-        self._state = state
+        self._state = self.START
         # Our limits (what our open says): frames and channels the peer may send us.
         self.max_frame_size = max_frame_size
-        self.channel_max = channel_max
+        self.channel_max = self.CHANNEL_MAX if channel_max is None else channel_max
         # The peer's limits, from its open: what we may send.
         self.remote_channel_max = 0xFFFF
         self.remote_idle_time_out: int | None = None
@@ -127,10 +133,6 @@ class Connection(Endpoints, Input):
 
     # ------------------------------------------------------------------- state
     @property
-    def state(self) -> State:
-        return self._state
-
-    @property
     def closed(self) -> bool:
         """Nothing more is sent or read: the owner ends the TCP connection."""
         return self._state is State.CLOSED
@@ -138,15 +140,6 @@ class Connection(Endpoints, Input):
     @property
     def closing(self) -> bool:
         return self._state in CLOSE_UNDER_WAY
-
-    def _move(self, trigger: Trigger) -> None:
-        nxt = self.TRANSITIONS[self._state].get(trigger)
-        if nxt is None:
-            raise LocalProtocolError(f"{trigger.name} in state {self._state.name}")
-        self._state = nxt
-        if nxt is State.CLOSED:
-            self._in = b""
-            self._pos = 0
 
     # ------------------------------------------------------------------ output
     def send_amqp_header(self) -> None:
@@ -204,10 +197,6 @@ class Connection(Endpoints, Input):
         """An empty frame (idle-time-out keeps the connection alive with these)."""
         if self._state in AMQP_OPEN or self._state is State.CLOSE_SENT:
             self._out.append(frames.HEARTBEAT)
-
-    def drop(self) -> None:
-        """End without another word."""
-        self._move(Trigger.DROP)
 
     def connection_lost(self) -> None:
         self._move(Trigger.LOST)
@@ -269,7 +258,10 @@ class Connection(Endpoints, Input):
                 if size == doff * 4:
                     continue  # an empty frame: a heartbeat
                 body = buf[pos + doff * 4 : end]
-                event = self._sasl_frame(body) if sasl else self._amqp_frame(channel, body)
+                if sasl:
+                    event = self._sasl_frame(decode_performative(body, 0, SASL_FRAMES)[0])
+                else:
+                    event = self._amqp_frame(channel, body)
                 if event is not None:
                     return event
                 if self._state is not _OPEN and self._state not in READING:
@@ -312,8 +304,12 @@ class Connection(Endpoints, Input):
         self._move(Trigger.RECV_BAD_HEADER)
         self._discard = True
 
-    def _sasl_frame(self, body: bytes) -> Event | None:
+    def _sasl_frame(self, performative: Composite) -> Event | None:
+        """A SASL frame the peer sent: the role's event, or an error when out of turn."""
         raise NotImplementedError
+
+    def _send_sasl(self, frame: Composite) -> None:
+        self._frame(0, frame, FRAME_SASL)
 
     def _channel_beyond_max(self, channel: int) -> ConnectionViolation:
         return ConnectionViolation(

@@ -26,7 +26,13 @@ from typing import Unpack
 
 from leveret.protocol.amqp10 import frames
 from leveret.protocol.amqp10.connection import Connection, ConnectionViolation
-from leveret.protocol.amqp10.definitions import FRAMING_ERROR, NOT_ALLOWED, Error, SaslCode
+from leveret.protocol.amqp10.definitions import (
+    FRAMING_ERROR,
+    NOT_ALLOWED,
+    Composite,
+    Error,
+    SaslCode,
+)
 from leveret.protocol.amqp10.endpoints import AttachOptions, BeginOptions
 from leveret.protocol.amqp10.events import (
     NEED_DATA,
@@ -40,9 +46,7 @@ from leveret.protocol.amqp10.events import (
     SaslResponseReceived,
     UnsupportedProtocol,
 )
-from leveret.protocol.amqp10.frames import FRAME_SASL, performative_frame
 from leveret.protocol.amqp10.performatives import (
-    SASL_FRAMES,
     Attach,
     Begin,
     SaslChallenge,
@@ -50,7 +54,6 @@ from leveret.protocol.amqp10.performatives import (
     SaslMechanisms,
     SaslOutcome,
     SaslResponse,
-    decode_performative,
 )
 from leveret.protocol.amqp10.session import Link, Session
 from leveret.protocol.amqp10.states import (
@@ -72,14 +75,8 @@ class ServerConnection(Connection):
     """One AMQP 1.0 connection, seen from the broker."""
 
     TRANSITIONS = SERVER_TRANSITIONS
-
-    def __init__(
-        self,
-        max_frame_size: int = frames.DEFAULT_MAX_FRAME_SIZE,
-        channel_max: int = frames.DEFAULT_CHANNEL_MAX,
-        window_margin: int = 0,
-    ) -> None:
-        super().__init__(State.AWAIT_SASL_HEADER, max_frame_size, channel_max, window_margin)
+    START = State.AWAIT_SASL_HEADER
+    CHANNEL_MAX = frames.DEFAULT_CHANNEL_MAX
 
     # --------------------------------------------------------------- handshake
     def _header(self) -> Event | NeedData | None:
@@ -111,21 +108,20 @@ class ServerConnection(Connection):
         """The SASL header and the mechanisms offered, in order of preference."""
         self._move(Trigger.SEND_MECHANISMS)
         self._out.append(frames.SASL_HEADER)
-        self._out.append(performative_frame(0, SaslMechanisms(tuple(mechanisms)), FRAME_SASL))
+        self._send_sasl(SaslMechanisms(tuple(mechanisms)))
 
     def send_sasl_challenge(self, challenge: bytes) -> None:
         self._move(Trigger.SEND_CHALLENGE)
-        self._out.append(performative_frame(0, SaslChallenge(challenge), FRAME_SASL))
+        self._send_sasl(SaslChallenge(challenge))
 
     def send_sasl_outcome(self, code: int, additional_data: bytes | None = None) -> None:
         """The outcome: OK moves on to the AMQP header; any other code ends the
         connection (the owner closes the socket once this is written)."""
         ok = code == SaslCode.OK
         self._move(Trigger.SEND_OUTCOME_OK if ok else Trigger.SEND_OUTCOME_FAILED)
-        self._out.append(performative_frame(0, SaslOutcome(int(code), additional_data), FRAME_SASL))
+        self._send_sasl(SaslOutcome(int(code), additional_data))
 
-    def _sasl_frame(self, body: bytes) -> Event | None:
-        performative, _end = decode_performative(body, 0, SASL_FRAMES)
+    def _sasl_frame(self, performative: Composite) -> Event | None:
         if self._state is State.AWAIT_SASL_INIT and isinstance(performative, SaslInit):
             self._move(Trigger.RECV_INIT)
             return SaslInitReceived(

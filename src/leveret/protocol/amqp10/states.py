@@ -13,6 +13,8 @@ from __future__ import annotations
 from enum import Enum, auto
 from typing import TypeVar
 
+from leveret.protocol.sansio import LocalProtocolError as LocalProtocolError
+
 
 class State(Enum):
     START = auto()  # client: nothing sent yet
@@ -198,7 +200,3 @@ SESSION_TRANSITIONS: dict[SessionState | None, dict[SessionTrigger, SessionState
 LINK_TRANSITIONS: dict[LinkState | None, dict[LinkTrigger, LinkState | None]] = (
     endpoint_transitions(LinkState, LinkTrigger)
 )
-
-
-class LocalProtocolError(Exception):
-    """The owner asked the connection to send something its state does not allow."""
