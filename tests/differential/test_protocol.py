@@ -300,3 +300,18 @@ def test_tune_ok_with_no_channel_limit_is_dropped(broker: BrokerUnderTest) -> No
         start_ok(c)
         tune_ok(c, channel_max=0)
         assert c.next_close() is None
+
+
+@pytest.mark.parametrize("padding", [3900, 4200])
+def test_frames_before_tune_ok_are_held_to_the_minimum_frame_size(
+    broker: BrokerUnderTest, padding: int
+) -> None:
+    """Until tune-ok, a frame may be at most 4096 octets (rabbit_reader's initial_frame_max,
+    ?FRAME_MIN_SIZE): a start-ok with larger client properties ends the connection without
+    a word, though the frame_max about to be offered is larger."""
+    with RawClient(broker.host, broker.port, timeout=10) as c:
+        start_ok(c, client_properties={"padding": "x" * padding})
+        if padding < 4000:
+            assert isinstance(c.expect(commands.Connection.Tune), commands.Connection.Tune)
+        else:
+            assert c.recv_frame() is None  # no tune, no close: the socket just closes

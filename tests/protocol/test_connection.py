@@ -448,3 +448,34 @@ def test_any_chunking_gives_the_same_events(ops: list[bytes], cuts: list[int]) -
     assert got == expected
     assert chunked.data_to_send() == expected_out
     assert not any(isinstance(e, ConnectionFailed) for e in expected)
+
+
+@pytest.mark.parametrize(
+    ("frame_min", "padding", "taken"),
+    [(4096, 4000, True), (4096, 4100, False), (8192, 4100, True), (8192, 8200, False)],
+)
+def test_until_tune_ok_a_frame_is_held_to_the_minimum_frame_size(
+    frame_min: int, padding: int, taken: bool
+) -> None:
+    """rabbit_reader's initial_frame_max: ?FRAME_MIN_SIZE (4096 in 3.10.8, 8192 from 4.1)
+    until tune-ok, whatever frame_max connection.tune offers; then tune-ok's."""
+    conn = ServerConnection(frame_max=131072, frame_min=frame_min)
+    start_ok = method(
+        commands.Connection.StartOk(
+            client_properties={"padding": "x" * padding}, mechanism="PLAIN", response="\0g\0g"
+        )
+    )
+    events = feed(conn, spec.PROTOCOL_HEADER + start_ok)
+    if taken:
+        assert [type(e) for e in events] == [HeaderReceived, StartOkReceived]
+        tune = frames(conn.data_to_send())[-1]
+        assert tune.frame_max == 131072  # the offer is unchanged
+        tune_ok = commands.Connection.TuneOk(channel_max=10, frame_max=131072, heartbeat=0)
+        big = commands.Connection.UpdateSecret(new_secret="s" * 20000, reason="")
+        opened = method(commands.Connection.Open(virtual_host="/"))
+        events = feed(conn, method(tune_ok) + opened + method(big))
+        assert [type(e) for e in events] == [TuneOkReceived, OpenReceived, UpdateSecretReceived]
+    else:
+        failed = events[-1]
+        assert isinstance(failed, ConnectionFailed) and not failed.reply
+        assert f"frame_too_large,{len(start_ok) - 8},{frame_min - 8}" in failed.error.reply_text
