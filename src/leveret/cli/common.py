@@ -36,6 +36,20 @@ Lake = Annotated[
 ]
 
 
+def super_stream_option(help: str) -> Any:
+    """The ``--super-stream`` option (also read from LEVERET_SUPER_STREAM) of the commands
+    that write or read the logs' super stream, with each command's ``help``."""
+    return typer.Option(
+        "--super-stream", envvar="LEVERET_SUPER_STREAM", help=help, show_default=False
+    )
+
+
+def partitions_option(help: str) -> Any:
+    """The ``--partitions`` option: how many partitions a missing super stream is made with
+    (at most rabbit_stream_utils' 1000)."""
+    return typer.Option("--partitions", min=1, max=1000, help=help)
+
+
 def check_lake(lake: Path) -> None:
     """End the command with one line when ``lake`` is not a log lake."""
     from leveret.logs.lake import not_a_lake

@@ -200,8 +200,6 @@ _cluster_size_option = option_value(
     int, "Invalid options for this command:\n--initial-cluster-size : not an integer"
 )
 
-Opt = Annotated[str | None, typer.Option(show_default=False)]
-
 
 def _stream_arguments(
     max_length_bytes: str | None,
@@ -251,18 +249,22 @@ def _stream_arguments(
     return args
 
 
+def _error(reason: Any) -> CtlError:
+    """The stream manager's ``{error, Reason}``: "Error:" and the reason below it."""
+    return CtlError("Error:\n" + reason_output(reason), EX_SOFTWARE, plain=True)
+
+
 def _failed(exc: HttpError) -> CtlError:
     """A refused create, as the CLI prints the stream manager's error."""
     reason = exc.reason
     if exc.status == 400:
         term = _manager_reason(reason)
         if term is not None:
-            return CtlError("Error:\n" + reason_output(term), EX_SOFTWARE, plain=True)
+            return _error(term)
         if reason.startswith("The partition number must not exceed"):
             # the API checks the maximum first; the manager answers it in a tuple
-            term = (_Atom("validation_failed"), (reason,))
-            return CtlError("Error:\n" + reason_output(term), EX_SOFTWARE, plain=True)
-    return CtlError("Error:\n" + reason, EX_SOFTWARE, plain=True)
+            return _error((_Atom("validation_failed"), (reason,)))
+    return _error(reason)
 
 
 @verb("streams")
@@ -366,7 +368,7 @@ def delete_super_stream(ctl: Ctl, name: str) -> None:
     partitions = _partitions_of(ctl, name)
     if partitions is None:
         # super_stream_partitions: no such exchange
-        raise CtlError("Error:\nstream_not_found", EX_SOFTWARE, plain=True)
+        raise _error("stream_not_found")
     v = q(ctl.opts.vhost)
     # as rabbit_stream_manager:delete_super_stream: the exchange, then each partition;
     # what is already gone is passed over (RabbitMQ logs it and goes on)

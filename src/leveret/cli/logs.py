@@ -16,7 +16,7 @@ from typing import Annotated
 
 import typer
 
-from leveret.cli.common import fail, interrupt_on_sigterm
+from leveret.cli.common import fail, interrupt_on_sigterm, super_stream_option
 from leveret.logs.amqp import (
     DEFAULT_EXCHANGE,
     DEFAULT_URL,
@@ -76,13 +76,10 @@ DurableExchange = Annotated[
 
 SuperStream = Annotated[
     str | None,
-    typer.Option(
-        "--super-stream",
-        envvar="LEVERET_SUPER_STREAM",
-        help="Send to this super stream (instead of --exchange): each record to the "
-        "partition its app, or host, hashes to (see --route-by). It must exist: see "
-        "'leveret pipeline ingest --super-stream'.",
-        show_default=False,
+    super_stream_option(
+        "Send to this super stream (instead of --exchange): each record to the partition "
+        "its app, or host, hashes to (see --route-by). It must exist: see "
+        "'leveret pipeline ingest --super-stream'."
     ),
 ]
 RouteByOption = Annotated[

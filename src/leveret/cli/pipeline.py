@@ -19,7 +19,7 @@ from typing import Annotated
 
 import typer
 
-from leveret.cli.common import Lake, check_lake, fail
+from leveret.cli.common import Lake, check_lake, fail, partitions_option, super_stream_option
 from leveret.cli.logs import Url, broker_urls
 
 app = typer.Typer(
@@ -134,22 +134,16 @@ def ingest(
     ] = None,
     super_stream: Annotated[
         str | None,
-        typer.Option(
-            "--super-stream",
-            envvar="LEVERET_SUPER_STREAM",
-            help="Read every partition of this super stream instead of --stream (made with "
-            "--partitions partitions if missing). Exactly-once per partition.",
-            show_default=False,
+        super_stream_option(
+            "Read every partition of this super stream instead of --stream (made with "
+            "--partitions partitions if missing). Exactly-once per partition."
         ),
     ] = None,
     partitions: Annotated[
         int,
-        typer.Option(
-            "--partitions",
-            min=1,
-            max=1000,
-            help="The partitions a missing --super-stream is made with (NAME-0, NAME-1, ... "
-            "bound with keys 0, 1, ...).",
+        partitions_option(
+            "The partitions a missing --super-stream is made with (NAME-0, NAME-1, ... "
+            "bound with keys 0, 1, ...)."
         ),
     ] = 3,
     management_url: Annotated[

@@ -22,7 +22,13 @@ from typing import IO, Annotated
 import typer
 from rich.console import Console
 
-from leveret.cli.common import fail, interrupt_on_sigterm, setting_parameter
+from leveret.cli.common import (
+    fail,
+    interrupt_on_sigterm,
+    partitions_option,
+    setting_parameter,
+    super_stream_option,
+)
 from leveret.logs.record import BROKER_EVENT_EXCHANGE, BROKER_LOG_EXCHANGE, HOST
 from leveret.logs.superstream import Partition, pick
 from leveret.server import defaults
@@ -361,21 +367,13 @@ def up(
     ] = None,
     super_stream: Annotated[
         str | None,
-        typer.Option(
-            "--super-stream",
-            envvar="LEVERET_SUPER_STREAM",
-            help="Keep the logs in a super stream of this name (made with --partitions "
+        super_stream_option(
+            "Keep the logs in a super stream of this name (made with --partitions "
             "partitions if missing) instead of the logs stream: the log sources, the "
-            "receiver and the lake ingest use it; send with emit-log --super-stream.",
-            show_default=False,
+            "receiver and the lake ingest use it; send with emit-log --super-stream."
         ),
     ] = None,
-    partitions: Annotated[
-        int,
-        typer.Option(
-            "--partitions", min=1, max=1000, help="The partitions of a new --super-stream."
-        ),
-    ] = 3,
+    partitions: Annotated[int, partitions_option("The partitions of a new --super-stream.")] = 3,
     compact_every: Annotated[
         str | None,
         typer.Option(

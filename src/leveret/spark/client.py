@@ -229,19 +229,16 @@ class _Probe:
     not_a_stream: bool = False
 
 
-def _probe(
-    url: str,
-    stream: str,
-    spec: object,
-    *,
-    first_only: bool,
-    wait: float,
-    idle: float = 0.1,
-    deadline: float = 2.0,
-) -> list[int]:
+#: How long a probe for every offset waits after the last delivery, and in all, in seconds.
+_PROBE_IDLE = 0.1
+_PROBE_DEADLINE = 2.0
+
+
+def _probe(url: str, stream: str, spec: object, *, first_only: bool, wait: float) -> list[int]:
     """Offsets delivered to a consumer at ``x-stream-offset: spec``: only the first one, or
-    everything until the consumer has been quiet for ``idle`` seconds (at most ``deadline``).
-    ``wait`` bounds the wait for the first delivery (an empty stream delivers nothing)."""
+    everything until the consumer has been quiet for ``_PROBE_IDLE`` seconds (at most
+    ``_PROBE_DEADLINE``). ``wait`` bounds the wait for the first delivery (an empty stream
+    delivers nothing)."""
     with connected(url, f"cannot read stream {stream!r}") as conn:
         check_queue(conn, url, stream)
         probe = _Probe()
@@ -275,7 +272,7 @@ def _probe(
                 continue
             if first_only:
                 return probe.offsets[:1]
-            if now - probe.last_at >= idle or now - started >= deadline:
+            if now - probe.last_at >= _PROBE_IDLE or now - started >= _PROBE_DEADLINE:
                 return probe.offsets
 
 

@@ -124,22 +124,16 @@ def _headers(headers: Mapping[str, Any]) -> list[tuple[str, str | None]]:
 
 
 # ----------------------------------------------------------------------- log records
-#: The columns of a log record in the lake (see :mod:`leveret.spark.records`).
-RECORD_FIELDS: tuple[StructField, ...] = (
-    StructField("ts", TimestampType(), True),
-    StructField("date", DateType(), True),
-    StructField("severity", StringType(), True),
-    StructField("facility", StringType(), True),
-    StructField("host", StringType(), True),
-    StructField("app", StringType(), True),
-    StructField("pid", LongType(), True),
-    StructField("message", StringType(), True),
-    StructField("logger", StringType(), True),
-    StructField("exc", StringType(), True),
-    StructField("extra", StringType(), True),
-    StructField("_corrupt", StringType(), True),
+#: The columns of a log record in the lake (see :mod:`leveret.spark.records`), all nullable,
+#: strings but for those in ``_RECORD_TYPES``.
+RECORD_COLUMNS: tuple[str, ...] = (
+    "ts", "date", "severity", "facility", "host", "app", "pid", "message", "logger", "exc",
+    "extra", "_corrupt",
+)  # fmt: skip
+_RECORD_TYPES = {"ts": TimestampType(), "date": DateType(), "pid": LongType()}
+RECORD_FIELDS: tuple[StructField, ...] = tuple(
+    StructField(name, _RECORD_TYPES.get(name, StringType()), True) for name in RECORD_COLUMNS
 )
-RECORD_COLUMNS: tuple[str, ...] = tuple(f.name for f in RECORD_FIELDS)
 
 #: The message columns the lake keeps beside each record.
 DEFAULT_KEEP: tuple[str, ...] = ("offset", "routing_key", "redelivered", "message_id")

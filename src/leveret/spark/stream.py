@@ -17,7 +17,7 @@ import dataclasses
 import logging
 import math
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
@@ -206,11 +206,17 @@ def _read(opts: ReadOptions, partition: InputPartition) -> Iterator[pa.RecordBat
     return read_stream_range(*args, prefetch=opts.prefetch, **common)
 
 
+class _Closes(Protocol):
+    def close(self) -> None: ...
+
+
 class OffsetsReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """What Structured Streaming from a stream and from a super stream share: the read
-    limit ``maxRecordsPerTrigger`` sets, and nothing to do at a commit."""
+    limit ``maxRecordsPerTrigger`` sets, nothing to do at a commit, and at the stop the
+    closing of ``_held``, the driver's stream-protocol connections (None: it holds none)."""
 
     opts: ReadOptions
+    _held: _Closes | None
 
     def getDefaultReadLimit(self) -> ReadLimit:
         n = self.opts.max_records_per_trigger
@@ -219,16 +225,22 @@ class OffsetsReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def commit(self, end: dict[str, Any]) -> None:
         """Nothing to do: a stream keeps its messages whatever consumers do."""
 
+    def stop(self) -> None:
+        if self._held is not None:
+            self._held.close()
+
 
 class StreamQueueStreamReader(OffsetsReader):
     """Structured Streaming from a stream queue (``option("stream", ...)``)."""
+
+    _held: TailProbe | None
 
     def __init__(self, opts: ReadOptions) -> None:
         _planner_logging()
         self.opts, client = choose_protocol(opts)
         self._target: int | None = None  # the tail fixed by availableNow
         # the driver's one held stream-protocol connection (dropped when pickled)
-        self._probe = _probe(self.opts, client) if self.opts.protocol == "stream" else None
+        self._held = _probe(self.opts, client) if self.opts.protocol == "stream" else None
 
     def _offset(self, offset: dict[str, Any]) -> int:
         return checkpoint_position(offset, "stream", self.opts.stream, "offset")
@@ -237,16 +249,16 @@ class StreamQueueStreamReader(OffsetsReader):
         return {"stream": self.opts.stream, "offset": offset}
 
     def initialOffset(self) -> dict[str, Any]:
-        return self._json(resolve(self.opts, self.opts.starting, self._probe))
+        return self._json(resolve(self.opts, self.opts.starting, self._held))
 
     def prepareForTriggerAvailableNow(self) -> None:
-        self._target = stream_end(self.opts, self._probe)
+        self._target = stream_end(self.opts, self._held)
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         begin = self._offset(start)
         tail = self._target
         if tail is None:
-            tail = stream_end(self.opts, self._probe)
+            tail = stream_end(self.opts, self._held)
         end = max(begin, tail)
         if isinstance(limit, ReadMaxRows):
             end = min(end, begin + limit.max_rows)
@@ -262,10 +274,6 @@ class StreamQueueStreamReader(OffsetsReader):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return _read(self.opts, partition)
-
-    def stop(self) -> None:
-        if self._probe is not None:
-            self._probe.close()
 
 
 class StreamQueueBatchReader(DataSourceReader):

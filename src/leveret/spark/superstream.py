@@ -229,27 +229,29 @@ def _read_range(opts: ReadOptions, p: InputPartition) -> Iterator[pa.RecordBatch
 class SuperStreamStreamReader(OffsetsReader):
     """Structured Streaming from every partition of a super stream."""
 
+    _held: _Partitions | None
+
     def __init__(self, opts: ReadOptions) -> None:
         _planner_logging()
         _planner_logging(log)
-        self._parts: _Partitions | None = _Partitions(opts)
-        self.names = self._parts.names
+        self._held = _Partitions(opts)
+        self.names = self._held.names
         # what executors need: the protocol chosen, no partition's members
-        self.opts = dataclasses.replace(opts, protocol=self._parts.protocol)
+        self.opts = dataclasses.replace(opts, protocol=self._held.protocol)
         self._target: dict[str, int] | None = None  # the tails fixed by availableNow
         self._gone: set[str] = set()
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        state["_parts"] = None  # the driver's connections stay on the driver
+        state["_held"] = None  # the driver's connections stay on the driver
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
 
     def _partitions(self) -> _Partitions:
-        assert self._parts is not None, "the partitions are the driver's"
-        return self._parts
+        assert self._held is not None, "the partitions are the driver's"
+        return self._held
 
     def _offsets(self, offset: Mapping[str, Any]) -> dict[str, int]:
         held = offset.get("superStream")
@@ -304,10 +306,6 @@ class SuperStreamStreamReader(OffsetsReader):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return _read_range(self.opts, partition)
-
-    def stop(self) -> None:
-        if self._parts is not None:
-            self._parts.close()
 
 
 class SuperStreamBatchReader(DataSourceReader):

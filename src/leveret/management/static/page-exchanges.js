@@ -78,10 +78,8 @@ export function exchangePage(vhost, urlName) {
     "form#exchange-bind.form-grid",
     {
       vhost,
-      where: (fd) => {
-        const to = String(fd.get("destination")).trim();
-        return [`e/${enc(name)}/${fd.get("kind")}/${enc(to)}`, `Bound ${to}`];
-      },
+      other: "destination",
+      where: (to, fd) => [`e/${enc(name)}/${fd.get("kind")}/${enc(to)}`, `Bound ${to}`],
       after: refresh,
       names: "destination-names",
     },

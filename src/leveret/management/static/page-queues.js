@@ -90,10 +90,8 @@ export function queuePage(vhost, name) {
     "form#queue-bind.form-grid",
     {
       vhost,
-      where: (fd) => {
-        const source = String(fd.get("source")).trim();
-        return [`e/${enc(source)}/q/${enc(name)}`, `Bound to ${source}`];
-      },
+      other: "source",
+      where: (source) => [`e/${enc(source)}/q/${enc(name)}`, `Bound to ${source}`],
       after: refresh,
       keyId: "bind-key",
       example: "x-match = any",

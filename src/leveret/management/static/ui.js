@@ -282,16 +282,17 @@ export function declareForm(spec, { path, noun, body, after, more = [], example 
 
 /** A form that adds a binding: the fields given, the routing key (``keyId`` its id) and
  * the arguments (``example`` as placeholder), and a datalist ``#<names>`` for the name
- * field to offer. ``where(fd)`` gives the path under /bindings/{vhost}/ and the text to
- * show once bound. */
-export function bindingForm(spec, { vhost, where, after, keyId, example, names }, ...fields) {
+ * field to offer. ``where(other, fd)``, given the trimmed name in the field ``other`` (the
+ * binding's other end), gives the path under /bindings/{vhost}/ and the text to show once
+ * bound. */
+export function bindingForm(spec, { vhost, other, where, after, keyId, example, names }, ...fields) {
   return actionForm(
     spec,
     {
       action: (fd) => {
         const args = formArguments(fd);
         if (args === undefined) return undefined;
-        const [path, bound] = where(fd);
+        const [path, bound] = where(String(fd.get(other)).trim(), fd);
         return [() => api.post(`/bindings/${enc(vhost)}/${path}`, { routing_key: fd.get("routing_key"), arguments: args }), bound];
       },
       after,
