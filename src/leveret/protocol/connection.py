@@ -238,7 +238,7 @@ class ServerConnection(Machine[State, Trigger], Output):
     ) -> None:
         self._state = State.AWAIT_HEADER
         # What the server offers in connection.tune; tune-ok narrows them.
-        self.frame_max_offered = frame_max
+        self.frame_offer = frame_max
         # The largest frame taken: until tune-ok, ?FRAME_MIN_SIZE (rabbit_reader's
         # initial_frame_max), so a larger start-ok is a frame error; then what tune-ok says.
         self.frame_max = frame_min
@@ -320,9 +320,7 @@ class ServerConnection(Machine[State, Trigger], Output):
         self._method(
             0,
             commands.Connection.Tune(
-                channel_max=self.channel_max,
-                frame_max=self.frame_max_offered,
-                heartbeat=self.heartbeat,
+                channel_max=self.channel_max, frame_max=self.frame_offer, heartbeat=self.heartbeat
             ),
         )
 
@@ -860,7 +858,7 @@ class ServerConnection(Machine[State, Trigger], Output):
         if isinstance(method, commands.Connection.TuneOk):
             # RabbitMQ drops, with no reply, a peer that asks for more than it offered or
             # for "no limit" (0).
-            if not (self.frame_min <= method.frame_max <= self.frame_max_offered):
+            if not (self.frame_min <= method.frame_max <= self.frame_offer):
                 raise _Drop()
             if not (0 < method.channel_max <= self.channel_max):
                 raise _Drop()
