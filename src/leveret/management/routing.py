@@ -43,8 +43,8 @@ from aiohttp.web_urldispatcher import PlainResource
 UNSUPPORTED = frozenset({"CONNECT", "TRACE"})
 # cowboy_rest's known methods when a resource does not say (cowboy_rest:known_methods/2).
 KNOWN_METHODS = frozenset({"HEAD", "GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
-# The order of every allowed_methods/2 list in rabbitmq_management 3.10.8.
-ALLOW_ORDER = ("HEAD", "GET", "POST", "PUT", "DELETE", "OPTIONS")
+# The order of every allowed_methods/2 list in rabbitmq_management 3.10.8 (none has PATCH).
+ALLOW_ORDER = ("HEAD", "GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
 # cowboy_rest's allowed methods when a resource does not say: cowboy_static's.
 STATIC_METHODS = frozenset({"HEAD", "GET", "OPTIONS"})
 
