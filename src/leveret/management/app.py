@@ -15,6 +15,7 @@ from leveret.management import (
     objects,
     operate,
     otlp,
+    routing,
     streamconns,
     superstreams,
 )
@@ -36,33 +37,39 @@ CHALLENGE = {"WWW-Authenticate": 'Basic realm="RabbitMQ Management"'}
 
 @web.middleware
 async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    path = request.path
-    if not path.startswith("/api/"):
-        return await handler(request)
+    # RabbitMQ's router and its resources' method checks answer first: unknown paths,
+    # methods a path does not allow and OPTIONS never ask for credentials
+    early = routing.answer(request)
+    if early is not None:
+        return early
+    if not request.path.startswith("/api/"):
+        try:
+            return await handler(request)
+        except web.HTTPNotFound:
+            return routing.not_found()
     try:
-        if path != "/api/index.html":
-            m = mgmt(request)
-            creds = credentials(request)
-            # RabbitMQ's challenge makes HTTP clients (and browsers) send credentials; a
-            # script that asks with X-Requested-With (the dashboard) shows its own login
-            # form instead of the browser's prompt, so it gets no challenge
-            challenge = {} if request.headers.get("X-Requested-With") else CHALLENGE
-            if creds is None:
-                return web.Response(status=401, headers=challenge)
-            peer = request.remote
-            user = m.broker.users.check_credentials(creds[0], creds[1])
-            if user is not None and m.broker.users.loopback_only(user.name, peer):
-                raise ApiError(401, "not_authorised", "User can only log in via localhost")
-            if user is None:
-                response = json_response({"error": "not_authorized", "reason": "Login failed"}, 401)
-                response.headers.update(challenge)
-                return response
-            if not MANAGEMENT_TAGS.intersection(user.tags):
-                raise ApiError(401, "not_authorised", "Not management user")
-            request[USER] = user
-            # who performs what this request does (this task's own: no other request or
-            # AMQP session sees it)
-            API_ACTOR.set(user.name)
+        m = mgmt(request)
+        creds = credentials(request)
+        # RabbitMQ's challenge makes HTTP clients (and browsers) send credentials; a
+        # script that asks with X-Requested-With (the dashboard) shows its own login
+        # form instead of the browser's prompt, so it gets no challenge
+        challenge = {} if request.headers.get("X-Requested-With") else CHALLENGE
+        if creds is None:
+            return web.Response(status=401, headers=challenge)
+        peer = request.remote
+        user = m.broker.users.check_credentials(creds[0], creds[1])
+        if user is not None and m.broker.users.loopback_only(user.name, peer):
+            raise ApiError(401, "not_authorised", "User can only log in via localhost")
+        if user is None:
+            response = json_response({"error": "not_authorized", "reason": "Login failed"}, 401)
+            response.headers.update(challenge)
+            return response
+        if not MANAGEMENT_TAGS.intersection(user.tags):
+            raise ApiError(401, "not_authorised", "Not management user")
+        request[USER] = user
+        # who performs what this request does (this task's own: no other request or
+        # AMQP session sees it)
+        API_ACTOR.set(user.name)
         return await handler(request)
     except ApiError as exc:
         return json_response({"error": exc.error, "reason": exc.reason}, exc.status)
@@ -70,9 +77,7 @@ async def middleware(request: web.Request, handler: Handler) -> web.StreamRespon
         err = from_amqp(exc)
         return json_response({"error": err.error, "reason": err.reason}, err.status)
     except web.HTTPNotFound:
-        return json_response({"error": "Object Not Found", "reason": "Not Found"}, 404)
-    except web.HTTPMethodNotAllowed:
-        return json_response({"error": "bad_request", "reason": "method not allowed"}, 405)
+        return routing.not_found()
 
 
 # ---------------------------------------------------------------- static files
@@ -127,4 +132,5 @@ def make_app(management: Management) -> web.Application:
     if management.server.config.otlp_logs:
         otlp.routes(app)  # OpenTelemetry's POST /v1/logs into the log system
     dashboard.setup(app, management)
+    app[routing.LITERALS] = routing.literal_paths(app.router)  # every route is in by now
     return app

@@ -260,13 +260,16 @@ def resource(
             router.add_delete(each, delete)
 
 
-def scoped(router: web.UrlDispatcher, path: str, listing: Handler, *scopes: str) -> None:
+def scoped(
+    router: web.UrlDispatcher, path: str, listing: Handler, *scopes: str, head: bool = True
+) -> None:
     """A listing at ``path`` and again under each scope in turn, narrower each time:
     ``scoped(r, "/api/queues", queues, "{vhost}")`` serves ``/api/queues`` and
-    ``/api/queues/{vhost}``."""
-    router.add_get(path, listing)
-    router.add_get(path + "/", listing)
+    ``/api/queues/{vhost}``. ``head=False`` for the few RabbitMQ resources whose
+    allowed_methods name GET but not HEAD (HEAD is then 405)."""
+    router.add_get(path, listing, allow_head=head)
+    router.add_get(path + "/", listing, allow_head=head)
     for scope in scopes:
         path = f"{path}/{scope}"
-        router.add_get(path, listing)
-        router.add_get(path + "/", listing)
+        router.add_get(path, listing, allow_head=head)
+        router.add_get(path + "/", listing, allow_head=head)

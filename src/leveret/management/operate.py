@@ -302,9 +302,10 @@ def routes(app: web.Application) -> None:
         put=operator_policy_put,
         delete=operator_policy_delete,
     )
-    scoped(r, "/api/vhost-limits", vhost_limits, "{vhost}")
+    # rabbit_mgmt_wm_limits and _user_limits allow GET and OPTIONS only: no HEAD
+    scoped(r, "/api/vhost-limits", vhost_limits, "{vhost}", head=False)
     resource(r, "/api/vhost-limits/{vhost}/{name}", put=vhost_limit_put, delete=vhost_limit_delete)
-    scoped(r, "/api/user-limits", user_limits, "{user}")
+    scoped(r, "/api/user-limits", user_limits, "{user}", head=False)
     resource(r, "/api/user-limits/{user}/{name}", put=user_limit_put, delete=user_limit_delete)
     resource(r, "/api/topic-permissions", topic_permissions)
     resource(
