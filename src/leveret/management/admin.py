@@ -16,6 +16,7 @@ from leveret.management.httputil import (
     bad_request,
     created_or_updated,
     current_user,
+    definitions_body,
     json_body,
     json_response,
     listing,
@@ -236,7 +237,8 @@ async def definitions_get(request: web.Request) -> web.Response:
     vhost = request.match_info.get("vhost")
     if vhost is None:
         return json_response(data)
-    m.vhost(request)
+    if vhost not in m.broker.vhosts:  # rabbit_mgmt_wm_definitions:to_json's answer
+        raise bad_request("vhost_not_found")
     out: dict[str, Any] = {"rabbit_version": data["rabbit_version"]}
     # a vhost's parameters and policies keep their vhost key, as RabbitMQ's
     for section in KEEP_VHOST_SECTIONS:
@@ -253,10 +255,10 @@ async def definitions_get(request: web.Request) -> web.Response:
 async def definitions_post(request: web.Request) -> web.Response:
     require_admin(request)
     m = mgmt(request)
-    body = await json_body(request)
+    body = await definitions_body(request)
     vhost = request.match_info.get("vhost")
-    if vhost is not None:
-        m.vhost(request)
+    if vhost is not None and vhost not in m.broker.vhosts:  # rabbit_mgmt_wm_definitions:accept
+        raise ApiError(404, "not_found", "vhost_not_found")
     # RabbitMQ's import crashes on sections that are not lists of objects (500, no body):
     # a plain refusal here, for the whole broker's definitions and a vhost's alike
     try:

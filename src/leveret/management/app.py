@@ -25,8 +25,10 @@ from leveret.management.httputil import (
     USER,
     ApiError,
     Handler,
+    as_the_listener_answers,
     credentials,
     from_amqp,
+    gzip_if_accepted,
     json_response,
 )
 from leveret.protocol.errors import AMQPError
@@ -37,6 +39,12 @@ CHALLENGE = {"WWW-Authenticate": 'Basic realm="RabbitMQ Management"'}
 
 @web.middleware
 async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    response = await answer(request, handler)
+    gzip_if_accepted(request, response)
+    return response
+
+
+async def answer(request: web.Request, handler: Handler) -> web.StreamResponse:
     # RabbitMQ's router and its resources' method checks answer first: unknown paths,
     # methods a path does not allow and OPTIONS never ask for credentials
     early = routing.answer(request)
@@ -59,25 +67,38 @@ async def middleware(request: web.Request, handler: Handler) -> web.StreamRespon
         peer = request.remote
         user = m.broker.users.check_credentials(creds[0], creds[1])
         if user is not None and m.broker.users.loopback_only(user.name, peer):
-            raise ApiError(401, "not_authorised", "User can only log in via localhost")
+            return refused("User can only log in via localhost")
         if user is None:
             response = json_response({"error": "not_authorized", "reason": "Login failed"}, 401)
             response.headers.update(challenge)
+            response.headers["vary"] = "origin"  # refused before the resource answers
             return response
         if not MANAGEMENT_TAGS.intersection(user.tags):
-            raise ApiError(401, "not_authorised", "Not management user")
+            return refused("Not management user")
         request[USER] = user
         # who performs what this request does (this task's own: no other request or
         # AMQP session sees it)
         API_ACTOR.set(user.name)
-        return await handler(request)
+        answered = await handler(request)
+        answered.headers["vary"] = routing.resource_vary(request)  # a resource answered
+        return answered
     except ApiError as exc:
-        return json_response({"error": exc.error, "reason": exc.reason}, exc.status)
+        failed = json_response({"error": exc.error, "reason": exc.reason}, exc.status)
     except AMQPError as exc:
         err = from_amqp(exc)
-        return json_response({"error": err.error, "reason": err.reason}, err.status)
+        failed = json_response({"error": err.error, "reason": err.reason}, err.status)
     except web.HTTPNotFound:
         return routing.not_found()
+    # a 401 is cowboy_rest's is_authorized, before the resource's variances are known
+    failed.headers["vary"] = "origin" if failed.status == 401 else routing.resource_vary(request)
+    return failed
+
+
+def refused(reason: str) -> web.Response:
+    """A login refused before the resource answers (cowboy_rest's is_authorized)."""
+    response = json_response({"error": "not_authorised", "reason": reason}, 401)
+    response.headers["vary"] = "origin"
+    return response
 
 
 # ---------------------------------------------------------------- static files
@@ -125,6 +146,7 @@ def routes(app: web.Application) -> None:
 
 def make_app(management: Management) -> web.Application:
     app = web.Application(middlewares=[middleware], client_max_size=64 * 1024 * 1024)
+    app.on_response_prepare.append(as_the_listener_answers)
     app[MANAGEMENT] = management
     routes(app)
     if management.broker.compat.v4:

@@ -59,13 +59,58 @@ def from_amqp(exc: AMQPError) -> ApiError:
     return bad_request(exc.text)
 
 
+#: what most resources' answers vary with (cowboy_rest's content negotiation, their
+#: variances); the listener's middleware puts each resource's own (management.routing)
+RESOURCE_VARY = "accept, accept-encoding, origin"
+#: rabbit_mgmt_headers' content security policy, on every answer of the listener
+CSP = "script-src 'self' 'unsafe-eval' 'unsafe-inline'; object-src 'self'"
+#: cowboy_compress_h's compress_threshold: smaller bodies go out as they are
+GZIP_THRESHOLD = 300
+
+
 def json_response(data: Any, status: int = 200) -> web.Response:
-    return web.Response(
-        text=json.dumps(data, separators=(",", ":"), ensure_ascii=False),
-        status=status,
-        content_type="application/json",
-        headers={"vary": "accept, accept-encoding, origin"},
-    )
+    """A JSON answer as rabbit_mgmt_util's: ``application/json`` without a charset, and
+    ``cache-control: no-cache`` on a resource's reply (not on an error's)."""
+    headers = {"Content-Type": "application/json", "vary": RESOURCE_VARY}
+    if status == 200:
+        headers["cache-control"] = "no-cache"
+    body = json.dumps(data, separators=(",", ":"), ensure_ascii=False).encode()
+    return web.Response(body=body, status=status, headers=headers)
+
+
+def _accepts_gzip(header: str) -> bool:
+    for part in header.split(","):
+        coding, _, params = part.strip().partition(";")
+        if coding.strip().lower() in ("gzip", "*"):
+            q = params.strip().lower()
+            return not (q.startswith("q=") and float(q[2:] or 0) == 0)
+    return False
+
+
+async def as_the_listener_answers(request: web.Request, response: web.StreamResponse) -> None:
+    """Headers every answer of RabbitMQ's management listener carries: its content
+    security policy, and ``vary: origin`` where no resource said more."""
+    headers = response.headers
+    headers.setdefault("content-security-policy", CSP)
+    headers.setdefault("vary", "origin")
+
+
+def gzip_if_accepted(request: web.Request, response: web.StreamResponse) -> None:
+    """gzip for a JSON body of at least :data:`GZIP_THRESHOLD` bytes when the client
+    accepts it, as cowboy_compress_h does (before the answer is prepared)."""
+    if (
+        isinstance(response, web.Response)
+        and response.content_type == "application/json"
+        and isinstance(response.body, bytes)
+        and len(response.body) >= GZIP_THRESHOLD
+        and "Content-Encoding" not in response.headers
+    ):
+        try:
+            wanted = _accepts_gzip(request.headers.get("Accept-Encoding", ""))
+        except ValueError:  # a q-value that is not a number: as if none was asked for
+            wanted = False
+        if wanted:
+            response.enable_compression(web.ContentCoding.gzip)
 
 
 def no_content() -> web.Response:
@@ -76,16 +121,44 @@ def created_or_updated(created: bool) -> web.Response:
     return web.Response(status=201 if created else 204)
 
 
+DOUBLY_ENCODED = (
+    "invalid payload: the request body JSON-decoded to a string. Is the input doubly-JSON-encoded?"
+)
+
+
 async def json_body(request: web.Request) -> dict[str, Any]:
+    """A request's JSON object, as rabbit_mgmt_util:decode/1 reads it: an empty body and
+    the bodies ``null`` and ``undefined`` are an empty object, and so is any JSON
+    ``true``/``false``/``null``; a JSON string is refused as doubly encoded; anything else
+    that is not an object (whitespace alone included) is ``not_json``."""
     raw = await request.read()
-    if not raw.strip():
+    if raw in (b"", b"null", b"undefined"):
         return {}
     try:
         data = json.loads(raw)
     except (ValueError, UnicodeDecodeError) as exc:
         raise bad_request("not_json") from exc
+    if isinstance(data, dict):
+        return data
+    if data is None or isinstance(data, bool):
+        return {}
+    if isinstance(data, str):
+        raise bad_request(DOUBLY_ENCODED)
+    raise bad_request("not_json")
+
+
+async def definitions_body(request: web.Request) -> dict[str, Any]:
+    """A definitions import's JSON object, as rabbit_mgmt_wm_definitions decodes it: an
+    empty body imports nothing; anything that is not a JSON object fails to parse."""
+    raw = await request.read()
+    if raw == b"":
+        return {}
+    try:
+        data = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise bad_request("failed_to_parse_json") from exc
     if not isinstance(data, dict):
-        raise bad_request("not_json")
+        raise bad_request("failed_to_parse_json")
     return data
 
 

@@ -142,3 +142,32 @@ def route_methods(request: web.Request) -> set[str] | None:
     if exc is not None:
         return None
     return {route.method for route in match.route.resource or ()}
+
+
+# What a resource's answer varies with: cowboy_rest adds ``accept`` where the resource
+# offers more than one content type (rabbit_mgmt_util:responder_map), then the resource's
+# own variances. Most offer two and vary with accept-encoding and origin; these differ.
+_VARIES = (
+    # one content type (or cowboy's default), variances accept-encoding and origin
+    (
+        re.compile(
+            r"/api/(?:(?:vhost-limits|user-limits|operator-policies|topic-permissions)(?:/.*)?"
+            r"|(?:users|vhosts)/[^/]+/topic-permissions|queues/[^/]+/[^/]+/(?:contents|actions)"
+            r"|feature-flags/[^/]+/enable|vhosts/[^/]+/start/[^/]+|reset(?:/[^/]+)?"
+            r"|rebalance/queues)"
+        ),
+        "accept-encoding, origin",
+    ),
+    # rabbitmq_stream_management's listings: one content type, no variances of their own
+    (re.compile(r"/api/stream/(?:connections|publishers|consumers)(?:/[^/]+)?"), "origin"),
+)
+RESOURCE_VARY = "accept, accept-encoding, origin"
+
+
+def resource_vary(request: web.Request) -> str:
+    """The ``vary`` header of the answer of the resource a request reached."""
+    path = request.raw_path.partition("?")[0]
+    for pattern, vary in _VARIES:
+        if pattern.fullmatch(path):
+            return vary
+    return RESOURCE_VARY
