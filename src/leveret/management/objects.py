@@ -321,13 +321,27 @@ async def queue_get_messages(request: web.Request) -> web.Response:
     return json_response(out)
 
 
+def listed_vhost(request: web.Request) -> VirtualHost | None:
+    """The vhost of a binding listing, None when there is none: rabbit_mgmt_wm_bindings
+    lists what the names given match, whether or not they exist, and a vhost that does
+    not exist lets everyone in and lists nothing (rabbit_mgmt_util:user_matches_vhost)."""
+    m = mgmt(request)
+    if request.match_info["vhost"] not in m.broker.vhosts:
+        return None
+    return m.vhost(request)
+
+
 async def queue_bindings(request: web.Request) -> web.Response:
-    v, q = queue_named(request)
-    out = [views.default_binding(v.name, q)]
+    v = listed_vhost(request)
+    if v is None:
+        return json_response([])
+    name = request.match_info["name"]
+    q = v.queues.get(name)
+    out = [views.default_binding(v.name, name)]
     out += [
         views.binding(v.name, b)
         for b in sorted(v.bindings(), key=lambda b: (b.source, b.routing_key))
-        if b.destination is q
+        if q is not None and b.destination is q
     ]
     return json_response(out)
 
@@ -340,10 +354,10 @@ async def bindings(request: web.Request) -> web.Response:
 
 
 async def exchange_bindings(request: web.Request) -> web.Response:
-    v = mgmt(request).vhost(request)
+    v = listed_vhost(request)
+    if v is None:
+        return json_response([])
     name = exchange_name(request)
-    if name not in v.exchanges:
-        raise not_found()
     as_source = request.match_info["direction"] == "source"
     out = [
         b
@@ -391,8 +405,18 @@ def between(v: VirtualHost, src: Any, target: Any) -> list[dict[str, Any]]:
 
 
 async def bindings_between(request: web.Request) -> web.Response:
-    v, src, target = binding_ends(request)
-    return json_response(between(v, src, target))
+    v = listed_vhost(request)
+    if v is None:
+        return json_response([])
+    source, kind, dest = binding_names(request)
+    if source == "" and kind == "queue":  # the implicit binding, queue or no queue
+        return json_response([views.default_binding(v.name, dest)])
+    out = [
+        b
+        for b in views.all_bindings(v)
+        if b["source"] == source and b["destination"] == dest and b["destination_type"] == kind
+    ]
+    return json_response(out)
 
 
 async def binding_create(request: web.Request) -> web.Response:

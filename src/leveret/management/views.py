@@ -111,21 +111,22 @@ def binding(vhost: str, b: Binding) -> dict[str, Any]:
     }
 
 
-def default_binding(vhost: str, q: Queue) -> dict[str, Any]:
-    """The implicit binding of every queue to the default exchange."""
+def default_binding(vhost: str, queue: str) -> dict[str, Any]:
+    """The implicit binding of every queue to the default exchange (rabbit_binding's
+    implicit_for_destination: made from the name, whether or not the queue exists)."""
     return {
         "source": "",
         "vhost": vhost,
-        "destination": q.name,
+        "destination": queue,
         "destination_type": "queue",
-        "routing_key": q.name,
+        "routing_key": queue,
         "arguments": {},
-        "properties_key": properties_key(q.name, {}),
+        "properties_key": properties_key(queue, {}),
     }
 
 
 def all_bindings(v: VirtualHost) -> list[dict[str, Any]]:
-    out = [default_binding(v.name, q) for q in v.queues.values()]
+    out = [default_binding(v.name, name) for name in v.queues]
     out.extend(binding(v.name, b) for b in v.bindings())
     out.sort(key=lambda b: (b["source"], b["destination_type"], b["destination"], b["routing_key"]))
     return out
