@@ -67,8 +67,9 @@ def test_ctrl_c_to_the_process_group_stops_the_ingest_then_the_broker(tmp_path: 
         rest = up.stderr.read()
         assert "Stopped ingest" in rest and "Stopped broker" in rest, rest
         assert rest.index("Stopped ingest") < rest.index("Stopped broker")
-        assert "killed after" not in rest and "Error:" not in rest, rest
         ingest_log = (data / "logs" / "ingest.log").read_text()
+        # (a stop that hung has the ingest's threads' stacks at the end of its log)
+        assert "killed after" not in rest and "Error:" not in rest, rest + ingest_log[-6000:]
         # the stop fails nothing: no restart and no traceback once it began (one before it,
         # from a start under load, is the restart tests' business, not this one's)
         assert "stopping the ingest query" in ingest_log, ingest_log[-3000:]

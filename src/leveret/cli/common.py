@@ -12,6 +12,10 @@ from typing import Annotated, Any, NoReturn
 
 import typer
 
+#: what ``leveret up`` sends an ingest that did not stop in time, before it kills it: every
+#: thread's stack goes to stderr (its log), so that a stop that hangs says where it hangs
+DUMP_STACKS = getattr(signal, "SIGUSR1", None)
+
 
 def fail(message: str, code: int = 1) -> NoReturn:
     """One plain line on stderr and a non-zero exit: no traceback for user errors."""

@@ -7,6 +7,7 @@ only when a command runs.
 from __future__ import annotations
 
 import contextlib
+import faulthandler
 import logging
 import signal
 import sys
@@ -19,7 +20,14 @@ from typing import Annotated
 
 import typer
 
-from leveret.cli.common import Lake, check_lake, fail, partitions_option, super_stream_option
+from leveret.cli.common import (
+    DUMP_STACKS,
+    Lake,
+    check_lake,
+    fail,
+    partitions_option,
+    super_stream_option,
+)
 from leveret.cli.logs import Url, broker_urls
 
 app = typer.Typer(
@@ -288,6 +296,8 @@ def ingest(
         alerts=rules,
     )
     stop = _stop_on_signals()
+    if DUMP_STACKS is not None:
+        faulthandler.register(DUMP_STACKS, all_threads=True)
     try:
         restarts = run_ingest(
             cfg,

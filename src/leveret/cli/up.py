@@ -23,6 +23,7 @@ import typer
 from rich.console import Console
 
 from leveret.cli.common import (
+    DUMP_STACKS,
     fail,
     interrupt_on_sigterm,
     partitions_option,
@@ -256,6 +257,7 @@ class _Child:
 
     name: str
     proc: subprocess.Popen[str]
+    dumps_stacks: bool = False  # it writes its threads' stacks to its log on DUMP_STACKS
 
 
 # How long each stops cleanly before it is killed: the ingest commits or drops its
@@ -278,9 +280,15 @@ def _stop(children: list[_Child]) -> None:
             try:
                 code = c.proc.wait(STOP_TIMEOUT)
             except subprocess.TimeoutExpired:
+                note = ""
+                if c.dumps_stacks and DUMP_STACKS is not None:
+                    with contextlib.suppress(ProcessLookupError, subprocess.TimeoutExpired):
+                        c.proc.send_signal(DUMP_STACKS)
+                        c.proc.wait(1)  # (time to write them)
+                    note = " (where its threads were is at the end of its log)"
                 c.proc.kill()
                 c.proc.wait()
-                console.print(f"Stopped {c.name}: killed after {STOP_TIMEOUT:.0f} s")
+                console.print(f"Stopped {c.name}: killed after {STOP_TIMEOUT:.0f} s{note}")
                 continue
             how = "" if code in (0, -signal.SIGTERM, -signal.SIGINT, 130) else f" (code {code})"
             console.print(f"Stopped {c.name}{how}")
@@ -479,6 +487,7 @@ def up(
                     stderr=subprocess.STDOUT,
                     text=True,
                 ),
+                dumps_stacks=True,
             )
             children.append(ingesting)
             compact_args = ["pipeline", "compact", "--lake", str(lake), "--every", every,
