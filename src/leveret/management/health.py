@@ -283,8 +283,10 @@ def alarm_reason(node: str, resources: Sequence[str]) -> str:
     column = len(_PREFIX) + 1
     lines = []
     for i, (kind, item) in enumerate(zip(resources, items, strict=True)):
-        closer = "]" if i == len(items) - 1 else ","
-        if column + len(item) + len(closer) <= _FITS:
+        last = i == len(items) - 1
+        closer = "]" if last else ","
+        # a line that ends the list fits as the whole does; one that goes on, a column wider
+        if column + len(item) + 1 <= (_FITS if last else _FITS + 1):
             lines.append(item + closer)
         else:
             indent = " " * (column + 4)
