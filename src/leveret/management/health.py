@@ -88,6 +88,16 @@ def listeners(m: Management) -> list[Listener]:
     return sorted(out, key=lambda each: _RANK.get(each.protocol, len(_RANK)))
 
 
+def binding(request: web.Request, name: str) -> str:
+    """A segment the path binds. Cowboy drops a ``.`` or ``..`` segment (and the one
+    before a ``..``) before routing, so such a path reaches no check but RabbitMQ's static
+    files: 404 (``/api/healthchecks/node/.`` is the node's own check)."""
+    value = request.match_info[name]
+    if value in (".", ".."):
+        raise web.HTTPNotFound()  # the middleware answers it as the router's 404
+    return value
+
+
 # --------------------------------------------------------------------- checks
 async def virtual_hosts(request: web.Request) -> web.Response:
     """rabbit_vhost_sup_sup:check() fails on the vhosts whose supervisor or message stores
@@ -104,7 +114,7 @@ async def single_node(request: web.Request) -> web.Response:
 
 
 async def port_listener(request: web.Request) -> web.Response:
-    text = request.match_info["port"]
+    text = binding(request, "port")
     port = _erlang_integer(text)
     if port is None:
         raise bad_request("Invalid port")
@@ -122,7 +132,7 @@ async def port_listener(request: web.Request) -> web.Response:
 
 
 async def protocol_listener(request: web.Request) -> web.Response:
-    protocol = normalize_protocol(request.match_info["protocol"])
+    protocol = normalize_protocol(binding(request, "protocol"))
     local = listeners(mgmt(request))
     if any(each.protocol == protocol for each in local):
         return json_response({"status": "ok", "protocol": protocol})
@@ -179,8 +189,8 @@ async def certificate_expiration(request: web.Request) -> web.Response:
     """Fails when a certificate in a listener's ``certfile`` or ``cacertfile`` expires
     within the window, listing those listeners (the last one first, as RabbitMQ folds
     them) with the expiry dates of the certificates that do."""
-    within = _erlang_integer(request.match_info["within"])
-    factor = _UNITS.get(request.match_info["unit"].lower())
+    within = _erlang_integer(binding(request, "within"))
+    factor = _UNITS.get(binding(request, "unit").lower())
     if within is None:
         raise bad_request("Invalid expiration value.")
     if factor is None:
@@ -252,8 +262,10 @@ async def node_check(request: web.Request) -> web.Response:
     """rabbit_health_check:local(): channels and queues can be listed (a Leveret broker
     always can), no resource alarm in effect, no partition (a single node has none)."""
     m = mgmt(request)
-    name = request.match_info.get("node", m.broker.node_name)
-    if name != m.broker.node_name:
+    name = request.match_info.get("node", ".")
+    if name == "..":
+        raise web.HTTPNotFound()  # (see binding)
+    if name not in (".", m.broker.node_name):
         raise not_found()
     timeout = request.headers.get("timeout")
     if timeout is not None and _erlang_integer(timeout) is None:
