@@ -83,6 +83,8 @@ VALUE = b'{"error":"bad_request","reason":"Invalid expiration value."}'
         (f"{CHECKS}/certificate-expiration/1/months", 200, OK),
         (f"{CHECKS}/certificate-expiration/10/YEARS", 200, OK),
         (f"{CHECKS}/certificate-expiration/-1/days", 200, OK),
+        (f"{CHECKS}/certificate-expiration/{10**30}/years", 200, OK),
+        (f"{CHECKS}/certificate-expiration/-{10**30}/Weeks", 200, OK),
         (f"{CHECKS}/certificate-expiration/1/foo", 400, UNIT),
         (f"{CHECKS}/certificate-expiration/x/days", 400, VALUE),
         (f"{CHECKS}/certificate-expiration/1.5/days", 400, VALUE),

@@ -132,6 +132,7 @@ def test_a_certificate_expiring_within_the_window_fails_the_check(tmp_path: Path
         status, body = get(f"{base}/11/years", ctx)
         assert status == 503
         assert len(json.loads(body)["expired"][0]["cacertfile_expires_on"]) == 1
+        assert get(f"{base}/{10**30}/years", ctx)[0] == 503  # past the calendar's end
     finally:
         broker.stop()
 

@@ -197,7 +197,10 @@ async def certificate_expiration(request: web.Request) -> web.Response:
         raise bad_request(_UNIT_ERROR)
     m = mgmt(request)
     now = datetime.datetime.now(datetime.UTC).replace(microsecond=0, tzinfo=None)
-    limit = now + datetime.timedelta(seconds=within * factor)
+    try:
+        limit = now + datetime.timedelta(seconds=within * factor)
+    except OverflowError:  # a window past the calendar's end (Erlang's integers have none)
+        limit = datetime.datetime.max if within > 0 else datetime.datetime.min
     expiring: list[dict[str, Any]] = []
     for each in listeners(m):
         certfile = _expiring(each.certfile, now, limit)
