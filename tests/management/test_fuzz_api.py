@@ -460,12 +460,13 @@ class Target:
         except (AssertionError, OSError) as exc:
             return f"witness: {describe_exception(exc)}", describe_exception(exc)
         text = raw[:300].decode("utf-8", "replace")
-        if status >= 500:
+        if status >= 500 and not failed_check(case, status, raw):
             return f"status {status} from {case.method}", f"{route}: {text}"
         if (
             status >= 400
             and case.path.startswith("/api/")
             and not empty_as_rabbitmq(case, status, raw, allow)
+            and not failed_check(case, status, raw)
         ):
             try:
                 doc = json.loads(raw)
@@ -477,6 +478,18 @@ class Target:
                     f"{case.method} {route}: {text}",
                 )
         return None
+
+
+def failed_check(case: ApiCase, status: int, raw: bytes) -> bool:
+    """A health check that failed (a port or protocol with no listener): RabbitMQ's 503
+    with its ``{"status":"failed",...}`` body, not the server failing."""
+    if status != 503 or not case.path.startswith(("/api/health/checks/", "/api/healthchecks/")):
+        return False
+    try:
+        doc = json.loads(raw)
+    except ValueError:
+        return False
+    return isinstance(doc, dict) and doc.get("status") == "failed"
 
 
 def empty_as_rabbitmq(case: ApiCase, status: int, raw: bytes, allow: str | None) -> bool:

@@ -72,7 +72,11 @@ class Pki:
         return self.root / "rogue.pem", self.root / "rogue.key"
 
 
-def make_pki(root: Path, clients: tuple[str, ...] = ("leveret-tls-user",)) -> Pki:
+def make_pki(
+    root: Path, clients: tuple[str, ...] = ("leveret-tls-user",), server_days: int = 3650
+) -> Pki:
+    """The CA and certificates under ``root``; the server's certificate is valid for
+    ``server_days`` from now (the others for ten years)."""
     root.mkdir(parents=True, exist_ok=True)
     now = datetime.datetime.now(datetime.UTC)
 
@@ -83,6 +87,7 @@ def make_pki(root: Path, clients: tuple[str, ...] = ("leveret-tls-user",)) -> Pk
         issuer_key: ec.EllipticCurvePrivateKey,
         ca: bool = False,
         server: bool = False,
+        days: int = 3650,
     ) -> x509.Certificate:
         builder = (
             x509.CertificateBuilder()
@@ -91,7 +96,7 @@ def make_pki(root: Path, clients: tuple[str, ...] = ("leveret-tls-user",)) -> Pk
             .public_key(key.public_key())
             .serial_number(x509.random_serial_number())
             .not_valid_before(now - datetime.timedelta(days=1))
-            .not_valid_after(now + datetime.timedelta(days=3650))
+            .not_valid_after(now + datetime.timedelta(days=days))
             .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
         )
         if ca:
@@ -119,7 +124,7 @@ def make_pki(root: Path, clients: tuple[str, ...] = ("leveret-tls-user",)) -> Pk
     _write(
         root / "server",
         server_key,
-        issue(_name("localhost"), server_key, ca_name, ca_key, server=True),
+        issue(_name("localhost"), server_key, ca_name, ca_key, server=True, days=server_days),
     )
     for client in clients:
         key = ec.generate_private_key(ec.SECP256R1())

@@ -24,6 +24,7 @@ from leveret.management.context import MANAGEMENT, Management, mgmt
 from leveret.management.httputil import (
     ApiError,
     bad_request,
+    check_failed,
     current_user,
     json_response,
     listing,
@@ -142,7 +143,7 @@ def _alarms_check(request: web.Request, reason: str) -> web.Response:
     in_effect = m.server.state.alarms
     if not in_effect:
         return json_response({"status": "ok"})
-    return json_response(
+    return check_failed(
         {
             "alarms": [
                 {"node": m.broker.node_name, "resource": name}
@@ -151,8 +152,7 @@ def _alarms_check(request: web.Request, reason: str) -> web.Response:
             ],
             "reason": reason,
             "status": "failed",
-        },
-        503,
+        }
     )
 
 

@@ -12,6 +12,7 @@ from leveret.management import (
     admin,
     api,
     dashboard,
+    health,
     objects,
     operate,
     otlp,
@@ -138,6 +139,7 @@ def routes(app: web.Application) -> None:
     r.add_get("/", index)
     r.add_get("/static/{file}", static)
     api.routes(app)
+    health.routes(app)
     objects.routes(app)
     admin.routes(app)
     operate.routes(app)

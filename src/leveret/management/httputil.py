@@ -78,6 +78,14 @@ def json_response(data: Any, status: int = 200) -> web.Response:
     return web.Response(body=body, status=status, headers=headers)
 
 
+def check_failed(data: dict[str, Any]) -> web.Response:
+    """A failed health check: rabbit_mgmt_util:reply's body and headers (``cache-control:
+    no-cache`` too) sent by cowboy_req:reply with 503."""
+    response = json_response(data, 503)
+    response.headers["cache-control"] = "no-cache"
+    return response
+
+
 def _accepts_gzip(header: str) -> bool:
     for part in header.split(","):
         coding, _, params = part.strip().partition(";")
