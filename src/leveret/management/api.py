@@ -39,7 +39,11 @@ from leveret.protocol.errors import AMQPError
 from leveret.server.resources import file_descriptors, sockets_limit
 
 if TYPE_CHECKING:
+    from leveret.broker.session import Session
     from leveret.broker.stream_session import StreamSession
+
+    # a connection the management API lists and closes, of any protocol
+    Closable = Session | StreamSession | DirectConnection | Amqp10Session
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +53,17 @@ async def overview(request: web.Request) -> web.Response:
     m = mgmt(request)
     data = views.overview(m.broker, m.stats, m.listeners, rate_ages(request))
     return json_response(data)
+
+
+#: what rabbit_mgmt_wm_auth answers when the management plugin's OAuth 2 (enable_uaa) is off,
+#: as it always is in Leveret, which has no OAuth 2
+NO_OAUTH = {"enable_uaa": False, "uaa_client_id": "", "uaa_location": ""}
+
+
+async def auth(request: web.Request) -> web.Response:
+    """How the management UI is to log in (rabbit_mgmt_wm_auth): answered to anyone, with
+    credentials or without, right or wrong (its is_authorized lets every request in)."""
+    return json_response(NO_OAUTH)
 
 
 async def whoami(request: web.Request) -> web.Response:
@@ -246,9 +261,16 @@ async def connection_one(request: web.Request) -> web.Response:
     )
 
 
+def _close_reason(request: web.Request) -> str:
+    """The reason a management DELETE closes a connection with (its ``X-Reason`` header;
+    rabbit_mgmt_wm_connection's and rabbit_mgmt_wm_connection_user_name's
+    force_close_connection)."""
+    return request.headers.get("X-Reason", "Closed via management plugin")
+
+
 async def connection_delete(request: web.Request) -> web.Response:
     m = mgmt(request)
-    reason = request.headers.get("X-Reason", "Closed via management plugin")
+    reason = _close_reason(request)
     stream = _stream_named(m, request)
     if stream is not None:
         stream.force_close(reason)
@@ -259,6 +281,57 @@ async def connection_delete(request: web.Request) -> web.Response:
         return no_content()
     s = m.session_named(request)
     s.force_close(reason)
+    return no_content()
+
+
+def _of_user(m: Management, request: web.Request) -> list[Closable]:
+    """The open connections of the user the path names (``{username}``), of every protocol
+    /api/connections lists, by vhost then name (rabbit_connection_tracking:list_of_user:
+    none for a user that does not exist). Only an administrator or a monitoring user gets
+    here, who sees every connection."""
+    name = request.match_info["username"]
+    found: list[Closable] = [
+        *(s for s in m.sessions(request) if s.username == name),
+        *(s for s in m.stream_sessions(request) if s.username == name),
+        *(c for c in m.amqp10(request) if c.username == name),
+    ]
+    return sorted(found, key=lambda c: (c.vhost, c.name))
+
+
+def _may_act_on_users(request: web.Request, delete: bool) -> None:
+    """rabbit_mgmt_util:is_authorized_user as rabbit_mgmt_wm_connection_user_name calls it:
+    a monitoring user may list anyone's connections, an administrator list and close them.
+    For anyone else RabbitMQ 3.10.8's check fails (it looks up ``user`` in what is no
+    connection: an HTTP 500 with no body), their own connections too; Leveret refuses them
+    with the check's own words."""
+    user = current_user(request)
+    if user.is_administrator or (not delete and "monitoring" in user.tags):
+        return
+    raise ApiError(401, "not_authorised", "User not authorised to access object")
+
+
+async def user_connections(request: web.Request) -> web.Response:
+    """rabbit_mgmt_wm_connection_user_name's GET: the user's tracked connections as
+    filter_tracked_conn_list shows them (name, vhost, user, node), sorted, paged and
+    projected as any listing (reply_list_or_paginate)."""
+    _may_act_on_users(request, delete=False)
+    m = mgmt(request)
+    node = m.broker.node_name
+    items: list[dict[str, Any]] = [
+        {"name": c.name, "vhost": c.vhost, "user": c.username, "node": node}
+        for c in _of_user(m, request)
+    ]
+    return listing(request, items)
+
+
+async def user_connections_delete(request: web.Request) -> web.Response:
+    """rabbit_mgmt_wm_connection_user_name's DELETE: each of the user's connections closed
+    as DELETE /api/connections/{name} closes one, with the same reason; 204 whether there
+    were any or not."""
+    _may_act_on_users(request, delete=True)
+    reason = _close_reason(request)
+    for c in _of_user(mgmt(request), request):
+        c.force_close(reason)
     return no_content()
 
 
@@ -396,6 +469,12 @@ def routes(app: web.Application) -> None:
     if management is None or management.broker.compat.v4:  # none in RabbitMQ 3.10.8
         resource(r, "/api/deprecated-features", deprecated_features)
         resource(r, "/api/deprecated-features/used", deprecated_features)
+    resource(r, "/api/auth", auth)
+    # before /api/connections/{name}/channels, as in RabbitMQ's dispatch list: a user
+    # named "channels" has /api/connections/username/channels
+    resource(
+        r, "/api/connections/username/{username}", user_connections, delete=user_connections_delete
+    )
     # the paths only read (GET), then the others
     for path, get in (
         ("/api/overview", overview),

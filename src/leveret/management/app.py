@@ -35,6 +35,9 @@ from leveret.management.httputil import (
 from leveret.protocol.errors import AMQPError
 
 # ------------------------------------------------------------------- middleware
+# The resources whose is_authorized lets every request in (rabbit_mgmt_wm_auth: how the UI
+# logs in, asked before it has any credentials)
+OPEN = frozenset({"/api/auth", "/api/auth/"})
 CHALLENGE = {"WWW-Authenticate": 'Basic realm="RabbitMQ Management"'}
 
 
@@ -56,6 +59,10 @@ async def answer(request: web.Request, handler: Handler) -> web.StreamResponse:
             return await handler(request)
         except web.HTTPNotFound:
             return routing.not_found()
+    if request.path in OPEN:  # no credentials asked for, none checked
+        answered = await handler(request)
+        answered.headers["vary"] = routing.resource_vary(request)
+        return answered
     try:
         m = mgmt(request)
         creds = credentials(request)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import re
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -263,25 +264,63 @@ def listing(request: web.Request, items: list[dict[str, Any]], pages: bool = Tru
         items = [i for i in items if name_filter in str(i.get("name", ""))]
     if q.get("columns"):
         items = [project(i, q["columns"]) for i in items]
-    if "page" not in q or not pages:
+    if not pages:
         return json_response(items)
-    try:
-        page = max(1, int(q["page"]))
-        size = max(1, min(500, int(q.get("page_size", "100"))))
-    except ValueError as exc:
-        raise bad_request("page and page_size must be integers") from exc
+    asked = pagination(q.get("page"), q.get("page_size"))
+    if asked is None:
+        return json_response(items)
+    page, size = asked
     total = len(items)
-    page_count = max(1, (total + size - 1) // size)
+    start = (page - 1) * size
+    if start > total:  # lists:sublist/3 fails past the end of the list
+        raise ApiError(
+            400,
+            "page_out_of_range",
+            f"Page out of range, page: {page} page size: {size}, len: {total}",
+        )
+    shown = items[start : start + size]
     return json_response(
         {
             "filtered_count": total,
-            "item_count": len(items[(page - 1) * size : page * size]),
-            "items": items[(page - 1) * size : page * size],
+            "item_count": len(shown),
+            "items": shown,
             "page": page,
-            "page_count": page_count,
+            "page_count": (total + size - 1) // size,
             "page_size": size,
             "total_count": total,
         }
+    )
+
+
+#: rabbit_mgmt_util's ?MAX_PAGE_SIZE and ?DEFAULT_PAGE_SIZE
+MAX_PAGE_SIZE = 500
+DEFAULT_PAGE_SIZE = 100
+INTEGER = re.compile(r"[+-]?[0-9]+")
+
+
+def pagination(page_arg: str | None, size_arg: str | None) -> tuple[int, int] | None:
+    """The page and page size asked for, as rabbit_mgmt_util:pagination_params checks them
+    (None when no page is asked for): a parameter that is no integer is a bad request,
+    whether a page is asked for or not; a page below 1, or a size outside 1..500, is
+    refused with what was asked (``undefined`` for a size not given)."""
+
+    def integer(raw: str | None) -> int | None:
+        if raw is None:
+            return None
+        if not INTEGER.fullmatch(raw):  # list_to_integer's syntax
+            raise bad_request("Pagination parameters are invalid")
+        return int(raw)
+
+    page, size = integer(page_arg), integer(size_arg)
+    if page is None:
+        return None
+    if page > 0 and (size is None or 0 < size <= MAX_PAGE_SIZE):
+        return page, DEFAULT_PAGE_SIZE if size is None else size
+    raise ApiError(
+        400,
+        "invalid_pagination_parameters",
+        f"Invalid pagination parameters: page number {page}, page size "
+        + ("undefined" if size is None else str(size)),
     )
 
 
