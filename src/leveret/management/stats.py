@@ -28,10 +28,10 @@ from leveret.broker.events import (
     BrokerEvent,
     ChannelClosed,
     ChannelOpened,
+    ConnectionAuthorized,
     ConnectionClosed,
-    ConnectionOpened,
-    QueueCreated,
     QueueDeclared,
+    QueueDeclaredNew,
     QueueDeleted,
     VhostDeleted,
 )
@@ -299,7 +299,7 @@ class Stats:
                 self.vhost_retired.pop(vhost.name, None)
                 self.vhost_traffic_retired.pop(vhost.name, None)
                 self.vhosts.pop(vhost.name, None)
-            case QueueCreated():
+            case QueueDeclaredNew():
                 self.churn["queues_created"] += 1
             case QueueDeleted(queue=queue):
                 self.churn["queues_deleted"] += 1
@@ -313,7 +313,10 @@ class Stats:
                 self.churn["channels_closed"] += 1
             case QueueDeclared():
                 self.churn["queues_declared"] += 1
-            case ConnectionOpened():
+            case ConnectionAuthorized():
+                # rabbit_core_metrics:connection_created: as the connection opens on its
+                # vhost (not at login: a refused login or vhost is not created, though
+                # its reader's end counts as closed)
                 self.churn["connections_opened"] += 1
             case ConnectionClosed(connection=connection):
                 self.churn["connections_closed"] += 1

@@ -253,7 +253,6 @@ class Config:
         config = cls()
         if path is not None:
             config.apply_file(path)
-            config.config_file = Path(path).absolute()
         config.apply_env(os.environ if env is None else env)
         for key, value in overrides.items():
             if value is not None:
@@ -360,6 +359,7 @@ class Config:
             raise ConfigError(f"config file not found: {path}") from exc
         except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
             raise ConfigError(f"cannot read config file {path}: {exc}") from exc
+        self.config_file = Path(path).absolute()
         try:
             for section in ("server", "amqp", "log"):
                 table = data.pop(section, None) or {}
