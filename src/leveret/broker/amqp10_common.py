@@ -19,6 +19,7 @@ from leveret.broker.amqp10_figures import SessionFigures
 from leveret.broker.amqp10_links import ConsumerLink, PublisherLink, VolatileLink
 from leveret.broker.broker import BrokerCore
 from leveret.broker.entry import Entry
+from leveret.broker.events import QueueDeclared, QueueDeclaredNew
 from leveret.broker.limits import check_queue_limit
 from leveret.broker.operations import Actor
 from leveret.broker.ports import ConnectionInfo, Endpoint, FlowHolder
@@ -207,7 +208,11 @@ class Amqp10Base:
         vhost = self.vhost_obj
         assert vhost is not None
         operations.check_access(vhost, self.actor, "configure", "queue", name)
+        # counted as rabbit_amqp_session:declare_queue counts (as a channel's declaration)
+        vhost.observers.emit(QueueDeclared(vhost.name, name))
         if name in vhost.queues:
             return
         self._check_queue_limit(vhost, name)
-        vhost.declare_queue(name, durable, None, False, {})
+        _, created = vhost.declare_queue(name, durable, None, False, {})
+        if created:
+            vhost.observers.emit(QueueDeclaredNew(vhost.name, name))

@@ -22,7 +22,12 @@ from leveret.broker.amqp10_filters import consumer_spec
 from leveret.broker.amqp10_links import ConsumerLink, LinkConsumer, VolatileLink
 from leveret.broker.amqp10_message import Amqp10Error, size_error
 from leveret.broker.entry import Entry
-from leveret.broker.events import ConsumerCreated, ConsumerDeleted
+from leveret.broker.events import (
+    ConsumerCreated,
+    ConsumerDeleted,
+    QueueDeclared,
+    QueueDeclaredNew,
+)
 from leveret.broker.message import Message
 from leveret.broker.operations.bindings import BindingRequest, bind
 from leveret.broker.queues import Queue
@@ -222,8 +227,10 @@ class Consuming(Amqp10Base):
             assert vhost is not None
             name = _dynamic_name(self.container_id, attach.name)
             operations.check_access(vhost, self.actor, "configure", "queue", name)
+            vhost.observers.emit(QueueDeclared(vhost.name, name))
             self._check_queue_limit(vhost, name)
             vhost.declare_queue(name, False, self.info, False, {})
+            vhost.observers.emit(QueueDeclaredNew(vhost.name, name))
             return d.Source(
                 address=queue_address(name),
                 durable=0,

@@ -206,7 +206,19 @@ class QueueDeleted(QueueEvent): ...
 
 @dataclass(frozen=True, slots=True)
 class QueueDeclared(BrokerEvent):
-    """A declaration, of a new queue or not."""
+    """A declaration, of a new queue or not, once the declarer may configure it
+    (rabbit_core_metrics:queue_declared: a channel's or the management API's
+    queue.declare, not a passive one; RabbitMQ 4's AMQP 1.0 declarations too)."""
+
+    vhost: str
+    queue: str
+
+
+@dataclass(frozen=True, slots=True)
+class QueueDeclaredNew(BrokerEvent):
+    """A declaration that made its queue (rabbit_core_metrics:queue_created). A queue
+    made otherwise (a definitions import, the stream protocol's create, a recovery) is
+    a :class:`QueueCreated` without it, as RabbitMQ counts only declarations."""
 
     vhost: str
     queue: str

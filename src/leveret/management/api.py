@@ -19,7 +19,7 @@ from leveret.broker.amqp10_presence import DirectConnection, Shape, shape
 from leveret.broker.amqp10_session import Amqp10Session
 from leveret.broker.consumer import Consumer
 from leveret.broker.message import Message
-from leveret.management import amqp10conns, views
+from leveret.management import amqp10conns, nodeinfo, views
 from leveret.management.context import MANAGEMENT, Management, mgmt
 from leveret.management.httputil import (
     ApiError,
@@ -116,6 +116,10 @@ def node(m: Management) -> dict[str, Any]:
             "enabled_plugins": list(m.broker.plugins),
         }
     )
+    out.update(nodeinfo.node_info(m))
+    # the node's churn: connection_churn_metrics, which the overview's churn_rates shows
+    # too (rabbit_core_metrics; one node, so the same figures)
+    out.update(m.stats.churn_rates())
     if m.broker.compat.v4:
         # rabbit_mgmt_external_stats at v4.2.9 (?OTHER_KEYS, i/2): each node tells its
         # versions, as /api/overview does

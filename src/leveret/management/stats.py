@@ -28,10 +28,10 @@ from leveret.broker.events import (
     BrokerEvent,
     ChannelClosed,
     ChannelOpened,
+    ConnectionAuthorized,
     ConnectionClosed,
-    ConnectionOpened,
-    QueueCreated,
     QueueDeclared,
+    QueueDeclaredNew,
     QueueDeleted,
     VhostDeleted,
 )
@@ -93,6 +93,10 @@ CHURN_RATES = {
     "queue_deleted": "queues_deleted",
 }
 CHURN = tuple(CHURN_RATES.values())
+# A vhost's connection traffic, in bytes (rabbit_mgmt_metrics_collector's
+# vhost_stats_coarse_conn_stats: each connection's increments summed per vhost, a closed
+# connection's kept).
+TRAFFIC = ("recv_oct", "send_oct")
 
 
 class Window:
@@ -270,6 +274,8 @@ class Stats:
         # Counters of what is gone, overall and per vhost.
         self.retired: Counter[str] = Counter()
         self.vhost_retired: dict[str, Counter[str]] = {}
+        # Bytes of the closed connections of each vhost.
+        self.vhost_traffic_retired: dict[str, Counter[str]] = {}
         self.overview = Windows(keep)
         self.vhosts: dict[str, Windows] = {}
         self.queues: dict[Queue, Windows] = {}
@@ -291,8 +297,9 @@ class Stats:
             case VhostDeleted(vhost=vhost):
                 # a vhost made again under the same name starts from zero, as in RabbitMQ
                 self.vhost_retired.pop(vhost.name, None)
+                self.vhost_traffic_retired.pop(vhost.name, None)
                 self.vhosts.pop(vhost.name, None)
-            case QueueCreated():
+            case QueueDeclaredNew():
                 self.churn["queues_created"] += 1
             case QueueDeleted(queue=queue):
                 self.churn["queues_deleted"] += 1
@@ -306,10 +313,15 @@ class Stats:
                 self.churn["channels_closed"] += 1
             case QueueDeclared():
                 self.churn["queues_declared"] += 1
-            case ConnectionOpened():
+            case ConnectionAuthorized():
+                # rabbit_core_metrics:connection_created: as the connection opens on its
+                # vhost (not at login: a refused login or vhost is not created, though
+                # its reader's end counts as closed)
                 self.churn["connections_opened"] += 1
             case ConnectionClosed(connection=connection):
                 self.churn["connections_closed"] += 1
+                if isinstance(connection, (Session, StreamSession, Amqp10Session)):
+                    self._retire_traffic(connection)
                 if isinstance(connection, Session) and connection.vhost:
                     self._retire(connection.vhost, session_counters(connection))
                 elif isinstance(connection, DirectConnection):
@@ -330,7 +342,39 @@ class Stats:
             self.retired[key] += int(value)
             per_vhost[key] += int(value)
 
+    def _retire_traffic(self, c: Session | StreamSession | Amqp10Session) -> None:
+        """A closed connection's bytes stay in its vhost's total, as RabbitMQ's collector
+        adds a connection's last increment when it goes and keeps the sum."""
+        if c.traffic is None or not c.vhost or c.vhost not in self.broker.vhosts:
+            return
+        kept = self.vhost_traffic_retired.setdefault(c.vhost, Counter())
+        kept["recv_oct"] += c.traffic.recv_oct
+        kept["send_oct"] += c.traffic.send_oct
+
     # ------------------------------------------------------------------ totals
+    def traffic_connections(self) -> Iterator[Session | StreamSession | Amqp10Session]:
+        """The connections whose sockets' bytes count in their vhost's: AMQP 0-9-1 and
+        stream-protocol ones, and RabbitMQ 4.2's AMQP 1.0 ones (3.10.8's AMQP 1.0 reader
+        reports no traffic; its sessions' direct connections have no socket)."""
+        yield from self.sessions()
+        yield from self.stream_sessions()
+        for a in self.amqp10():
+            if isinstance(a, Amqp10Session):
+                yield a
+
+    def vhost_traffic(self, vhost: str) -> dict[str, int] | None:
+        """A vhost's connections' bytes received and sent, closed ones' included; None
+        while no connection has been in it (RabbitMQ shows no recv_oct/send_oct then)."""
+        out: Counter[str] = Counter()
+        seen = vhost in self.vhost_traffic_retired
+        out.update(self.vhost_traffic_retired.get(vhost, Counter()))
+        for c in self.traffic_connections():
+            if c.vhost == vhost and c.traffic is not None:
+                seen = True
+                out["recv_oct"] += c.traffic.recv_oct
+                out["send_oct"] += c.traffic.send_oct
+        return {key: out[key] for key in TRAFFIC} if seen else None
+
     def sessions(self) -> Iterator[Session]:
         for s in list(self.broker.connections.values()):
             if isinstance(s, Session) and s.user is not None and s.vhost and not s.closed:
@@ -388,7 +432,7 @@ class Stats:
         so its first rates span the same time as everyone else's."""
         w = Windows(keep)
         if self._last_sample is not None:
-            w.add(self._last_sample, dict.fromkeys((*MESSAGE_STATS, *LENGTHS), 0))
+            w.add(self._last_sample, dict.fromkeys((*MESSAGE_STATS, *LENGTHS, *TRAFFIC), 0))
         return w
 
     def sample(self, now: float | None = None) -> None:
@@ -396,7 +440,9 @@ class Stats:
         over sessions and queues gathers every vhost's figures and the overview's."""
         t = time.time() if now is None else now
         per_vhost: dict[str, Counter[str]] = {
-            name: Counter(self.vhost_retired.get(name, Counter())) for name in self.broker.vhosts
+            name: Counter(self.vhost_retired.get(name, Counter()))
+            + Counter(self.vhost_traffic_retired.get(name, Counter()))
+            for name in self.broker.vhosts
         }
         live_channels: set[object] = set()
         live_sessions: set[Session | StreamSession | Amqp10Session] = set()
@@ -409,6 +455,10 @@ class Stats:
                 if sw is None:
                     sw = self.connections[s] = self._new_windows(min(self.keep, 120))
                 sw.add(t, {"recv_oct": s.traffic.recv_oct, "send_oct": s.traffic.send_oct})
+                figures = per_vhost.get(s.vhost)
+                if figures is not None:
+                    figures["recv_oct"] += s.traffic.recv_oct
+                    figures["send_oct"] += s.traffic.send_oct
 
         for s in self.sessions():
             traffic(s)
@@ -468,7 +518,7 @@ class Stats:
             w = self.vhosts.get(name)
             if w is None:
                 w = self.vhosts[name] = self._new_windows(self.keep)
-            w.add(t, {key: figures.get(key, 0) for key in (*MESSAGE_STATS, *LENGTHS)})
+            w.add(t, {key: figures.get(key, 0) for key in (*MESSAGE_STATS, *LENGTHS, *TRAFFIC)})
         self.overview.add(t, {key: overview.get(key, 0) for key in (*MESSAGE_STATS, *LENGTHS)})
         self.churn_windows.add(t, {key: self.churn[key] for key in CHURN})
         for gone_vhost in [n for n in self.vhosts if n not in self.broker.vhosts]:

@@ -13,6 +13,7 @@ from leveret.broker.amqp10_links import LinkConsumer
 from leveret.broker.amqp10_presence import consumer_shape
 from leveret.broker.exchanges import exchange_types as exchange_type_classes
 from leveret.broker.queues import QuorumQueue
+from leveret.management.stats import TRAFFIC
 
 if TYPE_CHECKING:
     from leveret.broker.amqp10_session import Amqp10Session
@@ -515,6 +516,9 @@ def vhost(v: VirtualHost, broker: BrokerCore, stats: Stats, age: Any = None) -> 
         out["metadata"] = {"default_queue_type": "classic", **out["metadata"]}
         out["protected_from_deletion"] = False
     out.update(stats.length_details(stats.lengths(v.name), windows, age_l, incr_l))
+    traffic = stats.vhost_traffic(v.name)
+    if traffic is not None:  # once a connection has been in it, as RabbitMQ
+        out.update(stats.message_stats(traffic, windows, TRAFFIC))
     return dict(sorted(out.items()))
 
 

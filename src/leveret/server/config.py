@@ -133,6 +133,9 @@ class Config:
     # free space than this.
     disk_free_limit: DiskFreeLimit = field(default_factory=DiskFreeLimit)
     users: list[UserConfig] = field(default_factory=list)
+    # The file the settings were read from (absolute), as /api/nodes' config_files shows
+    # it; not a setting itself.
+    config_file: Path | None = None
     permissions: list[PermissionConfig] = field(default_factory=list)
     vhosts: list[VhostConfig] = field(default_factory=list)
     default_user: bool = True  # create guest/guest on an empty broker, as RabbitMQ does
@@ -232,6 +235,8 @@ class Config:
         )
 
     _TABLES = ("users", "permissions", "vhosts", "tls", "management_tls")
+    # Fields no file, flag or variable sets.
+    _NOT_SETTINGS = (*_TABLES, "config_file")
     # Flat names for the [tls] table's keys, as flags and LEVERET_* variables take them.
     _TLS_FLAT = {
         "tls_cert": "certfile",
@@ -259,7 +264,7 @@ class Config:
             self._set_tls_flat(key, value)
             return
         names = {f.name for f in fields(self)}
-        if key not in names or key in self._TABLES:
+        if key not in names or key in self._NOT_SETTINGS:
             raise ConfigError(f"unknown setting '{key}'")
         parse = _PARSERS.get(key)
         if parse is not None:  # a setting with a reader of its own
@@ -341,7 +346,7 @@ class Config:
             self.tls = replace(self.tls, fail_if_no_peer_cert=flag)
 
     def apply_env(self, env: Mapping[str, str]) -> None:
-        names = [f.name for f in fields(self) if f.name not in self._TABLES]
+        names = [f.name for f in fields(self) if f.name not in self._NOT_SETTINGS]
         for name in [*names, *self._TLS_FLAT]:
             raw = env.get(self.ENV_PREFIX + name.upper())
             if raw is not None and raw != "":
@@ -354,6 +359,7 @@ class Config:
             raise ConfigError(f"config file not found: {path}") from exc
         except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
             raise ConfigError(f"cannot read config file {path}: {exc}") from exc
+        self.config_file = Path(path).absolute()
         try:
             for section in ("server", "amqp", "log"):
                 table = data.pop(section, None) or {}

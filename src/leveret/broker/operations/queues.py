@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from leveret.broker import names
-from leveret.broker.events import QueueDeclared
+from leveret.broker.events import QueueDeclared, QueueDeclaredNew
 from leveret.broker.operations import authorization
 from leveret.broker.operations.authorization import check_access
 from leveret.broker.queues import queue_type_name
@@ -64,6 +64,8 @@ def declare_queue(
     vhost.observers.emit(QueueDeclared(vhost.name, name))
     durable = method.durable and not (method.exclusive and transient_exclusive)
     q, created = vhost.declare_queue(name, durable, owner, method.auto_delete, arguments)
+    if created:
+        vhost.observers.emit(QueueDeclaredNew(vhost.name, name))
     return Declared(q, created, q.message_count)
 
 
