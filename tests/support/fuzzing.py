@@ -4,10 +4,10 @@ bytes are cut into sends), and the witnesses every case is checked against: a Le
 the test's own whose log must stay free of tracebacks, a consumer connection with
 messages waiting and a durable queue of persistent messages that must stay untouched.
 
-Used by tests/server/test_fuzz_amqp.py and tests/management/test_fuzz_api.py. The
-in-suite runs are small and derandomized; ``LEVERET_FUZZ_EXAMPLES`` (and
-``LEVERET_FUZZ_SECONDS``) turn them into a campaign that records every distinct failure
-instead of stopping at the first (see :class:`Campaign`)."""
+Used by tests/server/test_fuzz_amqp.py, tests/server/test_fuzz_amqp10.py and
+tests/management/test_fuzz_api.py. The in-suite runs are small and derandomized;
+``LEVERET_FUZZ_EXAMPLES`` (and ``LEVERET_FUZZ_SECONDS``) turn them into a campaign that
+records every distinct failure instead of stopping at the first (see :class:`Campaign`)."""
 
 from __future__ import annotations
 
