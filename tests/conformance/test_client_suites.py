@@ -57,12 +57,8 @@ def _ahead_of_the_suite() -> None:
         os.nice(PRIORITY)
 
 
-@pytest.mark.rabbitmq
-@pytest.mark.timeout(2400)
-@pytest.mark.parametrize("suite", SUITES)
-def test_client_suite_passes_on_leveret_as_on_rabbitmq(
-    suite: str, rabbitmq: BrokerUnderTest
-) -> None:
+def _run_suite(suite: str) -> subprocess.CompletedProcess[str]:
+    """scripts/conformance on one suite, its output shown (pytest keeps it for a failure)."""
     proc = subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "conformance"), suite],
         cwd=ROOT,
@@ -74,6 +70,16 @@ def test_client_suite_passes_on_leveret_as_on_rabbitmq(
     )
     print(proc.stdout)
     print(proc.stderr, file=sys.stderr)
+    return proc
+
+
+@pytest.mark.rabbitmq
+@pytest.mark.timeout(2400)
+@pytest.mark.parametrize("suite", SUITES)
+def test_client_suite_passes_on_leveret_as_on_rabbitmq(
+    suite: str, rabbitmq: BrokerUnderTest
+) -> None:
+    proc = _run_suite(suite)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     assert "NEW GAP" not in proc.stdout
 
@@ -85,17 +91,7 @@ def test_client_suite_fails_on_leveret_only_as_listed(suite: str) -> None:
     RabbitMQ's default ports of a network namespace of its own: RabbitMQ's official AMQP 1.0
     client (rabbitmq-amqp-python-client, its tests and examples, tag v0.6.0) and rstream
     (the stream protocol's single active consumer, super streams, filtering)."""
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "conformance"), suite],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=2400,
-        check=False,
-        preexec_fn=_ahead_of_the_suite,
-    )
-    print(proc.stdout)
-    print(proc.stderr, file=sys.stderr)
+    proc = _run_suite(suite)
     if proc.returncode == 3:
         # the tests are not in the sdist, and the repository they come from is not here
         pytest.skip(proc.stderr.strip().splitlines()[-1])

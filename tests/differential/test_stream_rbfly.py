@@ -10,7 +10,7 @@ import contextlib
 import datetime
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any, TypeVar
 
 import pytest
@@ -30,8 +30,14 @@ def run(make: Callable[[], Awaitable[T]], timeout: float = 30) -> T:
     return asyncio.run(main())
 
 
-def client(b: BrokerUnderTest) -> Any:
-    return rbfly_streams.streams_client(f"rabbitmq-stream://guest:guest@127.0.0.1:{b.stream_port}/")
+@contextlib.asynccontextmanager
+async def connected(b: BrokerUnderTest) -> AsyncIterator[Any]:
+    """An rbfly streams client of the broker, disconnected at the end."""
+    c = rbfly_streams.streams_client(f"rabbitmq-stream://guest:guest@127.0.0.1:{b.stream_port}/")
+    try:
+        yield c
+    finally:
+        await c.disconnect()
 
 
 @pytest.fixture
@@ -39,18 +45,12 @@ def stream(sbroker: BrokerUnderTest) -> Iterator[str]:
     name = f"rb-{uuid.uuid4().hex[:10]}"
 
     async def create() -> None:
-        c = client(sbroker)
-        try:
+        async with connected(sbroker) as c:
             await c.create_stream(name)
-        finally:
-            await c.disconnect()
 
     async def delete() -> None:
-        c = client(sbroker)
-        try:
+        async with connected(sbroker) as c:
             await c.delete_stream(name)
-        finally:
-            await c.disconnect()
 
     run(create)
     yield name
@@ -59,13 +59,9 @@ def stream(sbroker: BrokerUnderTest) -> Iterator[str]:
 
 async def publish(b: BrokerUnderTest, stream: str, bodies: list[bytes], name: str) -> None:
     """Each body sent and confirmed (rbfly's Publisher.send waits for the confirm)."""
-    c = client(b)
-    try:
-        async with c.publisher(stream, name=name) as p:
-            for body in bodies:
-                await p.send(body)
-    finally:
-        await c.disconnect()
+    async with connected(b) as c, c.publisher(stream, name=name) as p:
+        for body in bodies:
+            await p.send(body)
 
 
 async def consume(
@@ -73,24 +69,23 @@ async def consume(
 ) -> list[tuple[int, bytes]]:
     """(offset, body) of what a subscription from ``offset`` gets: ``want`` messages, then
     whatever more comes within ``wait`` seconds."""
-    c = client(b)
     got: list[tuple[int, bytes]] = []
+    async with connected(b) as c:
 
-    async def reader() -> None:
-        async for body in c.subscribe(stream, offset=offset):
-            got.append((get_message_ctx().stream_offset, bytes(body)))
+        async def reader() -> None:
+            async for body in c.subscribe(stream, offset=offset):
+                got.append((get_message_ctx().stream_offset, bytes(body)))
 
-    task = asyncio.create_task(reader())
-    try:
-        deadline = time.monotonic() + 10
-        while len(got) < want and time.monotonic() < deadline and not task.done():
-            await asyncio.sleep(0.02)
-        await asyncio.sleep(wait)
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-        await c.disconnect()
+        task = asyncio.create_task(reader())
+        try:
+            deadline = time.monotonic() + 10
+            while len(got) < want and time.monotonic() < deadline and not task.done():
+                await asyncio.sleep(0.02)
+            await asyncio.sleep(wait)
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
     return got
 
 
@@ -133,8 +128,7 @@ def test_store_and_query_offset(sbroker: BrokerUnderTest, stream: str) -> None:
 
     async def store() -> None:
         # as rbfly applications do: while reading, the offset of the message in hand
-        c = client(sbroker)
-        try:
+        async with connected(sbroker) as c:
             async for body in c.subscribe(stream, offset=Offset.FIRST):
                 if body == b"m1":
                     await c.write_offset(stream, "reader-1", 2)
@@ -142,8 +136,6 @@ def test_store_and_query_offset(sbroker: BrokerUnderTest, stream: str) -> None:
                     await c.write_offset(stream, "reader-1")
                     break
             await asyncio.sleep(0.3)  # store offset has no answer
-        finally:
-            await c.disconnect()
 
     run(store)
     got = run(lambda: consume(sbroker, stream, Offset.reference("reader-1"), 2))
@@ -157,9 +149,8 @@ def test_named_publisher_deduplication(sbroker: BrokerUnderTest, stream: str) ->
     it are confirmed and not stored again."""
 
     async def scenario() -> list[int]:
-        c = client(sbroker)
         ids = []
-        try:
+        async with connected(sbroker) as c:
             async with c.publisher(stream, name="dedup") as p:
                 ids.append(p.message_id)
                 for i in range(3):
@@ -169,8 +160,6 @@ def test_named_publisher_deduplication(sbroker: BrokerUnderTest, stream: str) ->
                 p.message_id = 2  # resend ids 2 and 3: dropped; 4 is new
                 for body in (b"dup2", b"dup3", b"p3"):
                     await p.send(body)
-        finally:
-            await c.disconnect()
         return ids
 
     assert run(scenario) == [1, 4]
@@ -186,13 +175,11 @@ def test_missing_stream(sbroker: BrokerUnderTest) -> None:
     name = f"rb-missing-{uuid.uuid4().hex[:8]}"
 
     async def scenario() -> tuple[int, str]:
-        c = client(sbroker)
-        try:
-            await c.delete_stream(name)
-        except ProtocolError as exc:
-            return exc.code, str(exc)
-        finally:
-            await c.disconnect()
+        async with connected(sbroker) as c:
+            try:
+                await c.delete_stream(name)
+            except ProtocolError as exc:
+                return exc.code, str(exc)
         return 0, "no error"
 
     assert run(scenario) == (

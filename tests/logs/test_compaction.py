@@ -64,6 +64,21 @@ def spark_compaction(lake: Path, batch: int) -> None:
     (meta / f"{batch}.compact").write_text("v1\n" + "\n".join(json.dumps(e) for e in kept))
 
 
+def killed_at(step: str, lake: Path, what: str = "compact", args: str = "") -> None:
+    """``compaction.<what>`` on the lake (``args`` before its own keywords) in a Python of its
+    own that kills itself with SIGKILL when it comes to ``step``."""
+    script = (
+        "import datetime, os; from pathlib import Path; from leveret.logs import compaction\n"
+        "def step(s):\n"
+        f"    if s == {step!r}: os.kill(os.getpid(), 9)\n"
+        f"compaction.{what}(Path({str(lake)!r}), {args}wait=5, step=step)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}:{ROOT}"}
+    run = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                         timeout=120)  # fmt: skip
+    assert run.returncode == -signal.SIGKILL, run.stderr.decode()
+
+
 @pytest.fixture
 def ingest_running(tmp_path: Path) -> Iterator[Path]:
     """A lake whose ingest 'runs' (its lock held, as the ingest's keeper holds it)."""
@@ -115,16 +130,7 @@ def test_compaction_replaces_small_files_for_every_reader(ingest_running: Path) 
 @pytest.mark.parametrize("step", ["written", "recorded", "published", "committed"])
 def test_kill_9_at_each_step(ingest_running: Path, step: str) -> None:
     lake = ingest_running
-    script = (
-        "import os, sys; from pathlib import Path; from leveret.logs import compaction\n"
-        "def pause(s):\n"
-        f"    if s == {step!r}: os.kill(os.getpid(), 9)\n"
-        f"compaction.compact(Path({str(lake)!r}), wait=5, step=pause)\n"
-    )
-    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}:{ROOT}"}
-    run = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
-                         timeout=120)  # fmt: skip
-    assert run.returncode == -signal.SIGKILL, run.stderr.decode()
+    killed_at(step, lake)
     assert once(seen_by_log(lake))
     # what the killed run left: its new files (uncommitted) go with the janitor, the
     # files it replaced with the next run's removals

@@ -29,7 +29,7 @@ pytest.importorskip("pyarrow")
 from leveret.logs import compaction
 from leveret.logs.lake import Janitor, SinkLog, lake_lock
 from leveret.logs.search import Filters, LakeSearch
-from tests.logs.test_compaction import seen_by_lister, seen_by_log
+from tests.logs.test_compaction import killed_at, seen_by_lister, seen_by_log
 from tests.support.loglake import (
     BACKFILL_DAY,
     START,
@@ -152,16 +152,7 @@ def test_kill_9_at_each_step_on_a_quiet_lake(ingest_running: Path, what: str, st
     old = backfilled(lake)
     kept = set(range(RECORDS)) - old
     args = "days=30, today=datetime.date(2026, 11, 27), " if what == "drop_expired" else ""
-    script = (
-        "import datetime, os; from pathlib import Path; from leveret.logs import compaction\n"
-        "def step(s):\n"
-        f"    if s == {step!r}: os.kill(os.getpid(), 9)\n"
-        f"compaction.{what}(Path({str(lake)!r}), {args}wait=5, step=step)\n"
-    )
-    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}:{ROOT}"}
-    run = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
-                         timeout=120)  # fmt: skip
-    assert run.returncode == -signal.SIGKILL, run.stderr.decode()
+    killed_at(step, lake, what, args)
     assert at_most_once(seen_by_log(lake), kept, old)
     # what the killed run left: new files the log does not name go with the janitor or
     # after the grace, the files it took out of the log after the grace

@@ -10,7 +10,15 @@ from typing import Any
 
 import pytest
 
-from tests.support.mgmt import EXPECTED_DEPTHS, Site, declare_scenario, normalize, prepared, q
+from tests.support.mgmt import (
+    EXPECTED_DEPTHS,
+    QUEUE_RATES,
+    Site,
+    declare_scenario,
+    normalize,
+    prepared,
+    q,
+)
 from tests.support.waiting import STATS_WAIT, wait_for
 
 pytestmark = pytest.mark.rabbitmq
@@ -24,12 +32,6 @@ VOLATILE = {
     "reductions_details",
     "garbage_collection",
     "backing_queue_status",
-    "consumer_utilisation",
-    "consumer_capacity",
-    "message_stats",
-    "messages_details",
-    "messages_ready_details",
-    "messages_unacknowledged_details",
     "head_message_timestamp",
     "owner_pid_details",
     "messages_ram",
@@ -38,7 +40,7 @@ VOLATILE = {
     "message_bytes_ram",
     "messages_paged_out",
     "message_bytes_paged_out",
-}
+} | QUEUE_RATES
 
 
 @pytest.fixture

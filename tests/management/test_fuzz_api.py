@@ -28,13 +28,14 @@ from urllib.parse import quote, unquote_to_bytes, urlencode
 
 import pytest
 from aiohttp import web
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from leveret.management import routing
 from leveret.management.app import routes as api_routes
 from tests.support.fuzzing import (
     CAMPAIGN_EXAMPLES,
+    QUEUE_ARGUMENT_KEYS,
     WITNESS_USER,
     WITNESS_VHOST,
     Campaign,
@@ -42,7 +43,8 @@ from tests.support.fuzzing import (
     Witness,
     describe_exception,
     fresh_broker,
-    signature_of,
+    harm,
+    in_suite_settings,
 )
 
 IN_SUITE_EXAMPLES = 300
@@ -169,16 +171,7 @@ def json_values(depth: int = 2) -> st.SearchStrategy[Any]:
 
 
 ARGUMENT_KEYS = [
-    "x-message-ttl",
-    "x-expires",
-    "x-max-length",
-    "x-max-length-bytes",
-    "x-overflow",
-    "x-dead-letter-exchange",
-    "x-dead-letter-routing-key",
-    "x-max-priority",
-    "x-queue-mode",
-    "x-queue-type",
+    *QUEUE_ARGUMENT_KEYS,
     "x-single-active-consumer",
     "x-max-age",
     "x-stream-max-segment-size-bytes",
@@ -452,13 +445,9 @@ class Target:
             status, raw, allow = self.send(case)
         except (OSError, http.client.HTTPException) as exc:
             return f"http: {describe_exception(exc)}", describe_exception(exc)
-        problems = self.watch.problems()
-        if problems:
-            return signature_of(problems, "error in the log"), "".join(problems[-40:])
-        try:
-            self.witness.check()
-        except (AssertionError, OSError) as exc:
-            return f"witness: {describe_exception(exc)}", describe_exception(exc)
+        harmed = harm(self.watch, self.witness)
+        if harmed is not None:
+            return harmed
         text = raw[:300].decode("utf-8", "replace")
         if status >= 500 and not failed_check(case, status, raw):
             return f"status {status} from {case.method}", f"{route}: {text}"
@@ -522,13 +511,7 @@ def test_every_route_is_fuzzed() -> None:
 
 
 @pytest.mark.skipif(CAMPAIGN_EXAMPLES > 0, reason="the campaign runs instead")
-@settings(
-    max_examples=IN_SUITE_EXAMPLES,
-    deadline=None,
-    derandomize=True,
-    database=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
+@in_suite_settings(IN_SUITE_EXAMPLES)
 @given(case=api_cases())
 def test_fuzzed_requests_leave_the_broker_and_others_alone(target: Target, case: ApiCase) -> None:
     assert target.failure(case) is None

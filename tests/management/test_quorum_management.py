@@ -9,7 +9,7 @@ from typing import Any
 import pika
 import pytest
 
-from tests.support.mgmt import Site, q
+from tests.support.mgmt import QUEUE_RATES, Site, q
 from tests.support.waiting import STATS_WAIT, wait_for
 
 pytestmark = pytest.mark.rabbitmq
@@ -26,15 +26,9 @@ VOLATILE = {
     "garbage_collection",
     "reductions",
     "reductions_details",
-    "consumer_utilisation",
-    "consumer_capacity",
-    "message_stats",
-    "messages_details",
-    "messages_ready_details",
-    "messages_unacknowledged_details",
     "messages_ram",
     "message_bytes_ram",
-}
+} | QUEUE_RATES
 RABBITMQ_ONLY = {"garbage_collection", "reductions", "reductions_details"}
 # Figures Leveret does not measure for a quorum queue, so leaves out rather than invent:
 # the queue process's memory (Leveret has no process per queue) and the consumers'

@@ -11,24 +11,13 @@ import pika
 import pytest
 
 from tests.differential.helpers import settle
-from tests.support.brokers import BrokerUnderTest
-from tests.support.mgmt import Site, make_site, q, rabbitmq_with_management
+from tests.support.mgmt import Site, q, site_of
 from tests.support.waiting import STATS_WAIT, wait_for
 
 
 @pytest.fixture(params=["leveret", "rabbitmq"])
 def site(request: pytest.FixtureRequest) -> Iterator[Site]:
-    broker: BrokerUnderTest = request.getfixturevalue(request.param)
-    if request.param == "rabbitmq":
-        broker = rabbitmq_with_management(broker)
-    yield from make_site(broker, "sac")
-
-
-def connect(site: Site) -> pika.BlockingConnection:
-    b = site.broker
-    return pika.BlockingConnection(
-        pika.ConnectionParameters(b.host, b.port, virtual_host=site.vhost)
-    )
+    yield from site_of(request, "sac")
 
 
 def activity(site: Site, queue: str) -> tuple[Any, dict[str, tuple[bool, str]]]:
@@ -59,7 +48,7 @@ def shows(site: Site, queue: str, expected: tuple[Any, dict[str, tuple[bool, str
 @pytest.mark.parametrize("queue_type", ["classic", "quorum"])
 def test_takeover_in_subscription_order(site: Site, queue_type: str) -> None:
     name = f"t-sac-{queue_type}"
-    a, b = connect(site), connect(site)
+    a, b = site.connect(), site.connect()
     try:
         ch1, ch2, ch3 = a.channel(), a.channel(), b.channel()
         ch1.queue_declare(
@@ -134,7 +123,7 @@ def test_takeover_in_subscription_order(site: Site, queue_type: str) -> None:
 
 def test_exclusive_consumers_are_refused_by_classic_queues(site: Site) -> None:
     name = "t-sac-x-classic"
-    conn = connect(site)
+    conn = site.connect()
     try:
         ch = conn.channel()
         ch.queue_declare(name, durable=True, arguments={"x-single-active-consumer": True})
@@ -152,7 +141,7 @@ def test_exclusive_consumers_are_refused_by_classic_queues(site: Site) -> None:
 def test_quorum_queues_ignore_the_exclusive_flag(site: Site) -> None:
     """rabbit_quorum_queue takes exclusive consumers as any other (and shows the flag)."""
     name = "t-sac-x-quorum"
-    conn = connect(site)
+    conn = site.connect()
     try:
         ch = conn.channel()
         ch.queue_declare(

@@ -11,26 +11,19 @@ from typing import Any
 import pika
 import pytest
 
-from tests.support.brokers import BrokerUnderTest
-from tests.support.mgmt import Site, make_site, q, rabbitmq_with_management
+from tests.support.mgmt import Site, q, site_of
 
 pytestmark = pytest.mark.rabbitmq
 
 
 @pytest.fixture(params=["leveret", "rabbitmq"])
 def site(request: pytest.FixtureRequest) -> Iterator[Site]:
-    broker: BrokerUnderTest = request.getfixturevalue(request.param)
-    if request.param == "rabbitmq":
-        broker = rabbitmq_with_management(broker)
-    yield from make_site(broker, "trace")
+    yield from site_of(request, "trace")
 
 
 def traced_scenario(site: Site) -> list[tuple[Any, ...]]:
     """Publish, consume and get with tracing on; the trace messages, normalised."""
-    b = site.broker
-    conn = pika.BlockingConnection(
-        pika.ConnectionParameters(b.host, b.port, virtual_host=site.vhost)
-    )
+    conn = site.connect()
     try:
         ch = conn.channel()
         ch.queue_declare("t-trace", exclusive=True)
@@ -84,7 +77,7 @@ def traced_scenario(site: Site) -> list[tuple[Any, ...]]:
             if m is None:
                 return out
             headers = dict(p.headers)
-            assert headers.pop("connection").endswith(f":{b.port}")
+            assert headers.pop("connection").endswith(f":{site.broker.port}")
             assert headers.pop("node") == site.api.get("/api/overview")["node"]
             assert headers.pop("vhost") == site.vhost
             out.append((m.exchange, m.routing_key, body, p.delivery_mode, list(headers.items())))

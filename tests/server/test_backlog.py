@@ -15,7 +15,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -34,6 +33,7 @@ from tests.support.backlog import (
     queue_depth,
 )
 from tests.support.mgmt import Api
+from tests.support.tmpfs import small_tmpfs
 from tests.support.waiting import wait_for
 
 HEADROOM = 32 * MiB
@@ -121,28 +121,8 @@ def test_a_lazy_queue_keeps_its_memory_flat(node: Node) -> None:
 @pytest.fixture
 def small_disk() -> Iterator[Path]:
     """A 96 MiB tmpfs (mounted as root, unmounted after)."""
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
-    where = Path(tempfile.mkdtemp(prefix="small-disk-"))
-    r = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=96m", "tmpfs", str(where)],
-        capture_output=True,
-        text=True,
-    )
-    if r.returncode != 0:
-        where.rmdir()
-        pytest.skip(f"cannot mount a tmpfs here: {r.stderr.strip()}")
-    try:
+    with small_tmpfs("96m") as where:
         yield where
-    finally:
-        for _ in range(20):
-            if subprocess.run(["umount", str(where)], capture_output=True).returncode == 0:
-                break
-            time.sleep(0.5)
-        else:
-            subprocess.run(["umount", "-l", str(where)], capture_output=True)
-        with contextlib.suppress(OSError):
-            where.rmdir()
 
 
 def _alarms_section(status: str, node_name: str) -> list[str]:

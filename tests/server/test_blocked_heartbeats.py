@@ -6,20 +6,17 @@ Leveret and on a RabbitMQ node of the test's own."""
 from __future__ import annotations
 
 import contextlib
-import os
 import shutil
-import subprocess
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
 import pika
 import pytest
 
 from tests.support import rabbitmq
 from tests.support.brokers import BrokerUnderTest, start_leveret
+from tests.support.tmpfs import small_tmpfs
 
 HEARTBEAT = 2  # seconds: the monitor would close a silent connection after 2 of them
 BODY = b"x" * 4096
@@ -42,35 +39,18 @@ def memory_alarm_broker(kind: str) -> Iterator[AlarmBroker]:
     the alarm here is its disk alarm: the data directory on a 96 MiB tmpfs, the default
     50 MB disk_free_limit, and a file that leaves 30 MB free raises it."""
     if kind == "leveret":
-        if os.geteuid() != 0:
-            pytest.skip("mounting a tmpfs needs root")
-        disk = Path(tempfile.mkdtemp(prefix="small-disk-"))
-        mounted = subprocess.run(
-            ["mount", "-t", "tmpfs", "-o", "size=96m", "tmpfs", str(disk)],
-            capture_output=True, text=True,
-        )  # fmt: skip
-        if mounted.returncode != 0:
-            disk.rmdir()
-            pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
-        filler = disk / "filler"
+        with small_tmpfs("96m") as disk:
+            filler = disk / "filler"
 
-        def fill() -> None:
-            with open(filler, "wb") as f:
-                f.write(b"\0" * (shutil.disk_usage(disk).free - 30_000_000))
+            def fill() -> None:
+                with open(filler, "wb") as f:
+                    f.write(b"\0" * (shutil.disk_usage(disk).free - 30_000_000))
 
-        broker = start_leveret(data_dir=disk / "data")
-        try:
-            yield AlarmBroker(broker, fill, lambda: filler.unlink())
-        finally:
-            broker.stop()
-            for _ in range(20):
-                if subprocess.run(["umount", str(disk)], capture_output=True).returncode == 0:
-                    break
-                time.sleep(0.5)
-            else:
-                subprocess.run(["umount", "-l", str(disk)], capture_output=True)
-            with contextlib.suppress(OSError):
-                disk.rmdir()
+            broker = start_leveret(data_dir=disk / "data")
+            try:
+                yield AlarmBroker(broker, fill, lambda: filler.unlink())
+            finally:
+                broker.stop()
         return
     if not rabbitmq.installed():
         pytest.skip("RabbitMQ is not installed here")

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, given
 
 from tests.support.fuzzing import (
     CAMPAIGN_EXAMPLES,
@@ -29,8 +29,9 @@ from tests.support.fuzzing import (
     durable_after_restart,
     fresh_broker,
     fuzz_cases,
+    harm,
+    in_suite_settings,
     run_amqp_case,
-    signature_of,
 )
 
 IN_SUITE_EXAMPLES = 400
@@ -59,13 +60,9 @@ class Target:
             outcome = run_amqp_case(self.broker, chunks)
         except OSError as exc:
             outcome = f"socket: {describe_exception(exc)}"
-        problems = self.watch.problems()
-        if problems:
-            return signature_of(problems, "error in the log"), "".join(problems[-40:])
-        try:
-            self.witness.check()
-        except (AssertionError, OSError) as exc:
-            return f"witness: {describe_exception(exc)}", describe_exception(exc)
+        harmed = harm(self.watch, self.witness)
+        if harmed is not None:
+            return harmed
         if outcome not in ("eof", "reset"):
             return f"connection: {outcome}", outcome
         return None
@@ -79,17 +76,7 @@ def target() -> Iterator[Target]:
 
 
 @pytest.mark.skipif(CAMPAIGN_EXAMPLES > 0, reason="the campaign runs instead")
-@settings(
-    max_examples=IN_SUITE_EXAMPLES,
-    deadline=None,
-    derandomize=True,
-    database=None,
-    suppress_health_check=[
-        HealthCheck.too_slow,
-        HealthCheck.data_too_large,
-        HealthCheck.large_base_example,
-    ],
-)
+@in_suite_settings(IN_SUITE_EXAMPLES, HealthCheck.large_base_example)
 @given(case=fuzz_cases())
 def test_fuzzed_sessions_leave_the_broker_and_others_alone(
     target: Target, case: list[bytes]

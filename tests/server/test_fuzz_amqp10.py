@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from leveret.protocol.amqp10 import definitions as d
@@ -28,7 +28,7 @@ from leveret.protocol.amqp10.frames import (
 )
 from leveret.protocol.amqp10.types import Symbol
 from tests.support.brokers import BrokerUnderTest, start_leveret
-from tests.support.fuzzing import LogWatch, Witness, run_amqp_case
+from tests.support.fuzzing import LogWatch, Witness, in_suite_settings, run_amqp_case
 
 EXAMPLES = 150
 
@@ -167,13 +167,7 @@ def target() -> Iterator[Target]:
     t.stop()
 
 
-@settings(
-    max_examples=EXAMPLES,
-    deadline=None,
-    derandomize=True,
-    database=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
+@in_suite_settings(EXAMPLES)
 @given(case=cases())
 def test_fuzzed_amqp10_connections_end_alone(target: Target, case: list[bytes]) -> None:
     outcome = run_amqp_case(target.broker, case, timeout=5.0)

@@ -72,6 +72,15 @@ def declare_stream(broker: BrokerUnderTest, name: str) -> None:
             conn.close()
 
 
+def filled_stream(broker: BrokerUnderTest, prefix: str, total: int) -> str:
+    """A stream queue of the test's own (``prefix`` and a random suffix) holding the records
+    numbered 0 to ``total`` - 1; its name."""
+    name = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    declare_stream(broker, name)
+    emit_records(broker.url, name, range(total))
+    return name
+
+
 def delete_queue(broker: BrokerUnderTest, name: str) -> None:
     import pika
 

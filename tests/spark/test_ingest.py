@@ -27,7 +27,7 @@ import pika
 import pytest
 from pyspark.sql import SparkSession
 
-from tests.spark.conftest import declare_stream, delete_queue, emit_records
+from tests.spark.conftest import declare_stream, delete_queue, emit_records, filled_stream
 from tests.support.brokers import BrokerUnderTest, start_leveret
 from tests.support.ports import free_port
 from tests.support.rabbitmq import RabbitNode
@@ -78,6 +78,18 @@ def _kill_after_batches(proc: subprocess.Popen[str], lake: Path, batches: int) -
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
         proc.communicate(timeout=30)  # reaps it and closes its pipe
+
+
+def _killed_while(proc: subprocess.Popen[str], lake: Path, emit: Callable[[], object]) -> int:
+    """Kill the ingest after two committed batches while ``emit`` sends more records beside
+    it; the batches it committed."""
+    later = threading.Thread(target=emit)
+    later.start()
+    try:
+        _kill_after_batches(proc, lake, 2)
+    finally:
+        later.join()
+    return _committed_batches(lake)
 
 
 def _finish(proc: subprocess.Popen[str]) -> None:
@@ -156,13 +168,8 @@ def _exactly_once(
     if broker.stream_port:
         source += ["--stream-port", str(broker.stream_port)]
     proc = _ingest(broker.url, tmp_path, *source, trigger="200ms", per_trigger=per_trigger)
-    later = threading.Thread(target=emit_records, args=(broker.url, stream, range(half, RECORDS)))
-    later.start()
-    try:
-        _kill_after_batches(proc, lake, 2)
-    finally:
-        later.join()
-    killed_at = _committed_batches(lake)
+    rest = range(half, RECORDS)
+    killed_at = _killed_while(proc, lake, lambda: emit_records(broker.url, stream, rest))
     assert killed_at * per_trigger < RECORDS, "killed too late"
 
     # restarted from its checkpoint; the broker restarts under it once it makes progress
@@ -250,10 +257,8 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
 def test_a_full_lake_fails_the_batch_and_the_restart_skips_nothing(
     spark: SparkSession, leveret: BrokerUnderTest, tmp_path: Path, small_disk: Path
 ) -> None:
-    stream = f"spark-full-{uuid.uuid4().hex[:8]}"
-    declare_stream(leveret, stream)
     total = 10_000
-    emit_records(leveret.url, stream, range(total))
+    stream = filled_stream(leveret, "spark-full", total)
     lake = small_disk / "lake"
 
     # the lake's disk fills up: the batch fails, the ingest stops with one plain line

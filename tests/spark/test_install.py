@@ -14,14 +14,13 @@ import os
 import shutil
 import subprocess
 import sys
-import uuid
 from collections import Counter
 from pathlib import Path
 
 import pytest
 from pyspark.sql import SparkSession
 
-from tests.spark.conftest import declare_stream, delete_queue, emit_records
+from tests.spark.conftest import delete_queue, filled_stream
 from tests.spark.test_ingest import _finish, _ingest, _kill_after_batches
 from tests.support.brokers import BrokerUnderTest
 
@@ -80,10 +79,8 @@ def test_the_virtualenv_imports_its_own_leveret(venv: Path) -> None:
 def test_ingest_from_an_unactivated_virtualenv_is_exactly_once(
     spark: SparkSession, leveret: BrokerUnderTest, venv: Path, tmp_path: Path
 ) -> None:
-    stream = f"spark-venv-{uuid.uuid4().hex[:8]}"
-    declare_stream(leveret, stream)
     total = 20_000
-    emit_records(leveret.url, stream, range(total))
+    stream = filled_stream(leveret, "spark-venv", total)
     cli = [str(venv / "bin" / "leveret")]
     env = _bare_env()
     lake = tmp_path / "lake"

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import threading
 import time
 import uuid
 from collections import Counter, defaultdict
@@ -27,7 +26,7 @@ from leveret.spark.client import AmqpSourceError, Outgoing, publish
 from leveret.spark.options import ReadOptions
 from leveret.spark.superstream import discover, share
 from tests.spark.conftest import emit_records, record_body, stream_port
-from tests.spark.test_ingest import _committed_batches, _finish, _ingest, _kill_after_batches
+from tests.spark.test_ingest import _finish, _ingest, _killed_while
 from tests.support.brokers import BrokerUnderTest, ensure_rabbitmq_management, start_leveret
 from tests.support.ports import free_port
 from tests.support.rabbitmq42 import broker_42
@@ -173,13 +172,8 @@ def test_super_stream_ingest_is_exactly_once_per_partition_across_a_driver_kill(
         assert proc.poll() is None and time.monotonic() < deadline, "no super stream made"
         time.sleep(0.1)
     emit_super(broker.url, name, range(half))
-    later = threading.Thread(target=emit_super, args=(broker.url, name, range(half, RECORDS)))
-    later.start()
-    try:
-        _kill_after_batches(proc, lake, 2)
-    finally:
-        later.join()
-    killed_at = _committed_batches(lake)
+    rest = range(half, RECORDS)
+    killed_at = _killed_while(proc, lake, lambda: emit_super(broker.url, name, rest))
     assert killed_at * per_trigger < RECORDS, "killed too late"
 
     extra = f"{name}-{PARTITIONS}"  # a partition bound after the checkpoint was made

@@ -4,10 +4,10 @@ bytes are cut into sends), and the witnesses every case is checked against: a Le
 the test's own whose log must stay free of tracebacks, a consumer connection with
 messages waiting and a durable queue of persistent messages that must stay untouched.
 
-Used by tests/server/test_fuzz_amqp.py and tests/management/test_fuzz_api.py. The
-in-suite runs are small and derandomized; ``LEVERET_FUZZ_EXAMPLES`` (and
-``LEVERET_FUZZ_SECONDS``) turn them into a campaign that records every distinct failure
-instead of stopping at the first (see :class:`Campaign`)."""
+Used by tests/server/test_fuzz_amqp.py, tests/server/test_fuzz_amqp10.py and
+tests/management/test_fuzz_api.py. The in-suite runs are small and derandomized;
+``LEVERET_FUZZ_EXAMPLES`` (and ``LEVERET_FUZZ_SECONDS``) turn them into a campaign that
+records every distinct failure instead of stopping at the first (see :class:`Campaign`)."""
 
 from __future__ import annotations
 
@@ -40,6 +40,19 @@ FRAME_END = 0xCE
 CAMPAIGN_EXAMPLES = int(os.environ.get("LEVERET_FUZZ_EXAMPLES", "0"))
 CAMPAIGN_SECONDS = float(os.environ.get("LEVERET_FUZZ_SECONDS", "3600"))
 CAMPAIGN_DIR = Path(os.environ.get("LEVERET_FUZZ_DIR", "fuzz-campaign"))
+
+
+def in_suite_settings(examples: int, *also: HealthCheck) -> settings:
+    """Hypothesis settings of an in-suite fuzzing run: ``examples`` cases, the same ones on
+    every run (derandomized, no example database), no deadline (a broker under load may be
+    slow to answer), and the health checks that big, slow cases trip (and ``also``) off."""
+    return settings(
+        max_examples=examples,
+        deadline=None,
+        derandomize=True,
+        database=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, *also],
+    )
 
 
 # ---------------------------------------------------------------- the client's methods
@@ -130,7 +143,8 @@ NAMES = [
     "witness",
     "fz-dlx",
 ]
-ARGUMENT_KEYS = [
+# The queue arguments both fuzzers (AMQP 0-9-1 tables, the management API's bodies) try.
+QUEUE_ARGUMENT_KEYS = [
     "x-message-ttl",
     "x-expires",
     "x-max-length",
@@ -141,6 +155,10 @@ ARGUMENT_KEYS = [
     "x-max-priority",
     "x-queue-mode",
     "x-queue-type",
+]
+# and the other table keys RabbitMQ reads somewhere
+ARGUMENT_KEYS = [
+    *QUEUE_ARGUMENT_KEYS,
     "x-queue-version",
     "x-single-active-consumer",
     "alternate-exchange",
@@ -1087,6 +1105,19 @@ def signature_of(lines: list[str], fallback: str) -> str:
 
 def describe_exception(exc: BaseException) -> str:
     return "".join(traceback.format_exception_only(type(exc), exc)).strip()
+
+
+def harm(watch: LogWatch, witness: Witness) -> tuple[str, str] | None:
+    """What a case did to the broker, as (signature, detail): errors in its log, else a
+    witness that lost or garbled its messages; None if neither."""
+    problems = watch.problems()
+    if problems:
+        return signature_of(problems, "error in the log"), "".join(problems[-40:])
+    try:
+        witness.check()
+    except (AssertionError, OSError) as exc:
+        return f"witness: {describe_exception(exc)}", describe_exception(exc)
+    return None
 
 
 def fresh_broker() -> BrokerUnderTest:

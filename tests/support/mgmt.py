@@ -77,6 +77,21 @@ class Api:
         return self.call("DELETE", path)[0]
 
 
+# A queue's figures that follow time and load on either broker: its consumers' utilisation and
+# capacity and its message rates. Differential tests leave them out of the comparison of
+# values (what each broker's figures must be is checked by test_measured_differential.py).
+QUEUE_RATES = frozenset(
+    {
+        "consumer_utilisation",
+        "consumer_capacity",
+        "message_stats",
+        "messages_details",
+        "messages_ready_details",
+        "messages_unacknowledged_details",
+    }
+)
+
+
 # ------------------------------------------------------------------ scenario
 GEN_NAME = re.compile(r"amq\.gen-[A-Za-z0-9_-]{22}")
 
@@ -185,6 +200,15 @@ def rabbitmq_with_management(rabbitmq: BrokerUnderTest) -> BrokerUnderTest:
     if not ensure_rabbitmq_management():
         pytest.fail("RabbitMQ's management plugin could not be enabled")
     return rabbitmq
+
+
+def site_of(request: pytest.FixtureRequest, tag: str) -> Iterator[Site]:
+    """For a fixture parametrized by broker name ("leveret", "rabbitmq"): a site on that
+    broker (RabbitMQ's management API enabled first), its vhost named after ``tag``."""
+    broker: BrokerUnderTest = request.getfixturevalue(request.param)
+    if request.param == "rabbitmq":
+        broker = rabbitmq_with_management(broker)
+    yield from make_site(broker, tag)
 
 
 def declare_scenario(site: Site) -> Any:
