@@ -5,7 +5,6 @@ vhost that does not exist lists nothing, except the vhost-wide listing, which is
 
 from __future__ import annotations
 
-import base64
 import http.client
 import json
 import uuid
@@ -13,18 +12,10 @@ from typing import Any
 
 import pytest
 
-from tests.support.brokers import BrokerUnderTest, ensure_rabbitmq_management
+from tests.support.brokers import BrokerUnderTest
+from tests.support.mgmt import GUEST
 
 pytestmark = pytest.mark.rabbitmq
-
-GUEST = "Basic " + base64.b64encode(b"guest:guest").decode()
-
-
-@pytest.fixture
-def mbroker(broker: BrokerUnderTest) -> BrokerUnderTest:
-    if broker.name == "rabbitmq" and not ensure_rabbitmq_management():
-        pytest.fail("RabbitMQ's management plugin could not be enabled")
-    return broker
 
 
 def get(broker: BrokerUnderTest, path: str) -> tuple[int, Any]:

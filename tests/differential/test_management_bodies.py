@@ -7,30 +7,22 @@ own decoder (only an empty body is empty; anything not an object is
 
 from __future__ import annotations
 
-import base64
 import http.client
 import uuid
 
 import pytest
 
-from tests.support.brokers import BrokerUnderTest, ensure_rabbitmq_management
+from tests.support.brokers import BrokerUnderTest
+from tests.support.mgmt import GUEST
 
 pytestmark = pytest.mark.rabbitmq
 
-GUEST = "Basic " + base64.b64encode(b"guest:guest").decode()
 DOUBLY = (
     b'{"error":"bad_request","reason":"invalid payload: the request body JSON-decoded to a '
     b'string. Is the input doubly-JSON-encoded?"}'
 )
 NOT_JSON = b'{"error":"bad_request","reason":"not_json"}'
 UNPARSED = b'{"error":"bad_request","reason":"failed_to_parse_json"}'
-
-
-@pytest.fixture
-def mbroker(broker: BrokerUnderTest) -> BrokerUnderTest:
-    if broker.name == "rabbitmq" and not ensure_rabbitmq_management():
-        pytest.fail("RabbitMQ's management plugin could not be enabled")
-    return broker
 
 
 def send(broker: BrokerUnderTest, method: str, path: str, body: bytes) -> tuple[int, bytes]:

@@ -10,17 +10,16 @@ broker describes itself)."""
 
 from __future__ import annotations
 
-import base64
 import http.client
 import uuid
 
 import pytest
 
-from tests.support.brokers import BrokerUnderTest, ensure_rabbitmq_management
+from tests.support.brokers import BrokerUnderTest
+from tests.support.mgmt import GUEST
 
 pytestmark = pytest.mark.rabbitmq
 
-GUEST = "Basic " + base64.b64encode(b"guest:guest").decode()
 COMPARED = (
     "content-type",
     "cache-control",
@@ -29,13 +28,6 @@ COMPARED = (
     "content-encoding",
     "www-authenticate",
 )
-
-
-@pytest.fixture
-def mbroker(broker: BrokerUnderTest) -> BrokerUnderTest:
-    if broker.name == "rabbitmq" and not ensure_rabbitmq_management():
-        pytest.fail("RabbitMQ's management plugin could not be enabled")
-    return broker
 
 
 def headers(

@@ -9,25 +9,17 @@ clustering listener, its ports are its own): those compare by shape, status, rea
 
 from __future__ import annotations
 
-import base64
 import http.client
 import json
 
 import pytest
 
-from tests.support.brokers import BrokerUnderTest, ensure_rabbitmq_management
+from tests.support.brokers import BrokerUnderTest
+from tests.support.mgmt import GUEST
 
 pytestmark = pytest.mark.rabbitmq
 
-GUEST = "Basic " + base64.b64encode(b"guest:guest").decode()
 CHECKS = "/api/health/checks"
-
-
-@pytest.fixture
-def mbroker(broker: BrokerUnderTest) -> BrokerUnderTest:
-    if broker.name == "rabbitmq" and not ensure_rabbitmq_management():
-        pytest.fail("RabbitMQ's management plugin could not be enabled")
-    return broker
 
 
 def call(

@@ -13,7 +13,6 @@ is polled until it settles."""
 
 from __future__ import annotations
 
-import base64
 import http.client
 import json
 import uuid
@@ -27,11 +26,11 @@ import pytest
 
 import leveret
 from tests.support import rabbitmq
+from tests.support.mgmt import GUEST
 from tests.support.waiting import STATS_WAIT, settled, wait_for
 
 pytestmark = pytest.mark.rabbitmq
 
-GUEST = "Basic " + base64.b64encode(b"guest:guest").decode()
 CHURN = (
     "connection_created",
     "connection_closed",

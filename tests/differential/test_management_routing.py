@@ -10,17 +10,16 @@ The rules behind the expected answers are in src/leveret/management/routing.py."
 
 from __future__ import annotations
 
-import base64
 import http.client
 from dataclasses import dataclass
 
 import pytest
 
-from tests.support.brokers import BrokerUnderTest, ensure_rabbitmq_management
+from tests.support.brokers import BrokerUnderTest
+from tests.support.mgmt import GUEST
 
 pytestmark = pytest.mark.rabbitmq
 
-GUEST = "Basic " + base64.b64encode(b"guest:guest").decode()
 NOT_FOUND = b'{"error":"Object Not Found","reason":"Not Found"}'
 STATIC = "HEAD, GET, OPTIONS"  # cowboy_rest's default allowed methods (and cowboy_static's)
 
@@ -50,13 +49,6 @@ def ask(broker: BrokerUnderTest, method: str, path: str, auth: bool) -> Answer:
         )
     finally:
         conn.close()
-
-
-@pytest.fixture
-def mbroker(broker: BrokerUnderTest) -> BrokerUnderTest:
-    if broker.name == "rabbitmq" and not ensure_rabbitmq_management():
-        pytest.fail("RabbitMQ's management plugin could not be enabled")
-    return broker
 
 
 def not_found() -> Answer:

@@ -26,7 +26,7 @@ from typing import Any
 import pika
 import pytest
 
-from tests.support.brokers import BrokerUnderTest, ensure_rabbitmq_management
+from tests.support.brokers import BrokerUnderTest
 from tests.support.mgmt import Api, q
 from tests.support.waiting import STATS_WAIT, wait_for
 
@@ -82,13 +82,6 @@ def listed(broker: BrokerUnderTest, user: str, query: str = "") -> Any:
         "content-security-policy": CSP,
     }
     return json.loads(answer.body)
-
-
-@pytest.fixture
-def mbroker(broker: BrokerUnderTest) -> BrokerUnderTest:
-    if broker.name == "rabbitmq" and not ensure_rabbitmq_management():
-        pytest.fail("RabbitMQ's management plugin could not be enabled")
-    return broker
 
 
 @dataclass(frozen=True, slots=True)

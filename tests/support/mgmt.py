@@ -20,6 +20,9 @@ import pytest
 
 from tests.support.brokers import BrokerUnderTest, ensure_rabbitmq_management
 
+#: the Authorization header of guest/guest, for tests that speak HTTP themselves
+GUEST = "Basic " + base64.b64encode(b"guest:guest").decode()
+
 
 def q(name: str) -> str:
     return quote(name, safe="")
