@@ -114,35 +114,24 @@ async def single_node(request: web.Request) -> web.Response:
 
 
 async def port_listener(request: web.Request) -> web.Response:
-    text = binding(request, "port")
-    port = _erlang_integer(text)
+    port = _erlang_integer(binding(request, "port"))
     if port is None:
         raise bad_request("Invalid port")
-    local = listeners(mgmt(request))
-    if any(each.port == port for each in local):
-        return json_response({"status": "ok", "port": port})
-    return check_failed(
-        {
-            "status": "failed",
-            "reason": "No active listener",
-            "missing": port,
-            "ports": [each.port for each in local],
-        }
-    )
+    return _listening(request, "port", port)
 
 
 async def protocol_listener(request: web.Request) -> web.Response:
-    protocol = normalize_protocol(binding(request, "protocol"))
-    local = listeners(mgmt(request))
-    if any(each.protocol == protocol for each in local):
-        return json_response({"status": "ok", "protocol": protocol})
+    return _listening(request, "protocol", normalize_protocol(binding(request, "protocol")))
+
+
+def _listening(request: web.Request, field: str, wanted: int | str) -> web.Response:
+    """ok when one of the node's listeners has ``wanted`` as its ``field`` (port or
+    protocol); else the 503 that names what is missing and what there is."""
+    there = [getattr(each, field) for each in listeners(mgmt(request))]
+    if wanted in there:
+        return json_response({"status": "ok", field: wanted})
     return check_failed(
-        {
-            "status": "failed",
-            "reason": "No active listener",
-            "missing": protocol,
-            "protocols": [each.protocol for each in local],
-        }
+        {"status": "failed", "reason": "No active listener", "missing": wanted, f"{field}s": there}
     )
 
 
