@@ -59,54 +59,48 @@ async def answer(request: web.Request, handler: Handler) -> web.StreamResponse:
             return await handler(request)
         except web.HTTPNotFound:
             return routing.not_found()
-    if request.path in OPEN:  # no credentials asked for, none checked
-        answered = await handler(request)
-        answered.headers["vary"] = routing.resource_vary(request)
-        return answered
     try:
-        m = mgmt(request)
-        creds = credentials(request)
-        # RabbitMQ's challenge makes HTTP clients (and browsers) send credentials; a
-        # script that asks with X-Requested-With (the dashboard) shows its own login
-        # form instead of the browser's prompt, so it gets no challenge
-        challenge = {} if request.headers.get("X-Requested-With") else CHALLENGE
-        if creds is None:
-            return web.Response(status=401, headers=challenge)
-        peer = request.remote
-        user = m.broker.users.check_credentials(creds[0], creds[1])
-        if user is not None and m.broker.users.loopback_only(user.name, peer):
-            return refused("User can only log in via localhost")
-        if user is None:
-            response = json_response({"error": "not_authorized", "reason": "Login failed"}, 401)
-            response.headers.update(challenge)
-            response.headers["vary"] = "origin"  # refused before the resource answers
-            return response
-        if not MANAGEMENT_TAGS.intersection(user.tags):
-            return refused("Not management user")
-        request[USER] = user
-        # who performs what this request does (this task's own: no other request or
-        # AMQP session sees it)
-        API_ACTOR.set(user.name)
-        answered = await handler(request)
-        answered.headers["vary"] = routing.resource_vary(request)  # a resource answered
-        return answered
+        refused = None if request.path in OPEN else log_in(request)
+        answered = await handler(request) if refused is None else refused
     except ApiError as exc:
-        failed = json_response({"error": exc.error, "reason": exc.reason}, exc.status)
+        answered = json_response({"error": exc.error, "reason": exc.reason}, exc.status)
     except AMQPError as exc:
         err = from_amqp(exc)
-        failed = json_response({"error": err.error, "reason": err.reason}, err.status)
+        answered = json_response({"error": err.error, "reason": err.reason}, err.status)
     except web.HTTPNotFound:
         return routing.not_found()
     # a 401 is cowboy_rest's is_authorized, before the resource's variances are known
-    failed.headers["vary"] = "origin" if failed.status == 401 else routing.resource_vary(request)
-    return failed
+    vary = "origin" if answered.status == 401 else routing.resource_vary(request)
+    answered.headers["vary"] = vary
+    return answered
 
 
-def refused(reason: str) -> web.Response:
-    """A login refused before the resource answers (cowboy_rest's is_authorized)."""
-    response = json_response({"error": "not_authorised", "reason": reason}, 401)
-    response.headers["vary"] = "origin"
-    return response
+def log_in(request: web.Request) -> web.Response | None:
+    """The request's user, as rabbit_mgmt_util:is_authorized checks it: None when let in
+    (the user is then the request's, and the actor of what it does), else the refusal
+    (a refusal with a reason of its own is raised as an ApiError)."""
+    m = mgmt(request)
+    creds = credentials(request)
+    # RabbitMQ's challenge makes HTTP clients (and browsers) send credentials; a script
+    # that asks with X-Requested-With (the dashboard) shows its own login form instead of
+    # the browser's prompt, so it gets no challenge
+    challenge = {} if request.headers.get("X-Requested-With") else CHALLENGE
+    if creds is None:
+        return web.Response(status=401, headers=challenge)
+    user = m.broker.users.check_credentials(creds[0], creds[1])
+    if user is not None and m.broker.users.loopback_only(user.name, request.remote):
+        raise ApiError(401, "not_authorised", "User can only log in via localhost")
+    if user is None:
+        response = json_response({"error": "not_authorized", "reason": "Login failed"}, 401)
+        response.headers.update(challenge)
+        return response
+    if not MANAGEMENT_TAGS.intersection(user.tags):
+        raise ApiError(401, "not_authorised", "Not management user")
+    request[USER] = user
+    # who performs what this request does (this task's own: no other request or AMQP
+    # session sees it)
+    API_ACTOR.set(user.name)
+    return None
 
 
 # ---------------------------------------------------------------- static files

@@ -38,6 +38,8 @@ from urllib.parse import unquote_to_bytes
 from aiohttp import web
 from aiohttp.web_urldispatcher import PlainResource
 
+from leveret.management.httputil import RESOURCE_VARY
+
 # Methods cowboy_http refuses as it reads the request line, before any routing
 # (cowboy_http:parse_request): 501 and the connection closed.
 UNSUPPORTED = frozenset({"CONNECT", "TRACE"})
@@ -161,7 +163,6 @@ _VARIES = (
     # rabbitmq_stream_management's listings: one content type, no variances of their own
     (re.compile(r"/api/stream/(?:connections|publishers|consumers)(?:/[^/]+)?"), "origin"),
 )
-RESOURCE_VARY = "accept, accept-encoding, origin"
 
 
 def resource_vary(request: web.Request) -> str:
