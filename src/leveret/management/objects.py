@@ -394,13 +394,12 @@ def binding_ends(request: web.Request) -> tuple[VirtualHost, Any, Any]:
     return v, src, target
 
 
-def between(v: VirtualHost, src: Any, target: Any) -> list[dict[str, Any]]:
+def between(v: VirtualHost, source: str, kind: str, dest: str) -> list[dict[str, Any]]:
+    """The bindings from exchange ``source`` to the ``kind`` named ``dest``."""
     return [
         b
         for b in views.all_bindings(v)
-        if b["source"] == src.name
-        and b["destination"] == target.name
-        and b["destination_type"] == target.kind
+        if b["source"] == source and b["destination"] == dest and b["destination_type"] == kind
     ]
 
 
@@ -411,12 +410,7 @@ async def bindings_between(request: web.Request) -> web.Response:
     source, kind, dest = binding_names(request)
     if source == "" and kind == "queue":  # the implicit binding, queue or no queue
         return json_response([views.default_binding(v.name, dest)])
-    out = [
-        b
-        for b in views.all_bindings(v)
-        if b["source"] == source and b["destination"] == dest and b["destination_type"] == kind
-    ]
-    return json_response(out)
+    return json_response(between(v, source, kind, dest))
 
 
 async def binding_create(request: web.Request) -> web.Response:
@@ -435,7 +429,7 @@ async def binding_create(request: web.Request) -> web.Response:
 async def binding_one(request: web.Request) -> web.Response:
     v, src, target = binding_ends(request)
     props = request.match_info["props"]
-    for b in between(v, src, target):
+    for b in between(v, src.name, target.kind, target.name):
         if unquote(b["properties_key"]) == props or b["properties_key"] == props:
             if request.method == "DELETE":
                 actor = mgmt(request).actor(request, v)
