@@ -235,7 +235,7 @@ class Session(names.NamedConnection, ConnectionEvents):
         if WriteStalls.turn(self, writable) and writable:
             for ch in list(self.channels.values()):
                 ch.kick()
-            self.release_held()
+            release_held(self)  # publishers of any protocol read again
 
     def hold(self, publisher: FlowHolder) -> None:
         """Credit flow: ``publisher`` feeds this session's consumers faster than this
@@ -245,11 +245,6 @@ class Session(names.NamedConnection, ConnectionEvents):
 
     def awaits_settlements(self) -> bool:
         return any(ch.unacked for ch in self.channels.values())
-
-    def release_held(self) -> None:
-        """This session drains again (or is gone): publishers it held may read again,
-        whatever protocol they speak."""
-        release_held(self)
 
     def released(self) -> None:
         if self.endpoint is not None:
@@ -273,7 +268,7 @@ class Session(names.NamedConnection, ConnectionEvents):
             if not queue.deleted:
                 self.vhost_obj.remove_queue(queue)
         self.exclusive_queues.clear()
-        self.release_held()
+        release_held(self)
         for holder in self.held_by:
             holding: set[FlowHolder] | None = getattr(holder, "holding", None)
             if holding is not None:  # a connection or a queue's backlog
