@@ -10,6 +10,12 @@ Environment:
                                first line of what failed it (or why it was skipped)},
                                "details": {test id: the error lines (pytest's "E" lines) of
                                every exception in its traceback, causes included}}.
+                               Beside it, REPORT.partial gets a JSON line as the run
+                               goes: {"collected": [...]}, then {"started": id} and
+                               {"finished": id, "outcome", "message", "details"} for each
+                               test; what a run that crashed got through.
+  LEVERET_CONFORMANCE_DONE     a JSON list of test ids an earlier run that crashed got
+                               through: deselected, and not counted as deselected.
 """
 
 from __future__ import annotations
@@ -63,18 +69,35 @@ def _message(report: Any) -> str:
     return first[:_MESSAGE_MAX]
 
 
+def _partial(line: dict[str, Any]) -> None:
+    path = os.environ.get("LEVERET_CONFORMANCE_REPORT")
+    if path:
+        with open(path + ".partial", "a", encoding="utf-8") as f:
+            f.write(json.dumps(line) + "\n")
+
+
 def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
-    patterns = [re.compile(p) for p in json.loads(os.environ.get(
-        "LEVERET_CONFORMANCE_EXCLUDE", "[]"))]
-    if not patterns:
-        return
-    keep, drop = [], []
+    patterns = [
+        re.compile(p) for p in json.loads(os.environ.get("LEVERET_CONFORMANCE_EXCLUDE", "[]"))
+    ]
+    done = set(json.loads(os.environ.get("LEVERET_CONFORMANCE_DONE", "[]")))
+    keep, drop, skip = [], [], []
     for item in items:
-        (drop if any(p.search(item.nodeid) for p in patterns) else keep).append(item)
-    if drop:
-        config.hook.pytest_deselected(items=drop)
+        if item.nodeid in done:
+            skip.append(item)
+        elif any(p.search(item.nodeid) for p in patterns):
+            drop.append(item)
+        else:
+            keep.append(item)
+    if drop or skip:
+        config.hook.pytest_deselected(items=drop + skip)
         items[:] = keep
         _deselected.extend(item.nodeid for item in drop)
+    _partial({"collected": [item.nodeid for item in keep]})
+
+
+def pytest_runtest_logstart(nodeid: str, location: Any) -> None:
+    _partial({"started": nodeid})
 
 
 def pytest_collectreport(report: Any) -> None:
@@ -90,6 +113,16 @@ def pytest_runtest_logreport(report: Any) -> None:
         _record(report.nodeid, "skipped", report)
     elif report.when == "call":
         _record(report.nodeid, "passed")
+    if report.when == "teardown":
+        nodeid = report.nodeid
+        _partial(
+            {
+                "finished": nodeid,
+                "outcome": _outcomes.get(nodeid, "passed"),
+                "message": _messages.get(nodeid, ""),
+                "details": _details.get(nodeid, ""),
+            }
+        )
 
 
 def pytest_sessionfinish(session: Any, exitstatus: int) -> None:
@@ -97,5 +130,14 @@ def pytest_sessionfinish(session: Any, exitstatus: int) -> None:
     if not path:
         return
     with open(path, "w", encoding="utf-8") as f:
-        json.dump({"outcomes": _outcomes, "deselected": _deselected, "messages": _messages,
-                   "details": _details}, f, indent=1, sort_keys=True)
+        json.dump(
+            {
+                "outcomes": _outcomes,
+                "deselected": _deselected,
+                "messages": _messages,
+                "details": _details,
+            },
+            f,
+            indent=1,
+            sort_keys=True,
+        )

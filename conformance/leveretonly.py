@@ -19,6 +19,7 @@ What this module holds (scripts/conformance runs the suite and calls it):
 from __future__ import annotations
 
 import datetime
+import json
 import os
 import re
 import signal
@@ -27,7 +28,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -167,6 +168,8 @@ class LeveretOnly:
     # The library is the tree's own package, which the tests import from the tree's root
     # (as a CI that does not install it): no sdist is installed.
     from_tree: bool = False
+    # a crash that is the client's own race (its tests' run and its examples run again)
+    client_race: ClientRace | None = None
 
 
 def renew_if_expired(cert_path: Path, ca_cert: Path, ca_key: Path, days: int = 30) -> bool:
@@ -291,15 +294,92 @@ _ERROR = re.compile(r"(Error|Exception|exception|Condition\()")
 
 
 @dataclass(frozen=True)
+class ClientRace:
+    """A crash that is the client's own data race, known by the dump Python's faulthandler
+    prints on SIGSEGV or SIGABRT: at least two of the process's threads were inside the
+    library (a frame whose path holds one of ``frames``) when it died. Such a run is not
+    the broker's answer: it runs again, up to ``attempts`` times in all."""
+
+    frames: tuple[str, ...]  # path fragments of the library's frames
+    reason: str  # the race, as the report prints it
+    attempts: int = 3
+
+
+def threads_inside(dump: list[str], frames: tuple[str, ...]) -> int:
+    """How many threads of a faulthandler dump (``Thread 0x...`` and ``Current thread
+    0x...`` blocks of ``File ...`` lines) have a frame in one of ``frames``."""
+    inside: set[int] = set()
+    block = -1
+    for line in dump:
+        if re.match(r"^(Current thread|Thread) 0x[0-9a-f]+ ", line):
+            block += 1
+        elif block >= 0 and line.startswith("  File ") and any(f in line for f in frames):
+            inside.add(block)
+    return len(inside)
+
+
+# An example's outcome when every run of it crashed in the client's own race (ClientRace):
+# printed, neither a pass nor a failure of the broker.
+CLIENT_CRASH = "client-crash"
+
+
+@dataclass
+class Partial:
+    """The outcomes of the tests that runs which crashed finished (the plugin's
+    REPORT.partial lines), and what was collected."""
+
+    outcomes: dict[str, str] = field(default_factory=dict)
+    messages: dict[str, str] = field(default_factory=dict)
+    details: dict[str, str] = field(default_factory=dict)
+    collected: list[str] = field(default_factory=list)
+
+    def read(self, path: Path) -> str:
+        """Take in a crashed run's lines; the test it died in ("" if none had started)."""
+        running = ""
+        lines = path.read_text().splitlines() if path.exists() else []
+        for line in (json.loads(raw) for raw in lines if raw.strip()):
+            if "collected" in line and not self.collected:
+                self.collected = line["collected"]
+            elif "started" in line:
+                running = line["started"]
+            elif "finished" in line:
+                test = line["finished"]
+                self.outcomes[test] = line["outcome"]
+                if line["message"]:
+                    self.messages[test] = line["message"]
+                if line["details"]:
+                    self.details[test] = line["details"]
+                running = "" if running == test else running
+        return running
+
+    def crashed(self, running: str, why: str) -> None:
+        """The last run crashed as well: the test it died in, and those no run reached."""
+        for test in [running] if running else []:
+            self.outcomes[test] = CLIENT_CRASH
+            self.messages[test] = why
+        for test in self.collected:
+            if test not in self.outcomes:
+                self.outcomes[test] = CLIENT_CRASH
+                self.messages[test] = f"not reached: {why}"
+
+
+@dataclass(frozen=True)
 class ExampleResult:
-    outcome: str  # passed or failed
+    outcome: str  # passed, failed, or CLIENT_CRASH
     why: str = ""  # when it failed: what went wrong, and the error it printed last
     errors: str = ""  # every line of its output (and the program's beside it) with an error
     crashed: bool = False  # a process of the example died of SIGSEGV or SIGABRT
+    raced: bool = False  # ...and its dump shows the client's race (ClientRace)
 
 
 def run_example(
-    example: Example, python: Path, tree: Path, prefix: list[str], env: dict[str, str], log: Path
+    example: Example,
+    python: Path,
+    tree: Path,
+    prefix: list[str],
+    env: dict[str, str],
+    log: Path,
+    race: ClientRace | None = None,
 ) -> ExampleResult:
     """Run one example (with ``prefix``: in the broker's network namespace), its working
     directory the tree's root as upstream runs them. Its output is appended to ``log``.
@@ -307,21 +387,40 @@ def run_example(
     An example whose own process crashes (SIGSEGV or SIGABRT: python-qpid-proton's C code,
     which the client's asyncio wrapper drives from more than one thread) runs once more,
     and says so on stderr and in the log: a crash of the client is not the broker's
-    answer, and only a second one in a row stands."""
-    first = _run_example_once(example, python, tree, prefix, env, log)
-    if first.crashed:
+    answer, and only a second one in a row stands. A crash that is ``race`` runs again up
+    to its ``attempts``; when the last one is that race too, the outcome is CLIENT_CRASH."""
+    env = {**env, "PYTHONFAULTHANDLER": "1"}  # the threads' stacks, should it crash
+    attempts = race.attempts if race is not None else 2
+    attempt = 1
+    while True:
+        result = _run_example_once(example, python, tree, prefix, env, log, race)
+        if not result.crashed or attempt >= (attempts if result.raced else 2):
+            break
+        attempt += 1
         print(
-            f"{example.test_id}: the client crashed ({first.why[:120]}); running it again",
+            f"{example.test_id}: the client crashed ({result.why[:120]}); running it again",
             file=sys.stderr,
         )
         with log.open("a") as out:
             out.write(f"===== the client crashed: {example.path} runs again\n")
-        return _run_example_once(example, python, tree, prefix, env, log)
-    return first
+    if result.raced and race is not None:
+        return replace(
+            result,
+            outcome=CLIENT_CRASH,
+            why=f"crashed in {attempt} runs in a row, each time with two threads inside the "
+            f"client's library: {race.reason} (last: {result.why[:200]})",
+        )
+    return result
 
 
 def _run_example_once(
-    example: Example, python: Path, tree: Path, prefix: list[str], env: dict[str, str], log: Path
+    example: Example,
+    python: Path,
+    tree: Path,
+    prefix: list[str],
+    env: dict[str, str],
+    log: Path,
+    race: ClientRace | None,
 ) -> ExampleResult:
     env = {**env, "PYTHONUNBUFFERED": "1"}
     started: list[tuple[str, _Program]] = []
@@ -341,10 +440,18 @@ def _run_example_once(
                 out.write(f"===== {path} (exit {program.proc.returncode})\n")
                 out.write("\n".join(program.lines) + "\n")
     errors = "\n".join(line for _, program in started for line in program.errors())
-    crashed = bool(why) and any(
-        program.proc.returncode in (-signal.SIGSEGV, -signal.SIGABRT) for _, program in started
+    dead = [
+        program
+        for _, program in started
+        if program.proc.returncode in (-signal.SIGSEGV, -signal.SIGABRT)
+    ]
+    crashed = bool(why) and bool(dead)
+    raced = (
+        crashed
+        and race is not None
+        and all(threads_inside(p.lines, race.frames) >= 2 for p in dead)
     )
-    return ExampleResult("failed" if why else "passed", why, errors[:4000], crashed)
+    return ExampleResult("failed" if why else "passed", why, errors[:4000], crashed, raced)
 
 
 def _drive(example: Example, start: Callable[[str], _Program]) -> str:
@@ -416,7 +523,8 @@ UNEXPLAINED = "not explained by a rule yet: "
 
 
 def not_passing(outcomes: dict[str, str]) -> list[str]:
-    return sorted(t for t, o in outcomes.items() if o != "passed")
+    """The tests that failed (a CLIENT_CRASH is neither a pass nor a failure)."""
+    return sorted(t for t, o in outcomes.items() if o not in ("passed", CLIENT_CRASH))
 
 
 def write_listing(

@@ -6,6 +6,9 @@ taken from a tag of a git repository, an expired certificate signed again."""
 from __future__ import annotations
 
 import datetime
+import json
+import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -13,14 +16,18 @@ from pathlib import Path
 
 import pytest
 from conformance.leveretonly import (
+    CLIENT_CRASH,
+    ClientRace,
     Example,
     GitTree,
+    Partial,
     Rule,
     SourceMissing,
     load_listing,
     reason_for,
     renew_if_expired,
     run_example,
+    threads_inside,
     write_listing,
 )
 from cryptography import x509
@@ -141,6 +148,171 @@ def test_a_program_that_never_says_it_is_done_is_ended(tmp_path: Path) -> None:
     assert why.startswith("still running after 1 s without printing /^done$/")
 
 
+# A stand-in for a client whose C library is driven from two threads: both are inside
+# its package (lib/proton.py) when the process dies of SIGSEGV (``race``), or only one is.
+# Each run appends a line to runs.txt; the first ``crashes`` runs crash, the rest finish.
+CRASHER = """\
+import os, signal, sys, threading, time
+from pathlib import Path
+sys.path.insert(0, "lib")
+import proton
+runs = Path("runs.txt")
+runs.write_text(runs.read_text() + "run\\n" if runs.exists() else "run\\n")
+print("connecting")
+if len(runs.read_text().splitlines()) <= {crashes}:
+    if {race}:
+        threading.Thread(target=proton.spin, daemon=True).start()
+        time.sleep(0.2)
+    proton.crash()
+print("received all messages")
+try:
+    while True:
+        time.sleep(0.05)
+except KeyboardInterrupt:
+    pass
+"""
+
+PROTON = """\
+import os, signal, time
+def spin():
+    while True:
+        time.sleep(0.01)
+def crash():
+    os.kill(os.getpid(), signal.SIGSEGV)
+"""
+
+RACE = ClientRace(frames=("/lib/proton.py",), reason="two threads in proton")
+
+
+def crasher(tree: Path, crashes: int, race: bool) -> tuple[str, str, int]:
+    (tree / "lib").mkdir(exist_ok=True)
+    (tree / "lib" / "proton.py").write_text(PROTON)
+    path = program(tree, "client.py", CRASHER.format(crashes=crashes, race=race))
+    ran = run_example(
+        Example(path, done=r"^received all messages$", timeout=30),
+        Path(sys.executable),
+        tree,
+        [],
+        {"PATH": "/usr/bin:/bin"},
+        tree / "examples.log",
+        RACE,
+    )
+    return ran.outcome, ran.why, len((tree / "runs.txt").read_text().splitlines())
+
+
+def test_a_crash_in_the_clients_own_race_runs_again_up_to_its_attempts(tmp_path: Path) -> None:
+    # crashed twice in the race, then passed: the third run counts
+    assert crasher(tmp_path, crashes=2, race=True)[::2] == ("passed", 3)
+
+
+def test_a_race_crash_every_time_is_neither_a_pass_nor_a_failure(tmp_path: Path) -> None:
+    outcome, why, runs = crasher(tmp_path, crashes=9, race=True)
+    assert (outcome, runs) == (CLIENT_CRASH, 3)
+    assert why.startswith("crashed in 3 runs in a row, each time with two threads inside")
+    assert "two threads in proton" in why
+    # the dump the decision was made on is in the log
+    assert "Fatal Python error: Segmentation fault" in (tmp_path / "examples.log").read_text()
+
+
+def test_any_other_crash_runs_once_more_and_then_fails(tmp_path: Path) -> None:
+    outcome, why, runs = crasher(tmp_path, crashes=9, race=False)
+    assert (outcome, runs) == ("failed", 2)
+    assert why.startswith("exited -11 without printing")
+
+
+def test_a_crashed_pytest_run_goes_on_with_the_tests_it_did_not_finish(tmp_path: Path) -> None:
+    """The plugin scripts/conformance loads writes each test's outcome as it finishes; the
+    next run leaves out those, and Partial keeps them and names the test the crash was in."""
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "lib" / "proton.py").write_text(PROTON)
+    (tmp_path / "test_suite.py").write_text(
+        textwrap.dedent(
+            """\
+            import os, sys, threading, time
+            sys.path.insert(0, "lib")
+            import proton
+
+            def test_a():
+                pass
+
+            def test_b():
+                if not os.path.exists("crashed-once"):
+                    open("crashed-once", "w").close()
+                    threading.Thread(target=proton.spin, daemon=True).start()
+                    time.sleep(0.2)
+                    proton.crash()
+
+            def test_c():
+                assert False, "c fails"
+            """
+        )
+    )
+    report = tmp_path / "report.json"
+    plugin_dir = Path(__file__).resolve().parents[2] / "conformance"
+    done = Partial()
+
+    def pytest_run() -> subprocess.CompletedProcess[str]:
+        env = {
+            **os.environ,
+            "PYTHONPATH": str(plugin_dir),
+            "LEVERET_CONFORMANCE_REPORT": str(report),
+            "LEVERET_CONFORMANCE_DONE": json.dumps(sorted(done.outcomes)),
+        }
+        (tmp_path / "report.json.partial").unlink(missing_ok=True)
+        return subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-p", "leveret_conformance_plugin",
+             "-p", "no:cacheprovider", "test_suite.py"],
+            cwd=tmp_path, env=env, capture_output=True, text=True, check=False,
+        )  # fmt: skip
+
+    first = pytest_run()
+    assert first.returncode == -signal.SIGSEGV
+    assert not report.exists()
+    # pytest's faulthandler dump: the test's thread and the spinning one, both in "proton"
+    assert threads_inside(first.stdout.splitlines() + first.stderr.splitlines(), RACE.frames) == 2
+    assert done.read(tmp_path / "report.json.partial") == "test_suite.py::test_b"
+    assert done.outcomes == {"test_suite.py::test_a": "passed"}
+    assert done.collected == [f"test_suite.py::test_{t}" for t in "abc"]
+
+    second = pytest_run()
+    assert second.returncode == 1
+    data = json.loads(report.read_text())
+    # test_a is not run again, nor counted as deselected
+    assert data["outcomes"] == {
+        "test_suite.py::test_b": "passed",
+        "test_suite.py::test_c": "failed",
+    }
+    assert data["deselected"] == []
+    assert "c fails" in data["messages"]["test_suite.py::test_c"]
+
+
+def test_tests_a_crash_left_unfinished_are_client_crashes() -> None:
+    done = Partial(outcomes={"t::a": "passed"}, collected=["t::a", "t::b", "t::c"])
+    done.crashed("t::b", "the race")
+    assert done.outcomes == {"t::a": "passed", "t::b": CLIENT_CRASH, "t::c": CLIENT_CRASH}
+    assert done.messages == {"t::b": "the race", "t::c": "not reached: the race"}
+
+
+def test_threads_inside_reads_a_faulthandler_dump() -> None:
+    dump = [
+        "Fatal Python error: Segmentation fault",
+        "",
+        "Thread 0x00007f60956fd6c0 (most recent call first):",
+        '  File "/usr/lib/python3.11/concurrent/futures/thread.py", line 81 in _worker',
+        "",
+        "Thread 0x00007f6095efe6c0 (most recent call first):",
+        '  File "/v/site-packages/x/qpid/proton/_io.py", line 70 in select',
+        '  File "/v/site-packages/x/qpid/proton/_io.py", line 150 in select_inner',
+        "",
+        "Current thread 0x00007f609961cb80 (most recent call first):",
+        '  File "/v/site-packages/cproton.py", line 556 in pn_delivery',
+    ]
+    frames = ("/qpid/proton/", "/cproton.py")
+    assert threads_inside(dump, frames) == 2
+    assert threads_inside(dump[:9], frames) == 1
+    assert threads_inside(['  File "/x/qpid/proton/a.py", line 1 in f'], frames) == 0
+
+
 def test_the_list_is_written_with_reasons_and_read_back(tmp_path: Path) -> None:
     listing = tmp_path / "suite.txt"
     rules = (
@@ -153,6 +325,8 @@ def test_the_list_is_written_with_reasons_and_read_back(tmp_path: Path) -> None:
         "t.py::test_b": "failed",
         "t.py::test_c": "skipped",
         "t.py::test_d": "failed",
+        # crashed in the client's own race each time it ran: not on the list
+        "t.py::test_e": CLIENT_CRASH,
     }
     messages = {
         "t.py::test_oauth": "setup: Expected SASL protocol header got: x",
