@@ -105,7 +105,11 @@ def _spark_level(level: str) -> str:
 def _stop_on_signals(stop: threading.Event | None = None) -> threading.Event:
     """SIGTERM or Ctrl-C sets the event (the ingest then stops its query and returns, and
     does not restart it); the same signal again interrupts at once. (Ctrl-C to
-    ``leveret up``'s process group and then ``up``'s own SIGTERM are one request to stop.)"""
+    ``leveret up``'s process group and then ``up``'s own SIGTERM are one request to stop.)
+
+    Only the first signal sets the event: Event.set holds the event's lock, and a second
+    signal that came while the main thread was inside it would wait for that lock on the
+    same thread forever (seen under load: the ingest then had to be killed)."""
     stop = stop or threading.Event()
     event = stop
     seen: set[int] = set()
@@ -113,8 +117,10 @@ def _stop_on_signals(stop: threading.Event | None = None) -> threading.Event:
     def handler(signum: int, frame: FrameType | None) -> None:
         if event.is_set() and signum in seen:
             raise KeyboardInterrupt
+        first = not seen
         seen.add(signum)
-        event.set()
+        if first:
+            event.set()
 
     signal.signal(signal.SIGTERM, handler)
     signal.signal(signal.SIGINT, handler)
