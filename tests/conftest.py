@@ -136,6 +136,9 @@ def pytest_configure(config: pytest.Config) -> None:
         settings.load_profile("leveret-fast")
 
 
+# before xdist's own, which reads the xdist_group marks into the node ids the scheduler groups
+# by: after it, the marks added here grouped nothing
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     slow = pytest.mark.slow
     long_timeout = pytest.mark.timeout(LONG_TIMEOUT)
