@@ -411,3 +411,33 @@ def test_sorting_paging_and_columns_match(sites: tuple[Site, Site]) -> None:
         )
     for ours, theirs in zip(answers[0], answers[1], strict=True):
         assert ours == theirs
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "name=AMQ.D&page=1",  # ignoring case, a substring
+        "name=amq.&page=2&page_size=2",  # total_count unfiltered, filtered_count filtered
+        "name=amq.",  # without a page: not filtered
+        "name=%5Eamq%5C.%28direct%7Cfanout%29%24&use_regex=true&page=1",
+        "name=AMQ%5C.T&use_regex=true&page=1&columns=name",  # a regex ignores case too
+        "name=amq.d&use_regex=false&page=1",
+        "name=nothing-is-called-this&page=1",
+    ],
+)
+def test_name_filters_match(sites: tuple[Site, Site], query: str) -> None:
+    answers = []
+    for site in sites:
+        columns = "" if "columns=" in query else "&columns=name,type"
+        got = site.api.get(f"/api/exchanges/{q(site.vhost)}?sort=name&{query}{columns}")
+        answers.append(json.loads(normalize(json.dumps(got)).replace(site.vhost, "VHOST")))
+    assert answers[0] == answers[1]
+
+
+def test_a_name_regex_that_does_not_compile_is_a_bad_request(sites: tuple[Site, Site]) -> None:
+    answers = [
+        site.api.call("GET", f"/api/exchanges/{q(site.vhost)}?name=%28&use_regex=true&page=1")
+        for site in sites
+    ]
+    assert answers[0] == answers[1]
+    assert answers[0][0] == 400

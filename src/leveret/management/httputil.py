@@ -259,37 +259,51 @@ def listing(request: web.Request, items: list[dict[str, Any]], pages: bool = Tru
         items = sorted(items, key=key, reverse=reverse)
     elif reverse:
         items = list(reversed(items))
-    name_filter = q.get("name")
-    if name_filter:
-        items = [i for i in items if name_filter in str(i.get("name", ""))]
-    if q.get("columns"):
-        items = [project(i, q["columns"]) for i in items]
-    if not pages:
-        return json_response(items)
-    asked = pagination(q.get("page"), q.get("page_size"))
-    if asked is None:
+    asked = pagination(q.get("page"), q.get("page_size")) if pages else None
+    if asked is None:  # the name filter too is the pagination's
+        if q.get("columns"):
+            items = [project(i, q["columns"]) for i in items]
         return json_response(items)
     page, size = asked
     total = len(items)
+    if q.get("name"):
+        items = name_filtered(items, q["name"], q.get("use_regex") == "true")
+    if q.get("columns"):
+        items = [project(i, q["columns"]) for i in items]
+    filtered = len(items)
     start = (page - 1) * size
-    if start > total:  # lists:sublist/3 fails past the end of the list
+    if start > filtered:  # lists:sublist/3 fails past the end of the list
         raise ApiError(
             400,
             "page_out_of_range",
-            f"Page out of range, page: {page} page size: {size}, len: {total}",
+            f"Page out of range, page: {page} page size: {size}, len: {filtered}",
         )
     shown = items[start : start + size]
     return json_response(
         {
-            "filtered_count": total,
+            "filtered_count": filtered,
             "item_count": len(shown),
             "items": shown,
             "page": page,
-            "page_count": (total + size - 1) // size,
+            "page_count": (filtered + size - 1) // size,
             "page_size": size,
             "total_count": total,
         }
     )
+
+
+def name_filtered(items: list[dict[str, Any]], name: str, regex: bool) -> list[dict[str, Any]]:
+    """The items whose name holds ``name`` (rabbit_mgmt_util:match_value): ignoring case,
+    as a substring, or with ``use_regex=true`` as a regular expression; one that does not
+    compile is a bad request, as RabbitMQ answers its failed pagination."""
+    if not regex:
+        lowered = name.lower()
+        return [i for i in items if lowered in str(i.get("name", "")).lower()]
+    try:
+        pattern = re.compile(name, re.IGNORECASE)
+    except re.error:
+        raise bad_request("Pagination parameters are invalid") from None
+    return [i for i in items if pattern.search(str(i.get("name", "")))]
 
 
 #: rabbit_mgmt_util's ?MAX_PAGE_SIZE and ?DEFAULT_PAGE_SIZE
