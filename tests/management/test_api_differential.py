@@ -423,13 +423,18 @@ def test_sorting_paging_and_columns_match(sites: tuple[Site, Site]) -> None:
         "name=AMQ%5C.T&use_regex=true&page=1&columns=name",  # a regex ignores case too
         "name=amq.d&use_regex=false&page=1",
         "name=nothing-is-called-this&page=1",
+        # sorted as Erlang terms; ties in the default order, and reversed with the rest
+        "sort=type&sort_reverse=true",
+        "sort=internal",
+        "sort=no-such-column&sort_reverse=true",
     ],
 )
-def test_name_filters_match(sites: tuple[Site, Site], query: str) -> None:
+def test_name_filters_and_sorts_match(sites: tuple[Site, Site], query: str) -> None:
     answers = []
     for site in sites:
         columns = "" if "columns=" in query else "&columns=name,type"
-        got = site.api.get(f"/api/exchanges/{q(site.vhost)}?sort=name&{query}{columns}")
+        sort = "" if "sort=" in query else "sort=name&"
+        got = site.api.get(f"/api/exchanges/{q(site.vhost)}?{sort}{query}{columns}")
         answers.append(json.loads(normalize(json.dumps(got)).replace(site.vhost, "VHOST")))
     assert answers[0] == answers[1]
 

@@ -248,15 +248,14 @@ def listing(request: web.Request, items: list[dict[str, Any]], pages: bool = Tru
     q = request.query
     sort = q.get("sort")
     reverse = as_bool(q.get("sort_reverse"))
-    if sort:
-
-        def key(item: dict[str, Any]) -> Any:
-            value: Any = item
-            for part in sort.split("."):
-                value = value.get(part) if isinstance(value, dict) else None
-            return (value is None, str(value) if not isinstance(value, (int, float)) else value)
-
-        items = sorted(items, key=key, reverse=reverse)
+    if sort == "":
+        pass  # sort_list/4: an empty sort column list is neither sorted nor reversed
+    elif sort is not None:
+        # lists:sort of Erlang terms, the column first; ties keep the listing's own order
+        # (its default sort), and the reverse reverses all of it, ties too
+        items = sorted(items, key=lambda item: erlang_order(dotted(item, sort)))
+        if reverse:
+            items.reverse()
     elif reverse:
         items = list(reversed(items))
     asked = pagination(q.get("page"), q.get("page_size")) if pages else None
@@ -290,6 +289,31 @@ def listing(request: web.Request, items: list[dict[str, Any]], pages: bool = Tru
             "total_count": total,
         }
     )
+
+
+def dotted(item: dict[str, Any], column: str) -> Any:
+    """rabbit_mgmt_util:get_dotted_value: ``a.b`` looked up key by key; what is missing
+    is 0, which puts it before everything else."""
+    value: Any = item
+    for part in column.split("."):
+        value = value.get(part, 0) if isinstance(value, dict) else 0
+    return value
+
+
+def erlang_order(value: Any) -> tuple[Any, ...]:
+    """A sort key in Erlang's term order of the JSON value's term: number < atom (true,
+    false, null: undefined) < map or property list < list < binary."""
+    if isinstance(value, bool):
+        return (1, "true" if value else "false")
+    if isinstance(value, int | float):
+        return (0, value)
+    if value is None:
+        return (1, "undefined")
+    if isinstance(value, dict):
+        return (3, tuple((str(k), erlang_order(v)) for k, v in value.items()))
+    if isinstance(value, list):
+        return (4, tuple(erlang_order(v) for v in value))
+    return (5, str(value).encode())
 
 
 def name_filtered(items: list[dict[str, Any]], name: str, regex: bool) -> list[dict[str, Any]]:
