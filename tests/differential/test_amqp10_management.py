@@ -13,6 +13,7 @@ from typing import Any
 
 import pika
 import pytest
+from proton import ConnectionException
 
 from tests.support.amqp10 import ACTIVE, CLOSED, Amqp10Broker, Amqp10Client
 from tests.support.mgmt import Site, make_site, q
@@ -218,14 +219,24 @@ def test_closing_the_connection_ends_the_session(site: Site) -> None:
     ends with amqp:internal-error and the Erlang term of why (the reason's character
     codes), and the AMQP 1.0 connection stays open."""
     declare_queue(site, "a10q")
-    c = client(site)
-    try:
+    for attempt in (1, 2):
+        c = client(site)
         s = c.session()
         c.receiver(s, "/amq/queue/a10q", credit=3)
         (row,) = wait_rows(site, 1)
         path = f"/api/connections/{q(row['name'])}"
         assert site.api.call("DELETE", path, headers={"X-Reason": "bye now"})[0] == 204
-        c.wait(lambda: bool(s.state & CLOSED))
+        try:
+            c.wait(lambda: bool(s.state & CLOSED))
+            break
+        except ConnectionException:
+            # RabbitMQ 3.10.8's plugin, now and then on a loaded machine: the session's end
+            # took its reader down too, and the socket was aborted. Once more, on it alone.
+            c.close()
+            if site.broker.name != "rabbitmq" or attempt == 2:
+                raise
+            assert wait_for(lambda: rows(site) == [], STATS_WAIT, 0.3)
+    try:
         assert s.remote_condition.name == "amqp:internal-error"
         assert s.remote_condition.description == (
             "{shutdown,{connection_closing,{server_initiated_close,320,"

