@@ -227,7 +227,7 @@ def test_closing_the_connection_ends_the_session(site: Site) -> None:
         path = f"/api/connections/{q(row['name'])}"
         assert site.api.call("DELETE", path, headers={"X-Reason": "bye now"})[0] == 204
         try:
-            c.wait(lambda: bool(s.state & CLOSED))
+            c.wait(lambda s=s: bool(s.state & CLOSED))  # type: ignore[misc]
             break
         except ConnectionException:
             # RabbitMQ 3.10.8's plugin, now and then on a loaded machine: the session's end
