@@ -397,11 +397,16 @@ def run_example(
     and says so on stderr and in the log: a crash of the client is not the broker's
     answer, and only a second one in a row stands. A crash that is ``race`` runs again up
     to its ``attempts``; when the last one is that race too, the outcome is CLIENT_CRASH."""
-    env = {**env, "PYTHONFAULTHANDLER": "1"}  # the threads' stacks, should it crash
+    # unbuffered, and the threads' stacks should it crash
+    env = {**env, "PYTHONUNBUFFERED": "1", "PYTHONFAULTHANDLER": "1"}
+
+    def launch(path: str) -> _Program:
+        return _Program.start([*prefix, str(python), path], tree, env)
+
     attempts = race.attempts if race is not None else 2
     attempt = 1
     while True:
-        result = _run_example_once(example, python, tree, prefix, env, log, race)
+        result = _run_example_once(example, launch, log, race)
         if not result.crashed or attempt >= (attempts if result.raced else 2):
             break
         attempt += 1
@@ -423,18 +428,14 @@ def run_example(
 
 def _run_example_once(
     example: Example,
-    python: Path,
-    tree: Path,
-    prefix: list[str],
-    env: dict[str, str],
+    launch: Callable[[str], _Program],
     log: Path,
     race: ClientRace | None,
 ) -> ExampleResult:
-    env = {**env, "PYTHONUNBUFFERED": "1"}
     started: list[tuple[str, _Program]] = []
 
     def start(path: str) -> _Program:
-        program = _Program.start([*prefix, str(python), path], tree, env)
+        program = launch(path)
         started.append((path, program))
         return program
 

@@ -34,20 +34,29 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-CONSUMER = """\
-import sys, time
-print("connecting")
-for i in range(1, {count} + 1):
-    print(f"count {{i}}")
-print("received all messages")
+# what a consuming example does once its work is done
+UNTIL_CTRL_C = """\
 try:
     while True:
         time.sleep(0.05)
 except KeyboardInterrupt:
     pass
+"""
+
+CONSUMER = (
+    """\
+import sys, time
+print("connecting")
+for i in range(1, {count} + 1):
+    print(f"count {{i}}")
+print("received all messages")
+"""
+    + UNTIL_CTRL_C
+    + """\
 print("cleanup")
 sys.exit({exit})
 """
+)
 
 
 def program(tree: Path, name: str, text: str) -> str:
@@ -150,7 +159,8 @@ def test_a_program_that_never_says_it_is_done_is_ended(tmp_path: Path) -> None:
 # A stand-in for a client whose C library is driven from two threads: both are inside
 # its package (lib/proton.py) when the process dies of SIGSEGV (``race``), or only one is.
 # Each run appends a line to runs.txt; the first ``crashes`` runs crash, the rest finish.
-CRASHER = """\
+CRASHER = (
+    """\
 import os, signal, sys, threading, time
 from pathlib import Path
 sys.path.insert(0, "lib")
@@ -164,12 +174,9 @@ if len(runs.read_text().splitlines()) <= {crashes}:
         time.sleep(0.2)
     proton.crash()
 print("received all messages")
-try:
-    while True:
-        time.sleep(0.05)
-except KeyboardInterrupt:
-    pass
 """
+    + UNTIL_CTRL_C
+)
 
 PROTON = """\
 import os, signal, time
