@@ -297,21 +297,21 @@ _ERROR = re.compile(r"(Error|Exception|exception|Condition\()")
 class ClientRace:
     """A crash that is the client's own data race, known by the dump Python's faulthandler
     prints on SIGSEGV or SIGABRT: two of the process's threads were inside the library (a
-    frame whose path holds one of ``frames``) when it died, or the thread inside it was a
-    worker of a thread pool (a frame in one of ``pools``), where only the client's wrapper
-    that hands its calls to other threads runs it; the race that corrupted the memory may
-    be over by the time the crash comes. Such a run is not the broker's answer: it runs
-    again, up to ``attempts`` runs in all."""
+    frame whose path holds one of ``frames``) when it died, or the thread inside it was one
+    the client's wrapper hands the library to (a frame in one of ``handed``: a thread
+    pool's worker, the asyncio event loop dropping what a worker made) while others drive
+    it; the race that corrupted the memory may be over by the time the crash comes. Such a
+    run is not the broker's answer: it runs again, up to ``attempts`` runs in all."""
 
     frames: tuple[str, ...]  # path fragments of the library's frames
     reason: str  # the race, as the report prints it
-    pools: tuple[str, ...] = ("/concurrent/futures/thread.py",)
+    handed: tuple[str, ...] = ("/concurrent/futures/thread.py", "/asyncio/base_events.py")
     attempts: int = 3
 
     def seen_in(self, dump: list[str]) -> bool:
         inside = [s for s in stacks(dump) if any(f in ln for ln in s for f in self.frames)]
-        pooled = any(p in ln for s in inside for ln in s for p in self.pools)
-        return len(inside) >= 2 or pooled
+        handed = any(h in ln for s in inside for ln in s for h in self.handed)
+        return len(inside) >= 2 or handed
 
 
 def stacks(dump: list[str]) -> list[list[str]]:

@@ -328,11 +328,18 @@ def test_the_clients_race_is_told_from_a_faulthandler_dump() -> None:
         '  File "/v/site-packages/cproton.py", line 429 in pn_link_send',
         '  File "/v/site-packages/x/publisher.py", line 94 in publish',
     ]
+    loop_finalizing = [
+        "Current thread 0x00007fbebee74b80 (most recent call first):",
+        '  File "/v/site-packages/x/qpid/proton/_wrapper.py", line 133 in __del__',
+        '  File "/usr/lib/python3.11/asyncio/base_events.py", line 1923 in _run_once',
+    ]
     fatal = ["Fatal Python error: Segmentation fault", ""]
     # two threads inside proton
     assert race.seen_in(fatal + idle_worker + in_select + main_in_finalizer)
     # proton on a thread pool's worker, the others idle
     assert race.seen_in(fatal + idle_worker + worker_sending)
+    # the event loop dropping a worker's proton object, the workers out of proton by then
+    assert race.seen_in(fatal + idle_worker + loop_finalizing)
     # one thread inside proton, not a pool's: the client's blocking API, a crash to judge
     assert not race.seen_in(fatal + idle_worker + main_sending)
     assert not race.seen_in(['  File "/x/qpid/proton/a.py", line 1 in f'])
