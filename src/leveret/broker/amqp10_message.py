@@ -99,10 +99,36 @@ class Amqp10Message(Message):
     born_header: tuple[bool, int | None, int | None] = (False, None, None)
 
     def with_properties(self, properties: bytes) -> Message:
+        return self._copy(
+            self.exchange, self.routing_key, self.exchange_and_key, properties, self.cc
+        )
+
+    def with_route(
+        self, exchange: str, routing_keys: tuple[str, ...], properties: bytes | None = None
+    ) -> Message:
+        base = Message.build(exchange, routing_keys[0], self.body)
+        return self._copy(
+            base.exchange,
+            base.routing_key,
+            base.exchange_and_key,
+            self.properties if properties is None else properties,
+            routing_keys[1:],
+        )
+
+    def _copy(
+        self,
+        exchange: str,
+        routing_key: str,
+        exchange_and_key: bytes,
+        properties: bytes,
+        cc: tuple[str, ...],
+    ) -> Amqp10Message:
+        """A copy with another route and property bytes: the same body, and the same
+        annotations, bare message and bytes it was published with."""
         m = Amqp10Message(
-            self.exchange,
-            self.routing_key,
-            self.exchange_and_key,
+            exchange,
+            routing_key,
+            exchange_and_key,
             properties,
             self.body,
             self.annotations,
@@ -111,26 +137,7 @@ class Amqp10Message(Message):
             self.born,
             self.born_header,
         )
-        m.cc = self.cc
-        return m
-
-    def with_route(
-        self, exchange: str, routing_keys: tuple[str, ...], properties: bytes | None = None
-    ) -> Message:
-        base = Message.build(exchange, routing_keys[0], self.body)
-        m = Amqp10Message(
-            base.exchange,
-            base.routing_key,
-            base.exchange_and_key,
-            self.properties if properties is None else properties,
-            self.body,
-            self.annotations,
-            self.annotations_raw,
-            self.bare,
-            self.born,
-            self.born_header,
-        )
-        m.cc = routing_keys[1:]
+        m.cc = cc
         return m
 
     def origin(self) -> bytes:
