@@ -71,14 +71,9 @@ class OsirisLog(SegmentedLog[Segment]):
         convert: Callable[[Path], None] | None = None,
         start: int = 0,
     ) -> None:
-        self.dir = Path(directory)
-        self.dir.mkdir(parents=True, exist_ok=True)
+        super().__init__(directory, max_segment_bytes, max_bytes, max_age_ms)
         if convert is not None and any(self.dir.glob("*.seg")):
             convert(self.dir)  # a stream written in an older layout
-        self.max_segment_bytes = max_segment_bytes
-        self.max_bytes = max_bytes
-        self.max_age_ms = max_age_ms
-        self.segments: list[Segment] = []
         self._pending: list[bytes] = []
         # the filter values of the pending messages that have one, by index (RabbitMQ 3.13)
         self._pending_filters: dict[int, bytes] = {}

@@ -37,6 +37,17 @@ class SegmentedLog(Generic[S]):
     max_age_ms: int | None
     max_segment_bytes: int
 
+    def __init__(
+        self, directory: Path, max_segment_bytes: int, max_bytes: int | None, max_age_ms: int | None
+    ) -> None:
+        """The log's directory (made if missing) and its retention limits; no segments yet."""
+        self.dir = Path(directory)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.max_segment_bytes = max_segment_bytes
+        self.max_bytes = max_bytes
+        self.max_age_ms = max_age_ms
+        self.segments = []
+
     @property
     def first(self) -> int:
         """The oldest offset still stored."""

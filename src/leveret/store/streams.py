@@ -67,12 +67,7 @@ class SegmentLog(SegmentedLog[_Segment]):
         max_bytes: int | None = None,
         max_age_ms: int | None = None,
     ) -> None:
-        self.dir = Path(directory)
-        self.dir.mkdir(parents=True, exist_ok=True)
-        self.max_segment_bytes = max_segment_bytes
-        self.max_bytes = max_bytes
-        self.max_age_ms = max_age_ms
-        self.segments: list[_Segment] = []
+        super().__init__(directory, max_segment_bytes, max_bytes, max_age_ms)
         self._pending: list[bytes] = []
         self._pending_first = 0
         self._pending_ts = 0
