@@ -209,8 +209,8 @@ def server(**options: Any) -> None:
     def ready(running: Running) -> None:
         print(f"Management API listening on {running.http_url}", flush=True)
         print(f"Prometheus metrics listening on {running.metrics_url}", flush=True)
-        if running.tls_url is not None and running.server.config.tcp_listener:
-            print(f"AMQP over TLS listening on {running.tls_url}", flush=True)
+        if running.server.tls_url is not None and running.server.config.tcp_listener:
+            print(f"AMQP over TLS listening on {running.server.tls_url}", flush=True)
         stream = running.server
         if stream.stream_port:
             print(
@@ -228,7 +228,7 @@ def server(**options: Any) -> None:
                 f"Syslog (UDP and TCP) listening on {stream.syslog_host}:{stream.syslog_port}",
                 flush=True,
             )
-        print(f"Server startup complete; listening on {running.url}", flush=True)
+        print(f"Server startup complete; listening on {running.server.url}", flush=True)
 
     try:
         run(cfg, ready)

@@ -28,7 +28,7 @@ from leveret.server.tls import server_context
 
 @dataclass
 class Running:
-    """What a started broker listens on."""
+    """What a started broker listens on (its AMQP and stream listeners: ``server``)."""
 
     server: Server
     management: Management
@@ -37,14 +37,6 @@ class Running:
     prometheus_host: str
     prometheus_port: int
     https: bool = False
-
-    @property
-    def url(self) -> str:
-        return self.server.url
-
-    @property
-    def tls_url(self) -> str | None:
-        return self.server.tls_url
 
     @property
     def http_url(self) -> str:
