@@ -38,6 +38,7 @@ from leveret.protocol.amqp10.states import (
     LinkState,
     LocalProtocolError,
     SessionState,
+    SessionTrigger,
     State,
     Trigger,
 )
@@ -117,6 +118,7 @@ class ClientConnection(Connection):
                 Error(FRAMING_ERROR, f"begin on channel {channel} answers no begin of ours")
             )
         self._mapped(session, channel, begin)
+        self._session_move(session, SessionTrigger.RECV_BEGIN)
         return BeginReceived(session.channel, begin)
 
     # ------------------------------------------------------------------- links

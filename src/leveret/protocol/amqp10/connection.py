@@ -413,7 +413,6 @@ class Connection(Endpoints, Machine[State, Trigger]):
         session.remote_outgoing_window = begin.outgoing_window
         if begin.handle_max is not None:
             session.remote_handle_max = begin.handle_max
-        self._session_move(session, SessionTrigger.RECV_BEGIN)
 
     def _end_received(self, session: Session, end: End) -> EndReceived:
         complete = session.state is SessionState.END_SENT

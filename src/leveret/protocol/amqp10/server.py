@@ -146,14 +146,7 @@ class ServerConnection(Connection):
         state = SESSION_TRANSITIONS[None][SessionTrigger.RECV_BEGIN]
         assert state is SessionState.BEGIN_RECEIVED
         # A server answers on the peer's channel number: local and remote are one.
-        session = self._new_session(channel, state)
-        session.remote_channel = channel
-        self._remote_channels[channel] = channel
-        session.next_incoming_id = begin.next_outgoing_id
-        session.remote_incoming_window = begin.incoming_window
-        session.remote_outgoing_window = begin.outgoing_window
-        if begin.handle_max is not None:
-            session.remote_handle_max = begin.handle_max
+        self._mapped(self._new_session(channel, state), channel, begin)
         return BeginReceived(channel, begin)
 
     def send_begin(
