@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import platform
 import socket
@@ -14,6 +15,8 @@ from leveret.broker.compat import RABBITMQ_3_10, RabbitMQ
 from leveret.broker.events import (
     ConnectionClosed,
     ConnectionOpened,
+    GlobalParameterCleared,
+    GlobalParameterSet,
     Observers,
     PermissionChanged,
     TopicPermissionChanged,
@@ -55,6 +58,9 @@ log = logging.getLogger(__name__)
 COMPATIBLE_VERSION = RABBITMQ_3_10.version
 
 DEFAULT_VHOST = "/"
+# the global parameter that names the cluster (rabbit_nodes:set_cluster_name)
+CLUSTER_NAME = "cluster_name"
+_MISSING = object()
 LOG_EXCHANGE = "amq.rabbitmq.log"
 
 CAPABILITIES: dict[str, Any] = {
@@ -109,7 +115,9 @@ class BrokerCore:
         self.stream_counters: Counter[str] = Counter()
         # the groups of streams' single active consumers (RabbitMQ 3.11, 4.2 mode)
         self.stream_groups = SacCoordinator()
-        self.cluster_name = self.node_name
+        # the global runtime parameters by name (rabbit_runtime_parameters' global ones:
+        # cluster_name, internal_cluster_id, …), their values as the JSON RabbitMQ shows
+        self.global_parameters: dict[str, Any] = {}
         self.replies = DirectReplyTo(self.node_name)
         # vhosts traced (rabbit_trace keeps names: a vhost made later under one is traced)
         self.traced_vhosts: set[str] = set()
@@ -360,6 +368,36 @@ class BrokerCore:
         u = self.users.users.get(user)
         value = u.limits.get(name) if u is not None else None
         return value if value is not None and value >= 0 else None
+
+    # ------------------------------------------------------- global parameters
+    @property
+    def cluster_name_value(self) -> Any:
+        """rabbit_nodes:cluster_name, as the management API shows it: the global parameter
+        cluster_name, whatever JSON it was set to, else the node's name."""
+        return self.global_parameters.get(CLUSTER_NAME, self.node_name)
+
+    @property
+    def cluster_name(self) -> str:
+        """The cluster name as the protocols announce it (compact JSON when the parameter
+        was set to other than a string)."""
+        value = self.cluster_name_value
+        if isinstance(value, str):
+            return value
+        return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+    def set_global_parameter(self, name: str, value: Any, user: str) -> bool:
+        """Set a global parameter (a value as RabbitMQ stores it); True when it is new."""
+        new = name not in self.global_parameters
+        self.global_parameters[name] = value
+        self.observers.emit(GlobalParameterSet(name, user, value))
+        return new
+
+    def clear_global_parameter(self, name: str, user: str) -> bool:
+        """Clear a global parameter; False when there was none."""
+        if self.global_parameters.pop(name, _MISSING) is _MISSING:
+            return False
+        self.observers.emit(GlobalParameterCleared(name, user))
+        return True
 
     @property
     def rabbitmq_version(self) -> str:

@@ -1,15 +1,16 @@
 """Export and import of definitions in RabbitMQ's JSON shape (``rabbitmqctl
 export_definitions``): users (with their limits), vhosts, permissions, topic permissions,
-vhost limits and operator policies (as runtime parameters), policies, and the durable
-queues, exchanges and bindings."""
+vhost limits and operator policies (as runtime parameters), global parameters, policies,
+and the durable queues, exchanges and bindings."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from leveret.broker.broker import BrokerCore
-from leveret.broker.events import DefinitionsImported
+from leveret.broker.events import INTERNAL_USER, DefinitionsImported
 from leveret.broker.exchanges import Binding
+from leveret.broker.operations import Actor, set_global_parameter
 from leveret.broker.policies import make_policy
 from leveret.broker.users import HASHING_ALGORITHM
 
@@ -152,7 +153,10 @@ def export_definitions(broker: BrokerCore, durable_only: bool = True) -> dict[st
         "permissions": permissions,
         "topic_permissions": topic_permissions,
         "parameters": parameters,
-        "global_parameters": [],
+        "global_parameters": [
+            {"name": name, "value": value}
+            for name, value in sorted(broker.global_parameters.items())
+        ],
         "policies": policies,
         "queues": queues,
         "exchanges": exchanges,
@@ -217,6 +221,13 @@ def import_definitions(
             )
         else:
             raise ValueError(f"runtime parameter component {component!r} is not supported")
+    # rabbit_definitions:add_global_parameter: set as the API sets one, by the importer
+    importer = Actor(acting_user or INTERNAL_USER, None)
+    for g in data.get("global_parameters", []):
+        name = g.get("name", "undefined")  # RabbitMQ's name of a parameter without one
+        if not isinstance(name, str):
+            raise ValueError(f"global parameter name {name!r} is not a string")
+        set_global_parameter(broker, importer, name, g.get("value"))
     for pol in data.get("policies", []):
         vhost = broker.add_vhost(pol.get("vhost", "/"))
         vhost.set_policy(

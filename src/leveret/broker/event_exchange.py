@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from leveret.broker import amqp10_events
 from leveret.broker import events as ev
 from leveret.broker.clock import wall_ms
-from leveret.broker.erlterms import Term, atom, binary, ip_term, table_terms
+from leveret.broker.erlterms import Term, atom, binary, ip_term, table_terms, term
 from leveret.broker.events import API_ACTOR, INTERNAL_USER
 from leveret.broker.message import Message
 from leveret.protocol import table
@@ -73,6 +73,21 @@ def _field(value: Value) -> bytes:
     if isinstance(value, dict):
         return table.table(encode_headers(list(value.items())))
     return table.longstr(str(value))
+
+
+def _parameter_value(value: Any, top: bool = False) -> Value:
+    """A parameter's value as the event exchange's fmt gives it: the proplist an object
+    was made (top-level) a table, lists arrays, the atom null a longstr, and a map within
+    as Erlang prints it."""
+    if value is None:
+        return "null"
+    if isinstance(value, dict):
+        if top:
+            return {k: _parameter_value(v) for k, v in value.items()}
+        return Term(term(value))
+    if isinstance(value, list):
+        return [_parameter_value(v) for v in value]
+    return value
 
 
 def encode_headers(props: list[tuple[str, Value]]) -> list[table.Field]:
@@ -567,6 +582,14 @@ class EventExchange:
         )
         self._limits("vhost.limits.set", *limits)
 
+    def _global_parameter(self, event: ev.GlobalParameterEvent) -> None:
+        """rabbit_runtime_parameters' set_global and clear_global: both tell of it as
+        parameter.set (component global), the clearing without a value."""
+        props: list[tuple[str, Value]] = [("component", "global"), ("name", event.name)]
+        if isinstance(event, ev.GlobalParameterSet):
+            props.append(("value", _parameter_value(event.value, top=True)))
+        self.notify("parameter.set", props, who=event.user)
+
     def _queue_policy_changed(self, event: ev.QueuePolicyChanged) -> None:
         """rabbit_policy:update_matched_objects: a queue whose policies changed with the
         policy being set (its definition comes along) or cleared."""
@@ -659,6 +682,8 @@ _HANDLERS: dict[type[ev.BrokerEvent], Callable[[EventExchange, Any], None]] = {
     ev.PermissionChanged: EventExchange._permission_changed,
     ev.PolicyChanged: EventExchange._policy_changed,
     ev.QueuePolicyChanged: EventExchange._queue_policy_changed,
+    ev.GlobalParameterSet: EventExchange._global_parameter,
+    ev.GlobalParameterCleared: EventExchange._global_parameter,
     ev.AlarmSet: lambda e, a: e._alarm("alarm.set", a),
     ev.AlarmCleared: lambda e, a: e._alarm("alarm.cleared", a),
 }

@@ -192,6 +192,23 @@ class DefinitionChanged(BrokerEvent):
 class DefinitionsImported(BrokerEvent): ...
 
 
+# global runtime parameters (cluster_name, internal_cluster_id, and any other name)
+@dataclass(frozen=True, slots=True)
+class GlobalParameterEvent(BrokerEvent):
+    name: str
+    user: str  # who set or cleared it (user_who_performed_action)
+
+
+@dataclass(frozen=True, slots=True)
+class GlobalParameterSet(GlobalParameterEvent):
+    """Told of whether or not the value changed (rabbit_runtime_parameters:set_global)."""
+
+    value: Any
+
+
+class GlobalParameterCleared(GlobalParameterEvent): ...
+
+
 # queues
 @dataclass(frozen=True, slots=True)
 class QueueEvent(BrokerEvent):

@@ -19,6 +19,7 @@ from leveret.broker.event_exchange import EventExchange
 from leveret.broker.events import Observers
 from leveret.broker.exchanges.delayed import PLUGIN as DELAYED
 from leveret.broker.interceptors import Interceptors
+from leveret.broker.operations import seed_internal_cluster_id
 from leveret.server.amqp import AMQPEdge
 from leveret.server.commit import Committer
 from leveret.server.config import Config, ConfigError
@@ -130,6 +131,7 @@ class Server:
             b.add_user(u.name, u.password, list(u.tags), password_hash=u.password_hash)
         for p in c.permissions:
             b.set_permissions(p.user, p.vhost, p.configure, p.write, p.read)
+        seed_internal_cluster_id(b)  # kept in the definitions from the first start on
 
     async def start(self) -> None:
         self.loop = asyncio.get_running_loop()

@@ -23,6 +23,8 @@ from leveret.broker.events import (
     BrokerEvent,
     DefinitionChanged,
     DefinitionsImported,
+    GlobalParameterCleared,
+    GlobalParameterSet,
     PermissionChanged,
     PolicyChanged,
     QueueCreated,
@@ -59,6 +61,8 @@ _DEFINITION_EVENTS: frozenset[type[BrokerEvent]] = frozenset(
         VhostLimitsChanged,
         UserLimitsChanged,
         DefinitionsImported,
+        GlobalParameterSet,
+        GlobalParameterCleared,
     )
 )
 
