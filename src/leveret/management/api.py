@@ -26,11 +26,14 @@ from leveret.management.httputil import (
     bad_request,
     check_failed,
     current_user,
+    json_body,
     json_response,
     listing,
     no_content,
     not_found,
     rate_ages,
+    require_admin,
+    require_keys,
     resource,
     scoped,
 )
@@ -146,7 +149,35 @@ async def node_one(request: web.Request) -> web.Response:
 
 
 async def cluster_name(request: web.Request) -> web.Response:
-    return json_response({"name": mgmt(request).broker.cluster_name})
+    return json_response({"name": mgmt(request).broker.cluster_name_value})
+
+
+def _as_binary(value: Any) -> str | None:
+    """rabbit_mgmt_wm_cluster_name:as_binary: a string, or a list of bytes joined (as
+    UTF-8); None for anything else."""
+    if isinstance(value, str):
+        return value
+    if not isinstance(value, list) or not all(type(b) is int and 0 <= b < 256 for b in value):
+        return None
+    try:
+        return bytes(value).decode()
+    except UnicodeDecodeError:
+        return None
+
+
+async def cluster_name_put(request: web.Request) -> web.Response:
+    """rabbit_mgmt_wm_cluster_name's PUT: an administrator's, ``{"name": ...}`` a string
+    (or a list of bytes, which as_binary joins); 204 always, the resource existing. Any
+    other name crashes RabbitMQ's as_binary (500, no body): a plain refusal here."""
+    require_admin(request)
+    body = await json_body(request)
+    require_keys(body, "name")
+    name = _as_binary(body["name"])
+    if name is None:
+        raise bad_request("name must be a string")
+    actor = operations.Actor(current_user(request).name, None)
+    operations.set_cluster_name(mgmt(request).broker, actor, name)
+    return no_content()
 
 
 async def extensions(request: web.Request) -> web.Response:
@@ -485,7 +516,6 @@ def routes(app: web.Application) -> None:
         ("/api/whoami", whoami),
         ("/api/nodes", nodes),
         ("/api/nodes/{node}", node_one),
-        ("/api/cluster-name", cluster_name),
         ("/api/extensions", extensions),
         ("/api/health/checks/alarms", alarms),
         ("/api/health/checks/local-alarms", local_alarms),
@@ -499,5 +529,6 @@ def routes(app: web.Application) -> None:
         ("/api/vhosts/{vhost}/channels", channels),
     ):
         resource(r, path, get)
+    resource(r, "/api/cluster-name", cluster_name, put=cluster_name_put)
     resource(r, "/api/connections/{name}", connection_one, delete=connection_delete)
     scoped(r, "/api/consumers", consumers, "{vhost}")

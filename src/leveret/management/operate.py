@@ -1,6 +1,6 @@
 """The operator's part of the management API, as RabbitMQ 3.10.8's: policies and operator
-policies, vhost and user limits, and topic permissions, with its status codes, its error
-bodies and who may do what."""
+policies, global parameters, vhost and user limits, and topic permissions, with its status
+codes, its error bodies and who may do what."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from typing import Any
 from aiohttp import web
 
 from leveret.broker.limits import USER_LIMITS, VHOST_LIMITS, limit_error
+from leveret.broker.operations import Actor, clear_global_parameter, set_global_parameter
 from leveret.broker.policies import PolicyError, by_priority, make_policy, regex_error
 from leveret.broker.vhost import VirtualHost
 from leveret.management import views
@@ -134,6 +135,53 @@ async def operator_policy_put(request: web.Request) -> web.Response:
 
 async def operator_policy_delete(request: web.Request) -> web.Response:
     return await policy_delete(request, operator=True)
+
+
+# ------------------------------------------------------------- global parameters
+def _require_global_policymaker(request: web.Request) -> None:
+    """rabbit_mgmt_util:is_authorized_global_parameters: an administrator or a
+    policymaker, whatever their permissions."""
+    if is_admin(request) or "policymaker" in current_user(request).tags:
+        return
+    raise ApiError(401, "not_authorised", "User not authorised to access object")
+
+
+async def global_parameters(request: web.Request) -> web.Response:
+    """rabbit_mgmt_wm_global_parameters: every global parameter (reply_list: sorted by
+    name, not paged)."""
+    _require_global_policymaker(request)
+    params = sorted(mgmt(request).broker.global_parameters.items())
+    return listing(request, [{"name": k, "value": v} for k, v in params], pages=False)
+
+
+async def global_parameter_get(request: web.Request) -> web.Response:
+    _require_global_policymaker(request)
+    name = request.match_info["name"]
+    params = mgmt(request).broker.global_parameters
+    if name not in params:
+        raise not_found()
+    # rabbit_mgmt_format:parameter puts the value first
+    return json_response({"value": params[name], "name": name})
+
+
+async def global_parameter_put(request: web.Request) -> web.Response:
+    """rabbit_mgmt_wm_global_parameter's PUT: any name, ``{"value": ...}`` any JSON; 201
+    when new, 204 when replaced."""
+    _require_global_policymaker(request)
+    body = await json_body(request)
+    require_keys(body, "value")
+    actor = Actor(current_user(request).name, None)
+    name = request.match_info["name"]
+    created = set_global_parameter(mgmt(request).broker, actor, name, body["value"])
+    return created_or_updated(created)
+
+
+async def global_parameter_delete(request: web.Request) -> web.Response:
+    _require_global_policymaker(request)
+    actor = Actor(current_user(request).name, None)
+    if not clear_global_parameter(mgmt(request).broker, actor, request.match_info["name"]):
+        raise not_found()
+    return no_content()
 
 
 # ------------------------------------------------------------------ vhost limits
@@ -301,6 +349,14 @@ def routes(app: web.Application) -> None:
         operator_policy_get,
         put=operator_policy_put,
         delete=operator_policy_delete,
+    )
+    resource(r, "/api/global-parameters", global_parameters)
+    resource(
+        r,
+        "/api/global-parameters/{name}",
+        global_parameter_get,
+        put=global_parameter_put,
+        delete=global_parameter_delete,
     )
     # rabbit_mgmt_wm_limits and _user_limits allow GET and OPTIONS only: no HEAD
     scoped(r, "/api/vhost-limits", vhost_limits, "{vhost}", head=False)

@@ -563,7 +563,7 @@ def overview(broker: BrokerCore, stats: Stats, listeners: list[dict[str, Any]], 
         "product_version": version,
         "product_name": "Leveret",
         "rabbitmq_version": version,
-        "cluster_name": broker.cluster_name,
+        "cluster_name": broker.cluster_name_value,
     }
     if broker.compat.v4:
         # rabbit_mgmt_wm_overview:to_json at v4.2.9: cluster and node tags (none set),
