@@ -1,7 +1,8 @@
 """``leveret ctl``'s operator verbs, as rabbitmqctl 3.10.8 prints them: policies and
-operator policies, vhost and user limits, topic permissions. Each is a client of the
-management API (``/api/policies``, ``/api/operator-policies``, ``/api/vhost-limits``,
-``/api/user-limits``, ``/api/topic-permissions``)."""
+operator policies, vhost and user limits, topic permissions, global parameters and the
+cluster name. Each is a client of the management API (``/api/policies``,
+``/api/operator-policies``, ``/api/vhost-limits``, ``/api/user-limits``,
+``/api/topic-permissions``, ``/api/global-parameters``, ``/api/cluster-name``)."""
 
 from __future__ import annotations
 
@@ -453,3 +454,56 @@ def list_user_topic_permissions(ctl: Ctl, username: str) -> None:
         _json_rows([{k: p[k] for k in keys} for p in items])
         return
     _rows(ctl, None, [[p[k] for k in keys] for p in items])
+
+
+# ------------------------------------------------------------- global parameters
+def _ok(ctl: Ctl) -> None:
+    """What rabbitmqctl prints of a command that succeeded, under ``--formatter json``."""
+    if ctl.opts.formatter == "json":
+        node = ctl.client.node_name()
+        sys.stdout.write(json.dumps({"node": node, "result": "ok"}, separators=(",", ":")) + "\n")
+
+
+def _json_banner(ctl: Ctl, line: str) -> None:
+    """The banner, which ``--formatter json`` drops too."""
+    if ctl.opts.formatter != "json":
+        ctl.banner(line)
+
+
+@verb("parameters")
+def set_global_parameter(ctl: Ctl, name: str, value: str) -> None:
+    """Sets a global runtime parameter to VALUE (JSON)."""
+    _json_banner(ctl, f'Setting global runtime parameter "{name}" to "{value}" ...')
+    ctl.client.request("PUT", f"/api/global-parameters/{q(name)}", {"value": _json(value)})
+    _ok(ctl)
+
+
+@verb("parameters")
+def clear_global_parameter(ctl: Ctl, name: str) -> None:
+    """Clears a global runtime parameter."""
+    _json_banner(ctl, f'Clearing global runtime parameter "{name}" ...')
+    missing = _error("Parameter does not exist")
+    ctl.client.request("DELETE", f"/api/global-parameters/{q(name)}", missing=missing)
+    _ok(ctl)
+
+
+@verb("parameters")
+def list_global_parameters(ctl: Ctl) -> None:
+    """The global runtime parameters (cluster_name, internal_cluster_id, ...), their
+    values as JSON."""
+    json_out = ctl.opts.formatter == "json"
+    if not json_out:
+        ctl.banner("Listing global runtime parameters ...")
+    rows = [[p["name"], _compact(p["value"])] for p in ctl.client.get("/api/global-parameters")]
+    if json_out:
+        _json_rows([{"name": name, "value": value} for name, value in rows])
+        return
+    _rows(ctl, ("name", "value"), rows)
+
+
+@verb("parameters")
+def set_cluster_name(ctl: Ctl, name: str) -> None:
+    """Sets the cluster's name (the global parameter cluster_name), which clients see."""
+    _json_banner(ctl, f"Setting cluster name to {name} ...")
+    ctl.client.request("PUT", "/api/cluster-name", {"name": name})
+    _ok(ctl)
