@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 import urllib.request
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pika
@@ -31,6 +31,20 @@ def sites(leveret_site: Site, rabbitmq_site: Site) -> Iterator[tuple[Site, Site]
 
 def unique(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def on_both(
+    sites: tuple[Site, Site], scenario: Callable[[Site], Any], names: list[str]
+) -> tuple[Any, Any]:
+    """``scenario`` on Leveret then on RabbitMQ; the parameters ``names`` deleted from
+    both after, whatever happened."""
+    try:
+        ours, theirs = (scenario(site) for site in sites)
+    finally:
+        for site in sites:
+            for name in names:
+                site.api.delete(f"/api/global-parameters/{q(name)}")
+    return ours, theirs
 
 
 def answers(site: Site, steps: list[tuple[str, str, Any]], name: str) -> list[Any]:
@@ -87,11 +101,7 @@ def test_global_parameter_answers(sites: tuple[Site, Site]) -> None:
         ("GET", "/api/global-parameters/{n}", None),
         ("DELETE", "/api/global-parameters/{n}", None),
     ]
-    try:
-        ours, theirs = (answers(site, steps, name) for site in sites)
-    finally:
-        for site in sites:
-            site.api.delete(f"/api/global-parameters/{q(name)}")
+    ours, theirs = on_both(sites, lambda site: answers(site, steps, name), [name])
     assert ours == theirs
 
 
@@ -116,12 +126,7 @@ def test_global_parameters_listing(sites: tuple[Site, Site]) -> None:
         ]
         return [list(p) for p in listed], listed, sorted(kept, key=lambda p: p["name"])
 
-    try:
-        ours, theirs = (scenario(site) for site in sites)
-    finally:
-        for site in sites:
-            for name in names:
-                site.api.delete(f"/api/global-parameters/{q(name)}")
+    ours, theirs = on_both(sites, scenario, names)
     assert ours == theirs
     assert [p["name"] for p in ours[1]] == sorted(["internal_cluster_id", *names])
 
@@ -144,12 +149,7 @@ def test_definitions_import_global_parameters(sites: tuple[Site, Site]) -> None:
         # exported in the order of RabbitMQ's table (none in particular)
         return status, got, sorted((p for p in exported if p["name"] in names), key=str)
 
-    try:
-        ours, theirs = (scenario(site) for site in sites)
-    finally:
-        for site in sites:
-            for name in names:
-                site.api.delete(f"/api/global-parameters/{q(name)}")
+    ours, theirs = on_both(sites, scenario, names)
     assert ours == theirs
 
 
