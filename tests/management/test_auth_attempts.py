@@ -16,7 +16,6 @@ in between (the scenario is run again otherwise)."""
 
 from __future__ import annotations
 
-import urllib.request
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -24,9 +23,9 @@ import pika
 import proton
 import pytest
 from pika.exceptions import ProbableAccessDeniedError, ProbableAuthenticationError
-from prometheus_client.parser import text_string_to_metric_families
 
 import leveret
+from tests.management.test_metrics import scrape
 from tests.support.amqp10 import (  # noqa: F401  (leveret_amqp10: a fixture)
     Amqp10Broker,
     connect,
@@ -174,7 +173,7 @@ def test_the_resources_answers(lev: Site, rmq: Site) -> None:
                 ), (site.broker.name, method, path)
         status, _ = api.call("PUT", f"/api/auth/attempts/{q(name)}", {})
         assert status == 405
-        assert "rabbitmq_auth_attempts_total" in scrape(site.broker)
+        assert "rabbitmq_auth_attempts_total" in scrape(site.broker.metrics_url)
 
 
 def test_delete_starts_the_count_again() -> None:
@@ -187,17 +186,6 @@ def test_delete_starts_the_count_again() -> None:
         assert figures(api, name) == {"http": (1, 1, 0)}
         assert api.call("DELETE", f"/api/auth/attempts/{q(name)}") == (204, None)
         assert figures(api, name) == {"http": (1, 1, 0)}
-
-
-def scrape(broker: BrokerUnderTest | str) -> dict[str, list[tuple[dict[str, str], float]]]:
-    url = broker if isinstance(broker, str) else broker.metrics_url
-    with urllib.request.urlopen(url, timeout=10) as resp:
-        text = resp.read().decode()
-    out: dict[str, list[tuple[dict[str, str], float]]] = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            out.setdefault(sample.name, []).append((sample.labels, sample.value))
-    return out
 
 
 def test_sources_when_tracked() -> None:
