@@ -84,7 +84,7 @@ def change(before: Figures, after: Figures) -> Figures:
     return out
 
 
-def quiet_change(site: Site, scenario: Callable[[Site], None], tries: int = 4) -> list[Figures]:
+def quiet_change(site: Site, scenario: Callable[[Site], None], tries: int = 8) -> list[Figures]:
     """What ``scenario`` changes in the node's figures (the read after it counted in),
     once per try until two tries agree: on the shared reference broker a try that others'
     logins disturbed disagrees (it only adds). The changes of every try."""
