@@ -134,6 +134,7 @@ class Amqp10Session(names.NamedConnection, Publishing, Consuming, ManagementLink
             external,
             refusal,
         )
+        login.counted(self.broker, "amqp10", "", result)
         if isinstance(result, login.Refusal):
             if result.why in (login.Why.UNKNOWN_MECHANISM, login.Why.NOT_OFFERED):
                 log.info("AMQP 1.0 login from %s: %s", self.name, result.reason)

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import leveret
 from leveret.broker import plugins
+from leveret.broker.auth_attempts import AuthAttempts
 from leveret.broker.compat import RABBITMQ_3_10, RabbitMQ
 from leveret.broker.events import (
     ConnectionClosed,
@@ -107,6 +108,8 @@ class BrokerCore:
         self.memory = MemoryBudget()
         self.vhosts: dict[str, VirtualHost] = {}
         self.users = UserDatabase()
+        # the login attempts of every protocol (rabbit_core_metrics' auth_attempt_*)
+        self.auth_attempts = AuthAttempts()
         self.connections: dict[int, ConnectionInfo] = {}
         self._next_connection = 1
         # what stream-protocol connections counted, live and gone (rabbit_global_counters'

@@ -117,6 +117,20 @@ def check(
     return user
 
 
+def counted(
+    broker: BrokerCore, protocol: str, address: str, result: User | Refusal
+) -> User | Refusal:
+    """Count a login attempt, as the reader of ``protocol`` ("amqp091", "amqp10") tells
+    rabbit_core_metrics of it: a mechanism no one knows or not offered is no attempt; a
+    response the mechanism cannot read is a failure of no one. ``address`` is the
+    client's ("" for AMQP 1.0: RabbitMQ 3.10's plugin counts none). Returns ``result``."""
+    if isinstance(result, User):
+        broker.auth_attempts.count(protocol, address, result.name, True)
+    elif result.why not in (Why.UNKNOWN_MECHANISM, Why.NOT_OFFERED):
+        broker.auth_attempts.count(protocol, address, result.username or "", False)
+    return result
+
+
 def refused(broker: BrokerCore, connection: ConnectionInfo, refusal: Refusal) -> None:
     """Tell of a refused login (``user.authentication.failure``)."""
     broker.observers.emit(UserAuthenticationFailed(connection, refusal.username, refusal.reason))

@@ -137,7 +137,12 @@ class Session(names.NamedConnection, ConnectionEvents):
         self.client_properties = client_properties
         self.auth_mechanism = mechanism
         address = self.peer[0] if self.peer else None
-        user = login.check(self.broker, mechanism, response, offered, address, external_name)
+        user = login.counted(
+            self.broker,
+            "amqp091",
+            address or "",
+            login.check(self.broker, mechanism, response, offered, address, external_name),
+        )
         if isinstance(user, login.Refusal):
             return login.amqp_refusal(self.broker, self, user)
         self.user = user

@@ -69,6 +69,35 @@ async def auth(request: web.Request) -> web.Response:
     return json_response(NO_OAUTH)
 
 
+def _attempts_of(request: web.Request) -> Management:
+    """rabbit_mgmt_wm_auth_attempts' checks: a monitoring user or an administrator
+    (is_authorized_monitor), then the node (404 for another)."""
+    user = current_user(request)
+    if not (user.is_administrator or "monitoring" in user.tags):
+        raise ApiError(401, "not_authorised", "Not monitor user")
+    m = mgmt(request)
+    if request.match_info["node"] != m.broker.node_name:
+        raise not_found()
+    return m
+
+
+async def auth_attempts(request: web.Request) -> web.Response:
+    """The node's login attempts per protocol (rabbit_core_metrics:get_auth_attempts)."""
+    return json_response(_attempts_of(request).broker.auth_attempts.protocols())
+
+
+async def auth_attempts_by_source(request: web.Request) -> web.Response:
+    """Per remote address, user and protocol: none while the node does not track them
+    (rabbit.track_auth_attempt_source, off by default)."""
+    return json_response(_attempts_of(request).broker.auth_attempts.sources())
+
+
+async def auth_attempts_reset(request: web.Request) -> web.Response:
+    """DELETE either resource: every count starts again (reset_auth_attempt_metrics)."""
+    _attempts_of(request).broker.auth_attempts.reset()
+    return no_content()
+
+
 async def whoami(request: web.Request) -> web.Response:
     user = current_user(request)
     return json_response({"name": user.name, "tags": list(user.tags)})
@@ -505,6 +534,10 @@ def routes(app: web.Application) -> None:
         resource(r, "/api/deprecated-features", deprecated_features)
         resource(r, "/api/deprecated-features/used", deprecated_features)
     resource(r, "/api/auth", auth)
+    resource(r, "/api/auth/attempts/{node}", auth_attempts, delete=auth_attempts_reset)
+    resource(
+        r, "/api/auth/attempts/{node}/source", auth_attempts_by_source, delete=auth_attempts_reset
+    )
     # before /api/connections/{name}/channels, as in RabbitMQ's dispatch list: a user
     # named "channels" has /api/connections/username/channels
     resource(

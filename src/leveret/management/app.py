@@ -63,6 +63,8 @@ async def answer(request: web.Request, handler: Handler) -> web.StreamResponse:
         refused = None if request.path in OPEN else log_in(request)
         answered = await handler(request) if refused is None else refused
     except ApiError as exc:
+        if exc.reason in AUTHORISATION_REFUSALS and USER in request:
+            overturn(request)
         answered = json_response({"error": exc.error, "reason": exc.reason}, exc.status)
     except AMQPError as exc:
         err = from_amqp(exc)
@@ -73,6 +75,25 @@ async def answer(request: web.Request, handler: Handler) -> web.StreamResponse:
     vary = "origin" if answered.status == 401 else routing.resource_vary(request)
     answered.headers["vary"] = vary
     return answered
+
+
+#: the refusals of a resource's is_authorized check of its user (what it lets each user
+#: do): to RabbitMQ a failed login
+AUTHORISATION_REFUSALS = frozenset(
+    {
+        "Not administrator user",
+        "Not monitor user",
+        "User not authorised to access object",
+        "User not authorised to access virtual host",
+    }
+)
+
+
+def overturn(request: web.Request) -> None:
+    """The request's login, counted as succeeded, failed: its resource refused its user."""
+    creds = credentials(request)
+    if creds is not None:
+        mgmt(request).broker.auth_attempts.overturn("http", request.remote or "", creds[0])
 
 
 def log_in(request: web.Request) -> web.Response | None:
@@ -88,6 +109,15 @@ def log_in(request: web.Request) -> web.Response | None:
     if creds is None:
         return web.Response(status=401, headers=challenge)
     user = m.broker.users.check_credentials(creds[0], creds[1])
+    # each login is an attempt of protocol http (rabbit_mgmt_util:is_authorized), counted
+    # before the resource answers; one the resource refuses its user fails after all
+    # (answer's overturn)
+    let_in = (
+        user is not None
+        and not m.broker.users.loopback_only(user.name, request.remote)
+        and bool(MANAGEMENT_TAGS.intersection(user.tags))
+    )
+    m.broker.auth_attempts.count("http", request.remote or "", creds[0], let_in)
     if user is not None and m.broker.users.loopback_only(user.name, request.remote):
         raise ApiError(401, "not_authorised", "User can only log in via localhost")
     if user is None:

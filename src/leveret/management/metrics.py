@@ -18,6 +18,7 @@ from prometheus_client.core import (
     UnknownMetricFamily,
 )
 from prometheus_client.registry import Collector
+from prometheus_client.samples import Sample
 
 from leveret.broker import channel as counter  # a channel's counters, by index
 from leveret.broker.amqp10_presence import DirectConnection
@@ -40,6 +41,14 @@ QUEUE_GAUGES = (
     ("rabbitmq_queue_messages_unacked", "Messages delivered to consumers but not yet acknowledged"),
     ("rabbitmq_queue_messages", "Sum of ready and unacknowledged messages - total queue depth"),
     ("rabbitmq_queue_consumers", "Consumers on a queue"),
+)
+
+# rabbit_core_metrics' auth_attempt_metrics, in the order of their rows: the family name's
+# infix and its help
+AUTH_ATTEMPT_COUNTERS = (
+    ("", "Total number of authorization attempts"),
+    ("_succeeded", "Total number of successful authentication attempts"),
+    ("_failed", "Total number of failed authentication attempts"),
 )
 
 GLOBAL_COUNTERS = (
@@ -235,6 +244,33 @@ class BrokerCollector(Collector):
                 c.add_metric([source], getattr(counts[source], what))
             yield c
 
+    def auth_attempt_families(self) -> Iterator[Metric]:
+        """rabbit_core_metrics' auth_attempt_metrics, by protocol; per object also its
+        auth_attempt_detailed_metrics, labelled with what each names (of address, user
+        and protocol, those not empty)."""
+        attempts = self.m.broker.auth_attempts
+        for index, (short, doc) in enumerate(AUTH_ATTEMPT_COUNTERS):
+            c = CounterMetricFamily(
+                f"rabbitmq_auth_attempts{short}_total", doc, labels=["protocol"]
+            )
+            for protocol, row in attempts.by_protocol.items():
+                c.add_metric([protocol], row[index])
+            yield c
+        if not self.per_object:  # the same sums: RabbitMQ leaves them out
+            return
+        for index, (short, doc) in enumerate(AUTH_ATTEMPT_COUNTERS):
+            c = CounterMetricFamily(
+                f"rabbitmq_auth_attempts_detailed{short}_total",
+                doc.replace("authentication", "authorization") + " with source info",
+            )
+            for (address, user, protocol), row in attempts.by_source.items():
+                named = {"remote_address": address, "username": user, "protocol": protocol}
+                labels = {k: v for k, v in named.items() if v}
+                c.samples.append(
+                    Sample(f"rabbitmq_auth_attempts_detailed{short}_total", labels, row[index])
+                )
+            yield c
+
     def collect(self) -> Iterator[Metric]:
         m = self.m
         broker = m.broker
@@ -355,6 +391,7 @@ class BrokerCollector(Collector):
             c.add_metric(["stream"], counted[f"stream_error_{code_name}"])
             yield c
         yield from self.log_source_families()
+        yield from self.auth_attempt_families()
 
         labels = ["vhost", "queue"] if self.per_object else []
         families = {name: GaugeMetricFamily(name, doc, labels=labels) for name, doc in QUEUE_GAUGES}

@@ -75,6 +75,7 @@ class Server:
         self._ticks = 0
         self._log_handler: LogExchangeHandler | None = None
         self.broker.users.loopback_users = set(config.loopback_users)
+        self.broker.auth_attempts.track_source = config.track_auth_attempt_source
         self.loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]
         self.committer = Committer(self._write)
         self.state = ServerState(

@@ -150,6 +150,9 @@ class Config:
     # (as rabbitmq.conf's loopback_users.<name>); in LEVERET_LOOPBACK_USERS: names
     # separated by commas, or none.
     loopback_users: tuple[str, ...] = ("guest",)
+    # RabbitMQ's track_auth_attempt_source: count login attempts per remote address and
+    # user as well as per protocol (management's /api/auth/attempts/{node}/source)
+    track_auth_attempt_source: bool = False
     # Plugins enabled beyond the built-in and on-by-default ones, by RabbitMQ's names
     # (--plugins, LEVERET_PLUGINS: names separated by commas).
     plugins: tuple[str, ...] = ()
