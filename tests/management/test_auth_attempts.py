@@ -10,13 +10,16 @@ management tag, and a user the resource does not let in fail; a request without
 credentials is no attempt). The request that reads the figures is counted before it
 reads them.
 
-The reference broker is shared: other clients' logins (the management API's above all)
-add to its figures while a test runs, so its changes are taken when no one else's came
-in between (the scenario is run again otherwise)."""
+The reference broker is shared: other clients' logins add to its figures per protocol
+while a test runs. So the two are compared by source (rabbit.track_auth_attempt_source,
+on for that test, on a Leveret of its own too): the rows of the scenario's own users."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import tempfile
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pika
@@ -27,15 +30,21 @@ from pika.exceptions import ProbableAccessDeniedError, ProbableAuthenticationErr
 import leveret
 from tests.management.test_metrics import scrape
 from tests.support.amqp10 import (  # noqa: F401  (leveret_amqp10: a fixture)
-    Amqp10Broker,
-    connect,
+    Amqp10Client,
     ensure_rabbitmq_amqp10,
     leveret_amqp10,
 )
-from tests.support.brokers import BrokerUnderTest
+from tests.support.brokers import (
+    RABBITMQ_STREAM_PORT,
+    BrokerUnderTest,
+    ensure_rabbitmq_stream,
+    start_leveret,
+)
 from tests.support.mgmt import Api, Site, make_site, q, rabbitmq_with_management
+from tests.support.streamclient import RawStreamClient
 
-pytestmark = pytest.mark.rabbitmq
+# one worker: the first test turns the reference's source tracking on, the next reads it off
+pytestmark = [pytest.mark.rabbitmq, pytest.mark.xdist_group("auth-attempts")]
 
 Figures = dict[str, tuple[int, int, int]]  # protocol -> (total, succeeded, failed)
 
@@ -84,42 +93,25 @@ def change(before: Figures, after: Figures) -> Figures:
     return out
 
 
-def quiet_change(site: Site, scenario: Callable[[Site], None], tries: int = 8) -> list[Figures]:
-    """What ``scenario`` changes in the node's figures (the read after it counted in),
-    once per try until two tries agree: on the shared reference broker a try that others'
-    logins disturbed disagrees (it only adds). The changes of every try."""
-    name = node(site)
-    seen: list[Figures] = []
-    for _ in range(tries):
-        before = figures(site.api, name)
-        scenario(site)
-        seen.append(change(before, figures(site.api, name)))
-        if seen.count(min(seen, key=lambda f: sum(v[0] for v in f.values()))) >= 2:
-            break
-    return seen
-
-
-def settled(seen: list[Figures]) -> Figures:
-    """The change of the tries no one else disturbed: the smallest."""
-    return min(seen, key=lambda f: sum(v[0] for v in f.values()))
-
-
-def amqp091_logins(site: Site) -> None:
-    site.connect().close()  # guest: succeeded
-    for user, password in ((site.user, "wrong"), ("no-such-user-auth", "x"), (site.user, "")):
-        params = pika.ConnectionParameters(
+def amqp091_logins(site: Site, nobody: str) -> None:
+    def params(user: str, password: str) -> pika.ConnectionParameters:
+        return pika.ConnectionParameters(
             site.broker.host,
             site.broker.port,
+            virtual_host=site.vhost,
             credentials=pika.PlainCredentials(user, password),
             connection_attempts=1,
         )
+
+    pika.BlockingConnection(params(site.user, site.password)).close()  # succeeded
+    for user, password in ((site.user, "wrong"), (nobody, "x"), (site.user, "")):
         with pytest.raises((ProbableAuthenticationError, ProbableAccessDeniedError)):
-            pika.BlockingConnection(params)
+            pika.BlockingConnection(params(user, password))
 
 
 def http_logins(site: Site) -> None:
     api = site.api
-    assert api.as_user("guest", "wrong").call("GET", "/api/overview")[0] == 401
+    assert api.as_user(site.user, "wrong").call("GET", "/api/overview")[0] == 401
     assert api.call("GET", "/api/overview", auth=False)[0] == 401  # no credentials: none
     mine = api.as_user(site.user, site.password)  # a management user
     status, body = mine.call("GET", f"/api/auth/attempts/{q(node(site))}")  # +1 guest
@@ -130,30 +122,97 @@ def http_logins(site: Site) -> None:
 
 
 def amqp10_logins(site: Site) -> None:
-    target = Amqp10Broker(site.broker)
-    with connect(target):
-        pass
-    with pytest.raises(proton.ConnectionException), connect(target, password="wrong"):
-        pass
+    b = site.broker
+    Amqp10Client(b.host, b.port, site.vhost, site.user, site.password).blocking.close()
+    with pytest.raises(proton.ConnectionException):
+        Amqp10Client(b.host, b.port, site.vhost, site.user, "wrong")
 
 
-def test_each_protocols_logins_are_counted(lev: Site, rmq: Site) -> None:
-    expected: dict[str, Figures] = {
-        # the read that ends each try is one more http login, succeeded
-        "amqp091": {"amqp091": (4, 1, 3), "http": (1, 1, 0)},
-        # guest: the node's name and the read, and a wrong password; the user's three
-        "http": {"http": (6, 3, 3)},
-        "amqp10": {"amqp10": (2, 1, 1), "http": (1, 1, 0)},
+def sources(site: Site, users: dict[str, str]) -> dict[tuple[str, str, str], tuple[int, ...]]:
+    """The node's rows for ``users`` (name -> the role the scenario gives it), by role.
+    The reference's AMQP and stream listeners are IPv6 sockets that take IPv4 as well:
+    an address there is IPv4-mapped (``::ffff:127.0.0.1``), where the Leveret of these
+    tests listens on 127.0.0.1."""
+    rows = site.api.get(f"/api/auth/attempts/{q(node(site))}/source")
+    return {
+        (r["remote_address"].removeprefix("::ffff:"), users[r["username"]], r["protocol"]): (
+            r["auth_attempts"],
+            r["auth_attempts_succeeded"],
+            r["auth_attempts_failed"],
+        )
+        for r in rows
+        if r["username"] in users
     }
-    for name, scenario in (
-        ("amqp091", amqp091_logins),
-        ("http", http_logins),
-        ("amqp10", amqp10_logins),
-    ):
-        ours = quiet_change(lev, scenario, tries=1)
-        assert ours == [expected[name]], (name, ours)
-        theirs = quiet_change(rmq, scenario)
-        assert settled(theirs) == expected[name], (name, theirs)
+
+
+def stream_logins(site: Site) -> None:
+    port = site.broker.stream_port or RABBITMQ_STREAM_PORT
+    for password, code in ((site.password, 1), ("wrong", 8)):  # OK; AUTHENTICATION_FAILURE
+        c = RawStreamClient(site.broker.host, port)
+        try:
+            assert c.handshake(site.user, password, site.vhost) == code
+        finally:
+            c.close()
+
+
+@pytest.fixture
+def lev_tracked() -> Iterator[Site]:
+    """A Leveret of this test's own with rabbit.track_auth_attempt_source on."""
+    broker = start_leveret(
+        Path(tempfile.mkdtemp(prefix="leveret-auth-")),
+        ["--plugins", "rabbitmq_amqp1_0"],
+        env={"LEVERET_TRACK_AUTH_ATTEMPT_SOURCE": "true"},
+    )
+    try:
+        yield from make_site(broker, "auth")
+    finally:
+        broker.stop()
+
+
+@pytest.fixture
+def rmq_tracked(rmq: Site) -> Iterator[Site]:
+    """The reference with the source tracked (rabbitmq-diagnostics
+    enable_auth_attempt_source_tracking) while the test runs; its figures reset after."""
+    if not ensure_rabbitmq_stream():
+        pytest.fail("RabbitMQ's rabbitmq_stream plugin could not be enabled")
+    rmq.ctl("eval", "application:set_env(rabbit, track_auth_attempt_source, true).")
+    try:
+        yield rmq
+    finally:
+        rmq.ctl("eval", "application:set_env(rabbit, track_auth_attempt_source, false).")
+        rmq.ctl("eval", "rabbit_core_metrics:reset_auth_attempt_metrics().")
+
+
+def test_each_protocols_logins_are_counted(lev_tracked: Site, rmq_tracked: Site) -> None:
+    """The same logins on both: the rows of the scenario's own users (by source: the
+    reference's figures per protocol are everyone's), and on Leveret the figures per
+    protocol as well."""
+    nobody = f"no-such-user-{uuid.uuid4().hex[:8]}"
+    rows: dict[str, dict[tuple[str, str, str], tuple[int, ...]]] = {}
+    for site in (lev_tracked, rmq_tracked):
+        before = figures(site.api, node(site))
+        amqp091_logins(site, nobody)
+        http_logins(site)
+        amqp10_logins(site)
+        stream_logins(site)
+        rows[site.broker.name] = sources(site, {site.user: "user", nobody: "nobody"})
+        if site is lev_tracked:
+            # http: the user's four, and five reads of guest's (the node's name in the
+            # user's scenario; the name and the rows by source; the name and these figures)
+            assert change(before, figures(site.api, node(site))) == {
+                "amqp091": (4, 1, 3),
+                "http": (9, 6, 3),
+                "amqp10": (2, 1, 1),
+                "stream": (2, 1, 1),
+            }
+    assert rows["leveret"] == {
+        ("127.0.0.1", "user", "amqp091"): (3, 1, 2),
+        ("127.0.0.1", "nobody", "amqp091"): (1, 0, 1),
+        ("127.0.0.1", "user", "http"): (4, 1, 3),
+        ("", "user", "amqp10"): (2, 1, 1),
+        ("127.0.0.1", "user", "stream"): (2, 1, 1),
+    }
+    assert rows["rabbitmq"] == rows["leveret"]
 
 
 def test_the_resources_answers(lev: Site, rmq: Site) -> None:

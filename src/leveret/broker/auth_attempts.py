@@ -1,6 +1,6 @@
 """The node's count of login attempts, as rabbit_core_metrics keeps them
 (auth_attempt_metrics, and auth_attempt_detailed_metrics when ``track_source`` is on,
-rabbit.track_auth_attempt_source): per protocol ("amqp091", "amqp10", "http"), and per
+rabbit.track_auth_attempt_source): per protocol ("amqp091", "amqp10", "stream", "http"), and per
 remote address, user name and protocol. A connection's protocol handler tells of each
 attempt through :mod:`leveret.broker.login`; management serves them at
 ``/api/auth/attempts/{node}`` and ``/metrics``."""

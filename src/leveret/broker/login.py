@@ -120,10 +120,11 @@ def check(
 def counted(
     broker: BrokerCore, protocol: str, address: str, result: User | Refusal
 ) -> User | Refusal:
-    """Count a login attempt, as the reader of ``protocol`` ("amqp091", "amqp10") tells
-    rabbit_core_metrics of it: a mechanism no one knows or not offered is no attempt; a
-    response the mechanism cannot read is a failure of no one. ``address`` is the
-    client's ("" for AMQP 1.0: RabbitMQ 3.10's plugin counts none). Returns ``result``."""
+    """Count a login attempt, as the reader of ``protocol`` ("amqp091", "amqp10",
+    "stream") tells rabbit_core_metrics of it: a mechanism no one knows or not offered is
+    no attempt; a response the mechanism cannot read is a failure of no one. ``address``
+    is the client's ("" for AMQP 1.0: RabbitMQ 3.10's plugin counts none). Returns
+    ``result``."""
     if isinstance(result, User):
         broker.auth_attempts.count(protocol, address, result.name, True)
     elif result.why not in (Why.UNKNOWN_MECHANISM, Why.NOT_OFFERED):

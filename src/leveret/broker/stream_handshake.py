@@ -143,14 +143,19 @@ class StreamHandshake:
         refused is told of as user.authentication.failure, and a login that succeeds as
         user.authentication.success."""
         address = self.peer[0] if self.peer else None
-        result = login.check(
+        result = login.counted(
             self.broker,
-            mechanism,
-            data,
-            self.endpoint.mechanisms,
-            address,
-            external_name,
-            external_refusal,
+            "stream",
+            address or "",
+            login.check(
+                self.broker,
+                mechanism,
+                data,
+                self.endpoint.mechanisms,
+                address,
+                external_name,
+                external_refusal,
+            ),
         )
         if isinstance(result, login.Refusal):
             code = _refusal_code(self, result)
