@@ -13,6 +13,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.cli.test_ctl_operate_differential import ctl
+from tests.support.identity import cluster_name_held
 from tests.support.mgmt import Site
 
 pytestmark = pytest.mark.rabbitmq
@@ -128,5 +129,6 @@ def test_set_cluster_name(sites: tuple[Site, Site]) -> None:
             site.api.delete("/api/global-parameters/cluster_name")
         return out
 
-    ours, theirs = (scenario(site) for site in sites)
+    with cluster_name_held(change=True):
+        ours, theirs = (scenario(site) for site in sites)
     assert ours == theirs

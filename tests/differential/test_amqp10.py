@@ -15,6 +15,7 @@ from proton.utils import BlockingConnection
 
 from tests.support.amqp10 import Amqp10Broker, connect
 from tests.support.brokers import BrokerUnderTest
+from tests.support.identity import cluster_name_held
 
 # What Leveret's AMQP 1.0 session (work in progress) does not do yet: strict, so that the
 # test fails once it does, and the mark is taken off.
@@ -27,12 +28,13 @@ def amqp091_server_properties(broker: BrokerUnderTest) -> dict[str, object]:
 
 
 def test_sasl_plain_login_opens_the_connection(amqp10: Amqp10Broker) -> None:
-    with connect(amqp10) as conn:
+    with cluster_name_held(), connect(amqp10) as conn:
         opened = conn.conn
         properties = {str(k): v for k, v in (opened.remote_properties or {}).items()}
         container = opened.remote_container
-    # the server an AMQP 0-9-1 client of the same broker is told of (RabbitMQ 4 adds "node")
-    over_091 = amqp091_server_properties(amqp10.broker)
+        # the server an AMQP 0-9-1 client of the same broker is told of (RabbitMQ 4 adds
+        # "node")
+        over_091 = amqp091_server_properties(amqp10.broker)
     for key in ("cluster_name", "copyright", "information", "platform", "version"):
         assert properties[key] == over_091[key], key
     # the official AMQP 1.0 clients refuse a product other than RabbitMQ: Leveret names

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from tests.support.brokers import BrokerUnderTest
-from tests.support.identity import RABBITMQ_CAPABILITIES, SERVER_PROPERTIES
+from tests.support.identity import RABBITMQ_CAPABILITIES, SERVER_PROPERTIES, cluster_name_held
 from tests.support.interop import (
     QOS_DELIVERIES,
     assert_names_itself,
@@ -86,7 +86,8 @@ def test_tutorial_fanout_every_receiver_gets_every_message(
 def test_connection_negotiation_and_server_properties(
     go_client: Path, broker: BrokerUnderTest, name: str
 ) -> None:
-    r = run_go(go_client, "connection", broker, name)
+    with cluster_name_held():
+        r = run_go(go_client, "connection", broker, name)
     assert (r["major"], r["minor"]) == (0, 9)
     # amqp091-go asks for 2047 channels, any frame size and a 10 s heartbeat.
     assert r["channel_max"] == 2047

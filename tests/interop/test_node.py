@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from tests.support.brokers import BrokerUnderTest
-from tests.support.identity import RABBITMQ_CAPABILITIES, SERVER_PROPERTIES
+from tests.support.identity import RABBITMQ_CAPABILITIES, SERVER_PROPERTIES, cluster_name_held
 from tests.support.interop import (
     QOS_DELIVERIES,
     assert_names_itself,
@@ -94,7 +94,8 @@ def test_tutorial_fanout_every_receiver_gets_every_message(
 def test_connection_tuning_and_server_properties(
     node_client: list[str], broker: BrokerUnderTest, name: str
 ) -> None:
-    r = run_node(node_client, "connection", broker, name)
+    with cluster_name_held():
+        r = run_node(node_client, "connection", broker, name)
     # amqplib asks for any channel count, frame_max 131072 and the server's heartbeat.
     assert (r["channelMax"], r["frameMax"], r["heartbeat"]) == (2047, 131072, 60)
     assert r["capabilities"] == RABBITMQ_CAPABILITIES

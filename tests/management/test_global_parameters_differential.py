@@ -17,6 +17,7 @@ from typing import Any
 import pika
 import pytest
 
+from tests.support.identity import cluster_name_held
 from tests.support.mgmt import Site, q
 
 pytestmark = pytest.mark.rabbitmq
@@ -244,7 +245,8 @@ def test_cluster_name(sites: tuple[Site, Site]) -> None:
         out.append(site.api.get("/api/overview")["cluster_name"] == node)
         return out
 
-    ours, theirs = (scenario(site) for site in sites)
+    with cluster_name_held(change=True):
+        ours, theirs = (scenario(site) for site in sites)
     assert ours == theirs
 
 

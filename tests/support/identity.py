@@ -4,6 +4,12 @@ keep a field table's order, such as amqplib and aiormq, show it)."""
 
 from __future__ import annotations
 
+import fcntl
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
 RABBITMQ_CAPABILITIES = {
     "publisher_confirms": True,
     "exchange_exchange_bindings": True,
@@ -40,3 +46,17 @@ def inequivalent(arg: str, kind: str, name: str, received: str, current: str) ->
         f"PRECONDITION_FAILED - inequivalent arg '{arg}' for {kind} '{name}' in vhost '/': "
         f"received {received} but current is {current}"
     )
+
+
+@contextmanager
+def cluster_name_held(change: bool = False) -> Iterator[None]:
+    """The reference broker's cluster name is everyone's: a test that changes it holds
+    this lock alone (``change``), one that reads it from a new connection holds it with
+    the other readers. A lock file shared by the suite's workers."""
+    path = Path(tempfile.gettempdir()) / "leveret-tests-cluster-name.lock"
+    with path.open("a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX if change else fcntl.LOCK_SH)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
