@@ -6,7 +6,6 @@ times, the node's name) is set aside."""
 from __future__ import annotations
 
 import re
-import socket
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -19,6 +18,7 @@ import leveret
 from tests.support import rabbitmq
 from tests.support.drain import events_from_now
 from tests.support.mgmt import Api
+from tests.support.rawclient import end_early
 from tests.support.waiting import wait_for
 
 VOLATILE = {"timestamp_in_ms", "connected_at", "peer_port", "port", "pid", "channel",
@@ -415,19 +415,6 @@ EARLY_ENDS: list[tuple[str, bytes]] = [
 ]
 
 
-def early_end(port: int, data: bytes) -> None:
-    """A TCP connection that sends ``data``, reads what comes back for a moment, and
-    ends."""
-    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
-        if data:
-            s.sendall(data)
-            s.settimeout(0.5)
-            try:
-                s.recv(4096)
-            except TimeoutError:
-                pass
-
-
 def early_ends_scenario(url: str) -> list[list[tuple[str, dict[str, Any], list[str]]]]:
     port = pika.URLParameters(url).port
     ev = pika.BlockingConnection(pika.URLParameters(url))
@@ -435,7 +422,7 @@ def early_ends_scenario(url: str) -> list[list[tuple[str, dict[str, Any], list[s
     q = events_from_now(ech)
     out = []
     for _, data in EARLY_ENDS:
-        early_end(port, data)
+        end_early(port, data)
         out.append(wait_for(lambda: _collect(ech, q), 5) or [])
         time.sleep(0.3)  # nothing more comes
         out[-1] += _collect(ech, q)

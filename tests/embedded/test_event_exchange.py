@@ -5,7 +5,6 @@ policies) with RabbitMQ's routing keys and headers."""
 from __future__ import annotations
 
 import json
-import socket
 import time
 import urllib.request
 from base64 import b64encode
@@ -17,6 +16,7 @@ import pytest
 
 import leveret
 from tests.support.drain import events_from_now
+from tests.support.rawclient import end_early
 
 
 def _request(url: str, method: str, body: Any = None) -> None:
@@ -152,13 +152,7 @@ def test_sockets_that_end_before_a_login_are_told_of_once() -> None:
         ch = conn.channel()
         q = events_from_now(ch)
         for data in (b"", b"AMQP\x00", b"AMQP\x00\x00\x09\x01", b"AMQP\x03\x01\x00\x00"):
-            with socket.create_connection(("127.0.0.1", b.port), timeout=5) as s:
-                s.sendall(data)
-                s.settimeout(0.3)
-                try:
-                    s.recv(4096)
-                except TimeoutError:
-                    pass
+            end_early(b.port, data, linger=0.3)
         time.sleep(0.5)
         got = []
         while (m := ch.basic_get(q, auto_ack=True))[0] is not None:
