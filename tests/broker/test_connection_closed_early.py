@@ -11,12 +11,10 @@ from typing import Any
 import pytest
 
 from leveret.broker.broker import BrokerCore
-from leveret.broker.event_exchange import EventExchange, encode_headers
 from leveret.broker.ports import Endpoint
 from leveret.broker.session import Session
 from leveret.management.stats import Stats
-from leveret.protocol import table
-from tests.broker.fakes import RecordingOutput, plain
+from tests.broker.fakes import RecordingOutput, new_broker, plain, recorded_events
 
 PEER = ("127.0.0.1", 40123)
 LOCAL = ("127.0.0.1", 5672)
@@ -24,11 +22,7 @@ LOCAL = ("127.0.0.1", 5672)
 
 @pytest.fixture
 def broker() -> BrokerCore:
-    b = BrokerCore(node_name="rabbit@test")
-    b.add_vhost("/")
-    b.add_user("guest", "guest", ["administrator"])
-    b.set_permissions("guest", "/", ".*", ".*", ".*")
-    return b
+    return new_broker()
 
 
 @pytest.fixture
@@ -38,17 +32,7 @@ def stats(broker: BrokerCore) -> Stats:
 
 @pytest.fixture
 def events(broker: BrokerCore, monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, list]]:
-    """The events published, each as its key and its headers (name, decoded value)."""
-    x = EventExchange(broker)
-    monkeypatch.setattr(x, "_bound", lambda: True)
-    out: list[tuple[str, list]] = []
-
-    def emit(key: str, props: list) -> None:
-        fields = encode_headers([("timestamp_in_ms", 0), *props])
-        out.append((key, [(k, table.decode(v)) for k, v in fields]))
-
-    monkeypatch.setattr(x, "emit", emit)
-    return out
+    return recorded_events(broker, monkeypatch)
 
 
 def socket_session(broker: BrokerCore, port: int = PEER[1]) -> Session:
@@ -69,8 +53,8 @@ def test_a_socket_that_never_sent_start_ok_is_told_of_as_it_ends(
             "connection.closed",
             [
                 ("client_properties", []),
-                ("node", "rabbit@test"),
-                ("pid", "<rabbit@test.1.1.0>"),
+                ("node", "rabbit@domain-test"),
+                ("pid", "<rabbit@domain-test.1.1.0>"),
                 ("name", "127.0.0.1:40123 -> 127.0.0.1:5672"),
                 ("timestamp_in_ms", 0),
             ],
