@@ -14,38 +14,33 @@ from leveret.broker.broker import BrokerCore
 from leveret.broker.ports import Endpoint
 from leveret.broker.session import Session
 from leveret.management.stats import Stats
-from tests.broker.fakes import RecordingOutput, new_broker, plain, recorded_events
+from tests.broker.fakes import RecordingOutput, plain, recorded_events
 
 PEER = ("127.0.0.1", 40123)
 LOCAL = ("127.0.0.1", 5672)
 
 
 @pytest.fixture
-def broker() -> BrokerCore:
-    return new_broker()
+def stats(domain: BrokerCore) -> Stats:
+    return Stats(domain)
 
 
 @pytest.fixture
-def stats(broker: BrokerCore) -> Stats:
-    return Stats(broker)
+def events(domain: BrokerCore, monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, list]]:
+    return recorded_events(domain, monkeypatch)
 
 
-@pytest.fixture
-def events(broker: BrokerCore, monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, list]]:
-    return recorded_events(broker, monkeypatch)
-
-
-def socket_session(broker: BrokerCore, port: int = PEER[1]) -> Session:
+def socket_session(domain: BrokerCore, port: int = PEER[1]) -> Session:
     """The session of an accepted socket (what the AMQP edge makes as it greets one)."""
     endpoint: Any = Endpoint(None, None)
-    return Session(broker, RecordingOutput(), ("127.0.0.1", port), LOCAL, None, endpoint)
+    return Session(domain, RecordingOutput(), ("127.0.0.1", port), LOCAL, None, endpoint)
 
 
 def test_a_socket_that_never_sent_start_ok_is_told_of_as_it_ends(
-    broker: BrokerCore, events: list[tuple[str, list]], stats: Stats
+    domain: BrokerCore, events: list[tuple[str, list]], stats: Stats
 ) -> None:
-    s = socket_session(broker)
-    assert broker.connections == {}  # not listed: it never got to start-ok
+    s = socket_session(domain)
+    assert domain.connections == {}  # not listed: it never got to start-ok
     s.close()
     s.close()  # once
     assert events == [
@@ -62,13 +57,13 @@ def test_a_socket_that_never_sent_start_ok_is_told_of_as_it_ends(
     ]
     assert stats.churn["connections_closed"] == 1
     assert stats.churn["connections_opened"] == 0
-    assert broker.connections == {}
+    assert domain.connections == {}
 
 
-def test_each_has_a_pid_of_its_own(broker: BrokerCore, events: list[tuple[str, list]]) -> None:
-    opened = socket_session(broker, 40001)
+def test_each_has_a_pid_of_its_own(domain: BrokerCore, events: list[tuple[str, list]]) -> None:
+    opened = socket_session(domain, 40001)
     assert opened.authenticate("PLAIN", plain("guest", "guest"), {}) is None
-    early = [socket_session(broker, 40002 + i) for i in range(2)]
+    early = [socket_session(domain, 40002 + i) for i in range(2)]
     for s in early:
         s.close()
     opened.close()
@@ -77,9 +72,9 @@ def test_each_has_a_pid_of_its_own(broker: BrokerCore, events: list[tuple[str, l
 
 
 def test_a_refused_login_is_told_of_with_its_client_properties(
-    broker: BrokerCore, events: list[tuple[str, list]], stats: Stats
+    domain: BrokerCore, events: list[tuple[str, list]], stats: Stats
 ) -> None:
-    s = socket_session(broker)
+    s = socket_session(domain)
     assert s.authenticate("PLAIN", plain("guest", "wrong"), {"product": "p"}) is not None
     s.close()
     assert [k for k, _ in events] == ["user.authentication.failure", "connection.closed"]
@@ -89,8 +84,8 @@ def test_a_refused_login_is_told_of_with_its_client_properties(
 
 
 def test_an_in_process_session_without_a_socket_is_not(
-    broker: BrokerCore, events: list[tuple[str, list]], stats: Stats
+    domain: BrokerCore, events: list[tuple[str, list]], stats: Stats
 ) -> None:
-    Session(broker, RecordingOutput()).close()
+    Session(domain, RecordingOutput()).close()
     assert events == []
     assert stats.churn["connections_closed"] == 0
