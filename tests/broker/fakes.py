@@ -21,11 +21,12 @@ from pamqp import commands as C
 
 from leveret.broker.broker import BrokerCore
 from leveret.broker.channel import Channel
+from leveret.broker.event_exchange import EventExchange, encode_headers
 from leveret.broker.message import Message
 from leveret.broker.ports import Endpoint, FlowHolder, Output
 from leveret.broker.session import Session
 from leveret.broker.vhost import VirtualHost
-from leveret.protocol import spec
+from leveret.protocol import spec, table
 from leveret.protocol.errors import AMQPError
 from leveret.protocol.spec import Method
 from leveret.protocol.stream.connection import ServerConnection as StreamConnection
@@ -167,6 +168,21 @@ class BrokerClosed(Exception):
 
 def plain(user: str, password: str) -> bytes:
     return f"\0{user}\0{password}".encode()
+
+
+def recorded_events(broker: BrokerCore, monkeypatch: Any) -> list[tuple[str, list[Any]]]:
+    """The event exchange attached to ``broker`` (as if bound): the events it publishes,
+    each as its key and its headers (name, decoded value) in their order."""
+    x = EventExchange(broker)
+    monkeypatch.setattr(x, "_bound", lambda: True)
+    out: list[tuple[str, list[Any]]] = []
+
+    def emit(key: str, props: list[Any]) -> None:
+        fields = encode_headers([("timestamp_in_ms", 0), *props])
+        out.append((key, [(k, table.decode(v)) for k, v in fields]))
+
+    monkeypatch.setattr(x, "emit", emit)
+    return out
 
 
 def new_broker() -> BrokerCore:

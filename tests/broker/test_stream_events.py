@@ -10,11 +10,9 @@ from typing import Any
 import pytest
 
 from leveret.broker.broker import BrokerCore
-from leveret.broker.event_exchange import EventExchange, encode_headers
 from leveret.broker.stream_session import StreamSession
-from leveret.protocol import table
 from leveret.protocol.stream.spec import Code
-from tests.broker.fakes import stream_endpoint
+from tests.broker.fakes import recorded_events, stream_endpoint
 
 PEER = ("127.0.0.1", 40123)
 LOCAL = ("127.0.0.1", 5552)
@@ -51,17 +49,7 @@ def broker() -> BrokerCore:
 
 @pytest.fixture
 def events(broker: BrokerCore, monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, list]]:
-    """The events published, each as its key and its headers (name, decoded value)."""
-    x = EventExchange(broker)
-    monkeypatch.setattr(x, "_bound", lambda: True)
-    out: list[tuple[str, list]] = []
-
-    def emit(key: str, props: list) -> None:
-        fields = encode_headers([("timestamp_in_ms", 0), *props])
-        out.append((key, [(k, table.decode(v)) for k, v in fields]))
-
-    monkeypatch.setattr(x, "emit", emit)
-    return out
+    return recorded_events(broker, monkeypatch)
 
 
 def session(broker: BrokerCore, properties: dict[str, str] | None = None) -> StreamSession:

@@ -18,6 +18,7 @@ import leveret
 from tests.support import rabbitmq
 from tests.support.drain import events_from_now
 from tests.support.mgmt import Api
+from tests.support.rawclient import end_early
 from tests.support.waiting import wait_for
 
 VOLATILE = {"timestamp_in_ms", "connected_at", "peer_port", "port", "pid", "channel",
@@ -401,3 +402,39 @@ def _alarm_events(name: str, url: str) -> list[tuple[str, dict[str, Any], list[s
         return _collect(ech, q)
     finally:
         ev.close()
+
+
+# Sockets that end before any login, each as its client leaves it: rabbit_reader tells of
+# every connection it read (and counts it in connection_closed), whatever it got to.
+EARLY_ENDS: list[tuple[str, bytes]] = [
+    ("sent nothing", b""),
+    ("sent part of a protocol header", b"AMQP\x00"),
+    ("sent the protocol header, read connection.start", b"AMQP\x00\x00\x09\x01"),
+    ("sent a wrong protocol header", b"HTTP/1.1"),
+    ("sent AMQP 1.0's header (no AMQP 1.0 here)", b"AMQP\x03\x01\x00\x00"),
+]
+
+
+def early_ends_scenario(url: str) -> list[list[tuple[str, dict[str, Any], list[str]]]]:
+    port = pika.URLParameters(url).port
+    ev = pika.BlockingConnection(pika.URLParameters(url))
+    ech = ev.channel()
+    q = events_from_now(ech)
+    out = []
+    for _, data in EARLY_ENDS:
+        end_early(port, data)
+        out.append(wait_for(lambda: _collect(ech, q), 5) or [])
+        time.sleep(0.3)  # nothing more comes
+        out[-1] += _collect(ech, q)
+    ev.close()
+    return out
+
+
+def test_connections_that_end_before_a_login(urls: dict[str, str]) -> None:
+    got = {name: early_ends_scenario(url) for name, url in urls.items()}
+    for (name, _), theirs, ours in zip(EARLY_ENDS, got["rabbitmq"], got["leveret"], strict=True):
+        assert [k for k, _, _ in theirs] == ["connection.closed"], name
+        assert ours == theirs, name
+        (_, headers, order) = theirs[0]
+        assert order == ["client_properties", "node", "pid", "name", "timestamp_in_ms"], name
+        assert headers["client_properties"] == 0, name

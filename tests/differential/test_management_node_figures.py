@@ -27,6 +27,7 @@ import pytest
 import leveret
 from tests.support import rabbitmq
 from tests.support.mgmt import GUEST
+from tests.support.rawclient import end_early
 from tests.support.waiting import STATS_WAIT, settled, wait_for
 
 pytestmark = pytest.mark.rabbitmq
@@ -186,6 +187,31 @@ def test_connections_and_channels_count_as_in_rabbitmq(nodes: dict[str, Node]) -
         "queue_created": 0,
         "queue_deleted": 0,
     }
+
+
+def early_ends(node: Node) -> None:
+    """Sockets that end before any login: one that sent nothing, one that sent part of a
+    protocol header, one that read connection.start, one refused for a wrong header."""
+    for data in (b"", b"AMQP\x00", b"AMQP\x00\x00\x09\x01", b"HTTP/1.1"):
+        end_early(node.port, data)
+
+
+def test_connections_that_end_before_a_login_count_as_closed(nodes: dict[str, Node]) -> None:
+    """rabbit_reader counts every connection it read in connection_closed as it ends;
+    connection_created only at connection.open."""
+    got = {}
+    for name, node in nodes.items():
+        before = settled(node.churn)["connection_closed"]
+
+        def ended(n: Node, before: int = before) -> None:
+            early_ends(n)
+            # RabbitMQ's figure for them comes seconds after they end: waited for first
+            wait_for(lambda: n.churn()["connection_closed"] >= before + 4, 15)
+
+        got[name] = moved(node, ended)
+    assert got["leveret"] == got["rabbitmq"]
+    assert got["rabbitmq"]["connection_created"] == 0
+    assert got["rabbitmq"]["connection_closed"] == 4
 
 
 def queue_life(node: Node) -> None:

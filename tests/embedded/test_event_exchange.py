@@ -16,6 +16,7 @@ import pytest
 
 import leveret
 from tests.support.drain import events_from_now
+from tests.support.rawclient import end_early
 
 
 def _request(url: str, method: str, body: Any = None) -> None:
@@ -140,3 +141,21 @@ def test_a_watermark_moved_below_the_memory_in_use_sets_the_alarm_and_blocks() -
         assert got == [("alarm.set", "memory"), ("alarm.cleared", "memory")]
         pub.close()
         events.close()
+
+
+def test_sockets_that_end_before_a_login_are_told_of_once() -> None:
+    """Every socket's end is told of (rabbit_reader's), whatever it got to; one the AMQP
+    port hands to AMQP 1.0 by its header, by the AMQP 1.0 connection alone."""
+    plugins = ["rabbitmq_event_exchange", "rabbitmq_amqp1_0"]
+    with leveret.Broker(plugins=plugins) as b:
+        conn = pika.BlockingConnection(pika.URLParameters(b.url))
+        ch = conn.channel()
+        q = events_from_now(ch)
+        for data in (b"", b"AMQP\x00", b"AMQP\x00\x00\x09\x01", b"AMQP\x03\x01\x00\x00"):
+            end_early(b.port, data, linger=0.3)
+        time.sleep(0.5)
+        got = []
+        while (m := ch.basic_get(q, auto_ack=True))[0] is not None:
+            got.append((m[0].routing_key, m[1].headers["client_properties"]))
+        conn.close()
+    assert got == [("connection.closed", [])] * 4

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import struct
 from typing import Any
@@ -10,6 +11,17 @@ from pamqp import commands, frame
 from pamqp.base import Frame
 
 PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
+
+
+def end_early(port: int, data: bytes, linger: float = 0.5, host: str = "127.0.0.1") -> None:
+    """A TCP connection that sends ``data`` (perhaps nothing), reads what comes back for
+    up to ``linger`` seconds, and ends: a TCP probe, a handshake given up."""
+    with socket.create_connection((host, port), timeout=5) as s:
+        if data:
+            s.sendall(data)
+            s.settimeout(linger)
+            with contextlib.suppress(TimeoutError):
+                s.recv(4096)
 
 
 class RawClient:

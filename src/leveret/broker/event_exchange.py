@@ -480,14 +480,9 @@ class EventExchange:
         if amqp10 is not None:
             self.emit("connection.closed", amqp10)
             return
-        # rabbit_reader tells of a connection that got as far as connection.start-ok;
-        # rabbit_stream_reader of every one (its terminate), even one that sent nothing
-        if (
-            not _is_stream(c)
-            and not getattr(c, "client_properties", None)
-            and not getattr(c, "auth_mechanism", "")
-        ):
-            return
+        # rabbit_reader's (its start_connection's after) and rabbit_stream_reader's (its
+        # terminate) tell of every connection, even one that sent nothing: the client
+        # properties are empty before a start-ok (or peer properties)
         self.emit(
             "connection.closed",
             [

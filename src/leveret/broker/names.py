@@ -54,7 +54,8 @@ class NamedConnection:
     ) -> None:
         """What a session knows once its socket is accepted: its number (the broker's
         next), its ends, the socket's figures (when there is a socket) and when; nobody
-        logged in yet. (An AMQP 0-9-1 session is numbered at its start-ok instead.)"""
+        logged in yet. (An AMQP 0-9-1 session is numbered at its start-ok instead, or at
+        its end if it never got there.)"""
         self.id = connection_id
         self.peer = peer
         self.local = local

@@ -33,6 +33,7 @@ from leveret.broker.events import (
     ChannelClosed,
     ChannelOpened,
     ConnectionAuthorized,
+    ConnectionClosed,
     UserAuthenticated,
 )
 from leveret.broker.message import Message
@@ -74,7 +75,7 @@ class Session(names.NamedConnection, ConnectionEvents):
         self.endpoint = endpoint
         self.peer = peer
         self.local = local
-        self.id = 0  # the broker's number for it, from its start-ok on
+        self.id = 0  # the broker's number for it, from its start-ok (or its end) on
         self.user: User | None = None
         self._username = ""
         self.vhost = ""
@@ -282,7 +283,13 @@ class Session(names.NamedConnection, ConnectionEvents):
         if not self.writable:  # it stalls no one any more
             self.writable = True
             WriteStalls.count -= 1
-        self.broker.unregister(self)
+        if self.id or self.endpoint is None:
+            self.broker.unregister(self)
+        else:
+            # rabbit_reader tells of (and counts) every connection it read, whatever it
+            # got to: one that sent nothing, or only its protocol header, too
+            self.id = self.broker.next_connection_id()
+            self.broker.observers.emit(ConnectionClosed(self))
 
     # ------------------------------------------------------------ permissions
     def check(self, what: str, kind: str, name: str) -> None:
