@@ -132,7 +132,6 @@ class Server:
             b.add_user(u.name, u.password, list(u.tags), password_hash=u.password_hash)
         for p in c.permissions:
             b.set_permissions(p.user, p.vhost, p.configure, p.write, p.read)
-        seed_internal_cluster_id(b)  # kept in the definitions from the first start on
 
     async def start(self) -> None:
         self.loop = asyncio.get_running_loop()
@@ -171,6 +170,9 @@ class Server:
             for server in self._servers:
                 server.close()
             raise
+        # kept in the definitions from the first start on; logged once the listeners are
+        # up, so that a port in use is the only line a failed start prints
+        seed_internal_cluster_id(self.broker)
         self.resources.log_limits()
         self.resources.check()
         self._alarm_handle = self.loop.call_later(ALARM_CHECK_INTERVAL, self._tick)
