@@ -145,7 +145,13 @@ async def exchange_publish(request: web.Request) -> web.Response:
         result = operations.publish(v, m.actor(request, v, perm), name, message, True)
     except AMQPError as exc:
         raise channel_closed(exc) from exc
-    m.stats.count_publish(v.name)
+    # on a channel in confirm mode, mandatory: confirmed unless refused, returned when
+    # it reached no queue (RabbitMQ's rabbit_mgmt_wm_exchange_publish)
+    m.stats.count_publish(
+        v.name,
+        confirmed=not (result.unstorable or result.refused),
+        returned=bool(result.returned),
+    )
     if result.unstorable:
         raise channel_closed(errors.error(spec.INTERNAL_ERROR, ""))
     if result.refused:
@@ -282,8 +288,11 @@ async def queue_get_messages(request: web.Request) -> web.Response:
         raise on_channel(exc) from exc
     entries = []
     out = []
+    # rabbit_mgmt_wm_queue_get's parse_ackmode: ack_requeue_false fetches without an
+    # acknowledgement (get_no_ack in the statistics), the other modes with one
+    no_ack = ackmode == "ack_requeue_false"
     for _ in range(max(0, count)):
-        entry = q.get(no_ack=False)
+        entry = q.get(no_ack=no_ack)
         if entry is None:
             break
         entries.append(entry)
@@ -309,14 +318,11 @@ async def queue_get_messages(request: web.Request) -> web.Response:
             item["payload"] = base64.b64encode(payload).decode()
             item["payload_encoding"] = "base64"
         out.append(item)
-    # As RabbitMQ's API (basic.get, then basic.ack or basic.reject): the same settling
-    # as an AMQP client's, so reject_requeue_false dead-letters.
-    if ackmode.startswith("ack"):
-        if ackmode.endswith("requeue_true"):
-            q.requeue(entries)
-        else:
-            q.ack(entries)
-    else:
+    # As RabbitMQ's API (basic.get, then basic.reject for the modes that acknowledge):
+    # the same settling as an AMQP client's, so reject_requeue_false dead-letters.
+    if ackmode == "ack_requeue_true":
+        q.requeue(entries)
+    elif not no_ack:
         q.reject(entries, requeue=ackmode.endswith("requeue_true"))
     return json_response(out)
 

@@ -30,6 +30,7 @@ from leveret.broker.events import (
     ChannelOpened,
     ConnectionAuthorized,
     ConnectionClosed,
+    QueueCreated,
     QueueDeclared,
     QueueDeclaredNew,
     QueueDeleted,
@@ -66,6 +67,14 @@ MESSAGE_STATS = (
     "deliver_get",
     "get_empty",
 )
+# A vhost's (and the overview's) two groups of message_stats, each shown once its
+# rabbit_mgmt_metrics_collector table has the vhost's row: what channels published (a
+# channel_exchange_metrics row, made by a publish), then what they delivered, fetched,
+# acknowledged (a channel_queue_metrics row).
+PUBLISH_GROUP = MESSAGE_STATS[:4]
+DELIVER_GROUP = MESSAGE_STATS[4:]
+# The overview's queue_metrics rates (vhost_msg_rates), there once a queue has been.
+DISK_RATES = ("disk_reads", "disk_writes")
 # A queue's and a channel's delivery figures, shown once something went out.
 DELIVERY_STATS = (
     "ack",
@@ -274,6 +283,9 @@ class Stats:
         # Counters of what is gone, overall and per vhost.
         self.retired: Counter[str] = Counter()
         self.vhost_retired: dict[str, Counter[str]] = {}
+        # The vhosts that have had a queue since they were made: RabbitMQ's collector has
+        # their vhost_msg_stats row (each queue's queue_coarse_metrics feed it) from then.
+        self.vhost_queued: set[str] = set()
         # Bytes of the closed connections of each vhost.
         self.vhost_traffic_retired: dict[str, Counter[str]] = {}
         self.overview = Windows(keep)
@@ -299,6 +311,9 @@ class Stats:
                 self.vhost_retired.pop(vhost.name, None)
                 self.vhost_traffic_retired.pop(vhost.name, None)
                 self.vhosts.pop(vhost.name, None)
+                self.vhost_queued.discard(vhost.name)
+            case QueueCreated(queue=queue):
+                self.vhost_queued.add(queue.vhost)
             case QueueDeclaredNew():
                 self.churn["queues_created"] += 1
             case QueueDeleted(queue=queue):
@@ -327,9 +342,19 @@ class Stats:
                 elif isinstance(connection, DirectConnection):
                     self._retire(connection.vhost, direct_counters(connection))
 
-    def count_publish(self, vhost: str) -> None:
-        """A message published through the API (no AMQP session counts it)."""
-        self._retire(vhost, {"publish": 1})
+    def count_publish(self, vhost: str, confirmed: bool = False, returned: bool = False) -> None:
+        """A message published through the API (no AMQP session counts it); RabbitMQ's
+        API publishes on a channel in confirm mode with mandatory set."""
+        self._retire(
+            vhost,
+            {"publish": 1, "confirm": int(confirmed), "return_unroutable": int(returned)},
+        )
+
+    def had_queue(self, vhost: str) -> bool:
+        """Whether a queue has been in the vhost since it was made (RabbitMQ shows its
+        message counts from then on, and zeros after its last queue went)."""
+        v = self.broker.vhosts.get(vhost)
+        return vhost in self.vhost_queued or (v is not None and bool(v.queues))
 
     def _retire(self, vhost: str, counters: dict[str, float]) -> None:
         # A connection can go after its vhost did: its counts still add to the broker's.
@@ -519,7 +544,10 @@ class Stats:
             if w is None:
                 w = self.vhosts[name] = self._new_windows(self.keep)
             w.add(t, {key: figures.get(key, 0) for key in (*MESSAGE_STATS, *LENGTHS, *TRAFFIC)})
-        self.overview.add(t, {key: overview.get(key, 0) for key in (*MESSAGE_STATS, *LENGTHS)})
+        # (Leveret counts no queue's disk reads and writes: its overview's are zeros)
+        self.overview.add(
+            t, {key: overview.get(key, 0) for key in (*MESSAGE_STATS, *DISK_RATES, *LENGTHS)}
+        )
         self.churn_windows.add(t, {key: self.churn[key] for key in CHURN})
         for gone_vhost in [n for n in self.vhosts if n not in self.broker.vhosts]:
             del self.vhosts[gone_vhost]
@@ -549,6 +577,17 @@ class Stats:
                 windows.details(key, age, incr) if windows is not None else {"rate": 0.0}
             )
         return out
+
+    def shown_stats(self, totals: Mapping[str, float]) -> tuple[str, ...]:
+        """The message_stats keys RabbitMQ shows for a vhost (or the overview) with these
+        totals: the publishing group once anything was published, the delivery group once
+        anything was delivered, fetched (or not: get_empty), acknowledged."""
+        keys: tuple[str, ...] = ()
+        if any(totals.get(key, 0) for key in PUBLISH_GROUP):
+            keys += PUBLISH_GROUP
+        if any(totals.get(key, 0) for key in DELIVER_GROUP):
+            keys += DELIVER_GROUP
+        return keys
 
     def churn_rates(self) -> dict[str, Any]:
         """The overview's churn_rates: each count, and its rate as *_details."""

@@ -13,7 +13,7 @@ from leveret.broker.amqp10_links import LinkConsumer
 from leveret.broker.amqp10_presence import consumer_shape
 from leveret.broker.exchanges import exchange_types as exchange_type_classes
 from leveret.broker.queues import QuorumQueue
-from leveret.management.stats import TRAFFIC
+from leveret.management.stats import DISK_RATES, TRAFFIC
 
 if TYPE_CHECKING:
     from leveret.broker.amqp10_session import Amqp10Session
@@ -502,7 +502,6 @@ def vhost(v: VirtualHost, broker: BrokerCore, stats: Stats, age: Any = None) -> 
         "cluster_state": {broker.node_name: "running"},
         "default_queue_type": "undefined",
         "description": v.description,
-        "message_stats": stats.message_stats(stats.totals(v.name), windows, age=age_m, incr=incr_m),
         "metadata": {"description": v.description, "tags": list(v.tags)},
         "name": v.name,
         "tags": list(v.tags),
@@ -515,7 +514,14 @@ def vhost(v: VirtualHost, broker: BrokerCore, stats: Stats, age: Any = None) -> 
         out["default_queue_type"] = "classic"
         out["metadata"] = {"default_queue_type": "classic", **out["metadata"]}
         out["protected_from_deletion"] = False
-    out.update(stats.length_details(stats.lengths(v.name), windows, age_l, incr_l))
+    # as RabbitMQ's vhost_stats (rabbit_mgmt_db): each group of figures once the
+    # collector has the vhost's row for it; a fresh vhost has none
+    totals = stats.totals(v.name)
+    keys = stats.shown_stats(totals)
+    if keys:
+        out["message_stats"] = stats.message_stats(totals, windows, keys, age_m, incr_m)
+    if stats.had_queue(v.name):
+        out.update(stats.length_details(stats.lengths(v.name), windows, age_l, incr_l))
     traffic = stats.vhost_traffic(v.name)
     if traffic is not None:  # once a connection has been in it, as RabbitMQ
         out.update(stats.message_stats(traffic, windows, TRAFFIC))
@@ -592,13 +598,21 @@ def overview(broker: BrokerCore, stats: Stats, listeners: list[dict[str, Any]], 
                 "enable_queue_totals": False,
             }
         )
+    # rabbit_mgmt_db:overview: the vhosts' publishing figures, their queues' disk rates
+    # (vhost_msg_rates) and their delivery figures, each once a vhost has them, in
+    # RabbitMQ's order (sorted); the queue totals once a vhost has had a queue
+    totals = stats.totals()
+    queued = any(stats.had_queue(name) for name in broker.vhosts)
+    keys = stats.shown_stats(totals) + (DISK_RATES if queued else ())
     return {
         **out,
         "message_stats": stats.message_stats(
-            stats.totals(), stats.overview, age=age_m, incr=incr_m
+            totals, stats.overview, tuple(sorted(keys)), age_m, incr_m
         ),
         "churn_rates": stats.churn_rates(),
-        "queue_totals": stats.length_details(stats.lengths(), stats.overview, age_l, incr_l),
+        "queue_totals": (
+            stats.length_details(stats.lengths(), stats.overview, age_l, incr_l) if queued else {}
+        ),
         "object_totals": {
             "channels": channels,
             # as RabbitMQ, stream-protocol and AMQP 1.0 connections count

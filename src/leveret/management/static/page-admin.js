@@ -93,14 +93,16 @@ function usersTab() {
 
 // --------------------------------------------------------------------- vhosts
 function vhostsTab() {
+  // a vhost that has had no queue has no message counts (as RabbitMQ's): shown and
+  // sorted as zero
   const table = new Table(
     [
       { key: "name", title: "Name" },
       { key: "description", title: "Description" },
       { title: "Tags", render: (v) => h("span", (v.tags || []).map((t) => h("span.badge", t))) },
-      { key: "messages_ready", title: "Ready", num: true, render: (v) => fmtInt(v.messages_ready || 0) },
-      { key: "messages_unacknowledged", title: "Unacked", num: true, render: (v) => fmtInt(v.messages_unacknowledged || 0) },
-      { key: "messages", title: "Total", num: true, render: (v) => fmtInt(v.messages || 0) },
+      { key: "messages_ready", title: "Ready", num: true, render: (v) => fmtInt(v.messages_ready || 0), sort: (v) => v.messages_ready || 0 },
+      { key: "messages_unacknowledged", title: "Unacked", num: true, render: (v) => fmtInt(v.messages_unacknowledged || 0), sort: (v) => v.messages_unacknowledged || 0 },
+      { key: "messages", title: "Total", num: true, render: (v) => fmtInt(v.messages || 0), sort: (v) => v.messages || 0 },
       { title: "", render: (v) => h("button.small", { type: "button", onclick: () => removeVhost(v) }, "Delete") },
     ],
     { empty: "No virtual hosts.", id: "vhosts-table", rowKey: (v) => v.name },
