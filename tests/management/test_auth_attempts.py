@@ -196,6 +196,11 @@ def test_each_protocols_logins_are_counted(lev_tracked: Site, rmq_tracked: Site)
         amqp10_logins(site)
         stream_logins(site)
         rows[site.broker.name] = sources(site, {site.user: "user", nobody: "nobody"})
+        # /metrics labels only the protocols the collector knows: the stream's row, none
+        labels = [
+            dict(x[0]) for x in scrape(site.broker.metrics_url)["rabbitmq_auth_attempts_total"]
+        ]
+        assert {} in labels and {"protocol": "stream"} not in labels, labels
         if site is lev_tracked:
             # http: the user's four, and five reads of guest's (the node's name in the
             # user's scenario; the name and the rows by source; the name and these figures)
@@ -245,6 +250,22 @@ def test_delete_starts_the_count_again() -> None:
         assert figures(api, name) == {"http": (1, 1, 0)}
         assert api.call("DELETE", f"/api/auth/attempts/{q(name)}") == (204, None)
         assert figures(api, name) == {"http": (1, 1, 0)}
+
+
+def test_a_refusal_that_is_not_the_users_stays_a_login_that_succeeded() -> None:
+    """A resource's error whose reason is a term (bulk-delete's ``["no_such_user", …]``)
+    is answered as it is, and the login stays succeeded: only the authorisation
+    refusals of a resource count against the user."""
+    with leveret.Broker(management=True) as b:
+        api = Api(b.management_url or "")
+        name = api.get("/api/overview")["node"]
+        assert api.call("DELETE", f"/api/auth/attempts/{q(name)}") == (204, None)
+        body = {"users": ["no-such-user-bulk"]}
+        assert api.call("POST", "/api/users/bulk-delete", body) == (
+            400,
+            {"error": "bad_request", "reason": ["no_such_user", "no-such-user-bulk"]},
+        )
+        assert figures(api, name) == {"http": (2, 2, 0)}
 
 
 def test_sources_when_tracked() -> None:

@@ -63,7 +63,7 @@ async def answer(request: web.Request, handler: Handler) -> web.StreamResponse:
         refused = None if request.path in OPEN else log_in(request)
         answered = await handler(request) if refused is None else refused
     except ApiError as exc:
-        if exc.reason in AUTHORISATION_REFUSALS and USER in request:
+        if isinstance(exc.reason, str) and exc.reason in AUTHORISATION_REFUSALS and USER in request:
             overturn(request)
         answered = json_response({"error": exc.error, "reason": exc.reason}, exc.status)
     except AMQPError as exc:

@@ -50,6 +50,8 @@ AUTH_ATTEMPT_COUNTERS = (
     ("_succeeded", "Total number of successful authentication attempts"),
     ("_failed", "Total number of failed authentication attempts"),
 )
+# the protocols prometheus_rabbitmq_core_metrics_collector:is_protocol/1 labels
+LABELLED_PROTOCOLS = frozenset(("amqp091", "amqp10", "mqtt", "http"))
 
 GLOBAL_COUNTERS = (
     ("received", "publish", "Total number of messages received from publishers"),
@@ -254,7 +256,10 @@ class BrokerCollector(Collector):
                 f"rabbitmq_auth_attempts{short}_total", doc, labels=["protocol"]
             )
             for protocol, row in attempts.by_protocol.items():
-                c.add_metric([protocol], row[index])
+                # the collector's label/1 names only the protocols it knows (is_protocol):
+                # the stream protocol's row goes out without a label
+                labels = {"protocol": protocol} if protocol in LABELLED_PROTOCOLS else {}
+                c.samples.append(Sample(f"rabbitmq_auth_attempts{short}_total", labels, row[index]))
             yield c
         if not self.per_object:  # the same sums: RabbitMQ leaves them out
             return
