@@ -51,15 +51,26 @@ def figures(site: Site) -> tuple[list[str], dict[str, Any], dict[str, Any]]:
     )
 
 
-def same_on_both(sites: tuple[Site, Site], step: Callable[[Site], Any]) -> Any:
+def same_on_both(sites: tuple[Site, Site], step: Callable[[Site], Any], lossy: bool = False) -> Any:
     """``step`` on Leveret, then on RabbitMQ; RabbitMQ's figures polled until they are
-    Leveret's (which are there at once). Returns what each step returned."""
+    Leveret's (which are there at once). Returns what each step returned.
+
+    ``lossy``: the step publishes through the API, on a channel that lives for one
+    request. RabbitMQ's collector reads a channel's counts from its metrics table every
+    statistics interval, and a channel closed in between can take its last counts with it
+    (seen once in a full run: 2 of 3 API publishes counted, for a minute). Then the same
+    fields, each count at most Leveret's, will do."""
     lev, rmq = sites
     done = [step(lev), step(rmq)]
     ours = figures(lev)
-    assert wait_for(lambda: figures(rmq) == ours, timeout=STATS_WAIT, interval=0.3), "\n".join(
-        map(repr, (ours, figures(rmq)))
-    )
+    if wait_for(lambda: figures(rmq) == ours, timeout=15 if lossy else STATS_WAIT, interval=0.3):
+        return done
+    theirs = figures(rmq)
+    assert lossy, "\n".join(map(repr, (ours, theirs)))
+    counts, mine = theirs[1]["message_stats"], ours[1]["message_stats"]
+    assert theirs[0] == ours[0] and theirs[2] == ours[2], (ours, theirs)
+    assert list(counts) == list(mine), (ours, theirs)
+    assert all(counts[k] <= mine[k] for k in mine), (ours, theirs)
     return done
 
 
@@ -108,7 +119,9 @@ def api_publish(site: Site, key: str) -> Any:
 def test_api_publishes_bring_the_publishing_figures(sites: tuple[Site, Site]) -> None:
     """The API publishes on a channel in confirm mode, mandatory: each is confirmed, and
     returned when it reaches no queue; no message counts without a queue."""
-    answers = same_on_both(sites, lambda s: [api_publish(s, "nowhere") for _ in range(2)])
+    answers = same_on_both(
+        sites, lambda s: [api_publish(s, "nowhere") for _ in range(2)], lossy=True
+    )
     assert answers[0] == answers[1] == [(200, {"routed": False})] * 2
     keys = ["publish", "confirm", "return_unroutable", "drop_unroutable"]
     assert figures(sites[0]) == (
@@ -117,7 +130,7 @@ def test_api_publishes_bring_the_publishing_figures(sites: tuple[Site, Site]) ->
         {},
     )
     same_on_both(sites, lambda s: s.api.put(f"/api/queues/{q(s.vhost)}/t-q", {"durable": False}))
-    same_on_both(sites, lambda s: api_publish(s, "t-q"))
+    same_on_both(sites, lambda s: api_publish(s, "t-q"), lossy=True)
     assert figures(sites[0])[1]["message_stats"] == dict(zip(keys, (3, 3, 2, 0), strict=True))
     assert figures(sites[0])[2]["messages"] == 1
 
@@ -223,7 +236,7 @@ def test_overview_shows_the_groups_the_vhosts_have(sites: tuple[Site, Site]) -> 
         body = {"count": 1, "ackmode": "ack_requeue_false", "encoding": "auto"}
         site.api.call("POST", f"/api/queues/{q(site.vhost)}/t-q/get", body)
 
-    same_on_both(sites, scenario)
+    same_on_both(sites, scenario, lossy=True)
     shapes = [
         (list(o["message_stats"]), list(o["queue_totals"]))
         for o in (site.api.get("/api/overview") for site in sites)
