@@ -123,7 +123,7 @@ def counted(
     """Count a login attempt, as the reader of ``protocol`` ("amqp091", "amqp10",
     "stream") tells rabbit_core_metrics of it: a mechanism no one knows or not offered is
     no attempt; a response the mechanism cannot read is a failure of no one. ``address``
-    is the client's ("" for AMQP 1.0: RabbitMQ 3.10's plugin counts none). Returns
+    is the client's ("" for AMQP 1.0: RabbitMQ 3.10's plugin gives no address). Returns
     ``result``."""
     if isinstance(result, User):
         broker.auth_attempts.count(protocol, address, result.name, True)

@@ -109,22 +109,19 @@ def log_in(request: web.Request) -> web.Response | None:
     if creds is None:
         return web.Response(status=401, headers=challenge)
     user = m.broker.users.check_credentials(creds[0], creds[1])
+    loopback = user is not None and m.broker.users.loopback_only(user.name, request.remote)
+    manages = user is not None and bool(MANAGEMENT_TAGS.intersection(user.tags))
     # each login is an attempt of protocol http (rabbit_mgmt_util:is_authorized), counted
     # before the resource answers; one the resource refuses its user fails after all
     # (answer's overturn)
-    let_in = (
-        user is not None
-        and not m.broker.users.loopback_only(user.name, request.remote)
-        and bool(MANAGEMENT_TAGS.intersection(user.tags))
-    )
-    m.broker.auth_attempts.count("http", request.remote or "", creds[0], let_in)
-    if user is not None and m.broker.users.loopback_only(user.name, request.remote):
+    m.broker.auth_attempts.count("http", request.remote or "", creds[0], manages and not loopback)
+    if loopback:
         raise ApiError(401, "not_authorised", "User can only log in via localhost")
     if user is None:
         response = json_response({"error": "not_authorized", "reason": "Login failed"}, 401)
         response.headers.update(challenge)
         return response
-    if not MANAGEMENT_TAGS.intersection(user.tags):
+    if not manages:
         raise ApiError(401, "not_authorised", "Not management user")
     request[USER] = user
     # who performs what this request does (this task's own: no other request or AMQP
